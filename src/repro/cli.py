@@ -1,0 +1,102 @@
+"""The `repro` command. Exit codes: 0 success, 1 bad input or failed step, 2 usage error."""
+
+import argparse
+import json
+import sys
+
+from repro.errors import ReproError
+from repro.fsutil import write_json
+
+
+def _trace_commands(sub):
+    trace = sub.add_parser("trace", help="Chrome trace tools: combine, summarize, validate")
+    tsub = trace.add_subparsers(dest="trace_command", required=True, metavar="{combine,summarize,validate}")
+
+    combine = tsub.add_parser("combine", help="combine traces into one, one process row per input")
+    combine.add_argument("inputs", nargs="+", help="trace files or directories")
+    combine.add_argument("-o", "--output", default="combined.json", help="output file (default: combined.json)")
+    combine.add_argument(
+        "--adjust",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="drop 'ignore' events, close their gaps and zero each input at its first event (default: on)",
+    )
+    combine.add_argument("--skip-first", action="store_true", help="skip the first input")
+    combine.add_argument("--lenient", action="store_true", help="skip malformed events and report how many")
+    combine.set_defaults(func=_combine)
+
+    summ = tsub.add_parser("summarize", help="summarise traces into summary JSON with group statistics")
+    summ.add_argument("inputs", nargs="+", help="trace files or directories (searched recursively)")
+    summ.add_argument("-o", "--output", default="summary.json", help="output file (default: summary.json)")
+    summ.add_argument("--detailed", action="store_true", help="include every event of every trace")
+    summ.add_argument(
+        "--group-by",
+        default="model_name,upr_enabled",
+        help="comma-separated run fields to group statistics by (default: model_name,upr_enabled)",
+    )
+    summ.add_argument("--lenient", action="store_true", help="skip malformed events and unmatched pairs")
+    summ.set_defaults(func=_summarize)
+
+    val = tsub.add_parser("validate", help="check that files are well-formed Chrome traces")
+    val.add_argument("inputs", nargs="+", help="trace files")
+    val.set_defaults(func=_validate)
+
+
+def _combine(args):
+    from repro.traces import combine
+    from repro.traces.summarize import find_traces
+
+    report = combine(find_traces(args.inputs), args.output, adjust=args.adjust, skip_first=args.skip_first,
+                     strict=not args.lenient)
+    print(f"{args.output}: {report['events']} events from {report['inputs']} traces"
+          + (f", {report['skipped']} malformed events skipped" if report["skipped"] else ""))
+
+
+def _summarize(args):
+    from repro.traces import summarize
+
+    group_by = [k for k in args.group_by.split(",") if k]
+    doc = summarize(args.inputs, group_by=group_by, detailed=args.detailed, strict=not args.lenient)
+    write_json(args.output, doc)
+    print(f"{args.output}: {len(doc['traces'])} traces, {len(doc['groups'])} groups")
+
+
+def _validate(args):
+    from repro.traces import validate
+
+    failed = 0
+    for path in args.inputs:
+        try:
+            report = validate(path)
+        except ReproError as exc:
+            print(f"INVALID {exc}", file=sys.stderr)
+            failed += 1
+        else:
+            print(f"ok {path}: {report['events']} events ({report['form']} form) {json.dumps(report['phases'])}")
+    if failed:
+        raise SystemExit(1)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="repro", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _trace_commands(sub)
+    from repro.pecan.cli import add_commands as pecan_commands
+
+    pecan_commands(sub)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except ReproError as exc:
+        print(f"repro: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

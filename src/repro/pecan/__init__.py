@@ -1,0 +1,1 @@
+"""Pecan (ATC'24) input-pipeline experiments: pipelines, calibration, policies, cluster model, logs, costs."""

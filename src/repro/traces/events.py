@@ -1,0 +1,36 @@
+"""What the Chrome trace event format defines, and the checks every reader applies to an event."""
+
+from repro.errors import TraceError
+
+# Every phase of the Trace Event Format: duration (B/E), complete (X), instant (i, and the
+# legacy I), counter (C), async (b/n/e and the legacy S/T/p/F), flow (s/t/f), sample (P),
+# object (N/O/D), metadata (M), memory dump (V/v), mark (R), clock sync (c), context ( ( ) ).
+PHASES = frozenset("BEXiICbneSTpFstfPNODMVvRc()")
+
+# Metadata events carry no meaningful timestamp; every other phase must have a numeric ts.
+PHASES_WITHOUT_TS = frozenset("M")
+
+IGNORE_CATEGORY = "ignore"
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_event(event, path, index):
+    """Raise TraceError unless `event` is an object with a known `ph` and a numeric `ts`."""
+    if not isinstance(event, dict):
+        raise TraceError(path, f"expected an event object, found {type(event).__name__}", index)
+    ph = event.get("ph")
+    if ph is None:
+        raise TraceError(path, "event has no 'ph' (phase)", index)
+    if ph not in PHASES:
+        raise TraceError(path, f"unknown phase ph={ph!r}", index)
+    ts = event.get("ts")
+    if ts is None:
+        if ph not in PHASES_WITHOUT_TS:
+            raise TraceError(path, f"event with ph={ph!r} has no 'ts'", index)
+    elif not is_number(ts):
+        raise TraceError(path, f"'ts' must be a number of microseconds, found {ts!r}", index)
+    if ph == "X" and not is_number(event.get("dur", 0)):
+        raise TraceError(path, f"'dur' must be a number, found {event.get('dur')!r}", index)

@@ -1,0 +1,292 @@
+"""Reading Chrome trace files of any size with bounded memory.
+
+A trace is either a JSON object (``{"traceEvents": [...], "otherData": ..., ...}``) or a bare
+JSON array of events. Files up to ``whole_file_limit`` bytes are parsed in one ``orjson.loads``
+call. Larger files are memory-mapped and split into chunks of whole events by a vectorised scan
+of the JSON structure (quotes, braces, brackets), and each chunk is parsed on its own, so peak
+memory follows the chunk size instead of the file size.
+"""
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from repro.errors import TraceError
+from repro.traces.events import check_event
+
+WHOLE_FILE_LIMIT = 64 << 20
+CHUNK_BYTES = 8 << 20
+_WINDOW = 16 << 20
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+_OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
+_SPACE = b" \t\r\n"
+
+
+def _loads(data, path):
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(path, f"invalid JSON ({exc})") from None
+
+
+def _root_metadata(doc, path):
+    if isinstance(doc, list):
+        return {}
+    if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
+        return {k: v for k, v in doc.items() if k != "traceEvents"}
+    raise TraceError(
+        path, "not a Chrome trace: expected a JSON array of events or an object with a 'traceEvents' list"
+    )
+
+
+class TraceReader:
+    """Streams the events of one trace file in chunks; `metadata` holds the other top-level keys.
+
+    With ``strict`` every event is checked (object, known ``ph``, numeric ``ts``) and the first
+    bad one raises TraceError naming the file and event index; with ``strict=False`` bad events
+    are skipped and counted in ``skipped``.
+    """
+
+    def __init__(self, path, strict=True, whole_file_limit=WHOLE_FILE_LIMIT, chunk_bytes=CHUNK_BYTES):
+        self.path = Path(path)
+        self.strict = strict
+        self.chunk_bytes = chunk_bytes
+        self.skipped = 0
+        try:
+            self.size = os.path.getsize(self.path)
+        except OSError as exc:
+            raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
+        self._whole = self.size <= whole_file_limit
+        self._metadata = None
+        self._events = None
+        self._checked_whole = None
+
+    # -- public API ---------------------------------------------------------------------
+    @property
+    def metadata(self):
+        if self._metadata is None:
+            if self._whole:
+                self._load_whole()
+            else:
+                for _ in self._scan(parse_events=False):
+                    pass
+        return self._metadata
+
+    @property
+    def other_data(self):
+        other = self.metadata.get("otherData")
+        return other if isinstance(other, dict) else {}
+
+    def chunks(self):
+        """Yield lists of (checked) events; the running event index continues across chunks."""
+        if self._whole and self._checked_whole is not None:
+            yield self._checked_whole  # a second pass over a small file costs nothing
+            return
+        index = 0
+        source = [self._load_whole()] if self._whole else self._scan(parse_events=True)
+        for raw in source:
+            good = self._checked(raw, index)
+            index += len(raw)
+            if self._whole:
+                self._checked_whole = good
+            yield good
+
+    def events(self):
+        for chunk in self.chunks():
+            yield from chunk
+
+    # -- internals ----------------------------------------------------------------------
+    def _read_bytes(self):
+        try:
+            return self.path.read_bytes()
+        except OSError as exc:
+            raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
+
+    def _load_whole(self):
+        if self._events is None:
+            doc = _loads(self._read_bytes(), self.path)
+            self._metadata = _root_metadata(doc, self.path)
+            self._events = doc if isinstance(doc, list) else doc["traceEvents"]
+        return self._events
+
+    def _checked(self, raw, first_index):
+        if self.strict:
+            for offset, event in enumerate(raw):
+                check_event(event, self.path, first_index + offset)
+            return raw
+        good = []
+        for offset, event in enumerate(raw):
+            try:
+                check_event(event, self.path, first_index + offset)
+            except TraceError:
+                self.skipped += 1
+            else:
+                good.append(event)
+        return good
+
+    def _open_map(self):
+        try:
+            fh = open(self.path, "rb")
+        except OSError as exc:
+            raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
+        with fh:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def _scan(self, parse_events):
+        """Yield raw event lists of about chunk_bytes each; set self._metadata at the end."""
+        mm = self._open_map()
+        try:
+            yield from _ChunkScanner(mm, self.path, self.chunk_bytes, parse_events, self)
+        finally:
+            mm.close()
+
+
+class _ChunkScanner:
+    """Walks the JSON structure of a mapped file window by window.
+
+    Carried between windows: whether we are inside a string (quote parity) and the nesting
+    depth. Escaped quotes are found by counting the backslashes before each quote that follows
+    one (rare in traces, so done in Python).
+    """
+
+    def __init__(self, mm, path, chunk_bytes, parse_events, owner):
+        self.mm, self.path, self.chunk_bytes = mm, path, chunk_bytes
+        self.parse_events, self.owner = parse_events, owner
+
+    def _unescaped(self, quotes, base):
+        mm = self.mm
+        before = quotes + base - 1
+        suspect = np.flatnonzero(before >= 0)
+        suspect = suspect[np.frombuffer(mm, np.uint8)[before[suspect]] == _BACKSLASH] if suspect.size else suspect
+        if not suspect.size:
+            return quotes
+        keep = np.ones(quotes.size, bool)
+        for i in suspect:
+            p, n = int(quotes[i] + base) - 1, 0
+            while p >= 0 and mm[p] == _BACKSLASH:
+                n, p = n + 1, p - 1
+            keep[i] = n % 2 == 0
+        return quotes[keep]
+
+    def _tokens(self):
+        """Per window: structural offsets, depth after each, quote offsets, entry depth/parity, end."""
+        mm, size = self.mm, len(self.mm)
+        parity, depth = 0, 0
+        for base in range(0, size, _WINDOW):
+            count = min(_WINDOW, size - base)
+            w = np.frombuffer(mm, np.uint8, count=count, offset=base)
+            quotes = self._unescaped(np.flatnonzero(w == _QUOTE), base)
+            opens = np.flatnonzero((w == _OPENERS[0]) | (w == _OPENERS[1]))
+            closes = np.flatnonzero((w == _CLOSERS[0]) | (w == _CLOSERS[1]))
+            pos = np.concatenate([opens, closes])
+            delta = np.concatenate([np.ones(opens.size, np.int64), -np.ones(closes.size, np.int64)])
+            outside = (np.searchsorted(quotes, pos) + parity) % 2 == 0
+            pos, delta = pos[outside], delta[outside]
+            order = np.argsort(pos, kind="stable")
+            pos, delta = pos[order], delta[order]
+            depth_after = depth + np.cumsum(delta)
+            if depth_after.size and depth_after.min() < 0:
+                raise TraceError(self.path, "invalid JSON (unbalanced brackets)")
+            yield pos + base, depth_after, quotes + base, depth, parity, base + count
+            parity = (parity + quotes.size) % 2
+            if depth_after.size:
+                depth = int(depth_after[-1])
+
+    def _find_events_key(self, pos, depth_after, quotes, depth0, parity0, window_end):
+        """Offset just after the '[' of the root object's "traceEvents" value, or None."""
+        mm = self.mm
+        start = int(pos[0]) if pos.size else 0
+        key = b'"traceEvents"'
+        while True:
+            at = mm.find(key, start, window_end)
+            if at < 0:
+                return None
+            start = at + 1
+            qi = np.searchsorted(quotes, at)
+            if qi >= quotes.size or quotes[qi] != at or (qi + parity0) % 2:
+                continue  # inside a string
+            ti = np.searchsorted(pos, at)
+            depth = depth_after[ti - 1] if ti else depth0
+            if depth != 1:
+                continue
+            p = at + len(key)
+            while mm[p : p + 1] in (b" ", b"\t", b"\r", b"\n"):
+                p += 1
+            if mm[p : p + 1] != b":":
+                continue
+            p += 1
+            while mm[p : p + 1] in (b" ", b"\t", b"\r", b"\n"):
+                p += 1
+            if mm[p : p + 1] != b"[":
+                raise TraceError(self.path, "not a Chrome trace: 'traceEvents' is not a list")
+            return p
+
+    def __iter__(self):
+        mm = self.mm
+        first = mm[: min(len(mm), 4096)].lstrip(_SPACE)[:1]
+        if first not in (b"[", b"{"):
+            raise TraceError(self.path, "not a Chrome trace: expected a JSON array or object")
+        object_form = first == b"{"
+        array_depth = 2 if object_form else 1  # nesting depth inside the event list
+        array_open = array_close = chunk_start = None
+        for pos, depth_after, quotes, depth0, parity0, window_end in self._tokens():
+            if array_open is None:
+                if object_form:
+                    array_open = self._find_events_key(pos, depth_after, quotes, depth0, parity0, window_end)
+                elif pos.size:
+                    array_open = int(pos[0])
+                if array_open is None:
+                    continue
+                chunk_start = array_open + 1
+            after = pos >= chunk_start
+            closes = pos[after & (depth_after == array_depth - 1)]
+            if closes.size:
+                array_close = int(closes[0])
+            event_ends = pos[after & (depth_after == array_depth)]
+            if array_close is not None:
+                event_ends = event_ends[event_ends < array_close]
+            chunk_start = yield from self._emit(chunk_start, event_ends)
+            if array_close is not None:
+                break
+        if array_open is None:
+            raise TraceError(
+                self.path, "not a Chrome trace: expected a JSON array of events or an object with a 'traceEvents' list"
+            )
+        if array_close is None:
+            raise TraceError(self.path, "truncated: the event list is not closed")
+        tail = mm[chunk_start:array_close].strip(_SPACE + b",")
+        if tail and self.parse_events:
+            yield _loads(b"[" + tail + b"]", self.path)
+        self._finish(object_form, array_open, array_close)
+
+    def _emit(self, chunk_start, event_ends):
+        """Yield parsed chunks of at least chunk_bytes, each ending after a whole event."""
+        while event_ends.size and int(event_ends[-1]) + 1 - chunk_start >= self.chunk_bytes:
+            i = int(np.searchsorted(event_ends, chunk_start + self.chunk_bytes - 1))
+            end = int(event_ends[i]) + 1
+            if self.parse_events:
+                body = self.mm[chunk_start:end].lstrip(_SPACE + b",")
+                yield _loads(b"[" + body + b"]", self.path)
+            chunk_start = end
+            event_ends = event_ends[i + 1 :]
+        return chunk_start
+
+    def _finish(self, object_form, array_open, array_close):
+        mm = self.mm
+        if not object_form:
+            if mm[array_close + 1 :].strip(_SPACE):
+                raise TraceError(self.path, "invalid JSON (data after the event array)")
+            self.owner._metadata = {}
+            return
+        doc = _loads(mm[:array_open] + b"[]" + mm[array_close + 1 :], self.path)
+        self.owner._metadata = _root_metadata(doc, self.path)
+
+
+def read_trace(path, strict=True):
+    """Return (metadata, events) of a whole trace; for small traces and tests."""
+    reader = TraceReader(path, strict=strict)
+    events = list(reader.events())
+    return reader.metadata, events
