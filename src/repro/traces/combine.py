@@ -131,6 +131,7 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
                 names.append({"ph": "M", "name": "process_name", "pid": next_pid, "tid": 0, "args": {"name": name}})
                 next_pid += 1
             writer.write_events(names)
+            report["events"] += len(names)
             shift = _Shift(plan.origin, plan.spans) if adjust else None
             index = 0
             for chunk in reader.chunks():

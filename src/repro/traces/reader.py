@@ -133,6 +133,8 @@ class TraceReader:
         except OSError as exc:
             raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
         with fh:
+            if self.size == 0:
+                raise TraceError(self.path, "empty file")
             return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
     def _scan(self, parse_events):
@@ -155,13 +157,15 @@ class _ChunkScanner:
     def __init__(self, mm, path, chunk_bytes, parse_events, owner):
         self.mm, self.path, self.chunk_bytes = mm, path, chunk_bytes
         self.parse_events, self.owner = parse_events, owner
+        self.first_slice = True
 
-    def _unescaped(self, quotes, base):
+    def _unescaped(self, quotes, window, base):
+        """Drop the quotes that are escaped (preceded by an odd run of backslashes)."""
         mm = self.mm
-        before = quotes + base - 1
-        suspect = np.flatnonzero(before >= 0)
-        suspect = suspect[np.frombuffer(mm, np.uint8)[before[suspect]] == _BACKSLASH] if suspect.size else suspect
-        if not suspect.size:
+        suspect = [i for i in np.flatnonzero(window[np.maximum(quotes - 1, 0)] == _BACKSLASH) if quotes[i] > 0]
+        if quotes.size and quotes[0] == 0 and base > 0 and mm[base - 1] == _BACKSLASH:
+            suspect.insert(0, 0)
+        if not suspect:
             return quotes
         keep = np.ones(quotes.size, bool)
         for i in suspect:
@@ -177,8 +181,8 @@ class _ChunkScanner:
         parity, depth = 0, 0
         for base in range(0, size, _WINDOW):
             count = min(_WINDOW, size - base)
-            w = np.frombuffer(mm, np.uint8, count=count, offset=base)
-            quotes = self._unescaped(np.flatnonzero(w == _QUOTE), base)
+            w = np.frombuffer(mm[base : base + count], np.uint8)  # a copy: no export pins the map
+            quotes = self._unescaped(np.flatnonzero(w == _QUOTE), w, base)
             opens = np.flatnonzero((w == _OPENERS[0]) | (w == _OPENERS[1]))
             closes = np.flatnonzero((w == _CLOSERS[0]) | (w == _CLOSERS[1]))
             pos = np.concatenate([opens, closes])
@@ -257,10 +261,20 @@ class _ChunkScanner:
             )
         if array_close is None:
             raise TraceError(self.path, "truncated: the event list is not closed")
-        tail = mm[chunk_start:array_close].strip(_SPACE + b",")
-        if tail and self.parse_events:
-            yield _loads(b"[" + tail + b"]", self.path)
+        if self.parse_events and mm[chunk_start:array_close].strip(_SPACE):
+            yield self._parse_slice(chunk_start, array_close, first=self.first_slice)
         self._finish(object_form, array_open, array_close)
+
+    def _parse_slice(self, start, end, first):
+        """Parse the events between two element boundaries; all but the first slice start with ','."""
+        body = self.mm[start:end].lstrip(_SPACE)
+        if not first:
+            if body[:1] != b",":
+                raise TraceError(self.path, "invalid JSON (expected ',' between events)")
+            body = body[1:]
+            if not body.strip(_SPACE):
+                raise TraceError(self.path, "invalid JSON (trailing ',' in the event list)")
+        return _loads(b"[" + body + b"]", self.path)
 
     def _emit(self, chunk_start, event_ends):
         """Yield parsed chunks of at least chunk_bytes, each ending after a whole event."""
@@ -268,8 +282,8 @@ class _ChunkScanner:
             i = int(np.searchsorted(event_ends, chunk_start + self.chunk_bytes - 1))
             end = int(event_ends[i]) + 1
             if self.parse_events:
-                body = self.mm[chunk_start:end].lstrip(_SPACE + b",")
-                yield _loads(b"[" + body + b"]", self.path)
+                yield self._parse_slice(chunk_start, end, first=self.first_slice)
+            self.first_slice = False
             chunk_start = end
             event_ends = event_ends[i + 1 :]
         return chunk_start

@@ -1,0 +1,354 @@
+import json
+import os
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from repro.cli import main
+from repro.errors import TraceError
+from repro.traces import TraceReader, combine, read_trace, summarize, summarize_trace, validate, write_trace
+from repro.traces.events import PHASES
+from repro.traces.summarize import describe
+
+CHUNKED = {"whole_file_limit": 0, "chunk_bytes": 64}  # force the memory-mapped chunk scanner
+
+
+def one_of_each_phase():
+    """One event of every phase the format defines, with the fields each phase uses."""
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+        {"ph": "B", "name": "outer", "cat": "c", "ts": 10, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 90, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "whole", "ts": 20, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "i", "name": "inst", "ts": 30, "s": "t", "pid": 1, "tid": 1},
+        {"ph": "I", "name": "legacy", "ts": 31, "pid": 1, "tid": 1},
+        {"ph": "C", "name": "ctr", "ts": 32, "pid": 1, "args": {"workers": 3}},
+        {"ph": "b", "name": "async", "cat": "a", "id": "0x1", "ts": 33, "pid": 1, "tid": 1},
+        {"ph": "n", "name": "async", "cat": "a", "id": "0x1", "ts": 34, "pid": 1, "tid": 1},
+        {"ph": "e", "name": "async", "cat": "a", "id": "0x1", "ts": 35, "pid": 1, "tid": 1},
+        {"ph": "S", "name": "old", "id": 2, "ts": 36, "pid": 1, "tid": 1},
+        {"ph": "T", "name": "old", "id": 2, "ts": 37, "pid": 1, "tid": 1},
+        {"ph": "p", "name": "old", "id": 2, "ts": 37, "pid": 1, "tid": 1},
+        {"ph": "F", "name": "old", "id": 2, "ts": 38, "pid": 1, "tid": 1},
+        {"ph": "s", "name": "flow", "cat": "f", "id": 3, "ts": 40, "pid": 1, "tid": 1},
+        {"ph": "t", "name": "flow", "cat": "f", "id": 3, "ts": 41, "pid": 1, "tid": 1},
+        {"ph": "f", "name": "flow", "cat": "f", "id": 3, "ts": 42, "bp": "e", "pid": 1, "tid": 1},
+        {"ph": "P", "name": "sample", "ts": 43, "pid": 1, "tid": 1, "sf": 7},
+        {"ph": "N", "name": "obj", "id": "0x9", "ts": 44, "pid": 1},
+        {"ph": "O", "name": "obj", "id": "0x9", "ts": 45, "pid": 1, "args": {"snapshot": {"x": 1}}},
+        {"ph": "D", "name": "obj", "id": "0x9", "ts": 46, "pid": 1},
+        {"ph": "V", "name": "periodic_interval", "ts": 47, "pid": 1, "id": "d1", "args": {}},
+        {"ph": "v", "name": "periodic_interval", "ts": 47, "pid": 1, "id": "d1", "args": {}},
+        {"ph": "R", "name": "mark", "ts": 48, "pid": 1, "tid": 1},
+        {"ph": "c", "name": "clock_sync", "ts": 49, "pid": 1, "args": {"sync_id": "x"}},
+        {"ph": "(", "name": "ctx", "id": "0x2", "ts": 50, "pid": 1, "tid": 1},
+        {"ph": ")", "name": "ctx", "id": "0x2", "ts": 51, "pid": 1, "tid": 1},
+    ]
+    assert {e["ph"] for e in events} == PHASES
+    return events
+
+
+def dump(path, doc):
+    path.write_bytes(orjson.dumps(doc))
+    return path
+
+
+@pytest.fixture
+def trims_trace(tmp_path):
+    """A TrIMS-style trace: an ignored warm-up span, then prediction phases."""
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 42, "tid": 0, "args": {"name": "client"}},
+        {"ph": "B", "name": "warmup", "cat": "ignore", "ts": 1000, "pid": 42, "tid": 1},
+        {"ph": "E", "ts": 1400, "pid": 42, "tid": 1},
+        {"ph": "B", "name": "load_model", "cat": "load", "ts": 1500, "pid": 42, "tid": 1},
+        {"ph": "E", "name": "load_model", "ts": 1700, "pid": 42, "tid": 1},
+        {"ph": "X", "name": "sleep", "cat": "ignore", "ts": 1700, "dur": 100, "pid": 42, "tid": 1},
+        {"ph": "B", "name": "forward_predict", "cat": "prediction", "ts": 1800, "pid": 42, "tid": 1},
+        {"ph": "E", "name": "forward_predict", "ts": 1850, "pid": 42, "tid": 1},
+    ]
+    other = {"run_id": "r1", "model_name": "alexnet", "hostname": "h1", "upr_enabled": True, "iteration": 0}
+    return dump(tmp_path / "trims.json", {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other})
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_reads_every_phase_in_both_forms(tmp_path, options):
+    events = one_of_each_phase()
+    obj = dump(tmp_path / "o.json", {"otherData": {"a": 1}, "traceEvents": events, "stackFrames": {"7": {"name": "f"}}})
+    arr = dump(tmp_path / "a.json", events)
+    for path in (obj, arr):
+        reader = TraceReader(path, **options)
+        assert list(reader.events()) == events
+    assert TraceReader(obj, **options).metadata == {"otherData": {"a": 1}, "stackFrames": {"7": {"name": "f"}}}
+    assert TraceReader(arr, **options).metadata == {}
+
+
+def test_chunk_scanner_handles_strings_that_look_like_structure(tmp_path):
+    tricky = ['a "quoted" {brace', "back\\slash\\", "]]}}[[{{", '\\"', "traceEvents", "é ☃"]
+    events = [{"ph": "i", "ts": i, "name": s, "args": {"s": s, "nested": [{"x": [s]}]}} for i, s in enumerate(tricky * 20)]
+    doc = {"otherData": {"traceEvents": "not this one"}, "meta": {"traceEvents": [1]}, "traceEvents": events, "after": "x"}
+    path = dump(tmp_path / "t.json", doc)
+    for chunk_bytes in (1, 50, 300, 10**6):
+        reader = TraceReader(path, whole_file_limit=0, chunk_bytes=chunk_bytes)
+        assert list(reader.events()) == events
+        assert reader.metadata == {"otherData": {"traceEvents": "not this one"}, "meta": {"traceEvents": [1]}, "after": "x"}
+
+
+def test_pretty_printed_and_empty_traces(tmp_path):
+    events = one_of_each_phase()
+    pretty = tmp_path / "p.json"
+    pretty.write_text(json.dumps({"traceEvents": events}, indent=4))
+    assert list(TraceReader(pretty, **CHUNKED).events()) == events
+    empty = dump(tmp_path / "e.json", {"traceEvents": []})
+    assert list(TraceReader(empty, **CHUNKED).events()) == []
+    assert validate(empty)["events"] == 0
+
+
+# -- bad input --------------------------------------------------------------------------
+
+BAD_FILES = {
+    "truncated": (b'{"traceEvents":[{"ph":"i","ts":1},{"ph":"i","ts"', "truncated"),
+    "invalid": (b'{"traceEvents":[{"ph":"i","ts":1},,]}', "invalid JSON"),
+    "not_a_trace": (b'{"events":[]}', "not a Chrome trace"),
+    "scalar": (b"42", "not a Chrome trace"),
+    "no_ph": (b'[{"ph":"i","ts":1},{"ts":2}]', "event 1: event has no 'ph'"),
+    "bad_ts": (b'[{"ph":"i","ts":1},{"ph":"B","ts":"2"}]', "event 1: 'ts' must be a number"),
+    "unknown_phase": (b'[{"ph":"Q","ts":1}]', "event 0: unknown phase"),
+    "not_object": (b'[{"ph":"i","ts":1}, 3]', "event 1: expected an event object"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_bad_files_raise_trace_error_naming_the_file(tmp_path, name, options):
+    data, message = BAD_FILES[name]
+    path = tmp_path / f"{name}.json"
+    path.write_bytes(data)
+    with pytest.raises(TraceError) as info:
+        validate(path, reader_options=options)
+    assert str(path) in str(info.value) and message in str(info.value)
+
+
+def test_unmatched_begin_end_pairs(tmp_path):
+    end_only = dump(tmp_path / "e.json", [{"ph": "B", "ts": 1, "tid": 1}, {"ph": "E", "ts": 2, "tid": 2}])
+    with pytest.raises(TraceError, match=r"event 1: 'E' event without a matching 'B'"):
+        validate(end_only)
+    begin_only = dump(tmp_path / "b.json", [{"ph": "B", "ts": 1}, {"ph": "B", "ts": 2}, {"ph": "E", "ts": 3}])
+    with pytest.raises(TraceError, match=r"event 0: 'B' event without a matching 'E'"):
+        validate(begin_only)
+    with pytest.raises(TraceError, match="without a matching"):
+        summarize_trace(begin_only)
+    assert summarize_trace(begin_only, strict=False)["end_to_end_time"] == 1
+
+
+def test_unreadable_and_missing_inputs(tmp_path):
+    with pytest.raises(TraceError, match="cannot read"):
+        validate(tmp_path / "missing.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceError, match="holds no trace files"):
+        summarize([tmp_path / "empty"])
+    if os.geteuid() != 0:  # root reads anything
+        locked = dump(tmp_path / "locked.json", [])
+        locked.chmod(0)
+        with pytest.raises(TraceError, match="cannot read"):
+            validate(locked)
+
+
+def test_lenient_reading_skips_and_counts_bad_events(tmp_path):
+    path = dump(tmp_path / "t.json", [{"ph": "i", "ts": 1}, {"ts": 2}, {"ph": "i", "ts": "x"}, {"ph": "i", "ts": 3}])
+    reader = TraceReader(path, strict=False)
+    assert [e["ts"] for e in reader.events()] == [1, 3]
+    assert reader.skipped == 2
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300) | st.text(alphabet='{}[]",:\\ ph ts 0123 traceEvents', max_size=200).map(str.encode))
+def test_fuzzed_input_raises_only_trace_error(tmp_path, data):
+    path = tmp_path / "fuzz.json"
+    path.write_bytes(data)
+    for options in ({}, CHUNKED):
+        try:
+            validate(path, reader_options=options)
+            summarize_trace(path, reader_options=options)
+        except TraceError:
+            pass
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    events=st.lists(
+        st.fixed_dictionaries({"ph": st.sampled_from("iCPR"), "ts": st.integers(0, 10**12)}, optional={"args": json_values}),
+        max_size=30,
+    ),
+    chunk=st.integers(1, 400),
+)
+def test_chunked_reader_agrees_with_whole_file_reader(tmp_path, events, chunk):
+    path = dump(tmp_path / "t.json", {"traceEvents": events, "otherData": {"k": "v"}})
+    reader = TraceReader(path, whole_file_limit=0, chunk_bytes=chunk)
+    assert list(reader.events()) == events
+    assert reader.metadata == {"otherData": {"k": "v"}}
+
+
+# -- combine ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [None, CHUNKED], ids=["whole", "chunked"])
+def test_combine_adjusts_zeroes_and_remaps_pids(tmp_path, trims_trace, options):
+    other = dump(tmp_path / "other.json", [{"ph": "X", "name": "a", "ts": 500, "dur": 10, "pid": 42, "tid": 1}])
+    out = tmp_path / "combined.json"
+    report = combine([trims_trace, other], out, reader_options=options)
+    meta, events = read_trace(out)
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {1: "alexnet h1 shared iteration 0", 2: "other"}
+    first = [(e["ph"], e.get("name"), e["ts"]) for e in events if e["pid"] == 1 and e["ph"] != "M"]
+    # warm-up (400 us) and the sleep (100 us) are gone and the gaps they left are closed
+    assert first == [("B", "load_model", 0), ("E", "load_model", 200), ("B", "forward_predict", 200), ("E", "forward_predict", 250)]
+    assert [e["ts"] for e in events if e["pid"] == 2 and e["ph"] != "M"] == [0]
+    assert report == {"inputs": 2, "events": 7, "skipped": 0, "dropped": 3}
+    assert meta["displayTimeUnit"] == "ns"
+    assert [i["otherData"] for i in meta["otherData"]["inputs"]][0]["run_id"] == "r1"
+    assert validate(out)["events"] == 7
+
+
+def test_combine_without_adjust_keeps_times_and_ignored_events(tmp_path, trims_trace):
+    out = tmp_path / "c.json"
+    combine([trims_trace, trims_trace], out, adjust=False)
+    _, events = read_trace(out)
+    assert sorted({e["pid"] for e in events}) == [1, 2]
+    assert [e["ts"] for e in events if e["pid"] == 2 and e["ph"] == "B"] == [1000, 1500, 1800]
+
+
+def test_combine_keeps_processes_of_multi_process_inputs_apart(tmp_path):
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "worker"}},
+        {"ph": "X", "name": "a", "ts": 5, "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 6, "dur": 1, "pid": 2, "tid": 1},
+    ]
+    a, b = dump(tmp_path / "a.json", events), dump(tmp_path / "b.json", events)
+    out = tmp_path / "c.json"
+    combine([a, b], out)
+    _, combined = read_trace(out)
+    names = {e["pid"]: e["args"]["name"] for e in combined if e.get("name") == "process_name"}
+    assert names == {1: "a / python", 2: "a / worker", 3: "b / python", 4: "b / worker"}
+    assert [(e["pid"], e["tid"]) for e in combined if e["ph"] == "X"] == [(1, 1), (2, 1), (3, 1), (4, 1)]
+
+
+def test_combine_skip_first_and_no_partial_output(tmp_path, trims_trace):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'[{"ph":"i","ts":1},')
+    out = tmp_path / "c.json"
+    combine([bad, trims_trace], out, skip_first=True)
+    assert read_trace(out)[0]["otherData"]["inputs"][0]["file"] == str(trims_trace)
+    out.unlink()
+    with pytest.raises(TraceError):
+        combine([trims_trace, bad], out)
+    assert list(tmp_path.glob("c.json*")) == [] and list(tmp_path.glob(".c.json*")) == []
+
+
+# -- summarize --------------------------------------------------------------------------
+
+
+def test_summary_of_one_trace(trims_trace):
+    summary = summarize_trace(trims_trace, detailed=True)
+    assert summary["model_name"] == "alexnet" and summary["upr_enabled"] is True and summary["run_id"] == "r1"
+    assert summary["end_to_end_time"] == 350  # 1500 -> 1850, ignored spans excluded
+    assert summary["events"]["load_model"] == {"count": 1, "total": 200, "mean": 200}
+    assert "warmup" not in summary["events"] and "sleep" not in summary["events"]
+    assert [d["name"] for d in summary["detailed_events"]] == ["load_model", "forward_predict"]
+
+
+def test_describe_matches_hand_computed_values():
+    d = describe([1, 2, 3, 4, 10])
+    assert d["count"] == 5 and d["mean"] == 4 and d["median"] == 3 and d["min"] == 1 and d["max"] == 10
+    assert d["std"] == pytest.approx(3.5355339, rel=1e-6)  # sqrt(50/4)
+    assert d["p90"] == pytest.approx(7.6)  # linear: 4 + 0.6 * (10 - 4)
+    assert d["p99"] == pytest.approx(9.76)
+    half = 2.7764451 * 3.5355339 / 5**0.5  # t(0.975, 4) * s / sqrt(n)
+    assert d["ci95"] == pytest.approx([4 - half, 4 + half], rel=1e-6)
+    assert describe([7])["ci95"] is None and describe([7])["std"] == 0
+
+
+def test_summarize_directories_groups_and_skips_own_outputs(tmp_path):
+    runs = tmp_path / "runs" / "deep"
+    runs.mkdir(parents=True)
+    for i, (model, shared, dur) in enumerate([("a", True, 10), ("a", True, 30), ("a", False, 100), ("b", True, 5)]):
+        other = {"model_name": model, "upr_enabled": shared}
+        events = [{"ph": "X", "name": "forward", "ts": 0, "dur": dur, "pid": 1, "tid": 1}]
+        dump(runs / f"t{i}.json", {"traceEvents": events, "otherData": other})
+    dump(runs / "combined.json", {"traceEvents": []})
+    dump(runs / "summary.json", {"traces": []})
+    doc = summarize([tmp_path / "runs"])
+    assert len(doc["traces"]) == 4
+    groups = {(g["group"]["model_name"], g["group"]["upr_enabled"]): g["metrics"] for g in doc["groups"]}
+    assert groups[("a", True)]["end_to_end_time"]["mean"] == 20
+    assert groups[("a", True)]["forward"]["count"] == 2
+    assert groups[("a", False)]["end_to_end_time"]["count"] == 1
+
+
+# -- writer and CLI ---------------------------------------------------------------------
+
+
+def test_writer_round_trip_and_atomicity(tmp_path):
+    events = one_of_each_phase()
+    out = write_trace(tmp_path / "w.json", events, {"otherData": {"x": 1}, "displayTimeUnit": "ms"})
+    assert read_trace(out) == ({"otherData": {"x": 1}, "displayTimeUnit": "ms"}, events)
+    with pytest.raises(RuntimeError):
+        from repro.traces import TraceWriter
+
+        with TraceWriter(tmp_path / "half.json") as writer:
+            writer.write_events(events)
+            raise RuntimeError("killed")
+    assert list(tmp_path.glob("*half*")) == []
+
+
+def test_cli_exit_codes(tmp_path, trims_trace, capsys):
+    out = tmp_path / "out.json"
+    assert main(["trace", "combine", str(trims_trace), "-o", str(out)]) == 0
+    assert main(["trace", "validate", str(out)]) == 0
+    assert main(["trace", "summarize", str(trims_trace), "-o", str(tmp_path / "s.json"), "--group-by", "model_name"]) == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["trace", "combine", str(bad), "-o", str(tmp_path / "x.json")]) == 1
+    assert "bad.json" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+    with pytest.raises(SystemExit):
+        main(["trace", "validate", str(bad)])
+    with pytest.raises(SystemExit) as info:
+        main(["trace", "combine", "--no-such-flag"])
+    assert info.value.code == 2
+
+
+def test_third_party_profiler_traces_validate_and_round_trip(tmp_path):
+    """Traces written by viztracer (a real Python profiler) pass validate, combine and round-trip."""
+    viztracer = pytest.importorskip("viztracer")
+    paths = []
+    for i in range(2):
+        tracer = viztracer.VizTracer(output_file=str(tmp_path / f"viz{i}.json"), verbose=0)
+        tracer.start()
+        sorted(str(x) for x in range(200 * (i + 1)))
+        json.dumps({"k": list(range(50))})
+        tracer.stop()
+        tracer.save()
+        paths.append(tmp_path / f"viz{i}.json")
+    for path in paths:
+        assert validate(path)["events"] > 0
+        _, events = read_trace(path)
+        copy = write_trace(tmp_path / f"copy-{path.name}", events, read_trace(path)[0])
+        assert read_trace(copy)[1] == events
+    out = tmp_path / "combined.json"
+    combine(paths, out)
+    report = validate(out)
+    assert report["events"] >= sum(validate(p)["events"] for p in paths)
+    assert summarize_trace(out)["end_to_end_time"] > 0
