@@ -6,8 +6,9 @@ with pids remapped and timestamps adjusted. Only one input is in memory at a tim
 is streamed, so peak memory follows the largest input, not the sum.
 """
 
-import bisect
 from pathlib import Path
+
+import numpy as np
 
 from repro.traces.events import IGNORE_CATEGORY
 from repro.traces.reader import TraceReader
@@ -39,39 +40,53 @@ class _InputPlan:
         self.spans = []  # (start, end) of ignored spans
 
 
+def _is_process_name(event):
+    return event["ph"] == "M" and event.get("name") == "process_name"
+
+
 def _analyse(reader, adjust):
     plan = _InputPlan()
-    open_b = {}  # (pid, tid) -> stack of "is this B ignored"
+    open_b = {}  # (pid, tid) -> stack of (ignored?, ts) for B events
     index = 0
     for chunk in reader.chunks():
-        for event in chunk:
-            pid = event.get("pid")
-            if pid not in plan.pids:
-                plan.pids[pid] = None
-            ph = event["ph"]
-            if ph == "M":
-                if event.get("name") == "process_name":
-                    plan.pids[pid] = (event.get("args") or {}).get("name")
-                index += 1
-                continue
-            ignored = adjust and event.get("cat") == IGNORE_CATEGORY
-            if adjust and ph in "BE":
-                stack = open_b.setdefault((pid, event.get("tid")), [])
-                if ph == "B":
-                    stack.append((ignored, event["ts"]))
-                elif stack:
-                    began_ignored, began = stack.pop()
-                    if began_ignored:
-                        ignored = True
-                        plan.spans.append((began, event["ts"]))
-            elif ignored and ph == "X":
-                plan.spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
-            if ignored:
-                plan.dropped.add(index)
-            elif plan.origin is None or event["ts"] < plan.origin:
-                plan.origin = event["ts"]
-            index += 1
+        for pid in dict.fromkeys(e.get("pid") for e in chunk):
+            plan.pids.setdefault(pid, None)
+        for event in filter(_is_process_name, chunk):
+            plan.pids[event.get("pid")] = (event.get("args") or {}).get("name")
+        if adjust and any(e.get("cat") == IGNORE_CATEGORY for e in chunk) or open_b:
+            origin = _find_ignored(chunk, index, plan, open_b)
+        else:
+            origin = min((e["ts"] for e in chunk if e["ph"] != "M"), default=None)
+        if origin is not None and (plan.origin is None or origin < plan.origin):
+            plan.origin = origin
+        index += len(chunk)
     return plan
+
+
+def _find_ignored(chunk, index, plan, open_b):
+    """Record the ignored events and spans of one chunk; return its earliest kept timestamp."""
+    origin = None
+    for offset, event in enumerate(chunk, index):
+        ph = event["ph"]
+        if ph == "M":
+            continue
+        ignored = event.get("cat") == IGNORE_CATEGORY
+        if ph == "B":
+            open_b.setdefault((event.get("pid"), event.get("tid")), []).append((ignored, event["ts"]))
+        elif ph == "E":
+            stack = open_b.get((event.get("pid"), event.get("tid")))
+            if stack:
+                began_ignored, began = stack.pop()
+                if began_ignored:
+                    ignored = True
+                    plan.spans.append((began, event["ts"]))
+        elif ignored and ph == "X":
+            plan.spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
+        if ignored:
+            plan.dropped.add(offset)
+        elif origin is None or event["ts"] < origin:
+            origin = event["ts"]
+    return origin
 
 
 def _merge(spans):
@@ -85,29 +100,38 @@ def _merge(spans):
 
 
 class _Shift:
-    """Maps a timestamp to its adjusted value: zeroed at the origin, ignored spans removed."""
+    """Adjusted timestamps: zeroed at the origin, with the ignored spans cut out."""
 
     def __init__(self, origin, spans):
         merged = _merge(spans)
-        self.starts = [s for s, _ in merged]
-        self.ends = [e for _, e in merged]
-        self.before = [0]
-        for s, e in merged:
-            self.before.append(self.before[-1] + (e - s))
+        self.starts = np.array([s for s, _ in merged])
+        self.ends = np.array([e for _, e in merged])
+        self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)]) if merged else np.zeros(1)
         self.origin = 0
-        self.origin = self(origin or 0)
+        self.origin = self.apply(np.array([origin or 0]))[0]
 
-    def _removed(self, ts):
-        i = bisect.bisect_right(self.ends, ts)
-        removed = self.before[i]
-        if i < len(self.starts) and self.starts[i] < ts:
-            removed += ts - self.starts[i]
-        return removed
-
-    def __call__(self, ts):
-        if not self.starts:
+    def apply(self, ts):
+        if not self.starts.size:
             return ts - self.origin
-        return ts - self._removed(ts) - self.origin
+        i = np.searchsorted(self.ends, ts, side="right")
+        removed = self.before[i]
+        inside = i < self.starts.size
+        partial = np.where(inside, ts - self.starts[np.minimum(i, self.starts.size - 1)], 0)
+        removed = removed + np.where(inside & (partial > 0), partial, 0)
+        return ts - removed - self.origin
+
+    def update(self, events):
+        """Rewrite the ts of `events` in place (ints stay ints when the shift is whole)."""
+        timed = [e for e in events if e["ph"] != "M" and "ts" in e]
+        if not timed:
+            return
+        if not self.starts.size and type(self.origin) in (int, float):
+            origin = self.origin
+            for event in timed:
+                event["ts"] -= origin
+            return
+        for event, ts in zip(timed, self.apply(np.array([e["ts"] for e in timed])).tolist()):
+            event["ts"] = ts
 
 
 def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_options=None):
@@ -133,18 +157,22 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
             writer.write_events(names)
             report["events"] += len(names)
             shift = _Shift(plan.origin, plan.spans) if adjust else None
+            single_pid = next(iter(pid_map.values())) if len(pid_map) == 1 else None
             index = 0
             for chunk in reader.chunks():
-                kept = []
-                for event in chunk:
-                    if index in plan.dropped or (event["ph"] == "M" and event.get("name") == "process_name"):
-                        index += 1
-                        continue
-                    index += 1
-                    event["pid"] = pid_map[event.get("pid")]
-                    if shift is not None and "ts" in event and event["ph"] != "M":
-                        event["ts"] = shift(event["ts"])
-                    kept.append(event)
+                dropped = plan.dropped
+                kept = [
+                    e for i, e in enumerate(chunk, index) if i not in dropped and not _is_process_name(e)
+                ] if dropped else [e for e in chunk if not _is_process_name(e)]
+                index += len(chunk)
+                if single_pid is not None:
+                    for event in kept:
+                        event["pid"] = single_pid
+                else:
+                    for event in kept:
+                        event["pid"] = pid_map[event.get("pid")]
+                if shift is not None:
+                    shift.update(kept)
                 writer.write_events(kept)
                 report["events"] += len(kept)
             report["dropped"] += len(plan.dropped)

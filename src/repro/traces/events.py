@@ -17,6 +17,23 @@ def is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+_NUMBER_TYPES = (int, float)
+
+
+def first_bad_event(events):
+    """Index of the first event that check_event would reject, or None (a fast scan)."""
+    for index, event in enumerate(events):
+        if type(event) is not dict:
+            return index
+        ph = event.get("ph")
+        ts = event.get("ts")
+        if ph not in PHASES or (type(ts) not in _NUMBER_TYPES and not (ts is None and ph in PHASES_WITHOUT_TS)):
+            return index
+        if ph == "X" and type(event.get("dur", 0)) not in _NUMBER_TYPES:
+            return index
+    return None
+
+
 def check_event(event, path, index):
     """Raise TraceError unless `event` is an object with a known `ph` and a numeric `ts`."""
     if not isinstance(event, dict):

@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from repro.errors import TraceError
-from repro.traces.events import check_event
+from repro.traces.events import check_event, first_bad_event
 
 WHOLE_FILE_LIMIT = 64 << 20
 CHUNK_BYTES = 8 << 20
@@ -113,10 +113,11 @@ class TraceReader:
         return self._events
 
     def _checked(self, raw, first_index):
-        if self.strict:
-            for offset, event in enumerate(raw):
-                check_event(event, self.path, first_index + offset)
+        bad = first_bad_event(raw)
+        if bad is None:
             return raw
+        if self.strict:
+            check_event(raw[bad], self.path, first_index + bad)
         good = []
         for offset, event in enumerate(raw):
             try:

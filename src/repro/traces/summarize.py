@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from repro.errors import TraceError
 from repro.traces.events import IGNORE_CATEGORY
@@ -112,6 +111,8 @@ def describe(values):
     mean = float(data.mean())
     std = float(data.std(ddof=1)) if n > 1 else 0.0
     if n > 1 and std > 0:
+        from scipy import stats  # imported here: scipy takes a second to import
+
         low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=std / math.sqrt(n))
         ci = [float(low), float(high)]
     elif n > 1:

@@ -1,0 +1,128 @@
+"""Trace toolkit throughput and memory, measured side by side in one run.
+
+Generates a corpus of TrIMS-style traces (default 200 files, >= 500 MB) and one large trace
+(default >= 200 MB), then times, each in its own process so peak RSS is its own:
+  - orjson.loads of the same bytes (the floor any JSON tool pays),
+  - `repro trace combine` and `repro trace summarize`,
+  - jq merging the same traceEvents (needs `apt-get install jq`).
+Prints MB/s, ratios to orjson and jq, and peak RSS / largest input.
+
+    python benchmarks/traces.py [--files 200] [--corpus-mb 500] [--single-mb 200] [--workdir DIR]
+"""
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+PHASES = ["read_params", "load_model", "create_prediction", "set_predict_input", "forward_predict", "get_output", "free_predictor"]
+MODELS = ["alexnet", "vgg16", "resnet50_v1", "squeezenet_1.0", "bvlc_googlenet"]
+
+
+def trace_doc(seed, target_bytes):
+    rng = random.Random(seed)
+    model = MODELS[seed % len(MODELS)]
+    other = {"run_id": f"run-{seed}", "model_name": model, "hostname": "bench", "upr_enabled": bool(seed % 2),
+             "eager_mode": False, "eager_mode_async": False, "experiment_description": "benchmark corpus"}
+    events, ts, size, request = [], 0.0, 0, 0
+    while size < target_bytes:
+        tid = request % 8
+        events.append({"name": "warmup", "cat": "ignore", "ph": "B", "ts": ts, "pid": 1, "tid": tid})
+        ts += rng.uniform(5, 50)
+        events.append({"name": "warmup", "cat": "ignore", "ph": "E", "ts": ts, "pid": 1, "tid": tid})
+        for phase in PHASES:
+            args = {"model_name": model, "request": request, "batch_size": 1, "device": "cpu"}
+            events.append({"name": phase, "cat": "prediction", "ph": "B", "ts": ts, "pid": 1, "tid": tid, "args": args})
+            ts += rng.uniform(10, 5000)
+            events.append({"name": phase, "cat": "prediction", "ph": "E", "ts": ts, "pid": 1, "tid": tid})
+        request += 1
+        size = request * 1700
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+
+
+def generate(workdir, files, corpus_mb, single_mb):
+    corpus = workdir / "corpus"
+    single = workdir / "single" / "large.json"
+    if not corpus.exists():
+        corpus.mkdir(parents=True)
+        per_file = corpus_mb * 1e6 / files
+        for i in range(files):
+            (corpus / f"trace-{i:04d}.json").write_bytes(orjson.dumps(trace_doc(i, per_file)))
+    if not single.exists():
+        single.parent.mkdir(parents=True)
+        single.write_bytes(orjson.dumps(trace_doc(10_000, single_mb * 1e6)))
+    return sorted(corpus.glob("*.json")), [single]
+
+
+def measure(cmd, stdout=subprocess.DEVNULL):
+    """Run cmd; return (seconds, peak RSS in bytes) of that process alone."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[:3]}... failed: {proc.stderr.read().decode()[-500:]}")
+    return elapsed, usage.ru_maxrss * 1024
+
+
+ORJSON_ONLY = "import orjson,sys\nfor p in sys.argv[1:]:\n    orjson.loads(open(p,'rb').read())"
+JQ_MERGE = '{traceEvents: [.[] | if type == "array" then .[] else .traceEvents[] end]}'
+
+
+def bench(name, files, out, rows):
+    total = sum(f.stat().st_size for f in files)
+    largest = max(f.stat().st_size for f in files)
+    mb = total / 1e6
+    args = [str(f) for f in files]
+    repro = [sys.executable, "-m", "repro.cli", "trace"]
+    results = {
+        "orjson.loads only": measure([sys.executable, "-c", ORJSON_ONLY, *args]),
+        "repro combine": measure([*repro, "combine", "-o", str(out / f"combined-{name}.json"), *args]),
+        "repro summarize": measure([*repro, "summarize", "-o", str(out / f"summary-{name}.json"), *args]),
+    }
+    if shutil.which("jq"):
+        with open(out / f"jq-{name}.json", "wb") as sink:
+            results["jq merge"] = measure(["jq", "-c", "-s", JQ_MERGE, *args], stdout=sink)
+    floor = mb / results["orjson.loads only"][0]
+    print(f"\n== {name}: {len(files)} files, {mb:.0f} MB, largest {largest / 1e6:.0f} MB")
+    print(f"{'tool':<20}{'seconds':>9}{'MB/s':>9}{'x orjson':>10}{'peak RSS MB':>13}{'RSS/largest':>13}")
+    for tool, (secs, rss) in results.items():
+        rate = mb / secs
+        print(f"{tool:<20}{secs:>9.2f}{rate:>9.1f}{rate / floor:>10.2f}{rss / 1e6:>13.0f}{rss / largest:>13.2f}")
+        rows.append((name, tool, secs, rate, rate / floor, rss, rss / largest))
+    if "jq merge" in results:
+        for tool in ("repro combine", "repro summarize"):
+            print(f"{tool} vs jq: {results['jq merge'][0] / results[tool][0]:.1f}x faster")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=200)
+    parser.add_argument("--corpus-mb", type=int, default=500)
+    parser.add_argument("--single-mb", type=int, default=200)
+    parser.add_argument("--workdir", type=Path, default=Path("benchmarks/out/traces"))
+    parser.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    if args.generate_only:
+        generate(args.workdir, args.files, args.corpus_mb, args.single_mb)
+        return
+    # generate in a child process: a child forked from a big parent would inherit its peak RSS
+    subprocess.run([sys.executable, __file__, "--generate-only", "--files", str(args.files), "--corpus-mb",
+                    str(args.corpus_mb), "--single-mb", str(args.single_mb), "--workdir", str(args.workdir)], check=True)
+    corpus, single = generate(args.workdir, args.files, args.corpus_mb, args.single_mb)
+    rows = []  # (experiment, tool, seconds, MB/s, x orjson, rss, rss/largest)
+    bench("corpus", corpus, args.workdir, rows)
+    bench("single", single, args.workdir, rows)
+    print("\ntargets: combine and summarize >= 0.5x orjson and faster than jq; combine RSS/largest < 3")
+
+
+if __name__ == "__main__":
+    main()
