@@ -18,8 +18,8 @@ from repro.errors import TraceError
 from repro.traces.events import check_event, first_bad_event
 
 WHOLE_FILE_LIMIT = 64 << 20
-CHUNK_BYTES = 8 << 20
-_WINDOW = 16 << 20
+CHUNK_BYTES = 4 << 20
+_WINDOW = 4 << 20
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
 _SPACE = b" \t\r\n"
@@ -159,6 +159,7 @@ class _ChunkScanner:
         self.mm, self.path, self.chunk_bytes = mm, path, chunk_bytes
         self.parse_events, self.owner = parse_events, owner
         self.first_slice = True
+        self.released = 0
 
     def _unescaped(self, quotes, window, base):
         """Drop the quotes that are escaped (preceded by an odd run of backslashes)."""
@@ -254,6 +255,7 @@ class _ChunkScanner:
             if array_close is not None:
                 event_ends = event_ends[event_ends < array_close]
             chunk_start = yield from self._emit(chunk_start, event_ends)
+            self._release(chunk_start)
             if array_close is not None:
                 break
         if array_open is None:
@@ -276,6 +278,13 @@ class _ChunkScanner:
             if not body.strip(_SPACE):
                 raise TraceError(self.path, "invalid JSON (trailing ',' in the event list)")
         return _loads(b"[" + body + b"]", self.path)
+
+    def _release(self, upto):
+        """Drop the mapped pages already parsed, so the mapping does not grow the RSS to the file size."""
+        end = upto - upto % mmap.PAGESIZE
+        if end > self.released:
+            self.mm.madvise(mmap.MADV_DONTNEED, self.released, end - self.released)
+            self.released = end
 
     def _emit(self, chunk_start, event_ends):
         """Yield parsed chunks of at least chunk_bytes, each ending after a whole event."""

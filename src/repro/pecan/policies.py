@@ -1,0 +1,191 @@
+"""The decision rules of Cachew and Pecan, as plain functions and small state machines.
+
+Constants and their sources (../shared/reference/pecan-artifact.yaml, "policies"):
+- Cachew autoscaling (eth-easl/cachew, tensorflow/core/data/service/easl/scaling_utils.cc):
+  scale up by one worker while the batch-time improvement exceeds 7%
+  (kMinBatchTimeRelativeImprovementUp), otherwise return to the previous count and converge;
+  scale down while the loss stays under 3% (kMinBatchTimeRelativeImprovementDown); after 20
+  stable decisions (kInStabilityBeforeScaling) scale up again if the batch time grew by 40%
+  (kMinBatchTimeRelativeGrowth).
+- Pecan AutoPlacement: ONLY_REMOTE adds remote workers while the improvement exceeds 3%
+  (scaling_threshold_up), at most 20 (the artifact's cluster size); INCREASING_LOCAL adds local
+  workers up to 10 while throughput does not drop by more than 10%; DECREASING_REMOTE removes
+  remote workers while that lowers the cost per batch at client_cost 4.96 $/h and worker_cost
+  0.427319 $/h (the artifact's settings, printed in its logs); then STABLE.
+- Pecan AutoOrder: reorder maps by their data-inflation factor (bytes produced / consumed).
+"""
+
+from dataclasses import dataclass, field
+
+# -- AutoOrder --------------------------------------------------------------------------
+
+
+def autoorder(ops, inflation):
+    """Return `ops` reordered so that data-inflating elementwise maps run as late as possible.
+
+    Two neighbours (a, b) swap when neither keeps its position, b does not require a, and
+    either a is shape-preserving and inflates the data (factor > 1) while b does not, or b is
+    shape-preserving and shrinks the data (a cheaper dtype, factor < 1) while a does not.
+    `inflation` maps op name -> measured bytes out / bytes in. Returns (ops, moves) where moves
+    lists the swaps made, in order.
+    """
+    order = list(ops)
+    moves = []
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(order) - 1):
+            a, b = order[i], order[i + 1]
+            if a.keep_position or b.keep_position or a.name in b.requires:
+                continue
+            fa, fb = inflation[a.name], inflation[b.name]
+            inflating_first = a.shape_preserving and fa > 1 and fb <= 1
+            shrinking_second = b.shape_preserving and fb < 1 and fa >= 1
+            if inflating_first or shrinking_second:
+                order[i], order[i + 1] = b, a
+                moves.append(f"{a.name} after {b.name}")
+                changed = True
+    return order, moves
+
+
+# -- Cachew autoscaling -----------------------------------------------------------------
+
+
+@dataclass
+class CachewAutoscaler:
+    up_threshold: float = 0.07
+    down_threshold: float = 0.03
+    stable_decisions: int = 20
+    regrowth: float = 1.4
+    max_workers: int = 20
+    scaling: bool = True
+    target: int = 1
+    history: list = field(default_factory=list)  # (workers, batch_time) per decision
+    converged: tuple = None
+    same_scale: int = 0
+
+    @property
+    def state(self):
+        return "SCALING" if self.scaling else "STABLE"
+
+    def decide(self, workers, batch_time):
+        """Observe the batch time measured with `workers` remote workers; return the next count."""
+        self.history.append((workers, batch_time))
+        if workers != self.target:
+            return self.target  # the previous decision has not taken effect yet
+        if not self.scaling:
+            return self._stable(batch_time)
+        previous = next((h for h in reversed(self.history[:-1]) if h[0] != workers), None)
+        if previous is None:
+            self.target = min(workers + 1, self.max_workers)
+            return self.target
+        improvement = 1.0 - batch_time / previous[1]
+        if previous[0] < workers:
+            keep_going = improvement > self.up_threshold and workers < self.max_workers
+            step = 1
+        else:
+            keep_going = improvement > -self.down_threshold and workers > 1
+            step = -1
+        if keep_going:
+            self.target = workers + step
+        else:
+            self.target, self.converged, self.scaling, self.same_scale = previous[0], previous, False, 0
+        return self.target
+
+    def _stable(self, batch_time):
+        self.same_scale += 1
+        if self.same_scale > self.stable_decisions:
+            self.same_scale = 0
+            if self.converged and batch_time / self.converged[1] > self.regrowth:
+                self.target = min(self.converged[0] + 1, self.max_workers)
+                self.scaling = True
+        return self.target
+
+
+# -- Pecan AutoPlacement ----------------------------------------------------------------
+
+ONLY_REMOTE, INCREASING_LOCAL, DECREASING_REMOTE, STABLE = "ONLY_REMOTE", "INCREASING_LOCAL", "DECREASING_REMOTE", "STABLE"
+
+
+def cost_per_batch(remote, batch_time, client_cost, worker_cost):
+    """Dollars per batch (up to a constant): (accelerator + remote workers) $/h x batch time."""
+    return (client_cost + remote * worker_cost) * batch_time
+
+
+@dataclass
+class PecanAutoPlacement:
+    up_threshold: float = 0.03
+    max_remote: int = 20
+    max_local: int = 10
+    local_drop: float = 0.10
+    client_cost: float = 4.96
+    worker_cost: float = 0.427319
+    state: str = ONLY_REMOTE
+    remote: int = 1
+    local: int = 0
+    last: tuple = None  # (remote, local, batch_time) of the previous decision
+    reference_batch_time: float = None  # before local workers were added
+
+    def decide(self, remote, local, batch_time):
+        """Observe the batch time with (remote, local) workers; return the next (remote, local)."""
+        last, self.last = self.last, (remote, local, batch_time)
+        if (remote, local) != (self.remote, self.local):
+            return self.remote, self.local
+        if self.state == ONLY_REMOTE:
+            self._only_remote(last, batch_time)
+        elif self.state == INCREASING_LOCAL:
+            self._increasing_local(batch_time)
+        elif self.state == DECREASING_REMOTE:
+            self._decreasing_remote(last, batch_time)
+        return self.remote, self.local
+
+    def _only_remote(self, last, batch_time):
+        if last is None:
+            self.remote = min(self.remote + 1, self.max_remote)
+            return
+        if 1.0 - batch_time / last[2] > self.up_threshold and self.remote < self.max_remote:
+            self.remote += 1
+            return
+        self.remote = last[0]
+        self.reference_batch_time = min(batch_time, last[2])
+        self.state = INCREASING_LOCAL
+
+    def _increasing_local(self, batch_time):
+        if self.local and batch_time > self.reference_batch_time * (1 + self.local_drop):
+            self.local -= 1
+            self.state = DECREASING_REMOTE
+        elif self.local >= self.max_local:
+            self.state = DECREASING_REMOTE
+            self._try_fewer_remote()
+        else:
+            self.local += 1
+
+    def _try_fewer_remote(self):
+        if self.remote > 0:
+            self.remote -= 1
+        else:
+            self.state = STABLE
+
+    def _decreasing_remote(self, last, batch_time):
+        if last is None or last[0] == self.remote:
+            self._try_fewer_remote()
+            return
+        before = cost_per_batch(last[0], last[2], self.client_cost, self.worker_cost)
+        now = cost_per_batch(self.remote, batch_time, self.client_cost, self.worker_cost)
+        if now < before:
+            self._try_fewer_remote()
+        else:
+            self.remote = last[0]
+            self.state = STABLE
+
+
+@dataclass
+class FixedPlacement:
+    """All workers at all times (the artifact's hello-world 'short' run)."""
+
+    remote: int
+    local: int
+    state: str = "FIXED"
+
+    def decide(self, remote, local, batch_time):
+        return self.remote, self.local
