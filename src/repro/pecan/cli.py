@@ -1,5 +1,86 @@
-"""`repro pecan ...` subcommands."""
+"""`repro pecan ...` subcommands: calibrate, run, costs."""
+
+import csv
+import sys
+from pathlib import Path
 
 
 def add_commands(sub):
-    sub.add_parser("pecan", help="Pecan input-pipeline experiments")
+    pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
+    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs}")
+
+    cal = psub.add_parser("calibrate", help="measure a preprocessing pipeline on this machine")
+    cal.add_argument("--pipeline", required=True, choices=["resnet", "retinanet"])
+    cal.add_argument("--elements", type=int, default=32, help="synthetic JPEGs to measure (default 32)")
+    cal.add_argument("--repeats", type=int, default=3, help="passes per order; the fastest is kept (default 3)")
+    cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
+    cal.set_defaults(func=_calibrate)
+
+    run = psub.add_parser("run", help="run one experiment x mode on the local cluster model")
+    run.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
+    run.add_argument("--experiment", required=True)
+    run.add_argument("--mode", required=True)
+    run.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files (resnet and retinanet)")
+    run.add_argument("--out", required=True, help="run directory to create")
+    run.set_defaults(func=_run)
+
+    costs = psub.add_parser("costs", help="cost table (the artifact's CSV columns) from training logs")
+    costs.add_argument("logs", nargs="+", help="training logs in the artifact's format")
+    costs.add_argument("--config", default="config/config.yaml")
+    costs.add_argument("--experiment", required=True, help="experiment whose model and accelerator apply")
+    costs.add_argument("-o", "--output", help="CSV file (default: standard output)")
+    costs.set_defaults(func=_costs)
+
+
+def _calibrate(args):
+    from repro.fsutil import write_json
+    from repro.pecan.calibrate import calibrate
+
+    result = calibrate(args.pipeline, elements=args.elements, repeats=args.repeats)
+    write_json(args.output, result)
+    print(f"{args.output}: declared {result['declared']['cpu_s_per_element'] * 1e3:.2f} ms/element, "
+          f"AutoOrder {result['autoorder']['cpu_s_per_element'] * 1e3:.2f} ms/element "
+          f"({result['autoorder_saving']:.1%} saved; moves: {', '.join(result['autoorder']['moves']) or 'none'})")
+
+
+def _run(args):
+    from repro.config import load_config
+    from repro.pecan.run import load_calibrations, run_mode
+
+    config = load_config(args.config)
+    metrics = run_mode(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out)
+    c = metrics["costs"]
+    print(f"{args.out}: {c['remote_workers']} remote + {c['local_workers']} local workers, "
+          f"{c['epoch_time']:.1f} s/epoch, ${c['tpu_cost']:.3f} TPU + ${c['worker_cost']:.3f} workers per epoch")
+
+
+def write_cost_table(rows, output):
+    from repro.fsutil import atomic_path
+    from repro.pecan.costs import COLUMNS
+
+    def emit(fh):
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    if output is None:
+        emit(sys.stdout)
+        return
+    with atomic_path(output) as tmp, open(tmp, "w", newline="") as fh:
+        emit(fh)
+
+
+def _costs(args):
+    from repro.config import load_config
+    from repro.pecan.costs import cost_row, lookup
+    from repro.pecan.logs import parse_log
+
+    pecan = load_config(args.config)["pecan"]
+    exp = lookup(pecan["experiments"], args.experiment, "experiment")
+    accel = pecan["accelerators"][exp["accelerator"]]
+    rows = [
+        cost_row(parse_log(log), Path(log).stem, exp["model"], pecan["models"][exp["model"]],
+                 pecan["prices"]["tpu"][accel["tpu_type"]], pecan["prices"]["worker"])
+        for log in args.logs
+    ]
+    write_cost_table(rows, args.output)

@@ -64,12 +64,22 @@ class CachewAutoscaler:
     converged: tuple = None
     same_scale: int = 0
 
+    local = 0  # Cachew places no workers on the accelerator host
+
     @property
     def state(self):
         return "SCALING" if self.scaling else "STABLE"
 
-    def decide(self, workers, batch_time):
-        """Observe the batch time measured with `workers` remote workers; return the next count."""
+    @property
+    def remote(self):
+        return self.target
+
+    def decide(self, remote, local, batch_time):
+        """Observe the batch time measured with `remote` workers; return the next (remote, local)."""
+        return self.next_count(remote, batch_time), 0
+
+    def next_count(self, workers, batch_time):
+        """The scaling rule itself: the worker count after observing `batch_time` with `workers`."""
         self.history.append((workers, batch_time))
         if workers != self.target:
             return self.target  # the previous decision has not taken effect yet

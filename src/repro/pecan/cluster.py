@@ -1,0 +1,136 @@
+"""The local model of one training job on the Pecan artifact's cluster.
+
+Time advances in decision windows of `decision_steps` training steps. In each window:
+  producer capacity (examples/s) = vCPUs preprocessing / vCPU-seconds per element
+      collocated: the host's effective preprocessing vCPUs;
+      data service: remote workers x remote vCPUs + local workers x local vCPUs, the remote part
+      also limited by the accelerator host's network (preprocessed bytes per element);
+  throughput = min(accelerator bound, capacity) x seeded log-normal noise.
+The placement policy observes the window's batch time and picks the next deployment, which takes
+effect in the next window. The run is written as the artifact's log, a Chrome trace and metrics.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from repro.errors import ReproError
+from repro.pecan.policies import CachewAutoscaler, FixedPlacement, PecanAutoPlacement
+
+PLACEMENTS = ("collocated", "cachew", "autoplacement", "fixed")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything one simulated run depends on (all of it recorded in metrics.json)."""
+
+    experiment: str
+    mode: str
+    placement: str
+    autoorder: bool
+    batch_size: int
+    steps_per_epoch: int
+    epochs: int
+    steps_per_loop: int
+    accelerator_batches_per_s: float
+    cost_per_element: float  # vCPU-seconds on the modelled machines
+    bytes_per_element: float
+    collocated_vcpus: float
+    remote_worker_vcpus: int
+    local_worker_vcpus: int
+    max_remote_workers: int
+    max_local_workers: int
+    fixed_remote_workers: int
+    fixed_local_workers: int
+    network_gbps: float
+    decision_steps: int
+    noise_cv: float
+    client_cost: float
+    worker_cost: float
+    seed: int
+
+
+@dataclass
+class Window:
+    start_s: float
+    first_step: int
+    steps: int
+    seconds: float
+    remote: int
+    local: int
+
+
+@dataclass
+class Simulation:
+    spec: JobSpec
+    windows: list = field(default_factory=list)
+    decisions: list = field(default_factory=list)  # (time, state, remote, local)
+
+    @property
+    def seconds(self):
+        return sum(w.seconds for w in self.windows)
+
+
+def capacity(spec, remote, local):
+    """Examples per second the preprocessing side can deliver with this deployment."""
+    if spec.placement == "collocated":
+        return spec.collocated_vcpus / spec.cost_per_element
+    remote_rate = remote * spec.remote_worker_vcpus / spec.cost_per_element
+    network_rate = spec.network_gbps * 1e9 / 8 / spec.bytes_per_element
+    return local * spec.local_worker_vcpus / spec.cost_per_element + min(remote_rate, network_rate)
+
+
+def make_policy(spec):
+    if spec.placement == "cachew":
+        return CachewAutoscaler(max_workers=spec.max_remote_workers)
+    if spec.placement == "autoplacement":
+        return PecanAutoPlacement(
+            max_remote=spec.max_remote_workers,
+            max_local=spec.max_local_workers,
+            client_cost=spec.client_cost,
+            worker_cost=spec.worker_cost,
+        )
+    if spec.placement == "fixed":
+        return FixedPlacement(spec.fixed_remote_workers, spec.fixed_local_workers)
+    if spec.placement == "collocated":
+        return None
+    raise ReproError(f"unknown placement {spec.placement!r}; expected one of {list(PLACEMENTS)}")
+
+
+def simulate(spec):
+    policy = make_policy(spec)
+    rng = np.random.default_rng(spec.seed)
+    sigma = math.sqrt(math.log(1 + spec.noise_cv**2))
+    bound = spec.accelerator_batches_per_s * spec.batch_size
+    remote, local = (policy.remote, policy.local) if policy else (0, 0)
+    sim = Simulation(spec)
+    total = spec.epochs * spec.steps_per_epoch
+    step, now = 0, 0.0
+    while step < total:
+        steps = min(spec.decision_steps, total - step)
+        rate = min(bound, capacity(spec, remote, local)) * rng.lognormal(-sigma**2 / 2, sigma)
+        seconds = steps * spec.batch_size / rate
+        sim.windows.append(Window(now, step, steps, seconds, remote, local))
+        now, step = now + seconds, step + steps
+        if policy:
+            new = policy.decide(remote, local, seconds / steps)
+            if new != (remote, local) or not sim.decisions or sim.decisions[-1][1] != policy.state:
+                sim.decisions.append((now, policy.state, *new))
+            remote, local = new
+    return sim
+
+
+def step_times(sim):
+    """Cumulative seconds at the end of every logging loop (steps_per_loop), plus the last step."""
+    spec = sim.spec
+    total = spec.epochs * spec.steps_per_epoch
+    marks = list(range(spec.steps_per_loop, total, spec.steps_per_loop)) + [total]
+    starts = np.array([w.first_step for w in sim.windows] + [total], float)
+    times = np.concatenate([[0.0], np.cumsum([w.seconds for w in sim.windows])])
+    return [(mark, float(np.interp(mark, starts, times))) for mark in marks]
+
+
+def worker_names(remote, local):
+    """Names as the artifact's data service prints them; local workers run on 'localhost'."""
+    return [f"model-worker-{i:02d}:{31001 + i}" for i in range(remote)] + [f"localhost:{38000 + i}" for i in range(local)]

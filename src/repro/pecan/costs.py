@@ -1,0 +1,43 @@
+"""Training cost per epoch from a parsed log (the artifact's extract_costs.py rules).
+
+epoch_seconds = steps_per_epoch / (throughput / batch_size)
+tpu_cost      = tpu_count x epoch_seconds / 3600 x tpu_price
+worker_cost   = remote_workers x epoch_seconds / 3600 x worker_price   (local workers cost nothing extra)
+"""
+
+import math
+
+from repro.errors import ReproError
+
+# The artifact's CSV columns, then the mode the row belongs to.
+COLUMNS = ["experiment", "model", "tpu_cost", "worker_cost", "remote_workers", "local_workers", "epoch_time", "batches_sec", "mode"]
+
+
+def check_price(value, key):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise ReproError(f"price {key} must be a non-negative number of dollars per hour, found {value!r}")
+    return float(value)
+
+
+def lookup(table, key, what):
+    if key not in table:
+        raise ReproError(f"unknown {what} {key!r}; expected one of {sorted(table)}")
+    return table[key]
+
+
+def cost_row(parsed, mode, model_name, model, tpu_price, worker_price, tpu_count=1):
+    tpu_price = check_price(tpu_price, "tpu")
+    worker_price = check_price(worker_price, "worker")
+    batches_sec = parsed.throughput / model["batch_size"]
+    epoch = model["steps_per_epoch"] / batches_sec
+    return {
+        "experiment": f"{model_name}_{mode}",
+        "model": model_name,
+        "tpu_cost": tpu_count * epoch / 3600 * tpu_price,
+        "worker_cost": parsed.remote_workers * epoch / 3600 * worker_price,
+        "remote_workers": parsed.remote_workers,
+        "local_workers": parsed.local_workers,
+        "epoch_time": epoch,
+        "batches_sec": batches_sec,
+        "mode": mode,
+    }

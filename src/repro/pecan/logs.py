@@ -1,0 +1,118 @@
+"""The Pecan artifact's training log format: one parser for real cluster logs and the local model's.
+
+Rules (../shared/reference/pecan-artifact.yaml, cost_rules, from the artifact's extract_costs.py):
+- throughput: the mean of the 'N examples/second' samples above 95% of the largest sample;
+- workers: read the log backwards; between an 'End Printing' line and the preceding
+  'ClientHeartbeat: Normal Tasks' / 'ClientHeartbeat: Current Tasks' line collect the
+  'Worker Address: <name>' entries; names containing 'localhost' are local workers; the first
+  worker set (from the end) seen 3 times in a row is the converged deployment.
+"""
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from repro.errors import ReproError
+
+THROUGHPUT = re.compile(r"([0-9]+(?:\.[0-9]+)?) examples/second")
+WORKER = re.compile(r"Worker Address: ([^;\s]+)")
+HEARTBEAT = re.compile(r"ClientHeartbeat: (?:Normal|Current) Tasks")
+END_PRINTING = "End Printing"
+CONVERGED_MATCHES = 3  # extract_costs.py's worker_matches
+PEAK_FRACTION = 0.95
+
+
+@dataclass(frozen=True)
+class ParsedLog:
+    path: str
+    throughput: float  # examples per second
+    samples: int  # throughput samples in the log
+    remote_workers: int
+    local_workers: int
+    converged: bool  # a worker set was seen 3 times in a row (else the last complete set is used)
+
+
+def _deployment(lines, path):
+    """(remote, local, converged) from the worker blocks, reading backwards."""
+    previous, matches, last_complete = None, 0, None
+    collecting, current, opened_at = False, set(), None
+    for number in range(len(lines) - 1, -1, -1):
+        line = lines[number]
+        if END_PRINTING in line:
+            if collecting:
+                raise ReproError(f"{path}:{opened_at + 1}: deployment block without its 'ClientHeartbeat' line")
+            collecting, current, opened_at = True, set(), number
+        elif collecting and "Worker Address:" in line:
+            match = WORKER.search(line)
+            if match:
+                current.add(match.group(1))
+        elif HEARTBEAT.search(line):
+            if not collecting:
+                raise ReproError(f"{path}:{number + 1}: deployment block without its 'End Printing' line")
+            collecting = False
+            workers = frozenset(current)
+            last_complete = last_complete if last_complete is not None else workers
+            matches = matches + 1 if workers == previous else 1
+            previous = workers
+            if matches == CONVERGED_MATCHES:
+                return _count(workers) + (True,)
+    if collecting:
+        raise ReproError(f"{path}:{opened_at + 1}: truncated deployment block (no 'ClientHeartbeat' line before it)")
+    if last_complete is None:
+        return 0, 0, True  # no data service: collocated preprocessing
+    return _count(last_complete) + (False,)
+
+
+def _count(workers):
+    local = sum(1 for name in workers if "localhost" in name)
+    return len(workers) - local, local
+
+
+def parse_log(path):
+    """Parse one training log; raise ReproError naming the file and what is missing."""
+    try:
+        with open(path, errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        raise ReproError(f"{path}: cannot read log: {exc.strerror}") from None
+    samples = [float(m.group(1)) for line in lines if (m := THROUGHPUT.search(line))]
+    if not samples:
+        raise ReproError(f"{path}: no throughput lines ('N examples/second') in the log")
+    peak = max(samples)
+    top = [s for s in samples if s > PEAK_FRACTION * peak]
+    remote, local, converged = _deployment(lines, path)
+    return ParsedLog(str(path), sum(top) / len(top), len(samples), remote, local, converged)
+
+
+# -- writing logs in the same format ------------------------------------------------------
+
+_PY_PREFIX = "I{stamp} 140000000000000 keras_utils.py:145] "
+_CC = "tensorflow/core/kernels/data/experimental/data_service_dataset_op.cc"
+
+
+class LogWriter:
+    """Lines in the artifact's format, with timestamps at `start` + simulated seconds."""
+
+    def __init__(self, fh, start=datetime(2026, 1, 1)):
+        self.fh, self.start = fh, start
+
+    def _at(self, seconds):
+        return self.start + timedelta(seconds=seconds)
+
+    def info(self, seconds, text):
+        stamp = self._at(seconds).strftime("%m%d %H:%M:%S.%f")
+        self.fh.write(_PY_PREFIX.format(stamp=stamp) + text + "\n")
+
+    def time_history(self, seconds, elapsed, examples_per_second, first_step, last_step):
+        self.info(
+            seconds,
+            f"TimeHistory: {elapsed:.2f} seconds, {examples_per_second:.2f} examples/second "
+            f"between steps {first_step} and {last_step}",
+        )
+
+    def heartbeat(self, seconds, workers):
+        stamp = self._at(seconds).strftime("%Y-%m-%d %H:%M:%S.%f")
+        self.fh.write(f"{stamp}: I {_CC}:857] --> ClientHeartbeat: Current Tasks\n")
+        for task, name in enumerate(workers):
+            self.fh.write(f"{stamp}: I {_CC}:859] Worker Address: {name}; Task id: {4000 + task}; Job id: 2000\n")
+        self.fh.write(f"{stamp}: I {_CC}:870] End Printing\n")

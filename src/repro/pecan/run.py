@@ -1,0 +1,130 @@
+"""One per-mode run on the local backend: simulate, write the artifact-format log, trace and metrics."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+from repro.fsutil import atomic_path, write_json
+from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
+from repro.pecan.costs import cost_row, lookup
+from repro.pecan.logs import LogWriter, parse_log
+from repro.pecan.presets import pipeline_costs
+from repro.traces import write_trace
+
+
+def job_spec(pecan, experiment, mode, costs, seed):
+    """Build the JobSpec of one experiment x mode from the `pecan` config section."""
+    exp = lookup(pecan["experiments"], experiment, "experiment")
+    model = lookup(pecan["models"], exp["model"], "model")
+    accel = lookup(pecan["accelerators"], exp["accelerator"], "accelerator")
+    mode_cfg = lookup(pecan["modes"], mode, "mode")
+    cluster = pecan["cluster"]
+    pipeline_cost = costs[model["pipeline"]]
+    order = "autoorder" if mode_cfg["autoorder"] else "declared"
+    return JobSpec(
+        experiment=experiment,
+        mode=mode,
+        placement=mode_cfg["placement"],
+        autoorder=mode_cfg["autoorder"],
+        batch_size=model["batch_size"],
+        steps_per_epoch=model["steps_per_epoch"],
+        epochs=mode_cfg["epochs"],
+        steps_per_loop=mode_cfg["steps_per_loop"],
+        accelerator_batches_per_s=lookup(accel["max_batches_per_s"], exp["model"], "model for this accelerator"),
+        cost_per_element=pipeline_cost[order],
+        bytes_per_element=pipeline_cost["bytes_per_element"],
+        collocated_vcpus=pipeline_cost["collocated_vcpus"],
+        remote_worker_vcpus=cluster["remote_worker_vcpus"],
+        local_worker_vcpus=cluster["local_worker_vcpus"],
+        max_remote_workers=cluster["max_remote_workers"],
+        max_local_workers=mode_cfg.get("max_local_workers", cluster["max_local_workers"]),
+        fixed_remote_workers=mode_cfg.get("remote_workers", 0),
+        fixed_local_workers=mode_cfg.get("local_workers", 0),
+        network_gbps=cluster["network_gbps"],
+        decision_steps=cluster["decision_steps"],
+        noise_cv=cluster["noise_cv"],
+        client_cost=cluster["policy_prices"]["client_cost"],
+        worker_cost=cluster["policy_prices"]["worker_cost"],
+        seed=seed,
+    )
+
+
+def write_log(sim, path, preset):
+    spec = sim.spec
+    lines = []  # (seconds, order, callable)
+    for window in sim.windows:
+        if spec.placement != "collocated":
+            names = worker_names(window.remote, window.local)
+            lines.append((window.start_s, 1, lambda w, t=window.start_s, n=names: w.heartbeat(t, n)))
+    previous_step, previous_t = 0, 0.0
+    for step, t in step_times(sim):
+        elapsed = t - previous_t
+        rate = (step - previous_step) * spec.batch_size / elapsed
+        lines.append((t, 0, lambda w, t=t, e=elapsed, r=rate, a=previous_step, b=step: w.time_history(t, e, r, a, b)))
+        previous_step, previous_t = step, t
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        writer = LogWriter(fh)
+        writer.info(0.0, f"repro local model: experiment={spec.experiment} mode={spec.mode} placement={spec.placement} "
+                         f"autoorder={spec.autoorder} calibration={preset} seed={spec.seed}")
+        for _, _, emit in sorted(lines, key=lambda item: (item[0], item[1])):
+            emit(writer)
+        writer.info(sim.seconds, f"Training finished: {spec.epochs} epochs, {sim.seconds:.2f} simulated seconds")
+
+
+def trace_events(sim):
+    spec = sim.spec
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": f"{spec.experiment} {spec.mode}"}}]
+    for window in sim.windows:
+        ts = window.start_s * 1e6
+        rate = window.steps * spec.batch_size / window.seconds
+        events.append({"ph": "C", "name": "workers", "ts": ts, "pid": 1, "args": {"remote": window.remote, "local": window.local}})
+        events.append({"ph": "C", "name": "throughput", "ts": ts, "pid": 1, "args": {"examples_per_second": rate}})
+        events.append({"ph": "X", "name": "train_steps", "cat": "training", "ts": ts, "dur": window.seconds * 1e6,
+                       "pid": 1, "tid": 1, "args": {"first_step": window.first_step, "steps": window.steps}})
+    for t, state, remote, local in sim.decisions:
+        events.append({"ph": "i", "name": "placement_decision", "cat": "policy", "ts": t * 1e6, "pid": 1, "tid": 2,
+                       "s": "p", "args": {"state": state, "remote": remote, "local": local}})
+    return events
+
+
+def run_mode(config, experiment, mode, calibrations, out_dir):
+    """Simulate one experiment x mode into out_dir (run.log, metrics.json, traces/); return the metrics."""
+    pecan = config["pecan"]
+    preset = config["calibration"]["preset"]
+    exp = lookup(pecan["experiments"], experiment, "experiment")
+    accel = lookup(pecan["accelerators"], exp["accelerator"], "accelerator")
+    costs = pipeline_costs(preset, pecan["models"], accel, pecan["cluster"], calibrations)
+    spec = job_spec(pecan, experiment, mode, costs, config["seed"])
+    sim = simulate(spec)
+    out = Path(out_dir)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    write_log(sim, out / "run.log", preset)
+    parsed = parse_log(out / "run.log")
+    prices = pecan["prices"]
+    tpu_price = lookup(prices["tpu"], accel["tpu_type"], "TPU type in prices.tpu")
+    row = cost_row(parsed, mode, exp["model"], pecan["models"][exp["model"]], tpu_price, prices["worker"])
+    metadata = {"otherData": {"run_id": f"{experiment}-{mode}-seed{spec.seed}", "experiment": experiment, "mode": mode,
+                              "backend": "local", "calibration": preset}}
+    write_trace(out / "traces" / f"{experiment}-{mode}.json", trace_events(sim), metadata)
+    metrics = {
+        "experiment": experiment,
+        "mode": mode,
+        "backend": "local",
+        "calibration": preset,
+        "spec": dataclasses.asdict(spec),
+        "simulated_seconds": sim.seconds,
+        "decisions": [{"time_s": t, "state": s, "remote": r, "local": l} for t, s, r, l in sim.decisions],
+        "converged": parsed.converged,
+        "throughput": parsed.throughput,
+        "costs": row,
+    }
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def load_calibrations(paths):
+    result = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        result[data["pipeline"]] = data
+    return result
