@@ -49,9 +49,9 @@ def _run(args):
 
     config = load_config(args.config)
     metrics = run_mode(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out)
-    c = metrics["costs"]
-    print(f"{args.out}: {c['remote_workers']} remote + {c['local_workers']} local workers, "
-          f"{c['epoch_time']:.1f} s/epoch, ${c['tpu_cost']:.3f} TPU + ${c['worker_cost']:.3f} workers per epoch")
+    epoch = metrics["spec"]["steps_per_epoch"] * metrics["spec"]["batch_size"] / metrics["throughput"]
+    print(f"{args.out}: {metrics['remote_workers']} remote + {metrics['local_workers']} local workers, "
+          f"{metrics['throughput']:.0f} examples/s, {epoch:.1f} s/epoch")
 
 
 def write_cost_table(rows, output):

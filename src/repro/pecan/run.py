@@ -6,7 +6,7 @@ from pathlib import Path
 
 from repro.fsutil import atomic_path, write_json
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
-from repro.pecan.costs import cost_row, lookup
+from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
 from repro.pecan.presets import pipeline_costs
 from repro.traces import write_trace
@@ -100,9 +100,6 @@ def run_mode(config, experiment, mode, calibrations, out_dir):
     (out / "traces").mkdir(parents=True, exist_ok=True)
     write_log(sim, out / "run.log", preset)
     parsed = parse_log(out / "run.log")
-    prices = pecan["prices"]
-    tpu_price = lookup(prices["tpu"], accel["tpu_type"], "TPU type in prices.tpu")
-    row = cost_row(parsed, mode, exp["model"], pecan["models"][exp["model"]], tpu_price, prices["worker"])
     metadata = {"otherData": {"run_id": f"{experiment}-{mode}-seed{spec.seed}", "experiment": experiment, "mode": mode,
                               "backend": "local", "calibration": preset}}
     write_trace(out / "traces" / f"{experiment}-{mode}.json", trace_events(sim), metadata)
@@ -116,7 +113,8 @@ def run_mode(config, experiment, mode, calibrations, out_dir):
         "decisions": [{"time_s": t, "state": s, "remote": r, "local": l} for t, s, r, l in sim.decisions],
         "converged": parsed.converged,
         "throughput": parsed.throughput,
-        "costs": row,
+        "remote_workers": parsed.remote_workers,
+        "local_workers": parsed.local_workers,
     }
     write_json(out / "metrics.json", metrics)
     return metrics

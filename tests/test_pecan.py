@@ -1,0 +1,281 @@
+import copy
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from repro.cli import main
+from repro.config import load_config, validate_config
+from repro.errors import ReproError
+from repro.pecan import pipelines
+from repro.pecan.calibrate import calibrate
+from repro.pecan.cluster import JobSpec, capacity, simulate
+from repro.pecan.costs import cost_row
+from repro.pecan.logs import parse_log
+from repro.pecan.policies import (
+    DECREASING_REMOTE,
+    INCREASING_LOCAL,
+    ONLY_REMOTE,
+    STABLE,
+    CachewAutoscaler,
+    PecanAutoPlacement,
+    autoorder,
+)
+from repro.pecan.presets import pipeline_costs
+from repro.pecan.run import run_mode
+from repro.traces import validate
+
+REPO = Path(__file__).resolve().parents[1]
+LOGS = REPO / "tests" / "fixtures" / "pecan-logs"
+REFERENCE = {  # pecan-artifact.yaml sample_log_results
+    "resnet_colloc": (0, 0, 3212.50, 4.4261, 0.0),
+    "resnet_cachew": (19, 0, 453.14, 0.6243, 1.0045),
+    "resnet_pecan": (4, 10, 396.12, 0.5458, 0.1849),
+    "hello_world": (20, 10, 396.89, 0.5468, 0.9261),
+}
+RESNET = {"pipeline": "resnet", "batch_size": 1024, "steps_per_epoch": 1251}
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(REPO / "config" / "config.yaml")
+
+
+@pytest.fixture(scope="module")
+def calibrations():
+    """Small but real measurements of both pipelines."""
+    return {p: calibrate(p, elements=4, repeats=1) for p in ("resnet", "retinanet")}
+
+
+# -- log parsing and costs --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_parser_reproduces_the_artifacts_results_on_its_logs(name):
+    remote, local, epoch, tpu, worker = REFERENCE[name]
+    parsed = parse_log(LOGS / f"{name}.log")
+    assert (parsed.remote_workers, parsed.local_workers) == (remote, local)
+    row = cost_row(parsed, "m", "resnet", RESNET, tpu_price=4.96, worker_price=0.42)
+    assert f"{row['epoch_time']:.3g}" == f"{epoch:.3g}"
+    assert f"{row['tpu_cost']:.3g}" == f"{tpu:.3g}"
+    assert f"{row['worker_cost']:.3g}" == f"{worker:.3g}" if worker else row["worker_cost"] == 0
+    assert row["epoch_time"] == pytest.approx(epoch, abs=0.01)
+
+
+def test_costs_command_writes_the_artifacts_csv(tmp_path):
+    out = tmp_path / "costs.csv"
+    assert main(["pecan", "costs", *(str(LOGS / f"{n}.log") for n in sorted(REFERENCE)), "--experiment", "ResNet50_v2-8",
+                 "--config", str(REPO / "config" / "config.yaml"), "-o", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert list(rows[0]) == ["experiment", "model", "tpu_cost", "worker_cost", "remote_workers", "local_workers",
+                             "epoch_time", "batches_sec", "mode"]
+    assert {r["mode"]: int(r["remote_workers"]) for r in rows}["resnet_cachew"] == 19
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("nothing useful here\n", "no throughput lines"),
+        ("1.0 examples/second\nX] Worker Address: a:1; Task\nX] End Printing\n", "truncated deployment block"),
+        ("1.0 examples/second\nX] --> ClientHeartbeat: Current Tasks\nX] Worker Address: a:1; Task\n", "without its 'End Printing'"),
+    ],
+)
+def test_parser_rejects_bad_logs_naming_the_file(tmp_path, text, message):
+    log = tmp_path / "bad.log"
+    log.write_text(text)
+    with pytest.raises(ReproError, match=message) as info:
+        parse_log(log)
+    assert "bad.log" in str(info.value)
+
+
+def test_costs_reject_negative_or_missing_prices():
+    parsed = parse_log(LOGS / "resnet_pecan.log")
+    with pytest.raises(ReproError, match="price tpu"):
+        cost_row(parsed, "m", "resnet", RESNET, tpu_price=-1, worker_price=0.42)
+    with pytest.raises(ReproError, match="price worker"):
+        cost_row(parsed, "m", "resnet", RESNET, tpu_price=4.96, worker_price=None)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["pecan"]["prices"].update(worker=-0.1), "pecan.prices.worker"),
+        (lambda c: c["pecan"]["experiments"]["ResNet50_v2-8"].update(model="bert"), "unknown model 'bert'"),
+        (lambda c: c["pecan"]["experiments"]["ResNet50_v2-8"].update(accelerator="v9-8"), "unknown accelerator"),
+        (lambda c: c["pecan"]["experiments"]["ResNet50_v2-8"]["modes"].append("turbo"), "unknown mode 'turbo'"),
+        (lambda c: c.update(backend="k8s"), "backend"),
+        (lambda c: c["pecan"]["modes"]["pecan"].update(epochs="eight"), "pecan.modes.pecan.epochs"),
+        (lambda c: c["pecan"].pop("prices"), "'prices' is a required property"),
+    ],
+)
+def test_invalid_config_names_the_key(mutate, message):
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    mutate(raw)
+    with pytest.raises(ReproError, match=message):
+        validate_config(raw)
+
+
+# -- policies ---------------------------------------------------------------------------
+
+
+def test_cachew_scales_up_until_improvement_drops_below_7_percent_then_reverts():
+    policy = CachewAutoscaler(max_workers=20)
+    assert policy.next_count(1, 10.0) == 2  # first measurement: always try one more
+    assert policy.next_count(2, 5.0) == 3  # 50% better
+    assert policy.next_count(3, 4.0) == 4  # 20% better
+    assert policy.next_count(4, 3.8) == 3  # 5% < 7%: back to 3 and converge
+    assert policy.state == "STABLE" and policy.converged == (3, 4.0)
+    for _ in range(21):  # stable: nothing changes unless the batch time grows by 40%
+        assert policy.next_count(3, 4.1) == 3
+    for _ in range(20):
+        assert policy.next_count(3, 6.0) == 3
+    assert policy.next_count(3, 6.0) == 4 and policy.state == "SCALING"
+
+
+def test_cachew_respects_the_cap_and_waits_for_its_target():
+    policy = CachewAutoscaler(max_workers=2)
+    assert policy.next_count(1, 10.0) == 2
+    assert policy.next_count(1, 10.0) == 2  # the new worker has not arrived yet
+    assert policy.next_count(2, 1.0) == 1 and policy.state == "STABLE"  # at the cap: cannot keep going
+
+
+def test_cachew_scaling_down_stops_when_the_loss_exceeds_3_percent():
+    policy = CachewAutoscaler(scaling=True, target=4, history=[(5, 2.0)])
+    assert policy.next_count(4, 2.02) == 3  # 1% loss is fine: keep removing
+    assert policy.next_count(3, 2.2) == 4  # 9% loss: back to 4
+    assert policy.state == "STABLE"
+
+
+def test_autoplacement_walks_through_its_states():
+    policy = PecanAutoPlacement(max_remote=20, max_local=2)
+    assert policy.decide(1, 0, 10.0) == (2, 0) and policy.state == ONLY_REMOTE
+    assert policy.decide(2, 0, 5.0) == (3, 0)
+    assert policy.decide(3, 0, 4.95) == (2, 0) and policy.state == INCREASING_LOCAL  # 1% < 3%: revert
+    assert policy.decide(2, 0, 5.0) == (2, 1)
+    assert policy.decide(2, 1, 5.0) == (2, 2)
+    assert policy.decide(2, 2, 5.0) == (1, 2) and policy.state == DECREASING_REMOTE  # local cap reached
+    # 1 remote: cost/batch (4.96 + 0.427) * 5.1 = 27.5 < (4.96 + 0.855) * 5.0 = 29.1: keep going
+    assert policy.decide(1, 2, 5.1) == (0, 2)
+    # 0 remote: 4.96 * 7.0 = 34.7 > 27.5: revert and stay
+    assert policy.decide(0, 2, 7.0) == (1, 2) and policy.state == STABLE
+    assert policy.decide(1, 2, 5.0) == (1, 2)
+
+
+def test_autoplacement_stops_adding_local_workers_when_throughput_drops():
+    policy = PecanAutoPlacement(state=INCREASING_LOCAL, remote=3, local=0, reference_batch_time=1.0)
+    assert policy.decide(3, 0, 1.0) == (3, 1)
+    assert policy.decide(3, 1, 1.05) == (3, 2)  # 5% slower is tolerated
+    assert policy.decide(3, 2, 1.2) == (3, 1) and policy.state == DECREASING_REMOTE
+
+
+def op(name, **kw):
+    return pipelines.Op(name, fn=None, **kw)
+
+
+def test_autoorder_moves_inflating_elementwise_maps_late_and_respects_constraints():
+    ops = [op("decode", keep_position=True), op("to_float", shape_preserving=True), op("crop"), op("resize"),
+           op("flip", shape_preserving=True), op("normalize", shape_preserving=True, requires=("to_float",))]
+    inflation = {"decode": 6.0, "to_float": 4.0, "crop": 0.4, "resize": 0.6, "flip": 1.0, "normalize": 1.0}
+    order, moves = autoorder(ops, inflation)
+    assert [o.name for o in order] == ["decode", "crop", "resize", "flip", "to_float", "normalize"]
+    assert moves == ["to_float after crop", "to_float after resize", "to_float after flip"]
+    # an inflating op (pad) is not something to move an inflating map past
+    inflation.update(resize=1.3)
+    order, _ = autoorder(ops, inflation)
+    assert [o.name for o in order] == ["decode", "crop", "to_float", "resize", "flip", "normalize"]
+    # a map to a cheaper dtype moves upstream, but never past a keep_position op
+    quantize = [op("decode", keep_position=True), op("resize"), op("to_half", shape_preserving=True)]
+    order, _ = autoorder(quantize, {"decode": 6.0, "resize": 1.0, "to_half": 0.5})
+    assert [o.name for o in order] == ["decode", "to_half", "resize"]
+
+
+# -- calibration and pipelines ----------------------------------------------------------
+
+
+def test_calibration_measures_both_orders(calibrations):
+    resnet = calibrations["resnet"]
+    assert resnet["declared"]["order"][:2] == ["decode", "to_float"]
+    assert resnet["autoorder"]["order"] == ["decode", "random_resized_crop", "resize_224", "random_flip", "to_float", "normalize", "batch"]
+    assert all(r["cpu_s_per_element"] > 0 for r in resnet["declared"]["ops"])
+    ops = {r["op"]: r for r in resnet["declared"]["ops"]}
+    assert ops["to_float"]["inflation"] == pytest.approx(4.0)
+    assert resnet["autoorder"]["bytes_out_per_element"] == 224 * 224 * 3 * 4
+    assert resnet["image_bytes_per_element"] > 20_000  # textured JPEGs, not flat colour
+    assert resnet["machine"]["logical_cpus"] >= 1
+
+
+def test_pipelines_produce_model_inputs():
+    rng = np.random.default_rng(0)
+    element = pipelines.synthetic_jpegs("retinanet", 1, seed=3)[0]
+    for step in pipelines.PIPELINES["retinanet"]:
+        element = step.fn(element, rng)
+    assert element["image"].shape == (640, 640, 3) and element["image"].dtype == np.float32
+    assert element["boxes"].shape == (4, 4) and (element["boxes"] >= 0).all() and (element["boxes"] <= 1).all()
+    assert pipelines.synthetic_jpegs("resnet", 2, seed=5)[1]["image"] == pipelines.synthetic_jpegs("resnet", 2, seed=5)[1]["image"]
+
+
+# -- the cluster model ------------------------------------------------------------------
+
+
+def spec(**overrides):
+    base = dict(experiment="e", mode="m", placement="cachew", autoorder=False, batch_size=1024, steps_per_epoch=1251,
+                epochs=1, steps_per_loop=500, accelerator_batches_per_s=3.158, cost_per_element=0.05, bytes_per_element=602112,
+                collocated_vcpus=21.4, remote_worker_vcpus=8, local_worker_vcpus=8, max_remote_workers=20,
+                max_local_workers=10, fixed_remote_workers=0, fixed_local_workers=0, network_gbps=32, decision_steps=60,
+                noise_cv=0.0, client_cost=4.96, worker_cost=0.427319, seed=1)
+    return JobSpec(**{**base, **overrides})
+
+
+def test_more_workers_never_lower_throughput_and_the_accelerator_bounds_it():
+    s = spec()
+    bound = s.accelerator_batches_per_s * s.batch_size
+    rates = [min(bound, capacity(s, remote, local)) for remote in range(21) for local in (0, 5)]
+    for remote in range(20):
+        for local in (0, 5):
+            assert min(bound, capacity(s, remote + 1, local)) >= min(bound, capacity(s, remote, local))
+    assert max(rates) == bound
+
+
+def test_simulated_time_matches_throughput_and_noise_is_seeded():
+    quiet = simulate(spec(placement="collocated"))
+    rate = min(21.4 / 0.05, 3.158 * 1024)
+    assert quiet.seconds == pytest.approx(1251 * 1024 / rate)
+    noisy = [simulate(spec(noise_cv=0.05, seed=seed)).seconds for seed in (1, 1, 2)]
+    assert noisy[0] == noisy[1] != noisy[2]
+
+
+def test_artifact_preset_lands_near_the_artifacts_runs(config, calibrations, tmp_path):
+    cfg = copy.deepcopy(config)
+    cfg["calibration"]["preset"] = "artifact"
+    results = {}
+    for mode in ("collocated", "cachew", "pecan"):
+        run_mode(cfg, "ResNet50_v2-8", mode, calibrations, tmp_path / mode)
+        results[mode] = cost_row(parse_log(tmp_path / mode / "run.log"), mode, "resnet", RESNET, 4.96, 0.42)
+    assert results["collocated"]["epoch_time"] == pytest.approx(3212.5, rel=0.02)
+    assert results["pecan"]["epoch_time"] == pytest.approx(396.12, rel=0.02)
+    assert (results["pecan"]["remote_workers"], results["pecan"]["local_workers"]) == (4, 10)
+    total = {m: r["tpu_cost"] + r["worker_cost"] for m, r in results.items()}
+    assert total["pecan"] < total["cachew"] < total["collocated"]
+
+
+def test_run_directory_holds_log_metrics_and_a_valid_trace(config, calibrations, tmp_path):
+    metrics = run_mode(config, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "run")
+    log = parse_log(tmp_path / "run" / "run.log")
+    assert (log.remote_workers, log.local_workers) == (metrics["remote_workers"], metrics["local_workers"])
+    assert "calibration=local" in (tmp_path / "run" / "run.log").read_text().splitlines()[0]
+    trace = tmp_path / "run" / "traces" / "ResNet50_v2-8-pecan.json"
+    report = validate(trace)
+    assert report["phases"]["C"] > 0 and report["phases"]["i"] > 0
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["spec"] == dataclasses.asdict(JobSpec(**saved["spec"]))
+    assert saved["remote_workers"] == log.remote_workers and saved["throughput"] == pytest.approx(log.throughput)
+
+
+def test_pipeline_costs_reject_unknown_presets(config, calibrations):
+    pecan = config["pecan"]
+    with pytest.raises(ReproError, match="preset 'cloud'"):
+        pipeline_costs("cloud", pecan["models"], pecan["accelerators"]["v2-8"], pecan["cluster"], calibrations)
