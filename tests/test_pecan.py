@@ -278,4 +278,4 @@ def test_run_directory_holds_log_metrics_and_a_valid_trace(config, calibrations,
 def test_pipeline_costs_reject_unknown_presets(config, calibrations):
     pecan = config["pecan"]
     with pytest.raises(ReproError, match="preset 'cloud'"):
-        pipeline_costs("cloud", pecan["models"], pecan["accelerators"]["v2-8"], pecan["cluster"], calibrations)
+        pipeline_costs("cloud", pecan["cluster"], calibrations)

@@ -77,10 +77,66 @@ def _validate(args):
         raise SystemExit(1)
 
 
+def _cluster_commands(sub):
+    cluster = sub.add_parser("cluster", help="start, check and stop the backend's services")
+    csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{start,status,stop}")
+    start = csub.add_parser("start", help="start the backend (idempotent) and write its state JSON")
+    start.add_argument("--config", default="config/config.yaml")
+    start.add_argument("--state", required=True, help="state JSON to write")
+    start.set_defaults(func=_cluster_start)
+    status = csub.add_parser("status", help="run the status checks; exit 1 if any FAILED")
+    status.add_argument("--state", required=True)
+    status.add_argument("--calibration", nargs="*", default=[], help="calibration files that must exist")
+    status.add_argument("-o", "--output", help="status JSON to write when every check passes")
+    status.set_defaults(func=_cluster_status)
+    stop = csub.add_parser("stop", help="stop what start started")
+    stop.add_argument("--state", required=True)
+    stop.set_defaults(func=_cluster_stop)
+
+
+def _read_state(path):
+    try:
+        return json.loads(open(path).read())
+    except (OSError, ValueError) as exc:
+        raise ReproError(f"{path}: cannot read cluster state ({exc}); run cluster start first") from None
+
+
+def _cluster_start(args):
+    from repro.backends import get_backend
+    from repro.config import load_config
+
+    config = load_config(args.config)
+    state = get_backend(config["backend"]).start(config, args.state)
+    verb = "found running" if state.get("reused") else "started"
+    print(f"{config['backend']} backend {verb}: dispatcher pid {state['pid']} on 127.0.0.1:{state['port']}")
+
+
+def _cluster_status(args):
+    from repro.backends import format_checks, get_backend
+
+    state = _read_state(args.state)
+    checks = get_backend(state["backend"]).status(state, args.calibration)
+    print(format_checks(checks))
+    failed = [c["name"] for c in checks if not c["ok"]]
+    if failed:
+        raise ReproError(f"cluster status: {len(failed)} check(s) FAILED: {'; '.join(failed)}")
+    if args.output:
+        write_json(args.output, {"backend": state["backend"], "checks": checks})
+
+
+def _cluster_stop(args):
+    from repro.backends import get_backend
+
+    state = _read_state(args.state)
+    get_backend(state["backend"]).stop(state)
+    print(f"{state['backend']} backend stopped (dispatcher pid {state['pid']})")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _trace_commands(sub)
+    _cluster_commands(sub)
     from repro.pecan.cli import add_commands as pecan_commands
 
     pecan_commands(sub)

@@ -25,30 +25,48 @@ ResNet's, are therefore what this machine measured.
 
 from repro.errors import ReproError
 
-# Converged results of the artifact's runs (pecan-artifact.yaml sample_log_results and
-# reference_plots; reproduced from the fixture logs by repro.pecan.logs in the tests).
+# The artifact's own runs on a TPU v2-8 (pecan-artifact.yaml: models, sample_log_results and
+# reference_plots; the ResNet values are reproduced from the fixture logs by repro.pecan.logs in
+# the tests). Accelerator bounds in examples/s: ResNet from the Pecan log's steady state, RetinaNet
+# from the reference plot's collocated cost (0.83 $ at 4.96 $/h -> 602 s per epoch).
 ARTIFACT_RUNS = {
     "resnet": {
+        "batch_size": 1024,
+        "steps_per_epoch": 1251,
+        "accelerator_bound": 3234.0,
         "collocated": {"epoch_s": 3212.50},
         "cachew": {"epoch_s": 453.14, "remote_workers": 19},
         "pecan": {"epoch_s": 396.12, "remote_workers": 4, "local_workers": 10},
     },
-    "retinanet": {"cachew": {"remote_workers": 2}},
+    "retinanet": {
+        "batch_size": 64,
+        "steps_per_epoch": 1848,
+        "accelerator_bound": 1848 * 64 / (0.83 / 4.96 * 3600),
+        "cachew": {"remote_workers": 2},
+    },
 }
 PRESETS = ("local", "artifact")
 
+# Cost per epoch in the artifact's sample plots, per mode: total, or [TPU, remote workers] ($).
+REFERENCE_PLOTS = {
+    "Getting_started": {"short": [0.55, 0.93]},
+    "ResNet50_v2-8_run1": {"collocated": 4.43, "cachew": [0.62, 1.0], "pecan": [0.55, 0.18]},
+    "ResNet50_v2-8_run2": {"collocated": 4.07, "cachew": [0.55, 0.92], "pecan": [0.55, 0.0]},
+    "RetinaNet": {"collocated": 0.83, "cachew": [0.83, 0.14], "pecan": [0.83, 0.0]},
+}
 
-def examples_per_second(model, epoch_s):
-    return model["steps_per_epoch"] * model["batch_size"] / epoch_s
+
+def examples_per_second(run, epoch_s):
+    return run["steps_per_epoch"] * run["batch_size"] / epoch_s
 
 
-def fit_artifact(models, accelerator, cluster, calibrations):
-    """Return {pipeline: {declared, autoorder, collocated_vcpus}} fitted to the artifact runs."""
+def fit_artifact(cluster, calibrations):
+    """Return {pipeline: {declared, autoorder, collocated_vcpus}} fitted to the artifact's runs."""
     worker_vcpus, local_vcpus = cluster["remote_worker_vcpus"], cluster["local_worker_vcpus"]
     prices = cluster["policy_prices"]
-    resnet, runs = models["resnet"], ARTIFACT_RUNS["resnet"]
-    bound = accelerator["max_batches_per_s"]["resnet"] * resnet["batch_size"]
-    declared = runs["cachew"]["remote_workers"] * worker_vcpus / examples_per_second(resnet, runs["cachew"]["epoch_s"])
+    runs = ARTIFACT_RUNS["resnet"]
+    bound = runs["accelerator_bound"]
+    declared = runs["cachew"]["remote_workers"] * worker_vcpus / examples_per_second(runs, runs["cachew"]["epoch_s"])
     pecan = runs["pecan"]
     vcpus = pecan["remote_workers"] * worker_vcpus + pecan["local_workers"] * local_vcpus
     upper = vcpus / bound
@@ -56,11 +74,10 @@ def fit_artifact(models, accelerator, cluster, calibrations):
         prices["client_cost"] + pecan["remote_workers"] * prices["worker_cost"]
     )
     lower = (vcpus - worker_vcpus) / (bound * cost_ratio)
-    collocated_vcpus = examples_per_second(resnet, runs["collocated"]["epoch_s"]) * declared
+    collocated_vcpus = examples_per_second(runs, runs["collocated"]["epoch_s"]) * declared
     fitted = {"resnet": {"declared": declared, "autoorder": (lower + upper) / 2, "collocated_vcpus": collocated_vcpus}}
-    retina_bound = accelerator["max_batches_per_s"]["retinanet"] * models["retinanet"]["batch_size"]
-    retina_workers = ARTIFACT_RUNS["retinanet"]["cachew"]["remote_workers"]
-    retina_declared = (retina_workers - 0.5) * worker_vcpus / retina_bound
+    retina = ARTIFACT_RUNS["retinanet"]
+    retina_declared = (retina["cachew"]["remote_workers"] - 0.5) * worker_vcpus / retina["accelerator_bound"]
     saving = calibrations["retinanet"]["autoorder_saving"]
     fitted["retinanet"] = {
         "declared": retina_declared,
@@ -70,14 +87,14 @@ def fit_artifact(models, accelerator, cluster, calibrations):
     return fitted
 
 
-def pipeline_costs(preset, models, accelerator, cluster, calibrations):
+def pipeline_costs(preset, cluster, calibrations):
     """{pipeline: {declared, autoorder, collocated_vcpus, bytes_per_element}} for the chosen preset."""
     if preset not in PRESETS:
         raise ReproError(f"calibration preset {preset!r} is unknown; expected one of {list(PRESETS)}")
     missing = [p for p in ("resnet", "retinanet") if p not in calibrations]
     if missing:
         raise ReproError(f"calibration results missing for pipelines {missing}")
-    fitted = fit_artifact(models, accelerator, cluster, calibrations)
+    fitted = fit_artifact(cluster, calibrations)
     if preset == "artifact":
         costs = fitted
     else:

@@ -91,9 +91,7 @@ def run_mode(config, experiment, mode, calibrations, out_dir):
     """Simulate one experiment x mode into out_dir (run.log, metrics.json, traces/); return the metrics."""
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
-    exp = lookup(pecan["experiments"], experiment, "experiment")
-    accel = lookup(pecan["accelerators"], exp["accelerator"], "accelerator")
-    costs = pipeline_costs(preset, pecan["models"], accel, pecan["cluster"], calibrations)
+    costs = pipeline_costs(preset, pecan["cluster"], calibrations)
     spec = job_spec(pecan, experiment, mode, costs, config["seed"])
     sim = simulate(spec)
     out = Path(out_dir)
@@ -117,6 +115,24 @@ def run_mode(config, experiment, mode, calibrations, out_dir):
         "local_workers": parsed.local_workers,
     }
     write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def execute(settings, experiment, mode, calibration_paths, run_dir, state, receipt):
+    """The workflow's per-mode run: register with the dispatcher, run, upload traces, report done."""
+    from repro.backends.local import request
+    from repro.store import LocalStore, upload_traces
+
+    job = f"{experiment}/{mode}"
+    request(state, "/jobs", {"job": job, "status": "running"})
+    try:
+        metrics = run_mode(settings, experiment, mode, load_calibrations(calibration_paths), run_dir)
+    except BaseException:
+        request(state, "/jobs", {"job": job, "status": "failed"})
+        raise
+    traces = sorted((Path(run_dir) / "traces").glob("*.json"))
+    upload_traces(LocalStore(state["trace_store"]), traces, f"traces/{experiment}/{mode}", receipt)
+    request(state, "/jobs", {"job": job, "status": "done", "throughput": metrics["throughput"]})
     return metrics
 
 

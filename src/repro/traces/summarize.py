@@ -91,6 +91,7 @@ def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     other = reader.other_data
     summary = {"file": str(path)}
     summary.update({field: other.get(field) for field in RUN_FIELDS})
+    summary.update({k: v for k, v in other.items() if k not in summary and isinstance(v, (str, int, float, bool))})
     summary["end_to_end_time"] = (last_end - first_begin) if first_begin is not None else 0.0
     for entry in per_name.values():
         entry["mean"] = entry["total"] / entry["count"]

@@ -1,0 +1,24 @@
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/cluster.smk"
+include: "rules/pecan.smk"
+include: "rules/traces.smk"
+include: "rules/costs.smk"
+include: "rules/plots.smk"
+
+
+rule all:
+    input:
+        figure_targets(),
+        "results/provenance.json",
+    default_target: True

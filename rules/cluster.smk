@@ -1,0 +1,45 @@
+localrules:
+    cluster_start,
+    cluster_status,
+    cluster_stop,
+
+
+rule cluster_start:
+    output:
+        STATE,
+    log:
+        f"results/logs/cluster/{BACKEND}/start.log",
+    params:
+        backend=BACKEND,
+        store=config["trace_store"],
+    conda:
+        "../envs/repro.yaml"
+    shell:
+        "repro cluster start --state {output} > {log} 2>&1"
+
+
+# Re-run whenever a run has to execute (temp); ancient() keeps a fresh status file
+# from making up-to-date runs look stale.
+rule cluster_status:
+    input:
+        state=ancient(STATE),
+        calibration=CALIBRATIONS,
+    output:
+        temp(STATUS),
+    log:
+        f"results/logs/cluster/{BACKEND}/status.log",
+    conda:
+        "../envs/repro.yaml"
+    shell:
+        "repro cluster status --state {input.state} --calibration {input.calibration} -o {output} > {log} 2>&1"
+
+
+rule cluster_stop:
+    log:
+        f"results/logs/cluster/{BACKEND}/stop.log",
+    params:
+        state=STATE,
+    conda:
+        "../envs/repro.yaml"
+    shell:
+        "repro cluster stop --state {params.state} > {log} 2>&1"

@@ -1,0 +1,22 @@
+rule costs:
+    input:
+        logs=lambda wildcards: expand(
+            "results/runs/{{experiment}}/{mode}/run.log", mode=modes_of(wildcards.experiment)
+        ),
+        summary="results/summary/{experiment}.json",
+        combined="results/traces/{experiment}/combined.json",
+    output:
+        report(
+            "results/tables/{experiment}.csv",
+            category="Cost tables",
+            labels={"experiment": "{experiment}"},
+        ),
+    log:
+        "results/logs/costs/{experiment}.log",
+    params:
+        settings=lambda wildcards: cost_settings(config, wildcards.experiment),
+        modes=lambda wildcards: modes_of(wildcards.experiment),
+    conda:
+        "../envs/repro.yaml"
+    script:
+        "../workflow/scripts/cost_table.py"

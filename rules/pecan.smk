@@ -1,0 +1,45 @@
+rule calibrate:
+    output:
+        "results/calibration/{pipeline}.json",
+    log:
+        "results/logs/calibrate/{pipeline}.log",
+    benchmark:
+        "results/benchmarks/calibrate/{pipeline}.tsv"
+    params:
+        elements=config["calibration"]["elements"],
+        repeats=config["calibration"]["repeats"],
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../envs/repro.yaml"
+    shell:
+        "repro pecan calibrate --pipeline {wildcards.pipeline} --elements {params.elements}"
+        " --repeats {params.repeats} -o {output} > {log} 2>&1"
+
+
+rule run:
+    input:
+        state=ancient(STATE),
+        status=ancient(STATUS),
+        calibration=CALIBRATIONS,
+    output:
+        log="results/runs/{experiment}/{mode}/run.log",
+        metrics="results/runs/{experiment}/{mode}/metrics.json",
+        trace="results/runs/{experiment}/{mode}/traces/{experiment}-{mode}.json",
+        receipt="results/runs/{experiment}/{mode}/upload.json",
+    log:
+        "results/logs/run/{experiment}/{mode}.log",
+    benchmark:
+        "results/benchmarks/run/{experiment}/{mode}.tsv"
+    params:
+        settings=lambda wildcards: run_settings(config, wildcards.experiment, wildcards.mode),
+    threads: 1
+    resources:
+        mem_mb=500,
+        runtime=10,
+    conda:
+        "../envs/repro.yaml"
+    script:
+        "../workflow/scripts/pecan_run.py"

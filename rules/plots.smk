@@ -1,0 +1,33 @@
+localrules:
+    plot,
+    provenance,
+
+
+rule plot:
+    input:
+        table=lambda wildcards: "results/tables/{}.csv".format(
+            config["plots"]["figures"][wildcards.figure]["experiment"]
+        ),
+        calibration=CALIBRATIONS,
+    output:
+        pdf="plots/{figure}.pdf",
+        png=report("plots/{figure}.png", category="Figures", labels={"figure": "{figure}"}),
+    log:
+        "results/logs/plot/{figure}.log",
+    params:
+        settings=lambda wildcards: figure_settings(config, wildcards.figure),
+    conda:
+        "../envs/repro.yaml"
+    script:
+        "../workflow/scripts/plot.py"
+
+
+rule provenance:
+    output:
+        report("results/provenance.json", category="Run metadata"),
+    log:
+        "results/logs/provenance.log",
+    conda:
+        "../envs/repro.yaml"
+    script:
+        "../workflow/scripts/provenance.py"

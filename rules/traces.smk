@@ -1,0 +1,45 @@
+rule download_traces:
+    input:
+        receipt="results/runs/{experiment}/{mode}/upload.json",
+    output:
+        "results/traces/{experiment}/{mode}/{experiment}-{mode}.json",
+    log:
+        "results/logs/download/{experiment}/{mode}.log",
+    params:
+        store=config["trace_store"],
+    conda:
+        "../envs/repro.yaml"
+    script:
+        "../workflow/scripts/download_traces.py"
+
+
+rule combine:
+    input:
+        lambda wildcards: expand(
+            "results/traces/{{experiment}}/{mode}/{{experiment}}-{mode}.json",
+            mode=modes_of(wildcards.experiment),
+        ),
+    output:
+        "results/traces/{experiment}/combined.json",
+    log:
+        "results/logs/combine/{experiment}.log",
+    conda:
+        "../envs/repro.yaml"
+    shell:
+        "repro trace combine {input} -o {output} > {log} 2>&1"
+
+
+rule summarize:
+    input:
+        lambda wildcards: expand(
+            "results/traces/{{experiment}}/{mode}/{{experiment}}-{mode}.json",
+            mode=modes_of(wildcards.experiment),
+        ),
+    output:
+        "results/summary/{experiment}.json",
+    log:
+        "results/logs/summarize/{experiment}.log",
+    conda:
+        "../envs/repro.yaml"
+    shell:
+        "repro trace summarize {input} --group-by mode -o {output} > {log} 2>&1"

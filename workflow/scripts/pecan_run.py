@@ -1,0 +1,20 @@
+"""Rule `run`: one experiment x mode on the configured backend."""
+
+import json
+import sys
+from pathlib import Path
+
+from repro.pecan.run import execute
+
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821 (snakemake is injected)
+state = json.loads(Path(snakemake.input.state).read_text())  # noqa: F821
+metrics = execute(
+    snakemake.params.settings,  # noqa: F821
+    snakemake.wildcards.experiment,  # noqa: F821
+    snakemake.wildcards.mode,  # noqa: F821
+    snakemake.input.calibration,  # noqa: F821
+    Path(snakemake.output.log).parent,  # noqa: F821
+    state,
+    snakemake.output.receipt,  # noqa: F821
+)
+print(json.dumps({k: metrics[k] for k in ("throughput", "remote_workers", "local_workers", "simulated_seconds")}))
