@@ -18,7 +18,7 @@ include: "rules/plots.smk"
 
 
 rule all:
+    default_target: True
     input:
         figure_targets(),
         "results/provenance.json",
-    default_target: True

@@ -9,11 +9,11 @@ rule cluster_start:
         STATE,
     log:
         f"results/logs/cluster/{BACKEND}/start.log",
+    conda:
+        "../envs/repro.yaml"
     params:
         backend=BACKEND,
         store=config["trace_store"],
-    conda:
-        "../envs/repro.yaml"
     shell:
         "repro cluster start --state {output} > {log} 2>&1"
 
@@ -37,9 +37,9 @@ rule cluster_status:
 rule cluster_stop:
     log:
         f"results/logs/cluster/{BACKEND}/stop.log",
-    params:
-        state=STATE,
     conda:
         "../envs/repro.yaml"
+    params:
+        state=STATE,
     shell:
         "repro cluster stop --state {params.state} > {log} 2>&1"

@@ -4,7 +4,10 @@ from repro.workflow import cost_settings, figure_settings, run_settings
 check_references(config, "config")
 
 BACKEND = config["backend"]
-PIPELINES = sorted({model["pipeline"] for model in config["pecan"]["models"].values()} | {"resnet", "retinanet"})
+PIPELINES = sorted(
+    {model["pipeline"] for model in config["pecan"]["models"].values()}
+    | {"resnet", "retinanet"}
+)
 CALIBRATIONS = expand("results/calibration/{pipeline}.json", pipeline=PIPELINES)
 STATE = f"results/cluster/{BACKEND}/state.json"
 STATUS = f"results/cluster/{BACKEND}/status.json"
@@ -23,4 +26,6 @@ def modes_of(experiment):
 
 
 def figure_targets():
-    return expand("plots/{figure}.{ext}", figure=config["plots"]["figures"], ext=["pdf", "png"])
+    return expand(
+        "plots/{figure}.{ext}", figure=config["plots"]["figures"], ext=["pdf", "png"]
+    )

@@ -1,7 +1,8 @@
 rule costs:
     input:
         logs=lambda wildcards: expand(
-            "results/runs/{{experiment}}/{mode}/run.log", mode=modes_of(wildcards.experiment)
+            "results/runs/{{experiment}}/{mode}/run.log",
+            mode=modes_of(wildcards.experiment),
         ),
         summary="results/summary/{experiment}.json",
         combined="results/traces/{experiment}/combined.json",
@@ -13,10 +14,10 @@ rule costs:
         ),
     log:
         "results/logs/costs/{experiment}.log",
+    conda:
+        "../envs/repro.yaml"
     params:
         settings=lambda wildcards: cost_settings(config, wildcards.experiment),
         modes=lambda wildcards: modes_of(wildcards.experiment),
-    conda:
-        "../envs/repro.yaml"
     script:
         "../workflow/scripts/cost_table.py"

@@ -5,15 +5,15 @@ rule calibrate:
         "results/logs/calibrate/{pipeline}.log",
     benchmark:
         "results/benchmarks/calibrate/{pipeline}.tsv"
-    params:
-        elements=config["calibration"]["elements"],
-        repeats=config["calibration"]["repeats"],
+    conda:
+        "../envs/repro.yaml"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        "../envs/repro.yaml"
+    params:
+        elements=config["calibration"]["elements"],
+        repeats=config["calibration"]["repeats"],
     shell:
         "repro pecan calibrate --pipeline {wildcards.pipeline} --elements {params.elements}"
         " --repeats {params.repeats} -o {output} > {log} 2>&1"
@@ -33,13 +33,15 @@ rule run:
         "results/logs/run/{experiment}/{mode}.log",
     benchmark:
         "results/benchmarks/run/{experiment}/{mode}.tsv"
-    params:
-        settings=lambda wildcards: run_settings(config, wildcards.experiment, wildcards.mode),
+    conda:
+        "../envs/repro.yaml"
     threads: 1
     resources:
         mem_mb=500,
         runtime=10,
-    conda:
-        "../envs/repro.yaml"
+    params:
+        settings=lambda wildcards: run_settings(
+            config, wildcards.experiment, wildcards.mode
+        ),
     script:
         "../workflow/scripts/pecan_run.py"

@@ -11,13 +11,15 @@ rule plot:
         calibration=CALIBRATIONS,
     output:
         pdf="plots/{figure}.pdf",
-        png=report("plots/{figure}.png", category="Figures", labels={"figure": "{figure}"}),
+        png=report(
+            "plots/{figure}.png", category="Figures", labels={"figure": "{figure}"}
+        ),
     log:
         "results/logs/plot/{figure}.log",
-    params:
-        settings=lambda wildcards: figure_settings(config, wildcards.figure),
     conda:
         "../envs/repro.yaml"
+    params:
+        settings=lambda wildcards: figure_settings(config, wildcards.figure),
     script:
         "../workflow/scripts/plot.py"
 

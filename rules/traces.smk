@@ -5,10 +5,10 @@ rule download_traces:
         "results/traces/{experiment}/{mode}/{experiment}-{mode}.json",
     log:
         "results/logs/download/{experiment}/{mode}.log",
-    params:
-        store=config["trace_store"],
     conda:
         "../envs/repro.yaml"
+    params:
+        store=config["trace_store"],
     script:
         "../workflow/scripts/download_traces.py"
 
