@@ -21,4 +21,5 @@ rule all:
     default_target: True
     input:
         figure_targets(),
+        run_targets(),
         "results/provenance.json",

@@ -18,8 +18,8 @@ rule cluster_start:
         "repro cluster start --state {output} > {log} 2>&1"
 
 
-# Re-run whenever a run has to execute (temp); ancient() keeps a fresh status file
-# from making up-to-date runs look stale.
+# One temp() status file per run: the checks run again whenever that run has to execute,
+# and a run that is up to date needs no status at all.
 rule cluster_status:
     input:
         state=ancient(STATE),
@@ -27,7 +27,7 @@ rule cluster_status:
     output:
         temp(STATUS),
     log:
-        f"results/logs/cluster/{BACKEND}/status.log",
+        f"results/logs/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.log",
     conda:
         "../envs/repro.yaml"
     shell:

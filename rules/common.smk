@@ -10,7 +10,7 @@ PIPELINES = sorted(
 )
 CALIBRATIONS = expand("results/calibration/{pipeline}.json", pipeline=PIPELINES)
 STATE = f"results/cluster/{BACKEND}/state.json"
-STATUS = f"results/cluster/{BACKEND}/status.json"
+STATUS = f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json"
 
 
 wildcard_constraints:
@@ -23,6 +23,15 @@ wildcard_constraints:
 
 def modes_of(experiment):
     return config["pecan"]["experiments"][experiment]["modes"]
+
+
+def run_targets():
+    """Every run's metrics: requested directly, so a deleted run directory is redone."""
+    return [
+        f"results/runs/{experiment}/{mode}/metrics.json"
+        for experiment, spec in config["pecan"]["experiments"].items()
+        for mode in spec["modes"]
+    ]
 
 
 def figure_targets():

@@ -21,8 +21,7 @@ rule calibrate:
 
 rule run:
     input:
-        state=ancient(STATE),
-        status=ancient(STATUS),
+        status=STATUS,
         calibration=CALIBRATIONS,
     output:
         log="results/runs/{experiment}/{mode}/run.log",
@@ -43,5 +42,6 @@ rule run:
         settings=lambda wildcards: run_settings(
             config, wildcards.experiment, wildcards.mode
         ),
+        state=STATE,
     script:
         "../workflow/scripts/pecan_run.py"

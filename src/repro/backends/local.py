@@ -90,7 +90,7 @@ def status(state, calibration_paths=()):
         checks.append({"name": name, "ok": bool(ok), "detail": "" if ok else detail})
 
     check("dispatcher process running", _pid_alive(state.get("pid", -1)),
-          f"pid {state.get('pid')} is gone; restart with `snakemake --forcerun cluster_start`")
+          f"pid {state.get('pid')} is gone; restart it with `snakemake cluster_start --forcerun cluster_start`")
     try:
         answer = request(state, "/health")
         check(f"dispatcher answers on 127.0.0.1:{state['port']}", answer.get("ok") is True, f"unexpected answer {answer}")
