@@ -14,18 +14,21 @@ $(BIN)/repro: pyproject.toml
 
 setup: $(BIN)/repro
 
+# rules call the `repro` command, so the virtualenv's bin/ goes first on PATH
+RUN    := PATH=$(abspath $(BIN)):$$PATH
+
 fig8: setup
-	$(BIN)/snakemake plots/fig8_ResNet50_v2-8.pdf --cores $(CORES)
+	$(RUN) snakemake plots/fig8_ResNet50_v2-8.pdf --cores $(CORES)
 
 figures: setup
-	$(BIN)/snakemake --cores $(CORES)
+	$(RUN) snakemake --cores $(CORES)
 
 test: setup
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -q
+	$(RUN) pytest -q
 
 lint: setup
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --lint
-	$(BIN)/snakefmt --check Snakefile rules/
+	$(RUN) snakemake --lint
+	$(RUN) snakefmt --check Snakefile rules/
 
 clean:
 	rm -rf results/* plots/* .snakemake

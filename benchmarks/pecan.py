@@ -1,0 +1,50 @@
+"""Pecan engine speed, measured in one run: calibration of both pipelines and a full simulated experiment.
+
+Targets: calibration of both pipelines under 60 s on a 2-core machine; simulating the
+ResNet50_v2-8 experiment (three modes, the artifact's epoch counts) under 5 s.
+
+    python benchmarks/pecan.py [--config config/config.yaml]
+"""
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from repro.config import load_config
+from repro.pecan.calibrate import calibrate
+from repro.pecan.run import run_mode
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="config/config.yaml")
+    args = parser.parse_args()
+    config = load_config(args.config)
+    cal = config["calibration"]
+    calibrations, timings = {}, {}
+    start = time.perf_counter()
+    for pipeline in ("resnet", "retinanet"):
+        t0 = time.perf_counter()
+        calibrations[pipeline] = calibrate(pipeline, elements=cal["elements"], repeats=cal["repeats"])
+        timings[pipeline] = time.perf_counter() - t0
+    calibration_s = time.perf_counter() - start
+    print(f"calibration ({cal['elements']} elements x {cal['repeats']} repeats x 2 orders):")
+    for pipeline, seconds in timings.items():
+        c = calibrations[pipeline]
+        print(f"  {pipeline:<10} {seconds:6.2f} s   declared {c['declared']['cpu_s_per_element'] * 1e3:6.2f} ms/element"
+              f"   AutoOrder {c['autoorder']['cpu_s_per_element'] * 1e3:6.2f} ms/element ({c['autoorder_saving']:.1%} saved)")
+    print(f"  both       {calibration_s:6.2f} s   target < 60 s   ratio {calibration_s / 60:.2f}")
+    modes = config["pecan"]["experiments"]["ResNet50_v2-8"]["modes"]
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        for mode in modes:
+            run_mode(config, "ResNet50_v2-8", mode, calibrations, Path(tmp) / mode)
+        simulate_s = time.perf_counter() - start
+    epochs = {m: config["pecan"]["modes"][m]["epochs"] for m in modes}
+    print(f"simulate ResNet50_v2-8 ({', '.join(f'{m} {e} epochs' for m, e in epochs.items())}), logs and traces written:")
+    print(f"  {simulate_s:6.2f} s   target < 5 s   ratio {simulate_s / 5:.2f}")
+
+
+if __name__ == "__main__":
+    main()
