@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.traces.events import IGNORE_CATEGORY
+from repro.traces.events import IGNORE_CATEGORY, NUMBER_TYPES, PHASES, PHASES_WITHOUT_TS, check_event
 from repro.traces.reader import TraceReader
 from repro.traces.writer import TraceWriter
 
@@ -40,53 +40,59 @@ class _InputPlan:
         self.spans = []  # (start, end) of ignored spans
 
 
-def _is_process_name(event):
-    return event["ph"] == "M" and event.get("name") == "process_name"
+def _analyse(reader, adjust, check):
+    """Pass 1 over one input: its pids and process names, ignored events and spans, first timestamp.
 
-
-def _analyse(reader, adjust):
+    With `check`, every event is validated here (the loop touches each event anyway), and the
+    first bad one raises the reader's precise error.
+    """
     plan = _InputPlan()
+    pids, dropped, spans = plan.pids, plan.dropped, plan.spans
     open_b = {}  # (pid, tid) -> stack of (ignored?, ts) for B events
+    origin = None
     index = 0
     for chunk in reader.chunks():
-        for pid in dict.fromkeys(e.get("pid") for e in chunk):
-            plan.pids.setdefault(pid, None)
-        for event in filter(_is_process_name, chunk):
-            plan.pids[event.get("pid")] = (event.get("args") or {}).get("name")
-        if adjust and any(e.get("cat") == IGNORE_CATEGORY for e in chunk) or open_b:
-            origin = _find_ignored(chunk, index, plan, open_b)
-        else:
-            origin = min((e["ts"] for e in chunk if e["ph"] != "M"), default=None)
-        if origin is not None and (plan.origin is None or origin < plan.origin):
-            plan.origin = origin
-        index += len(chunk)
+        track = adjust and (bool(open_b) or any(e.get("cat") == IGNORE_CATEGORY for e in chunk if type(e) is dict))
+        for event in chunk:
+            if type(event) is not dict:
+                check_event(event, reader.path, index)
+            ph = event.get("ph")
+            ts = event.get("ts")
+            if check and (
+                ph not in PHASES
+                or (type(ts) not in NUMBER_TYPES and not (ts is None and ph in PHASES_WITHOUT_TS))
+                or (ph == "X" and type(event.get("dur", 0)) not in NUMBER_TYPES)
+            ):
+                check_event(event, reader.path, index)
+            pid = event.get("pid")
+            if pid not in pids:
+                pids[pid] = None
+            if ph == "M":
+                if event.get("name") == "process_name":
+                    pids[pid] = (event.get("args") or {}).get("name")
+                index += 1
+                continue
+            ignored = False
+            if track:
+                ignored = event.get("cat") == IGNORE_CATEGORY
+                if ph == "B":
+                    open_b.setdefault((pid, event.get("tid")), []).append((ignored, ts))
+                elif ph == "E":
+                    stack = open_b.get((pid, event.get("tid")))
+                    if stack:
+                        began_ignored, began = stack.pop()
+                        if began_ignored:
+                            ignored = True
+                            spans.append((began, ts))
+                elif ignored and ph == "X":
+                    spans.append((ts, ts + event.get("dur", 0)))
+            if ignored:
+                dropped.add(index)
+            elif origin is None or ts < origin:
+                origin = ts
+            index += 1
+    plan.origin = origin
     return plan
-
-
-def _find_ignored(chunk, index, plan, open_b):
-    """Record the ignored events and spans of one chunk; return its earliest kept timestamp."""
-    origin = None
-    for offset, event in enumerate(chunk, index):
-        ph = event["ph"]
-        if ph == "M":
-            continue
-        ignored = event.get("cat") == IGNORE_CATEGORY
-        if ph == "B":
-            open_b.setdefault((event.get("pid"), event.get("tid")), []).append((ignored, event["ts"]))
-        elif ph == "E":
-            stack = open_b.get((event.get("pid"), event.get("tid")))
-            if stack:
-                began_ignored, began = stack.pop()
-                if began_ignored:
-                    ignored = True
-                    plan.spans.append((began, event["ts"]))
-        elif ignored and ph == "X":
-            plan.spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
-        if ignored:
-            plan.dropped.add(offset)
-        elif origin is None or event["ts"] < origin:
-            origin = event["ts"]
-    return origin
 
 
 def _merge(spans):
@@ -143,8 +149,9 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
     display_unit = None
     with TraceWriter(output) as writer:
         for path in inputs:
-            reader = TraceReader(path, strict=strict, **(reader_options or {}))
-            plan = _analyse(reader, adjust)
+            # strict: pass 1 validates each event itself; lenient: the reader drops bad events
+            reader = TraceReader(path, strict=strict, check=not strict, **(reader_options or {}))
+            plan = _analyse(reader, adjust, check=strict)
             metadata, other = reader.metadata, reader.other_data
             display_unit = display_unit or metadata.get("displayTimeUnit")
             label = run_label(path, other, metadata)
@@ -161,9 +168,11 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
             index = 0
             for chunk in reader.chunks():
                 dropped = plan.dropped
-                kept = [
-                    e for i, e in enumerate(chunk, index) if i not in dropped and not _is_process_name(e)
-                ] if dropped else [e for e in chunk if not _is_process_name(e)]
+                if dropped:
+                    kept = [e for i, e in enumerate(chunk, index)
+                            if i not in dropped and (e["ph"] != "M" or e.get("name") != "process_name")]
+                else:
+                    kept = [e for e in chunk if e["ph"] != "M" or e.get("name") != "process_name"]
                 index += len(chunk)
                 if single_pid is not None:
                     for event in kept:

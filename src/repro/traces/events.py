@@ -17,7 +17,7 @@ def is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-_NUMBER_TYPES = (int, float)
+NUMBER_TYPES = (int, float)
 
 
 def first_bad_event(events):
@@ -27,9 +27,9 @@ def first_bad_event(events):
             return index
         ph = event.get("ph")
         ts = event.get("ts")
-        if ph not in PHASES or (type(ts) not in _NUMBER_TYPES and not (ts is None and ph in PHASES_WITHOUT_TS)):
+        if ph not in PHASES or (type(ts) not in NUMBER_TYPES and not (ts is None and ph in PHASES_WITHOUT_TS)):
             return index
-        if ph == "X" and type(event.get("dur", 0)) not in _NUMBER_TYPES:
+        if ph == "X" and type(event.get("dur", 0)) not in NUMBER_TYPES:
             return index
     return None
 

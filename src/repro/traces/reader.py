@@ -50,9 +50,10 @@ class TraceReader:
     are skipped and counted in ``skipped``.
     """
 
-    def __init__(self, path, strict=True, whole_file_limit=WHOLE_FILE_LIMIT, chunk_bytes=CHUNK_BYTES):
+    def __init__(self, path, strict=True, whole_file_limit=WHOLE_FILE_LIMIT, chunk_bytes=CHUNK_BYTES, check=True):
         self.path = Path(path)
         self.strict = strict
+        self.check = check  # False: the caller validates events itself (combine does, in its own pass)
         self.chunk_bytes = chunk_bytes
         self.skipped = 0
         try:
@@ -113,7 +114,7 @@ class TraceReader:
         return self._events
 
     def _checked(self, raw, first_index):
-        bad = first_bad_event(raw)
+        bad = first_bad_event(raw) if self.check else None
         if bad is None:
             return raw
         if self.strict:
