@@ -352,3 +352,28 @@ def test_third_party_profiler_traces_validate_and_round_trip(tmp_path):
     report = validate(out)
     assert report["events"] >= sum(validate(p)["events"] for p in paths)
     assert summarize_trace(out)["end_to_end_time"] > 0
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    spans=st.lists(st.tuples(st.booleans(), st.booleans(), st.integers(0, 2), st.integers(1, 50)), min_size=1, max_size=25),
+    chunk=st.integers(1, 300),
+)
+def test_combine_gives_the_same_result_whatever_the_chunking(tmp_path, spans, chunk):
+    """Ignored spans whose B and E fall in different chunks, with or without a category on E."""
+    events, ts = [], 0
+    for ignored, e_has_cat, tid, length in spans:
+        cat = "ignore" if ignored else "work"
+        events.append({"ph": "B", "name": "s", "cat": cat, "ts": ts, "pid": 1, "tid": tid})
+        ts += length
+        end = {"ph": "E", "ts": ts, "pid": 1, "tid": tid}
+        if e_has_cat:
+            end["cat"] = cat
+        events.append(end)
+        ts += 1
+    path = dump(tmp_path / "t.json", {"traceEvents": events})
+    combine([path], tmp_path / "whole.json")
+    combine([path], tmp_path / "chunked.json", reader_options={"whole_file_limit": 0, "chunk_bytes": chunk})
+    assert read_trace(tmp_path / "whole.json")[1] == read_trace(tmp_path / "chunked.json")[1]
+    kept = [e for e in read_trace(tmp_path / "whole.json")[1] if e["ph"] != "M"]
+    assert len(kept) == 2 * sum(1 for ignored, *_ in spans if not ignored)

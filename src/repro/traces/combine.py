@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.traces.events import IGNORE_CATEGORY, NUMBER_TYPES, PHASES, PHASES_WITHOUT_TS, check_event
+from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event
 from repro.traces.reader import TraceReader
 from repro.traces.writer import TraceWriter
 
@@ -36,63 +36,88 @@ class _InputPlan:
     def __init__(self):
         self.origin = None
         self.pids = {}  # original pid -> process name seen in its metadata (or None)
-        self.dropped = set()  # event indices of ignored spans
+        self.dropped = set()  # indices of events left out: ignored spans and process names
         self.spans = []  # (start, end) of ignored spans
+        self.renamed = 0  # process_name events, replaced by the combined trace's own
 
 
 def _analyse(reader, adjust, check):
     """Pass 1 over one input: its pids and process names, ignored events and spans, first timestamp.
 
-    With `check`, every event is validated here (the loop touches each event anyway), and the
-    first bad one raises the reader's precise error.
+    Mostly comprehensions over each chunk (they run at C speed); a per-event loop is needed
+    only when an ignored 'B' may be closed by an 'E' that does not carry the category itself.
     """
     plan = _InputPlan()
-    pids, dropped, spans = plan.pids, plan.dropped, plan.spans
-    open_b = {}  # (pid, tid) -> stack of (ignored?, ts) for B events
-    origin = None
+    open_ignored = {}  # (pid, tid) -> timestamps of ignored B events still open (fast path)
+    open_b = {}  # (pid, tid) -> stack of (ignored?, ts) of every open B event (slow path)
+    by_stack = False  # once on the slow path, stay on it for the rest of the input
     index = 0
     for chunk in reader.chunks():
-        track = adjust and (bool(open_b) or any(e.get("cat") == IGNORE_CATEGORY for e in chunk if type(e) is dict))
-        for event in chunk:
-            if type(event) is not dict:
-                check_event(event, reader.path, index)
-            ph = event.get("ph")
-            ts = event.get("ts")
-            if check and (
-                ph not in PHASES
-                or (type(ts) not in NUMBER_TYPES and not (ts is None and ph in PHASES_WITHOUT_TS))
-                or (ph == "X" and type(event.get("dur", 0)) not in NUMBER_TYPES)
-            ):
-                check_event(event, reader.path, index)
-            pid = event.get("pid")
-            if pid not in pids:
-                pids[pid] = None
-            if ph == "M":
-                if event.get("name") == "process_name":
-                    pids[pid] = (event.get("args") or {}).get("name")
-                index += 1
-                continue
-            ignored = False
-            if track:
-                ignored = event.get("cat") == IGNORE_CATEGORY
-                if ph == "B":
-                    open_b.setdefault((pid, event.get("tid")), []).append((ignored, ts))
-                elif ph == "E":
-                    stack = open_b.get((pid, event.get("tid")))
-                    if stack:
-                        began_ignored, began = stack.pop()
-                        if began_ignored:
-                            ignored = True
-                            spans.append((began, ts))
-                elif ignored and ph == "X":
-                    spans.append((ts, ts + event.get("dur", 0)))
-            if ignored:
-                dropped.add(index)
-            elif origin is None or ts < origin:
-                origin = ts
-            index += 1
-    plan.origin = origin
+        if check:
+            bad = first_bad_event(chunk)
+            if bad is not None:
+                check_event(chunk[bad], reader.path, index + bad)
+        for pid in dict.fromkeys([e.get("pid") for e in chunk]):
+            plan.pids.setdefault(pid, None)
+        for i in [i for i, e in enumerate(chunk) if e["ph"] == "M" and e.get("name") == "process_name"]:
+            plan.pids[chunk[i].get("pid")] = (chunk[i].get("args") or {}).get("name")
+            plan.dropped.add(index + i)
+            plan.renamed += 1
+        if adjust:
+            ignored = [i for i, e in enumerate(chunk) if e.get("cat") == IGNORE_CATEGORY]
+            pending = any(open_ignored.values())
+            if not by_stack and (ignored or pending) and any("cat" not in e for e in chunk if e["ph"] == "E"):
+                by_stack = True
+                for key, stack in open_ignored.items():
+                    open_b[key] = [(True, ts) for ts in stack]
+            if by_stack:
+                _ignored_by_stack(chunk, index, plan, open_b)
+            else:
+                _ignored_by_category(chunk, index, ignored, plan, open_ignored)
+        kept = _without(chunk, index, plan.dropped)
+        origin = min([e["ts"] for e in kept if e["ph"] != "M"], default=None)
+        if origin is not None and (plan.origin is None or origin < plan.origin):
+            plan.origin = origin
+        index += len(chunk)
     return plan
+
+
+def _ignored_by_category(chunk, index, positions, plan, open_ignored):
+    """Spans of ignored events when every event of an ignored span carries the category."""
+    for i in positions:
+        event = chunk[i]
+        ph = event["ph"]
+        plan.dropped.add(index + i)
+        if ph == "B":
+            open_ignored.setdefault((event.get("pid"), event.get("tid")), []).append(event["ts"])
+        elif ph == "E":
+            stack = open_ignored.get((event.get("pid"), event.get("tid")))
+            if stack:
+                plan.spans.append((stack.pop(), event["ts"]))
+        elif ph == "X":
+            plan.spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
+
+
+def _ignored_by_stack(chunk, index, plan, open_b):
+    """Spans of ignored events, matching every B with its E per (pid, tid)."""
+    for offset, event in enumerate(chunk, index):
+        ph = event["ph"]
+        if ph == "M":
+            continue
+        ignored = event.get("cat") == IGNORE_CATEGORY
+        if ph == "B":
+            open_b.setdefault((event.get("pid"), event.get("tid")), []).append((ignored, event["ts"]))
+        elif ph == "E":
+            stack = open_b.get((event.get("pid"), event.get("tid")))
+            if stack:
+                began_ignored, began = stack.pop()
+                if began_ignored:
+                    ignored = True
+                    plan.spans.append((began, event["ts"]))
+        elif ignored and ph == "X":
+            plan.spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
+        if ignored:
+            plan.dropped.add(offset)
 
 
 def _merge(spans):
@@ -114,7 +139,7 @@ class _Shift:
         self.ends = np.array([e for _, e in merged])
         self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)]) if merged else np.zeros(1)
         self.origin = 0
-        self.origin = self.apply(np.array([origin or 0]))[0]
+        self.origin = self.apply(np.array([origin or 0])).tolist()[0]
 
     def apply(self, ts):
         if not self.starts.size:
@@ -138,6 +163,35 @@ class _Shift:
             return
         for event, ts in zip(timed, self.apply(np.array([e["ts"] for e in timed])).tolist()):
             event["ts"] = ts
+
+
+def _without(chunk, start, dropped):
+    """The chunk minus the events whose global index is in `dropped`, cut by slicing."""
+    cuts = sorted(i - start for i in dropped if start <= i < start + len(chunk)) if dropped else ()
+    if not cuts:
+        return chunk
+    kept, previous = [], 0
+    for cut in cuts:
+        kept.extend(chunk[previous:cut])
+        previous = cut + 1
+    kept.extend(chunk[previous:])
+    return kept
+
+
+def _remap(events, pid_map, shift):
+    """Give events their new pid and, when adjusting, their shifted timestamp (in place)."""
+    if shift is not None and shift.starts.size:
+        for event in events:
+            event["pid"] = pid_map[event.get("pid")]
+        shift.update(events)
+        return
+    origin = shift.origin if shift is not None else None
+    for event in events:
+        event["pid"] = pid_map[event.get("pid")]
+        if origin is not None:
+            ts = event.get("ts")
+            if ts is not None and event["ph"] != "M":
+                event["ts"] = ts - origin
 
 
 def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_options=None):
@@ -164,27 +218,14 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
             writer.write_events(names)
             report["events"] += len(names)
             shift = _Shift(plan.origin, plan.spans) if adjust else None
-            single_pid = next(iter(pid_map.values())) if len(pid_map) == 1 else None
             index = 0
             for chunk in reader.chunks():
-                dropped = plan.dropped
-                if dropped:
-                    kept = [e for i, e in enumerate(chunk, index)
-                            if i not in dropped and (e["ph"] != "M" or e.get("name") != "process_name")]
-                else:
-                    kept = [e for e in chunk if e["ph"] != "M" or e.get("name") != "process_name"]
+                kept = _without(chunk, index, plan.dropped)
                 index += len(chunk)
-                if single_pid is not None:
-                    for event in kept:
-                        event["pid"] = single_pid
-                else:
-                    for event in kept:
-                        event["pid"] = pid_map[event.get("pid")]
-                if shift is not None:
-                    shift.update(kept)
+                _remap(kept, pid_map, shift)
                 writer.write_events(kept)
                 report["events"] += len(kept)
-            report["dropped"] += len(plan.dropped)
+            report["dropped"] += len(plan.dropped) - plan.renamed
             report["skipped"] += reader.skipped
             per_input.append(
                 {

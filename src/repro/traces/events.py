@@ -18,10 +18,27 @@ def is_number(value):
 
 
 NUMBER_TYPES = (int, float)
+_NUMBER_TYPE_SET = set(NUMBER_TYPES)
 
 
 def first_bad_event(events):
-    """Index of the first event that check_event would reject, or None (a fast scan)."""
+    """Index of the first event that check_event would reject, or None.
+
+    Set-based checks over whole-list comprehensions first (C speed); the per-event loop runs
+    only when one of them finds something, to name the exact index.
+    """
+    if set(map(type, events)) - {dict}:
+        return _first_bad_by_loop(events)
+    phases = [e.get("ph") for e in events]
+    ts_types = set(map(type, [e.get("ts") for e in events]))
+    if not set(phases) <= PHASES or not ts_types <= _NUMBER_TYPE_SET:
+        return _first_bad_by_loop(events)
+    if "X" in phases and not {type(e.get("dur", 0)) for e in events if e["ph"] == "X"} <= _NUMBER_TYPE_SET:
+        return _first_bad_by_loop(events)
+    return None
+
+
+def _first_bad_by_loop(events):
     for index, event in enumerate(events):
         if type(event) is not dict:
             return index
