@@ -140,6 +140,9 @@ def build_parser():
     from repro.pecan.cli import add_commands as pecan_commands
 
     pecan_commands(sub)
+    from repro.trims.cli import add_commands as trims_commands
+
+    trims_commands(sub)
     return parser
 
 

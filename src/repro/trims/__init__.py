@@ -1,0 +1,1 @@
+"""TrIMS (model sharing for inference): models, model store server, clients, memory monitor."""

@@ -1,0 +1,253 @@
+"""`repro trims ...`: models, server, client run / compare.
+
+Defaults come from the `micro18` section of ~/.carml_config.yml (or --config FILE), as in the
+original tools; flags override them. Keys: base_path, server_socket, server_eviction,
+server_memory_fraction, profile_output_directory.
+"""
+
+import json
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from repro.errors import ReproError
+
+DEFAULTS = {
+    "base_path": "results/trims/models",
+    "server_socket": "/tmp/repro-trims.sock",
+    "server_eviction": "lru",
+    "server_memory_fraction": 0.5,
+    "profile_output_directory": "results/trims/profiles",
+}
+
+
+def load_tool_config(path):
+    """The micro18 section of the tool config, over the defaults."""
+    explicit = path is not None
+    path = Path(path) if explicit else Path.home() / ".carml_config.yml"
+    config = dict(DEFAULTS)
+    if not path.exists():
+        if explicit:
+            raise ReproError(f"--config: {path} does not exist")
+        return config
+    try:
+        section = (yaml.safe_load(path.read_text()) or {}).get("micro18") or {}
+    except yaml.YAMLError as exc:
+        raise ReproError(f"{path}: invalid YAML: {exc}") from None
+    unknown = sorted(set(section) - set(DEFAULTS))
+    if unknown:
+        raise ReproError(f"{path}: unknown micro18 keys {unknown}; expected some of {sorted(DEFAULTS)}")
+    config.update(section)
+    return config
+
+
+def add_commands(sub):
+    trims = sub.add_parser("trims", help="TrIMS model sharing: models, model store server, clients")
+    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client}")
+
+    models = tsub.add_parser("models", help="generate model files (graph + model.params + checksums)")
+    models.add_argument("models", nargs="+", help="model names")
+    models.add_argument("--base-path", help="directory to write <model>/ into")
+    models.add_argument("--seed", type=int, default=0)
+    models.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
+    models.set_defaults(func=_models)
+
+    server = tsub.add_parser("server", help="the model store server")
+    ssub = server.add_subparsers(dest="server_command", required=True, metavar="{run,stop,status}")
+    run = ssub.add_parser("run", help="run the server (in the foreground, or -d to daemonise)")
+    _server_flags(run)
+    run.add_argument("-d", "--daemon", action="store_true", help="start in the background and return once it answers")
+    run.add_argument("--pid-file", help="write the server's pid here")
+    run.add_argument("--log-file", default="trims-server.log", help="the daemon's output (with -d)")
+    run.set_defaults(func=_server_run)
+    stop = ssub.add_parser("stop", help="ask the server to shut down")
+    stop.add_argument("--socket")
+    stop.add_argument("--config")
+    stop.set_defaults(func=_server_stop)
+    status = ssub.add_parser("status", help="print the server's resident models and memory")
+    status.add_argument("--socket")
+    status.add_argument("--config")
+    status.set_defaults(func=_server_status)
+
+    client = tsub.add_parser("client", help="inference clients")
+    csub = client.add_subparsers(dest="client_command", required=True, metavar="{run,compare}")
+    for name, func, text in (("run", _client_run, "run inference requests"),
+                             ("compare", _client_compare, "original, then shared, with the same flags")):
+        parser = csub.add_parser(name, help=text)
+        _client_flags(parser)
+        parser.set_defaults(func=func)
+
+
+def _server_flags(parser):
+    parser.add_argument("--socket", help="Unix socket path")
+    parser.add_argument("--base-path", help="directory holding <model>/model.params")
+    parser.add_argument("--memory-fraction", type=float, help="share of RAM the store may use, in (0, 1]")
+    parser.add_argument("--eviction", choices=["lru", "lfu", "fifo"], help="eviction policy")
+    parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
+
+
+def _client_flags(parser):
+    parser.add_argument("--model", nargs="+", dest="models", help="models to pick from (default: every model under the base path)")
+    parser.add_argument("--distribution", choices=["pareto", "uniform", "exponential", "weibull", "poisson"])
+    parser.add_argument("--distribution-params", nargs="+", type=float, help="the distribution's parameters")
+    parser.add_argument("--iterations", type=int, default=1, help="requests (per model when no distribution)")
+    parser.add_argument("--model-iterations", type=int, default=-1, help="at most this many requests per model (-1: no cap)")
+    parser.add_argument("--concurrent", type=int, default=1, help="requests in flight")
+    parser.add_argument("--eager", action="store_true", help="initialise the runtime before the timed request")
+    parser.add_argument("--eager-async", action="store_true", help="initialise it in the background, overlapped with input preparation")
+    parser.add_argument("--original", action="store_true", help="no sharing: load the model from its file")
+    parser.add_argument("--cold-cache", action="store_true", help="evict model files from the page cache before original requests")
+    parser.add_argument("--profile-output", help="trace directory name under <profile dir>/<hostname>/ (default: the hour)")
+    parser.add_argument("--profile-output-overwrite", action="store_true", help="delete that directory first")
+    parser.add_argument("--experiment-description", default="", help="recorded in every trace")
+    parser.add_argument("--monitor-memory", action="store_true", help="sample GPU (NVML) and store memory every 50 ms")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", help="write per-request results as JSON here")
+    parser.add_argument("--base-path")
+    parser.add_argument("--socket")
+    parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
+
+
+def _setting(args, flag, key):
+    config = load_tool_config(getattr(args, "config", None))
+    value = getattr(args, flag, None)
+    return config[key] if value is None else value
+
+
+def _models(args):
+    from repro.trims.models import generate
+
+    base = Path(_setting(args, "base_path", "base_path"))
+    for name in args.models:
+        manifest = generate(name, base / name, seed=args.seed)
+        print(f"{base / name}: {manifest['params_bytes'] / 1e6:.1f} MB of weights")
+
+
+def _server_run(args):
+    from repro.trims.server import budget_bytes, serve, start_daemon
+
+    socket_path = _setting(args, "socket", "server_socket")
+    base = _setting(args, "base_path", "base_path")
+    fraction = _setting(args, "memory_fraction", "server_memory_fraction")
+    policy = _setting(args, "eviction", "server_eviction")
+    budget = budget_bytes(fraction)
+    if args.daemon:
+        pid_file = args.pid_file or str(Path(socket_path).with_suffix(".pid"))
+        pid = start_daemon(socket_path, base, fraction, policy, pid_file, args.log_file)
+        print(f"model store server pid {pid} on {socket_path} ({policy}, budget {budget >> 20} MiB)")
+        return
+    print(f"model store server on {socket_path} ({policy}, budget {budget >> 20} MiB)", flush=True)
+    serve(socket_path, base, budget, policy, pid_file=args.pid_file)
+
+
+def _server_stop(args):
+    from repro.trims.server import StoreConnection
+
+    StoreConnection(_setting(args, "socket", "server_socket"), timeout=10).request({"op": "shutdown"})
+    print("model store server stopping")
+
+
+def _server_status(args):
+    from repro.trims.server import StoreConnection
+
+    print(json.dumps(StoreConnection(_setting(args, "socket", "server_socket"), timeout=10).request({"op": "status"}), indent=2))
+
+
+def profile_directory(root, name, overwrite):
+    """<root>/<hostname>/<name or YYYY-MM-DD-HH>, emptied first with overwrite."""
+    directory = Path(root) / socket.gethostname() / (name or time.strftime("%Y-%m-%d-%H"))
+    if overwrite and directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _client_setup(args):
+    from repro.trims.client import ClientOptions
+    from repro.trims.workload import plan_requests
+
+    base = Path(_setting(args, "base_path", "base_path"))
+    available = sorted(p.name for p in base.glob("*") if (p / "manifest.json").exists())
+    models = args.models or available
+    unknown = sorted(set(models) - set(available))
+    if unknown:
+        raise ReproError(f"--model: unknown model(s) {unknown}; {base} holds {available or 'no models'}")
+    plan = plan_requests(models, args.iterations, args.distribution, args.distribution_params, args.model_iterations,
+                         args.seed)
+    config = load_tool_config(args.config)
+    options = ClientOptions(base_path=base, socket=Path(_setting(args, "socket", "server_socket")),
+                            eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
+                            experiment_description=args.experiment_description,
+                            run_id=f"{socket.gethostname()}-{int(time.time())}",
+                            extra={"distribution": args.distribution, "distribution_params": args.distribution_params,
+                                   "concurrent": args.concurrent})
+    profile_root = config["profile_output_directory"]
+    return options, plan, profile_root
+
+
+def _run_mode(args, options, plan, profile_root, original, label):
+    from repro.trims.client import Client
+
+    options.original = original
+    options.profile_output = profile_directory(profile_root, args.profile_output and f"{args.profile_output}/{label}"
+                                               or None, args.profile_output_overwrite)
+    store_pid = None
+    if args.monitor_memory and not original:
+        from repro.trims.server import StoreConnection
+
+        store_pid = StoreConnection(options.socket, timeout=10).request({"op": "status"})["pid"]
+    if args.monitor_memory:
+        from repro.trims.monitor import MemoryMonitor
+
+        with MemoryMonitor(store_pid=store_pid) as monitor:
+            results, wall = Client(options).run(plan, args.concurrent)
+        monitor.write(options.profile_output / "memory.csv", options.profile_output / "memory-summary.json")
+    else:
+        results, wall = Client(options).run(plan, args.concurrent)
+    failed = [r for r in results if not r["ok"]]
+    done = [r for r in results if r["ok"]]
+    mean = sum(r["latency_us"] for r in done) / len(done) / 1000 if done else float("nan")
+    print(f"{label}: {len(done)} of {len(results)} requests in {wall:.2f} s ({len(done) / wall:.2f} requests/s), "
+          f"mean latency {mean:.1f} ms; traces in {options.profile_output}")
+    for r in failed:
+        print(f"  FAILED request {r['iteration']} ({r['model']}): {r['error']}", file=sys.stderr)
+    return results, wall, options.profile_output
+
+
+def _finish(args, report, failed):
+    if args.results:
+        from repro.fsutil import write_json
+
+        write_json(args.results, report)
+    if failed:
+        raise ReproError(f"{failed} request(s) failed")
+
+
+def _client_run(args):
+    options, plan, root = _client_setup(args)
+    label = "original" if args.original else "shared"
+    results, wall, where = _run_mode(args, options, plan, root, args.original, label)
+    _finish(args, {label: {"results": results, "wall_s": wall, "traces": str(where)}},
+            sum(not r["ok"] for r in results))
+
+
+def _client_compare(args):
+    from repro.traces import combine
+
+    options, plan, root = _client_setup(args)
+    report, failed = {}, 0
+    for label, original in (("original", True), ("shared", False)):
+        results, wall, where = _run_mode(args, options, plan, root, original, label)
+        report[label] = {"results": results, "wall_s": wall, "traces": str(where)}
+        failed += sum(not r["ok"] for r in results)
+    for model in sorted({m for m, _ in plan}):
+        traces = [Path(r["trace"]) for label in report for r in report[label]["results"] if r["ok"] and r["model"] == model]
+        if traces:
+            out = Path(report["shared"]["traces"]).parent / f"compared-{model}.json"
+            combine(traces, out)
+            print(f"{out}: {len(traces)} requests, original and shared")
+    _finish(args, report, failed)

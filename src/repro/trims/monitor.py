@@ -1,0 +1,119 @@
+"""Memory monitor: NVML samples of every visible GPU, and the model store's host memory.
+
+Samples every 50 ms in a background thread. NVML's PCIe throughput queries block for about
+20 ms each (measured on an H200), so they are read on their own thread at a slower pace and
+the latest value is attached to each sample, keeping the 50 ms interval.
+"""
+
+import csv
+import threading
+import time
+
+import psutil
+
+from repro.fsutil import atomic_path, write_json
+
+FIELDS = ["time_s", "device", "memory_used_bytes", "memory_free_bytes", "gpu_util_percent", "memory_util_percent",
+          "power_mw", "temperature_c", "sm_clock_mhz", "memory_clock_mhz", "pcie_rx_kbps", "pcie_tx_kbps",
+          "processes", "store_rss_bytes"]
+
+
+class MemoryMonitor:
+    def __init__(self, interval_s=0.05, store_pid=None, log=print):
+        self.interval_s, self.store_pid, self.log = interval_s, store_pid, log
+        self.samples, self.devices, self.nvml = [], [], None
+        self._stop = threading.Event()
+        self._pcie = {}
+        self._threads = []
+
+    def _open_nvml(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.devices = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception as exc:  # any NVML failure means: no GPU to watch
+            self.log(f"memory monitor: no NVIDIA driver or GPU available ({exc}); recording host memory only")
+            self.nvml, self.devices = None, []
+
+    def _store_rss(self):
+        if self.store_pid is None:
+            return None
+        try:
+            return psutil.Process(self.store_pid).memory_info().rss
+        except psutil.Error:
+            return None
+
+    def _device_sample(self, index, handle):
+        nv = self.nvml
+        memory = nv.nvmlDeviceGetMemoryInfo(handle)
+        util = nv.nvmlDeviceGetUtilizationRates(handle)
+        rx, tx = self._pcie.get(index, (None, None))
+        return {
+            "device": index, "memory_used_bytes": memory.used, "memory_free_bytes": memory.free,
+            "gpu_util_percent": util.gpu, "memory_util_percent": util.memory,
+            "power_mw": nv.nvmlDeviceGetPowerUsage(handle),
+            "temperature_c": nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU),
+            "sm_clock_mhz": nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM),
+            "memory_clock_mhz": nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM),
+            "pcie_rx_kbps": rx, "pcie_tx_kbps": tx,
+            "processes": len(nv.nvmlDeviceGetComputeRunningProcesses(handle)),
+        }
+
+    def _sample_loop(self):
+        start = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic() - start
+            store = self._store_rss()
+            if self.devices:
+                for index, handle in enumerate(self.devices):
+                    self.samples.append({"time_s": now, **self._device_sample(index, handle), "store_rss_bytes": store})
+            else:
+                self.samples.append({"time_s": now, "device": None, "store_rss_bytes": store})
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - start - now)))
+
+    def _pcie_loop(self):
+        nv = self.nvml
+        while not self._stop.is_set():
+            for index, handle in enumerate(self.devices):
+                self._pcie[index] = (nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_RX_BYTES),
+                                     nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_TX_BYTES))
+            self._stop.wait(0.2)
+
+    def __enter__(self):
+        self._open_nvml()
+        targets = [self._sample_loop] + ([self._pcie_loop] if self.devices else [])
+        self._threads = [threading.Thread(target=t, daemon=True) for t in targets]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        if self.nvml is not None:
+            self.nvml.nvmlShutdown()
+
+    def summary(self):
+        """Peak and average per device (and of the store's RSS)."""
+        result = {"samples": len(self.samples), "interval_s": self.interval_s, "devices": {}}
+        by_device = {}
+        for sample in self.samples:
+            by_device.setdefault(sample["device"], []).append(sample)
+        for device, samples in by_device.items():
+            stats = {}
+            for key in FIELDS[2:]:
+                values = [s[key] for s in samples if s.get(key) is not None]
+                if values:
+                    stats[key] = {"peak": max(values), "average": sum(values) / len(values)}
+            result["devices"]["host" if device is None else str(device)] = stats
+        return result
+
+    def write(self, csv_path, summary_path):
+        with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(self.samples)
+        write_json(summary_path, self.summary())

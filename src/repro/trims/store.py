@@ -1,0 +1,147 @@
+"""The model store: model weights resident in POSIX shared memory, under a memory budget.
+
+A model is loaded once (its checksum verified) and handed to any number of clients, which map the
+same pages instead of reading and copying the weights. Models in use are reference counted and
+never evicted; unused ones are evicted by the chosen policy when a new model needs room.
+"""
+
+import hashlib
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing import shared_memory
+from pathlib import Path
+
+from repro.errors import ReproError
+from repro.trims.models import PARAMS, load_manifest
+
+POLICIES = ("lru", "lfu", "fifo")
+
+
+@dataclass
+class Entry:
+    model: str
+    shm: shared_memory.SharedMemory
+    size: int
+    loaded_at: float
+    last_used: float
+    hits: int = 0
+    refs: int = 0
+    order: int = 0  # load order, for FIFO and for ties
+
+
+@dataclass
+class ModelStore:
+    base_path: Path
+    budget_bytes: int
+    policy: str = "lru"
+    entries: dict = field(default_factory=dict)
+    evictions: int = 0
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    _sequence: itertools.count = field(default_factory=itertools.count)
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ReproError(f"unknown eviction policy {self.policy!r}; expected one of {list(POLICIES)}")
+        self.base_path = Path(self.base_path)
+
+    @property
+    def used_bytes(self):
+        return sum(e.size for e in self.entries.values())
+
+    def _victim(self):
+        unused = [e for e in self.entries.values() if e.refs == 0]
+        if not unused:
+            return None
+        key = {
+            "lru": lambda e: (e.last_used, e.order),
+            "lfu": lambda e: (e.hits, e.last_used, e.order),
+            "fifo": lambda e: e.order,
+        }[self.policy]
+        return min(unused, key=key)
+
+    def _make_room(self, size, model):
+        if size > self.budget_bytes:
+            raise ReproError(f"model {model!r} needs {size >> 20} MiB, more than the store's budget of "
+                             f"{self.budget_bytes >> 20} MiB; run it with --original or raise the budget")
+        while self.used_bytes + size > self.budget_bytes:
+            victim = self._victim()
+            if victim is None:
+                raise ReproError(f"model {model!r} needs {size >> 20} MiB but every resident model is in use "
+                                 f"({self.used_bytes >> 20} of {self.budget_bytes >> 20} MiB); try again later")
+            self._evict(victim)
+
+    def _evict(self, entry):
+        del self.entries[entry.model]
+        entry.shm.close()
+        entry.shm.unlink()
+        self.evictions += 1
+
+    def _load(self, model):
+        directory = self.base_path / model
+        if not (directory / PARAMS).is_file():
+            raise ReproError(f"unknown model {model!r}: no {PARAMS} under {directory}")
+        manifest = load_manifest(directory)
+        size = manifest["params_bytes"]
+        self._make_room(size, model)
+        shm = shared_memory.SharedMemory(create=True, size=max(size, 1))
+        try:
+            digest = hashlib.sha256()
+            with open(directory / PARAMS, "rb") as fh:
+                view, done = shm.buf, 0
+                while done < size:
+                    n = fh.readinto(view[done : done + (8 << 20)])
+                    if not n:
+                        break
+                    digest.update(view[done : done + n])
+                    done += n
+                del view
+            if done != size or digest.hexdigest() != manifest["sha256"][PARAMS]:
+                raise ReproError(f"{directory / PARAMS}: checksum mismatch (expected sha256 "
+                                 f"{manifest['sha256'][PARAMS]}); the model file is corrupt")
+        except BaseException:
+            shm.close()
+            shm.unlink()
+            raise
+        now = time.monotonic()
+        entry = Entry(model, shm, size, now, now, order=next(self._sequence))
+        self.entries[model] = entry
+        return entry
+
+    def acquire(self, model):
+        """Make `model` resident and take a reference; return (shm name, size, was it a hit)."""
+        with self.lock:
+            entry = self.entries.get(model)
+            hit = entry is not None
+            if not hit:
+                entry = self._load(model)
+            entry.refs += 1
+            entry.hits += 1
+            entry.last_used = time.monotonic()
+            return entry.shm.name, entry.size, hit
+
+    def release(self, model):
+        with self.lock:
+            entry = self.entries.get(model)
+            if entry is None or entry.refs == 0:
+                raise ReproError(f"model {model!r} is not held by anyone")
+            entry.refs -= 1
+
+    def status(self):
+        with self.lock:
+            return {
+                "pid": os.getpid(),
+                "policy": self.policy,
+                "budget_bytes": self.budget_bytes,
+                "used_bytes": self.used_bytes,
+                "evictions": self.evictions,
+                "models": {e.model: {"bytes": e.size, "refs": e.refs, "hits": e.hits} for e in self.entries.values()},
+            }
+
+    def close(self):
+        with self.lock:
+            for entry in list(self.entries.values()):
+                entry.refs = 0
+                self._evict(entry)
