@@ -15,6 +15,7 @@ include: "rules/pecan.smk"
 include: "rules/traces.smk"
 include: "rules/costs.smk"
 include: "rules/plots.smk"
+include: "rules/trims.smk"
 
 
 rule all:

@@ -14,6 +14,8 @@ rule cluster_start:
     params:
         backend=BACKEND,
         store=config["trace_store"],
+        trims_server=config["trims"]["server"],
+        trims_base_path=config["trims"]["base_path"],
     shell:
         "repro cluster start --state {output} > {log} 2>&1"
 
@@ -22,16 +24,18 @@ rule cluster_start:
 # and a run that is up to date needs no status at all.
 rule cluster_status:
     input:
-        state=ancient(STATE),
+        state=cluster_state,
         calibration=CALIBRATIONS,
     output:
         temp(STATUS),
     log:
-        f"results/logs/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.log",
+        f"results/logs/cluster/{BACKEND}/status/{{job}}.log",
     conda:
         "../envs/repro.yaml"
+    params:
+        state=STATE,
     shell:
-        "repro cluster status --state {input.state} --calibration {input.calibration} -o {output} > {log} 2>&1"
+        "repro cluster status --state {params.state} --calibration {input.calibration} -o {output} > {log} 2>&1"
 
 
 rule cluster_stop:

@@ -1,5 +1,14 @@
+import os
+import re
+
 from repro.config import check_references
-from repro.workflow import cost_settings, figure_settings, run_settings
+from repro.workflow import (
+    cost_settings,
+    figure_settings,
+    run_settings,
+    trims_client_settings,
+    trims_models,
+)
 
 check_references(config, "config")
 
@@ -10,7 +19,10 @@ PIPELINES = sorted(
 )
 CALIBRATIONS = expand("results/calibration/{pipeline}.json", pipeline=PIPELINES)
 STATE = f"results/cluster/{BACKEND}/state.json"
-STATUS = f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json"
+STATUS = f"results/cluster/{BACKEND}/status/{{job}}.json"
+TRIMS_MODELS = trims_models(config)
+TRIMS_DISTRIBUTIONS = config["trims"]["distributions"]["runs"]
+TRIMS_CONCURRENCY = config["trims"]["distributions"]["concurrency"]
 
 
 wildcard_constraints:
@@ -19,6 +31,17 @@ wildcard_constraints:
     pipeline="resnet|retinanet",
     figure="|".join(config["plots"]["figures"]) or "no-figures",
     backend=BACKEND,
+    job="[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*",
+    model="|".join(re.escape(m) for m in TRIMS_MODELS),
+    distribution="|".join(TRIMS_DISTRIBUTIONS) or "no-distributions",
+    concurrency=r"\d+",
+
+
+def cluster_state(wildcards):
+    """The state file as an input only while it is missing: a cluster restart must not make
+    finished runs look stale, but a job that needs the cluster must wait for cluster_start.
+    """
+    return [] if os.path.exists(STATE) else [STATE]
 
 
 def modes_of(experiment):
@@ -35,6 +58,5 @@ def run_targets():
 
 
 def figure_targets():
-    return expand(
-        "plots/{figure}.{ext}", figure=config["plots"]["figures"], ext=["pdf", "png"]
-    )
+    figures = list(config["plots"]["figures"]) + config["plots"]["trims"]
+    return expand("plots/{figure}.{ext}", figure=figures, ext=["pdf", "png"])

@@ -21,7 +21,8 @@ rule calibrate:
 
 rule run:
     input:
-        status=STATUS,
+        state=cluster_state,
+        status=f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json",
         calibration=CALIBRATIONS,
     output:
         log="results/runs/{experiment}/{mode}/run.log",

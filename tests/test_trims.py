@@ -34,7 +34,7 @@ def models(tmp_path_factory):
 def server(models, tmp_path):
     """A real model store server process, stopped by pid afterwards."""
     sock, pid_file = tmp_path / "store.sock", tmp_path / "store.pid"
-    pid = start_daemon(sock, models, 0.2, "lru", pid_file, tmp_path / "server.log")
+    pid = start_daemon(sock, models, 1 << 30, "lru", pid_file, tmp_path / "server.log")
     yield sock, pid
     try:
         os.kill(pid, signal.SIGTERM)
@@ -102,9 +102,9 @@ def test_eviction_policies(tmp_path, policy, evicted):
 
 
 def test_models_in_use_are_never_evicted_and_oversized_models_refused(tmp_path):
-    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600, "big": 2000}), 1000, "lru")
+    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600, "big": 2000}), 1000, "lru", wait_s=0.2)
     store.acquire("a")
-    with pytest.raises(ReproError, match="every resident model is in use"):
+    with pytest.raises(ReproError, match="every resident model stayed in use"):
         store.acquire("b")
     assert "a" in store.entries
     store.release("a")
@@ -113,6 +113,18 @@ def test_models_in_use_are_never_evicted_and_oversized_models_refused(tmp_path):
         store.acquire("big")
     with pytest.raises(ReproError, match="unknown model 'zzz'"):
         store.acquire("zzz")
+    store.close()
+
+
+def test_a_load_waits_for_a_model_in_use_to_be_released(tmp_path):
+    import threading
+
+    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, "lru", wait_s=10)
+    store.acquire("a")
+    threading.Timer(0.3, store.release, ["a"]).start()
+    started = time.monotonic()
+    assert store.acquire("b")[2] is False
+    assert time.monotonic() - started >= 0.25 and "a" not in store.entries
     store.close()
 
 

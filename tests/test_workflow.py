@@ -17,7 +17,15 @@ pytestmark = pytest.mark.workflow
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
-TINY = {"calibration": {"elements": 2, "repeats": 1}}
+TINY = {
+    "calibration": {"elements": 2, "repeats": 1},
+    "trims": {
+        "models": {"small": ["squeezenet_1.1", "resnet18_v1"]},
+        "server": {"memory_mb": 50},  # less than both models together: evictions happen
+        "compare": {"iterations": 2},
+        "distributions": {"iterations": 6, "concurrency": [1, 2], "runs": {"pareto": [1, 1.5]}},
+    },
+}
 
 
 def snakemake(workdir, *args, check=True, timeout=300):
@@ -58,14 +66,11 @@ def write_config(workdir, overrides):
     (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
 
 
-def stop_dispatcher(workdir):
+def stop_cluster(workdir):
     state = workdir / "results" / "cluster" / "local" / "state.json"
     if state.exists():
-        pid = json.loads(state.read_text())["pid"]
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(state)],
+                       capture_output=True, timeout=60)
 
 
 @pytest.fixture
@@ -76,7 +81,7 @@ def workdir(tmp_path):
         (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / item)
     write_config(tmp_path, {})
     yield tmp_path
-    stop_dispatcher(tmp_path)
+    stop_cluster(tmp_path)
 
 
 @pytest.fixture
@@ -89,12 +94,13 @@ def test_dry_run_shows_the_whole_chain(workdir):
     jobs = planned_jobs(workdir)
     rules = {job.split("[")[0] for job in jobs}
     assert rules == {"all", "calibrate", "cluster_start", "cluster_status", "run", "download_traces", "combine",
-                     "summarize", "costs", "plot", "provenance"}
+                     "summarize", "costs", "plot", "provenance", "trims_generate", "trims_fetch", "trims_compare",
+                     "trims_distribution", "trims_combine", "trims_summary", "trims_plot"}
     assert sum(job.startswith("run[") for job in jobs) == 7  # 1 + 3 + 3 experiment x mode runs
 
 
 def test_full_run_then_nothing_to_do(built):
-    for figure in ("Getting_started", "fig8_ResNet50_v2-8", "RetinaNet"):
+    for figure in ("Getting_started", "fig8_ResNet50_v2-8", "RetinaNet", "trims_model_load", "trims_distributions"):
         for ext in ("pdf", "png"):
             assert (built / "plots" / f"{figure}.{ext}").stat().st_size > 1000
     table = (built / "results" / "tables" / "ResNet50_v2-8.csv").read_text().splitlines()
@@ -104,7 +110,11 @@ def test_full_run_then_nothing_to_do(built):
     assert {g["group"]["mode"] for g in summary["groups"]} == {"collocated", "cachew", "pecan"}
     combined = json.loads((built / "results" / "traces" / "ResNet50_v2-8" / "combined.json").read_text())
     assert len(combined["otherData"]["inputs"]) == 3
-    assert not list((built / "results" / "cluster" / "local").rglob("status/*/*.json"))  # temp(): removed after use
+    assert not list((built / "results" / "cluster" / "local" / "status").rglob("*.json"))  # temp(): removed after use
+    trims = json.loads((built / "results" / "summary" / "trims.json").read_text())
+    assert {r["model"] for r in trims["compare"]} == {"squeezenet_1.1", "resnet18_v1"}
+    assert all(r["original_load_ms"] > r["shared_load_ms"] for r in trims["compare"])
+    assert {(r["distribution"], r["concurrency"]) for r in trims["distributions"]} == {("pareto", 1), ("pareto", 2)}
     assert planned_jobs(built) == []
 
 
@@ -112,7 +122,7 @@ def test_changing_a_mode_parameter_reruns_that_mode_and_downstream_only(built):
     write_config(built, {"pecan": {"modes": {"pecan": {"epochs": 3}}}})
     jobs = planned_jobs(built)
     assert jobs == sorted([
-        "all", "cluster_status[ResNet50_v2-8,pecan]", "cluster_status[RetinaNet,pecan]",
+        "all", "cluster_status[ResNet50_v2-8/pecan]", "cluster_status[RetinaNet/pecan]",
         "run[ResNet50_v2-8,pecan]", "run[RetinaNet,pecan]",
         "download_traces[ResNet50_v2-8,pecan]", "download_traces[RetinaNet,pecan]",
         "combine[ResNet50_v2-8]", "combine[RetinaNet]", "summarize[ResNet50_v2-8]", "summarize[RetinaNet]",
@@ -122,13 +132,14 @@ def test_changing_a_mode_parameter_reruns_that_mode_and_downstream_only(built):
 
 def test_changing_plot_style_reruns_only_plotting(built):
     write_config(built, {"plots": {"style": {"font_size": 11}}})
-    assert planned_jobs(built) == ["all", "plot[Getting_started]", "plot[RetinaNet]", "plot[fig8_ResNet50_v2-8]"]
+    assert planned_jobs(built) == ["all", "plot[Getting_started]", "plot[RetinaNet]", "plot[fig8_ResNet50_v2-8]",
+                                   "trims_plot[trims_distributions]", "trims_plot[trims_model_load]"]
 
 
 def test_deleting_a_run_recomputes_that_run_and_downstream(built):
     shutil.rmtree(built / "results" / "runs" / "Getting_started")
     jobs = planned_jobs(built)
-    assert jobs == sorted(["all", "cluster_status[Getting_started,short]", "run[Getting_started,short]", "download_traces[Getting_started,short]",
+    assert jobs == sorted(["all", "cluster_status[Getting_started/short]", "run[Getting_started,short]", "download_traces[Getting_started,short]",
                            "combine[Getting_started]", "summarize[Getting_started]", "costs[Getting_started]",
                            "plot[Getting_started]"])
     snakemake(built)

@@ -55,6 +55,20 @@ def check_references(config, source="config"):
         for mode in exp["modes"]:
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
+    from repro.trims.models import ARCHITECTURES
+    from repro.trims.workload import distribution
+
+    trims = config["trims"]
+    for model_set, models in trims["models"].items():
+        unknown = sorted(set(models) - set(ARCHITECTURES))
+        if unknown:
+            raise ReproError(f"{source}: trims.models.{model_set}: unknown model(s) {unknown}; "
+                             f"expected some of {sorted(ARCHITECTURES)}")
+    for name, params in trims.get("distributions", {}).get("runs", {}).items():
+        try:
+            distribution(name, params)
+        except ReproError as exc:
+            raise ReproError(f"{source}: trims.distributions.runs.{name}: {exc}") from None
     for name, figure in config.get("plots", {}).get("figures", {}).items():
         if figure["experiment"] not in pecan["experiments"]:
             raise ReproError(f"{source}: plots.figures.{name}.experiment: unknown experiment {figure['experiment']!r}")

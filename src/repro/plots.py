@@ -67,6 +67,10 @@ def plot_costs(table, outputs, title, caption, style, reference=None):
     ax.set_axisbelow(True)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper right", frameon=False)
+    _save(fig, outputs, caption, style)
+
+
+def _save(fig, outputs, caption, style):
     wrapped = textwrap.fill(caption, width=int(style["width_in"] * 19))
     fig.text(0.01, 0.01, wrapped, fontsize=max(5, style["font_size"] - 3), ha="left", va="bottom", style="italic")
     fig.tight_layout(rect=(0, 0.03 + 0.035 * wrapped.count("\n") + 0.04, 1, 1))
@@ -74,3 +78,58 @@ def plot_costs(table, outputs, title, caption, style, reference=None):
         with atomic_path(output) as tmp:
             fig.savefig(tmp, format=str(output).rsplit(".", 1)[-1], dpi=style["dpi"])
     plt.close(fig)
+
+
+def plot_model_load(rows, outputs, caption, style):
+    """Per-model latency, original vs shared, log scale, with the speedup over each pair."""
+    if not rows:
+        raise ReproError("no TrIMS compare results to plot")
+    plt.rcParams.update({"font.size": style["font_size"]})
+    fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["original_latency_ms"] for r in rows], 0.4, label="original (cold load)",
+           color="#1f77b4", edgecolor="black", linewidth=0.5)
+    ax.bar([x + 0.2 for x in xs], [r["shared_latency_ms"] for r in rows], 0.4, label="shared (model store)",
+           color="#8c564b", edgecolor="black", linewidth=0.5)
+    for x, r in zip(xs, rows):
+        top = max(r["original_latency_ms"], r["shared_latency_ms"])
+        ax.text(x, top * 1.15, f"{r['speedup']:.1f}x", ha="center", va="bottom", fontweight="bold")
+    ax.set_yscale("log")
+    ax.set_ylim(top=max(r["original_latency_ms"] for r in rows) * 4)
+    ax.set_xticks(list(xs), [r["model"] for r in rows], rotation=20, ha="right")
+    ax.set_ylabel("End-to-end latency per request (ms)")
+    ax.set_title("TrIMS: model loading, original vs shared")
+    ax.legend(frameon=False, loc="upper left")
+    ax.grid(axis="y", alpha=0.3, which="both")
+    ax.set_axisbelow(True)
+    _save(fig, outputs, caption, style)
+
+
+def plot_distributions(rows, outputs, caption, style):
+    """Latency percentiles and store hit rate against concurrency, one line per distribution."""
+    if not rows:
+        raise ReproError("no TrIMS distribution results to plot")
+    plt.rcParams.update({"font.size": style["font_size"]})
+    fig, (lat, hit) = plt.subplots(1, 2, figsize=(style["width_in"] * 1.6, style["height_in"]))
+    names = sorted({r["distribution"] for r in rows})
+    colors = plt.get_cmap("tab10")
+    for i, name in enumerate(names):
+        mine = sorted((r for r in rows if r["distribution"] == name), key=lambda r: r["concurrency"])
+        conc = [r["concurrency"] for r in mine]
+        for key, dash in (("p50_ms", "-"), ("p90_ms", "--"), ("p99_ms", ":")):
+            lat.plot(conc, [r[key] for r in mine], dash, marker="o", color=colors(i),
+                     label=f"{name} {key[:-3]}")
+        hit.plot(conc, [r["hit_rate"] for r in mine], "-", marker="s", color=colors(i), label=name)
+    lat.set_xlabel("Concurrent requests")
+    lat.set_ylabel("Latency (ms)")
+    lat.set_yscale("log")
+    lat.legend(frameon=False, fontsize=max(5, style["font_size"] - 3), ncol=len(names))
+    hit.set_xlabel("Concurrent requests")
+    hit.set_ylabel("Model store hit rate")
+    hit.set_ylim(0, 1.05)
+    hit.legend(frameon=False)
+    for axis in (lat, hit):
+        axis.grid(alpha=0.3)
+        axis.set_xticks(sorted({r["concurrency"] for r in rows}))
+    fig.suptitle("TrIMS: request distributions and concurrency (shared mode)")
+    _save(fig, outputs, caption, style)

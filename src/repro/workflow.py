@@ -54,3 +54,17 @@ def caption(backend, preset, calibrations):
     if backend == "local":
         return f"local model (backend=local, calibration={preset}; pipelines measured on {where}); triangles: the artifact's reference values"
     return f"backend={backend}, calibration={preset}"
+
+
+def trims_models(config):
+    """The models of the selected TrIMS model set."""
+    trims = config["trims"]
+    return trims["models"][trims["model_set"]]
+
+
+def trims_client_settings(config, experiment):
+    """What a TrIMS client run reads: client flags, seed and the experiment's request counts."""
+    trims = config["trims"]
+    settings = {**trims["client"], "seed": trims["seed"]}
+    settings["iterations"] = trims[experiment]["iterations"]
+    return settings

@@ -49,6 +49,16 @@ def _healthy(state):
         return False
 
 
+def _store_answers(state):
+    from repro.trims.server import StoreConnection
+
+    try:
+        StoreConnection(state["trims"]["socket"], timeout=2).request({"op": "status"})
+        return True
+    except (ReproError, KeyError):
+        return False
+
+
 def start(config, state_path):
     """Start the dispatcher unless the one recorded in state_path still answers; write the state."""
     state_path = Path(state_path)
@@ -57,7 +67,7 @@ def start(config, state_path):
             state = json.loads(state_path.read_text())
         except ValueError:
             state = {}
-        if state and _healthy(state):
+        if state and _healthy(state) and _store_answers(state):
             state["reused"] = True
             write_json(state_path, state)
             return state
@@ -78,8 +88,22 @@ def start(config, state_path):
     ready.unlink()
     state = {"backend": "local", "pid": proc.pid, "port": port, "trace_store": str(store.resolve()),
              "started_at": time.time(), "reused": False}
+    state["trims"] = _start_model_store(config["trims"], state_path)
     write_json(state_path, state)
     return state
+
+
+def _start_model_store(trims, state_path):
+    """The TrIMS model store server, on a socket beside the state file."""
+    from repro.trims.server import budget_bytes, start_daemon
+
+    socket_path = state_path.with_name("trims.sock").resolve()
+    base = Path(trims["base_path"]).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    server = trims["server"]
+    pid = start_daemon(socket_path, base, budget_bytes(megabytes=server["memory_mb"]), server["eviction"],
+                       state_path.with_name("trims.pid"), state_path.with_name("trims-server.log"))
+    return {"pid": pid, "socket": str(socket_path), "base_path": str(base), **server}
 
 
 def status(state, calibration_paths=()):
@@ -96,6 +120,9 @@ def status(state, calibration_paths=()):
         check(f"dispatcher answers on 127.0.0.1:{state['port']}", answer.get("ok") is True, f"unexpected answer {answer}")
     except (OSError, ValueError) as exc:
         check(f"dispatcher answers on 127.0.0.1:{state.get('port')}", False, str(exc))
+    trims = state.get("trims", {})
+    check(f"model store server answers on {trims.get('socket')}", _store_answers(state),
+          "not running; restart it with `snakemake cluster_start --forcerun cluster_start`")
     store = Path(state.get("trace_store", ""))
     check(f"trace store {store} writable", store.is_dir() and os.access(store, os.W_OK), "missing or read-only")
     free = shutil.disk_usage(store if store.is_dir() else ".").free
@@ -106,7 +133,12 @@ def status(state, calibration_paths=()):
 
 
 def stop(state):
-    pid = state.get("pid")
+    for pid in (state.get("trims", {}).get("pid"), state.get("pid")):
+        _terminate(pid)
+    return {"stopped": [state.get("pid"), state.get("trims", {}).get("pid")]}
+
+
+def _terminate(pid):
     if pid and _pid_alive(pid):
         os.kill(pid, signal.SIGTERM)
         for _ in range(100):
@@ -115,7 +147,6 @@ def stop(state):
             time.sleep(0.05)
         else:
             os.kill(pid, signal.SIGKILL)
-    return {"stopped": pid}
 
 
 class _Dispatcher(BaseHTTPRequestHandler):

@@ -86,6 +86,7 @@ def _server_flags(parser):
     parser.add_argument("--socket", help="Unix socket path")
     parser.add_argument("--base-path", help="directory holding <model>/model.params")
     parser.add_argument("--memory-fraction", type=float, help="share of RAM the store may use, in (0, 1]")
+    parser.add_argument("--memory-mb", type=int, help="the store's budget in MiB (instead of --memory-fraction)")
     parser.add_argument("--eviction", choices=["lru", "lfu", "fifo"], help="eviction policy")
     parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
 
@@ -134,10 +135,10 @@ def _server_run(args):
     base = _setting(args, "base_path", "base_path")
     fraction = _setting(args, "memory_fraction", "server_memory_fraction")
     policy = _setting(args, "eviction", "server_eviction")
-    budget = budget_bytes(fraction)
+    budget = budget_bytes(fraction, args.memory_mb)
     if args.daemon:
         pid_file = args.pid_file or str(Path(socket_path).with_suffix(".pid"))
-        pid = start_daemon(socket_path, base, fraction, policy, pid_file, args.log_file)
+        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file)
         print(f"model store server pid {pid} on {socket_path} ({policy}, budget {budget >> 20} MiB)")
         return
     print(f"model store server on {socket_path} ({policy}, budget {budget >> 20} MiB)", flush=True)

@@ -1,7 +1,8 @@
 """The model store server: answers over a Unix socket, one JSON object per line each way.
 
 Requests: {"op": "acquire", "model": M} -> {"ok": true, "shm": NAME, "size": N, "hit": bool};
-{"op": "release", "model": M}; {"op": "status"}; {"op": "shutdown"}. References a connection
+{"op": "release", "model": M}; {"op": "status"}; {"op": "flush"} (evict every model not in use);
+{"op": "shutdown"}. References a connection
 holds are released when it closes, so a crashed client never pins a model.
 """
 
@@ -59,6 +60,9 @@ class _Handler(socketserver.StreamRequestHandler):
             status = store.status()
             status["rss_bytes"] = psutil.Process().memory_info().rss
             return {"ok": True, **status}
+        if op == "flush":
+            store.flush()
+            return {"ok": True}
         if op == "shutdown":
             return {"ok": True}
         raise ReproError(f"unknown op {op!r}")
@@ -68,8 +72,12 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
-def budget_bytes(fraction):
-    """The store's budget: a fraction of this machine's RAM."""
+def budget_bytes(fraction=None, megabytes=None):
+    """The store's budget: megabytes if given, else a fraction of this machine's RAM."""
+    if megabytes is not None:
+        if megabytes <= 0:
+            raise ReproError(f"--memory-mb must be positive, got {megabytes}")
+        return int(megabytes) << 20
     if not 0 < fraction <= 1:
         raise ReproError(f"--memory-fraction must be in (0, 1], got {fraction}")
     return int(psutil.virtual_memory().total * fraction)
@@ -107,10 +115,10 @@ def _answers(socket_path):
         return False
 
 
-def start_daemon(socket_path, base_path, fraction, policy, pid_file, log_file):
-    """Start the server in its own session; return its pid once it answers."""
+def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file):
+    """Start the server in its own session; return its pid once it answers. budget: bytes."""
     cmd = [sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket", str(socket_path),
-           "--base-path", str(base_path), "--memory-fraction", str(fraction), "--eviction", policy,
+           "--base-path", str(base_path), "--memory-mb", str(max(1, budget >> 20)), "--eviction", policy,
            "--pid-file", str(pid_file)]
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)

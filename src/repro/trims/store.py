@@ -39,13 +39,16 @@ class ModelStore:
     policy: str = "lru"
     entries: dict = field(default_factory=dict)
     evictions: int = 0
+    wait_s: float = 60.0  # how long a load waits for models in use to be released
     lock: threading.RLock = field(default_factory=threading.RLock)
+    freed: threading.Condition = None
     _sequence: itertools.count = field(default_factory=itertools.count)
 
     def __post_init__(self):
         if self.policy not in POLICIES:
             raise ReproError(f"unknown eviction policy {self.policy!r}; expected one of {list(POLICIES)}")
         self.base_path = Path(self.base_path)
+        self.freed = threading.Condition(self.lock)
 
     @property
     def used_bytes(self):
@@ -66,12 +69,14 @@ class ModelStore:
         if size > self.budget_bytes:
             raise ReproError(f"model {model!r} needs {size >> 20} MiB, more than the store's budget of "
                              f"{self.budget_bytes >> 20} MiB; run it with --original or raise the budget")
+        deadline = time.monotonic() + self.wait_s
         while self.used_bytes + size > self.budget_bytes:
             victim = self._victim()
-            if victim is None:
-                raise ReproError(f"model {model!r} needs {size >> 20} MiB but every resident model is in use "
-                                 f"({self.used_bytes >> 20} of {self.budget_bytes >> 20} MiB); try again later")
-            self._evict(victim)
+            if victim is not None:
+                self._evict(victim)
+            elif not self.freed.wait(timeout=max(0.0, deadline - time.monotonic())):
+                raise ReproError(f"model {model!r} needs {size >> 20} MiB but every resident model stayed in use "
+                                 f"for {self.wait_s:.0f} s ({self.used_bytes >> 20} of {self.budget_bytes >> 20} MiB)")
 
     def _evict(self, entry):
         del self.entries[entry.model]
@@ -85,7 +90,9 @@ class ModelStore:
             raise ReproError(f"unknown model {model!r}: no {PARAMS} under {directory}")
         manifest = load_manifest(directory)
         size = manifest["params_bytes"]
-        self._make_room(size, model)
+        self._make_room(size, model)  # may wait, releasing the lock: another client may load it meanwhile
+        if model in self.entries:
+            return self.entries[model]
         shm = shared_memory.SharedMemory(create=True, size=max(size, 1))
         try:
             digest = hashlib.sha256()
@@ -128,6 +135,14 @@ class ModelStore:
             if entry is None or entry.refs == 0:
                 raise ReproError(f"model {model!r} is not held by anyone")
             entry.refs -= 1
+            if entry.refs == 0:
+                self.freed.notify_all()
+
+    def flush(self):
+        """Evict every model not in use (so an experiment starts from an empty store)."""
+        with self.lock:
+            for entry in [e for e in self.entries.values() if e.refs == 0]:
+                self._evict(entry)
 
     def status(self):
         with self.lock:

@@ -1,0 +1,141 @@
+rule trims_generate:
+    output:
+        f"{config['trims']['asset_store']}/{{model}}/manifest.json",
+    log:
+        "results/logs/trims/generate/{model}.log",
+    conda:
+        "../envs/repro.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    params:
+        seed=config["trims"]["seed"],
+        assets=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
+    shell:
+        "repro trims models {wildcards.model} --seed {params.seed}"
+        " --base-path {params.assets} > {log} 2>&1"
+
+
+rule trims_fetch:
+    input:
+        f"{config['trims']['asset_store']}/{{model}}/manifest.json",
+    output:
+        f"{config['trims']['base_path']}/{{model}}/manifest.json",
+    log:
+        "results/logs/trims/fetch/{model}.log",
+    conda:
+        "../envs/repro.yaml"
+    script:
+        "../workflow/scripts/trims_fetch.py"
+
+
+# TrIMS runs measure latency: each takes every core so no other job disturbs it.
+rule trims_compare:
+    input:
+        state=cluster_state,
+        status=f"results/cluster/{BACKEND}/status/trims/compare-{{model}}.json",
+        model=f"{config['trims']['base_path']}/{{model}}/manifest.json",
+    output:
+        "results/trims/runs/compare/{model}/report.json",
+    log:
+        "results/logs/trims/compare/{model}.log",
+    benchmark:
+        "results/benchmarks/trims/compare/{model}.tsv"
+    conda:
+        "../envs/repro.yaml"
+    threads: workflow.cores
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    params:
+        settings=lambda wildcards: trims_client_settings(config, "compare"),
+        state=STATE,
+    script:
+        "../workflow/scripts/trims_run.py"
+
+
+rule trims_distribution:
+    input:
+        state=cluster_state,
+        status=f"results/cluster/{BACKEND}/status/trims/{{distribution}}-c{{concurrency}}.json",
+        models=expand(
+            "{base}/{model}/manifest.json",
+            base=config["trims"]["base_path"],
+            model=TRIMS_MODELS,
+        ),
+    output:
+        "results/trims/runs/distribution/{distribution}-c{concurrency}/report.json",
+    log:
+        "results/logs/trims/distribution/{distribution}-c{concurrency}.log",
+    benchmark:
+        "results/benchmarks/trims/distribution/{distribution}-c{concurrency}.tsv"
+    conda:
+        "../envs/repro.yaml"
+    threads: workflow.cores
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    params:
+        settings=lambda wildcards: trims_client_settings(config, "distributions"),
+        params=lambda wildcards: TRIMS_DISTRIBUTIONS[wildcards.distribution],
+        models=TRIMS_MODELS,
+        state=STATE,
+    script:
+        "../workflow/scripts/trims_run.py"
+
+
+rule trims_combine:
+    input:
+        "results/trims/runs/compare/{model}/report.json",
+    output:
+        "results/traces/trims/compared-{model}.json",
+    log:
+        "results/logs/trims/combine/{model}.log",
+    conda:
+        "../envs/repro.yaml"
+    shell:
+        "repro trace combine $(dirname {input})/traces/original $(dirname {input})/traces/shared"
+        " -o {output} > {log} 2>&1"
+
+
+rule trims_summary:
+    input:
+        compare=expand(
+            "results/trims/runs/compare/{model}/report.json", model=TRIMS_MODELS
+        ),
+        combined=expand(
+            "results/traces/trims/compared-{model}.json", model=TRIMS_MODELS
+        ),
+        distributions=expand(
+            "results/trims/runs/distribution/{distribution}-c{concurrency}/report.json",
+            distribution=TRIMS_DISTRIBUTIONS,
+            concurrency=TRIMS_CONCURRENCY,
+        ),
+    output:
+        report("results/summary/trims.json", category="TrIMS"),
+    log:
+        "results/logs/trims/summary.log",
+    conda:
+        "../envs/repro.yaml"
+    script:
+        "../workflow/scripts/trims_summary.py"
+
+
+rule trims_plot:
+    input:
+        "results/summary/trims.json",
+    output:
+        pdf="plots/{figure}.pdf",
+        png=report(
+            "plots/{figure}.png", category="Figures", labels={"figure": "{figure}"}
+        ),
+    log:
+        "results/logs/plot/{figure}.log",
+    wildcard_constraints:
+        figure="trims_model_load|trims_distributions",
+    conda:
+        "../envs/repro.yaml"
+    params:
+        style=config["plots"]["style"],
+    script:
+        "../workflow/scripts/trims_plot.py"

@@ -1,0 +1,136 @@
+"""The TrIMS experiments the workflow runs, and the numbers their figures show.
+
+compare: per model, `iterations` requests in original mode, then as many in shared mode.
+distributions: shared-mode clients whose requests follow a popularity distribution, at several
+concurrency levels, against a store whose budget is smaller than the model set (so the
+distribution decides what stays resident).
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from repro.errors import ReproError
+from repro.fsutil import atomic_path, write_json
+from repro.trims.client import Client, ClientOptions
+from repro.trims.models import load_manifest, sha256_file
+from repro.trims.server import StoreConnection
+from repro.trims.workload import plan_requests
+
+LOAD_PHASES = ("read_params", "load_model", "create_prediction")
+
+
+def fetch_model(asset_dir, base_path):
+    """Copy a model from the asset store into the base path, verifying every file's checksum."""
+    manifest = load_manifest(asset_dir)
+    target = Path(base_path)
+    target.mkdir(parents=True, exist_ok=True)
+    for name, expected in manifest["sha256"].items():
+        with atomic_path(target / name) as tmp:
+            shutil.copyfile(Path(asset_dir) / name, tmp)
+            if sha256_file(tmp) != expected:
+                raise ReproError(f"{Path(asset_dir) / name}: checksum mismatch while fetching (expected sha256 {expected})")
+    write_json(target / "manifest.json", manifest)
+    return manifest
+
+
+def _client(base_path, socket_path, traces, original, settings, extra):
+    return Client(ClientOptions(base_path=Path(base_path), socket=Path(socket_path), original=original,
+                                eager=settings["eager"], eager_async=settings["eager_async"],
+                                cold_cache=settings["cold_cache"], profile_output=Path(traces),
+                                experiment_description=extra.get("experiment", ""), run_id=extra.get("run_id", ""),
+                                extra=extra))
+
+
+def _failed(results, what):
+    failed = [r for r in results if not r["ok"]]
+    if failed:
+        raise ReproError(f"{what}: {len(failed)} request(s) failed, first: request {failed[0]['iteration']} "
+                         f"({failed[0]['model']}): {failed[0]['error']}")
+
+
+def run_compare(model, settings, base_path, socket_path, out_dir):
+    """Original then shared requests of one model; return the report (also written to out_dir/report.json)."""
+    out_dir = Path(out_dir)
+    report = {"experiment": "compare", "model": model, "modes": {}}
+    for mode, original in (("original", True), ("shared", False)):
+        traces = out_dir / "traces" / mode
+        if traces.exists():
+            shutil.rmtree(traces)
+        client = _client(base_path, socket_path, traces, original, settings,
+                         {"experiment": "compare", "run_id": f"compare-{model}-{mode}"})
+        plan = [(model, i) for i in range(settings["iterations"])]
+        results, wall = client.run(plan, 1)
+        _failed(results, f"compare {model} ({mode})")
+        report["modes"][mode] = {"results": results, "wall_s": wall}
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def run_distribution(name, params, concurrency, settings, models, base_path, socket_path, out_dir):
+    """Shared-mode requests following a popularity distribution at one concurrency level."""
+    out_dir = Path(out_dir)
+    traces = out_dir / "traces"
+    if traces.exists():
+        shutil.rmtree(traces)
+    plan = plan_requests(models, settings["iterations"], name, params, seed=settings["seed"])
+    connection = StoreConnection(socket_path, timeout=30)
+    connection.request({"op": "flush"})  # every run starts from an empty store
+    before = connection.request({"op": "status"})
+    client = _client(base_path, socket_path, traces, False, settings,
+                     {"experiment": "distribution", "run_id": f"{name}-c{concurrency}", "distribution": name,
+                      "distribution_params": params, "concurrent": concurrency})
+    results, wall = client.run(plan, concurrency)
+    _failed(results, f"distribution {name} at concurrency {concurrency}")
+    after = connection.request({"op": "status"})
+    connection.close()
+    report = {"experiment": "distribution", "distribution": name, "params": params, "concurrency": concurrency,
+              "results": results, "wall_s": wall, "evictions": after["evictions"] - before["evictions"]}
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _trace_phases(trace_path):
+    """Durations (us) of the phases of one request trace, keyed by event name."""
+    events = json.loads(Path(trace_path).read_text())["traceEvents"]
+    open_at, durations = {}, {}
+    for event in events:
+        if event["ph"] == "B":
+            open_at[event["name"]] = event["ts"]
+        elif event["ph"] == "E" and event["name"] in open_at:
+            durations[event["name"]] = durations.get(event["name"], 0) + event["ts"] - open_at.pop(event["name"])
+    return durations
+
+
+def compare_table(reports):
+    """Per model and mode: median end-to-end latency and median model-loading latency, in ms."""
+    rows = []
+    for report in reports:
+        row = {"model": report["model"]}
+        for mode, data in report["modes"].items():
+            # the first shared request loads the model into the store: steady state excludes it
+            results = data["results"][1:] if mode == "shared" and len(data["results"]) > 1 else data["results"]
+            phases = [_trace_phases(r["trace"]) for r in results]
+            row[f"{mode}_latency_ms"] = float(np.median([r["latency_us"] for r in results])) / 1000
+            row[f"{mode}_load_ms"] = float(np.median([sum(p.get(k, 0) for k in LOAD_PHASES) for p in phases])) / 1000
+        row["speedup"] = row["original_latency_ms"] / row["shared_latency_ms"]
+        row["load_speedup"] = row["original_load_ms"] / row["shared_load_ms"]
+        rows.append(row)
+    return rows
+
+
+def distribution_table(reports):
+    """Per distribution and concurrency: latency percentiles (ms), requests/s and store hit rate."""
+    rows = []
+    for report in reports:
+        latencies = np.array([r["latency_us"] for r in report["results"]]) / 1000
+        hits = [r["hit"] for r in report["results"]]
+        rows.append({
+            "distribution": report["distribution"], "concurrency": report["concurrency"],
+            "p50_ms": float(np.percentile(latencies, 50)), "p90_ms": float(np.percentile(latencies, 90)),
+            "p99_ms": float(np.percentile(latencies, 99)), "requests_per_s": len(latencies) / report["wall_s"],
+            "hit_rate": sum(bool(h) for h in hits) / len(hits), "evictions": report["evictions"],
+        })
+    return sorted(rows, key=lambda r: (r["distribution"], r["concurrency"]))
