@@ -21,10 +21,11 @@ rule cluster_start:
 
 
 # One temp() status file per run: the checks run again whenever that run has to execute,
-# and a run that is up to date needs no status at all.
+# and a run that is up to date needs no status at all. ancient(): restarting the cluster
+# (a newer state file) does not make finished runs look stale.
 rule cluster_status:
     input:
-        state=cluster_state,
+        state=ancient(STATE),
         calibration=CALIBRATIONS,
     output:
         temp(STATUS),

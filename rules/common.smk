@@ -1,4 +1,3 @@
-import os
 import re
 
 from repro.config import check_references
@@ -35,13 +34,6 @@ wildcard_constraints:
     model="|".join(re.escape(m) for m in TRIMS_MODELS),
     distribution="|".join(TRIMS_DISTRIBUTIONS) or "no-distributions",
     concurrency=r"\d+",
-
-
-def cluster_state(wildcards):
-    """The state file as an input only while it is missing: a cluster restart must not make
-    finished runs look stale, but a job that needs the cluster must wait for cluster_start.
-    """
-    return [] if os.path.exists(STATE) else [STATE]
 
 
 def modes_of(experiment):

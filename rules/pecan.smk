@@ -21,7 +21,7 @@ rule calibrate:
 
 rule run:
     input:
-        state=cluster_state,
+        state=ancient(STATE),
         status=f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json",
         calibration=CALIBRATIONS,
     output:

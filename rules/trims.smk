@@ -32,7 +32,7 @@ rule trims_fetch:
 # TrIMS runs measure latency: each takes every core so no other job disturbs it.
 rule trims_compare:
     input:
-        state=cluster_state,
+        state=ancient(STATE),
         status=f"results/cluster/{BACKEND}/status/trims/compare-{{model}}.json",
         model=f"{config['trims']['base_path']}/{{model}}/manifest.json",
     output:
@@ -56,7 +56,7 @@ rule trims_compare:
 
 rule trims_distribution:
     input:
-        state=cluster_state,
+        state=ancient(STATE),
         status=f"results/cluster/{BACKEND}/status/trims/{{distribution}}-c{{concurrency}}.json",
         models=expand(
             "{base}/{model}/manifest.json",

@@ -23,7 +23,7 @@ TINY = {
         "models": {"small": ["squeezenet_1.1", "resnet18_v1"]},
         "server": {"memory_mb": 50},  # less than both models together: evictions happen
         "compare": {"iterations": 2},
-        "distributions": {"iterations": 6, "concurrency": [1, 2], "runs": {"pareto": [1, 1.5]}},
+        "distributions": {"iterations": 6, "concurrency": [1, 2]},
     },
 }
 
@@ -114,7 +114,8 @@ def test_full_run_then_nothing_to_do(built):
     trims = json.loads((built / "results" / "summary" / "trims.json").read_text())
     assert {r["model"] for r in trims["compare"]} == {"squeezenet_1.1", "resnet18_v1"}
     assert all(r["original_load_ms"] > r["shared_load_ms"] for r in trims["compare"])
-    assert {(r["distribution"], r["concurrency"]) for r in trims["distributions"]} == {("pareto", 1), ("pareto", 2)}
+    assert {(r["distribution"], r["concurrency"]) for r in trims["distributions"]} == {
+        (d, c) for d in ("pareto", "uniform", "exponential") for c in (1, 2)}
     assert planned_jobs(built) == []
 
 

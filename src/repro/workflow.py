@@ -65,6 +65,6 @@ def trims_models(config):
 def trims_client_settings(config, experiment):
     """What a TrIMS client run reads: client flags, seed and the experiment's request counts."""
     trims = config["trims"]
-    settings = {**trims["client"], "seed": trims["seed"]}
+    settings = {**trims["client"], "seed": trims["seed"], "server": trims["server"]}
     settings["iterations"] = trims[experiment]["iterations"]
     return settings
