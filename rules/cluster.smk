@@ -33,10 +33,8 @@ rule cluster_status:
         f"results/logs/cluster/{BACKEND}/status/{{job}}.log",
     conda:
         "../envs/repro.yaml"
-    params:
-        state=STATE,
     shell:
-        "repro cluster status --state {params.state} --calibration {input.calibration} -o {output} > {log} 2>&1"
+        "repro cluster status --state {input.state} --calibration {input.calibration} -o {output} > {log} 2>&1"
 
 
 rule cluster_stop:
@@ -45,6 +43,6 @@ rule cluster_stop:
     conda:
         "../envs/repro.yaml"
     params:
-        state=STATE,
+        state=lambda wildcards: STATE,  # not an input: stopping must not start a cluster first
     shell:
         "repro cluster stop --state {params.state} > {log} 2>&1"

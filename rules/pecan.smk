@@ -43,6 +43,5 @@ rule run:
         settings=lambda wildcards: run_settings(
             config, wildcards.experiment, wildcards.mode
         ),
-        state=STATE,
     script:
         "../workflow/scripts/pecan_run.py"

@@ -49,7 +49,6 @@ rule trims_compare:
         runtime=20,
     params:
         settings=lambda wildcards: trims_client_settings(config, "compare"),
-        state=STATE,
     script:
         "../workflow/scripts/trims_run.py"
 
@@ -79,7 +78,6 @@ rule trims_distribution:
         settings=lambda wildcards: trims_client_settings(config, "distributions"),
         params=lambda wildcards: TRIMS_DISTRIBUTIONS[wildcards.distribution],
         models=TRIMS_MODELS,
-        state=STATE,
     script:
         "../workflow/scripts/trims_run.py"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from repro.pecan.run import execute
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821 (snakemake is injected)
-state = json.loads(Path(snakemake.params.state).read_text())  # noqa: F821
+state = json.loads(Path(snakemake.input.state).read_text())  # noqa: F821
 metrics = execute(
     snakemake.params.settings,  # noqa: F821
     snakemake.wildcards.experiment,  # noqa: F821
