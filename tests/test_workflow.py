@@ -117,6 +117,9 @@ def test_full_run_then_nothing_to_do(built):
     assert {(r["distribution"], r["concurrency"]) for r in trims["distributions"]} == {
         (d, c) for d in ("pareto", "uniform", "exponential") for c in (1, 2)}
     assert planned_jobs(built) == []
+    snakemake(built, "--report", "report.html")
+    report = (built / "report.html").read_text(errors="replace")
+    assert "fig8_ResNet50_v2-8.png" in report and "provenance.json" in report and "ResNet50_v2-8.csv" in report
 
 
 def test_changing_a_mode_parameter_reruns_that_mode_and_downstream_only(built):
