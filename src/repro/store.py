@@ -1,7 +1,13 @@
-"""The trace store: put, get and list with checksums. A local directory by default."""
+"""The trace store: put, get and list with checksums. A local directory, or a GCS bucket (gs://bucket/prefix).
+
+Keys are `traces/<experiment>/<mode>/<file>` rather than the original tools'
+`traces/<start time>/<trace id>.json`: one run's traces then list under one prefix, and a rerun
+replaces its own objects instead of adding new ones.
+"""
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -31,18 +37,19 @@ class LocalStore:
         (self.root / f"{key}.sha256").write_text(digest + "\n")
         return {"key": key, "sha256": digest, "bytes": target.stat().st_size}
 
-    def get(self, key, destination):
+    def get(self, key, destination, expected_sha256=None):
         source = self.root / key
         sidecar = self.root / f"{key}.sha256"
         if not source.is_file() or not sidecar.is_file():
             raise ReproError(f"trace store {self.root}: no object {key!r}")
-        expected = sidecar.read_text().strip()
+        stored = sidecar.read_text().strip()
         with atomic_path(destination) as tmp:
             shutil.copyfile(source, tmp)
             actual = sha256(tmp)
-            if actual != expected:
+            if actual != stored:
                 raise ReproError(f"trace store {self.root}: checksum mismatch for {key!r} "
-                                 f"(expected sha256 {expected}, got {actual})")
+                                 f"(expected sha256 {stored}, got {actual})")
+            _check_expected(self.root, key, actual, expected_sha256)
         return {"key": key, "sha256": actual}
 
     def list(self, prefix=""):
@@ -50,6 +57,85 @@ class LocalStore:
             str(p.relative_to(self.root)) for p in self.root.rglob("*")
             if p.is_file() and not p.name.endswith(".sha256") and str(p.relative_to(self.root)).startswith(prefix)
         )
+
+
+class GCSStore:
+    """Objects under gs://bucket/prefix. Downloads are checked against the object's CRC32C by
+    google-cloud-storage; transient errors (429, 5xx, timeouts) are retried with backoff. The
+    project and credentials come from the usual Google environment (application default
+    credentials, GOOGLE_CLOUD_PROJECT); STORAGE_EMULATOR_HOST points the client at an emulator."""
+
+    def __init__(self, url, client=None, retry_deadline_s=60.0):
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        if not url.startswith("gs://") or len(url) <= 5:
+            raise ReproError(f"trace store {url!r}: expected gs://bucket[/prefix]")
+        bucket, _, prefix = url[5:].partition("/")
+        self.url, self.prefix = url, prefix.strip("/")
+        self.root = url
+        self.client = client or _gcs_client()
+        self.bucket = self.client.bucket(bucket)
+        self.retry = DEFAULT_RETRY.with_delay(initial=0.2, maximum=5.0).with_timeout(retry_deadline_s)
+
+    def _name(self, key):
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def put(self, path, key):
+        from google.api_core import exceptions
+
+        blob = self.bucket.blob(self._name(key))
+        try:
+            blob.upload_from_filename(str(path), retry=self.retry, checksum="crc32c")
+        except exceptions.GoogleAPIError as exc:
+            raise ReproError(f"trace store {self.url}: upload of {key!r} failed: {exc}") from None
+        return {"key": key, "sha256": sha256(path), "bytes": os.path.getsize(path), "crc32c": blob.crc32c}
+
+    def get(self, key, destination, expected_sha256=None):
+        from google.api_core import exceptions
+        from google.resumable_media.common import DataCorruption
+
+        blob = self.bucket.blob(self._name(key))
+        with atomic_path(destination) as tmp:
+            try:
+                blob.download_to_filename(str(tmp), retry=self.retry, checksum="crc32c")
+            except exceptions.NotFound:
+                raise ReproError(f"trace store {self.url}: no object {key!r}") from None
+            except DataCorruption as exc:
+                raise ReproError(f"trace store {self.url}: checksum mismatch for {key!r} ({exc})") from None
+            except exceptions.GoogleAPIError as exc:
+                raise ReproError(f"trace store {self.url}: download of {key!r} failed: {exc}") from None
+            digest = sha256(tmp)
+            _check_expected(self.url, key, digest, expected_sha256)
+        return {"key": key, "sha256": digest}
+
+    def list(self, prefix=""):
+        start = len(self.prefix) + 1 if self.prefix else 0
+        blobs = self.client.list_blobs(self.bucket, prefix=self._name(prefix), retry=self.retry)
+        return sorted(blob.name[start:] for blob in blobs)
+
+
+def _check_expected(store, key, actual, expected):
+    """Refuse an object whose content is not what was uploaded (before it lands under its name)."""
+    if expected is not None and actual != expected:
+        raise ReproError(f"trace store {store}: {key!r} changed since upload (uploaded sha256 {expected}, "
+                         f"stored {actual})")
+
+
+def _gcs_client():
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "emulated"),
+                              credentials=AnonymousCredentials())
+    return storage.Client()
+
+
+def open_store(location):
+    """The trace store at `location`: gs://bucket/prefix or a local directory."""
+    location = str(location)
+    return GCSStore(location) if location.startswith("gs://") else LocalStore(location)
 
 
 def upload_traces(store, trace_paths, prefix, receipt):
@@ -64,9 +150,5 @@ def download_traces(store, receipt, destination_dir):
     objects = json.loads(Path(receipt).read_text())["objects"]
     fetched = []
     for entry in objects:
-        result = store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name)
-        if result["sha256"] != entry["sha256"]:
-            raise ReproError(f"trace store {store.root}: {entry['key']!r} changed since upload "
-                             f"(receipt {receipt} says sha256 {entry['sha256']})")
-        fetched.append(result)
+        fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name, entry["sha256"]))
     return fetched

@@ -71,8 +71,10 @@ def start(config, state_path):
             state["reused"] = True
             write_json(state_path, state)
             return state
-    store = Path(config["trace_store"])
-    store.mkdir(parents=True, exist_ok=True)
+    store = config["trace_store"]
+    if not store.startswith("gs://"):
+        Path(store).mkdir(parents=True, exist_ok=True)
+        store = str(Path(store).resolve())
     ready = state_path.with_suffix(".ready")
     ready.unlink(missing_ok=True)
     log = open(state_path.with_suffix(".dispatcher.log"), "ab")
@@ -86,7 +88,7 @@ def start(config, state_path):
         time.sleep(0.05)
     port = int(ready.read_text())
     ready.unlink()
-    state = {"backend": "local", "pid": proc.pid, "port": port, "trace_store": str(store.resolve()),
+    state = {"backend": "local", "pid": proc.pid, "port": port, "trace_store": store,
              "started_at": time.time(), "reused": False}
     state["trims"] = _start_model_store(config["trims"], state_path)
     write_json(state_path, state)
@@ -106,6 +108,20 @@ def _start_model_store(trims, state_path):
     return {"pid": pid, "socket": str(socket_path), "base_path": str(base), **server}
 
 
+def _store_reachable(store):
+    """(ok, detail) for the trace store: a writable directory, or a bucket that answers a listing."""
+    if store.startswith("gs://"):
+        from repro.store import GCSStore
+
+        try:
+            GCSStore(store, retry_deadline_s=10).list("traces/")
+            return True, ""
+        except Exception as exc:  # any client or network failure means: not reachable
+            return False, str(exc)
+    path = Path(store)
+    return path.is_dir() and os.access(path, os.W_OK), "missing or read-only"
+
+
 def status(state, calibration_paths=()):
     """One entry per check: {'name', 'ok', 'detail'}."""
     checks = []
@@ -123,9 +139,9 @@ def status(state, calibration_paths=()):
     trims = state.get("trims", {})
     check(f"model store server answers on {trims.get('socket')}", _store_answers(state),
           "not running; restart it with `snakemake cluster_start --forcerun cluster_start`")
-    store = Path(state.get("trace_store", ""))
-    check(f"trace store {store} writable", store.is_dir() and os.access(store, os.W_OK), "missing or read-only")
-    free = shutil.disk_usage(store if store.is_dir() else ".").free
+    store = state.get("trace_store", "")
+    check(f"trace store {store} reachable", *_store_reachable(store))
+    free = shutil.disk_usage(".").free
     check("free disk space", free > MIN_FREE_BYTES, f"only {free >> 20} MiB free")
     for path in calibration_paths:
         check(f"calibration {path} present", Path(path).is_file(), "missing")

@@ -121,7 +121,7 @@ def run_mode(config, experiment, mode, calibrations, out_dir):
 def execute(settings, experiment, mode, calibration_paths, run_dir, state, receipt):
     """The workflow's per-mode run: register with the dispatcher, run, upload traces, report done."""
     from repro.backends.local import request
-    from repro.store import LocalStore, upload_traces
+    from repro.store import open_store, upload_traces
 
     job = f"{experiment}/{mode}"
     request(state, "/jobs", {"job": job, "status": "running"})
@@ -131,7 +131,7 @@ def execute(settings, experiment, mode, calibration_paths, run_dir, state, recei
         request(state, "/jobs", {"job": job, "status": "failed"})
         raise
     traces = sorted((Path(run_dir) / "traces").glob("*.json"))
-    upload_traces(LocalStore(state["trace_store"]), traces, f"traces/{experiment}/{mode}", receipt)
+    upload_traces(open_store(state["trace_store"]), traces, f"traces/{experiment}/{mode}", receipt)
     request(state, "/jobs", {"job": job, "status": "done", "throughput": metrics["throughput"]})
     return metrics
 

@@ -1,0 +1,163 @@
+"""Trace stores: a local directory, and GCS against a real emulator (gcp-storage-emulator) on loopback."""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from repro.errors import ReproError
+from repro.store import GCSStore, LocalStore, download_traces, open_store, upload_traces
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """gcp-storage-emulator in its own process, stopped by pid."""
+    port = free_port()
+    exe = Path(sys.executable).parent / "gcp-storage-emulator"
+    proc = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("the GCS emulator did not start")
+    yield f"http://127.0.0.1:{port}"
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def gcs(emulator, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "repro-test")
+    from repro.store import _gcs_client
+
+    client = _gcs_client()
+    bucket = f"b{time.monotonic_ns()}"
+    client.create_bucket(bucket)
+    return client, bucket
+
+
+def trace_files(tmp_path, count=2):
+    paths = []
+    for i in range(count):
+        path = tmp_path / f"t{i}.json"
+        path.write_text(json.dumps({"traceEvents": [{"ph": "i", "ts": i, "name": "x"}]}))
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("kind", ["local", "gcs"])
+def test_upload_download_list_round_trip(tmp_path, request, kind):
+    if kind == "gcs":
+        _, bucket = request.getfixturevalue("gcs")
+        store = open_store(f"gs://{bucket}/runs")
+        assert isinstance(store, GCSStore)
+    else:
+        store = open_store(tmp_path / "store")
+        assert isinstance(store, LocalStore)
+    paths = trace_files(tmp_path)
+    entries = upload_traces(store, paths, "traces/exp/mode", tmp_path / "receipt.json")
+    assert [e["key"] for e in entries] == ["traces/exp/mode/t0.json", "traces/exp/mode/t1.json"]
+    assert store.list("traces/exp/") == ["traces/exp/mode/t0.json", "traces/exp/mode/t1.json"]
+    fetched = download_traces(store, tmp_path / "receipt.json", tmp_path / "down")
+    assert len(fetched) == 2
+    assert (tmp_path / "down" / "t1.json").read_bytes() == paths[1].read_bytes()
+    with pytest.raises(ReproError, match="no object"):
+        store.get("traces/none.json", tmp_path / "none.json")
+    assert not (tmp_path / "none.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["local", "gcs"])
+def test_a_changed_object_is_detected(tmp_path, request, kind):
+    paths = trace_files(tmp_path, 1)
+    if kind == "gcs":
+        client, bucket = request.getfixturevalue("gcs")
+        store = GCSStore(f"gs://{bucket}")
+        upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
+        client.bucket(bucket).blob("traces/e/m/t0.json").upload_from_string(b'{"traceEvents": []}')
+    else:
+        store = LocalStore(tmp_path / "store")
+        upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
+        (tmp_path / "store" / "traces/e/m/t0.json").write_text('{"traceEvents": []}')
+    with pytest.raises(ReproError, match="changed since upload|checksum mismatch"):
+        download_traces(store, tmp_path / "receipt.json", tmp_path / "down")
+    assert not (tmp_path / "down" / "t0.json").exists()
+
+
+class _FlakyProxy(BaseHTTPRequestHandler):
+    """Forwards to the emulator, but answers the first `failures` uploads with 503."""
+
+    failures = 0
+    seen_503 = 0
+    target = None
+
+    def _forward(self):
+        if self.command == "POST" and "/upload/" in self.path and _FlakyProxy.failures > 0:
+            _FlakyProxy.failures -= 1
+            _FlakyProxy.seen_503 += 1
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0))) if self.headers.get("Content-Length") else None
+        conn = http.client.HTTPConnection(*self.target)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        conn.request(self.command, self.path, body=body, headers=headers)
+        answer = conn.getresponse()
+        data = answer.read()
+        self.send_response(answer.status)
+        for key, value in answer.getheaders():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_transient_failure_is_retried(tmp_path, gcs, emulator, monkeypatch):
+    _, bucket = gcs
+    host, port = emulator.removeprefix("http://").split(":")
+    _FlakyProxy.target, _FlakyProxy.failures, _FlakyProxy.seen_503 = (host, int(port)), 1, 0
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyProxy)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.server_address[1]}")
+        store = GCSStore(f"gs://{bucket}")
+        entry = store.put(trace_files(tmp_path, 1)[0], "traces/retry.json")
+        assert _FlakyProxy.seen_503 == 1 and entry["key"] == "traces/retry.json"
+        assert store.list("traces/") == ["traces/retry.json"]
+    finally:
+        proxy.shutdown()
+
+
+def test_bad_store_urls_are_refused():
+    with pytest.raises(ReproError, match="expected gs://bucket"):
+        GCSStore("gs://", client=object())
