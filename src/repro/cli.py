@@ -106,9 +106,8 @@ def _cluster_start(args):
     from repro.config import load_config
 
     config = load_config(args.config)
-    state = get_backend(config["backend"]).start(config, args.state)
-    verb = "found running" if state.get("reused") else "started"
-    print(f"{config['backend']} backend {verb}: dispatcher pid {state['pid']} on 127.0.0.1:{state['port']}")
+    backend = get_backend(config["backend"])
+    print(backend.describe(backend.start(config, args.state)))
 
 
 def _cluster_status(args):
@@ -129,7 +128,7 @@ def _cluster_stop(args):
 
     state = _read_state(args.state)
     get_backend(state["backend"]).stop(state)
-    print(f"{state['backend']} backend stopped (dispatcher pid {state['pid']})")
+    print(f"stopped: {get_backend(state['backend']).describe(state)}")
 
 
 def build_parser():

@@ -33,6 +33,8 @@ def validate_config(config, source="config"):
         error = errors[0]
         key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ReproError(f"{source}: {key}: {error.message}")
+    if config["backend"] == "ssh" and "ssh" not in config:
+        raise ReproError(f"{source}: ssh: required when backend is ssh (hosts, known_hosts, ...)")
     check_references(config, source)
     return config
 

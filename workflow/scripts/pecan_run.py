@@ -4,11 +4,11 @@ import json
 import sys
 from pathlib import Path
 
-from repro.pecan.run import execute
+from repro.backends import get_backend
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821 (snakemake is injected)
 state = json.loads(Path(snakemake.input.state).read_text())  # noqa: F821
-metrics = execute(
+metrics = get_backend(state["backend"]).execute(
     snakemake.params.settings,  # noqa: F821
     snakemake.wildcards.experiment,  # noqa: F821
     snakemake.wildcards.mode,  # noqa: F821

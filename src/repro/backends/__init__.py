@@ -1,14 +1,22 @@
-"""Where runs execute. Each backend offers start(config) -> state, status(state) -> checks, stop(state)."""
+"""Where runs execute: this machine (`local`) or hosts reached over ssh (`ssh`)."""
 
 from repro.errors import ReproError
 
 
+BACKENDS = ("local", "ssh")
+
+
 def get_backend(name):
+    """The backend module: start(config, state_path), status(state, calibrations), execute(...), stop(state)."""
     if name == "local":
         from repro.backends import local
 
         return local
-    raise ReproError(f"unknown backend {name!r}; expected one of ['local']")
+    if name == "ssh":
+        from repro.backends import ssh
+
+        return ssh
+    raise ReproError(f"unknown backend {name!r}; expected one of {list(BACKENDS)}")
 
 
 def format_checks(checks):

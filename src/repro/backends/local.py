@@ -108,6 +108,12 @@ def _start_model_store(trims, state_path):
     return {"pid": pid, "socket": str(socket_path), "base_path": str(base), **server}
 
 
+def describe(state):
+    verb = "found running" if state.get("reused") else "started"
+    return (f"local backend {verb}: dispatcher pid {state['pid']} on 127.0.0.1:{state['port']}, "
+            f"model store pid {state['trims']['pid']} on {state['trims']['socket']}")
+
+
 def _store_reachable(store):
     """(ok, detail) for the trace store: a writable directory, or a bucket that answers a listing."""
     if store.startswith("gs://"):
@@ -146,6 +152,24 @@ def status(state, calibration_paths=()):
     for path in calibration_paths:
         check(f"calibration {path} present", Path(path).is_file(), "missing")
     return checks
+
+
+def execute(settings, experiment, mode, calibration_paths, run_dir, state, receipt):
+    """One per-mode run here: register with the dispatcher, run, upload traces, report done."""
+    from repro.pecan.run import load_calibrations, run_mode
+    from repro.store import open_store, upload_traces
+
+    job = f"{experiment}/{mode}"
+    request(state, "/jobs", {"job": job, "status": "running"})
+    try:
+        metrics = run_mode(settings, experiment, mode, load_calibrations(calibration_paths), run_dir)
+    except BaseException:
+        request(state, "/jobs", {"job": job, "status": "failed"})
+        raise
+    traces = sorted((Path(run_dir) / "traces").glob("*.json"))
+    upload_traces(open_store(state["trace_store"]), traces, f"traces/{experiment}/{mode}", receipt)
+    request(state, "/jobs", {"job": job, "status": "done", "throughput": metrics["throughput"]})
+    return metrics
 
 
 def stop(state):

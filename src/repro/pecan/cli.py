@@ -1,8 +1,11 @@
 """`repro pecan ...` subcommands: calibrate, run, costs."""
 
 import csv
+import json
 import sys
 from pathlib import Path
+
+from repro.errors import ReproError
 
 
 def add_commands(sub):
@@ -18,6 +21,7 @@ def add_commands(sub):
 
     run = psub.add_parser("run", help="run one experiment x mode on the local cluster model")
     run.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
+    run.add_argument("--settings", help="the run's settings as the workflow passes them (JSON), instead of --config")
     run.add_argument("--experiment", required=True)
     run.add_argument("--mode", required=True)
     run.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files (resnet and retinanet)")
@@ -47,7 +51,13 @@ def _run(args):
     from repro.config import load_config
     from repro.pecan.run import load_calibrations, run_mode
 
-    config = load_config(args.config)
+    if args.settings:
+        try:
+            config = json.loads(Path(args.settings).read_text())
+        except (OSError, ValueError) as exc:
+            raise ReproError(f"--settings {args.settings}: cannot read run settings ({exc})") from None
+    else:
+        config = load_config(args.config)
     metrics = run_mode(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out)
     epoch = metrics["spec"]["steps_per_epoch"] * metrics["spec"]["batch_size"] / metrics["throughput"]
     print(f"{args.out}: {metrics['remote_workers']} remote + {metrics['local_workers']} local workers, "

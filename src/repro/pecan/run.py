@@ -118,24 +118,6 @@ def run_mode(config, experiment, mode, calibrations, out_dir):
     return metrics
 
 
-def execute(settings, experiment, mode, calibration_paths, run_dir, state, receipt):
-    """The workflow's per-mode run: register with the dispatcher, run, upload traces, report done."""
-    from repro.backends.local import request
-    from repro.store import open_store, upload_traces
-
-    job = f"{experiment}/{mode}"
-    request(state, "/jobs", {"job": job, "status": "running"})
-    try:
-        metrics = run_mode(settings, experiment, mode, load_calibrations(calibration_paths), run_dir)
-    except BaseException:
-        request(state, "/jobs", {"job": job, "status": "failed"})
-        raise
-    traces = sorted((Path(run_dir) / "traces").glob("*.json"))
-    upload_traces(open_store(state["trace_store"]), traces, f"traces/{experiment}/{mode}", receipt)
-    request(state, "/jobs", {"job": job, "status": "done", "throughput": metrics["throughput"]})
-    return metrics
-
-
 def load_calibrations(paths):
     result = {}
     for path in paths:

@@ -1,0 +1,233 @@
+"""The ssh backend: the same workflow on real hosts reached with fabric.
+
+Config (`ssh:` section, see config/examples/ssh-cluster.yaml): hosts by role (`control`,
+`accelerator`, `workers`), each with address, port, user and key file; a known_hosts file;
+start/stop commands per role; status checks (a name, a role, a command: exit 0 is OK); and the run
+command template executed on the accelerator host. Host keys are verified against known_hosts;
+unknown keys are refused unless `accept_new_host_keys` is set (then logged).
+"""
+
+import json
+import logging
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from repro.errors import ReproError
+from repro.fsutil import write_json
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL = 40  # lines of remote stderr kept in the error of a failed run
+
+
+def connect(host, ssh):
+    """A fabric Connection to `host` that verifies its key against ssh.known_hosts."""
+    import paramiko
+    from fabric import Connection
+
+    connection = Connection(host["address"], user=host["user"], port=host["port"],
+                            connect_timeout=ssh["connect_timeout_s"],
+                            connect_kwargs={"key_filename": host["key_file"], "look_for_keys": False,
+                                            "allow_agent": False})
+    client = connection.client
+    client._system_host_keys.clear()  # noqa: SLF001 (only the configured known_hosts counts)
+    client.load_host_keys(ssh["known_hosts"]) if Path(ssh["known_hosts"]).exists() else None
+    if ssh["accept_new_host_keys"]:
+        log.warning("accepting new host keys for %s:%s (accept_new_host_keys is set)", host["address"], host["port"])
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    else:
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    return connection
+
+
+def _describe(host):
+    return f"{host['name']} ({host['user']}@{host['address']}:{host['port']})"
+
+
+def _open(host, ssh):
+    """Connect, turning every connection failure into a ReproError naming the host."""
+    import paramiko
+
+    connection = connect(host, ssh)
+    try:
+        connection.open()
+    except paramiko.SSHException as exc:
+        if "not found in known_hosts" in str(exc):
+            raise ReproError(
+                f"{_describe(host)}: host key not in {ssh['known_hosts']}; trust it with "
+                f"`ssh-keyscan -p {host['port']} {host['address']} >> {ssh['known_hosts']}` after checking its "
+                "fingerprint, or set ssh.accept_new_host_keys: true") from None
+        raise ReproError(f"{_describe(host)}: ssh failed: {exc}") from None
+    except OSError as exc:
+        raise ReproError(f"{_describe(host)}: unreachable: {exc}") from None
+    return connection
+
+
+def hosts_by_role(ssh):
+    """{role: [host, ...]} with each host's name filled in."""
+    roles = {}
+    for role, entry in ssh["hosts"].items():
+        entries = entry if isinstance(entry, list) else [entry]
+        roles[role] = [{"name": e.get("name", f"{role}{i if len(entries) > 1 else ''}"), "port": 22, **e}
+                       for i, e in enumerate(entries)]
+    return roles
+
+
+def _run_commands(ssh, commands):
+    done = []
+    for role, lines in commands.items():
+        for host in hosts_by_role(ssh).get(role, []):
+            with _open(host, ssh) as connection:
+                for line in lines:
+                    result = connection.run(line, hide=True, warn=True, in_stream=False)
+                    if result.exited != 0:
+                        raise ReproError(f"{_describe(host)}: `{line}` exited with {result.exited}: "
+                                         f"{result.stderr.strip()[-500:]}")
+                    done.append({"host": host["name"], "command": line})
+    return done
+
+
+def start(config, state_path):
+    """Run the configured start commands (they must be idempotent) and record what ran."""
+    ssh = config["ssh"]
+    started = _run_commands(ssh, ssh["start_commands"])
+    state = {"backend": "ssh", "ssh": ssh, "trace_store": config["trace_store"], "started": started,
+             "started_at": time.time()}
+    write_json(state_path, state)
+    return state
+
+
+def describe(state):
+    hosts = [h["name"] for hosts in hosts_by_role(state["ssh"]).values() for h in hosts]
+    return f"ssh backend on {', '.join(hosts)}: {len(state.get('started', []))} start command(s) run"
+
+
+def status(state, calibration_paths=()):
+    """Per host: reachable; then each configured check (exit status 0 is OK)."""
+    ssh = state["ssh"]
+    checks = []
+    reachable = {}
+    for role, hosts in hosts_by_role(ssh).items():
+        for host in hosts:
+            try:
+                with _open(host, ssh) as connection:
+                    connection.run("true", hide=True, in_stream=False)
+                reachable[host["name"]] = True
+                checks.append({"name": f"{_describe(host)} reachable", "ok": True, "detail": ""})
+            except ReproError as exc:
+                reachable[host["name"]] = False
+                checks.append({"name": f"{_describe(host)} reachable", "ok": False, "detail": str(exc)})
+    for check in ssh["checks"]:
+        for host in hosts_by_role(ssh).get(check["role"], []):
+            name = f"{host['name']}: {check['name']}"
+            if not reachable.get(host["name"]):
+                checks.append({"name": name, "ok": False, "detail": "host unreachable"})
+                continue
+            with _open(host, ssh) as connection:
+                result = connection.run(check["command"], hide=True, warn=True, in_stream=False)
+            checks.append({"name": name, "ok": result.exited == 0,
+                           "detail": f"exit {result.exited}: {result.stderr.strip()[-300:]}"})
+    for path in calibration_paths:
+        checks.append({"name": f"calibration {path} present", "ok": Path(path).is_file(), "detail": "missing"})
+    return checks
+
+
+def stop(state):
+    ssh = state["ssh"]
+    return {"stopped": _run_commands(ssh, ssh["stop_commands"])}
+
+
+def execute(settings, experiment, mode, calibration_paths, run_dir, state, receipt):
+    """One per-mode run on the accelerator host: send inputs, run, stream output, fetch results."""
+    from repro.store import open_store, upload_traces
+
+    ssh = state["ssh"]
+    host = hosts_by_role(ssh)["accelerator"][0]
+    run = ssh["run"]
+    remote = f"{run['remote_dir'].rstrip('/')}/{experiment}/{mode}"
+    run_dir = Path(run_dir)
+    mode_cfg = settings["pecan"]["modes"][mode]
+    # values go to the remote shell only as quoted words or environment: never spliced in raw
+    env = {key: str(value).format(autoorder=int(mode_cfg["autoorder"]), mode=mode, experiment=experiment,
+                                  epochs=mode_cfg["epochs"], local_workers=mode_cfg.get("local_workers", 0))
+           for key, value in run["env"].items()}
+    words = {"python": run["python"], "experiment": experiment, "mode": mode, "out": f"{remote}/run",
+             "settings": f"{remote}/settings.json",
+             "calibration": " ".join(shlex.quote(f"{remote}/{Path(p).name}") for p in calibration_paths)}
+    command = run["command"].format(**{k: v if k == "calibration" else shlex.quote(str(v)) for k, v in words.items()})
+    command = _with_env(env, command)
+    with _open(host, ssh) as connection:
+        connection.run(f"rm -rf {shlex.quote(remote)} && mkdir -p {shlex.quote(remote)}", hide=True, in_stream=False)
+        local_settings = run_dir / "settings.json"
+        write_json(local_settings, settings)
+        connection.put(str(local_settings), f"{remote}/settings.json")
+        for path in calibration_paths:
+            connection.put(str(path), f"{remote}/{Path(path).name}")
+        stderr = _Tail(STDERR_TAIL)
+        result = connection.run(command, warn=True, in_stream=False, hide=True,
+                                out_stream=sys.stdout, err_stream=_Tee(sys.stderr, stderr))
+        if result.exited != 0:
+            _fetch(connection, f"{remote}/run", run_dir, optional=True)
+            raise ReproError(f"{_describe(host)}: run of {experiment}/{mode} exited with {result.exited}; "
+                             f"remote stderr (last lines):\n{stderr.text()}")
+        _fetch(connection, f"{remote}/run", run_dir)
+    traces = sorted((run_dir / "traces").glob("*.json"))
+    upload_traces(open_store(state["trace_store"]), traces, f"traces/{experiment}/{mode}", receipt)
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def _with_env(env, command):
+    """Prefix `export NAME='value'` words (fabric's own inline env does not quote values)."""
+    bad = [name for name in env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
+    if bad:
+        raise ReproError(f"ssh.run.env: invalid variable name(s) {bad}")
+    if not env:
+        return command
+    return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items()) + " && " + command
+
+
+def _fetch(connection, remote_dir, run_dir, optional=False):
+    """Copy run.log, metrics.json and traces/*.json back (run.log alone after a failure)."""
+    sftp = connection.sftp()
+    names = ["run.log"] if optional else ["run.log", "metrics.json"]
+    for name in names:
+        try:
+            connection.get(f"{remote_dir}/{name}", str(Path(run_dir) / name))
+        except FileNotFoundError:
+            if not optional:
+                raise ReproError(f"{remote_dir}/{name} missing on the accelerator host after the run") from None
+    if not optional:
+        (Path(run_dir) / "traces").mkdir(parents=True, exist_ok=True)
+        for name in sftp.listdir(f"{remote_dir}/traces"):
+            connection.get(f"{remote_dir}/traces/{name}", str(Path(run_dir) / "traces" / name))
+
+
+class _Tail:
+    def __init__(self, lines):
+        self.lines, self.buffer = lines, []
+
+    def write(self, text):
+        self.buffer.extend(text.splitlines())
+        del self.buffer[: -self.lines]
+
+    def flush(self):
+        pass
+
+    def text(self):
+        return "\n".join(self.buffer)
+
+
+class _Tee:
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for stream in self.streams:
+            stream.write(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()

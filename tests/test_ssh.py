@@ -1,0 +1,219 @@
+"""The ssh backend against real sshd instances on loopback, started and stopped by these tests.
+
+Needs /usr/sbin/sshd (Debian's openssh-server; .ci/run installs it). Without it the tests are
+skipped, unless REPRO_REQUIRE_SSHD=1 (as in CI), where that is a failure.
+"""
+
+import csv
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro.backends import ssh as ssh_backend
+from repro.errors import ReproError
+
+SSHD = "/usr/sbin/sshd"
+REPO = Path(__file__).resolve().parents[1]
+
+if not Path(SSHD).exists():
+    if os.environ.get("REPRO_REQUIRE_SSHD") == "1":
+        raise RuntimeError(f"{SSHD} is required (apt-get install openssh-server)")
+    pytest.skip(f"{SSHD} not installed (apt-get install openssh-server)", allow_module_level=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SshHost:
+    def __init__(self, root, name, client_pub):
+        self.name, self.port = name, free_port()
+        self.dir = root / name
+        self.dir.mkdir()
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / "host_key")], check=True)
+        (self.dir / "authorized_keys").write_text(client_pub)
+        (self.dir / "sshd_config").write_text("\n".join([
+            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.dir / 'host_key'}",
+            f"AuthorizedKeysFile {self.dir / 'authorized_keys'}", f"PidFile {self.dir / 'sshd.pid'}",
+            "UsePAM no", "StrictModes no", "PasswordAuthentication no", "PermitRootLogin yes",
+            "Subsystem sftp internal-sftp", "LogLevel ERROR", ""]))
+        self.proc = None
+
+    def start(self):
+        Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.dir / "sshd_config")],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.dir / "sshd.log", "w"))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd {self.name} did not start: {(self.dir / 'sshd.log').read_text()}")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+
+    def known_hosts_line(self):
+        key = (self.dir / "host_key.pub").read_text().split()
+        return f"[127.0.0.1]:{self.port} {key[0]} {key[1]}\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ssh")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / "client_key")], check=True)
+    pub = (root / "client_key.pub").read_text()
+    hosts = [SshHost(root, name, pub) for name in ("accel", "worker")]
+    for host in hosts:
+        host.start()
+    (root / "known_hosts").write_text("".join(h.known_hosts_line() for h in hosts))
+    yield root, hosts
+    for host in hosts:
+        host.stop()
+
+
+def ssh_config(root, hosts, **extra):
+    def entry(host):
+        return {"name": host.name, "address": "127.0.0.1", "port": host.port, "user": "root",
+                "key_file": str(root / "client_key")}
+
+    config = {
+        "known_hosts": str(root / "known_hosts"), "accept_new_host_keys": False, "connect_timeout_s": 5,
+        "hosts": {"accelerator": entry(hosts[0]), "workers": [entry(hosts[1])]},
+        "start_commands": {"accelerator": [f"mkdir -p {root}/remote"]},
+        "stop_commands": {"accelerator": [f"rm -rf {root}/remote"]},
+        "checks": [{"name": "python with repro", "role": "accelerator", "command": f"{sys.executable} -c 'import repro'"},
+                   {"name": "disk space", "role": "workers", "command": "test -d /tmp"}],
+        "run": {"python": sys.executable, "remote_dir": f"{root}/remote/runs",
+                "command": "{python} -m repro.cli pecan run --settings {settings} --experiment {experiment} "
+                           "--mode {mode} --calibration {calibration} --out {out}",
+                "env": {"USE_AUTOORDER": "{autoorder}", "EPOCHS": "{epochs}"}},
+    }
+    config.update(extra)
+    return config
+
+
+def test_status_checks_every_host_and_names_the_one_that_fails(cluster, tmp_path):
+    root, hosts = cluster
+    state = {"backend": "ssh", "ssh": ssh_config(root, hosts)}
+    checks = ssh_backend.status(state)
+    assert all(c["ok"] for c in checks), checks
+    assert {c["name"] for c in checks} >= {"accel: python with repro", "worker: disk space"}
+    hosts[1].stop()
+    try:
+        failed = [c for c in ssh_backend.status(state) if not c["ok"]]
+        assert {c["name"] for c in failed} == {f"worker (root@127.0.0.1:{hosts[1].port}) reachable", "worker: disk space"}
+        assert "unreachable" in failed[0]["detail"]
+    finally:
+        hosts[1].start()
+
+
+def test_unknown_host_keys_are_refused_with_a_way_to_trust_them(cluster, tmp_path):
+    root, hosts = cluster
+    (tmp_path / "empty_known_hosts").write_text("")
+    config = ssh_config(root, hosts, known_hosts=str(tmp_path / "empty_known_hosts"))
+    host = ssh_backend.hosts_by_role(config)["accelerator"][0]
+    with pytest.raises(ReproError, match="ssh-keyscan -p"):
+        ssh_backend._open(host, config)
+    config["accept_new_host_keys"] = True
+    with ssh_backend._open(host, config) as connection:
+        assert connection.run("echo ok", hide=True, in_stream=False).stdout.strip() == "ok"
+
+
+def test_config_values_reach_the_remote_shell_quoted(cluster, tmp_path):
+    root, hosts = cluster
+    config = ssh_config(root, hosts)
+    config["run"]["command"] = "echo {experiment} > " + str(tmp_path / "echoed") + "; printenv MARK >> " + str(tmp_path / "echoed")
+    config["run"]["env"] = {"MARK": "$(touch " + str(tmp_path / "pwned") + ") {mode}"}
+    settings = {"pecan": {"modes": {"m; touch x": {"autoorder": True, "epochs": 1}}}}
+    with pytest.raises(ReproError):  # the echo 'run' writes no metrics: the fetch fails, after running
+        ssh_backend.execute(settings, "e'; touch " + str(tmp_path / "pwned") + "; '", "m; touch x", [], tmp_path / "run",
+                            {"ssh": config, "trace_store": str(tmp_path / "store")}, tmp_path / "receipt.json")
+    assert not (tmp_path / "pwned").exists()
+    assert "touch" in (tmp_path / "echoed").read_text()
+
+
+def copy_workflow(target):
+    for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
+        source = REPO / item
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
+
+
+def snakemake(workdir, *args, check=True):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--cores", "1", *args], cwd=workdir,
+                          env=env, capture_output=True, text=True, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def write_config(workdir, overrides):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["calibration"].update(elements=2, repeats=1)
+    config.update(overrides)
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_fig8_over_ssh_matches_the_local_backend(cluster, tmp_path):
+    root, hosts = cluster
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    for workdir in (local, remote):
+        workdir.mkdir()
+        copy_workflow(workdir)
+    write_config(local, {})
+    write_config(remote, {"backend": "ssh", "ssh": ssh_config(root, hosts)})
+    target = "plots/fig8_ResNet50_v2-8.pdf"
+    try:
+        snakemake(local, target)
+        shutil.copytree(local / "results" / "calibration", remote / "results" / "calibration")
+        proc = snakemake(remote, target)
+        assert "[ OK ] accel: python with repro" in (remote / "results/logs/cluster/ssh/status/ResNet50_v2-8/pecan.log").read_text()
+        rows = [list(csv.reader(open(w / "results" / "tables" / "ResNet50_v2-8.csv"))) for w in (local, remote)]
+        assert rows[0] == rows[1]
+        assert (remote / "plots" / "fig8_ResNet50_v2-8.png").exists(), proc.stdout[-500:]
+        # kill a remote run mid-way: the rule fails, its log is kept, the next invocation redoes it
+        write_config(remote, {"backend": "ssh", "ssh": ssh_config(root, hosts),
+                              "pecan": {**yaml.safe_load((REPO / "config/config.yaml").read_text())["pecan"]}})
+        cfg = yaml.safe_load((remote / "config" / "config.yaml").read_text())
+        cfg["pecan"]["modes"]["pecan"]["epochs"] = 3000
+        (remote / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        runner = subprocess.Popen([str(Path(sys.executable).parent / "snakemake"), "--cores", "1",
+                                   "results/runs/ResNet50_v2-8/pecan/metrics.json"], cwd=remote, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if subprocess.run(["pgrep", "-f", "pecan run --settings"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        subprocess.run(["pkill", "-f", "pecan run --settings"])
+        out, _ = runner.communicate(timeout=300)
+        assert runner.returncode != 0
+        assert (remote / "results/logs/run/ResNet50_v2-8/pecan.log").exists()
+        assert "exited with" in out
+        cfg["pecan"]["modes"]["pecan"]["epochs"] = 8
+        (remote / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+        snakemake(remote, "results/runs/ResNet50_v2-8/pecan/metrics.json")
+        assert (remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").exists()
+    finally:
+        for workdir in (local, remote):
+            state = workdir / "results" / "cluster"
+            for path in state.glob("*/state.json"):
+                subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(path)],
+                               capture_output=True, timeout=60)
