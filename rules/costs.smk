@@ -21,3 +21,21 @@ rule costs:
         modes=lambda wildcards: modes_of(wildcards.experiment),
     script:
         "../workflow/scripts/cost_table.py"
+
+
+# `snakemake cost_estimate` before launching on a real cluster: the cluster model's estimate.
+rule cost_estimate:
+    input:
+        calibration=CALIBRATIONS,
+    output:
+        "results/cost_estimate.txt",
+    log:
+        "results/logs/cost_estimate.log",
+    conda:
+        "../envs/repro.yaml"
+    params:
+        pecan=config["pecan"],
+        seed=config["seed"],
+        preset=config["calibration"]["preset"],
+    script:
+        "../workflow/scripts/cost_estimate.py"
