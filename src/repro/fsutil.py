@@ -4,6 +4,7 @@ A reader (or Snakemake after a crash) never sees a half-written file under the f
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -33,3 +34,11 @@ def write_text(target, text):
 
 def write_json(target, obj):
     write_text(target, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -5,7 +5,6 @@ Keys are `traces/<experiment>/<mode>/<file>` rather than the original tools'
 replaces its own objects instead of adding new ones.
 """
 
-import hashlib
 import json
 import os
 import shutil
@@ -13,14 +12,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, write_json
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from repro.fsutil import sha256_file as sha256
 
 
 class LocalStore:

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, write_json
+from repro.fsutil import atomic_path, sha256_file, write_json
 from repro.trims.client import Client, ClientOptions
-from repro.trims.models import load_manifest, sha256_file
+from repro.trims.models import load_manifest
 from repro.trims.server import StoreConnection
 from repro.trims.workload import plan_requests
 

@@ -9,7 +9,6 @@ inference runtimes do): SqueezeNet 1.1, AlexNet, ResNet-18/50 v1, VGG-16/19, and
 AlexNet/VGG-16 variants of the TrIMS paper with 454x454 / 448x448 inputs.
 """
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, write_json
+from repro.fsutil import atomic_path, sha256_file, write_json
 
 GRAPH, PARAMS, MANIFEST = "model.onnx", "model.params", "manifest.json"
 
@@ -164,14 +163,6 @@ ARCHITECTURES = {
     "large_alexnet_454": (454, _alexnet),
     "large_vgg16_448": (448, _vgg(VGG16)),
 }
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def generate(name, directory, seed=0):
