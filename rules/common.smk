@@ -20,6 +20,7 @@ CALIBRATIONS = expand("results/calibration/{pipeline}.json", pipeline=PIPELINES)
 STATE = f"results/cluster/{BACKEND}/state.json"
 STATUS = f"results/cluster/{BACKEND}/status/{{job}}.json"
 TRIMS_MODELS = trims_models(config)
+ASSETS_IN_GCS = config["trims"]["asset_store"].startswith("gs://")
 TRIMS_DISTRIBUTIONS = config["trims"]["distributions"]["runs"]
 TRIMS_CONCURRENCY = config["trims"]["distributions"]["concurrency"]
 

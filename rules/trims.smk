@@ -16,15 +16,23 @@ rule trims_generate:
         " --base-path {params.assets} > {log} 2>&1"
 
 
+# From a local asset store generated above, or from a GCS bucket (gs://...) filled beforehand
+# with `repro trims models NAME --publish gs://...`.
 rule trims_fetch:
     input:
-        f"{config['trims']['asset_store']}/{{model}}/manifest.json",
+        lambda wildcards: (
+            []
+            if ASSETS_IN_GCS
+            else f"{config['trims']['asset_store']}/{wildcards.model}/manifest.json"
+        ),
     output:
         f"{config['trims']['base_path']}/{{model}}/manifest.json",
     log:
         "results/logs/trims/fetch/{model}.log",
     conda:
         "../envs/repro.yaml"
+    params:
+        asset_store=config["trims"]["asset_store"],
     script:
         "../workflow/scripts/trims_fetch.py"
 

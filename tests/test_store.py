@@ -161,3 +161,18 @@ def test_a_transient_failure_is_retried(tmp_path, gcs, emulator, monkeypatch):
 def test_bad_store_urls_are_refused():
     with pytest.raises(ReproError, match="expected gs://bucket"):
         GCSStore("gs://", client=object())
+
+
+def test_models_fetched_from_a_gcs_asset_store_are_verified(tmp_path, gcs):
+    from repro.trims.experiments import fetch_model, publish_model
+    from repro.trims.models import generate, load_manifest
+
+    client, bucket = gcs
+    generate("squeezenet_1.1", tmp_path / "made" / "squeezenet_1.1", seed=2)
+    publish_model(tmp_path / "made" / "squeezenet_1.1", f"gs://{bucket}/models")
+    fetch_model(f"gs://{bucket}/models", "squeezenet_1.1", tmp_path / "base")
+    assert load_manifest(tmp_path / "base" / "squeezenet_1.1", verify=True)["model"] == "squeezenet_1.1"
+    client.bucket(bucket).blob("models/squeezenet_1.1/model.params").upload_from_string(b"corrupt")
+    with pytest.raises(ReproError, match="changed since upload"):
+        fetch_model(f"gs://{bucket}/models", "squeezenet_1.1", tmp_path / "again")
+    assert not (tmp_path / "again" / "squeezenet_1.1" / "manifest.json").exists()

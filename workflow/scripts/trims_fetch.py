@@ -6,5 +6,6 @@ from pathlib import Path
 from repro.trims.experiments import fetch_model
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-manifest = fetch_model(Path(snakemake.input[0]).parent, Path(snakemake.output[0]).parent)  # noqa: F821
+manifest = fetch_model(snakemake.params.asset_store, snakemake.wildcards.model,  # noqa: F821
+                       Path(snakemake.output[0]).parent.parent)  # noqa: F821
 print(f"{manifest['model']}: {manifest['params_bytes']} bytes of weights, checksums verified")

@@ -53,6 +53,7 @@ def add_commands(sub):
     models.add_argument("models", nargs="+", help="model names")
     models.add_argument("--base-path", help="directory to write <model>/ into")
     models.add_argument("--seed", type=int, default=0)
+    models.add_argument("--publish", metavar="GS_URL", help="also upload them to a GCS asset store (gs://bucket/prefix)")
     models.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
     models.set_defaults(func=_models)
 
@@ -126,6 +127,11 @@ def _models(args):
     for name in args.models:
         manifest = generate(name, base / name, seed=args.seed)
         print(f"{base / name}: {manifest['params_bytes'] / 1e6:.1f} MB of weights")
+        if args.publish:
+            from repro.trims.experiments import publish_model
+
+            publish_model(base / name, args.publish)
+            print(f"  published to {args.publish}/{name}/")
 
 
 def _server_run(args):

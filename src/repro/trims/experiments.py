@@ -22,17 +22,40 @@ from repro.trims.workload import plan_requests
 LOAD_PHASES = ("read_params", "load_model", "create_prediction")
 
 
-def fetch_model(asset_dir, base_path):
-    """Copy a model from the asset store into the base path, verifying every file's checksum."""
-    manifest = load_manifest(asset_dir)
-    target = Path(base_path)
+def publish_model(model_dir, url):
+    """Upload a generated model (its files, then its manifest) to a GCS asset store."""
+    from repro.store import GCSStore
+
+    store, model_dir = GCSStore(url), Path(model_dir)
+    manifest = load_manifest(model_dir)
+    for name in [*manifest["sha256"], "manifest.json"]:
+        store.put(model_dir / name, f"{manifest['model']}/{name}")
+    return manifest
+
+
+def fetch_model(asset_store, model, base_path):
+    """Copy `model` from the asset store (a directory or gs://bucket/prefix) into base_path/model,
+    verifying every file against the sha256 its manifest records."""
+    target = Path(base_path) / model
     target.mkdir(parents=True, exist_ok=True)
-    for name, expected in manifest["sha256"].items():
-        with atomic_path(target / name) as tmp:
-            shutil.copyfile(Path(asset_dir) / name, tmp)
-            if sha256_file(tmp) != expected:
-                raise ReproError(f"{Path(asset_dir) / name}: checksum mismatch while fetching (expected sha256 {expected})")
-    write_json(target / "manifest.json", manifest)
+    if str(asset_store).startswith("gs://"):
+        from repro.store import GCSStore
+
+        store = GCSStore(str(asset_store))
+        store.get(f"{model}/manifest.json", target / ".manifest.fetched.json")
+        manifest = json.loads((target / ".manifest.fetched.json").read_text())
+        (target / ".manifest.fetched.json").unlink()
+        for name, expected in manifest["sha256"].items():
+            store.get(f"{model}/{name}", target / name, expected_sha256=expected)
+    else:
+        source = Path(asset_store) / model
+        manifest = load_manifest(source)
+        for name, expected in manifest["sha256"].items():
+            with atomic_path(target / name) as tmp:
+                shutil.copyfile(source / name, tmp)
+                if sha256_file(tmp) != expected:
+                    raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
+    write_json(target / "manifest.json", manifest)  # last: its presence means the model is complete
     return manifest
 
 
