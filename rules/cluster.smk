@@ -11,6 +11,9 @@ rule cluster_start:
         f"results/logs/cluster/{BACKEND}/start.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     params:
         backend=BACKEND,
         store=config["trace_store"],
@@ -33,6 +36,9 @@ rule cluster_status:
         f"results/logs/cluster/{BACKEND}/status/{{job}}.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     shell:
         "repro cluster status --state {input.state} --calibration {input.calibration} -o {output} > {log} 2>&1"
 
@@ -42,6 +48,9 @@ rule cluster_stop:
         f"results/logs/cluster/{BACKEND}/stop.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     params:
         state=lambda wildcards: STATE,  # not an input: stopping must not start a cluster first
     shell:

@@ -1,3 +1,7 @@
+localrules:
+    cost_estimate,
+
+
 rule costs:
     input:
         logs=lambda wildcards: expand(
@@ -16,6 +20,9 @@ rule costs:
         "results/logs/costs/{experiment}.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     params:
         settings=lambda wildcards: cost_settings(config, wildcards.experiment),
         modes=lambda wildcards: modes_of(wildcards.experiment),
@@ -33,6 +40,9 @@ rule cost_estimate:
         "results/logs/cost_estimate.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     params:
         pecan=config["pecan"],
         seed=config["seed"],

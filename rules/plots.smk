@@ -18,6 +18,9 @@ rule plot:
         "results/logs/plot/{figure}.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     params:
         settings=lambda wildcards: figure_settings(config, wildcards.figure),
     script:
@@ -31,5 +34,8 @@ rule provenance:
         "results/logs/provenance.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     script:
         "../workflow/scripts/provenance.py"

@@ -7,6 +7,9 @@ rule download_traces:
         "results/logs/download/{experiment}/{mode}.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     params:
         store=config["trace_store"],
     script:
@@ -25,6 +28,9 @@ rule combine:
         "results/logs/combine/{experiment}.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     shell:
         "repro trace combine {input} -o {output} > {log} 2>&1"
 
@@ -41,5 +47,8 @@ rule summarize:
         "results/logs/summarize/{experiment}.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     shell:
         "repro trace summarize {input} --group-by mode -o {output} > {log} 2>&1"

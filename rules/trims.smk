@@ -1,3 +1,7 @@
+localrules:
+    trims_plot,
+
+
 rule trims_generate:
     output:
         f"{config['trims']['asset_store']}/{{model}}/manifest.json",
@@ -31,6 +35,9 @@ rule trims_fetch:
         "results/logs/trims/fetch/{model}.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     params:
         asset_store=config["trims"]["asset_store"],
     script:
@@ -99,6 +106,9 @@ rule trims_combine:
         "results/logs/trims/combine/{model}.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     shell:
         "repro trace combine $(dirname {input})/traces/original $(dirname {input})/traces/shared"
         " -o {output} > {log} 2>&1"
@@ -123,6 +133,9 @@ rule trims_summary:
         "results/logs/trims/summary.log",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     script:
         "../workflow/scripts/trims_summary.py"
 
@@ -141,6 +154,9 @@ rule trims_plot:
         figure="trims_model_load|trims_distributions",
     conda:
         "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
     params:
         style=config["plots"]["style"],
     script:
