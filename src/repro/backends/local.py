@@ -71,6 +71,13 @@ def start(config, state_path):
             state["reused"] = True
             write_json(state_path, state)
             return state
+        stop(state)  # whatever of the old cluster still runs would hold its socket and memory
+    # Snakemake deletes the state file before a forced cluster_start: the pid files still say
+    # what an earlier start left running
+    for pid_file in (state_path.with_name("dispatcher.pid"), state_path.with_name("trims.pid")):
+        if pid_file.exists():
+            _terminate(int(pid_file.read_text().split()[0]))
+            pid_file.unlink(missing_ok=True)
     store = config["trace_store"]
     if not store.startswith("gs://"):
         Path(store).mkdir(parents=True, exist_ok=True)
@@ -88,9 +95,14 @@ def start(config, state_path):
         time.sleep(0.05)
     port = int(ready.read_text())
     ready.unlink()
+    state_path.with_name("dispatcher.pid").write_text(f"{proc.pid}\n")
     state = {"backend": "local", "pid": proc.pid, "port": port, "trace_store": store,
              "started_at": time.time(), "reused": False}
-    state["trims"] = _start_model_store(config["trims"], state_path)
+    try:
+        state["trims"] = _start_model_store(config["trims"], state_path)
+    except BaseException:
+        _terminate(proc.pid)
+        raise
     write_json(state_path, state)
     return state
 
@@ -175,6 +187,8 @@ def execute(settings, experiment, mode, calibration_paths, run_dir, state, recei
 def stop(state):
     for pid in (state.get("trims", {}).get("pid"), state.get("pid")):
         _terminate(pid)
+    if state.get("trims", {}).get("socket"):
+        Path(state["trims"]["socket"]).with_name("dispatcher.pid").unlink(missing_ok=True)
     return {"stopped": [state.get("pid"), state.get("trims", {}).get("pid")]}
 
 
