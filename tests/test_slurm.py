@@ -36,6 +36,43 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Daemons:
+    """The SLURM daemons of the test cluster, by pid."""
+
+    def __init__(self, root):
+        self.root, self.pids = root, {}
+
+    def start(self, daemon):
+        self.pids[daemon] = subprocess.Popen([f"/usr/sbin/{daemon}", "-D"], stdout=subprocess.DEVNULL,
+                                             stderr=open(self.root / f"{daemon}.out", "a")).pid
+
+    def stop(self, daemon):
+        pid = self.pids.pop(daemon, None)
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(100):
+                os.kill(pid, 0)
+                os.waitpid(pid, os.WNOHANG)
+                time.sleep(0.1)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+    def stop_all(self):
+        for daemon in ("slurmd", "slurmctld", "munged"):
+            self.stop(daemon)
+
+    def wait_idle(self):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.strip()
+            if state == "idle":
+                return
+            time.sleep(0.5)
+        pytest.fail(f"SLURM node never became idle: {(self.root / 'slurmctld.log').read_text()[-2000:]}")
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm")
@@ -57,29 +94,17 @@ def slurm(tmp_path_factory):
         "MinJobAge=600", "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "SlurmUser=root", f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
         "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
-    pids = []
+    daemons = Daemons(root)
     try:
         subprocess.run(["/usr/sbin/munged", "--force", f"--socket={socket_path}", f"--pid-file={root / 'munged.pid'}",
                         f"--log-file={root / 'munged.log'}", f"--seed-file={root / 'munge.seed'}"], check=True)
-        pids.append(int((root / "munged.pid").read_text()))
-        for daemon in ("slurmctld", "slurmd"):
-            pids.append(subprocess.Popen([f"/usr/sbin/{daemon}", "-D"], stdout=subprocess.DEVNULL,
-                                         stderr=open(root / f"{daemon}.out", "w")).pid)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.strip()
-            if state == "idle":
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"SLURM node never became idle: {(root / 'slurmctld.log').read_text()[-2000:]}")
-        yield root
+        daemons.pids["munged"] = int((root / "munged.pid").read_text())
+        daemons.start("slurmctld")
+        daemons.start("slurmd")
+        daemons.wait_idle()
+        yield daemons
     finally:
-        for pid in reversed(pids):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        daemons.stop_all()
         if backup is None:
             CONF.unlink(missing_ok=True)
         else:
@@ -97,6 +122,17 @@ def workflow_copy(target):
     return target
 
 
+SLURM_FLAGS = ("--profile", "profiles/slurm", "--seconds-between-status-checks", "2",
+               "--slurm-init-seconds-before-status-checks", "1")
+
+
+def stop_clusters(*workdirs):
+    for workdir in workdirs:
+        for state in (workdir / "results" / "cluster").glob("*/state.json"):
+            subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(state)],
+                           capture_output=True, timeout=60)
+
+
 def snakemake(workdir, *args):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SLURM_PARTITION": "debug"}
     return subprocess.run([str(Path(sys.executable).parent / "snakemake"), *args], cwd=workdir, env=env,
@@ -109,8 +145,7 @@ def test_fig8_through_slurm_matches_a_local_run(slurm, tmp_path):
     try:
         assert snakemake(local, target, "--cores", "1").returncode == 0
         shutil.copytree(local / "results" / "calibration", cluster / "results" / "calibration")  # same costs
-        proc = snakemake(cluster, target, "--profile", "profiles/slurm", "--seconds-between-status-checks", "2",
-                         "--slurm-init-seconds-before-status-checks", "1")
+        proc = snakemake(cluster, target, *SLURM_FLAGS)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         jobs = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True).stdout
         ran = {line.split("Comment=")[1].split()[0] for line in jobs.splitlines()
@@ -121,10 +156,7 @@ def test_fig8_through_slurm_matches_a_local_run(slurm, tmp_path):
         assert tables[0] == tables[1]
         assert (cluster / "plots" / "fig8_ResNet50_v2-8.png").exists()
     finally:
-        for workdir in (local, cluster):
-            for state in (workdir / "results" / "cluster").glob("*/state.json"):
-                subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(state)],
-                               capture_output=True, timeout=60)
+        stop_clusters(local, cluster)
 
 
 def test_a_missing_partition_fails_with_the_schedulers_message(slurm, tmp_path):
@@ -136,6 +168,48 @@ def test_a_missing_partition_fails_with_the_schedulers_message(slurm, tmp_path):
         assert proc.returncode != 0
         assert "invalid partition" in (proc.stdout + proc.stderr).lower()
     finally:
-        for state in (work / "results" / "cluster").glob("*/state.json"):
-            subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(state)],
-                           capture_output=True, timeout=60)
+        stop_clusters(work)
+
+
+def test_a_slurm_that_is_down_fails_with_its_message(slurm, tmp_path):
+    work = workflow_copy(tmp_path / "w")
+    slurm.stop("slurmctld")
+    try:
+        proc = snakemake(work, "results/calibration/resnet.json", *SLURM_FLAGS)
+        assert proc.returncode != 0
+        assert "unable to contact slurm controller" in (proc.stdout + proc.stderr).lower()
+    finally:
+        slurm.start("slurmctld")
+        slurm.wait_idle()
+        stop_clusters(work)
+
+
+def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
+    work = workflow_copy(tmp_path / "w")
+    config = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    config["pecan"]["modes"]["pecan"]["epochs"] = 3000  # long enough to be cancelled while it runs
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    targets = [f"results/runs/ResNet50_v2-8/{m}/metrics.json" for m in ("collocated", "cachew", "pecan")]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SLURM_PARTITION": "debug"}
+    try:
+        runner = subprocess.Popen([str(Path(sys.executable).parent / "snakemake"), *targets, *SLURM_FLAGS], cwd=work,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline, job = time.monotonic() + 600, None
+        while time.monotonic() < deadline and job is None:
+            out = subprocess.run(["squeue", "-h", "-o", "%i %k %T"], capture_output=True, text=True).stdout
+            job = next((line.split()[0] for line in out.splitlines()
+                        if "ResNet50_v2-8_pecan" in line and line.endswith("RUNNING")), None)
+            time.sleep(0.5)
+        assert job, "the pecan run never started"
+        time.sleep(2)
+        subprocess.run(["scancel", job], check=True)
+        out, _ = runner.communicate(timeout=900)
+        assert runner.returncode != 0
+        assert "CANCELLED" in out
+        assert (work / "results/runs/ResNet50_v2-8/collocated/metrics.json").exists()  # keep-going: the rest ran
+        dry = snakemake(work, *targets, "--dry-run", "--profile", "profiles/slurm").stdout
+        planned = {line.split()[1].rstrip(":") for line in dry.splitlines() if line.startswith(("rule ", "localrule "))}
+        assert planned <= {"run", "cluster_status"} and "wildcards: experiment=ResNet50_v2-8, mode=pecan" in dry
+        assert "mode=collocated" not in dry and "mode=cachew" not in dry
+    finally:
+        stop_clusters(work)

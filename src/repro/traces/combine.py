@@ -39,6 +39,7 @@ class _InputPlan:
         self.dropped = set()  # indices of events left out: ignored spans and process names
         self.spans = []  # (start, end) of ignored spans
         self.renamed = 0  # process_name events, replaced by the combined trace's own
+        self.kept = None  # the events pass 2 writes, when the input is a single chunk
 
 
 def _analyse(reader, adjust, check):
@@ -75,6 +76,8 @@ def _analyse(reader, adjust, check):
             else:
                 _ignored_by_category(chunk, index, ignored, plan, open_ignored)
         kept = _without(chunk, index, plan.dropped)
+        if reader.single_chunk:
+            plan.kept = kept  # pass 2 gets the same chunk back: no need to cut it again
         origin = min([e["ts"] for e in kept if e["ph"] != "M"], default=None)
         if origin is not None and (plan.origin is None or origin < plan.origin):
             plan.origin = origin
@@ -151,18 +154,17 @@ class _Shift:
         removed = removed + np.where(inside & (partial > 0), partial, 0)
         return ts - removed - self.origin
 
-    def update(self, events):
-        """Rewrite the ts of `events` in place (ints stay ints when the shift is whole)."""
+    def update(self, events, pid_map):
+        """Give `events` their new pid and adjusted ts, in place (ints stay ints when the shift is whole)."""
         timed = [e for e in events if e["ph"] != "M" and "ts" in e]
-        if not timed:
-            return
-        if not self.starts.size and type(self.origin) in (int, float):
-            origin = self.origin
-            for event in timed:
-                event["ts"] -= origin
-            return
-        for event, ts in zip(timed, self.apply(np.array([e["ts"] for e in timed])).tolist()):
+        shifted = self.apply(np.array([e["ts"] for e in timed])).tolist() if timed else []
+        for event, ts in zip(timed, shifted):
             event["ts"] = ts
+            event["pid"] = pid_map[event.get("pid")]
+        if len(timed) != len(events):
+            for event in events:
+                if event["ph"] == "M" or "ts" not in event:
+                    event["pid"] = pid_map[event.get("pid")]
 
 
 def _without(chunk, start, dropped):
@@ -181,9 +183,7 @@ def _without(chunk, start, dropped):
 def _remap(events, pid_map, shift):
     """Give events their new pid and, when adjusting, their shifted timestamp (in place)."""
     if shift is not None and shift.starts.size:
-        for event in events:
-            event["pid"] = pid_map[event.get("pid")]
-        shift.update(events)
+        shift.update(events, pid_map)
         return
     origin = shift.origin if shift is not None else None
     for event in events:
@@ -220,7 +220,7 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
             shift = _Shift(plan.origin, plan.spans) if adjust else None
             index = 0
             for chunk in reader.chunks():
-                kept = _without(chunk, index, plan.dropped)
+                kept = plan.kept if plan.kept is not None else _without(chunk, index, plan.dropped)
                 index += len(chunk)
                 _remap(kept, pid_map, shift)
                 writer.write_events(kept)

@@ -61,6 +61,7 @@ class TraceReader:
         except OSError as exc:
             raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
         self._whole = self.size <= whole_file_limit
+        self.single_chunk = self._whole  # whole files come as one chunk, the same list each pass
         self._metadata = None
         self._events = None
         self._checked_whole = None
