@@ -6,11 +6,12 @@ with pids remapped and timestamps adjusted. Only one input is in memory at a tim
 is streamed, so peak memory follows the largest input, not the sum.
 """
 
+from itertools import compress
 from pathlib import Path
 
 import numpy as np
 
-from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event
+from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, values
 from repro.traces.reader import TraceReader
 from repro.traces.writer import TraceWriter
 
@@ -55,19 +56,27 @@ def _analyse(reader, adjust, check):
     index = 0
     for chunk in reader.chunks():
         if check:
-            bad = first_bad_event(chunk)
+            if set(map(type, chunk)) - {dict}:  # values() needs dicts: name the first that is not
+                first = next(i for i, e in enumerate(chunk) if type(e) is not dict)
+                check_event(chunk[first], reader.path, index + first)
+            phases = values(chunk, "ph")
+            bad = first_bad_event(chunk, phases)
             if bad is not None:
                 check_event(chunk[bad], reader.path, index + bad)
-        for pid in dict.fromkeys([e.get("pid") for e in chunk]):
+        else:
+            phases = values(chunk, "ph")
+        for pid in dict.fromkeys(values(chunk, "pid")):
             plan.pids.setdefault(pid, None)
-        for i in [i for i, e in enumerate(chunk) if e["ph"] == "M" and e.get("name") == "process_name"]:
-            plan.pids[chunk[i].get("pid")] = (chunk[i].get("args") or {}).get("name")
-            plan.dropped.add(index + i)
-            plan.renamed += 1
+        for i in [i for i, ph in enumerate(phases) if ph == "M"]:
+            if chunk[i].get("name") == "process_name":
+                plan.pids[chunk[i].get("pid")] = (chunk[i].get("args") or {}).get("name")
+                plan.dropped.add(index + i)
+                plan.renamed += 1
         if adjust:
-            ignored = [i for i, e in enumerate(chunk) if e.get("cat") == IGNORE_CATEGORY]
+            categories = values(chunk, "cat")
+            ignored = [i for i, cat in enumerate(categories) if cat == IGNORE_CATEGORY]
             pending = any(open_ignored.values())
-            if not by_stack and (ignored or pending) and any("cat" not in e for e in chunk if e["ph"] == "E"):
+            if not by_stack and (ignored or pending) and None in set(compress(categories, map("E".__eq__, phases))):
                 by_stack = True
                 for key, stack in open_ignored.items():
                     open_b[key] = [(True, ts) for ts in stack]
@@ -78,7 +87,7 @@ def _analyse(reader, adjust, check):
         kept = _without(chunk, index, plan.dropped)
         if reader.single_chunk:
             plan.kept = kept  # pass 2 gets the same chunk back: no need to cut it again
-        origin = min([e["ts"] for e in kept if e["ph"] != "M"], default=None)
+        origin = min(compress(values(kept, "ts"), map("M".__ne__, values(kept, "ph"))), default=None)
         if origin is not None and (plan.origin is None or origin < plan.origin):
             plan.origin = origin
         index += len(chunk)
@@ -156,15 +165,19 @@ class _Shift:
 
     def update(self, events, pid_map):
         """Give `events` their new pid and adjusted ts, in place (ints stay ints when the shift is whole)."""
-        timed = [e for e in events if e["ph"] != "M" and "ts" in e]
-        shifted = self.apply(np.array([e["ts"] for e in timed])).tolist() if timed else []
-        for event, ts in zip(timed, shifted):
-            event["ts"] = ts
-            event["pid"] = pid_map[event.get("pid")]
-        if len(timed) != len(events):
+        phases, stamps = values(events, "ph"), values(events, "ts")
+        if "M" in phases or None in stamps:
+            timed = [e for e, ph, ts in zip(events, phases, stamps) if ph != "M" and ts is not None]
+            stamps = values(timed, "ts")
             for event in events:
-                if event["ph"] == "M" or "ts" not in event:
-                    event["pid"] = pid_map[event.get("pid")]
+                event["pid"] = pid_map[event.get("pid")]
+        else:
+            timed = events
+            only = next(iter(pid_map.values())) if len(pid_map) == 1 else None
+            for event in events:
+                event["pid"] = only if only is not None else pid_map[event.get("pid")]
+        for event, ts in zip(timed, self.apply(np.array(stamps)).tolist() if timed else ()):
+            event["ts"] = ts
 
 
 def _without(chunk, start, dropped):

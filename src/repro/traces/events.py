@@ -1,5 +1,7 @@
 """What the Chrome trace event format defines, and the checks every reader applies to an event."""
 
+from itertools import repeat
+
 from repro.errors import TraceError
 
 # Every phase of the Trace Event Format: duration (B/E), complete (X), instant (i, and the
@@ -21,16 +23,21 @@ NUMBER_TYPES = (int, float)
 _NUMBER_TYPE_SET = set(NUMBER_TYPES)
 
 
-def first_bad_event(events):
+def values(events, key):
+    """events[i].get(key) for every event, computed in C (the events must all be dicts)."""
+    return list(map(dict.get, events, repeat(key)))
+
+
+def first_bad_event(events, phases=None):
     """Index of the first event that check_event would reject, or None.
 
-    Set-based checks over whole-list comprehensions first (C speed); the per-event loop runs
-    only when one of them finds something, to name the exact index.
+    Set-based checks over whole lists first (C speed); the per-event loop runs only when one of
+    them finds something, to name the exact index. `phases` may pass values(events, "ph").
     """
     if set(map(type, events)) - {dict}:
         return _first_bad_by_loop(events)
-    phases = [e.get("ph") for e in events]
-    ts_types = set(map(type, [e.get("ts") for e in events]))
+    phases = values(events, "ph") if phases is None else phases
+    ts_types = set(map(type, values(events, "ts")))
     if not set(phases) <= PHASES or not ts_types <= _NUMBER_TYPE_SET:
         return _first_bad_by_loop(events)
     if "X" in phases and not {type(e.get("dur", 0)) for e in events if e["ph"] == "X"} <= _NUMBER_TYPE_SET:
