@@ -11,29 +11,17 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from support import BIN, REPO, copy_workflow, free_port, path_env, skip_unless_installed, stop_clusters
 
-REPO = Path(__file__).resolve().parents[1]
 BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch")
 CONF = Path("/etc/slurm/slurm.conf")
 
-missing = [b for b in BINARIES if not Path(b).exists()]
-if missing or os.geteuid() != 0:
-    why = f"missing {missing}" if missing else "not root"
-    if os.environ.get("REPRO_REQUIRE_SLURM") == "1":
-        raise RuntimeError(f"SLURM tests cannot run: {why} (apt-get install slurm-wlm munge)")
-    pytest.skip(f"SLURM tests need slurm-wlm and munge as root: {why}", allow_module_level=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+skip_unless_installed(BINARIES, "REPRO_REQUIRE_SLURM", "apt-get install slurm-wlm munge; run as root")
 
 
 class Daemons:
@@ -112,10 +100,7 @@ def slurm(tmp_path_factory):
 
 
 def workflow_copy(target):
-    target.mkdir()
-    for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
-        source = REPO / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
+    copy_workflow(target)
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["calibration"].update(elements=2, repeats=1)
     (target / "config" / "config.yaml").write_text(yaml.safe_dump(config))
@@ -126,16 +111,8 @@ SLURM_FLAGS = ("--profile", "profiles/slurm", "--seconds-between-status-checks",
                "--slurm-init-seconds-before-status-checks", "1")
 
 
-def stop_clusters(*workdirs):
-    for workdir in workdirs:
-        for state in (workdir / "results" / "cluster").glob("*/state.json"):
-            subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(state)],
-                           capture_output=True, timeout=60)
-
-
 def snakemake(workdir, *args):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SLURM_PARTITION": "debug"}
-    return subprocess.run([str(Path(sys.executable).parent / "snakemake"), *args], cwd=workdir, env=env,
+    return subprocess.run([str(BIN / "snakemake"), *args], cwd=workdir, env=path_env(SLURM_PARTITION="debug"),
                           capture_output=True, text=True, timeout=1500)
 
 
@@ -190,10 +167,9 @@ def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
     config["pecan"]["modes"]["pecan"]["epochs"] = 3000  # long enough to be cancelled while it runs
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     targets = [f"results/runs/ResNet50_v2-8/{m}/metrics.json" for m in ("collocated", "cachew", "pecan")]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SLURM_PARTITION": "debug"}
     try:
-        runner = subprocess.Popen([str(Path(sys.executable).parent / "snakemake"), *targets, *SLURM_FLAGS], cwd=work,
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        runner = subprocess.Popen([str(BIN / "snakemake"), *targets, *SLURM_FLAGS], cwd=work,
+                                  env=path_env(SLURM_PARTITION="debug"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline, job = time.monotonic() + 600, None
         while time.monotonic() < deadline and job is None:
             out = subprocess.run(["squeue", "-h", "-o", "%i %k %T"], capture_output=True, text=True).stdout

@@ -19,20 +19,11 @@ import yaml
 
 from repro.backends import ssh as ssh_backend
 from repro.errors import ReproError
+from support import BIN, REPO, copy_workflow, free_port, path_env, skip_unless_installed, stop_clusters
 
 SSHD = "/usr/sbin/sshd"
-REPO = Path(__file__).resolve().parents[1]
 
-if not Path(SSHD).exists():
-    if os.environ.get("REPRO_REQUIRE_SSHD") == "1":
-        raise RuntimeError(f"{SSHD} is required (apt-get install openssh-server)")
-    pytest.skip(f"{SSHD} not installed (apt-get install openssh-server)", allow_module_level=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+skip_unless_installed([SSHD], "REPRO_REQUIRE_SSHD", "apt-get install openssh-server")
 
 
 class SshHost:
@@ -147,16 +138,9 @@ def test_config_values_reach_the_remote_shell_quoted(cluster, tmp_path):
     assert "touch" in (tmp_path / "echoed").read_text()
 
 
-def copy_workflow(target):
-    for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
-        source = REPO / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
-
-
 def snakemake(workdir, *args, check=True):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--cores", "1", *args], cwd=workdir,
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([str(BIN / "snakemake"), "--cores", "1", *args], cwd=workdir, env=path_env(),
+                          capture_output=True, text=True, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
     return proc
@@ -173,7 +157,6 @@ def test_fig8_over_ssh_matches_the_local_backend(cluster, tmp_path):
     root, hosts = cluster
     local, remote = tmp_path / "local", tmp_path / "remote"
     for workdir in (local, remote):
-        workdir.mkdir()
         copy_workflow(workdir)
     write_config(local, {})
     write_config(remote, {"backend": "ssh", "ssh": ssh_config(root, hosts)})
@@ -192,9 +175,8 @@ def test_fig8_over_ssh_matches_the_local_backend(cluster, tmp_path):
         cfg = yaml.safe_load((remote / "config" / "config.yaml").read_text())
         cfg["pecan"]["modes"]["pecan"]["epochs"] = 3000
         (remote / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-        runner = subprocess.Popen([str(Path(sys.executable).parent / "snakemake"), "--cores", "1",
-                                   "results/runs/ResNet50_v2-8/pecan/metrics.json"], cwd=remote, env=env,
+        runner = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1",
+                                   "results/runs/ResNet50_v2-8/pecan/metrics.json"], cwd=remote, env=path_env(),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -212,8 +194,4 @@ def test_fig8_over_ssh_matches_the_local_backend(cluster, tmp_path):
         snakemake(remote, "results/runs/ResNet50_v2-8/pecan/metrics.json")
         assert (remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").exists()
     finally:
-        for workdir in (local, remote):
-            state = workdir / "results" / "cluster"
-            for path in state.glob("*/state.json"):
-                subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(path)],
-                               capture_output=True, timeout=60)
+        stop_clusters(local, remote)

@@ -16,12 +16,7 @@ import pytest
 
 from repro.errors import ReproError
 from repro.store import GCSStore, LocalStore, download_traces, open_store, upload_traces
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support import free_port
 
 
 @pytest.fixture(scope="module")

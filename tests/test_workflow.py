@@ -6,17 +6,15 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
+from support import BIN, REPO, copy_workflow, path_env, stop_clusters
 
 pytestmark = pytest.mark.workflow
 
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+SNAKEMAKE = BIN / "snakemake"
 TINY = {
     "calibration": {"elements": 2, "repeats": 1},
     "trims": {
@@ -29,8 +27,7 @@ TINY = {
 
 
 def snakemake(workdir, *args, check=True, timeout=300):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(SNAKEMAKE), "--cores", "2", *args], cwd=workdir, env=env, capture_output=True,
+    proc = subprocess.run([str(SNAKEMAKE), "--cores", "2", *args], cwd=workdir, env=path_env(), capture_output=True,
                           text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -66,22 +63,13 @@ def write_config(workdir, overrides):
     (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
 
 
-def stop_cluster(workdir):
-    state = workdir / "results" / "cluster" / "local" / "state.json"
-    if state.exists():
-        subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(state)],
-                       capture_output=True, timeout=60)
-
-
 @pytest.fixture
 def workdir(tmp_path):
     """A copy of the workflow (not of results) with the tiny config."""
-    for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
-        source = REPO / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / item)
+    copy_workflow(tmp_path)
     write_config(tmp_path, {})
     yield tmp_path
-    stop_cluster(tmp_path)
+    stop_clusters(tmp_path)
 
 
 @pytest.fixture
@@ -167,8 +155,7 @@ def test_interrupted_run_is_redone(workdir):
     # a long run (many epochs) so the workflow can be killed while it executes
     write_config(workdir, {"pecan": {"modes": {"short": {"epochs": 3000}}}})
     target = "results/runs/Getting_started/short/metrics.json"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.Popen([str(SNAKEMAKE), "--cores", "1", target], cwd=workdir, env=env, start_new_session=True,
+    proc = subprocess.Popen([str(SNAKEMAKE), "--cores", "1", target], cwd=workdir, env=path_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = workdir / "results" / "runs" / "Getting_started" / "short"
     deadline = time.monotonic() + 120
