@@ -9,6 +9,7 @@ import csv
 import os
 import shutil
 import signal
+import sys
 import socket
 import subprocess
 import time
@@ -189,3 +190,22 @@ def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
         assert "mode=collocated" not in dry and "mode=cachew" not in dry
     finally:
         stop_clusters(work)
+
+
+def test_cluster_generic_status_script_follows_jobs_out_of_the_queue(slurm, tmp_path):
+    status = REPO / "profiles" / "cluster-generic" / "status.py"
+    ok = subprocess.run(["sbatch", "--parsable", "--wrap", "true", f"--output={tmp_path}/%j.out"], capture_output=True,
+                        text=True, check=True).stdout.strip()
+    bad = subprocess.run(["sbatch", "--parsable", "--wrap", "exit 3", f"--output={tmp_path}/%j.out"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    deadline = time.monotonic() + 60
+    while subprocess.run(["squeue", "-h", "-j", f"{ok},{bad}"], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, "test jobs did not finish"
+        time.sleep(0.5)
+
+    def state(job):
+        return subprocess.run([sys.executable, str(status), job], capture_output=True, text=True, check=True).stdout.strip()
+
+    assert state(ok) == "success"  # no longer in squeue: found through scontrol
+    assert state(bad) == "failed"
+    assert state("999999") == "failed"  # unknown everywhere: failed, not running forever
