@@ -128,7 +128,7 @@ def _cluster_stop(args):
 
     state = _read_state(args.state)
     get_backend(state["backend"]).stop(state)
-    print(f"stopped: {get_backend(state['backend']).describe(state)}")
+    print(f"{state['backend']} backend stopped")
 
 
 def build_parser():
