@@ -16,7 +16,6 @@ from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
@@ -214,7 +213,3 @@ class Client:
             results = list(pool.map(one, plan))
         return results, time.perf_counter() - started
 
-
-def check_graph(directory):
-    """Load a model's graph without its weights (a cheap validity check)."""
-    return onnx.load(str(Path(directory) / GRAPH), load_external_data=False)
