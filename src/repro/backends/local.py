@@ -109,6 +109,7 @@ def start(config, state_path):
 
 def _start_model_store(trims, state_path):
     """The TrIMS model store server, on a socket beside the state file."""
+    from repro.trims.runtimes import resolve_device
     from repro.trims.server import budget_bytes, start_daemon
 
     socket_path = state_path.with_name("trims.sock").resolve()
@@ -116,7 +117,8 @@ def _start_model_store(trims, state_path):
     base.mkdir(parents=True, exist_ok=True)
     server = trims["server"]
     pid = start_daemon(socket_path, base, budget_bytes(megabytes=server["memory_mb"]), server["eviction"],
-                       state_path.with_name("trims.pid"), state_path.with_name("trims-server.log"))
+                       state_path.with_name("trims.pid"), state_path.with_name("trims-server.log"),
+                       resolve_device(server["device"]))
     return {"pid": pid, "socket": str(socket_path), "base_path": str(base), **server}
 
 

@@ -2,7 +2,7 @@
 
 Defaults come from the `micro18` section of ~/.carml_config.yml (or --config FILE), as in the
 original tools; flags override them. Keys: base_path, server_socket, server_eviction,
-server_memory_fraction, profile_output_directory.
+server_memory_fraction, device, profile_output_directory.
 """
 
 import json
@@ -21,6 +21,7 @@ DEFAULTS = {
     "server_socket": "/tmp/repro-trims.sock",
     "server_eviction": "lru",
     "server_memory_fraction": 0.5,
+    "device": "auto",
     "profile_output_directory": "results/trims/profiles",
 }
 
@@ -86,9 +87,11 @@ def add_commands(sub):
 def _server_flags(parser):
     parser.add_argument("--socket", help="Unix socket path")
     parser.add_argument("--base-path", help="directory holding <model>/model.params")
-    parser.add_argument("--memory-fraction", type=float, help="share of RAM the store may use, in (0, 1]")
+    parser.add_argument("--memory-fraction", type=float,
+                        help="share of RAM (of GPU memory with --device gpu) the store may use, in (0, 1]")
     parser.add_argument("--memory-mb", type=int, help="the store's budget in MiB (instead of --memory-fraction)")
     parser.add_argument("--eviction", choices=["lru", "lfu", "fifo"], help="eviction policy")
+    _device_flag(parser, "where the store keeps models")
     parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
 
 
@@ -108,10 +111,16 @@ def _client_flags(parser):
     parser.add_argument("--experiment-description", default="", help="recorded in every trace")
     parser.add_argument("--monitor-memory", action="store_true", help="sample GPU (NVML) and store memory every 50 ms")
     parser.add_argument("--seed", type=int, default=0)
+    _device_flag(parser, "where inference runs (must be the GPU when the store keeps models there)")
     parser.add_argument("--results", help="write per-request results as JSON here")
     parser.add_argument("--base-path")
     parser.add_argument("--socket")
     parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
+
+
+def _device_flag(parser, what):
+    parser.add_argument("--device", choices=["cpu", "gpu", "auto"],
+                        help=f"{what}: cpu, gpu, or auto (the GPU when an NVIDIA device and PyTorch with CUDA are present)")
 
 
 def _setting(args, flag, key):
@@ -135,20 +144,23 @@ def _models(args):
 
 
 def _server_run(args):
+    from repro.trims.runtimes import resolve_device
     from repro.trims.server import budget_bytes, serve, start_daemon
 
     socket_path = _setting(args, "socket", "server_socket")
     base = _setting(args, "base_path", "base_path")
     fraction = _setting(args, "memory_fraction", "server_memory_fraction")
     policy = _setting(args, "eviction", "server_eviction")
-    budget = budget_bytes(fraction, args.memory_mb)
+    device = resolve_device(_setting(args, "device", "device"))
+    budget = budget_bytes(fraction, args.memory_mb, device)
+    where = f"{policy}, budget {budget >> 20} MiB of {device} memory"
     if args.daemon:
         pid_file = args.pid_file or str(Path(socket_path).with_suffix(".pid"))
-        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file)
-        print(f"model store server pid {pid} on {socket_path} ({policy}, budget {budget >> 20} MiB)")
+        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device)
+        print(f"model store server pid {pid} on {socket_path} ({where})")
         return
-    print(f"model store server on {socket_path} ({policy}, budget {budget >> 20} MiB)", flush=True)
-    serve(socket_path, base, budget, policy, pid_file=args.pid_file)
+    print(f"model store server on {socket_path} ({where})", flush=True)
+    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device)
 
 
 def _server_stop(args):
@@ -175,6 +187,7 @@ def profile_directory(root, name, overwrite):
 
 def _client_setup(args):
     from repro.trims.client import ClientOptions
+    from repro.trims.runtimes import resolve_device
     from repro.trims.workload import plan_requests
 
     base = Path(_setting(args, "base_path", "base_path"))
@@ -188,6 +201,7 @@ def _client_setup(args):
     config = load_tool_config(args.config)
     options = ClientOptions(base_path=base, socket=Path(_setting(args, "socket", "server_socket")),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
+                            device=resolve_device(_setting(args, "device", "device")),
                             experiment_description=args.experiment_description,
                             run_id=f"{socket.gethostname()}-{int(time.time())}",
                             extra={"distribution": args.distribution, "distribution_params": args.distribution_params,

@@ -1,6 +1,7 @@
 """Inference clients: cold model loading ("original") or weights mapped from the model store ("shared").
 
-Both modes run the same onnxruntime path; only where the weights come from differs. Each
+Both modes run the same inference path (onnxruntime on the CPU, or the GPU runtime); only where
+the weights come from differs: the model file, or the store's shared memory segment or GPU memory. Each
 request records the phases of the original TrIMS client as a Chrome trace:
 read_params, load_model, create_prediction, set_predict_input, forward_predict, get_output,
 free_predictor (and runtime_init, in category 'ignore' when it happens before the timed request).
@@ -16,12 +17,12 @@ from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
-from onnx import TensorProto, helper
 
 from repro.errors import ReproError
 from repro.traces import write_trace
-from repro.trims.models import GRAPH, PARAMS, load_manifest, params_view
+from repro.trims.cuda import Mappings
+from repro.trims.models import GRAPH, PARAMS, load_manifest
+from repro.trims.runtimes import CpuRuntime, GpuRuntime
 from repro.trims.server import StoreConnection
 
 
@@ -33,6 +34,7 @@ class ClientOptions:
     eager: bool = False
     eager_async: bool = False
     cold_cache: bool = False
+    device: str = "cpu"  # where inference runs: cpu (onnxruntime) or gpu
     profile_output: Path = None
     experiment_description: str = ""
     run_id: str = ""
@@ -47,30 +49,6 @@ def drop_page_cache(path):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
-
-
-class Runtime:
-    """onnxruntime's process-wide set-up (environment, thread pools), done once per process."""
-
-    def __init__(self):
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-
-    def initialise(self):
-        with self._lock:
-            if self._done.is_set():
-                return
-            graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "init",
-                                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-            self._done.set()
-
-    def initialise_in_background(self):
-        thread = threading.Thread(target=self.initialise, daemon=True)
-        thread.start()
-        return thread
 
 
 class _Recorder:
@@ -97,15 +75,6 @@ class _Recorder:
         return _Span()
 
 
-def _session_options(values):
-    options = ort.SessionOptions()
-    options.add_session_config_entry("session.disable_prepacking", "1")  # no packed copies of the weights
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    for name, value in values.items():
-        options.add_initializer(name, value)
-    return options
-
-
 def _input(manifest, seed):
     """A preprocessed input: a seeded 8-bit image, normalised to NCHW float32."""
     shape = manifest["input"]["shape"]
@@ -117,7 +86,8 @@ def _input(manifest, seed):
 class Client:
     def __init__(self, options):
         self.options = options
-        self.runtime = Runtime()
+        self.runtime = GpuRuntime() if options.device == "gpu" else CpuRuntime()
+        self._mappings = Mappings()  # touches the GPU only when a store hands out device memory
         self._local = threading.local()
         self._tids = {}
 
@@ -141,25 +111,33 @@ class Client:
             with rec.span("runtime_init", "ignore"):
                 self.runtime.initialise()
         background = self.runtime.initialise_in_background() if opts.eager_async else None
-        hit, shm, connection = None, None, None
+        hit, shm, ipc, mapped, connection = None, None, None, None, None
         start = rec.now()
         with rec.span("predict", "prediction"):
             with rec.span("read_params", "io"):
                 if opts.original:
-                    weights = np.fromfile(directory / PARAMS, dtype=np.uint8)
-                    buffer = weights.data
+                    buffer = np.fromfile(directory / PARAMS, dtype=np.uint8).data
                 else:
                     connection = self._connection()
                     answer = connection.request({"op": "acquire", "model": model})
                     hit = answer["hit"]
-                    shm = shared_memory.SharedMemory(name=answer["shm"])
-                    # the server owns the segment: keep this process's tracker from unlinking it
-                    resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
-                    buffer = shm.buf
+                    if answer["device"] == "gpu":
+                        ipc = answer["ipc"]
+                    else:
+                        shm = shared_memory.SharedMemory(name=answer["shm"])
+                        # the server owns the segment: keep this process's tracker from unlinking it
+                        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+                        buffer = shm.buf
             try:
                 with rec.span("load_model", "load"):
-                    views = params_view(buffer, manifest)
-                    values = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in views.items()}
+                    if ipc is None:
+                        weights = self.runtime.host_weights(buffer, manifest)
+                    elif self.runtime.device != "gpu":
+                        raise ReproError(f"the model store on {opts.socket} holds its models in GPU memory; "
+                                         "run the client with --device gpu")
+                    else:
+                        mapped = self._mappings.open(ipc)
+                        weights = self.runtime.device_weights(mapped, manifest)
                 with rec.span("set_predict_input", "prediction"):
                     data = _input(manifest, iteration)
                 if background is not None:
@@ -167,17 +145,19 @@ class Client:
                         background.join()
                 with rec.span("create_prediction", "prediction"):
                     self.runtime.initialise()
-                    session = ort.InferenceSession(str(directory / GRAPH), _session_options(values),
-                                                   providers=["CPUExecutionProvider"])
+                    predict = self.runtime.predictor(directory / GRAPH, weights)
                 with rec.span("forward_predict", "prediction"):
-                    output = session.run(None, {manifest["input"]["name"]: data})[0]
+                    output = predict(manifest["input"]["name"], data)
                 with rec.span("get_output", "prediction"):
                     top5 = np.argsort(output[0])[-5:][::-1].tolist()
             finally:
                 with rec.span("free_predictor", "prediction"):
-                    session = values = views = buffer = None
+                    predict = weights = buffer = None
                     if shm is not None:
                         shm.close()
+                    if mapped is not None:
+                        self._mappings.close(ipc)
+                    if connection is not None:
                         connection.request({"op": "release", "model": model})
         latency = rec.now() - start
         trace = None
@@ -188,7 +168,7 @@ class Client:
                      "upr_enabled": not opts.original, "eager_mode": opts.eager, "eager_mode_async": opts.eager_async,
                      "experiment_description": opts.experiment_description, "iteration": iteration,
                      "server": None if opts.original else str(opts.socket), "store_hit": hit, "top5": top5,
-                     "cold_cache": opts.cold_cache and opts.original, **opts.extra}
+                     "cold_cache": opts.cold_cache and opts.original, "device": opts.device, **opts.extra}
             write_trace(trace, rec.events, {"displayTimeUnit": "ms", "otherData": other})
         return latency, trace, hit
 
@@ -204,7 +184,7 @@ class Client:
                 latency, trace, hit = self.request(model, iteration)
                 return {"model": model, "iteration": iteration, "ok": True, "latency_us": latency,
                         "trace": str(trace) if trace else None, "hit": hit}
-            except (ReproError, OSError, ort.capi.onnxruntime_pybind11_state.Fail) as exc:
+            except (ReproError, OSError, *self.runtime.errors) as exc:
                 self._local.connection = None  # reconnect next time
                 return {"model": model, "iteration": iteration, "ok": False, "error": str(exc)}
 

@@ -16,6 +16,7 @@ from repro.errors import ReproError
 from repro.fsutil import atomic_path, sha256_file, write_json
 from repro.trims.client import Client, ClientOptions
 from repro.trims.models import load_manifest
+from repro.trims.runtimes import resolve_device
 from repro.trims.server import StoreConnection
 from repro.trims.workload import plan_requests
 
@@ -63,6 +64,7 @@ def _client(base_path, socket_path, traces, original, settings, extra):
     return Client(ClientOptions(base_path=Path(base_path), socket=Path(socket_path), original=original,
                                 eager=settings["eager"], eager_async=settings["eager_async"],
                                 cold_cache=settings["cold_cache"], profile_output=Path(traces),
+                                device=resolve_device(settings["server"]["device"]),
                                 experiment_description=extra.get("experiment", ""), run_id=extra.get("run_id", ""),
                                 extra=extra))
 

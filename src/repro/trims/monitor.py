@@ -45,20 +45,28 @@ class MemoryMonitor:
         except psutil.Error:
             return None
 
+    def _read(self, query, *args):
+        """One NVML query; None where the device or driver does not support it (virtualised GPUs often don't)."""
+        try:
+            return query(*args)
+        except self.nvml.NVMLError:
+            return None
+
     def _device_sample(self, index, handle):
-        nv = self.nvml
-        memory = nv.nvmlDeviceGetMemoryInfo(handle)
-        util = nv.nvmlDeviceGetUtilizationRates(handle)
+        nv, read = self.nvml, self._read
+        memory = read(nv.nvmlDeviceGetMemoryInfo, handle)
+        util = read(nv.nvmlDeviceGetUtilizationRates, handle)
+        processes = read(nv.nvmlDeviceGetComputeRunningProcesses, handle)
         rx, tx = self._pcie.get(index, (None, None))
         return {
-            "device": index, "memory_used_bytes": memory.used, "memory_free_bytes": memory.free,
-            "gpu_util_percent": util.gpu, "memory_util_percent": util.memory,
-            "power_mw": nv.nvmlDeviceGetPowerUsage(handle),
-            "temperature_c": nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU),
-            "sm_clock_mhz": nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM),
-            "memory_clock_mhz": nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM),
+            "device": index, "memory_used_bytes": memory and memory.used, "memory_free_bytes": memory and memory.free,
+            "gpu_util_percent": util and util.gpu, "memory_util_percent": util and util.memory,
+            "power_mw": read(nv.nvmlDeviceGetPowerUsage, handle),
+            "temperature_c": read(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU),
+            "sm_clock_mhz": read(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM),
+            "memory_clock_mhz": read(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_MEM),
             "pcie_rx_kbps": rx, "pcie_tx_kbps": tx,
-            "processes": len(nv.nvmlDeviceGetComputeRunningProcesses(handle)),
+            "processes": None if processes is None else len(processes),
         }
 
     def _sample_loop(self):
@@ -77,8 +85,8 @@ class MemoryMonitor:
         nv = self.nvml
         while not self._stop.is_set():
             for index, handle in enumerate(self.devices):
-                self._pcie[index] = (nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_RX_BYTES),
-                                     nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_TX_BYTES))
+                self._pcie[index] = (self._read(nv.nvmlDeviceGetPcieThroughput, handle, nv.NVML_PCIE_UTIL_RX_BYTES),
+                                     self._read(nv.nvmlDeviceGetPcieThroughput, handle, nv.NVML_PCIE_UTIL_TX_BYTES))
             self._stop.wait(0.2)
 
     def __enter__(self):

@@ -1,6 +1,7 @@
 """The model store server: answers over a Unix socket, one JSON object per line each way.
 
-Requests: {"op": "acquire", "model": M} -> {"ok": true, "shm": NAME, "size": N, "hit": bool};
+Requests: {"op": "acquire", "model": M} -> {"ok": true, "device": "cpu", "shm": NAME, "size": N, "hit": bool}
+(or "device": "gpu", "ipc": HANDLE for a GPU-resident store);
 {"op": "release", "model": M}; {"op": "status"}; {"op": "flush"} (evict every model not in use);
 {"op": "shutdown"}. References a connection
 holds are released when it closes, so a crashed client never pins a model.
@@ -47,9 +48,9 @@ class _Handler(socketserver.StreamRequestHandler):
     def _answer(self, store, request, held):
         op = request["op"]
         if op == "acquire":
-            name, size, hit = store.acquire(request["model"])
+            handle, size, hit = store.acquire(request["model"])
             held.append(request["model"])
-            return {"ok": True, "shm": name, "size": size, "hit": hit}
+            return {"ok": True, **handle, "size": size, "hit": hit}
         if op == "release":
             if request["model"] not in held:
                 raise ReproError(f"this connection holds no reference to {request['model']!r}")
@@ -72,24 +73,28 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
-def budget_bytes(fraction=None, megabytes=None):
-    """The store's budget: megabytes if given, else a fraction of this machine's RAM."""
+def budget_bytes(fraction=None, megabytes=None, device="cpu"):
+    """The store's budget: megabytes if given, else a fraction of this machine's RAM (or of the GPU's memory)."""
     if megabytes is not None:
         if megabytes <= 0:
             raise ReproError(f"--memory-mb must be positive, got {megabytes}")
         return int(megabytes) << 20
     if not 0 < fraction <= 1:
         raise ReproError(f"--memory-fraction must be in (0, 1], got {fraction}")
+    if device == "gpu":
+        from repro.trims.cuda import driver
+
+        return int(driver().memory()[1] * fraction)
     return int(psutil.virtual_memory().total * fraction)
 
 
-def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None):
+def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu"):
     socket_path = Path(socket_path)
     if socket_path.exists():
         if _answers(socket_path):
             raise ReproError(f"a model store server already answers on {socket_path}")
         socket_path.unlink()
-    store = ModelStore(base_path, budget, policy)
+    store = ModelStore(base_path, budget, policy, device=device)
     server = _Server(str(socket_path), _Handler)
     server.store = store
     if pid_file:
@@ -115,11 +120,11 @@ def _answers(socket_path):
         return False
 
 
-def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file):
+def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu"):
     """Start the server in its own session; return its pid once it answers. budget: bytes."""
     cmd = [sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket", str(socket_path),
            "--base-path", str(base_path), "--memory-mb", str(max(1, budget >> 20)), "--eviction", policy,
-           "--pid-file", str(pid_file)]
+           "--pid-file", str(pid_file), "--device", device]
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30

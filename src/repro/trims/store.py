@@ -1,7 +1,8 @@
-"""The model store: model weights resident in POSIX shared memory, under a memory budget.
+"""The model store: model weights resident in host shared memory or GPU memory, under a memory budget.
 
 A model is loaded once (its checksum verified) and handed to any number of clients, which map the
-same pages instead of reading and copying the weights. Models in use are reference counted and
+same memory instead of reading and copying the weights: a POSIX shared memory segment on the host,
+or a CUDA inter-process handle to device memory on a GPU. Models in use are reference counted and
 never evicted; unused ones are evicted by the chosen policy when a new model needs room.
 """
 
@@ -18,12 +19,61 @@ from repro.errors import ReproError
 from repro.trims.models import PARAMS, load_manifest
 
 POLICIES = ("lru", "lfu", "fifo")
+DEVICES = ("cpu", "gpu")
+_CHUNK = 8 << 20
+
+
+class HostMemory:
+    """Weights in a POSIX shared memory segment; clients map it by name."""
+
+    def __init__(self, size):
+        self.shm = shared_memory.SharedMemory(create=True, size=max(size, 1))
+
+    def staging(self, offset):
+        return self.shm.buf[offset : offset + _CHUNK]
+
+    def commit(self, offset, length):
+        """The bytes were read in place: nothing to copy."""
+
+    def handle(self):
+        return {"device": "cpu", "shm": self.shm.name}
+
+    def close(self):
+        self.shm.close()
+        self.shm.unlink()
+
+
+class GpuMemory:
+    """Weights in device memory; clients open it through a CUDA inter-process handle."""
+
+    def __init__(self, size):
+        from repro.trims.cuda import driver
+
+        self.driver = driver()
+        self.pointer = self.driver.allocate(max(size, 1))
+        self.buffer = bytearray(_CHUNK)
+        self.ipc = None
+
+    def staging(self, offset):
+        return memoryview(self.buffer)
+
+    def commit(self, offset, length):
+        self.driver.copy_to_device(self.pointer + offset, self.buffer, length)
+
+    def handle(self):
+        if self.ipc is None:
+            self.buffer = None  # loading is over
+            self.ipc = self.driver.export(self.pointer)
+        return {"device": "gpu", "ipc": self.ipc}
+
+    def close(self):
+        self.driver.free(self.pointer)
 
 
 @dataclass
 class Entry:
     model: str
-    shm: shared_memory.SharedMemory
+    memory: HostMemory | GpuMemory
     size: int
     loaded_at: float
     last_used: float
@@ -37,6 +87,7 @@ class ModelStore:
     base_path: Path
     budget_bytes: int
     policy: str = "lru"
+    device: str = "cpu"
     entries: dict = field(default_factory=dict)
     evictions: int = 0
     wait_s: float = 60.0  # how long a load waits for models in use to be released
@@ -47,6 +98,8 @@ class ModelStore:
     def __post_init__(self):
         if self.policy not in POLICIES:
             raise ReproError(f"unknown eviction policy {self.policy!r}; expected one of {list(POLICIES)}")
+        if self.device not in DEVICES:
+            raise ReproError(f"unknown store device {self.device!r}; expected one of {list(DEVICES)}")
         self.base_path = Path(self.base_path)
         self.freed = threading.Condition(self.lock)
 
@@ -80,8 +133,7 @@ class ModelStore:
 
     def _evict(self, entry):
         del self.entries[entry.model]
-        entry.shm.close()
-        entry.shm.unlink()
+        entry.memory.close()
         self.evictions += 1
 
     def _load(self, model):
@@ -93,32 +145,33 @@ class ModelStore:
         self._make_room(size, model)  # may wait, releasing the lock: another client may load it meanwhile
         if model in self.entries:
             return self.entries[model]
-        shm = shared_memory.SharedMemory(create=True, size=max(size, 1))
+        memory = (GpuMemory if self.device == "gpu" else HostMemory)(size)
         try:
-            digest = hashlib.sha256()
+            digest, done, view = hashlib.sha256(), 0, None
             with open(directory / PARAMS, "rb") as fh:
-                view, done = shm.buf, 0
                 while done < size:
-                    n = fh.readinto(view[done : done + (8 << 20)])
+                    view = memory.staging(done)
+                    n = fh.readinto(view)
                     if not n:
                         break
-                    digest.update(view[done : done + n])
+                    digest.update(view[:n])
+                    memory.commit(done, n)
                     done += n
-                del view
+                view = None  # a host segment cannot close while a view of it is alive
             if done != size or digest.hexdigest() != manifest["sha256"][PARAMS]:
                 raise ReproError(f"{directory / PARAMS}: checksum mismatch (expected sha256 "
                                  f"{manifest['sha256'][PARAMS]}); the model file is corrupt")
         except BaseException:
-            shm.close()
-            shm.unlink()
+            view = None
+            memory.close()
             raise
         now = time.monotonic()
-        entry = Entry(model, shm, size, now, now, order=next(self._sequence))
+        entry = Entry(model, memory, size, now, now, order=next(self._sequence))
         self.entries[model] = entry
         return entry
 
     def acquire(self, model):
-        """Make `model` resident and take a reference; return (shm name, size, was it a hit)."""
+        """Make `model` resident and take a reference; return (how to map it, size, was it a hit)."""
         with self.lock:
             entry = self.entries.get(model)
             hit = entry is not None
@@ -127,7 +180,7 @@ class ModelStore:
             entry.refs += 1
             entry.hits += 1
             entry.last_used = time.monotonic()
-            return entry.shm.name, entry.size, hit
+            return entry.memory.handle(), entry.size, hit
 
     def release(self, model):
         with self.lock:
@@ -149,6 +202,7 @@ class ModelStore:
             return {
                 "pid": os.getpid(),
                 "policy": self.policy,
+                "device": self.device,
                 "budget_bytes": self.budget_bytes,
                 "used_bytes": self.used_bytes,
                 "evictions": self.evictions,
