@@ -140,7 +140,8 @@ def test_cachew_respects_the_cap_and_waits_for_its_target():
     policy = CachewAutoscaler(max_workers=2)
     assert policy.next_count(1, 10.0) == 2
     assert policy.next_count(1, 10.0) == 2  # the new worker has not arrived yet
-    assert policy.next_count(2, 1.0) == 1 and policy.state == "STABLE"  # at the cap: cannot keep going
+    assert policy.next_count(2, 1.0) == 2 and policy.state == "STABLE"  # better, but at the cap: converge there
+    assert policy.converged == (2, 1.0)
 
 
 def test_cachew_scaling_down_stops_when_the_loss_exceeds_3_percent():
@@ -226,7 +227,7 @@ def spec(**overrides):
                 epochs=1, steps_per_loop=500, accelerator_batches_per_s=3.158, cost_per_element=0.05, bytes_per_element=602112,
                 collocated_vcpus=21.4, remote_worker_vcpus=8, local_worker_vcpus=8, max_remote_workers=20,
                 max_local_workers=10, fixed_remote_workers=0, fixed_local_workers=0, network_gbps=32, decision_steps=60,
-                noise_cv=0.0, client_cost=4.96, worker_cost=0.427319, seed=1)
+                noise_cv=0.0, cachew_threshold_up=0.0, client_cost=4.96, worker_cost=0.427319, seed=1)
     return JobSpec(**{**base, **overrides})
 
 
@@ -258,6 +259,10 @@ def test_artifact_preset_lands_near_the_artifacts_runs(config, calibrations, tmp
     assert results["collocated"]["epoch_time"] == pytest.approx(3212.5, rel=0.02)
     assert results["pecan"]["epoch_time"] == pytest.approx(396.12, rel=0.02)
     assert (results["pecan"]["remote_workers"], results["pecan"]["local_workers"]) == (4, 10)
+    # Cachew: the artifact's run converged at 19 workers; the model reaches the cluster's 20
+    assert results["cachew"]["epoch_time"] == pytest.approx(453.14, rel=0.06)
+    assert abs(results["cachew"]["remote_workers"] - 19) <= 1
+    assert results["cachew"]["worker_cost"] == pytest.approx(1.0045, rel=0.05)
     total = {m: r["tpu_cost"] + r["worker_cost"] for m, r in results.items()}
     assert total["pecan"] < total["cachew"] < total["collocated"]
 

@@ -46,6 +46,7 @@ class JobSpec:
     network_gbps: float
     decision_steps: int
     noise_cv: float
+    cachew_threshold_up: float  # the improvement Cachew needs to add a worker
     client_cost: float
     worker_cost: float
     seed: int
@@ -83,7 +84,7 @@ def capacity(spec, remote, local):
 
 def make_policy(spec):
     if spec.placement == "cachew":
-        return CachewAutoscaler(max_workers=spec.max_remote_workers)
+        return CachewAutoscaler(up_threshold=spec.cachew_threshold_up, max_workers=spec.max_remote_workers)
     if spec.placement == "autoplacement":
         return PecanAutoPlacement(
             max_remote=spec.max_remote_workers,

@@ -2,8 +2,10 @@
 
 Constants and their sources (../shared/reference/pecan-artifact.yaml, "policies"):
 - Cachew autoscaling (eth-easl/cachew, tensorflow/core/data/service/easl/scaling_utils.cc):
-  scale up by one worker while the batch-time improvement exceeds 7%
-  (kMinBatchTimeRelativeImprovementUp), otherwise return to the previous count and converge;
+  scale up by one worker while the batch-time improvement exceeds the threshold (7%,
+  kMinBatchTimeRelativeImprovementUp, by default; the cluster model passes the job's own
+  "scaling threshold up", which the artifact's runs log as 0.0), otherwise return to the previous
+  count and converge (at the cluster's size it converges there);
   scale down while the loss stays under 3% (kMinBatchTimeRelativeImprovementDown); after 20
   stable decisions (kInStabilityBeforeScaling) scale up again if the batch time grew by 40%
   (kMinBatchTimeRelativeGrowth).
@@ -91,8 +93,10 @@ class CachewAutoscaler:
             return self.target
         improvement = 1.0 - batch_time / previous[1]
         if previous[0] < workers:
-            keep_going = improvement > self.up_threshold and workers < self.max_workers
-            step = 1
+            keep_going, step = improvement > self.up_threshold, 1
+            if keep_going and workers >= self.max_workers:  # better, but the cluster has no more workers
+                self.converged, self.scaling, self.same_scale = (workers, batch_time), False, 0
+                return self.target
         else:
             keep_going = improvement > -self.down_threshold and workers > 1
             step = -1

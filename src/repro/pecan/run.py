@@ -43,6 +43,7 @@ def job_spec(pecan, experiment, mode, costs, seed):
         network_gbps=cluster["network_gbps"],
         decision_steps=cluster["decision_steps"],
         noise_cv=cluster["noise_cv"],
+        cachew_threshold_up=cluster["cachew_threshold_up"],
         client_cost=cluster["policy_prices"]["client_cost"],
         worker_cost=cluster["policy_prices"]["worker_cost"],
         seed=seed,
