@@ -1,18 +1,24 @@
 """Combine N traces into one, each input on its own process row.
 
-Each input is read twice in chunks (whole small files are parsed once and kept): the first pass
-finds its processes, its ``ignore`` spans and its first timestamp; the second writes the events
-with pids remapped and timestamps adjusted. Only one input is in memory at a time and the output
-is streamed, so peak memory follows the largest input, not the sum.
+Each input is parsed once. Its kept events wait in a spool until the whole input is seen (its
+processes, its ``ignore`` spans, its first timestamp), then go out with new pids and adjusted
+timestamps. A file parsed in chunks waits serialised, each timestamp replaced by a marker that
+a byte-level substitution fills in at the end, so its memory stays near its size on disk. One
+input is held at a time and the output is streamed, so peak memory follows the largest input.
 """
 
-from itertools import compress
+import secrets
+from collections import deque
+from itertools import chain, compress, repeat
+from operator import and_, eq, is_not, ne, sub
 from pathlib import Path
 
 import numpy as np
+import orjson
 
-from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, values
-from repro.traces.reader import TraceReader
+from repro.errors import TraceError
+from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions, values
+from repro.traces.reader import TraceReader, cycle_collection_paused
 from repro.traces.writer import TraceWriter
 
 
@@ -32,87 +38,97 @@ def run_label(path, other_data, metadata):
 
 
 class _InputPlan:
-    """What pass 1 learns about one input."""
+    """What reading one input teaches: its processes, ignored spans and first timestamp."""
 
     def __init__(self):
         self.origin = None
         self.pids = {}  # original pid -> process name seen in its metadata (or None)
-        self.dropped = set()  # indices of events left out: ignored spans and process names
+        self.dropped = 0  # events left out: ignored spans and process names
         self.spans = []  # (start, end) of ignored spans
         self.renamed = 0  # process_name events, replaced by the combined trace's own
-        self.kept = None  # the events pass 2 writes, when the input is a single chunk
 
 
-def _analyse(reader, adjust, check):
-    """Pass 1 over one input: its pids and process names, ignored events and spans, first timestamp.
+def _kept_chunks(reader, plan, adjust, check):
+    """Yield each chunk's kept (events, phases, stamps, pids), learning the input's pids and
+    process names, ignored events and spans, and first timestamp into `plan` on the way.
 
-    Mostly comprehensions over each chunk (they run at C speed); a per-event loop is needed
-    only when an ignored 'B' may be closed by an 'E' that does not carry the category itself.
+    The per-chunk work runs over columns (the events' ph, ts and pid, read once, in C); a
+    per-event loop over the whole chunk is needed only when an ignored 'B' may be closed by an
+    'E' that does not carry the category itself.
     """
-    plan = _InputPlan()
     open_ignored = {}  # (pid, tid) -> timestamps of ignored B events still open (fast path)
     open_b = {}  # (pid, tid) -> stack of (ignored?, ts) of every open B event (slow path)
     by_stack = False  # once on the slow path, stay on it for the rest of the input
     index = 0
     for chunk in reader.chunks():
+        try:
+            columns = (chunk, values(chunk, "ph"), values(chunk, "ts"), values(chunk, "pid"))
+        except TypeError:  # not every event is an object: name the first that is not
+            first = next(i for i, e in enumerate(chunk) if type(e) is not dict)
+            check_event(chunk[first], reader.path, index + first)
+        _, phases, stamps, pids = columns
         if check:
-            if set(map(type, chunk)) - {dict}:  # values() needs dicts: name the first that is not
-                first = next(i for i, e in enumerate(chunk) if type(e) is not dict)
-                check_event(chunk[first], reader.path, index + first)
-            phases = values(chunk, "ph")
-            bad = first_bad_event(chunk, phases)
+            bad = first_bad_event(chunk, phases, stamps)
             if bad is not None:
                 check_event(chunk[bad], reader.path, index + bad)
-        else:
-            phases = values(chunk, "ph")
-        for pid in dict.fromkeys(values(chunk, "pid")):
+        for pid in dict.fromkeys(pids):
             plan.pids.setdefault(pid, None)
-        for i in [i for i, ph in enumerate(phases) if ph == "M"]:
-            if chunk[i].get("name") == "process_name":
-                plan.pids[chunk[i].get("pid")] = (chunk[i].get("args") or {}).get("name")
-                plan.dropped.add(index + i)
-                plan.renamed += 1
+        drops = []
+        if "M" in phases:
+            for i in positions(phases, "M"):
+                if chunk[i].get("name") == "process_name":
+                    plan.pids[chunk[i].get("pid")] = (chunk[i].get("args") or {}).get("name")
+                    drops.append(i)
+                    plan.renamed += 1
         if adjust:
             categories = values(chunk, "cat")
-            ignored = [i for i, cat in enumerate(categories) if cat == IGNORE_CATEGORY]
+            ignored = positions(categories, IGNORE_CATEGORY)
             pending = any(open_ignored.values())
-            if not by_stack and (ignored or pending) and None in set(compress(categories, map("E".__eq__, phases))):
+            if not by_stack and (ignored or pending) and None in set(compress(categories, map(eq, phases, repeat("E")))):
                 by_stack = True
                 for key, stack in open_ignored.items():
                     open_b[key] = [(True, ts) for ts in stack]
             if by_stack:
-                _ignored_by_stack(chunk, index, plan, open_b)
+                drops += _ignored_by_stack(chunk, plan.spans, open_b)
             else:
-                _ignored_by_category(chunk, index, ignored, plan, open_ignored)
-        kept = _without(chunk, index, plan.dropped)
-        if reader.single_chunk:
-            plan.kept = kept  # pass 2 gets the same chunk back: no need to cut it again
-        origin = min(compress(values(kept, "ts"), map("M".__ne__, values(kept, "ph"))), default=None)
+                _ignored_by_category(chunk, columns, ignored, plan.spans, open_ignored)
+                drops += ignored
+        drops = list(dict.fromkeys(drops))  # an ignored process_name is listed twice
+        plan.dropped += len(drops)
+        kept = _without(columns, drops)
+        _, kept_phases, kept_stamps, _ = kept
+        origin = min(compress(kept_stamps, map(ne, kept_phases, repeat("M"))), default=None)
         if origin is not None and (plan.origin is None or origin < plan.origin):
             plan.origin = origin
         index += len(chunk)
-    return plan
+        yield kept
 
 
-def _ignored_by_category(chunk, index, positions, plan, open_ignored):
+def _ignored_by_category(chunk, columns, positions, spans, open_ignored):
     """Spans of ignored events when every event of an ignored span carries the category."""
-    for i in positions:
-        event = chunk[i]
-        ph = event["ph"]
-        plan.dropped.add(index + i)
+    _, phases, stamps, pids = columns
+    ignored_events = list(map(chunk.__getitem__, positions))
+    keys = zip(map(pids.__getitem__, positions), values(ignored_events, "tid"))
+    for event, ph, ts, key in zip(ignored_events, map(phases.__getitem__, positions),
+                                  map(stamps.__getitem__, positions), keys):
         if ph == "B":
-            open_ignored.setdefault((event.get("pid"), event.get("tid")), []).append(event["ts"])
+            stack = open_ignored.get(key)
+            if stack is None:
+                open_ignored[key] = [ts]
+            else:
+                stack.append(ts)
         elif ph == "E":
-            stack = open_ignored.get((event.get("pid"), event.get("tid")))
+            stack = open_ignored.get(key)
             if stack:
-                plan.spans.append((stack.pop(), event["ts"]))
+                spans.append((stack.pop(), ts))
         elif ph == "X":
-            plan.spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
+            spans.append((ts, ts + event.get("dur", 0)))
 
 
-def _ignored_by_stack(chunk, index, plan, open_b):
-    """Spans of ignored events, matching every B with its E per (pid, tid)."""
-    for offset, event in enumerate(chunk, index):
+def _ignored_by_stack(chunk, spans, open_b):
+    """Spans of ignored events, matching every B with its E per (pid, tid); returns the positions to drop."""
+    drops = []
+    for position, event in enumerate(chunk):
         ph = event["ph"]
         if ph == "M":
             continue
@@ -125,33 +141,40 @@ def _ignored_by_stack(chunk, index, plan, open_b):
                 began_ignored, began = stack.pop()
                 if began_ignored:
                     ignored = True
-                    plan.spans.append((began, event["ts"]))
+                    spans.append((began, event["ts"]))
         elif ignored and ph == "X":
-            plan.spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
+            spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
         if ignored:
-            plan.dropped.add(offset)
+            drops.append(position)
+    return drops
 
 
 def _merge(spans):
-    merged = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return merged
+    """Sorted (starts, ends) arrays of the union of the spans."""
+    if not spans:
+        return np.zeros(0), np.zeros(0)
+    spans = np.array(spans)  # ints stay ints, so whole shifts keep integer timestamps
+    spans = spans[np.lexsort((spans[:, 1], spans[:, 0]))]
+    starts, ends = spans[:, 0], spans[:, 1]
+    reach = np.maximum.accumulate(ends)
+    first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
+    return starts[first], np.maximum.reduceat(ends, first)
 
 
 class _Shift:
     """Adjusted timestamps: zeroed at the origin, with the ignored spans cut out."""
 
     def __init__(self, origin, spans):
-        merged = _merge(spans)
-        self.starts = np.array([s for s, _ in merged])
-        self.ends = np.array([e for _, e in merged])
-        self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)]) if merged else np.zeros(1)
+        self.starts, self.ends = _merge(spans)
+        self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
         self.origin = 0
         self.origin = self.apply(np.array([origin or 0])).tolist()[0]
+
+    def shifted(self, stamps):
+        """The adjusted timestamps, as a list (ints stay ints when the shift is whole)."""
+        if not self.starts.size:
+            return list(map(sub, stamps, repeat(self.origin)))
+        return self.apply(np.array(stamps)).tolist()
 
     def apply(self, ts):
         if not self.starts.size:
@@ -163,48 +186,96 @@ class _Shift:
         removed = removed + np.where(inside & (partial > 0), partial, 0)
         return ts - removed - self.origin
 
-    def update(self, events, pid_map):
-        """Give `events` their new pid and adjusted ts, in place (ints stay ints when the shift is whole)."""
-        phases, stamps = values(events, "ph"), values(events, "ts")
-        if "M" in phases or None in stamps:
-            timed = [e for e, ph, ts in zip(events, phases, stamps) if ph != "M" and ts is not None]
-            stamps = values(timed, "ts")
-            for event in events:
-                event["pid"] = pid_map[event.get("pid")]
-        else:
-            timed = events
-            only = next(iter(pid_map.values())) if len(pid_map) == 1 else None
-            for event in events:
-                event["pid"] = only if only is not None else pid_map[event.get("pid")]
-        for event, ts in zip(timed, self.apply(np.array(stamps)).tolist() if timed else ()):
+
+def _without(columns, drops):
+    """The chunk's (events, phases, stamps, pids) minus the events at the `drops` positions."""
+    if not drops:
+        return columns
+    keep = [True] * len(columns[0])
+    for position in drops:
+        keep[position] = False
+    return tuple(list(compress(column, keep)) for column in columns)
+
+
+def _rewrite(columns, pid_map, shift):
+    """Give live events their new pid and, when adjusting, their shifted timestamp (in place)."""
+    events, phases, stamps, pids = columns
+    new_pids = map(pid_map.__getitem__, pids)
+    if shift is not None and "M" not in phases and None not in stamps:  # the common case: one loop
+        for event, pid, ts in zip(events, new_pids, shift.shifted(stamps)):
+            event["pid"], event["ts"] = pid, ts
+        return
+    for event, pid in zip(events, new_pids):
+        event["pid"] = pid
+    if shift is not None:  # metadata events keep their (absent) timestamp
+        events, stamps = _timed(events, phases, stamps)
+        for event, ts in zip(events, shift.shifted(stamps)):
             event["ts"] = ts
 
 
-def _without(chunk, start, dropped):
-    """The chunk minus the events whose global index is in `dropped`, cut by slicing."""
-    cuts = sorted(i - start for i in dropped if start <= i < start + len(chunk)) if dropped else ()
-    if not cuts:
-        return chunk
-    kept, previous = [], 0
-    for cut in cuts:
-        kept.extend(chunk[previous:cut])
-        previous = cut + 1
-    kept.extend(chunk[previous:])
-    return kept
+def _timed(events, phases, stamps):
+    """The events that have a timestamp to adjust (not metadata, ts present), and their timestamps."""
+    keep = list(map(and_, map(ne, phases, repeat("M")), map(is_not, stamps, repeat(None))))
+    return list(compress(events, keep)), list(compress(stamps, keep))
 
 
-def _remap(events, pid_map, shift):
-    """Give events their new pid and, when adjusting, their shifted timestamp (in place)."""
-    if shift is not None and shift.starts.size:
-        shift.update(events, pid_map)
-        return
-    origin = shift.origin if shift is not None else None
-    for event in events:
-        event["pid"] = pid_map[event.get("pid")]
-        if origin is not None:
-            ts = event.get("ts")
-            if ts is not None and event["ph"] != "M":
-                event["ts"] = ts - origin
+class _Spool:
+    """One input's kept events, waiting for their new pids and adjusted timestamps.
+
+    A file parsed in one piece stays as live events, rewritten in place at the end. A file
+    parsed in chunks is serialised chunk by chunk with its new pids, each timestamp still to be
+    adjusted replaced by a marker, so that it is parsed only once and its memory stays near its
+    size on disk; the adjusted timestamps replace the markers in the bytes at the end.
+    """
+
+    def __init__(self, path, adjust, serialise):
+        self.path, self.adjust, self.serialise = path, adjust, serialise
+        # a string no trace contains (a NUL and a random token); its JSON form is what gets replaced
+        self.marker_value = "\x00ts-" + secrets.token_hex(8)
+        self.marker = orjson.dumps(self.marker_value)
+        self.chunks = deque()  # live columns, or (JSON of the events, their count, timestamps to adjust)
+
+    def add(self, columns, pid_map):
+        if not columns[0]:
+            return
+        if not self.serialise:
+            self.chunks.append(columns)
+            return
+        events, phases, stamps, pids = columns
+        stamps = stamps if self.adjust else []
+        new_pids = map(pid_map.__getitem__, pids)
+        if stamps and "M" not in phases and None not in stamps:  # the common case: one loop
+            for event, pid in zip(events, new_pids):
+                event["pid"], event["ts"] = pid, self.marker_value
+        else:
+            for event, pid in zip(events, new_pids):
+                event["pid"] = pid
+            if stamps:
+                timed, stamps = _timed(events, phases, stamps)
+                for event in timed:
+                    event["ts"] = self.marker_value
+        self.chunks.append((orjson.dumps(events)[1:-1], len(events), stamps))
+
+    def write(self, writer, pid_map, shift):
+        """Write every chunk with its new pids and adjusted timestamps; return the event count."""
+        written = 0
+        while self.chunks:
+            chunk = self.chunks.popleft()
+            if not self.serialise:
+                _rewrite(chunk, pid_map, shift)
+                writer.write_events(chunk[0])
+                written += len(chunk[0])
+                continue
+            body, count, stamps = chunk
+            if stamps:
+                pieces = body.split(self.marker)
+                if len(pieces) != len(stamps) + 1:
+                    raise TraceError(self.path, "an event contains the combiner's timestamp marker; combine it again")
+                texts = orjson.dumps(shift.shifted(stamps))[1:-1].split(b",")
+                body = b"".join(chain.from_iterable(zip(pieces, texts))) + pieces[-1]
+            writer.write_serialized(body, count)
+            written += count
+        return written
 
 
 def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_options=None):
@@ -214,31 +285,28 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
     next_pid = 1
     per_input = []
     display_unit = None
-    with TraceWriter(output) as writer:
+    with TraceWriter(output) as writer, cycle_collection_paused():
         for path in inputs:
-            # strict: pass 1 validates each event itself; lenient: the reader drops bad events
+            # strict: each event is validated here; lenient: the reader drops bad events
             reader = TraceReader(path, strict=strict, check=not strict, **(reader_options or {}))
-            plan = _analyse(reader, adjust, check=strict)
+            plan, spool, pid_map = _InputPlan(), _Spool(path, adjust, serialise=not reader.whole), {}
+            for kept in _kept_chunks(reader, plan, adjust, check=strict):
+                for pid in plan.pids:  # numbered in order of first appearance
+                    pid_map.setdefault(pid, next_pid + len(pid_map))
+                spool.add(kept, pid_map)
+            kept = None  # only the spool keeps the events: freed as written, before the next input is parsed
             metadata, other = reader.metadata, reader.other_data
             display_unit = display_unit or metadata.get("displayTimeUnit")
             label = run_label(path, other, metadata)
-            pid_map, names = {}, []
+            names = []
             for pid, own_name in plan.pids.items():
-                pid_map[pid] = next_pid
                 name = label if len(plan.pids) == 1 or not own_name else f"{label} / {own_name}"
-                names.append({"ph": "M", "name": "process_name", "pid": next_pid, "tid": 0, "args": {"name": name}})
-                next_pid += 1
+                names.append({"ph": "M", "name": "process_name", "pid": pid_map[pid], "tid": 0, "args": {"name": name}})
+            next_pid += len(plan.pids)
             writer.write_events(names)
-            report["events"] += len(names)
-            shift = _Shift(plan.origin, plan.spans) if adjust else None
-            index = 0
-            for chunk in reader.chunks():
-                kept = plan.kept if plan.kept is not None else _without(chunk, index, plan.dropped)
-                index += len(chunk)
-                _remap(kept, pid_map, shift)
-                writer.write_events(kept)
-                report["events"] += len(kept)
-            report["dropped"] += len(plan.dropped) - plan.renamed
+            written = spool.write(writer, pid_map, _Shift(plan.origin, plan.spans) if adjust else None)
+            report["events"] += len(names) + written
+            report["dropped"] += plan.dropped - plan.renamed
             report["skipped"] += reader.skipped
             per_input.append(
                 {

@@ -1,6 +1,7 @@
 """What the Chrome trace event format defines, and the checks every reader applies to an event."""
 
-from itertools import repeat
+from itertools import compress, repeat
+from operator import is_
 
 from repro.errors import TraceError
 
@@ -24,22 +25,39 @@ _NUMBER_TYPE_SET = set(NUMBER_TYPES)
 
 
 def values(events, key):
-    """events[i].get(key) for every event, computed in C (the events must all be dicts)."""
+    """events[i].get(key) for every event, computed in C (TypeError unless they are all dicts)."""
     return list(map(dict.get, events, repeat(key)))
 
 
-def first_bad_event(events, phases=None):
+def positions(items, value):
+    """The indices of `value` in the list `items`: list.index scans in C between the hits."""
+    found, at = [], -1
+    try:
+        while True:
+            at = items.index(value, at + 1)
+            found.append(at)
+    except ValueError:
+        return found
+
+
+def first_bad_event(events, phases=None, stamps=None):
     """Index of the first event that check_event would reject, or None.
 
     Set-based checks over whole lists first (C speed); the per-event loop runs only when one of
-    them finds something, to name the exact index. `phases` may pass values(events, "ph").
+    them finds something, to name the exact index. `phases` and `stamps` may pass
+    values(events, "ph") and values(events, "ts"), which also proves every event is a dict.
     """
-    if set(map(type, events)) - {dict}:
+    if phases is None and set(map(type, events)) - {dict}:
         return _first_bad_by_loop(events)
     phases = values(events, "ph") if phases is None else phases
-    ts_types = set(map(type, values(events, "ts")))
-    if not set(phases) <= PHASES or not ts_types <= _NUMBER_TYPE_SET:
+    stamps = values(events, "ts") if stamps is None else stamps
+    if not set(phases) <= PHASES:
         return _first_bad_by_loop(events)
+    stamp_types = set(map(type, stamps))
+    if not stamp_types <= _NUMBER_TYPE_SET:
+        untimed = set(compress(phases, map(is_, stamps, repeat(None))))  # only metadata may lack a ts
+        if not (stamp_types - _NUMBER_TYPE_SET <= {type(None)} and untimed <= PHASES_WITHOUT_TS):
+            return _first_bad_by_loop(events)
     if "X" in phases and not {type(e.get("dur", 0)) for e in events if e["ph"] == "X"} <= _NUMBER_TYPE_SET:
         return _first_bad_by_loop(events)
     return None

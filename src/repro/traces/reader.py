@@ -7,8 +7,10 @@ of the JSON structure (quotes, braces, brackets), and each chunk is parsed on it
 memory follows the chunk size instead of the file size.
 """
 
+import gc
 import mmap
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,19 @@ _WINDOW = 4 << 20
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
 _SPACE = b" \t\r\n"
+
+
+@contextmanager
+def cycle_collection_paused():
+    """Parsed JSON holds no reference cycles, so the cyclic garbage collector's repeated passes
+    over millions of live event objects are pure overhead while traces are processed."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _loads(data, path):
@@ -60,17 +75,15 @@ class TraceReader:
             self.size = os.path.getsize(self.path)
         except OSError as exc:
             raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
-        self._whole = self.size <= whole_file_limit
-        self.single_chunk = self._whole  # whole files come as one chunk, the same list each pass
+        self.whole = self.size <= whole_file_limit  # parsed in one piece, not in chunks
         self._metadata = None
         self._events = None
-        self._checked_whole = None
 
     # -- public API ---------------------------------------------------------------------
     @property
     def metadata(self):
         if self._metadata is None:
-            if self._whole:
+            if self.whole:
                 self._load_whole()
             else:
                 for _ in self._scan(parse_events=False):
@@ -84,16 +97,14 @@ class TraceReader:
 
     def chunks(self):
         """Yield lists of (checked) events; the running event index continues across chunks."""
-        if self._whole and self._checked_whole is not None:
-            yield self._checked_whole  # a second pass over a small file costs nothing
-            return
         index = 0
-        source = [self._load_whole()] if self._whole else self._scan(parse_events=True)
+        if self.whole:
+            source, self._events = [self._load_whole()], None  # held by the caller only, freed with its chunk
+        else:
+            source = self._scan(parse_events=True)
         for raw in source:
             good = self._checked(raw, index)
             index += len(raw)
-            if self._whole:
-                self._checked_whole = good
             yield good
 
     def events(self):

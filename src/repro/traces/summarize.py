@@ -10,7 +10,7 @@ import numpy as np
 
 from repro.errors import TraceError
 from repro.traces.events import IGNORE_CATEGORY
-from repro.traces.reader import TraceReader
+from repro.traces.reader import TraceReader, cycle_collection_paused
 
 # Run metadata fields the TrIMS client records in otherData (see trims-tools reference).
 RUN_FIELDS = (
@@ -151,5 +151,6 @@ def aggregate(summaries, group_by):
 
 def summarize(inputs, group_by=("model_name", "upr_enabled"), detailed=False, strict=True):
     """Summary document of many traces (files or directories): per-trace entries and group statistics."""
-    traces = [summarize_trace(p, detailed=detailed, strict=strict) for p in find_traces(inputs)]
+    with cycle_collection_paused():
+        traces = [summarize_trace(p, detailed=detailed, strict=strict) for p in find_traces(inputs)]
     return {"time_unit": "us", "traces": traces, "group_by": list(group_by), "groups": aggregate(traces, list(group_by))}

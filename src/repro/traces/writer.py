@@ -27,13 +27,17 @@ class TraceWriter:
         return self
 
     def write_events(self, events):
-        if not events:
+        if events:
+            self.write_serialized(orjson.dumps(events)[1:-1], len(events))
+
+    def write_serialized(self, body, count):
+        """Write `count` events already serialised as comma-separated JSON objects."""
+        if not count:
             return
-        body = orjson.dumps(events)[1:-1]
         if self.count:
             self._fh.write(b",\n")
         self._fh.write(body)
-        self.count += len(events)
+        self.count += count
 
     def write_event(self, event):
         self.write_events([event])
