@@ -1,10 +1,14 @@
-"""Helpers the end-to-end tests share: ports, workflow copies, stopping clusters, optional services."""
+"""Helpers the end-to-end tests share: ports, workflow copies, stopping clusters, optional services,
+the GCS emulator."""
 
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,29 @@ def copy_workflow(target):
     return target
 
 
+def snakemake(workdir, *args, cores=2, check=True, timeout=600, env=None):
+    """Run this environment's snakemake in `workdir`; fail with its output tail unless check=False."""
+    proc = subprocess.run([str(BIN / "snakemake"), "--cores", str(cores), *args], cwd=workdir,
+                          env=path_env(**(env or {})), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def planned_jobs(workdir, *args):
+    """The jobs a dry-run would execute, as 'rule' or 'rule[wildcard values]' strings."""
+    out = snakemake(workdir, "--dry-run", *args).stdout
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        match = re.match(r"(?:local)?rule (\w+):", block)
+        if not match:
+            continue
+        wildcards = re.search(r"wildcards: (.*)", block)
+        values = "" if not wildcards else "[" + ",".join(v.split("=", 1)[1] for v in wildcards.group(1).split(", ")) + "]"
+        jobs.append(match.group(1) + values)
+    return sorted(jobs)
+
+
 def path_env(**extra):
     """The environment with this interpreter's bin/ first on PATH (the rules call `repro`)."""
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra}
@@ -51,3 +78,25 @@ def skip_unless_installed(paths, required_by, hint):
     if os.environ.get(required_by) == "1":
         raise RuntimeError(f"{required_by}=1 but {why} ({hint})")
     pytest.skip(f"{why} ({hint})", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """gcp-storage-emulator in its own process on a loopback port, stopped by pid; yields its URL."""
+    port = free_port()
+    exe = Path(sys.executable).parent / "gcp-storage-emulator"
+    proc = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("the GCS emulator did not start")
+    yield f"http://127.0.0.1:{port}"
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=10)

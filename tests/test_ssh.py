@@ -19,7 +19,7 @@ import yaml
 
 from repro.backends import ssh as ssh_backend
 from repro.errors import ReproError
-from support import BIN, REPO, copy_workflow, free_port, path_env, skip_unless_installed, stop_clusters
+from support import BIN, REPO, copy_workflow, free_port, path_env, planned_jobs, skip_unless_installed, snakemake, stop_clusters
 
 SSHD = "/usr/sbin/sshd"
 
@@ -138,14 +138,6 @@ def test_config_values_reach_the_remote_shell_quoted(cluster, tmp_path):
     assert "touch" in (tmp_path / "echoed").read_text()
 
 
-def snakemake(workdir, *args, check=True):
-    proc = subprocess.run([str(BIN / "snakemake"), "--cores", "1", *args], cwd=workdir, env=path_env(),
-                          capture_output=True, text=True, timeout=900)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-    return proc
-
-
 def write_config(workdir, overrides):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["calibration"].update(elements=2, repeats=1)
@@ -162,13 +154,21 @@ def test_fig8_over_ssh_matches_the_local_backend(cluster, tmp_path):
     write_config(remote, {"backend": "ssh", "ssh": ssh_config(root, hosts)})
     target = "plots/fig8_ResNet50_v2-8.pdf"
     try:
-        snakemake(local, target)
+        snakemake(local, target, cores=1)
         shutil.copytree(local / "results" / "calibration", remote / "results" / "calibration")
-        proc = snakemake(remote, target)
+        proc = snakemake(remote, target, cores=1)
         assert "[ OK ] accel: python with repro" in (remote / "results/logs/cluster/ssh/status/ResNet50_v2-8/pecan.log").read_text()
         rows = [list(csv.reader(open(w / "results" / "tables" / "ResNet50_v2-8.csv"))) for w in (local, remote)]
         assert rows[0] == rows[1]
         assert (remote / "plots" / "fig8_ResNet50_v2-8.png").exists(), proc.stdout[-500:]
+        # the rerun rules hold over ssh as locally: nothing to do, then only what a change touches
+        assert planned_jobs(remote, target) == []
+        cfg = yaml.safe_load((remote / "config" / "config.yaml").read_text())
+        cfg["pecan"]["modes"]["pecan"]["epochs"] = 3
+        (remote / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+        assert planned_jobs(remote, target) == sorted([
+            "cluster_status[ResNet50_v2-8/pecan]", "run[ResNet50_v2-8,pecan]", "download_traces[ResNet50_v2-8,pecan]",
+            "combine[ResNet50_v2-8]", "summarize[ResNet50_v2-8]", "costs[ResNet50_v2-8]", "plot[fig8_ResNet50_v2-8]"])
         # kill a remote run mid-way: the rule fails, its log is kept, the next invocation redoes it
         write_config(remote, {"backend": "ssh", "ssh": ssh_config(root, hosts),
                               "pecan": {**yaml.safe_load((REPO / "config/config.yaml").read_text())["pecan"]}})
@@ -191,7 +191,7 @@ def test_fig8_over_ssh_matches_the_local_backend(cluster, tmp_path):
         assert "exited with" in out
         cfg["pecan"]["modes"]["pecan"]["epochs"] = 8
         (remote / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
-        snakemake(remote, "results/runs/ResNet50_v2-8/pecan/metrics.json")
+        snakemake(remote, "results/runs/ResNet50_v2-8/pecan/metrics.json", cores=1)
         assert (remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").exists()
     finally:
         stop_clusters(local, remote)

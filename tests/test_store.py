@@ -2,11 +2,6 @@
 
 import http.client
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,29 +11,7 @@ import pytest
 
 from repro.errors import ReproError
 from repro.store import GCSStore, LocalStore, download_traces, open_store, upload_traces
-from support import free_port
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    """gcp-storage-emulator in its own process, stopped by pid."""
-    port = free_port()
-    exe = Path(sys.executable).parent / "gcp-storage-emulator"
-    proc = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("the GCS emulator did not start")
-    yield f"http://127.0.0.1:{port}"
-    os.kill(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=10)
+from support import emulator, free_port  # noqa: F401 (emulator is a fixture)
 
 
 @pytest.fixture

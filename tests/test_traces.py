@@ -267,6 +267,19 @@ def test_summary_of_one_trace(trims_trace):
     assert summary["events"]["load_model"] == {"count": 1, "total": 200, "mean": 200}
     assert "warmup" not in summary["events"] and "sleep" not in summary["events"]
     assert [d["name"] for d in summary["detailed_events"]] == ["load_model", "forward_predict"]
+    assert summary["end_to_end_process_time"] == 850  # 1000 -> 1850, ignored spans included
+    assert summary["init_time"] == 0
+
+
+def test_init_time_counts_runtime_initialisation_in_any_category(tmp_path):
+    events = [
+        {"ph": "X", "name": "runtime_init", "cat": "ignore", "ts": 0, "dur": 70, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "wait_runtime_init", "cat": "prediction", "ts": 100, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "forward_predict", "cat": "prediction", "ts": 105, "dur": 20, "pid": 1, "tid": 1},
+    ]
+    summary = summarize_trace(dump(tmp_path / "t.json", events))
+    assert summary["init_time"] == 75
+    assert (summary["end_to_end_time"], summary["end_to_end_process_time"]) == (25, 125)
 
 
 def test_describe_matches_hand_computed_values():

@@ -15,7 +15,7 @@ from repro.errors import ReproError
 from repro.traces import summarize, validate
 from repro.trims.client import Client, ClientOptions
 from repro.trims.models import generate, load_manifest
-from repro.trims.server import StoreConnection, start_daemon
+from repro.trims.server import StoreConnection, serve, start_daemon, usable_socket_path
 from repro.trims.store import ModelStore
 from repro.trims.workload import distribution, plan_requests
 
@@ -223,3 +223,12 @@ def test_server_refuses_a_second_instance_on_the_same_socket(models, server, tmp
         from repro.trims.server import serve
 
         serve(sock, models, 1 << 20, "lru")
+
+
+def test_socket_paths_too_long_for_unix_sockets(tmp_path):
+    long = tmp_path / ("d" * 120) / "trims.sock"
+    short = usable_socket_path(long)
+    assert len(str(short)) <= 107 and short == usable_socket_path(long) != usable_socket_path(long.with_name("x.sock"))
+    assert usable_socket_path(tmp_path / "s.sock") == tmp_path / "s.sock"
+    with pytest.raises(ReproError, match="--socket .*: longer than the 107 bytes a Unix socket path may have"):
+        serve(long, tmp_path, 1 << 20, "lru")

@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -10,7 +9,7 @@ import time
 
 import pytest
 import yaml
-from support import BIN, REPO, copy_workflow, path_env, stop_clusters
+from support import BIN, REPO, copy_workflow, emulator, path_env, planned_jobs, snakemake, stop_clusters  # noqa: F401
 
 pytestmark = pytest.mark.workflow
 
@@ -24,28 +23,6 @@ TINY = {
         "distributions": {"iterations": 6, "concurrency": [1, 2]},
     },
 }
-
-
-def snakemake(workdir, *args, check=True, timeout=300):
-    proc = subprocess.run([str(SNAKEMAKE), "--cores", "2", *args], cwd=workdir, env=path_env(), capture_output=True,
-                          text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def planned_jobs(workdir, *args):
-    """The jobs a dry-run would execute, as 'rule' or 'rule[wildcard values]' strings."""
-    out = snakemake(workdir, "--dry-run", *args).stdout
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
-        match = re.match(r"(?:local)?rule (\w+):", block)
-        if not match:
-            continue
-        wildcards = re.search(r"wildcards: (.*)", block)
-        values = "" if not wildcards else "[" + ",".join(v.split("=", 1)[1] for v in wildcards.group(1).split(", ")) + "]"
-        jobs.append(match.group(1) + values)
-    return sorted(jobs)
 
 
 def write_config(workdir, overrides):
@@ -187,3 +164,24 @@ def test_invalid_config_fails_at_parse_time_naming_the_key(workdir):
     write_config(workdir, {"pecan": {"experiments": {"RetinaNet": {"modes": ["turbo"]}}}})
     proc = snakemake(workdir, "--dry-run", check=False)
     assert proc.returncode != 0 and "unknown mode 'turbo'" in proc.stdout
+
+
+def test_results_in_a_bucket_with_snakemakes_gcs_storage(workdir, emulator, monkeypatch):
+    """Snakemake's own default storage (snakemake-storage-plugin-gcs) against the GCS emulator: every
+    file the workflow writes lands in the bucket, and the next invocation finds nothing to do."""
+    from repro.store import _gcs_client
+
+    env = {"STORAGE_EMULATOR_HOST": emulator, "GOOGLE_CLOUD_PROJECT": "repro-test"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    client = _gcs_client()
+    client.create_bucket("workflow")
+    args = ("plots/Getting_started.pdf", "--default-storage-provider", "gcs", "--default-storage-prefix",
+            "gs://workflow/run", "--storage-gcs-project", "repro-test")
+    snakemake(workdir, *args, env=env)
+    stored = {blob.name for blob in client.list_blobs("workflow")}
+    assert {"run/plots/Getting_started.pdf", "run/results/tables/Getting_started.csv",
+            "run/results/traces/Getting_started/combined.json", "run/results/cluster/local/state.json"} <= stored
+    assert not (workdir / "plots" / "Getting_started.pdf").exists()  # the bucket holds the results
+    again = snakemake(workdir, *args, "--dry-run", env=env)
+    assert "Nothing to be done" in again.stdout + again.stderr

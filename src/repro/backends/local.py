@@ -110,9 +110,9 @@ def start(config, state_path):
 def _start_model_store(trims, state_path):
     """The TrIMS model store server, on a socket beside the state file."""
     from repro.trims.runtimes import resolve_device
-    from repro.trims.server import budget_bytes, start_daemon
+    from repro.trims.server import budget_bytes, start_daemon, usable_socket_path
 
-    socket_path = state_path.with_name("trims.sock").resolve()
+    socket_path = usable_socket_path(state_path.with_name("trims.sock").resolve())
     base = Path(trims["base_path"]).resolve()
     base.mkdir(parents=True, exist_ok=True)
     server = trims["server"]

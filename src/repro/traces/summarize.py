@@ -1,6 +1,11 @@
 """Summaries of traces: per-run metadata, end-to-end time, per-event durations, group statistics.
 
-All times in a summary are microseconds (the trace's own unit).
+All times in a summary are microseconds (the trace's own unit). Per trace:
+  end_to_end_time          last end minus first begin, events of category 'ignore' left out;
+  end_to_end_process_time  the same over every duration event, ignored ones included;
+  init_time                time in runtime initialisation: the `runtime_init` spans and the
+                           `wait_runtime_init` spans (a request waiting for initialisation in the
+                           background), whatever their category.
 """
 
 import math
@@ -23,6 +28,9 @@ RUN_FIELDS = (
     "eager_mode_async",
     "experiment_description",
 )
+
+# Duration events that are runtime initialisation (the TrIMS client's names).
+INIT_EVENTS = frozenset({"runtime_init", "wait_runtime_init"})
 
 # File names the trace tools write; directory searches skip them so reruns do not feed on outputs.
 OUTPUT_PREFIXES = ("combined", "compared-", "summary")
@@ -52,7 +60,8 @@ def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     open_b = {}
     per_name = {}
     detail = [] if detailed else None
-    first_begin = last_end = None
+    first_begin = last_end = process_first = process_last = None
+    init_time = 0
     index = 0
     for chunk in reader.chunks():
         for event in chunk:
@@ -72,8 +81,12 @@ def summarize_trace(path, detailed=False, strict=True, reader_options=None):
                 else:
                     begin = event
                     start, end = event["ts"], event["ts"] + event.get("dur", 0)
+                name = begin.get("name", "")
+                process_first = start if process_first is None else min(process_first, start)
+                process_last = end if process_last is None else max(process_last, end)
+                if name in INIT_EVENTS:
+                    init_time += end - start
                 if begin.get("cat") != IGNORE_CATEGORY:
-                    name = begin.get("name", "")
                     entry = per_name.get(name)
                     if entry is None:
                         entry = per_name[name] = {"count": 0, "total": 0.0}
@@ -93,6 +106,8 @@ def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     summary.update({field: other.get(field) for field in RUN_FIELDS})
     summary.update({k: v for k, v in other.items() if k not in summary and isinstance(v, (str, int, float, bool))})
     summary["end_to_end_time"] = (last_end - first_begin) if first_begin is not None else 0.0
+    summary["end_to_end_process_time"] = (process_last - process_first) if process_first is not None else 0.0
+    summary["init_time"] = init_time
     for entry in per_name.values():
         entry["mean"] = entry["total"] / entry["count"]
     summary["events"] = per_name

@@ -7,6 +7,7 @@ Requests: {"op": "acquire", "model": M} -> {"ok": true, "device": "cpu", "shm": 
 holds are released when it closes, so a crashed client never pins a model.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import socket
 import socketserver
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -88,8 +90,22 @@ def budget_bytes(fraction=None, megabytes=None, device="cpu"):
     return int(psutil.virtual_memory().total * fraction)
 
 
+MAX_SOCKET_PATH = 107  # bytes: a Unix socket address holds 108 with the terminating NUL (Linux)
+
+
+def usable_socket_path(preferred):
+    """`preferred`, or a short path in the temp directory named after it when it is too long for a Unix socket."""
+    preferred = Path(preferred)
+    if len(os.fsencode(preferred)) <= MAX_SOCKET_PATH:
+        return preferred
+    digest = hashlib.sha256(os.fsencode(preferred)).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"repro-store-{digest}.sock"
+
+
 def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu"):
     socket_path = Path(socket_path)
+    if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
+        raise ReproError(f"--socket {socket_path}: longer than the {MAX_SOCKET_PATH} bytes a Unix socket path may have")
     if socket_path.exists():
         if _answers(socket_path):
             raise ReproError(f"a model store server already answers on {socket_path}")
