@@ -119,6 +119,14 @@ def test_invalid_config_names_the_key(mutate, message):
         validate_config(raw)
 
 
+def test_the_ssh_example_is_valid_and_trims_figures_need_the_local_backend():
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    example = yaml.safe_load((REPO / "config" / "examples" / "ssh-cluster.yaml").read_text())
+    validate_config({**raw, **example, "plots": {**raw["plots"], **example["plots"]}})
+    with pytest.raises(ReproError, match="plots.trims: the TrIMS experiments run on the local backend only"):
+        validate_config({**raw, **example, "plots": raw["plots"]})
+
+
 # -- policies ---------------------------------------------------------------------------
 
 

@@ -142,6 +142,8 @@ def write_config(workdir, overrides):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["calibration"].update(elements=2, repeats=1)
     config.update(overrides)
+    if config["backend"] == "ssh":
+        config["plots"]["trims"] = []  # the TrIMS experiments run on the local backend only
     (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
 
 

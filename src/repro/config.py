@@ -71,6 +71,9 @@ def check_references(config, source="config"):
             distribution(name, params)
         except ReproError as exc:
             raise ReproError(f"{source}: trims.distributions.runs.{name}: {exc}") from None
+    if config.get("backend") == "ssh" and config.get("plots", {}).get("trims"):
+        raise ReproError(f"{source}: plots.trims: the TrIMS experiments run on the local backend only; "
+                         "set plots.trims to [] with backend: ssh")
     for name, figure in config.get("plots", {}).get("figures", {}).items():
         if figure["experiment"] not in pecan["experiments"]:
             raise ReproError(f"{source}: plots.figures.{name}.experiment: unknown experiment {figure['experiment']!r}")
