@@ -197,20 +197,24 @@ def _without(columns, drops):
     return tuple(list(compress(column, keep)) for column in columns)
 
 
-def _rewrite(columns, pid_map, shift):
-    """Give live events their new pid and, when adjusting, their shifted timestamp (in place)."""
+def _rewrite(columns, pid_map, new_stamps=None):
+    """Give events their new pid and, with `new_stamps` (a function of the timestamps giving their
+    replacements), new timestamps for every event that has one; metadata events keep theirs absent.
+    Returns the timestamps replaced."""
     events, phases, stamps, pids = columns
     new_pids = map(pid_map.__getitem__, pids)
-    if shift is not None and "M" not in phases and None not in stamps:  # the common case: one loop
-        for event, pid, ts in zip(events, new_pids, shift.shifted(stamps)):
+    if new_stamps is not None and "M" not in phases and None not in stamps:  # the common case: one loop
+        for event, pid, ts in zip(events, new_pids, new_stamps(stamps)):
             event["pid"], event["ts"] = pid, ts
-        return
+        return stamps
     for event, pid in zip(events, new_pids):
         event["pid"] = pid
-    if shift is not None:  # metadata events keep their (absent) timestamp
-        events, stamps = _timed(events, phases, stamps)
-        for event, ts in zip(events, shift.shifted(stamps)):
-            event["ts"] = ts
+    if new_stamps is None:
+        return []
+    events, stamps = _timed(events, phases, stamps)
+    for event, ts in zip(events, new_stamps(stamps)):
+        event["ts"] = ts
+    return stamps
 
 
 def _timed(events, phases, stamps):
@@ -241,20 +245,9 @@ class _Spool:
         if not self.serialise:
             self.chunks.append(columns)
             return
-        events, phases, stamps, pids = columns
-        stamps = stamps if self.adjust else []
-        new_pids = map(pid_map.__getitem__, pids)
-        if stamps and "M" not in phases and None not in stamps:  # the common case: one loop
-            for event, pid in zip(events, new_pids):
-                event["pid"], event["ts"] = pid, self.marker_value
-        else:
-            for event, pid in zip(events, new_pids):
-                event["pid"] = pid
-            if stamps:
-                timed, stamps = _timed(events, phases, stamps)
-                for event in timed:
-                    event["ts"] = self.marker_value
-        self.chunks.append((orjson.dumps(events)[1:-1], len(events), stamps))
+        markers = repeat(self.marker_value)
+        stamps = _rewrite(columns, pid_map, (lambda _: markers) if self.adjust else None)
+        self.chunks.append((orjson.dumps(columns[0])[1:-1], len(columns[0]), stamps))
 
     def write(self, writer, pid_map, shift):
         """Write every chunk with its new pids and adjusted timestamps; return the event count."""
@@ -262,7 +255,7 @@ class _Spool:
         while self.chunks:
             chunk = self.chunks.popleft()
             if not self.serialise:
-                _rewrite(chunk, pid_map, shift)
+                _rewrite(chunk, pid_map, None if shift is None else shift.shifted)
                 writer.write_events(chunk[0])
                 written += len(chunk[0])
                 continue

@@ -108,15 +108,6 @@ def driver():
         return _driver
 
 
-def gpu_present():
-    """Whether an NVIDIA driver and at least one CUDA device are visible."""
-    try:
-        driver()
-    except ReproError:
-        return False
-    return True
-
-
 class Mappings:
     """A process's open inter-process handles, counted: CUDA maps a handle once per process, so
     concurrent requests for the same model share one mapping, closed when the last one ends."""

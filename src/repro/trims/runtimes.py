@@ -103,6 +103,7 @@ def _gemm_is_plain(attrs):
 
 class GpuRuntime(_Once):
     device = "gpu"
+    errors = (RuntimeError,)  # what PyTorch raises, out-of-memory included
 
     def __init__(self):
         try:
@@ -112,7 +113,6 @@ class GpuRuntime(_Once):
         if not torch.cuda.is_available():
             raise ReproError("--device gpu: PyTorch sees no CUDA device")
         self.torch, self.operators = torch, _torch_operators(torch)
-        self.errors = (RuntimeError,)
         super().__init__(self._setup)
 
     def _setup(self):

@@ -35,6 +35,9 @@ class HostMemory:
     def commit(self, offset, length):
         """The bytes were read in place: nothing to copy."""
 
+    def loaded(self):
+        """Nothing to release: the segment was the staging area."""
+
     def handle(self):
         return {"device": "cpu", "shm": self.shm.name}
 
@@ -51,8 +54,12 @@ class GpuMemory:
 
         self.driver = driver()
         self.pointer = self.driver.allocate(max(size, 1))
-        self.buffer = bytearray(_CHUNK)
-        self.ipc = None
+        try:
+            self.ipc = self.driver.export(self.pointer)
+        except ReproError:
+            self.driver.free(self.pointer)
+            raise
+        self.buffer = bytearray(_CHUNK)  # host staging for the copies, dropped once loaded
 
     def staging(self, offset):
         return memoryview(self.buffer)
@@ -60,10 +67,10 @@ class GpuMemory:
     def commit(self, offset, length):
         self.driver.copy_to_device(self.pointer + offset, self.buffer, length)
 
+    def loaded(self):
+        self.buffer = None
+
     def handle(self):
-        if self.ipc is None:
-            self.buffer = None  # loading is over
-            self.ipc = self.driver.export(self.pointer)
         return {"device": "gpu", "ipc": self.ipc}
 
     def close(self):
@@ -161,6 +168,7 @@ class ModelStore:
             if done != size or digest.hexdigest() != manifest["sha256"][PARAMS]:
                 raise ReproError(f"{directory / PARAMS}: checksum mismatch (expected sha256 "
                                  f"{manifest['sha256'][PARAMS]}); the model file is corrupt")
+            memory.loaded()
         except BaseException:
             view = None
             memory.close()
