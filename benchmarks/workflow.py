@@ -1,58 +1,96 @@
-"""Workflow speed, measured side by side in one run.
+"""Workflow speed against Snakemake's own floor, measured side by side in one run.
 
-From a clean results/: the fig8 target (set-up excluded); then a no-op rerun and a full
---dry-run, each next to the dry-run time of an empty Snakefile (Snakemake's own floor).
-Targets: fig8 under 120 s; no-op and dry-run under 3 s.
+The floor is a bare Snakemake: a virtualenv holding only snakemake, the version installed here
+(created once under benchmarks/out/floor-venv), dry-running an empty Snakefile. Measured next
+to it, interleaved and repeated (medians, since other work on the machine adds noise):
+  - start-up: this environment's Snakemake on the same empty Snakefile (installed plugins cost here);
+  - full --dry-run of the default config from a clean results/;
+  - no-op rerun of the fig8 target after a first run (the first run's time is printed too).
+Run it from the default install (`make setup`): extras such as [slurm] or [gcs] add their
+plugins' import time to every start. Goals: start-up and dry-run <= 1.3x the floor, no-op <= 1.5x.
 
-    python benchmarks/workflow.py
+    python benchmarks/workflow.py [--repeats 5]
 """
 
+import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
+GOALS = {"start-up (empty Snakefile)": 1.3, "full --dry-run": 1.3, "no-op rerun of fig8": 1.5}
 
 
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+def floor_snakemake():
+    """The snakemake of a virtualenv that holds nothing else, at this environment's version."""
+    wanted = version("snakemake")
+    stamp = FLOOR_VENV / "snakemake-version"
+    if not stamp.exists() or stamp.read_text() != wanted:
+        shutil.rmtree(FLOOR_VENV, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(FLOOR_VENV)], check=True)
+        subprocess.run([str(FLOOR_VENV / "bin" / "pip"), "install", "--quiet", f"snakemake=={wanted}"], check=True)
+        stamp.write_text(wanted)
+    return str(FLOOR_VENV / "bin" / "snakemake")
 
 
-def timed(args, cwd):
+def timed(snakemake, args, cwd):
     start = time.perf_counter()
-    subprocess.run([SNAKEMAKE, *args], cwd=cwd, check=True, capture_output=True, env=ENV)
+    subprocess.run([snakemake, *args], cwd=cwd, check=True, capture_output=True, env=ENV)
     return time.perf_counter() - start
 
 
+def copy_workflow(target):
+    target.mkdir()
+    for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
+        source = REPO / item
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
+    return target
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    bare = floor_snakemake()
+    project = str(BIN / "snakemake")
+    dry = ["--dry-run", "--cores", "1"]
+    fig8 = ["plots/fig8_ResNet50_v2-8.pdf", "--cores", "1"]
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp) / "workflow"
-        work.mkdir()
-        for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
-            source = REPO / item
-            (shutil.copytree if source.is_dir() else shutil.copy)(source, work / item)
-        empty = Path(tmp) / "empty"
+        tmp = Path(tmp)
+        empty = tmp / "empty"
         empty.mkdir()
         (empty / "Snakefile").write_text("rule all:\n    input: []\n")
+        work, clean = copy_workflow(tmp / "workflow"), copy_workflow(tmp / "clean")
         try:
-            fig8 = timed(["plots/fig8_ResNet50_v2-8.pdf", "--cores", "1"], work)
-            noop = timed(["plots/fig8_ResNet50_v2-8.pdf", "--cores", "1"], work)
-            shutil.rmtree(work / "results")
-            dry = timed(["--dry-run", "--cores", "1"], work)
-            floor = timed(["--dry-run", "--cores", "1"], empty)
+            first = timed(project, fig8, work)
+            samples = {"floor": [], **{name: [] for name in GOALS}}
+            for _ in range(args.repeats):  # interleaved, so load from elsewhere hits all alike
+                samples["floor"].append(timed(bare, dry, empty))
+                samples["start-up (empty Snakefile)"].append(timed(project, dry, empty))
+                samples["full --dry-run"].append(timed(project, dry, clean))
+                samples["no-op rerun of fig8"].append(timed(project, fig8, work))
         finally:
             state = work / "results" / "cluster" / "local" / "state.json"
-            subprocess.run([str(Path(sys.executable).parent / "repro"), "cluster", "stop", "--state", str(state)],
-                           capture_output=True)
-    print(f"{'measurement':<36}{'seconds':>9}{'target':>9}{'x empty Snakefile':>20}")
-    print(f"{'fig8 from a clean results/':<36}{fig8:>9.2f}{120:>9}{fig8 / floor:>20.1f}")
-    print(f"{'no-op rerun of fig8':<36}{noop:>9.2f}{3:>9}{noop / floor:>20.1f}")
-    print(f"{'full --dry-run (clean results/)':<36}{dry:>9.2f}{3:>9}{dry / floor:>20.1f}")
-    print(f"{'empty Snakefile --dry-run (floor)':<36}{floor:>9.2f}{'':>9}{1:>20.1f}")
+            if state.exists():
+                subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
+    floor = statistics.median(samples["floor"])
+    print(f"snakemake {version('snakemake')}; medians of {args.repeats}; floor: bare Snakemake, empty Snakefile")
+    print(f"{'measurement':<30}{'seconds':>9}{'x floor':>9}{'goal':>7}")
+    print(f"{'floor':<30}{floor:>9.2f}{1:>9.2f}")
+    for name, goal in GOALS.items():
+        seconds = statistics.median(samples[name])
+        verdict = "ok" if seconds / floor <= goal else "MISSED"
+        print(f"{name:<30}{seconds:>9.2f}{seconds / floor:>9.2f}{goal:>7.1f}  {verdict}")
+    print(f"{'fig8 from a clean results/':<30}{first:>9.2f}{first / floor:>9.2f}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Loading and checking the workflow configuration (the same schema Snakemake validates against)."""
 
+import importlib.util
 from pathlib import Path
 
 import jsonschema
@@ -58,7 +59,7 @@ def check_references(config, source="config"):
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
     from repro.trims.models import ARCHITECTURES
-    from repro.trims.workload import distribution
+    from repro.trims.workload import check_params
 
     trims = config["trims"]
     for model_set, models in trims["models"].items():
@@ -68,7 +69,7 @@ def check_references(config, source="config"):
                              f"expected some of {sorted(ARCHITECTURES)}")
     for name, params in trims.get("distributions", {}).get("runs", {}).items():
         try:
-            distribution(name, params)
+            check_params(name, params)
         except ReproError as exc:
             raise ReproError(f"{source}: trims.distributions.runs.{name}: {exc}") from None
     if config.get("backend") == "ssh" and config.get("plots", {}).get("trims"):
@@ -77,6 +78,21 @@ def check_references(config, source="config"):
     for name, figure in config.get("plots", {}).get("figures", {}).items():
         if figure["experiment"] not in pecan["experiments"]:
             raise ReproError(f"{source}: plots.figures.{name}.experiment: unknown experiment {figure['experiment']!r}")
+    if config.get("backend") == "ssh":
+        _require_extra(source, "backend", "ssh", "fabric")
+    for key, value in (("trace_store", config.get("trace_store")), ("trims.asset_store", trims.get("asset_store"))):
+        if str(value).startswith("gs://"):
+            _require_extra(source, key, "gcs", "google.cloud.storage")
+
+
+def _require_extra(source, key, extra, module):
+    """A setting that needs an optional part of the install (pyproject.toml's extras) names it."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing too
+        found = False
+    if not found:
+        raise ReproError(f"{source}: {key}: needs the '{extra}' extra (pip install -e '.[{extra}]')")
 
 
 def load_config(path):

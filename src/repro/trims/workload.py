@@ -7,42 +7,65 @@ probabilities are renormalised; the plan ends early when every model has reached
 Without a distribution every model runs --iterations times, in sequence (capped the same way).
 """
 
-import numpy as np
-from scipy import stats
+import math
+from typing import Callable, NamedTuple
 
 from repro.errors import ReproError
 
-# name: (parameter names, defaults, frozen scipy distribution)
+
+class Distribution(NamedTuple):
+    """A request distribution: its parameters (names, defaults) and the scipy.stats law they give."""
+
+    params: tuple
+    defaults: tuple
+    frozen: Callable  # (scipy.stats, *params) -> frozen distribution
+    ordered: bool = False  # a (low, high) range; otherwise every parameter must be > 0
+
+
+# The registry: names and parameter counts come from here without importing scipy (a second
+# of start-up for every Snakemake invocation, whose config check only needs the names).
 DISTRIBUTIONS = {
-    "pareto": (("xm", "alpha"), (1.0, 1.5), lambda xm, alpha: stats.pareto(b=alpha, scale=xm)),
-    "uniform": (("min", "max"), (0.0, 1.0), lambda low, high: stats.uniform(loc=low, scale=high - low)),
-    "exponential": (("rate",), (0.5,), lambda rate: stats.expon(scale=1.0 / rate)),
-    "weibull": (("k", "lambda"), (1.5, 1.0), lambda k, lam: stats.weibull_min(c=k, scale=lam)),
-    "poisson": (("lambda",), (1.0,), lambda lam: stats.poisson(mu=lam)),
+    "pareto": Distribution(("xm", "alpha"), (1.0, 1.5), lambda stats, xm, alpha: stats.pareto(b=alpha, scale=xm)),
+    "uniform": Distribution(("min", "max"), (0.0, 1.0),
+                            lambda stats, low, high: stats.uniform(loc=low, scale=high - low), ordered=True),
+    "exponential": Distribution(("rate",), (0.5,), lambda stats, rate: stats.expon(scale=1.0 / rate)),
+    "weibull": Distribution(("k", "lambda"), (1.5, 1.0), lambda stats, k, lam: stats.weibull_min(c=k, scale=lam)),
+    "poisson": Distribution(("lambda",), (1.0,), lambda stats, lam: stats.poisson(mu=lam)),
 }
+
+
+def check_params(name, params=None):
+    """The parameter values of --distribution NAME --distribution-params P... (defaults if none);
+    raise ReproError naming the flag and what is out of range."""
+    if name not in DISTRIBUTIONS:
+        raise ReproError(f"--distribution: unknown distribution {name!r}; expected one of {sorted(DISTRIBUTIONS)}")
+    spec = DISTRIBUTIONS[name]
+    values = list(spec.defaults if params is None or len(params) == 0 else params)
+    if len(values) != len(spec.params):
+        raise ReproError(f"--distribution-params: {name} takes {len(spec.params)} parameter(s) "
+                         f"({', '.join(spec.params)}), got {len(values)}")
+    bad = [f"{n}={v}" for n, v in zip(spec.params, values) if not math.isfinite(v)]
+    if spec.ordered and values[1] <= values[0]:
+        bad.append(f"{spec.params[1]}={values[1]} must exceed {spec.params[0]}={values[0]}")
+    elif not spec.ordered:
+        bad += [f"{n}={v} must be > 0" for n, v in zip(spec.params, values) if v <= 0]
+    if bad:
+        raise ReproError(f"--distribution-params: out of range for {name}: {', '.join(bad)}")
+    return values
 
 
 def distribution(name, params=None):
     """The frozen scipy distribution for --distribution NAME --distribution-params P..."""
-    if name not in DISTRIBUTIONS:
-        raise ReproError(f"--distribution: unknown distribution {name!r}; expected one of {sorted(DISTRIBUTIONS)}")
-    names, defaults, make = DISTRIBUTIONS[name]
-    values = list(defaults if params is None or len(params) == 0 else params)
-    if len(values) != len(names):
-        raise ReproError(f"--distribution-params: {name} takes {len(names)} parameter(s) ({', '.join(names)}), "
-                         f"got {len(values)}")
-    bad = [f"{n}={v}" for n, v in zip(names, values) if not np.isfinite(v)]
-    if name == "uniform" and values[1] <= values[0]:
-        bad.append(f"max={values[1]} must exceed min={values[0]}")
-    elif name != "uniform":
-        bad += [f"{n}={v} must be > 0" for n, v in zip(names, values) if v <= 0]
-    if bad:
-        raise ReproError(f"--distribution-params: out of range for {name}: {', '.join(bad)}")
-    return make(*values)
+    values = check_params(name, params)
+    from scipy import stats
+
+    return DISTRIBUTIONS[name].frozen(stats, *values)
 
 
 def popularity(models, name, params, rng):
     """Normalised popularity weights, one draw per model."""
+    import numpy as np
+
     draws = np.asarray(distribution(name, params).rvs(size=len(models), random_state=rng), dtype=float)
     if draws.sum() <= 0:
         draws = np.ones(len(models))  # e.g. every Poisson draw was 0: no model is preferred
@@ -59,6 +82,8 @@ def plan_requests(models, iterations, name=None, params=None, model_iterations=-
     if name is None:
         per_model = iterations if cap is None else min(iterations, cap)
         return [(model, i) for model in models for i in range(per_model)]
+    import numpy as np  # here, not at the top: the workflow's config check imports this module
+
     rng = np.random.default_rng(seed)
     weights = popularity(models, name, params, rng)
     counts = dict.fromkeys(models, 0)
