@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from repro.cli import main
-from repro.errors import TraceError
+from repro.errors import ReproError, TraceError
 from repro.traces import TraceReader, combine, read_trace, summarize, summarize_trace, validate, write_trace
 from repro.traces.events import PHASES
 from repro.traces.summarize import describe
@@ -390,3 +390,146 @@ def test_combine_gives_the_same_result_whatever_the_chunking(tmp_path, spans, ch
     assert read_trace(tmp_path / "whole.json")[1] == read_trace(tmp_path / "chunked.json")[1]
     kept = [e for e in read_trace(tmp_path / "whole.json")[1] if e["ph"] != "M"]
     assert len(kept) == 2 * sum(1 for ignored, *_ in spans if not ignored)
+
+
+# -- one begin/end matcher, wrong field types, no non-finite output ------------------------
+
+
+UNMATCHED = {
+    "stray end": ([{"ph": "B", "name": "a", "ts": 1, "pid": 1, "tid": 1}, {"ph": "E", "ts": 2, "pid": 1, "tid": 1},
+                   {"ph": "E", "ts": 3, "pid": 1, "tid": 1}], r"event 2: 'E' event without a matching 'B'", 1),
+    "end on another thread": ([{"ph": "B", "name": "a", "ts": 1, "pid": 1, "tid": 1},
+                               {"ph": "E", "ts": 2, "pid": 1, "tid": 2}], r"event 1: 'E' event without a matching 'B'", 2),
+    "dangling begin": ([{"ph": "B", "name": "a", "ts": 1, "pid": 1, "tid": 1}, {"ph": "B", "name": "b", "ts": 2, "pid": 1, "tid": 1},
+                        {"ph": "E", "ts": 3, "pid": 1, "tid": 1}], r"event 0: 'B' event without a matching 'E'", 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNMATCHED))
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_validate_combine_and_summarize_agree_on_unmatched_pairs(tmp_path, name, options):
+    events, message, unmatched = UNMATCHED[name]
+    path = dump(tmp_path / "t.json", {"traceEvents": events})
+    for tool in (lambda: validate(path, reader_options=options),
+                 lambda: combine([path], tmp_path / "out.json", reader_options=options),
+                 lambda: summarize_trace(path, reader_options=options)):
+        with pytest.raises(TraceError, match=message):
+            tool()
+    assert not (tmp_path / "out.json").exists()
+    # lenient: the unmatched event is skipped and counted, and what is written is well-formed
+    report = combine([path], tmp_path / "out.json", strict=False, reader_options=options)
+    assert report["skipped"] == unmatched
+    validate(tmp_path / "out.json")
+    assert summarize_trace(path, strict=False, reader_options=options)["skipped_events"] == unmatched
+
+
+@pytest.mark.parametrize("adjust", [True, False])
+def test_lenient_combine_leaves_out_begins_never_closed_whatever_the_chunking(tmp_path, adjust):
+    events = []
+    for i in range(40):  # every fifth span is never closed, some are ignored
+        cat = "ignore" if i % 7 == 0 else "work"
+        events.append({"ph": "B", "name": f"s{i}", "cat": cat, "ts": 10 * i, "pid": 1, "tid": i % 3})
+        if i % 5:
+            events.append({"ph": "E", "ts": 10 * i + 5, "pid": 1, "tid": i % 3})
+    path = dump(tmp_path / "t.json", {"traceEvents": events})
+    outputs = []
+    for name, options in (("whole", {}), ("chunked", {"whole_file_limit": 0, "chunk_bytes": 128})):
+        report = combine([path], tmp_path / f"{name}.json", adjust=adjust, strict=False, reader_options=options)
+        assert validate(tmp_path / f"{name}.json")["events"] > 0
+        outputs.append((report["skipped"], read_trace(tmp_path / f"{name}.json")[1]))
+    assert outputs[0] == outputs[1]
+    skipped, written = outputs[0]
+    assert skipped == 8 and sum(e["ph"] == "B" for e in written) == sum(e["ph"] == "E" for e in written)
+
+
+WRONG_TYPES = {
+    "ph list": ({"ph": ["B"], "ts": 1, "pid": 1, "tid": 1}, "unknown phase ph=['B']"),
+    "pid list": ({"ph": "B", "ts": 1, "pid": [1], "tid": 1}, "'pid' must be a number or a string, found [1]"),
+    "tid object": ({"ph": "B", "ts": 1, "pid": 1, "tid": {"a": 1}}, "'tid' must be a number or a string"),
+    "pid bool": ({"ph": "B", "ts": 1, "pid": True, "tid": 1}, "'pid' must be a number or a string, found True"),
+    "name list": ({"ph": "B", "ts": 1, "pid": 1, "tid": 1, "name": ["a"]}, "'name' must be a string, found ['a']"),
+    "name number": ({"ph": "B", "ts": 1, "pid": 1, "tid": 1, "name": 5}, "'name' must be a string, found 5"),
+    "cat list": ({"ph": "B", "ts": 1, "pid": 1, "tid": 1, "cat": ["ignore"]}, "'cat' must be a string"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_TYPES))
+@pytest.mark.parametrize("chunked", [False, True])
+def test_fields_of_the_wrong_type_give_a_one_line_error(tmp_path, capsys, name, chunked, monkeypatch):
+    bad, message = WRONG_TYPES[name]
+    good = {"ph": "B", "name": "x", "ts": 0, "pid": 1, "tid": 1}
+    events = [good, {"ph": "E", "ts": 1, "pid": 1, "tid": 1}, bad, {"ph": "E", "ts": 2, "pid": 1, "tid": 1}]
+    path = dump(tmp_path / "t.json", {"traceEvents": events})
+    if chunked:  # the command line's readers use the chunk scanner too
+        monkeypatch.setattr("repro.traces.reader.TraceReader.__init__.__defaults__", (True, 0, 64, True))
+    out = tmp_path / "out.json"
+    for tool in ("combine", "summarize"):
+        assert main(["trace", tool, str(path), "-o", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"repro: error: {path}: event 2: {message}") and err.count("\n") == 1
+        assert not out.exists()
+    with pytest.raises(SystemExit):
+        main(["trace", "validate", str(path)])
+    err = capsys.readouterr().err
+    assert err.startswith(f"INVALID {path}: event 2: {message}") and err.count("\n") == 1
+    # lenient: the bad event is skipped (its end then closes nothing and is skipped too)
+    assert combine([path], out, strict=False)["skipped"] == 2
+
+
+OVERFLOWS = {
+    "complete event": [{"ph": "X", "name": "x", "ts": 1e308, "dur": 1e308, "pid": 1, "tid": 1}],
+    "far apart pair": [{"ph": "B", "name": "x", "ts": -1e308, "pid": 1, "tid": 1},
+                       {"ph": "E", "ts": 1e308, "pid": 1, "tid": 1}],
+    "far apart events": [{"ph": "i", "name": "x", "ts": -1e308, "pid": 1, "tid": 1},
+                         {"ph": "i", "name": "y", "ts": 1e308, "pid": 1, "tid": 1}],
+}
+
+
+def _no_constants(name):
+    raise AssertionError(f"output holds {name}")
+
+
+@pytest.mark.parametrize("name", sorted(OVERFLOWS))
+@pytest.mark.parametrize("chunked", [False, True])
+def test_no_output_holds_infinity_or_nan(tmp_path, capsys, monkeypatch, name, chunked):
+    """Timestamps whose sums or differences overflow give a clear error or finite values."""
+    path = dump(tmp_path / "t.json", {"traceEvents": OVERFLOWS[name]})
+    if chunked:
+        monkeypatch.setattr("repro.traces.reader.TraceReader.__init__.__defaults__", (True, 0, 64, True))
+    for tool in ("combine", "summarize"):
+        out = tmp_path / f"{tool}.json"
+        if main(["trace", tool, str(path), "-o", str(out)]) == 1:
+            err = capsys.readouterr().err
+            assert err.startswith(f"repro: error: {path}") and "not a finite number" in err and err.count("\n") == 1
+            assert not out.exists()
+            continue
+        doc = json.loads(out.read_text(), parse_constant=_no_constants)
+        if tool == "combine":  # orjson would write a non-finite number as null
+            assert all(type(e["ts"]) in (int, float) for e in doc["traceEvents"] if e["ph"] != "M")
+    if name == "complete event":
+        with pytest.raises(TraceError, match=r"event 0: 'ts' \+ 'dur' is not a finite number"):
+            validate(path, reader_options=CHUNKED if chunked else {})
+
+
+def test_trims_compare_table_reads_request_traces_through_the_trace_tools(tmp_path):
+    from repro.trims.experiments import compare_table
+
+    def request(name, load_us, extra_e=False):
+        events = [{"ph": "B", "name": "runtime_init", "cat": "ignore", "ts": 0, "pid": 1, "tid": 1},
+                  {"ph": "E", "ts": 999, "pid": 1, "tid": 1}]
+        ts = 1000
+        for phase, length in (("read_params", load_us), ("load_model", load_us), ("forward_predict", 50)):
+            events += [{"ph": "B", "name": phase, "cat": "prediction", "ts": ts, "pid": 1, "tid": 1},
+                       {"ph": "E", "ts": ts + length, "pid": 1, "tid": 1}]
+            ts += length
+        if extra_e:
+            events.append({"ph": "E", "ts": ts + 1, "pid": 1, "tid": 1})
+        return str(write_trace(tmp_path / f"{name}.json", events))
+
+    results = {"original": [{"trace": request(f"o{i}", 400), "latency_us": 1000} for i in range(3)],
+               "shared": [{"trace": request(f"s{i}", 10), "latency_us": 100} for i in range(3)]}
+    row, = compare_table([{"model": "m", "modes": {m: {"results": r} for m, r in results.items()}}])
+    assert row["original_load_ms"] == 0.8 and row["shared_load_ms"] == 0.02 and row["load_speedup"] == 40
+    broken = [{"trace": request("bad", 400, extra_e=True), "latency_us": 1000}]
+    with pytest.raises(TraceError, match="bad.json: event 8: 'E' event without a matching 'B'"):
+        compare_table([{"model": "m", "modes": {"original": {"results": broken}, "shared": {"results": broken}}}])

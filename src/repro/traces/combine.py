@@ -7,7 +7,9 @@ a byte-level substitution fills in at the end, so its memory stays near its size
 input is held at a time and the output is streamed, so peak memory follows the largest input.
 """
 
+import math
 import secrets
+from bisect import bisect_left
 from collections import deque
 from itertools import chain, compress, repeat
 from operator import and_, eq, is_not, ne, sub
@@ -18,6 +20,7 @@ import orjson
 
 from repro.errors import TraceError
 from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions, values
+from repro.traces.matching import SpanMatcher
 from repro.traces.reader import TraceReader, cycle_collection_paused
 from repro.traces.writer import TraceWriter
 
@@ -46,106 +49,70 @@ class _InputPlan:
         self.dropped = 0  # events left out: ignored spans and process names
         self.spans = []  # (start, end) of ignored spans
         self.renamed = 0  # process_name events, replaced by the combined trace's own
+        self.unmatched = 0  # 'B' and 'E' events without their pair, skipped (lenient)
+        self.dangling = []  # (index, event) of the 'B' events never closed (lenient)
 
 
-def _kept_chunks(reader, plan, adjust, check):
-    """Yield each chunk's kept (events, phases, stamps, pids), learning the input's pids and
-    process names, ignored events and spans, and first timestamp into `plan` on the way.
+def _kept_chunks(reader, plan, adjust, strict):
+    """Yield each chunk's kept (events, phases, stamps, pids) with its first index and the
+    positions dropped from it, learning the input's pids and process names, ignored events and
+    spans, and first timestamp into `plan` on the way.
 
-    The per-chunk work runs over columns (the events' ph, ts and pid, read once, in C); a
-    per-event loop over the whole chunk is needed only when an ignored 'B' may be closed by an
-    'E' that does not carry the category itself.
+    The per-chunk work runs over columns (each field read once, in C); Python loops only over
+    the events that are dropped.
     """
-    open_ignored = {}  # (pid, tid) -> timestamps of ignored B events still open (fast path)
-    open_b = {}  # (pid, tid) -> stack of (ignored?, ts) of every open B event (slow path)
-    by_stack = False  # once on the slow path, stay on it for the rest of the input
+    matcher = SpanMatcher(reader.path, strict)
     index = 0
     for chunk in reader.chunks():
-        try:
-            columns = (chunk, values(chunk, "ph"), values(chunk, "ts"), values(chunk, "pid"))
-        except TypeError:  # not every event is an object: name the first that is not
-            first = next(i for i, e in enumerate(chunk) if type(e) is not dict)
-            check_event(chunk[first], reader.path, index + first)
-        _, phases, stamps, pids = columns
-        if check:
-            bad = first_bad_event(chunk, phases, stamps)
+        columns = {}
+        if strict:  # lenient: the reader has dropped the bad events already
+            bad = first_bad_event(chunk, columns)
             if bad is not None:
                 check_event(chunk[bad], reader.path, index + bad)
+        else:
+            columns.update((key, values(chunk, key)) for key in ("ph", "ts", "pid", "tid", "cat"))
+        phases, stamps, pids = columns["ph"], columns["ts"], columns["pid"]
+        matched = matcher.feed(chunk, phases, index, pids=pids, tids=columns["tid"])
         for pid in dict.fromkeys(pids):
             plan.pids.setdefault(pid, None)
-        drops = []
+        drops = matched.strays.tolist()
+        plan.unmatched += len(drops)
         if "M" in phases:
             for i in positions(phases, "M"):
                 if chunk[i].get("name") == "process_name":
-                    plan.pids[chunk[i].get("pid")] = (chunk[i].get("args") or {}).get("name")
+                    args = chunk[i].get("args")
+                    plan.pids[chunk[i].get("pid")] = args.get("name") if isinstance(args, dict) else None
                     drops.append(i)
                     plan.renamed += 1
         if adjust:
-            categories = values(chunk, "cat")
-            ignored = positions(categories, IGNORE_CATEGORY)
-            pending = any(open_ignored.values())
-            if not by_stack and (ignored or pending) and None in set(compress(categories, map(eq, phases, repeat("E")))):
-                by_stack = True
-                for key, stack in open_ignored.items():
-                    open_b[key] = [(True, ts) for ts in stack]
-            if by_stack:
-                drops += _ignored_by_stack(chunk, plan.spans, open_b)
-            else:
-                _ignored_by_category(chunk, columns, ignored, plan.spans, open_ignored)
-                drops += ignored
+            drops += _ignored(chunk, phases, stamps, columns["cat"], matched, plan.spans)
         drops = list(dict.fromkeys(drops))  # an ignored process_name is listed twice
-        plan.dropped += len(drops)
-        kept = _without(columns, drops)
+        plan.dropped += len(drops) - matched.strays.size
+        kept = _without((chunk, phases, stamps, pids), drops)
         _, kept_phases, kept_stamps, _ = kept
         origin = min(compress(kept_stamps, map(ne, kept_phases, repeat("M"))), default=None)
         if origin is not None and (plan.origin is None or origin < plan.origin):
             plan.origin = origin
+        yield kept, index, sorted(drops)
         index += len(chunk)
-        yield kept
+    plan.dangling = matcher.finish()
+    plan.unmatched += len(plan.dangling)
 
 
-def _ignored_by_category(chunk, columns, positions, spans, open_ignored):
-    """Spans of ignored events when every event of an ignored span carries the category."""
-    _, phases, stamps, pids = columns
-    ignored_events = list(map(chunk.__getitem__, positions))
-    keys = zip(map(pids.__getitem__, positions), values(ignored_events, "tid"))
-    for event, ph, ts, key in zip(ignored_events, map(phases.__getitem__, positions),
-                                  map(stamps.__getitem__, positions), keys):
-        if ph == "B":
-            stack = open_ignored.get(key)
-            if stack is None:
-                open_ignored[key] = [ts]
-            else:
-                stack.append(ts)
-        elif ph == "E":
-            stack = open_ignored.get(key)
-            if stack:
-                spans.append((stack.pop(), ts))
-        elif ph == "X":
-            spans.append((ts, ts + event.get("dur", 0)))
-
-
-def _ignored_by_stack(chunk, spans, open_b):
-    """Spans of ignored events, matching every B with its E per (pid, tid); returns the positions to drop."""
+def _ignored(chunk, phases, stamps, categories, matched, spans):
+    """Positions of the chunk's ignored events, adding their spans to `spans`: events of category
+    'ignore' (an 'E' goes with its 'B': it is dropped when, and only when, its 'B' is ignored)."""
     drops = []
-    for position, event in enumerate(chunk):
-        ph = event["ph"]
-        if ph == "M":
-            continue
-        ignored = event.get("cat") == IGNORE_CATEGORY
-        if ph == "B":
-            open_b.setdefault((event.get("pid"), event.get("tid")), []).append((ignored, event["ts"]))
-        elif ph == "E":
-            stack = open_b.get((event.get("pid"), event.get("tid")))
-            if stack:
-                began_ignored, began = stack.pop()
-                if began_ignored:
-                    ignored = True
-                    spans.append((began, event["ts"]))
-        elif ignored and ph == "X":
-            spans.append((event["ts"], event["ts"] + event.get("dur", 0)))
-        if ignored:
-            drops.append(position)
+    for i in positions(categories, IGNORE_CATEGORY):
+        ph = phases[i]
+        if ph == "X":
+            spans.append((stamps[i], stamps[i] + chunk[i].get("dur", 0)))
+        if ph != "E":
+            drops.append(i)
+    for pair in positions(values(matched.begins, "cat"), IGNORE_CATEGORY):
+        end = int(matched.ends[pair])
+        spans.append((matched.begins[pair]["ts"], stamps[end]))
+        drops.append(end)
     return drops
 
 
@@ -164,7 +131,8 @@ def _merge(spans):
 class _Shift:
     """Adjusted timestamps: zeroed at the origin, with the ignored spans cut out."""
 
-    def __init__(self, origin, spans):
+    def __init__(self, path, origin, spans):
+        self.path = path
         self.starts, self.ends = _merge(spans)
         self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
         self.origin = 0
@@ -173,8 +141,16 @@ class _Shift:
     def shifted(self, stamps):
         """The adjusted timestamps, as a list (ints stay ints when the shift is whole)."""
         if not self.starts.size:
-            return list(map(sub, stamps, repeat(self.origin)))
-        return self.apply(np.array(stamps)).tolist()
+            result = list(map(sub, stamps, repeat(self.origin)))
+            finite = not result or (math.isfinite(min(result)) and math.isfinite(max(result)))  # a difference of
+        else:  # finite numbers overflows to +-inf, never nan: the extremes tell
+            result = self.apply(np.array(stamps))
+            finite = bool(np.isfinite(result).all())
+            result = result.tolist()
+        if not finite:
+            raise TraceError(self.path, "adjusted timestamp is not a finite number (timestamps too far apart; "
+                                        "try --no-adjust)")
+        return result
 
     def apply(self, ts):
         if not self.starts.size:
@@ -237,9 +213,11 @@ class _Spool:
         # a string no trace contains (a NUL and a random token); its JSON form is what gets replaced
         self.marker_value = "\x00ts-" + secrets.token_hex(8)
         self.marker = orjson.dumps(self.marker_value)
-        self.chunks = deque()  # live columns, or (JSON of the events, their count, timestamps to adjust)
+        # live columns, or (JSON of the events, their count, timestamps to adjust, the chunk's first
+        # index in the input, the positions dropped from it)
+        self.chunks = deque()
 
-    def add(self, columns, pid_map):
+    def add(self, columns, pid_map, first, dropped):
         if not columns[0]:
             return
         if not self.serialise:
@@ -247,7 +225,29 @@ class _Spool:
             return
         markers = repeat(self.marker_value)
         stamps = _rewrite(columns, pid_map, (lambda _: markers) if self.adjust else None)
-        self.chunks.append((orjson.dumps(columns[0])[1:-1], len(columns[0]), stamps))
+        self.chunks.append((orjson.dumps(columns[0])[1:-1], len(columns[0]), stamps, first, dropped))
+
+    def leave_out(self, dangling):
+        """Leave out the begins never closed (lenient), known only once the input is read."""
+        if not self.serialise:
+            gone = {id(event) for _, event in dangling}
+            for n, columns in enumerate(self.chunks):
+                keep = [id(event) not in gone for event in columns[0]]
+                if not all(keep):
+                    self.chunks[n] = tuple(list(compress(column, keep)) for column in columns)
+            return
+        for n, (body, count, stamps, first, dropped) in enumerate(self.chunks):
+            mine = [index - first for index, _ in dangling if first <= index < first + count + len(dropped)]
+            # a position among the kept events; an ignored begin has been dropped already
+            gone = {p - bisect_left(dropped, p) for p in mine if p not in dropped}
+            if not gone:
+                continue
+            events = orjson.loads(b"[" + body + b"]")
+            if stamps:
+                timed = compress(range(len(events)), [e.get("ts") == self.marker_value for e in events])
+                stamps = [ts for ts, position in zip(stamps, timed) if position not in gone]
+            events = [e for position, e in enumerate(events) if position not in gone]
+            self.chunks[n] = (orjson.dumps(events)[1:-1], len(events), stamps, first, dropped)
 
     def write(self, writer, pid_map, shift):
         """Write every chunk with its new pids and adjusted timestamps; return the event count."""
@@ -259,7 +259,7 @@ class _Spool:
                 writer.write_events(chunk[0])
                 written += len(chunk[0])
                 continue
-            body, count, stamps = chunk
+            body, count, stamps, _, _ = chunk
             if stamps:
                 pieces = body.split(self.marker)
                 if len(pieces) != len(stamps) + 1:
@@ -283,11 +283,13 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
             # strict: each event is validated here; lenient: the reader drops bad events
             reader = TraceReader(path, strict=strict, check=not strict, **(reader_options or {}))
             plan, spool, pid_map = _InputPlan(), _Spool(path, adjust, serialise=not reader.whole), {}
-            for kept in _kept_chunks(reader, plan, adjust, check=strict):
+            for kept, first, dropped in _kept_chunks(reader, plan, adjust, strict):
                 for pid in plan.pids:  # numbered in order of first appearance
                     pid_map.setdefault(pid, next_pid + len(pid_map))
-                spool.add(kept, pid_map)
+                spool.add(kept, pid_map, first, dropped)
             kept = None  # only the spool keeps the events: freed as written, before the next input is parsed
+            if plan.dangling:
+                spool.leave_out(plan.dangling)
             metadata, other = reader.metadata, reader.other_data
             display_unit = display_unit or metadata.get("displayTimeUnit")
             label = run_label(path, other, metadata)
@@ -297,10 +299,10 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
                 names.append({"ph": "M", "name": "process_name", "pid": pid_map[pid], "tid": 0, "args": {"name": name}})
             next_pid += len(plan.pids)
             writer.write_events(names)
-            written = spool.write(writer, pid_map, _Shift(plan.origin, plan.spans) if adjust else None)
+            written = spool.write(writer, pid_map, _Shift(path, plan.origin, plan.spans) if adjust else None)
             report["events"] += len(names) + written
             report["dropped"] += plan.dropped - plan.renamed
-            report["skipped"] += reader.skipped
+            report["skipped"] += reader.skipped + plan.unmatched
             per_input.append(
                 {
                     "file": str(path),

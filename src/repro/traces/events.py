@@ -1,7 +1,8 @@
 """What the Chrome trace event format defines, and the checks every reader applies to an event."""
 
+import math
 from itertools import compress, repeat
-from operator import is_
+from operator import eq, is_
 
 from repro.errors import TraceError
 
@@ -40,56 +41,86 @@ def positions(items, value):
         return found
 
 
-def first_bad_event(events, phases=None, stamps=None):
+# Fields every tool reads, and the types they may have (absent is always allowed).
+FIELD_TYPES = {"pid": (int, float, str), "tid": (int, float, str), "name": (str,), "cat": (str,)}
+
+
+def first_bad_event(events, columns=None):
     """Index of the first event that check_event would reject, or None.
 
-    Set-based checks over whole lists first (C speed); the per-event loop runs only when one of
-    them finds something, to name the exact index. `phases` and `stamps` may pass
-    values(events, "ph") and values(events, "ts"), which also proves every event is a dict.
+    Set-based checks over whole columns first (C speed); check_event runs event by event only
+    when one of them finds something, to name the exact index. `columns` maps field names to
+    columns already extracted with values(); the ones extracted here are added to it, for the
+    caller to reuse. Extracting any column also proves that every event is a dict.
     """
-    if phases is None and set(map(type, events)) - {dict}:
+    columns = {} if columns is None else columns
+    try:
+        for key in ("ph", "ts", *FIELD_TYPES):
+            if key not in columns:
+                columns[key] = values(events, key)
+    except TypeError:  # not every event is an object
         return _first_bad_by_loop(events)
-    phases = values(events, "ph") if phases is None else phases
-    stamps = values(events, "ts") if stamps is None else stamps
-    if not set(phases) <= PHASES:
+    phases, stamps = columns["ph"], columns["ts"]
+    if set(map(type, phases)) != {str} or not set(phases) <= PHASES:
         return _first_bad_by_loop(events)
     stamp_types = set(map(type, stamps))
     if not stamp_types <= _NUMBER_TYPE_SET:
         untimed = set(compress(phases, map(is_, stamps, repeat(None))))  # only metadata may lack a ts
         if not (stamp_types - _NUMBER_TYPE_SET <= {type(None)} and untimed <= PHASES_WITHOUT_TS):
             return _first_bad_by_loop(events)
-    if "X" in phases and not {type(e.get("dur", 0)) for e in events if e["ph"] == "X"} <= _NUMBER_TYPE_SET:
-        return _first_bad_by_loop(events)
+    for key, allowed in FIELD_TYPES.items():
+        if not set(map(type, columns[key])) <= {*allowed, type(None)}:
+            return _first_bad_by_loop(events)
+    if "X" in phases:
+        complete = list(map(eq, phases, repeat("X")))
+        durations = list(map(dict.get, compress(events, complete), repeat("dur"), repeat(0)))
+        starts = list(compress(stamps, complete))
+        if not set(map(type, durations)) <= _NUMBER_TYPE_SET:
+            return _first_bad_by_loop(events)
+        # every ts + dur lies between these two sums: both finite, all are
+        if not (math.isfinite(min(starts) + min(durations)) and math.isfinite(max(starts) + max(durations))):
+            return _first_bad_by_loop(events)
     return None
 
 
 def _first_bad_by_loop(events):
     for index, event in enumerate(events):
-        if type(event) is not dict:
-            return index
-        ph = event.get("ph")
-        ts = event.get("ts")
-        if ph not in PHASES or (type(ts) not in NUMBER_TYPES and not (ts is None and ph in PHASES_WITHOUT_TS)):
-            return index
-        if ph == "X" and type(event.get("dur", 0)) not in NUMBER_TYPES:
+        try:
+            check_event(event, None, index)
+        except TraceError:
             return index
     return None
 
 
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_event(event, path, index):
-    """Raise TraceError unless `event` is an object with a known `ph` and a numeric `ts`."""
+    """Raise TraceError unless `event` is an object with a known `ph`, a numeric `ts` and fields
+    of the types the format gives them."""
     if not isinstance(event, dict):
         raise TraceError(path, f"expected an event object, found {type(event).__name__}", index)
     ph = event.get("ph")
     if ph is None:
         raise TraceError(path, "event has no 'ph' (phase)", index)
-    if ph not in PHASES:
-        raise TraceError(path, f"unknown phase ph={ph!r}", index)
+    if not isinstance(ph, str) or ph not in PHASES:
+        raise TraceError(path, f"unknown phase ph={_short(ph)}", index)
     ts = event.get("ts")
     if ts is None:
         if ph not in PHASES_WITHOUT_TS:
             raise TraceError(path, f"event with ph={ph!r} has no 'ts'", index)
     elif not is_number(ts):
-        raise TraceError(path, f"'ts' must be a number of microseconds, found {ts!r}", index)
-    if ph == "X" and not is_number(event.get("dur", 0)):
-        raise TraceError(path, f"'dur' must be a number, found {event.get('dur')!r}", index)
+        raise TraceError(path, f"'ts' must be a number of microseconds, found {_short(ts)}", index)
+    for key, allowed in FIELD_TYPES.items():
+        value = event.get(key)
+        if value is not None and (type(value) not in allowed):
+            expected = "a string" if allowed == (str,) else "a number or a string"
+            raise TraceError(path, f"'{key}' must be {expected}, found {_short(value)}", index)
+    if ph == "X":
+        dur = event.get("dur", 0)
+        if not is_number(dur):
+            raise TraceError(path, f"'dur' must be a number, found {_short(dur)}", index)
+        if not math.isfinite(ts + dur):
+            raise TraceError(path, f"'ts' + 'dur' is not a finite number ({ts!r} + {dur!r})", index)

@@ -9,13 +9,18 @@ All times in a summary are microseconds (the trace's own unit). Per trace:
 """
 
 import math
+from itertools import compress, repeat
+from operator import ne
 from pathlib import Path
 
 import numpy as np
 
-from repro.errors import TraceError
-from repro.traces.events import IGNORE_CATEGORY
+from repro.errors import ReproError, TraceError
+from repro.traces.events import IGNORE_CATEGORY, values
+from repro.traces.matching import SpanMatcher, phase_codes
 from repro.traces.reader import TraceReader, cycle_collection_paused
+
+_X = ord("X")
 
 # Run metadata fields the TrIMS client records in otherData (see trims-tools reference).
 RUN_FIELDS = (
@@ -57,50 +62,65 @@ def find_traces(inputs):
 def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     """Summary of one trace: run metadata, end_to_end_time and per-event-name durations."""
     reader = TraceReader(path, strict=strict, **(reader_options or {}))
-    open_b = {}
-    per_name = {}
+    matcher = SpanMatcher(path, strict)
+    names = {}  # event name -> small int, in order of first completion
+    counts, totals = np.zeros(0, np.int64), np.zeros(0)
     detail = [] if detailed else None
     first_begin = last_end = process_first = process_last = None
     init_time = 0
     index = 0
     for chunk in reader.chunks():
-        for event in chunk:
-            ph = event["ph"]
-            if ph == "B":
-                open_b.setdefault((event.get("pid"), event.get("tid")), []).append((event, index))
-            elif ph in "EX":
-                if ph == "E":
-                    stack = open_b.get((event.get("pid"), event.get("tid")))
-                    if not stack:
-                        if strict:
-                            raise TraceError(path, "'E' event without a matching 'B'", index)
-                        index += 1
-                        continue
-                    begin, _ = stack.pop()
-                    start, end = begin["ts"], event["ts"]
-                else:
-                    begin = event
-                    start, end = event["ts"], event["ts"] + event.get("dur", 0)
-                name = begin.get("name", "")
-                process_first = start if process_first is None else min(process_first, start)
-                process_last = end if process_last is None else max(process_last, end)
-                if name in INIT_EVENTS:
-                    init_time += end - start
-                if begin.get("cat") != IGNORE_CATEGORY:
-                    entry = per_name.get(name)
-                    if entry is None:
-                        entry = per_name[name] = {"count": 0, "total": 0.0}
-                    entry["count"] += 1
-                    entry["total"] += end - start
-                    first_begin = start if first_begin is None else min(first_begin, start)
-                    last_end = end if last_end is None else max(last_end, end)
-                    if detail is not None:
-                        detail.append({"name": name, "cat": begin.get("cat"), "start": start, "duration": end - start,
-                                       "pid": begin.get("pid"), "tid": begin.get("tid")})
-            index += 1
-    dangling = [i for stack in open_b.values() for _, i in stack]
-    if dangling and strict:
-        raise TraceError(path, "'B' event without a matching 'E'", dangling[0])
+        phases = values(chunk, "ph")
+        codes = phase_codes(phases)
+        matched = matcher.feed(chunk, phases, index, codes=codes)
+        stamps = values(chunk, "ts")
+        complete = np.flatnonzero(codes == _X).tolist()
+        # every duration: B/E pairs and X events, in the order they complete
+        begins = matched.begins + list(map(chunk.__getitem__, complete))
+        done = np.concatenate([matched.ends, np.array(complete, np.int64)])
+        if not begins:
+            index += len(chunk)
+            continue
+        order = np.argsort(done, kind="stable")
+        start = np.asarray(values(begins, "ts"))
+        end = np.asarray(list(map(stamps.__getitem__, matched.ends.tolist()))
+                         + [stamps[i] + chunk[i].get("dur", 0) for i in complete])
+        if start.dtype.kind not in "if" or end.dtype.kind not in "if":  # integers beyond 64 bits
+            start, end = start.astype(float), end.astype(float)
+        with np.errstate(over="ignore", invalid="ignore"):
+            duration = end - start
+        if duration.dtype.kind == "f" and not np.isfinite(duration).all():
+            bad = int(done[np.flatnonzero(~np.isfinite(duration)).min()])
+            raise TraceError(path, "duration is not a finite number (timestamps too far apart)", index + bad)
+        start, end, duration = start[order], end[order], duration[order]
+        begins = list(map(begins.__getitem__, order.tolist()))
+        labels = values(begins, "name")
+        if None in labels:
+            labels = [name or "" for name in labels]
+        counted = np.fromiter(map(ne, values(begins, "cat"), repeat(IGNORE_CATEGORY)), bool, len(begins))
+        for name in dict.fromkeys(compress(labels, counted)):
+            names.setdefault(name, len(names))
+        ids = np.fromiter(map(names.get, labels, repeat(-1)), np.int64, len(labels))
+        process_first = _extreme(min, process_first, start.min())
+        process_last = _extreme(max, process_last, end.max())
+        init = np.fromiter(map(INIT_EVENTS.__contains__, labels), bool, len(labels))
+        if init.any():
+            init_time += duration[init].sum().item()
+        if counted.any():
+            first_begin = _extreme(min, first_begin, start[counted].min())
+            last_end = _extreme(max, last_end, end[counted].max())
+            size = len(names)
+            counts = np.pad(counts, (0, size - counts.size))
+            totals = np.pad(totals, (0, size - totals.size))
+            counts += np.bincount(ids[counted], minlength=size)
+            totals += np.bincount(ids[counted], weights=duration[counted], minlength=size)
+        if detail is not None:
+            for i in np.flatnonzero(counted).tolist():
+                begin = begins[i]
+                detail.append({"name": labels[i], "cat": begin.get("cat"), "start": start[i].item(),
+                               "duration": duration[i].item(), "pid": begin.get("pid"), "tid": begin.get("tid")})
+        index += len(chunk)
+    dangling = matcher.finish()
     other = reader.other_data
     summary = {"file": str(path)}
     summary.update({field: other.get(field) for field in RUN_FIELDS})
@@ -108,14 +128,28 @@ def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     summary["end_to_end_time"] = (last_end - first_begin) if first_begin is not None else 0.0
     summary["end_to_end_process_time"] = (process_last - process_first) if process_first is not None else 0.0
     summary["init_time"] = init_time
-    for entry in per_name.values():
-        entry["mean"] = entry["total"] / entry["count"]
-    summary["events"] = per_name
+    summary["events"] = {name: {"count": count, "total": total, "mean": total / count}
+                         for name, count, total in zip(names, counts.tolist(), totals.tolist())}
+    for key in ("end_to_end_time", "end_to_end_process_time", "init_time", "events"):
+        _require_finite(summary[key], path, key)
     if detail is not None:
         summary["detailed_events"] = detail
-    if reader.skipped:
-        summary["skipped_events"] = reader.skipped
+    skipped = reader.skipped + matcher.strays + len(dangling)
+    if skipped:
+        summary["skipped_events"] = skipped
     return summary
+
+
+def _extreme(pick, current, value):
+    value = value.item()
+    return value if current is None else pick(current, value)
+
+
+def _require_finite(value, path, key):
+    """Summaries are JSON: a sum or difference that overflowed is an error, never Infinity."""
+    numbers = [n for entry in value.values() for n in entry.values()] if isinstance(value, dict) else [value]
+    if not all(math.isfinite(n) for n in numbers):
+        raise TraceError(path, f"{key} is not a finite number (timestamps too far apart)")
 
 
 def describe(values):
@@ -160,6 +194,11 @@ def aggregate(summaries, group_by):
         names = sorted({name for m in members for name in m["events"]})
         for name in names:
             metrics[name] = describe([m["events"][name]["total"] for m in members if name in m["events"]])
+        for name, stats in metrics.items():
+            numbers = [v for v in stats.values() if isinstance(v, float)] + (stats["ci95"] or [])
+            if not all(map(math.isfinite, numbers)):
+                raise ReproError(f"group {dict(zip(group_by, key))}: statistics of {name} are not finite numbers "
+                                 "(durations too large)")
         result.append({"group": dict(zip(group_by, key)), "metrics": metrics})
     return result
 

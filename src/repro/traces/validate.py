@@ -1,6 +1,9 @@
 """Check that a file is a well-formed Chrome trace, naming the first problem and its event index."""
 
-from repro.errors import TraceError
+from collections import Counter
+
+from repro.traces.events import values
+from repro.traces.matching import SpanMatcher
 from repro.traces.reader import TraceReader
 
 
@@ -8,28 +11,19 @@ def validate(path, reader_options=None):
     """Return a report dict for a valid trace; raise TraceError naming what is wrong otherwise.
 
     Checks: the file parses, has the object or array form, every event is an object with a
-    known phase and a numeric timestamp, and B/E pairs match per (pid, tid).
+    known phase, a numeric timestamp and fields of the right types, and B/E pairs match per
+    (pid, tid).
     """
     reader = TraceReader(path, strict=True, **(reader_options or {}))
-    open_b = {}
-    phases = {}
+    matcher = SpanMatcher(path)
+    phases = Counter()
     index = 0
     for chunk in reader.chunks():
-        for event in chunk:
-            ph = event["ph"]
-            phases[ph] = phases.get(ph, 0) + 1
-            if ph in "BE":
-                stack = open_b.setdefault((event.get("pid"), event.get("tid")), [])
-                if ph == "B":
-                    stack.append(index)
-                elif stack:
-                    stack.pop()
-                else:
-                    raise TraceError(path, "'E' event without a matching 'B'", index)
-            index += 1
-    dangling = sorted(i for stack in open_b.values() for i in stack)
-    if dangling:
-        raise TraceError(path, "'B' event without a matching 'E'", dangling[0])
+        column = values(chunk, "ph")
+        phases.update(column)
+        matcher.feed(chunk, column, index)
+        index += len(chunk)
+    matcher.finish()
     form = "object" if reader.metadata or _is_object_form(path) else "array"
     return {"file": str(path), "events": index, "phases": dict(sorted(phases.items())), "form": form}
 

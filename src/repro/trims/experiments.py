@@ -14,6 +14,7 @@ import numpy as np
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, sha256_file, write_json
+from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions
 from repro.trims.models import load_manifest
 from repro.trims.runtimes import resolve_device
@@ -118,15 +119,9 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
 
 
 def _trace_phases(trace_path):
-    """Durations (us) of the phases of one request trace, keyed by event name."""
-    events = json.loads(Path(trace_path).read_text())["traceEvents"]
-    open_at, durations = {}, {}
-    for event in events:
-        if event["ph"] == "B":
-            open_at[event["name"]] = event["ts"]
-        elif event["ph"] == "E" and event["name"] in open_at:
-            durations[event["name"]] = durations.get(event["name"], 0) + event["ts"] - open_at.pop(event["name"])
-    return durations
+    """Total duration (us) of each phase of one request trace, keyed by event name (runtime
+    initialisation before the timed request, in category 'ignore', left out)."""
+    return {name: entry["total"] for name, entry in summarize_trace(trace_path)["events"].items()}
 
 
 def compare_table(reports):

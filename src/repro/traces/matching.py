@@ -1,0 +1,118 @@
+"""Begin/end matching: the one place where the trace tools pair 'B' and 'E' events.
+
+Each 'E' closes the latest 'B' still open on the same (pid, tid), in file order, as trace
+viewers do. An 'E' with nothing open is a stray; a 'B' never closed dangles. Strict readers
+reject both (naming the event), lenient ones skip and count them.
+
+The matching runs over a chunk's columns with numpy, not event by event: within one (pid, tid),
+the events at one nesting level alternate B, E, B, E..., so ordering them by (key, level,
+position) puts every pair side by side. Begins still open at the end of a chunk are carried
+into the next one.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from repro.errors import TraceError
+from repro.traces.events import values
+
+_B, _E = ord("B"), ord("E")
+_NONE = np.zeros(0, np.int64)
+
+
+class Matched(NamedTuple):
+    begins: list  # the begin event of each pair (possibly from an earlier chunk), pairs in end order
+    ends: np.ndarray  # the position in the chunk of each pair's end
+    strays: np.ndarray  # positions of ends that close nothing (lenient; strict raises)
+
+
+def phase_codes(phases):
+    """The chunk's phases as a uint8 array (every phase is one ASCII character, once checked)."""
+    return np.frombuffer("".join(phases).encode("ascii"), np.uint8)
+
+
+class SpanMatcher:
+    """Feed it a file's chunks in order; `finish` reports the begins left open."""
+
+    def __init__(self, path, strict=True):
+        self.path, self.strict = path, strict
+        self.strays = 0  # ends skipped (lenient)
+        self._keys = {}  # (pid, tid) -> small int
+        self._open = []  # (global index, key id, event) of the begins still open, in file order
+
+    def feed(self, events, phases, first_index, codes=None, pids=None, tids=None):
+        """Match one chunk; `phases` (and optionally its codes, pids, tids) are its columns."""
+        codes = phase_codes(phases) if codes is None else codes
+        is_b = codes == _B
+        spans = np.flatnonzero(is_b | (codes == _E))
+        carried = len(self._open)
+        if not spans.size:
+            return Matched([], _NONE, _NONE)
+        whole = spans.size == len(events)
+        pids = values(events, "pid") if pids is None else pids
+        tids = values(events, "tid") if tids is None else tids
+        if not whole:
+            at = spans.tolist()
+            pids, tids = list(map(pids.__getitem__, at)), list(map(tids.__getitem__, at))
+        keys = list(zip(pids, tids))
+        table = self._keys
+        for key in dict.fromkeys(keys):
+            if key not in table:
+                table[key] = len(table)
+        ids = np.fromiter(map(table.__getitem__, keys), np.int64, len(keys))
+        if carried:
+            ids = np.concatenate([np.array([k for _, k, _ in self._open], np.int64), ids])
+            spans = np.concatenate([np.arange(-carried, 0), spans])
+            opens = np.concatenate([np.ones(carried, bool), is_b[spans[carried:]]])
+        else:
+            opens = is_b if whole else is_b[spans]
+        order = np.lexsort((spans, ids))  # by key, then file order (carried begins first)
+        key, pos, opening = ids[order], spans[order], opens[order]
+        step = np.where(opening, 1, -1)
+        starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+        group = np.repeat(np.arange(starts.size), np.diff(np.append(starts, key.size)))
+        depth = np.cumsum(step)
+        depth -= (depth - step)[starts][group]  # depth after each event, per key
+        # an end that closes nothing takes the depth below every earlier one (and below 0);
+        # the stack stays empty after it, so later depths count from that new floor
+        spread = 2 * key.size + 1  # keeps each key's running minimum apart from the previous key's
+        floor = np.minimum(np.minimum.accumulate(depth - group * spread) + group * spread, 0)
+        before = np.concatenate([[0], floor[:-1]])
+        before[starts] = 0
+        stray = floor < before
+        strays = pos[stray]
+        if strays.size:
+            if self.strict:
+                raise TraceError(self.path, "'E' event without a matching 'B'", first_index + int(strays.min()))
+            self.strays += int(strays.size)
+            strays.sort()
+            keep = ~stray
+            key, pos, opening, depth, floor = key[keep], pos[keep], opening[keep], depth[keep], floor[keep]
+        level = depth - floor - opening  # a begin's level is the depth before it, an end's the depth after
+        order = np.lexsort((pos, level, key))
+        key, pos, opening, level = key[order], pos[order], opening[order], level[order]
+        paired = opening[:-1] & ~opening[1:] & (key[1:] == key[:-1]) & (level[1:] == level[:-1])
+        first = np.flatnonzero(paired)
+        begin_at, end_at = pos[first], pos[first + 1]
+        still_open = np.ones(pos.size, bool)
+        still_open[first] = still_open[first + 1] = False
+        by_end = np.argsort(end_at, kind="stable")
+        begin_at, end_at = begin_at[by_end], end_at[by_end]
+        previous = self._open
+        pool = [event for _, _, event in previous] + events if carried else events
+        begins = list(map(pool.__getitem__, (begin_at + carried).tolist()))
+        left = still_open & opening
+        left_at, left_key = pos[left], key[left]
+        order = np.argsort(left_at)
+        self._open = [previous[p + carried] if p < 0 else (first_index + p, k, events[p])
+                      for p, k in zip(left_at[order].tolist(), left_key[order].tolist())]
+        return Matched(begins, end_at, strays if strays.size else _NONE)
+
+    def finish(self):
+        """The (global index, event) of every begin left open, in file order; strict raises on the first."""
+        dangling = [(index, event) for index, _, event in self._open]
+        if dangling and self.strict:
+            raise TraceError(self.path, "'B' event without a matching 'E'", dangling[0][0])
+        return dangling
+
