@@ -12,18 +12,20 @@ AlexNet/VGG-16 variants of the TrIMS paper with 454x454 / 448x448 inputs.
 import json
 from pathlib import Path
 
-import numpy as np
-import onnx
-from onnx import TensorProto, helper
-
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, sha256_file, write_json
 
 GRAPH, PARAMS, MANIFEST = "model.onnx", "model.params", "manifest.json"
 
 
+# numpy and onnx are imported where models are built or viewed, not with the module: the
+# workflow's config check imports it for ARCHITECTURES at every Snakemake start.
 class _Builder:
     def __init__(self, seed):
+        import numpy as np
+        from onnx import helper
+
+        self.np, self.node = np, helper.make_node
         self.rng = np.random.default_rng(seed)
         self.nodes, self.weights = [], {}
         self.count = 0
@@ -34,6 +36,7 @@ class _Builder:
 
     def _weight(self, name, shape, fan_in):
         # He initialisation keeps activations finite through deep stacks
+        np = self.np
         self.weights[name] = (self.rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in)))
         return name
 
@@ -41,48 +44,48 @@ class _Builder:
         name = self._name("conv")
         w = self._weight(f"{name}_W", (cout, cin, k, k), cin * k * k)
         b = self._weight(f"{name}_B", (cout,), cin * k * k)
-        self.nodes.append(helper.make_node("Conv", [x, w, b], [name], kernel_shape=[k, k], strides=[stride, stride],
-                                           pads=[pad] * 4))
+        self.nodes.append(self.node("Conv", [x, w, b], [name], kernel_shape=[k, k], strides=[stride, stride],
+                                    pads=[pad] * 4))
         return self.relu(name) if relu else name
 
     def relu(self, x):
         name = self._name("relu")
-        self.nodes.append(helper.make_node("Relu", [x], [name]))
+        self.nodes.append(self.node("Relu", [x], [name]))
         return name
 
     def maxpool(self, x, k, stride, pad=0):
         name = self._name("pool")
-        self.nodes.append(helper.make_node("MaxPool", [x], [name], kernel_shape=[k, k], strides=[stride, stride],
-                                           pads=[pad] * 4))
+        self.nodes.append(self.node("MaxPool", [x], [name], kernel_shape=[k, k], strides=[stride, stride],
+                                    pads=[pad] * 4))
         return name
 
     def global_pool(self, x):
         name = self._name("gap")
-        self.nodes.append(helper.make_node("GlobalAveragePool", [x], [name]))
+        self.nodes.append(self.node("GlobalAveragePool", [x], [name]))
         flat = self._name("flatten")
-        self.nodes.append(helper.make_node("Flatten", [name], [flat]))
+        self.nodes.append(self.node("Flatten", [name], [flat]))
         return flat
 
     def flatten(self, x):
         name = self._name("flatten")
-        self.nodes.append(helper.make_node("Flatten", [x], [name]))
+        self.nodes.append(self.node("Flatten", [x], [name]))
         return name
 
     def fc(self, x, fin, fout, relu=True):
         name = self._name("fc")
         w = self._weight(f"{name}_W", (fin, fout), fin)
         b = self._weight(f"{name}_B", (fout,), fin)
-        self.nodes.append(helper.make_node("Gemm", [x, w, b], [name]))
+        self.nodes.append(self.node("Gemm", [x, w, b], [name]))
         return self.relu(name) if relu else name
 
     def add_relu(self, a, b):
         name = self._name("add")
-        self.nodes.append(helper.make_node("Add", [a, b], [name]))
+        self.nodes.append(self.node("Add", [a, b], [name]))
         return self.relu(name)
 
     def concat(self, xs):
         name = self._name("concat")
-        self.nodes.append(helper.make_node("Concat", xs, [name], axis=1))
+        self.nodes.append(self.node("Concat", xs, [name], axis=1))
         return name
 
 
@@ -167,6 +170,9 @@ ARCHITECTURES = {
 
 def generate(name, directory, seed=0):
     """Write model.onnx, model.params and manifest.json for `name` into `directory`."""
+    import onnx
+    from onnx import TensorProto, helper
+
     if name not in ARCHITECTURES:
         raise ReproError(f"unknown model {name!r}; expected one of {sorted(ARCHITECTURES)}")
     side, build = ARCHITECTURES[name]
@@ -224,6 +230,8 @@ def load_manifest(directory, verify=False):
 
 def params_view(buffer, manifest):
     """numpy arrays over `buffer` (bytes-like, e.g. shared memory) for each tensor: no copy."""
+    import numpy as np
+
     return {
         t["name"]: np.frombuffer(buffer, dtype=np.float32, count=t["nbytes"] // 4, offset=t["offset"]).reshape(t["shape"])
         for t in manifest["tensors"]
