@@ -533,3 +533,37 @@ def test_trims_compare_table_reads_request_traces_through_the_trace_tools(tmp_pa
     broken = [{"trace": request("bad", 400, extra_e=True), "latency_us": 1000}]
     with pytest.raises(TraceError, match="bad.json: event 8: 'E' event without a matching 'B'"):
         compare_table([{"model": "m", "modes": {"original": {"results": broken}, "shared": {"results": broken}}}])
+
+
+def _matched_by_stack(events):
+    """Reference: pairs, stray ends and dangling begins, matched event by event with a stack."""
+    open_b, pairs, strays = {}, [], []
+    for i, event in enumerate(events):
+        if event["ph"] == "B":
+            open_b.setdefault((event["pid"], event["tid"]), []).append(i)
+        elif event["ph"] == "E":
+            stack = open_b.get((event["pid"], event["tid"]))
+            if stack:
+                pairs.append((stack.pop(), i))
+            else:
+                strays.append(i)
+    return sorted(pairs), strays, sorted(i for stack in open_b.values() for i in stack)
+
+
+@settings(max_examples=300, deadline=None)
+@given(phases=st.lists(st.tuples(st.sampled_from("BBBEEEXiM"), st.integers(0, 1), st.integers(0, 2)), max_size=40),
+       cuts=st.lists(st.integers(0, 40), max_size=5))
+def test_span_matcher_agrees_with_a_stack_whatever_the_chunks(phases, cuts):
+    from repro.traces.matching import SpanMatcher
+
+    events = [{"ph": ph, "pid": pid, "tid": tid, "i": i} for i, (ph, pid, tid) in enumerate(phases)]
+    matcher = SpanMatcher("t.json", strict=False)
+    pairs, strays = [], []
+    bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
+    for start, end in zip(bounds, bounds[1:]):
+        chunk = events[start:end]
+        matched = matcher.feed(chunk, [e["ph"] for e in chunk], start)
+        pairs += [(begin["i"], start + int(at)) for begin, at in zip(matched.begins, matched.ends)]
+        strays += [start + int(at) for at in matched.strays]
+    dangling = [index for index, _ in matcher.finish()]
+    assert (sorted(pairs), strays, dangling) == _matched_by_stack(events)

@@ -109,10 +109,11 @@ def _ignored(chunk, phases, stamps, categories, matched, spans):
             spans.append((stamps[i], stamps[i] + chunk[i].get("dur", 0)))
         if ph != "E":
             drops.append(i)
-    for pair in positions(values(matched.begins, "cat"), IGNORE_CATEGORY):
-        end = int(matched.ends[pair])
-        spans.append((matched.begins[pair]["ts"], stamps[end]))
-        drops.append(end)
+    pairs = positions(values(matched.begins, "cat"), IGNORE_CATEGORY)
+    if pairs:
+        ends = matched.ends[pairs].tolist()
+        spans += zip(values(list(map(matched.begins.__getitem__, pairs)), "ts"), map(stamps.__getitem__, ends))
+        drops += ends
     return drops
 
 

@@ -61,7 +61,13 @@ def first_bad_event(events, columns=None):
     except TypeError:  # not every event is an object
         return _first_bad_by_loop(events)
     phases, stamps = columns["ph"], columns["ts"]
-    if set(map(type, phases)) != {str} or not set(phases) <= PHASES:
+    try:  # the distinct values: few, so their types are quick to check; a list or object raises
+        distinct = {key: set(columns[key]) for key in ("ph", "name", "cat")}
+    except TypeError:
+        return _first_bad_by_loop(events)
+    # every value's type for ids, since 1 == True would hide a bool among the distinct values
+    distinct.update((key, columns[key]) for key in ("pid", "tid"))
+    if not distinct["ph"] <= PHASES:
         return _first_bad_by_loop(events)
     stamp_types = set(map(type, stamps))
     if not stamp_types <= _NUMBER_TYPE_SET:
@@ -69,7 +75,7 @@ def first_bad_event(events, columns=None):
         if not (stamp_types - _NUMBER_TYPE_SET <= {type(None)} and untimed <= PHASES_WITHOUT_TS):
             return _first_bad_by_loop(events)
     for key, allowed in FIELD_TYPES.items():
-        if not set(map(type, columns[key])) <= {*allowed, type(None)}:
+        if not set(map(type, distinct[key])) <= {*allowed, type(None)}:
             return _first_bad_by_loop(events)
     if "X" in phases:
         complete = list(map(eq, phases, repeat("X")))

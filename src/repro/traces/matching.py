@@ -39,7 +39,9 @@ class SpanMatcher:
         self.path, self.strict = path, strict
         self.strays = 0  # ends skipped (lenient)
         self._keys = {}  # (pid, tid) -> small int
-        self._open = []  # (global index, key id, event) of the begins still open, in file order
+        # (global index, (pid, tid), event) of the begins still open, in file order; the key is kept
+        # apart since a caller may rewrite the event (combine gives it its new pid)
+        self._open = []
 
     def feed(self, events, phases, first_index, codes=None, pids=None, tids=None):
         """Match one chunk; `phases` (and optionally its codes, pids, tids) are its columns."""
@@ -55,18 +57,23 @@ class SpanMatcher:
         if not whole:
             at = spans.tolist()
             pids, tids = list(map(pids.__getitem__, at)), list(map(tids.__getitem__, at))
+        opens = is_b if whole else is_b[spans]
+        previous = self._open
+        pool = [event for _, _, event in previous] + events if carried else events
+        if carried:  # the begins still open go first, at positions -carried..-1
+            pids = [pid for _, (pid, _), _ in previous] + pids
+            tids = [tid for _, (_, tid), _ in previous] + tids
+            spans = np.concatenate([np.arange(-carried, 0), spans])
+            opens = np.concatenate([np.ones(carried, bool), opens])
+        flat = self._alternating(pool, carried, first_index, spans, opens, pids, tids)
+        if flat is not None:
+            return flat
         keys = list(zip(pids, tids))
         table = self._keys
         for key in dict.fromkeys(keys):
             if key not in table:
                 table[key] = len(table)
         ids = np.fromiter(map(table.__getitem__, keys), np.int64, len(keys))
-        if carried:
-            ids = np.concatenate([np.array([k for _, k, _ in self._open], np.int64), ids])
-            spans = np.concatenate([np.arange(-carried, 0), spans])
-            opens = np.concatenate([np.ones(carried, bool), is_b[spans[carried:]]])
-        else:
-            opens = is_b if whole else is_b[spans]
         order = np.lexsort((spans, ids))  # by key, then file order (carried begins first)
         key, pos, opening = ids[order], spans[order], opens[order]
         step = np.where(opening, 1, -1)
@@ -99,15 +106,30 @@ class SpanMatcher:
         still_open[first] = still_open[first + 1] = False
         by_end = np.argsort(end_at, kind="stable")
         begin_at, end_at = begin_at[by_end], end_at[by_end]
-        previous = self._open
-        pool = [event for _, _, event in previous] + events if carried else events
         begins = list(map(pool.__getitem__, (begin_at + carried).tolist()))
         left = still_open & opening
         left_at, left_key = pos[left], key[left]
         order = np.argsort(left_at)
-        self._open = [previous[p + carried] if p < 0 else (first_index + p, k, events[p])
+        named = list(table)  # key ids are positions in the table's insertion order
+        self._open = [previous[p + carried] if p < 0 else (first_index + p, named[k], events[p])
                       for p, k in zip(left_at[order].tolist(), left_key[order].tolist())]
         return Matched(begins, end_at, strays if strays.size else _NONE)
+
+    def _alternating(self, pool, carried, first_index, spans, opens, pids, tids):
+        """The common case without sorting: B, E, B, E... each pair on one (pid, tid), so each
+        end closes the begin just before it (a last begin stays open); None otherwise."""
+        even = spans.size - spans.size % 2
+        if not (opens[:even:2].all() and not opens[1:even:2].any() and (even == spans.size or opens[-1])):
+            return None
+        if pids[:even:2] != pids[1:even:2] or tids[:even:2] != tids[1:even:2]:
+            return None
+        begins = list(map(pool.__getitem__, (spans[:even:2] + carried).tolist()))
+        if even == spans.size:
+            self._open = []
+        else:
+            last = int(spans[-1])  # a chunk position: a carried begin is followed by its end at least
+            self._open = [(first_index + last, (pids[-1], tids[-1]), pool[last + carried])]
+        return Matched(begins, spans[1:even:2], _NONE)
 
     def finish(self):
         """The (global index, event) of every begin left open, in file order; strict raises on the first."""
