@@ -1,0 +1,9 @@
+"""Rule `trims_store_start`: the model store the TrIMS runs share, with the effective config's settings."""
+
+import sys
+
+from repro.trims import service
+
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+record = service.start(snakemake.params.settings, snakemake.output[0])  # noqa: F821
+print(f"model store pid {record['process']['pid']} on {record['socket']}" + (" (found running)" if record.get("reused") else ""))
