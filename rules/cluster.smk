@@ -4,8 +4,9 @@ localrules:
     cluster_stop,
 
 
-# The backend, started with the effective config's cluster settings (params): the state records
-# their digest, and the status checks refuse a state started for other settings.
+# The backend, started with the effective config's cluster settings (read by the script, not
+# params: a settings change must not silently restart a running cluster). The state records their
+# digest; the status checks refuse a state started for other settings and say how to restart.
 rule cluster_start:
     output:
         STATE,
@@ -16,8 +17,6 @@ rule cluster_start:
     resources:
         mem_mb=500,
         runtime=5,
-    params:
-        settings=CLUSTER_SETTINGS,
     script:
         "../workflow/scripts/cluster_start.py"
 

@@ -24,8 +24,6 @@ rule trims_store_start:
     resources:
         mem_mb=500,
         runtime=5,
-    params:
-        settings=TRIMS_STORE_SETTINGS,
     script:
         "../workflow/scripts/trims_store_start.py"
 

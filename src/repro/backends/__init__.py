@@ -38,7 +38,8 @@ def state_check(state, state_path, expected_digest):
             "detail": "" if ok else (
                 f"it was started for other settings (backend {state.get('backend')!r}, digest "
                 f"{state.get('settings_digest')}; the configuration now gives {expected_digest}); restart it with "
-                "`snakemake cluster_start --forcerun cluster_start` and the same --configfile/--config options")}
+                "`snakemake cluster_start --forcerun cluster_start` (with the same --configfile/--config options), "
+                "then run again")}
 
 
 def format_checks(checks):
