@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 1
 
-.PHONY: setup fig8 figures test lint clean
+.PHONY: setup fig8 figures test test-fast lint clean
 
 $(BIN)/repro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,11 @@ figures: setup
 	$(RUN) snakemake --cores $(CORES)
 
 test: setup
-	$(RUN) pytest -q
+	$(RUN) pytest -q --durations=15
+
+# unit tests only: no Snakemake runs, no ssh, SLURM or GPU
+test-fast: setup
+	$(RUN) pytest -q -m "not workflow" --durations=10
 
 lint: setup
 	$(RUN) snakemake --lint

@@ -21,6 +21,8 @@ from support import BIN, REPO, configfiles, copy_workflow, free_port, path_env, 
 BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch")
 CONF = Path("/etc/slurm/slurm.conf")
 
+pytestmark = pytest.mark.workflow
+
 skip_unless_installed(BINARIES, "REPRO_REQUIRE_SLURM", "apt-get install slurm-wlm munge; run as root")
 
 

@@ -35,6 +35,8 @@ from repro.errors import ReproError
 
 SSHD = "/usr/sbin/sshd"
 
+pytestmark = pytest.mark.workflow
+
 skip_unless_installed([SSHD], "REPRO_REQUIRE_SSHD", "apt-get install openssh-server")
 
 
@@ -188,7 +190,7 @@ def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster
         shutil.copytree(local / "results" / "calibration", remote / "results" / "calibration")
         args = example_args(remote, root, hosts, home)
         proc = snakemake(remote, target, *args, cores=1, env=env)
-        assert "[ OK ] accel: python with repro" in (remote / "results/logs/cluster/ssh/status/ResNet50_v2-8/pecan.log").read_text()
+        assert "[ OK ] trainer: python with repro" in (remote / "results/logs/cluster/ssh/status/ResNet50_v2-8/pecan.log").read_text()
         state = json.loads((remote / "results" / "cluster" / "ssh" / "state.json").read_text())
         assert state["backend"] == "ssh" and state["ssh"]["known_hosts"] == str(home / ".ssh" / "known_hosts")
         metrics = json.loads((remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").read_text())
