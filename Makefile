@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 1
 
-.PHONY: setup fig8 figures test lint clean
+.PHONY: setup fig8 figures test test-fast lint clean
 
 # The default install: what `make fig8` needs. Executor and storage plugins are extras (README,
 # profiles), since Snakemake imports every installed plugin at each start.
@@ -24,19 +24,26 @@ setup: $(BIN)/repro
 # rules call the `repro` command, so the virtualenv's bin/ goes first on PATH
 RUN    := PATH=$(abspath $(BIN)):$$PATH
 
+# the figure and its provenance record (inputs, settings, commit, machine)
 fig8: setup
-	$(RUN) snakemake plots/fig8_ResNet50_v2-8.pdf --cores $(CORES)
+	$(RUN) snakemake plots/fig8_ResNet50_v2-8.pdf results/provenance/fig8_ResNet50_v2-8.json --cores $(CORES)
 
 figures: setup
 	$(RUN) snakemake --cores $(CORES)
 
 test: $(VENV)/.test-extras
-	$(RUN) pytest -q
+	$(RUN) pytest -q --durations=15
+
+# unit tests only: no Snakemake runs, no ssh, SLURM or GPU
+test-fast: $(VENV)/.test-extras
+	$(RUN) pytest -q -m "not workflow" --durations=10
 
 lint: $(VENV)/.test-extras
 	$(RUN) snakemake --lint
 	$(RUN) snakefmt --check Snakefile rules/
 
+# stop whatever this directory's workflow left running (a model store after a killed run) first
 clean:
+	-$(RUN) repro cluster stop --state results/cluster/local/state.json
 	rm -rf results/* plots/* .snakemake
 	touch results/.gitkeep plots/.gitkeep
