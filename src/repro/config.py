@@ -32,7 +32,8 @@ _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 def schema():
     """The config schema, shipped inside the package."""
-    return yaml.safe_load(files("repro").joinpath("schemas", "config.schema.yaml").read_text())
+    text = files("repro").joinpath("schemas", "config.schema.yaml").read_text()
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 5x faster, every start
 
 
 def _with_defaults(validator_class):
