@@ -30,6 +30,14 @@ def values(events, key):
     return list(map(dict.get, events, repeat(key)))
 
 
+def column(events, columns, key):
+    """values(events, key), from `columns` when already extracted there (and added to it if not)."""
+    found = columns.get(key)
+    if found is None:
+        found = columns[key] = values(events, key)
+    return found
+
+
 def positions(items, value):
     """The indices of `value` in the list `items`: list.index scans in C between the hits."""
     found, at = [], -1

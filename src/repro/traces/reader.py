@@ -97,15 +97,22 @@ class TraceReader:
 
     def chunks(self):
         """Yield lists of (checked) events; the running event index continues across chunks."""
+        for events, _ in self.column_chunks():
+            yield events
+
+    def column_chunks(self):
+        """Yield (events, columns) per chunk: `columns` maps fields to the values the checks
+        extracted (see events.column), so that callers need not extract them again."""
         index = 0
         if self.whole:
             source, self._events = [self._load_whole()], None  # held by the caller only, freed with its chunk
         else:
             source = self._scan(parse_events=True)
         for raw in source:
-            good = self._checked(raw, index)
+            columns = {}
+            good = self._checked(raw, index, columns)
             index += len(raw)
-            yield good
+            yield good, columns if good is raw else {}
 
     def events(self):
         for chunk in self.chunks():
@@ -125,8 +132,8 @@ class TraceReader:
             self._events = doc if isinstance(doc, list) else doc["traceEvents"]
         return self._events
 
-    def _checked(self, raw, first_index):
-        bad = first_bad_event(raw) if self.check else None
+    def _checked(self, raw, first_index, columns):
+        bad = first_bad_event(raw, columns) if self.check else None
         if bad is None:
             return raw
         if self.strict:

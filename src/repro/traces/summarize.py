@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError, TraceError
-from repro.traces.events import IGNORE_CATEGORY, values
+from repro.traces.events import IGNORE_CATEGORY, column, values
 from repro.traces.matching import SpanMatcher, phase_codes
 from repro.traces.reader import TraceReader, cycle_collection_paused
 
@@ -69,11 +69,12 @@ def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     first_begin = last_end = process_first = process_last = None
     init_time = 0
     index = 0
-    for chunk in reader.chunks():
-        phases = values(chunk, "ph")
+    for chunk, columns in reader.column_chunks():
+        phases = column(chunk, columns, "ph")
         codes = phase_codes(phases)
-        matched = matcher.feed(chunk, phases, index, codes=codes)
-        stamps = values(chunk, "ts")
+        matched = matcher.feed(chunk, phases, index, codes=codes, pids=column(chunk, columns, "pid"),
+                               tids=column(chunk, columns, "tid"))
+        stamps = column(chunk, columns, "ts")
         complete = np.flatnonzero(codes == _X).tolist()
         # every duration: B/E pairs and X events, in the order they complete
         begins = matched.begins + list(map(chunk.__getitem__, complete))

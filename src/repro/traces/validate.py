@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from repro.traces.events import values
+from repro.traces.events import column
 from repro.traces.matching import SpanMatcher
 from repro.traces.reader import TraceReader
 
@@ -18,10 +18,10 @@ def validate(path, reader_options=None):
     matcher = SpanMatcher(path)
     phases = Counter()
     index = 0
-    for chunk in reader.chunks():
-        column = values(chunk, "ph")
-        phases.update(column)
-        matcher.feed(chunk, column, index)
+    for chunk, columns in reader.column_chunks():
+        kinds = column(chunk, columns, "ph")
+        phases.update(kinds)
+        matcher.feed(chunk, kinds, index, pids=column(chunk, columns, "pid"), tids=column(chunk, columns, "tid"))
         index += len(chunk)
     matcher.finish()
     form = "object" if reader.metadata or _is_object_form(path) else "array"
