@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from repro.cli import main
-from repro.errors import ReproError, TraceError
+from repro.errors import TraceError
 from repro.traces import TraceReader, combine, read_trace, summarize, summarize_trace, validate, write_trace
 from repro.traces.events import PHASES
 from repro.traces.summarize import describe

@@ -12,7 +12,7 @@ import secrets
 from bisect import bisect_left
 from collections import deque
 from itertools import chain, compress, repeat
-from operator import and_, eq, is_not, ne, sub
+from operator import and_, is_not, ne, sub
 from pathlib import Path
 
 import numpy as np
@@ -143,8 +143,9 @@ class _Shift:
         """The adjusted timestamps, as a list (ints stay ints when the shift is whole)."""
         if not self.starts.size:
             result = list(map(sub, stamps, repeat(self.origin)))
-            finite = not result or (math.isfinite(min(result)) and math.isfinite(max(result)))  # a difference of
-        else:  # finite numbers overflows to +-inf, never nan: the extremes tell
+            # a difference of finite numbers overflows to +-inf, never nan: the extremes tell
+            finite = not result or (math.isfinite(min(result)) and math.isfinite(max(result)))
+        else:
             result = self.apply(np.array(stamps))
             finite = bool(np.isfinite(result).all())
             result = result.tolist()
