@@ -88,8 +88,10 @@ def main():
     print(f"{'floor':<30}{floor:>9.2f}{1:>9.2f}")
     for name, goal in GOALS.items():
         seconds = statistics.median(samples[name])
-        verdict = "ok" if seconds / floor <= goal else "MISSED"
-        print(f"{name:<30}{seconds:>9.2f}{seconds / floor:>9.2f}{goal:>7.1f}  {verdict}")
+        # each round's ratio to that round's floor, then their median: load that hits a round hits both
+        ratio = statistics.median(s / f for s, f in zip(samples[name], samples["floor"]))
+        verdict = "ok" if ratio <= goal else "MISSED"
+        print(f"{name:<30}{seconds:>9.2f}{ratio:>9.2f}{goal:>7.1f}  {verdict}")
     print(f"{'fig8 from a clean results/':<30}{first:>9.2f}{first / floor:>9.2f}")
 
 
