@@ -19,32 +19,6 @@ from repro.trims.server import StoreConnection, serve, start_daemon, usable_sock
 from repro.trims.store import ModelStore
 from repro.trims.workload import distribution, plan_requests
 
-SMALL = ("squeezenet_1.1", "resnet18_v1")
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    base = tmp_path_factory.mktemp("models")
-    for name in SMALL:
-        generate(name, base / name, seed=1)
-    return base
-
-
-@pytest.fixture
-def server(models, tmp_path):
-    """A real model store server process, stopped by pid afterwards."""
-    sock, pid_file = tmp_path / "store.sock", tmp_path / "store.pid"
-    pid = start_daemon(sock, models, 1 << 30, "lru", pid_file, tmp_path / "server.log")
-    yield sock, pid
-    try:
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            os.kill(pid, 0)
-            time.sleep(0.05)
-    except ProcessLookupError:
-        pass
-
-
 # -- models -----------------------------------------------------------------------------
 
 
@@ -201,25 +175,9 @@ def test_client_compare_writes_compared_traces(models, server, tmp_path, monkeyp
     assert (tmp_path / "p").rglob("memory-summary.json")
 
 
-def test_missing_server_and_killed_server_fail_cleanly(models, server, tmp_path):
-    sock, pid = server
-    options = ClientOptions(base_path=models, socket=tmp_path / "nobody.sock")
-    results, _ = Client(options).run([("squeezenet_1.1", 0)])
-    assert not results[0]["ok"] and "nobody.sock" in results[0]["error"] and "not running" in results[0]["error"]
-    # kill the server while a client is mid-run: the rest fail, named, and nothing hangs
-    script = (f"import sys; from repro.cli import main; sys.exit(main(['trims','client','run','--base-path','{models}',"
-              f"'--socket','{sock}','--iterations','400','--model','squeezenet_1.1']))")
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
-    os.kill(pid, signal.SIGKILL)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1
-    assert "FAILED request" in err and "request(s) failed" in err
-
-
 def test_server_refuses_a_second_instance_on_the_same_socket(models, server, tmp_path):
     sock, _ = server
-    with pytest.raises(ReproError, match="already answers"):
+    with pytest.raises(ReproError, match="already runs"):
         from repro.trims.server import serve
 
         serve(sock, models, 1 << 20, "lru")
