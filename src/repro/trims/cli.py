@@ -115,8 +115,10 @@ def _client_flags(parser):
     parser.add_argument("--eager-async", action="store_true", help="initialise it in the background, overlapped with input preparation")
     parser.add_argument("--original", action="store_true", help="no sharing: load the model from its file")
     parser.add_argument("--cold-cache", action="store_true", help="evict model files from the page cache before original requests")
-    parser.add_argument("--profile-output", help="trace directory name under <profile dir>/<hostname>/ (default: the hour)")
-    parser.add_argument("--profile-output-overwrite", action="store_true", help="delete that directory first")
+    parser.add_argument("--profile-output", help="the run's trace directory, a relative name under <profile dir>/<hostname>/ "
+                        "(default: the hour, or a fresh -N variant of it); an earlier run's is kept unless overwritten")
+    parser.add_argument("--profile-output-overwrite", action="store_true",
+                        help="replace an earlier run's traces in that directory")
     parser.add_argument("--experiment-description", default="", help="recorded in every trace")
     parser.add_argument("--monitor-memory", action="store_true", help="sample GPU (NVML) and store memory every 50 ms")
     parser.add_argument("--seed", type=int, default=0)
