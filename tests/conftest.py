@@ -1,8 +1,7 @@
 """Shared fixtures (generated models, a model store server) and the fault suite's summary line."""
 
+import contextlib
 import os
-import signal
-import time
 
 import pytest
 
@@ -20,21 +19,37 @@ def models(tmp_path_factory):
     return base
 
 
-@pytest.fixture
-def server(models, tmp_path):
-    """A real model store server process on a socket in tmp_path, stopped by pid afterwards."""
+def _start_server(models, directory):
     from repro.trims.server import start_daemon
 
-    sock, pid_file = tmp_path / "store.sock", tmp_path / "store.pid"
-    pid = start_daemon(sock, models, 1 << 30, "lru", pid_file, tmp_path / "server.log")
-    yield sock, pid
-    try:
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            os.kill(pid, 0)
-            time.sleep(0.05)
-    except ProcessLookupError:
-        pass
+    return start_daemon(directory / "store.sock", models, 1 << 30, "lru", directory / "store.pid",
+                        directory / "server.log")
+
+
+def _stop_server(pid, directory):
+    """SIGTERM (then SIGKILL) the server if its record still matches; reap it."""
+    from repro.processes import read_record, terminate
+
+    terminate(read_record(directory / "store.pid"))
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+@pytest.fixture
+def server(models, tmp_path):
+    """A real model store server process on tmp_path/store.sock (pid file store.pid, log server.log)."""
+    pid = _start_server(models, tmp_path)
+    yield tmp_path / "store.sock", pid
+    _stop_server(pid, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_server(models, tmp_path_factory):
+    """Like `server`, shared by a module's tests that leave it as they found it."""
+    directory = tmp_path_factory.mktemp("server")
+    pid = _start_server(models, directory)
+    yield directory / "store.sock", pid
+    _stop_server(pid, directory)
 
 
 # -- fault suite summary ------------------------------------------------------------------

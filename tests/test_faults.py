@@ -294,8 +294,8 @@ def _ask(conn, reader, line):
 
 
 @pytest.mark.parametrize("where", ["absolute", "parent"])
-def test_store_refuses_models_outside_its_base_path(models, server, tmp_path, where):
-    sock, _ = server
+def test_store_refuses_models_outside_its_base_path(models, module_server, tmp_path, where):
+    sock, _ = module_server
     evil = tmp_path / "outside" / "evil"
     shutil.copytree(models / "squeezenet_1.1", evil)
     name = str(evil) if where == "absolute" else os.path.relpath(evil, models)
@@ -319,14 +319,14 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("line, message", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
-def test_server_answers_malformed_requests(server, tmp_path, line, message):
-    sock, pid = server
+def test_server_answers_malformed_requests(module_server, line, message):
+    sock, pid = module_server
     conn, reader = _raw(sock)
     answer = _ask(conn, reader, line)
     assert answer["ok"] is False and message in answer["error"], answer
     assert _ask(conn, reader, b'{"op": "status"}\n')["pid"] == pid  # the same connection still works
     conn.close()
-    assert alive(pid) and "Traceback" not in (tmp_path / "server.log").read_text()
+    assert alive(pid) and "Traceback" not in (sock.parent / "server.log").read_text()
 
 
 FAKE_SERVER = """
