@@ -6,12 +6,16 @@ program. A record keeps the pid together with the kernel's start time of that pr
 three before anything is signalled, so a stale pid file can never stop a foreign process.
 """
 
+import hashlib
 import json
 import os
 import signal
+import stat
+import tempfile
 import time
 from pathlib import Path
 
+from repro.errors import ReproError
 from repro.fsutil import write_text
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -91,3 +95,38 @@ def terminate(record, grace_s=5.0):
         while alive(pid) and matches(record):
             time.sleep(0.02)
     return True
+
+
+def private_directory():
+    """$XDG_RUNTIME_DIR/repro (when that is private) or <temp dir>/repro-<uid>: ours, mode 0700.
+
+    Sockets belong there rather than in /tmp, where another user could bind one first.
+    """
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and _is_private(Path(xdg)):
+        base = Path(xdg) / "repro"
+    else:
+        base = Path(tempfile.gettempdir()) / f"repro-{os.getuid()}"
+    return _private(base)
+
+
+def runtime_dir(key):
+    """A private directory (ours, mode 0700) for the sockets and process records of the workflow
+    directory `key`: the next start finds them there even after `rm -rf results`."""
+    return _private(private_directory() / hashlib.sha256(str(Path(key).resolve()).encode()).hexdigest()[:16])
+
+
+def _private(directory):
+    directory.mkdir(mode=0o700, exist_ok=True)
+    if not _is_private(directory):
+        raise ReproError(f"{directory}: not a private directory (expected owner uid {os.getuid()}, mode 0700); "
+                         "remove it or set XDG_RUNTIME_DIR")
+    return directory
+
+
+def _is_private(path):
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077 == 0

@@ -5,6 +5,27 @@ uses changes.
 """
 
 import copy
+import hashlib
+import json
+
+
+def cluster_settings(config):
+    """What `cluster_start` reads: the backend, the trace store and the backend's own section."""
+    settings = {"backend": config["backend"], "trace_store": config["trace_store"]}
+    if config["backend"] in config:
+        settings[config["backend"]] = config[config["backend"]]
+    return settings
+
+
+def trims_store_settings(config):
+    """What the TrIMS model store is started with."""
+    return {"base_path": config["trims"]["base_path"], "server": config["trims"]["server"]}
+
+
+def settings_digest(settings):
+    """A short, stable fingerprint of `settings`: a state records it, status checks compare it."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def run_settings(config, experiment, mode):

@@ -3,7 +3,7 @@
 Defaults come from the `micro18` section of ~/.carml_config.yml (or --config FILE), as in the
 original tools; flags override them. Keys: base_path, server_socket, server_eviction,
 server_memory_fraction, device, profile_output_directory. The default socket lies in a directory
-only this user can enter (repro.trims.server.private_directory).
+only this user can enter (repro.processes.private_directory).
 """
 
 import itertools

@@ -6,22 +6,19 @@ Requests: {"op": "acquire", "model": M} -> {"ok": true, "device": "cpu", "shm": 
 {"op": "shutdown"}. Every line gets an answer, malformed ones an error. References a connection
 holds are released when it closes, so a crashed client never pins a model.
 
-The socket lives in a directory only this user can enter (see `private_directory`), and a client
+The default socket lives in a directory only this user can enter (processes.private_directory), and a client
 checks on connect that the server runs as this user (SO_PEERCRED): another user cannot stand in
 for the store.
 """
 
-import hashlib
 import json
 import os
 import signal
 import socket
 import socketserver
-import stat
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from repro.errors import ReproError
-from repro.processes import describe, read_record, write_record
+from repro.processes import describe, private_directory, read_record, write_record
 from repro.trims.store import ModelStore, remove_stale_segments, segment_prefix
 
 _OPS = ("acquire", "release", "status", "flush", "shutdown")
@@ -117,38 +114,8 @@ def budget_bytes(fraction=None, megabytes=None, device="cpu"):
 MAX_SOCKET_PATH = 107  # bytes: a Unix socket address holds 108 with the terminating NUL (Linux)
 
 
-def private_directory():
-    """$XDG_RUNTIME_DIR/repro, else <temp dir>/repro-<uid>: created with mode 0700 and checked to be ours.
-
-    /tmp is writable by everyone: a socket there could be bound first by another user.
-    """
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and Path(runtime).is_dir():
-        directory = Path(runtime) / "repro"
-    else:
-        directory = Path(tempfile.gettempdir()) / f"repro-{os.getuid()}"
-    try:
-        directory.mkdir(mode=0o700, exist_ok=True)
-        info = os.lstat(directory)
-    except OSError as exc:
-        raise ReproError(f"{directory}: cannot create the private socket directory ({exc.strerror})") from None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise ReproError(f"{directory}: not a private directory of this user (owner uid {info.st_uid}, mode "
-                         f"{stat.filemode(info.st_mode)}); remove it, or set XDG_RUNTIME_DIR or --socket")
-    return directory
-
-
 def default_socket_path():
     return private_directory() / "trims.sock"
-
-
-def usable_socket_path(preferred):
-    """`preferred`, or a short path in the private directory named after it when it is too long for a Unix socket."""
-    preferred = Path(preferred)
-    if len(os.fsencode(preferred)) <= MAX_SOCKET_PATH:
-        return preferred
-    digest = hashlib.sha256(os.fsencode(preferred)).hexdigest()[:16]
-    return private_directory() / f"store-{digest}.sock"
 
 
 def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu"):
