@@ -442,6 +442,24 @@ def test_a_killed_servers_shared_memory_is_removed(models, tmp_path, capsys, cle
         assert not leaked & _segments()
 
 
+def test_cluster_stop_removes_a_killed_model_stores_shared_memory(models, tmp_path, capsys):
+    from repro.trims import service
+
+    settings = {"base_path": str(models), "server": {"memory_mb": 256, "eviction": "lru", "device": "cpu"}}
+    before = _segments()
+    record = service.start(settings, tmp_path / "store-state.json", workdir=tmp_path)
+    connection = StoreConnection(record["socket"])
+    connection.request({"op": "acquire", "model": "squeezenet_1.1"})
+    connection.close()
+    leaked = _segments() - before
+    pid = record["process"]["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert leaked and leaked <= _segments()
+    service.stop(tmp_path)
+    assert not leaked & _segments()
+
+
 # -- clients -----------------------------------------------------------------------------
 
 
