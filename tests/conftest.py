@@ -1,9 +1,7 @@
 """Shared fixtures (generated models, a model store server) and the fault suite's summary line."""
 
-import contextlib
-import os
-
 import pytest
+from support import start_server, stop_server
 
 SMALL_MODELS = ("squeezenet_1.1", "resnet18_v1")
 
@@ -19,37 +17,27 @@ def models(tmp_path_factory):
     return base
 
 
-def _start_server(models, directory):
-    from repro.trims.server import start_daemon
-
-    return start_daemon(directory / "store.sock", models, 1 << 30, "lru", directory / "store.pid",
-                        directory / "server.log")
-
-
-def _stop_server(pid, directory):
-    """SIGTERM (then SIGKILL) the server if its record still matches; reap it."""
-    from repro.processes import read_record, terminate
-
-    terminate(read_record(directory / "store.pid"))
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
-
-
 @pytest.fixture
 def server(models, tmp_path):
     """A real model store server process on tmp_path/store.sock (pid file store.pid, log server.log)."""
-    pid = _start_server(models, tmp_path)
+    from repro.processes import describe
+
+    pid = start_server(models, tmp_path)
+    record = describe(pid, "test server")
     yield tmp_path / "store.sock", pid
-    _stop_server(pid, tmp_path)
+    stop_server(pid, record)
 
 
 @pytest.fixture(scope="module")
 def module_server(models, tmp_path_factory):
     """Like `server`, shared by a module's tests that leave it as they found it."""
+    from repro.processes import describe
+
     directory = tmp_path_factory.mktemp("server")
-    pid = _start_server(models, directory)
+    pid = start_server(models, directory)
+    record = describe(pid, "test server")
     yield directory / "store.sock", pid
-    _stop_server(pid, directory)
+    stop_server(pid, record)
 
 
 # -- fault suite summary ------------------------------------------------------------------

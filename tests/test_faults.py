@@ -31,9 +31,10 @@ import yaml
 from repro.cli import main
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.processes import alive, matches, read_record
+from repro.processes import alive, describe, matches, read_record
 from repro.traces import write_trace
-from repro.trims.server import StoreConnection, start_daemon
+from repro.trims.server import StoreConnection
+from support import start_server, stop_server
 
 pytestmark = pytest.mark.fault
 
@@ -414,50 +415,53 @@ def test_a_second_daemon_on_a_live_socket_is_refused(models, server, tmp_path, c
     assert record["pid"] == pid and matches(record)
 
 
-def _segments():
-    return set(os.listdir("/dev/shm"))
+def _segments(sock):
+    """The shared memory segments of the server on `sock` (other processes' come and go meanwhile)."""
+    from repro.trims.store import segment_prefix
+
+    return {name for name in os.listdir("/dev/shm") if name.startswith(segment_prefix(sock))}
 
 
 @pytest.mark.parametrize("cleaner", ["restart", "stop"])
 def test_a_killed_servers_shared_memory_is_removed(models, tmp_path, capsys, cleaner):
     sock = tmp_path / "store.sock"
-    before = _segments()
-    pid = start_daemon(sock, models, 1 << 30, "lru", tmp_path / "store.pid", tmp_path / "server.log")
-    connection = StoreConnection(sock)
-    connection.request({"op": "acquire", "model": "squeezenet_1.1"})
-    connection.close()
-    leaked = _segments() - before
-    assert leaked
-    os.killpg(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    assert leaked <= _segments()  # nothing unlinked them
+    pid = start_server(models, tmp_path)
+    try:
+        connection = StoreConnection(sock)
+        connection.request({"op": "acquire", "model": "squeezenet_1.1"})
+        connection.close()
+        leaked = _segments(sock)
+        assert leaked
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+        stop_server(pid)
+    assert leaked <= _segments(sock)  # nothing unlinked them
     if cleaner == "restart":
-        pid = start_daemon(sock, models, 1 << 30, "lru", tmp_path / "store.pid", tmp_path / "server.log")
-        assert not leaked & _segments()
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
+        pid = start_server(models, tmp_path)
+        stop_server(pid, describe(pid, "test server"))
     else:
         code, _, err = run_repro(["trims", "server", "stop", "--socket", sock], capsys)
         assert code == 1 and "not running" in err and "removed 1 shared memory segment(s)" in err, err
-        assert not leaked & _segments()
+    assert not _segments(sock)
 
 
-def test_cluster_stop_removes_a_killed_model_stores_shared_memory(models, tmp_path, capsys):
+def test_cluster_stop_removes_a_killed_model_stores_shared_memory(models, tmp_path):
     from repro.trims import service
 
     settings = {"base_path": str(models), "server": {"memory_mb": 256, "eviction": "lru", "device": "cpu"}}
-    before = _segments()
     record = service.start(settings, tmp_path / "store-state.json", workdir=tmp_path)
-    connection = StoreConnection(record["socket"])
-    connection.request({"op": "acquire", "model": "squeezenet_1.1"})
-    connection.close()
-    leaked = _segments() - before
     pid = record["process"]["pid"]
-    os.killpg(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    assert leaked and leaked <= _segments()
+    try:
+        connection = StoreConnection(record["socket"])
+        connection.request({"op": "acquire", "model": "squeezenet_1.1"})
+        connection.close()
+        leaked = _segments(record["socket"])
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+        stop_server(pid)
+    assert leaked and leaked <= _segments(record["socket"])
     service.stop(tmp_path)
-    assert not leaked & _segments()
+    assert not _segments(record["socket"])
 
 
 # -- clients -----------------------------------------------------------------------------
