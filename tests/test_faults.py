@@ -467,8 +467,9 @@ def test_cluster_stop_removes_a_killed_model_stores_shared_memory(models, tmp_pa
 # -- clients -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("mode", ["original", "shared"])
 @pytest.mark.parametrize("damage", ["corrupt", "truncated"])
-def test_original_mode_fails_requests_for_damaged_model_files(models, tmp_path, capsys, damage):
+def test_damaged_model_files_fail_their_requests(models, tmp_path, capsys, damage, mode):
     base = tmp_path / "base"
     shutil.copytree(models / "squeezenet_1.1", base / "squeezenet_1.1")
     params = base / "squeezenet_1.1" / "model.params"
@@ -479,15 +480,23 @@ def test_original_mode_fails_requests_for_damaged_model_files(models, tmp_path, 
         del data[len(data) // 2:]
     params.write_bytes(bytes(data))
     config = _write(tmp_path / "carml.yml", f"micro18:\n  profile_output_directory: {tmp_path / 'profiles'}\n")
-    code, out, err = run_repro(["trims", "client", "run", "--original", "--base-path", base, "--iterations", "2",
-                                "--device", "cpu", "--config", config, "--results", tmp_path / "r.json"], capsys)
+    argv = ["trims", "client", "run", "--base-path", base, "--iterations", "2", "--device", "cpu", "--config", config,
+            "--results", tmp_path / "r.json"]
+    if mode == "original":
+        code, out, err = run_repro([*argv, "--original"], capsys)
+    else:  # the store checks the model when it loads it
+        pid = start_server(base, tmp_path)
+        try:
+            code, out, err = run_repro([*argv, "--socket", tmp_path / "store.sock"], capsys)
+        finally:
+            stop_server(pid, describe(pid, "test server"))
     assert code == 1, out
-    expected = "checksum mismatch" if damage == "corrupt" else "truncated or corrupt"
+    expected = "truncated or corrupt" if damage == "truncated" and mode == "original" else "checksum mismatch"
     failed = [line for line in err.splitlines() if line.startswith("  FAILED request")]
     assert len(failed) == 2 and all(f"{params}:" in line and expected in line for line in failed), err
     assert err.splitlines()[-1] == "repro: error: 2 request(s) failed"
     assert not list((tmp_path / "profiles").rglob("*.json"))  # no trace claims a result
-    assert not any(r["ok"] for r in json.loads((tmp_path / "r.json").read_text())["original"]["results"])
+    assert not any(r["ok"] for r in json.loads((tmp_path / "r.json").read_text())[mode]["results"])
 
 
 def test_a_killed_model_store_fails_the_remaining_requests(models, server, tmp_path):
