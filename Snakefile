@@ -21,9 +21,10 @@ include: "rules/plots.smk"
 include: "rules/trims.smk"
 
 
+report: "report/workflow.rst"
+
+
 rule all:
     default_target: True
     input:
-        figure_targets(),
-        run_targets(),
-        "results/provenance.json",
+        all_targets(),

@@ -5,6 +5,7 @@ from repro.workflow import (
     cluster_settings,
     cost_settings,
     figure_settings,
+    provenance_settings,
     run_settings,
     settings_digest,
     trims_client_settings,
@@ -40,6 +41,9 @@ wildcard_constraints:
     mode=one_of(config["pecan"]["modes"], "no-modes"),
     pipeline=one_of(PIPELINES, "no-pipelines"),
     figure=one_of(config["plots"]["figures"], "no-figures"),
+    any_figure=one_of(
+        [*config["plots"]["figures"], *config["plots"]["trims"]], "no-figures"
+    ),
     backend=re.escape(BACKEND),
     trims_job=r"[A-Za-z0-9_][A-Za-z0-9_.-]*",
     model=one_of(TRIMS_MODELS, "no-models"),
@@ -60,6 +64,56 @@ def run_targets():
     ]
 
 
-def figure_targets():
-    figures = list(config["plots"]["figures"]) + config["plots"]["trims"]
-    return expand("plots/{figure}.{ext}", figure=figures, ext=["pdf", "png"])
+def figure_data(wildcards):
+    """The data a figure is drawn from: its cost table and calibrations, or the TrIMS summary."""
+    spec = config["plots"]["figures"].get(wildcards.any_figure)
+    if spec is None:
+        return ["results/summary/trims.json"]
+    return [f"results/tables/{spec['experiment']}.csv", *CALIBRATIONS]
+
+
+def reported(path, **report_args):
+    """`path`, marked for Snakemake's report once it exists: `snakemake --report` then shows what
+    has been built (after `make fig8` alone, the fig8 figure, its table and provenance).
+    """
+    return report(path, **report_args) if os.path.exists(path) else path
+
+
+def all_targets():
+    """Every configured run, figure, table and provenance record; those present are marked for the report."""
+    pecan, trims = list(config["plots"]["figures"]), config["plots"]["trims"]
+    experiments = sorted({config["plots"]["figures"][f]["experiment"] for f in pecan})
+    report_items = [
+        (f"plots/{figure}.png", "pecan_figure", "Figures", {"figure": figure})
+        for figure in pecan
+    ]
+    report_items += [
+        (f"plots/{figure}.png", "trims_figure", "Figures", {"figure": figure})
+        for figure in trims
+    ]
+    report_items += [
+        (f"results/tables/{exp}.csv", "cost_table", "Cost tables", {"experiment": exp})
+        for exp in experiments
+    ]
+    report_items += [
+        (
+            f"results/provenance/{figure}.json",
+            "provenance",
+            "Provenance",
+            {"figure": figure},
+        )
+        for figure in pecan + trims
+    ]
+    return (
+        run_targets()
+        + [f"plots/{figure}.pdf" for figure in pecan + trims]
+        + [
+            reported(
+                path,
+                caption=f"report/{caption}.rst",
+                category=category,
+                labels=labels,
+            )
+            for path, caption, category, labels in report_items
+        ]
+    )

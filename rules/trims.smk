@@ -177,7 +177,7 @@ rule trims_summary:
             concurrency=TRIMS_CONCURRENCY,
         ),
     output:
-        report("results/summary/trims.json", category="TrIMS"),
+        "results/summary/trims.json",
     log:
         "results/logs/trims/summary.log",
     conda:
@@ -194,9 +194,7 @@ rule trims_plot:
         "results/summary/trims.json",
     output:
         pdf="plots/{figure}.pdf",
-        png=report(
-            "plots/{figure}.png", category="Figures", labels={"figure": "{figure}"}
-        ),
+        png="plots/{figure}.png",
     log:
         "results/logs/plot/{figure}.log",
     wildcard_constraints:

@@ -17,7 +17,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-WORKFLOW_FILES = ("Snakefile", "rules", "workflow", "config", "envs", "profiles")
+WORKFLOW_FILES = ("Snakefile", "rules", "workflow", "config", "envs", "profiles", "report")
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
 
 
@@ -56,9 +56,9 @@ def snakemake(workdir, *args, cores=2, check=True, timeout=600, env=None):
     return proc
 
 
-def planned_jobs(workdir, *args):
+def planned_jobs(workdir, *args, env=None):
     """The jobs a dry-run would execute, as 'rule' or 'rule[wildcard values]' strings."""
-    out = snakemake(workdir, "--dry-run", *args).stdout
+    out = snakemake(workdir, "--dry-run", *args, env=env).stdout
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         match = re.match(r"(?:local)?rule (\w+):", block)

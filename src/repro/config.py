@@ -139,9 +139,14 @@ def check_references(config, source="config"):
     if config.get("backend") == "ssh" and config.get("plots", {}).get("trims"):
         raise ReproError(f"{source}: plots.trims: the TrIMS experiments run on the local backend only; "
                          "set plots.trims to [] with backend: ssh")
+    from repro.pecan.presets import REFERENCE_PLOTS
+
     for name, figure in config.get("plots", {}).get("figures", {}).items():
         if figure["experiment"] not in pecan["experiments"]:
             raise ReproError(f"{source}: plots.figures.{name}.experiment: unknown experiment {figure['experiment']!r}")
+        if figure.get("reference") and figure["reference"] not in REFERENCE_PLOTS:
+            raise ReproError(f"{source}: plots.figures.{name}.reference: unknown reference {figure['reference']!r}; "
+                             f"expected one of {sorted(REFERENCE_PLOTS)}")
 
 
 def load_config(path):

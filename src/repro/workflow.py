@@ -68,6 +68,20 @@ def figure_settings(config, figure):
     }
 
 
+def provenance_settings(config, figure):
+    """Every setting a figure depends on, for its provenance record (and so its rerun trigger)."""
+    if figure not in config["plots"]["figures"]:
+        return {"trims": config["trims"], "backend": config["backend"], "style": config["plots"]["style"]}
+    experiment = config["plots"]["figures"][figure]["experiment"]
+    return {
+        "figure": figure_settings(config, figure),
+        "calibration": config["calibration"],
+        "costs": cost_settings(config, experiment),
+        "runs": {mode: run_settings(config, experiment, mode)
+                 for mode in config["pecan"]["experiments"][experiment]["modes"]},
+    }
+
+
 def caption(backend, preset, calibrations):
     """Say what produced the bars: the backend, the calibration preset and where it was measured."""
     machine = next(iter(calibrations.values()))["machine"] if calibrations else {}

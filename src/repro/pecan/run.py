@@ -89,8 +89,10 @@ def trace_events(sim):
     return events
 
 
-def run_mode(config, experiment, mode, calibrations, out_dir):
-    """Simulate one experiment x mode into out_dir (run.log, metrics.json, traces/); return the metrics."""
+def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
+    """Simulate one experiment x mode into out_dir (run.log, metrics.json, traces/); return the metrics.
+
+    `backend` names where this runs (the ssh backend's command passes `--backend ssh`)."""
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
     costs = pipeline_costs(preset, pecan["cluster"], calibrations)
@@ -101,12 +103,12 @@ def run_mode(config, experiment, mode, calibrations, out_dir):
     write_log(sim, out / "run.log", preset)
     parsed = parse_log(out / "run.log")
     metadata = {"otherData": {"run_id": f"{experiment}-{mode}-seed{spec.seed}", "experiment": experiment, "mode": mode,
-                              "backend": "local", "calibration": preset}}
+                              "backend": backend, "calibration": preset}}
     write_trace(out / "traces" / f"{experiment}-{mode}.json", trace_events(sim), metadata)
     metrics = {
         "experiment": experiment,
         "mode": mode,
-        "backend": "local",
+        "backend": backend,
         "calibration": preset,
         "spec": dataclasses.asdict(spec),
         "simulated_seconds": sim.seconds,
