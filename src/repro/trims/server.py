@@ -6,9 +6,9 @@ Requests: {"op": "acquire", "model": M} -> {"ok": true, "device": "cpu", "shm": 
 {"op": "shutdown"}. Every line gets an answer, malformed ones an error. References a connection
 holds are released when it closes, so a crashed client never pins a model.
 
-The default socket lives in a directory only this user can enter (processes.private_directory), and a client
-checks on connect that the server runs as this user (SO_PEERCRED): another user cannot stand in
-for the store.
+The default socket lives in a directory only this user can enter (processes.private_directory),
+and a client checks on connect that the server runs as this user (SO_PEERCRED): another user
+cannot stand in for the store.
 """
 
 import json
@@ -156,7 +156,7 @@ def server_pid(socket_path):
     except ReproError:
         return None
     try:
-        return connection.request({"op": "status"})["pid"]
+        return connection.request({"op": "status"}).get("pid")
     except ReproError:
         return None
     finally:

@@ -7,7 +7,8 @@ never evicted; unused ones are evicted by the chosen policy when a new model nee
 
 Host segments are named <prefix><owner pid>_<owner start time>_<n>, the prefix derived from the
 server's socket: a segment outlives a killed server (nothing unlinks it), and the next server on
-the same socket (or `repro trims server stop`) removes the ones whose owner is gone.
+the same socket, or a stop (`repro trims server stop`, `repro cluster stop`), removes the ones
+whose owner is gone.
 """
 
 import hashlib
