@@ -113,7 +113,8 @@ class Entry:
     size: int
     loaded_at: float
     last_used: float
-    hits: int = 0
+    uses: int = 0  # acquisitions since loaded: LFU's frequency
+    hits: int = 0  # acquisitions it was already resident for
     refs: int = 0
     order: int = 0  # load order, for FIFO and for ties
 
@@ -152,7 +153,7 @@ class ModelStore:
             return None
         key = {
             "lru": lambda e: (e.last_used, e.order),
-            "lfu": lambda e: (e.hits, e.last_used, e.order),
+            "lfu": lambda e: (e.uses, e.last_used, e.order),
             "fifo": lambda e: e.order,
         }[self.policy]
         return min(unused, key=key)
@@ -232,7 +233,8 @@ class ModelStore:
             if not hit:
                 entry = self._load(model)
             entry.refs += 1
-            entry.hits += 1
+            entry.uses += 1
+            entry.hits += hit
             entry.last_used = time.monotonic()
             return entry.memory.handle(), entry.size, hit
 
@@ -260,7 +262,7 @@ class ModelStore:
                 "budget_bytes": self.budget_bytes,
                 "used_bytes": self.used_bytes,
                 "evictions": self.evictions,
-                "models": {e.model: {"bytes": e.size, "refs": e.refs, "hits": e.hits} for e in self.entries.values()},
+                "models": {e.model: {"bytes": e.size, "refs": e.refs, "uses": e.uses, "hits": e.hits} for e in self.entries.values()},
             }
 
     def close(self):
