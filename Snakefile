@@ -16,6 +16,7 @@ include: "rules/traces.smk"
 include: "rules/costs.smk"
 include: "rules/plots.smk"
 include: "rules/trims.smk"
+include: "rules/reproducibility.smk"
 
 
 rule all:

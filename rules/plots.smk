@@ -14,6 +14,11 @@ rule plot:
         png=report(
             "plots/{figure}.png", category="Figures", labels={"figure": "{figure}"}
         ),
+        verdicts=report(
+            "results/reference/{figure}.csv",
+            category="Reference verdicts",
+            labels={"figure": "{figure}"},
+        ),
     log:
         "results/logs/plot/{figure}.log",
     conda:

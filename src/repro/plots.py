@@ -33,27 +33,43 @@ def _reference_total(value):
     return sum(value) if isinstance(value, list) else value
 
 
+def _spread(row, column, path):
+    try:
+        return [float(row[f"{column}_{s}"]) for s in ("mean", "ci_low", "ci_high")]
+    except (KeyError, TypeError, ValueError):
+        raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)") from None
+
+
+def _whisker(ax, x, value, low, high):
+    ax.errorbar(x, value, yerr=[[value - low], [high - value]], fmt="none", ecolor="black", elinewidth=0.9,
+                capsize=3, zorder=3)
+
+
 def plot_costs(table, outputs, title, caption, style, reference=None):
-    """Draw one bar per mode (TPU cost, with remote-worker cost stacked on top) into each of `outputs`."""
+    """One bar per mode: the mean over repeats of the TPU cost, the remote-worker cost stacked on top;
+    whiskers show each segment's 95% interval (the TPU cost's at its top, the total's at the bar's top)."""
     rows = read_table(table)
     plt.rcParams.update({"font.size": style["font_size"], "hatch.linewidth": 0.8})
     fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
-    top = max(float(r["tpu_cost"]) + float(r["worker_cost"]) for r in rows)
+    spreads = [{c: _spread(r, c, table) for c in ("tpu_cost", "worker_cost", "total_cost")} for r in rows]
+    top = max(s["total_cost"][2] for s in spreads)
     if reference and style["show_reference"]:
         top = max([top] + [_reference_total(v) for v in reference.values()])
     small = 0.06 * top  # segments thinner than this get their label beside the bar
-    for x, row in enumerate(rows):
-        mode, tpu, worker = row["mode"], float(row["tpu_cost"]), float(row["worker_cost"])
+    for x, (row, spread) in enumerate(zip(rows, spreads)):
+        mode, tpu, worker = row["mode"], spread["tpu_cost"][0], spread["worker_cost"][0]
         ax.bar(x, tpu, 0.6, color=COLORS.get(mode, "#7f7f7f"), edgecolor="black", linewidth=0.6)
-        ax.text(x, tpu / 2, f"{tpu:.2f}", ha="center", va="center", color="white", fontweight="bold")
+        ax.text(x - 0.05, tpu / 2, f"{tpu:.2f}", ha="center", va="center", color="white", fontweight="bold")
         if worker > 0:
             ax.bar(x, worker, 0.6, bottom=tpu, color=WORKER_COLORS.get(mode, "#c7c7c7"), hatch="//",
                    edgecolor="black", linewidth=0.6)
+            _whisker(ax, x - 0.15, *spread["tpu_cost"])
             if worker >= small:
                 ax.text(x, tpu + worker / 2, f"{worker:.2f}", ha="center", va="center",
                         bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
             else:
-                ax.text(x, tpu + worker + 0.01 * top, f"+{worker:.2f}", ha="center", va="bottom")
+                ax.text(x, spread["total_cost"][2] + 0.01 * top, f"+{worker:.2f}", ha="center", va="bottom")
+        _whisker(ax, x, *spread["total_cost"])
         if reference and style["show_reference"] and mode in reference:
             seen = any(line.get_label() == "artifact's reference" for line in ax.get_lines())
             ax.plot(x + 0.36, _reference_total(reference[mode]), marker="<", color="black", markersize=6,
@@ -67,6 +83,9 @@ def plot_costs(table, outputs, title, caption, style, reference=None):
     ax.set_axisbelow(True)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper right", frameon=False)
+    repeats = sorted({int(r["repeats"]) for r in rows})
+    caption = (f"{caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, whiskers: 95% t-interval of "
+               "the mean (total at the top, TPU part at its edge)")
     _save(fig, outputs, caption, style)
 
 

@@ -117,7 +117,7 @@ def summarize_order(ops, passes, sizes, n):
     }
 
 
-def calibrate(pipeline, elements=64, seed=0, repeats=7):
+def calibrate(pipeline, elements=32, seed=0, repeats=12):
     """Measure `pipeline` in its declared and AutoOrder orders (see the module docstring)."""
     if pipeline not in PIPELINES:
         raise ReproError(f"unknown pipeline {pipeline!r}; expected one of {sorted(PIPELINES)}")
@@ -143,6 +143,7 @@ def calibrate(pipeline, elements=64, seed=0, repeats=7):
         "warmup_passes": WARMUP_PASSES,
         "statistic": "per element and op the minimum over repeats (thread CPU time), mean over elements",
         "seed": seed,
+        "load_average": list(os.getloadavg()),  # other work on the machine while measuring (1, 5, 15 min)
         "image_bytes_per_element": sum(len(e["image"]) for e in data) / elements,
     }
     for name, order in orders.items():
