@@ -106,7 +106,7 @@ def summarize_order(ops, passes, sizes, n):
             "inflation": bytes_out / bytes_in,
         })
     return {
-        "order": [op.name for op in ops],
+        "order": names,
         "ops": rows,
         "cpu_s_per_element": float(minima.sum(axis=1).mean()),
         "bytes_out_per_element": rows[-1]["bytes_out_per_element"],
