@@ -189,3 +189,18 @@ def test_workflow_carries_repeats_to_tables_figures_verdicts_and_the_check(tmp_p
     # the model's noise is seeded: collocated differs between the chains only through the calibration
     collocated = next(r for r in rows if r["number"] == "fig8_ResNet50_v2-8 collocated tpu_cost $")
     assert collocated["within"] == "yes"
+
+
+def test_trims_distribution_table_gives_bootstrap_intervals():
+    from repro.trims.experiments import distribution_table
+
+    rng = np.random.default_rng(0)
+    results = [{"latency_us": float(v), "hit": bool(h)} for v, h in zip(rng.lognormal(10, 0.3, 60), rng.random(60) < 0.7)]
+    row = distribution_table([{"distribution": "pareto", "concurrency": 2, "results": results, "wall_s": 3.0,
+                               "evictions": 1}])[0]
+    assert row["requests"] == 60
+    for q in (50, 90, 99):
+        low, high = row[f"p{q}_ci_ms"]
+        assert low <= row[f"p{q}_ms"] <= high
+    assert row["p50_ms"] == pytest.approx(np.median([r["latency_us"] for r in results]) / 1000)
+    assert row["hit_rate_ci"][0] < row["hit_rate"] < row["hit_rate_ci"][1]

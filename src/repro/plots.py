@@ -99,6 +99,11 @@ def _save(fig, outputs, caption, style):
     plt.close(fig)
 
 
+def _errors(values, intervals):
+    """Matplotlib's yerr (distances below and above) from values and their [low, high] intervals."""
+    return [[v - low for v, (low, _) in zip(values, intervals)], [high - v for v, (_, high) in zip(values, intervals)]]
+
+
 def plot_model_load(rows, outputs, caption, style):
     """Per-model latency, original vs shared, log scale, with the speedup over each pair."""
     if not rows:
@@ -106,10 +111,12 @@ def plot_model_load(rows, outputs, caption, style):
     plt.rcParams.update({"font.size": style["font_size"]})
     fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["original_latency_ms"] for r in rows], 0.4, label="original (cold load)",
-           color="#1f77b4", edgecolor="black", linewidth=0.5)
-    ax.bar([x + 0.2 for x in xs], [r["shared_latency_ms"] for r in rows], 0.4, label="shared (model store)",
-           color="#8c564b", edgecolor="black", linewidth=0.5)
+    for mode, offset, label, color in (("original", -0.2, "original (cold load)", "#1f77b4"),
+                                       ("shared", 0.2, "shared (model store)", "#8c564b")):
+        values = [r[f"{mode}_latency_ms"] for r in rows]
+        ax.bar([x + offset for x in xs], values, 0.4, label=label, color=color, edgecolor="black", linewidth=0.5,
+               yerr=_errors(values, [r[f"{mode}_latency_ci_ms"] for r in rows]), capsize=2,
+               error_kw={"elinewidth": 0.8})
     for x, r in zip(xs, rows):
         top = max(r["original_latency_ms"], r["shared_latency_ms"])
         ax.text(x, top * 1.15, f"{r['speedup']:.1f}x", ha="center", va="bottom", fontweight="bold")
@@ -135,10 +142,13 @@ def plot_distributions(rows, outputs, caption, style):
     for i, name in enumerate(names):
         mine = sorted((r for r in rows if r["distribution"] == name), key=lambda r: r["concurrency"])
         conc = [r["concurrency"] for r in mine]
-        for key, dash in (("p50_ms", "-"), ("p90_ms", "--"), ("p99_ms", ":")):
-            lat.plot(conc, [r[key] for r in mine], dash, marker="o", color=colors(i),
-                     label=f"{name} {key[:-3]}")
-        hit.plot(conc, [r["hit_rate"] for r in mine], "-", marker="s", color=colors(i), label=name)
+        for key, dash in (("p50", "-"), ("p90", "--"), ("p99", ":")):
+            values = [r[f"{key}_ms"] for r in mine]
+            lat.errorbar(conc, values, yerr=_errors(values, [r[f"{key}_ci_ms"] for r in mine]), fmt=dash, marker="o",
+                         color=colors(i), capsize=2, label=f"{name} {key}")
+        values = [r["hit_rate"] for r in mine]
+        hit.errorbar(conc, values, yerr=_errors(values, [r["hit_rate_ci"] for r in mine]), fmt="-", marker="s",
+                     color=colors(i), capsize=2, label=name)
     lat.set_xlabel("Concurrent requests")
     lat.set_ylabel("Latency (ms)")
     lat.set_yscale("log")
