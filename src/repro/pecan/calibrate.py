@@ -13,7 +13,7 @@ The estimate has to hold still on a shared, loaded machine:
   draw estimates the op's own cost. The per-op cost is the mean of these minima over the
   elements (elements differ in real work: crop sizes, flips). Measured here, one pass's total
   sits 5-35% above these minima and varies pass to pass; the minima agree between fresh runs
-  within a few percent (benchmarks/pecan.py prints both).
+  within a few percent (`python benchmarks/pecan.py` prints the estimate next to the median single pass).
 """
 
 import os
@@ -163,6 +163,9 @@ def resample(calibration, rng):
     The same elements for both orders (they were measured on the same elements), so the draw
     keeps the pairing the AutoOrder saving rests on. Returns a copy with the drawn costs.
     """
+    if "element_cpu_s" not in calibration["declared"]:
+        raise ReproError(f"calibration of {calibration['pipeline']!r} has no per-element costs (an older file); "
+                         "measure it again (snakemake --forcerun calibrate)")
     n = len(calibration["declared"]["element_cpu_s"])
     picks = rng.integers(0, n, n)
     drawn = dict(calibration)
