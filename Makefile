@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 1
 
-.PHONY: setup fig8 figures test lint clean
+.PHONY: setup fig8 figures test test-fast lint clean
 
 $(BIN)/repro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,19 +17,26 @@ setup: $(BIN)/repro
 # rules call the `repro` command, so the virtualenv's bin/ goes first on PATH
 RUN    := PATH=$(abspath $(BIN)):$$PATH
 
+# the figure and its provenance record (inputs, settings, commit, machine)
 fig8: setup
-	$(RUN) snakemake plots/fig8_ResNet50_v2-8.pdf --cores $(CORES)
+	$(RUN) snakemake plots/fig8_ResNet50_v2-8.pdf results/provenance/fig8_ResNet50_v2-8.json --cores $(CORES)
 
 figures: setup
 	$(RUN) snakemake --cores $(CORES)
 
 test: setup
-	$(RUN) pytest -q
+	$(RUN) pytest -q --durations=15
+
+# unit tests only: no Snakemake runs, no ssh, SLURM or GPU
+test-fast: setup
+	$(RUN) pytest -q -m "not workflow" --durations=10
 
 lint: setup
 	$(RUN) snakemake --lint
 	$(RUN) snakefmt --check Snakefile rules/
 
+# stop whatever this directory's workflow left running (a model store after a killed run) first
 clean:
+	-$(RUN) repro cluster stop --state results/cluster/local/state.json
 	rm -rf results/* plots/* .snakemake
 	touch results/.gitkeep plots/.gitkeep

@@ -1,4 +1,6 @@
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from repro.config import validate_config
 
 min_version("9.0")
 
@@ -6,7 +8,8 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# config/config.yaml, then --configfile, then --config: checked once, with defaults, paths expanded
+validate_config(config, "config")
 
 
 include: "rules/common.smk"
@@ -19,9 +22,10 @@ include: "rules/trims.smk"
 include: "rules/reproducibility.smk"
 
 
+report: "report/workflow.rst"
+
+
 rule all:
     default_target: True
     input:
-        figure_targets(),
-        run_targets(),
-        "results/provenance.json",
+        all_targets(),

@@ -4,6 +4,9 @@ localrules:
     cluster_stop,
 
 
+# The backend, started with the effective config's cluster settings (read by the script, not
+# params: a settings change must not silently restart a running cluster). The state records their
+# digest; the status checks refuse a state started for other settings and say how to restart.
 rule cluster_start:
     output:
         STATE,
@@ -14,13 +17,8 @@ rule cluster_start:
     resources:
         mem_mb=500,
         runtime=5,
-    params:
-        backend=BACKEND,
-        store=config["trace_store"],
-        trims_server=config["trims"]["server"],
-        trims_base_path=config["trims"]["base_path"],
-    shell:
-        "repro cluster start --state {output} > {log} 2>&1"
+    script:
+        "../workflow/scripts/cluster_start.py"
 
 
 # One temp() status file per run: the checks run again whenever that run has to execute,
@@ -31,16 +29,19 @@ rule cluster_status:
         state=ancient(STATE),
         calibration=CALIBRATIONS,
     output:
-        temp(STATUS),
+        temp(f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json"),
     log:
-        f"results/logs/cluster/{BACKEND}/status/{{job}}.log",
+        f"results/logs/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.log",
     conda:
         "../envs/repro.yaml"
     resources:
         mem_mb=500,
         runtime=5,
+    params:
+        digest=settings_digest(CLUSTER_SETTINGS),
     shell:
-        "repro cluster status --state {input.state} --calibration {input.calibration} -o {output} > {log} 2>&1"
+        "repro cluster status --state {input.state:q} --expect {params.digest:q}"
+        " --calibration {input.calibration:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule cluster_stop:
@@ -54,4 +55,4 @@ rule cluster_stop:
     params:
         state=lambda wildcards: STATE,  # not an input: stopping must not start a cluster first
     shell:
-        "repro cluster stop --state {params.state} > {log} 2>&1"
+        "repro cluster stop --state {params.state:q} > {log:q} 2>&1"

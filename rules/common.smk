@@ -1,39 +1,53 @@
 import re
+import time
 
-from repro.config import check_references
 from repro.workflow import (
+    cluster_settings,
     cost_settings,
     figure_settings,
+    provenance_settings,
     run_settings,
+    settings_digest,
     trims_client_settings,
     trims_models,
+    trims_store_settings,
 )
+from repro.trims.service import stop_store_started_since
 
-check_references(config, "config")
-
+INVOCATION_STARTED = time.time()
 BACKEND = config["backend"]
+CLUSTER_SETTINGS = cluster_settings(config)
 PIPELINES = sorted(
     {model["pipeline"] for model in config["pecan"]["models"].values()}
     | {"resnet", "retinanet"}
 )
 CALIBRATIONS = expand("results/calibration/{pipeline}.json", pipeline=PIPELINES)
 STATE = f"results/cluster/{BACKEND}/state.json"
-STATUS = f"results/cluster/{BACKEND}/status/{{job}}.json"
+TRIMS_STORE = f"results/cluster/{BACKEND}/trims-store.json"
+TRIMS_STORE_SETTINGS = trims_store_settings(config)
 TRIMS_MODELS = trims_models(config)
 ASSETS_IN_GCS = config["trims"]["asset_store"].startswith("gs://")
 TRIMS_DISTRIBUTIONS = config["trims"]["distributions"]["runs"]
 TRIMS_CONCURRENCY = config["trims"]["distributions"]["concurrency"]
 
 
+def one_of(names, none):
+    """A wildcard constraint matching exactly these names (`none` when there are none)."""
+    return "|".join(re.escape(name) for name in names) or none
+
+
 wildcard_constraints:
-    experiment="|".join(config["pecan"]["experiments"]),
-    mode="|".join(config["pecan"]["modes"]),
-    pipeline="resnet|retinanet",
-    figure="|".join(config["plots"]["figures"]) or "no-figures",
-    backend=BACKEND,
-    job="[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*",
-    model="|".join(re.escape(m) for m in TRIMS_MODELS),
-    distribution="|".join(TRIMS_DISTRIBUTIONS) or "no-distributions",
+    experiment=one_of(config["pecan"]["experiments"], "no-experiments"),
+    mode=one_of(config["pecan"]["modes"], "no-modes"),
+    pipeline=one_of(PIPELINES, "no-pipelines"),
+    figure=one_of(config["plots"]["figures"], "no-figures"),
+    any_figure=one_of(
+        [*config["plots"]["figures"], *config["plots"]["trims"]], "no-figures"
+    ),
+    backend=re.escape(BACKEND),
+    trims_job=r"[A-Za-z0-9_][A-Za-z0-9_.-]*",
+    model=one_of(TRIMS_MODELS, "no-models"),
+    distribution=one_of(TRIMS_DISTRIBUTIONS, "no-distributions"),
     concurrency=r"\d+",
 
 
@@ -50,6 +64,65 @@ def run_targets():
     ]
 
 
-def figure_targets():
-    figures = list(config["plots"]["figures"]) + config["plots"]["trims"]
-    return expand("plots/{figure}.{ext}", figure=figures, ext=["pdf", "png"])
+def figure_data(wildcards):
+    """The data a figure is drawn from: its cost table and calibrations, or the TrIMS summary."""
+    spec = config["plots"]["figures"].get(wildcards.any_figure)
+    if spec is None:
+        return ["results/summary/trims.json"]
+    return [f"results/tables/{spec['experiment']}.csv", *CALIBRATIONS]
+
+
+def reported(path, **report_args):
+    """`path`, marked for Snakemake's report once it exists: `snakemake --report` then shows what
+    has been built (after `make fig8` alone, the fig8 figure, its table and provenance).
+    """
+    return report(path, **report_args) if os.path.exists(path) else path
+
+
+def all_targets():
+    """Every configured run, figure, table and provenance record; those present are marked for the report."""
+    pecan, trims = list(config["plots"]["figures"]), config["plots"]["trims"]
+    experiments = sorted({config["plots"]["figures"][f]["experiment"] for f in pecan})
+    report_items = [
+        (f"plots/{figure}.png", "pecan_figure", "Figures", {"figure": figure})
+        for figure in pecan
+    ]
+    report_items += [
+        (f"plots/{figure}.png", "trims_figure", "Figures", {"figure": figure})
+        for figure in trims
+    ]
+    report_items += [
+        (f"results/tables/{exp}.csv", "cost_table", "Cost tables", {"experiment": exp})
+        for exp in experiments
+    ]
+    report_items += [
+        (
+            f"results/reference/{figure}.csv",
+            "reference_verdicts",
+            "Reference verdicts",
+            {"figure": figure},
+        )
+        for figure in pecan
+    ]
+    report_items += [
+        (
+            f"results/provenance/{figure}.json",
+            "provenance",
+            "Provenance",
+            {"figure": figure},
+        )
+        for figure in pecan + trims
+    ]
+    return (
+        run_targets()
+        + [f"plots/{figure}.pdf" for figure in pecan + trims]
+        + [
+            reported(
+                path,
+                caption=f"report/{caption}.rst",
+                category=category,
+                labels=labels,
+            )
+            for path, caption, category, labels in report_items
+        ]
+    )

@@ -15,11 +15,7 @@ rule costs:
         summary="results/summary/{experiment}.json",
         combined="results/traces/{experiment}/combined.json",
     output:
-        report(
-            "results/tables/{experiment}.csv",
-            category="Cost tables",
-            labels={"experiment": "{experiment}"},
-        ),
+        "results/tables/{experiment}.csv",
     log:
         "results/logs/costs/{experiment}.log",
     conda:

@@ -15,8 +15,8 @@ rule calibrate:
         elements=config["calibration"]["elements"],
         repeats=config["calibration"]["repeats"],
     shell:
-        "repro pecan calibrate --pipeline {wildcards.pipeline} --elements {params.elements}"
-        " --repeats {params.repeats} -o {output} > {log} 2>&1"
+        "repro pecan calibrate --pipeline {wildcards.pipeline:q} --elements {params.elements:q}"
+        " --repeats {params.repeats:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule run:

@@ -11,14 +11,8 @@ rule plot:
         calibration=CALIBRATIONS,
     output:
         pdf="plots/{figure}.pdf",
-        png=report(
-            "plots/{figure}.png", category="Figures", labels={"figure": "{figure}"}
-        ),
-        verdicts=report(
-            "results/reference/{figure}.csv",
-            category="Reference verdicts",
-            labels={"figure": "{figure}"},
-        ),
+        png="plots/{figure}.png",
+        verdicts="results/reference/{figure}.csv",
     log:
         "results/logs/plot/{figure}.log",
     conda:
@@ -32,15 +26,22 @@ rule plot:
         "../workflow/scripts/plot.py"
 
 
+# What produced a figure: its inputs (with checksums), the settings it depends on, the commit,
+# the machine and the package versions. Rebuilt whenever the figure or those settings change.
 rule provenance:
+    input:
+        figure="plots/{any_figure}.pdf",
+        data=figure_data,
     output:
-        report("results/provenance.json", category="Run metadata"),
+        "results/provenance/{any_figure}.json",
     log:
-        "results/logs/provenance.log",
+        "results/logs/provenance/{any_figure}.log",
     conda:
         "../envs/repro.yaml"
     resources:
         mem_mb=500,
         runtime=5,
+    params:
+        settings=lambda wildcards: provenance_settings(config, wildcards.any_figure),
     script:
         "../workflow/scripts/provenance.py"

@@ -5,6 +5,7 @@ rule reproducibility_check:
     output:
         report(
             "results/reproducibility/check.csv",
+            caption="../report/reproducibility_check.rst",
             category="Reproducibility",
             labels={"table": "two fresh chains compared"},
         ),

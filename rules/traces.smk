@@ -32,7 +32,7 @@ rule combine:
         mem_mb=500,
         runtime=5,
     shell:
-        "repro trace combine {input} -o {output} > {log} 2>&1"
+        "repro trace combine {input:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule summarize:
@@ -51,4 +51,4 @@ rule summarize:
         mem_mb=500,
         runtime=5,
     shell:
-        "repro trace summarize {input} --group-by mode -o {output} > {log} 2>&1"
+        "repro trace summarize {input:q} --group-by mode -o {output:q} > {log:q} 2>&1"

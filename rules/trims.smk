@@ -1,5 +1,50 @@
 localrules:
     trims_plot,
+    trims_store_start,
+    trims_status,
+
+
+# The model store runs only while TrIMS targets are built: an invocation that started it stops it
+# when it ends, so nothing stays running that the user did not start.
+onsuccess:
+    stop_store_started_since(INVOCATION_STARTED, TRIMS_STORE)
+
+
+onerror:
+    stop_store_started_since(INVOCATION_STARTED, TRIMS_STORE)
+
+
+rule trims_store_start:
+    output:
+        TRIMS_STORE,
+    log:
+        f"results/logs/cluster/{BACKEND}/trims-store.log",
+    conda:
+        "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    script:
+        "../workflow/scripts/trims_store_start.py"
+
+
+# Like cluster_status: one temp() file per TrIMS run that has to execute.
+rule trims_status:
+    input:
+        store=ancient(TRIMS_STORE),
+    output:
+        temp(f"results/cluster/{BACKEND}/trims-status/{{trims_job}}.json"),
+    log:
+        f"results/logs/cluster/{BACKEND}/trims-status/{{trims_job}}.log",
+    conda:
+        "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        digest=settings_digest(TRIMS_STORE_SETTINGS),
+    script:
+        "../workflow/scripts/trims_status.py"
 
 
 rule trims_generate:
@@ -16,8 +61,8 @@ rule trims_generate:
         seed=config["trims"]["seed"],
         assets=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
     shell:
-        "repro trims models {wildcards.model} --seed {params.seed}"
-        " --base-path {params.assets} > {log} 2>&1"
+        "repro trims models {wildcards.model:q} --seed {params.seed:q}"
+        " --base-path {params.assets:q} > {log:q} 2>&1"
 
 
 # From a local asset store generated above, or from a GCS bucket (gs://...) filled beforehand
@@ -47,8 +92,8 @@ rule trims_fetch:
 # TrIMS runs measure latency: each takes every core so no other job disturbs it.
 rule trims_compare:
     input:
-        state=ancient(STATE),
-        status=f"results/cluster/{BACKEND}/status/trims/compare-{{model}}.json",
+        store=ancient(TRIMS_STORE),
+        status=f"results/cluster/{BACKEND}/trims-status/compare-{{model}}.json",
         model=f"{config['trims']['base_path']}/{{model}}/manifest.json",
     output:
         "results/trims/runs/compare/{model}/report.json",
@@ -70,8 +115,8 @@ rule trims_compare:
 
 rule trims_distribution:
     input:
-        state=ancient(STATE),
-        status=f"results/cluster/{BACKEND}/status/trims/{{distribution}}-c{{concurrency}}.json",
+        store=ancient(TRIMS_STORE),
+        status=f"results/cluster/{BACKEND}/trims-status/{{distribution}}-c{{concurrency}}.json",
         models=expand(
             "{base}/{model}/manifest.json",
             base=config["trims"]["base_path"],
@@ -109,9 +154,13 @@ rule trims_combine:
     resources:
         mem_mb=500,
         runtime=5,
+    params:
+        traces=lambda wildcards, input: [
+            os.path.join(os.path.dirname(input[0]), "traces", mode)
+            for mode in ("original", "shared")
+        ],
     shell:
-        "repro trace combine $(dirname {input})/traces/original $(dirname {input})/traces/shared"
-        " -o {output} > {log} 2>&1"
+        "repro trace combine {params.traces:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule trims_summary:
@@ -128,7 +177,7 @@ rule trims_summary:
             concurrency=TRIMS_CONCURRENCY,
         ),
     output:
-        report("results/summary/trims.json", category="TrIMS"),
+        "results/summary/trims.json",
     log:
         "results/logs/trims/summary.log",
     conda:
@@ -145,9 +194,7 @@ rule trims_plot:
         "results/summary/trims.json",
     output:
         pdf="plots/{figure}.pdf",
-        png=report(
-            "plots/{figure}.png", category="Figures", labels={"figure": "{figure}"}
-        ),
+        png="plots/{figure}.png",
     log:
         "results/logs/plot/{figure}.log",
     wildcard_constraints:

@@ -12,10 +12,23 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 WORKFLOW_FILES = ("Snakefile", "rules", "workflow", "config", "envs", "profiles")
+TINY = REPO / "tests" / "configs" / "tiny.yaml"
+
+
+def configfiles(workdir, *overrides):
+    """`--configfile` arguments as a user passes them: the tiny test config, then each mapping in
+    `overrides` written to its own file in `workdir` (later files win, as in Snakemake)."""
+    paths = [str(TINY)]
+    for override in overrides:
+        path = workdir / f"override-{len(list(workdir.glob('override-*.yaml')))}.yaml"
+        path.write_text(yaml.safe_dump(override))
+        paths.append(str(path))
+    return ["--configfile", *paths]
 
 
 def free_port():
@@ -42,9 +55,9 @@ def snakemake(workdir, *args, cores=2, check=True, timeout=600, env=None):
     return proc
 
 
-def planned_jobs(workdir, *args):
+def planned_jobs(workdir, *args, env=None):
     """The jobs a dry-run would execute, as 'rule' or 'rule[wildcard values]' strings."""
-    out = snakemake(workdir, "--dry-run", *args).stdout
+    out = snakemake(workdir, "--dry-run", *args, env=env).stdout
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         match = re.match(r"(?:local)?rule (\w+):", block)
@@ -62,11 +75,12 @@ def path_env(**extra):
 
 
 def stop_clusters(*workdirs):
-    """Stop every cluster a workflow copy started (its dispatcher, model store, remote commands)."""
+    """Stop every cluster a workflow copy started (remote commands, a model store left by a killed run)."""
     for workdir in workdirs:
-        for state in (Path(workdir) / "results" / "cluster").glob("*/state.json"):
+        states = list((Path(workdir) / "results" / "cluster").glob("*/state.json")) or [Path("none.json")]
+        for state in states:
             subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True,
-                           timeout=60)
+                           timeout=60, cwd=workdir)
 
 
 def skip_unless_installed(paths, required_by, hint):

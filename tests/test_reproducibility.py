@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
-from support import copy_workflow, snakemake, stop_clusters
+from support import configfiles, copy_workflow, snakemake, stop_clusters
 
 from repro.config import load_config
 from repro.errors import ReproError
@@ -164,11 +163,9 @@ def test_reference_verdicts():
 @pytest.mark.workflow
 def test_workflow_carries_repeats_to_tables_figures_verdicts_and_the_check(tmp_path):
     copy_workflow(tmp_path)
-    tiny = {"calibration": {"elements": 2, "repeats": 1}, "repeats": 3,
-            "reproducibility": {"figures": ["fig8_ResNet50_v2-8"]}}
-    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny))
+    override = {"repeats": 3, "reproducibility": {"figures": ["fig8_ResNet50_v2-8"]}}
     try:
-        snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "reproducibility_check", "--configfile", "tiny.yaml")
+        snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "reproducibility_check", *configfiles(tmp_path, override))
     finally:
         stop_clusters(tmp_path)
     with open(tmp_path / "results" / "tables" / "ResNet50_v2-8.csv", newline="") as fh:

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from support import BIN, REPO, copy_workflow, free_port, path_env, skip_unless_installed, stop_clusters
+from support import BIN, REPO, configfiles, copy_workflow, free_port, path_env, skip_unless_installed, stop_clusters
 
 BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch")
 CONF = Path("/etc/slurm/slurm.conf")
+
+pytestmark = pytest.mark.workflow
 
 skip_unless_installed(BINARIES, "REPRO_REQUIRE_SLURM", "apt-get install slurm-wlm munge; run as root")
 
@@ -101,11 +102,7 @@ def slurm(tmp_path_factory):
 
 
 def workflow_copy(target):
-    copy_workflow(target)
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config["calibration"].update(elements=2, repeats=1)
-    (target / "config" / "config.yaml").write_text(yaml.safe_dump(config))
-    return target
+    return copy_workflow(target)
 
 
 SLURM_FLAGS = ("--profile", "profiles/slurm", "--seconds-between-status-checks", "2",
@@ -113,8 +110,9 @@ SLURM_FLAGS = ("--profile", "profiles/slurm", "--seconds-between-status-checks",
 
 
 def snakemake(workdir, *args):
-    return subprocess.run([str(BIN / "snakemake"), *args], cwd=workdir, env=path_env(SLURM_PARTITION="debug"),
-                          capture_output=True, text=True, timeout=1500)
+    """Snakemake in `workdir` with the tiny test config (and any override files already written there)."""
+    return subprocess.run([str(BIN / "snakemake"), *args, *configfiles(workdir)], cwd=workdir,
+                          env=path_env(SLURM_PARTITION="debug"), capture_output=True, text=True, timeout=1500)
 
 
 def test_fig8_through_slurm_matches_a_local_run(slurm, tmp_path):
@@ -164,12 +162,10 @@ def test_a_slurm_that_is_down_fails_with_its_message(slurm, tmp_path):
 
 def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
     work = workflow_copy(tmp_path / "w")
-    config = yaml.safe_load((work / "config" / "config.yaml").read_text())
-    config["pecan"]["modes"]["pecan"]["epochs"] = 3000  # long enough to be cancelled while it runs
-    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    slow = configfiles(work, {"pecan": {"modes": {"pecan": {"epochs": 3000}}}})  # long enough to be cancelled
     targets = [f"results/runs/ResNet50_v2-8/{m}/metrics.json" for m in ("collocated", "cachew", "pecan")]
     try:
-        runner = subprocess.Popen([str(BIN / "snakemake"), *targets, *SLURM_FLAGS], cwd=work,
+        runner = subprocess.Popen([str(BIN / "snakemake"), *targets, *SLURM_FLAGS, *slow], cwd=work,
                                   env=path_env(SLURM_PARTITION="debug"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline, job = time.monotonic() + 600, None
         while time.monotonic() < deadline and job is None:
@@ -184,7 +180,8 @@ def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
         assert runner.returncode != 0
         assert "CANCELLED" in out
         assert (work / "results/runs/ResNet50_v2-8/collocated/metrics.json").exists()  # keep-going: the rest ran
-        dry = snakemake(work, *targets, "--dry-run", "--profile", "profiles/slurm").stdout
+        dry = subprocess.run([str(BIN / "snakemake"), *targets, "--dry-run", "--profile", "profiles/slurm", *slow],
+                             cwd=work, env=path_env(SLURM_PARTITION="debug"), capture_output=True, text=True).stdout
         planned = {line.split()[1].rstrip(":") for line in dry.splitlines() if line.startswith(("rule ", "localrule "))}
         assert planned <= {"run", "cluster_status"} and "wildcards: experiment=ResNet50_v2-8, mode=pecan" in dry
         assert "mode=collocated" not in dry and "mode=cachew" not in dry

@@ -5,6 +5,7 @@ skipped, unless REPRO_REQUIRE_SSHD=1 (as in CI), where that is a failure.
 """
 
 import csv
+import json
 import os
 import shutil
 import signal
@@ -14,14 +15,27 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-import yaml
+from support import (
+    BIN,
+    REPO,
+    configfiles,
+    copy_workflow,
+    free_port,
+    path_env,
+    planned_jobs,
+    skip_unless_installed,
+    snakemake,
+    stop_clusters,
+)
 
 from repro.backends import ssh as ssh_backend
 from repro.errors import ReproError
-from support import BIN, REPO, copy_workflow, free_port, path_env, planned_jobs, skip_unless_installed, snakemake, stop_clusters
 
 SSHD = "/usr/sbin/sshd"
+
+pytestmark = pytest.mark.workflow
 
 skip_unless_installed([SSHD], "REPRO_REQUIRE_SSHD", "apt-get install openssh-server")
 
@@ -91,7 +105,7 @@ def ssh_config(root, hosts, **extra):
                    {"name": "disk space", "role": "workers", "command": "test -d /tmp"}],
         "run": {"python": sys.executable, "remote_dir": f"{root}/remote/runs",
                 "command": "{python} -m repro.cli pecan run --settings {settings} --experiment {experiment} "
-                           "--mode {mode} --calibration {calibration} --out {out}",
+                           "--mode {mode} --calibration {calibration} --out {out} --backend ssh",
                 "env": {"USE_AUTOORDER": "{autoorder}", "EPOCHS": "{epochs}"}},
     }
     config.update(extra)
@@ -138,62 +152,75 @@ def test_config_values_reach_the_remote_shell_quoted(cluster, tmp_path):
     assert "touch" in (tmp_path / "echoed").read_text()
 
 
-def write_config(workdir, overrides):
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config["calibration"].update(elements=2, repeats=1)
-    config.update(overrides)
-    if config["backend"] == "ssh":
-        config["plots"]["trims"] = []  # the TrIMS experiments run on the local backend only
-    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+def example_args(workdir, root, hosts, home, *overrides):
+    """The shipped ssh example config as a user passes it (--configfile), completed with this test's
+    hosts; its `~/.ssh/...` paths resolve under `home`, the HOME the workflow runs with."""
+    ssh_dir = home / ".ssh"
+    ssh_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "known_hosts", ssh_dir / "known_hosts")
+    shutil.copy(root / "client_key", ssh_dir / "id_ed25519")
+
+    def where(host):
+        return {"address": "127.0.0.1", "port": host.port, "user": "root"}
+
+    ours = ssh_config(root, hosts)
+    site = {"ssh": {"hosts": {"accelerator": where(hosts[0]),
+                              "workers": [{"name": hosts[1].name, **where(hosts[1]), "key_file": "~/.ssh/id_ed25519"}]},
+                    "start_commands": ours["start_commands"], "stop_commands": ours["stop_commands"],
+                    "checks": ours["checks"], "run": {"python": sys.executable, "remote_dir": ours["run"]["remote_dir"]}}}
+    args = configfiles(workdir, site, *overrides)
+    return [args[0], args[1], str(REPO / "config" / "examples" / "ssh-cluster.yaml"), *args[2:]]
 
 
-def test_fig8_over_ssh_matches_the_local_backend(cluster, tmp_path):
+def remote_run_pids(root):
+    """This test's remote runs (their command line names its own remote directory), by pid."""
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if "pecan" in (p.info["cmdline"] or ()) and any(str(root) in arg for arg in p.info["cmdline"])]
+
+
+def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster, tmp_path):
     root, hosts = cluster
-    local, remote = tmp_path / "local", tmp_path / "remote"
+    local, remote, home = tmp_path / "local", tmp_path / "remote", tmp_path / "home"
     for workdir in (local, remote):
         copy_workflow(workdir)
-    write_config(local, {})
-    write_config(remote, {"backend": "ssh", "ssh": ssh_config(root, hosts)})
+    env = {"HOME": str(home)}
     target = "plots/fig8_ResNet50_v2-8.pdf"
     try:
-        snakemake(local, target, cores=1)
+        snakemake(local, target, *configfiles(local), cores=1)
         shutil.copytree(local / "results" / "calibration", remote / "results" / "calibration")
-        proc = snakemake(remote, target, cores=1)
-        assert "[ OK ] accel: python with repro" in (remote / "results/logs/cluster/ssh/status/ResNet50_v2-8/pecan.log").read_text()
+        args = example_args(remote, root, hosts, home)
+        proc = snakemake(remote, target, *args, cores=1, env=env)
+        assert "[ OK ] trainer: python with repro" in (remote / "results/logs/cluster/ssh/status/ResNet50_v2-8/pecan.log").read_text()
+        state = json.loads((remote / "results" / "cluster" / "ssh" / "state.json").read_text())
+        assert state["backend"] == "ssh" and state["ssh"]["known_hosts"] == str(home / ".ssh" / "known_hosts")
+        metrics = json.loads((remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").read_text())
+        assert metrics["backend"] == "ssh"  # the run went over ssh, and says so
+        assert (root / "remote" / "runs" / "ResNet50_v2-8" / "pecan" / "run" / "metrics.json").exists()
         rows = [list(csv.reader(open(w / "results" / "tables" / "ResNet50_v2-8.csv"))) for w in (local, remote)]
         assert rows[0] == rows[1]
         assert (remote / "plots" / "fig8_ResNet50_v2-8.png").exists(), proc.stdout[-500:]
         # the rerun rules hold over ssh as locally: nothing to do, then only what a change touches
-        assert planned_jobs(remote, target) == []
-        cfg = yaml.safe_load((remote / "config" / "config.yaml").read_text())
-        cfg["pecan"]["modes"]["pecan"]["epochs"] = 3
-        (remote / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
-        assert planned_jobs(remote, target) == sorted([
-            "cluster_status[ResNet50_v2-8/pecan]", "run[ResNet50_v2-8,pecan]", "download_traces[ResNet50_v2-8,pecan]",
+        assert planned_jobs(remote, target, *args, env=env) == []
+        changed = example_args(remote, root, hosts, home, {"pecan": {"modes": {"pecan": {"epochs": 3}}}})
+        assert planned_jobs(remote, target, *changed, env=env) == sorted([
+            "cluster_status[ResNet50_v2-8,pecan]", "run[ResNet50_v2-8,pecan]", "download_traces[ResNet50_v2-8,pecan]",
             "combine[ResNet50_v2-8]", "summarize[ResNet50_v2-8]", "costs[ResNet50_v2-8]", "plot[fig8_ResNet50_v2-8]"])
         # kill a remote run mid-way: the rule fails, its log is kept, the next invocation redoes it
-        write_config(remote, {"backend": "ssh", "ssh": ssh_config(root, hosts),
-                              "pecan": {**yaml.safe_load((REPO / "config/config.yaml").read_text())["pecan"]}})
-        cfg = yaml.safe_load((remote / "config" / "config.yaml").read_text())
-        cfg["pecan"]["modes"]["pecan"]["epochs"] = 3000
-        (remote / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
-        runner = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1",
-                                   "results/runs/ResNet50_v2-8/pecan/metrics.json"], cwd=remote, env=path_env(),
+        slow = example_args(remote, root, hosts, home, {"pecan": {"modes": {"pecan": {"epochs": 3000}}}})
+        runner = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1", "results/runs/ResNet50_v2-8/pecan/metrics.json",
+                                   *slow], cwd=remote, env=path_env(**env),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if subprocess.run(["pgrep", "-f", "pecan run --settings"], capture_output=True).returncode == 0:
-                break
+        while not remote_run_pids(root) and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(0.5)
-        subprocess.run(["pkill", "-f", "pecan run --settings"])
+        for pid in remote_run_pids(root):
+            os.kill(pid, signal.SIGKILL)
         out, _ = runner.communicate(timeout=300)
         assert runner.returncode != 0
         assert (remote / "results/logs/run/ResNet50_v2-8/pecan.log").exists()
         assert "exited with" in out
-        cfg["pecan"]["modes"]["pecan"]["epochs"] = 8
-        (remote / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
-        snakemake(remote, "results/runs/ResNet50_v2-8/pecan/metrics.json", cores=1)
+        snakemake(remote, "results/runs/ResNet50_v2-8/pecan/metrics.json", *args, cores=1, env=env)
         assert (remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").exists()
     finally:
         stop_clusters(local, remote)

@@ -81,40 +81,48 @@ def _cluster_commands(sub):
     cluster = sub.add_parser("cluster", help="start, check and stop the backend's services")
     csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{start,status,stop}")
     start = csub.add_parser("start", help="start the backend (idempotent) and write its state JSON")
-    start.add_argument("--config", default="config/config.yaml")
+    start.add_argument("--config", default="config/config.yaml",
+                       help="config file (the workflow passes its merged config instead; default: config/config.yaml)")
     start.add_argument("--state", required=True, help="state JSON to write")
     start.set_defaults(func=_cluster_start)
     status = csub.add_parser("status", help="run the status checks; exit 1 if any FAILED")
     status.add_argument("--state", required=True)
+    status.add_argument("--expect", metavar="DIGEST",
+                        help="settings digest the state must have been started with (the workflow passes it)")
     status.add_argument("--calibration", nargs="*", default=[], help="calibration files that must exist")
     status.add_argument("-o", "--output", help="status JSON to write when every check passes")
     status.set_defaults(func=_cluster_status)
-    stop = csub.add_parser("stop", help="stop what start started")
+    stop = csub.add_parser("stop", help="stop what start started, and the model store this directory started")
     stop.add_argument("--state", required=True)
     stop.set_defaults(func=_cluster_stop)
 
 
 def _read_state(path):
     try:
-        return json.loads(open(path).read())
+        state = json.loads(open(path).read())
     except (OSError, ValueError) as exc:
         raise ReproError(f"{path}: cannot read cluster state ({exc}); run cluster start first") from None
+    if not isinstance(state, dict) or "backend" not in state:
+        raise ReproError(f"{path}: not a cluster state (expected an object with a 'backend'); run cluster start again")
+    return state
 
 
 def _cluster_start(args):
-    from repro.backends import get_backend
+    from repro.backends import get_backend, start_cluster
     from repro.config import load_config
+    from repro.workflow import cluster_settings
 
-    config = load_config(args.config)
-    backend = get_backend(config["backend"])
-    print(backend.describe(backend.start(config, args.state)))
+    state = start_cluster(cluster_settings(load_config(args.config)), args.state)
+    print(get_backend(state["backend"]).describe(state))
 
 
 def _cluster_status(args):
-    from repro.backends import format_checks, get_backend
+    from repro.backends import format_checks, get_backend, state_check
 
     state = _read_state(args.state)
     checks = get_backend(state["backend"]).status(state, args.calibration)
+    if args.expect:
+        checks.insert(0, state_check(state, args.state, args.expect))
     print(format_checks(checks))
     failed = [c["name"] for c in checks if not c["ok"]]
     if failed:
@@ -124,11 +132,17 @@ def _cluster_status(args):
 
 
 def _cluster_stop(args):
-    from repro.backends import get_backend
+    from pathlib import Path
 
-    state = _read_state(args.state)
-    get_backend(state["backend"]).stop(state)
-    print(f"{state['backend']} backend stopped")
+    from repro.backends import get_backend
+    from repro.trims import service
+
+    if Path(args.state).exists():
+        state = _read_state(args.state)
+        get_backend(state["backend"]).stop(state)
+        print(f"{state['backend']} backend stopped")
+    if service.stop():
+        print("model store stopped")
 
 
 def build_parser():

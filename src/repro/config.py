@@ -1,5 +1,13 @@
-"""Loading and checking the workflow configuration (the same schema Snakemake validates against)."""
+"""Loading and checking the workflow configuration: the one place a config is validated.
 
+The Snakefile calls `validate_config` on Snakemake's merged config (config/config.yaml, then
+`--configfile`, then `--config`), so every rule sees the same checked, defaulted and expanded values.
+"""
+
+import math
+import os
+import re
+from importlib.resources import files
 from pathlib import Path
 
 import jsonschema
@@ -7,7 +15,23 @@ import yaml
 
 from repro.errors import ReproError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+# Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
+# ("*" stands for every entry of a mapping or list.)
+PATH_KEYS = (
+    ("trace_store",),
+    ("trims", "base_path"),
+    ("trims", "asset_store"),
+    ("ssh", "known_hosts"),
+    ("ssh", "hosts", "control", "key_file"),
+    ("ssh", "hosts", "accelerator", "key_file"),
+    ("ssh", "hosts", "workers", "*", "key_file"),
+)
+_ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
+
+
+def schema():
+    """The config schema, shipped inside the package."""
+    return yaml.safe_load(files("repro").joinpath("schemas", "config.schema.yaml").read_text())
 
 
 def _with_defaults(validator_class):
@@ -25,9 +49,10 @@ def _with_defaults(validator_class):
 
 
 def validate_config(config, source="config"):
-    """Fill defaults and check `config`; raise ReproError naming the key at fault."""
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    """Check `config` in place: finite numbers, the schema (defaults filled in), `~` and `$VAR` in
+    paths expanded, cross-key references. Raise ReproError naming the key at fault."""
+    _reject_non_finite(config, source, [])
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
@@ -35,8 +60,48 @@ def validate_config(config, source="config"):
         raise ReproError(f"{source}: {key}: {error.message}")
     if config["backend"] == "ssh" and "ssh" not in config:
         raise ReproError(f"{source}: ssh: required when backend is ssh (hosts, known_hosts, ...)")
+    for keys in PATH_KEYS:
+        _expand_at(config, keys, [], source)
     check_references(config, source)
     return config
+
+
+def _reject_non_finite(value, source, where):
+    """JSON schema's minimum/maximum let NaN and infinities through: refuse them by name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ReproError(f"{source}: {'.'.join(where) or '(top level)'}: {value} is not a finite number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _reject_non_finite(item, source, [*where, str(key)])
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _reject_non_finite(item, source, [*where, str(index)])
+
+
+def expand_path(value, key="path", source="config"):
+    """`~` and `$NAME`/`${NAME}` expanded; an unset variable is an error naming the key."""
+    for match in _ENV_VAR.finditer(value):
+        name = match.group(1).strip("{}")
+        if name not in os.environ:
+            raise ReproError(f"{source}: {key}: environment variable ${name} is not set (in {value!r})")
+    return os.path.expanduser(os.path.expandvars(value))
+
+
+def _expand_at(node, keys, where, source):
+    if not keys:
+        return
+    head, rest = keys[0], keys[1:]
+    children = (range(len(node)) if isinstance(node, list) else node.keys()) if head == "*" else [head]
+    for child in children:
+        try:
+            value = node[child]
+        except (KeyError, IndexError, TypeError):
+            continue
+        path = [*where, str(child)]
+        if rest:
+            _expand_at(value, rest, path, source)
+        elif isinstance(value, str) and not value.startswith("gs://"):
+            node[child] = expand_path(value, ".".join(path), source)
 
 
 def check_references(config, source="config"):
@@ -74,9 +139,14 @@ def check_references(config, source="config"):
     if config.get("backend") == "ssh" and config.get("plots", {}).get("trims"):
         raise ReproError(f"{source}: plots.trims: the TrIMS experiments run on the local backend only; "
                          "set plots.trims to [] with backend: ssh")
+    from repro.pecan.presets import REFERENCE_PLOTS
+
     for name, figure in config.get("plots", {}).get("figures", {}).items():
         if figure["experiment"] not in pecan["experiments"]:
             raise ReproError(f"{source}: plots.figures.{name}.experiment: unknown experiment {figure['experiment']!r}")
+        if figure.get("reference") and figure["reference"] not in REFERENCE_PLOTS:
+            raise ReproError(f"{source}: plots.figures.{name}.reference: unknown reference {figure['reference']!r}; "
+                             f"expected one of {sorted(REFERENCE_PLOTS)}")
 
 
 def load_config(path):

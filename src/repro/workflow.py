@@ -5,6 +5,27 @@ uses changes.
 """
 
 import copy
+import hashlib
+import json
+
+
+def cluster_settings(config):
+    """What `cluster_start` reads: the backend, the trace store and the backend's own section."""
+    settings = {"backend": config["backend"], "trace_store": config["trace_store"]}
+    if config["backend"] in config:
+        settings[config["backend"]] = config[config["backend"]]
+    return settings
+
+
+def trims_store_settings(config):
+    """What the TrIMS model store is started with."""
+    return {"base_path": config["trims"]["base_path"], "server": config["trims"]["server"]}
+
+
+def settings_digest(settings):
+    """A short, stable fingerprint of `settings`: a state records it, status checks compare it."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def run_settings(config, experiment, mode):
@@ -45,6 +66,20 @@ def figure_settings(config, figure):
         "style": config["plots"]["style"],
         "backend": config["backend"],
         "preset": config["calibration"]["preset"],
+    }
+
+
+def provenance_settings(config, figure):
+    """Every setting a figure depends on, for its provenance record (and so its rerun trigger)."""
+    if figure not in config["plots"]["figures"]:
+        return {"trims": config["trims"], "backend": config["backend"], "style": config["plots"]["style"]}
+    experiment = config["plots"]["figures"][figure]["experiment"]
+    return {
+        "figure": figure_settings(config, figure),
+        "calibration": config["calibration"],
+        "costs": cost_settings(config, experiment),
+        "runs": {mode: run_settings(config, experiment, mode)
+                 for mode in config["pecan"]["experiments"][experiment]["modes"]},
     }
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from repro.trims.experiments import run_compare, run_distribution
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-trims = json.loads(Path(snakemake.input.state).read_text())["trims"]  # noqa: F821
+trims = json.loads(Path(snakemake.input.store).read_text())  # noqa: F821
 settings = snakemake.params.settings  # noqa: F821
 out_dir = Path(snakemake.output[0]).parent  # noqa: F821
 if snakemake.rule == "trims_compare":  # noqa: F821

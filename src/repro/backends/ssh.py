@@ -12,7 +12,6 @@ import logging
 import re
 import shlex
 import sys
-import time
 from pathlib import Path
 
 from repro.errors import ReproError
@@ -90,14 +89,11 @@ def _run_commands(ssh, commands):
     return done
 
 
-def start(config, state_path):
-    """Run the configured start commands (they must be idempotent) and record what ran."""
-    ssh = config["ssh"]
+def start(settings, state_path):
+    """Run the configured start commands (they must be idempotent) and return what ran."""
+    ssh = settings["ssh"]
     started = _run_commands(ssh, ssh["start_commands"])
-    state = {"backend": "ssh", "ssh": ssh, "trace_store": config["trace_store"], "started": started,
-             "started_at": time.time()}
-    write_json(state_path, state)
-    return state
+    return {"ssh": ssh, "trace_store": settings["trace_store"], "started": started}
 
 
 def describe(state):

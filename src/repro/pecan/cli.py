@@ -24,6 +24,7 @@ def add_commands(sub):
     run.add_argument("--mode", required=True)
     run.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files (resnet and retinanet)")
     run.add_argument("--out", required=True, help="run directory to create")
+    run.add_argument("--backend", default="local", help="where this run executes, recorded in its metrics (default local)")
     run.set_defaults(func=_run)
 
     costs = psub.add_parser("costs", help="cost table (the artifact's CSV columns) from training logs")
@@ -56,7 +57,8 @@ def _run(args):
             raise ReproError(f"--settings {args.settings}: cannot read run settings ({exc})") from None
     else:
         config = load_config(args.config)
-    metrics = run_mode(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out)
+    metrics = run_mode(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,
+                       backend=args.backend)
     epoch = metrics["spec"]["steps_per_epoch"] * metrics["spec"]["batch_size"] / metrics["throughput"]
     print(f"{args.out}: {metrics['remote_workers']} remote + {metrics['local_workers']} local workers, "
           f"{metrics['throughput']:.0f} examples/s, {epoch:.1f} s/epoch")

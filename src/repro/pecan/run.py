@@ -104,9 +104,10 @@ def repeat_calibrations(calibrations, seed, repeat):
     return {pipeline: resample(calibration, rng) for pipeline, calibration in sorted(calibrations.items())}
 
 
-def run_mode(config, experiment, mode, calibrations, out_dir):
+def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     """Simulate one experiment x mode into out_dir (run.log, metrics.json, traces/); return the metrics.
 
+    `backend` names where this runs (the ssh backend's command passes `--backend ssh`).
     With `repeats` > 1 the run is repeated with a fresh draw of the calibration and of the model's
     noise each time; repeat 0 writes run.log and the trace, the others repeats/run-<r>.log, and
     metrics.json lists every repeat's parsed log.
@@ -131,12 +132,12 @@ def run_mode(config, experiment, mode, calibrations, out_dir):
         if repeat == 0:
             first, first_sim = repeats[0], sim
     metadata = {"otherData": {"run_id": f"{experiment}-{mode}-seed{config['seed']}", "experiment": experiment,
-                              "mode": mode, "backend": "local", "calibration": preset}}
+                              "mode": mode, "backend": backend, "calibration": preset}}
     write_trace(out / "traces" / f"{experiment}-{mode}.json", trace_events(first_sim), metadata)
     metrics = {
         "experiment": experiment,
         "mode": mode,
-        "backend": "local",
+        "backend": backend,
         "calibration": preset,
         "spec": dataclasses.asdict(first_sim.spec),
         "simulated_seconds": first_sim.seconds,

@@ -1,0 +1,47 @@
+"""Provenance records: what produced a result, so that a reader can check and redo it."""
+
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from repro.fsutil import sha256_file
+
+PACKAGES = ("repro", "snakemake", "numpy", "pillow", "matplotlib", "orjson", "scipy", "onnxruntime")
+
+
+def git_state(directory="."):
+    """(commit, dirty) of the git work tree at `directory`, or ("unknown", None) outside one."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=directory, capture_output=True,
+                                    text=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", None
+    return commit, dirty
+
+
+def package_versions():
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def describe_figure(inputs, settings):
+    """The record for a figure drawn from `inputs` (paths) under `settings` (the config it depends on)."""
+    from repro.pecan.calibrate import machine_description
+
+    commit, dirty = git_state()
+    return {
+        "inputs": [{"path": str(path), "sha256": sha256_file(path), "bytes": Path(path).stat().st_size}
+                   for path in inputs],
+        "settings": settings,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "machine": machine_description(),
+        "packages": package_versions(),
+    }

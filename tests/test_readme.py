@@ -1,0 +1,126 @@
+"""The README is executable: every command in its shell blocks runs, as written, in a fresh copy of
+the workflow, in order (later commands see what earlier ones built).
+
+Snakemake commands get the tiny test config through a Snakemake profile named by SNAKEMAKE_PROFILE
+(the commands themselves are not changed). A block may be marked in the README, on the line before
+it, with `<!-- readme-test: dry-run: REASON -->` (it needs a cluster, a GPU or minutes of work):
+its commands are then only checked to plan (`snakemake --dry-run`, `make -n`) or to parse (the
+`repro` argument parser, `bash -n`).
+"""
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import BIN, REPO, TINY, copy_workflow, path_env, stop_clusters
+
+from repro.config import load_config
+from repro.pecan.calibrate import calibrate
+from repro.pecan.costs import cost_row
+from repro.pecan.logs import parse_log
+from repro.pecan.run import run_mode
+
+BLOCK = re.compile(r"(?:<!-- readme-test: (?P<mode>[\w-]+): (?P<reason>[^>]*) -->\n)?```(?:sh|bash)\n(?P<body>.*?)```",
+                   re.S)
+MODES = ("dry-run",)
+
+
+def readme_commands(text):
+    """(command, mode, reason) for every command of every shell block, in order."""
+    commands = []
+    for block in BLOCK.finditer(text):
+        mode = block.group("mode") or "run"
+        assert mode in ("run", *MODES), f"README: unknown readme-test mode {mode!r}"
+        body = re.sub(r"\s*\\\n\s*", " ", block.group("body"))
+        for line in body.splitlines():
+            command = line.split(" # ")[0].strip() if not line.lstrip().startswith("#") else ""
+            if command:
+                commands.append((command, mode, block.group("reason")))
+    return commands
+
+
+def test_the_readme_parser_finds_marked_and_plain_blocks():
+    text = ("x\n```sh\nmake fig8    # a comment\nsnakemake a \\\n  --cores 1\n```\n"
+            "<!-- readme-test: dry-run: needs SLURM -->\n```sh\n# a comment line\nsnakemake --profile p\n```\n")
+    assert readme_commands(text) == [("make fig8", "run", None), ("snakemake a --cores 1", "run", None),
+                                     ("snakemake --profile p", "dry-run", "needs SLURM")]
+
+
+def _checked(command):
+    """The check a dry-run-only command gets instead of running."""
+    words = shlex.split(command)
+    while "=" in words[0]:  # NAME=value before the program
+        words = words[1:]
+    if words[0] == "snakemake":
+        return command + " --dry-run"
+    if words[0] == "make":
+        return "make -n " + " ".join(shlex.quote(w) for w in words[1:])
+    if words[0] == "repro":
+        return f"{shlex.quote(sys.executable)} -c {shlex.quote(_PARSE)} " + " ".join(shlex.quote(w) for w in words[1:])
+    return f"bash -n -c {shlex.quote(command)}"
+
+
+_PARSE = "import sys; from repro.cli import build_parser; build_parser().parse_args(sys.argv[1:])"
+
+
+@pytest.fixture
+def fresh_copy(tmp_path):
+    """The repository as a user clones it (without results), sharing this environment's virtualenv."""
+    work = copy_workflow(tmp_path / "repo")
+    for item in ("Makefile", "pyproject.toml", "README.md", "benchmarks", "report"):
+        source = REPO / item
+        (shutil.copytree if source.is_dir() else shutil.copy2)(source, work / item)
+    stamp = BIN / "repro"
+    if stamp.stat().st_mtime < (REPO / "pyproject.toml").stat().st_mtime:  # make would reinstall into this venv
+        pytest.fail(f"{stamp} is older than pyproject.toml: run `make setup` (or `make test`) first")
+    (work / ".venv").symlink_to(BIN.parent)
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(f"configfile: [{TINY}]\n")
+    shutil.copy(TINY, work / "my.yaml")  # the README's example of "a config of your own"
+    yield work, profile
+    stop_clusters(work)
+
+
+@pytest.mark.workflow
+def test_every_readme_command_runs_as_written(fresh_copy):
+    work, profile = fresh_copy
+    commands = readme_commands((REPO / "README.md").read_text())
+    env = path_env(SNAKEMAKE_PROFILE=str(profile), HOME=str(work.parent / "home"))
+    (work.parent / "home").mkdir()
+    ran, checked = [], []
+    for command, mode, reason in commands:
+        if command.startswith("make test"):
+            mode, reason = "dry-run", "this test runs inside it"
+        script = command if mode == "run" else _checked(command)
+        proc = subprocess.run(["bash", "-c", f"export PATH={shlex.quote(str(work / '.venv' / 'bin'))}:$PATH; {script}"],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (f"README command failed ({mode}): {command}\n"
+                                      f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        (ran if mode == "run" else checked).append(command)
+    print(f"README: {len(ran)} commands run, {len(checked)} checked by dry-run/parse only")
+    assert len(ran) >= 10 and (work / "plots" / "fig8_ResNet50_v2-8.pdf").exists()
+    assert (work / "report.html").stat().st_size > 100_000
+
+
+def test_the_readmes_artifact_preset_numbers_are_what_the_code_computes(tmp_path):
+    config = load_config(REPO / "config" / "config.yaml")
+    config["calibration"]["preset"] = "artifact"
+    calibrations = {p: calibrate(p, elements=2, repeats=1) for p in ("resnet", "retinanet")}
+    rows = {}
+    for mode in ("collocated", "cachew", "pecan"):
+        run_mode(config, "ResNet50_v2-8", mode, calibrations, tmp_path / mode)
+        rows[mode] = cost_row(parse_log(tmp_path / mode / "run.log"), mode, "resnet", config["pecan"]["models"]["resnet"],
+                              4.96, 0.42)
+    readme = " ".join((REPO / "README.md").read_text().split())
+    colloc, pecan, cachew = rows["collocated"], rows["pecan"], rows["cachew"]
+    for claim in (f"collocated {colloc['epoch_time']:.0f} s/epoch, ${colloc['tpu_cost']:.2f}",
+                  f"Pecan {pecan['local_workers']} local + {pecan['remote_workers']} remote, {pecan['epoch_time']:.0f} s, "
+                  f"${pecan['tpu_cost']:.2f} + ${pecan['worker_cost']:.2f}",
+                  f"{cachew['remote_workers']} remote workers, {cachew['epoch_time']:.0f} s, "
+                  f"${cachew['tpu_cost']:.2f} + ${cachew['worker_cost']:.2f}"):
+        assert claim in readme, f"README does not say what the code computes: {claim!r}"
