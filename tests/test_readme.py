@@ -71,7 +71,7 @@ _PARSE = "import sys; from repro.cli import build_parser; build_parser().parse_a
 def fresh_copy(tmp_path):
     """The repository as a user clones it (without results), sharing this environment's virtualenv."""
     work = copy_workflow(tmp_path / "repo")
-    for item in ("Makefile", "pyproject.toml", "README.md", "benchmarks", "report"):
+    for item in ("Makefile", "pyproject.toml", "README.md", "benchmarks"):
         source = REPO / item
         (shutil.copytree if source.is_dir() else shutil.copy2)(source, work / item)
     stamp = BIN / "repro"

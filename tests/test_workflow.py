@@ -34,10 +34,22 @@ def workdir(tmp_path):
     stop_clusters(tmp_path)
 
 
+@pytest.fixture(scope="module")
+def built_once(tmp_path_factory):
+    """One full build of every target, shared: each test that uses it gets its own copy."""
+    work = copy_workflow(tmp_path_factory.mktemp("built"))
+    snakemake(work, *configfiles(work))
+    yield work
+    stop_clusters(work)
+
+
 @pytest.fixture
-def built(workdir):
-    snakemake(workdir, *configfiles(workdir))
-    return workdir
+def built(built_once, tmp_path):
+    """A copy of the full build (results, plots and Snakemake's metadata, times preserved)."""
+    work = tmp_path / "built"
+    shutil.copytree(built_once, work, symlinks=True)
+    yield work
+    stop_clusters(work)
 
 
 def store_processes(workdir):
@@ -81,7 +93,12 @@ def test_full_run_then_nothing_to_do(built):
     assert not store_processes(built)  # the invocation that started the model store stopped it
     snakemake(built, "--report", "report.html", *configfiles(built))
     report = (built / "report.html").read_text(errors="replace")
-    assert "fig8_ResNet50_v2-8.png" in report and "provenance.json" in report and "ResNet50_v2-8.csv" in report
+    for item in ("fig8_ResNet50_v2-8.png", "trims_model_load.png", "ResNet50_v2-8.csv", "fig8_ResNet50_v2-8.json",
+                 "local model of the artifact's cluster", "model store on the"):  # files and their captions
+        assert item in report
+    provenance = json.loads((built / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())
+    assert {i["path"] for i in provenance["inputs"]} >= {"plots/fig8_ResNet50_v2-8.pdf", "results/tables/ResNet50_v2-8.csv"}
+    assert provenance["settings"]["runs"]["pecan"]["pecan"]["modes"]["pecan"]["epochs"] == 8
 
 
 def test_changing_a_mode_parameter_reruns_that_mode_and_downstream_only(built):
@@ -92,12 +109,16 @@ def test_changing_a_mode_parameter_reruns_that_mode_and_downstream_only(built):
         "download_traces[ResNet50_v2-8,pecan]", "download_traces[RetinaNet,pecan]",
         "combine[ResNet50_v2-8]", "combine[RetinaNet]", "summarize[ResNet50_v2-8]", "summarize[RetinaNet]",
         "costs[ResNet50_v2-8]", "costs[RetinaNet]", "plot[fig8_ResNet50_v2-8]", "plot[RetinaNet]",
+        "provenance[fig8_ResNet50_v2-8]", "provenance[RetinaNet]",
     ])
 
 
 def test_changing_plot_style_reruns_only_plotting(built):
     assert planned_jobs(built, *configfiles(built, {"plots": {"style": {"font_size": 11}}})) == ["all", "plot[Getting_started]", "plot[RetinaNet]", "plot[fig8_ResNet50_v2-8]",
-                                   "trims_plot[trims_distributions]", "trims_plot[trims_model_load]"]
+                                   "provenance[Getting_started]", "provenance[RetinaNet]",
+                                   "provenance[fig8_ResNet50_v2-8]", "provenance[trims_distributions]",
+                                   "provenance[trims_model_load]", "trims_plot[trims_distributions]",
+                                   "trims_plot[trims_model_load]"]
 
 
 def test_deleting_a_run_recomputes_that_run_and_downstream(built):
@@ -105,7 +126,7 @@ def test_deleting_a_run_recomputes_that_run_and_downstream(built):
     jobs = planned_jobs(built, *configfiles(built))
     assert jobs == sorted(["all", "cluster_status[Getting_started,short]", "run[Getting_started,short]", "download_traces[Getting_started,short]",
                            "combine[Getting_started]", "summarize[Getting_started]", "costs[Getting_started]",
-                           "plot[Getting_started]"])
+                           "plot[Getting_started]", "provenance[Getting_started]"])
     snakemake(built, *configfiles(built))
     assert planned_jobs(built, *configfiles(built)) == []
 
@@ -117,7 +138,7 @@ def test_failed_status_check_stops_before_any_run(built):
     shutil.rmtree(built / "results" / "runs" / "Getting_started")
     proc = snakemake(built, *configfiles(built), check=False)
     assert proc.returncode != 0
-    assert f"[FAILED] trace store {store} writable" in proc.stderr + proc.stdout
+    assert "[FAILED] trace store results/store writable" in proc.stderr + proc.stdout
     assert not (built / "results" / "runs" / "Getting_started" / "short" / "metrics.json").exists()
     store.unlink()
     snakemake(built, "cluster_start", "--forcerun", "cluster_start", *configfiles(built))  # restart, then go on
@@ -129,7 +150,7 @@ def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refu
     target = "results/runs/Getting_started/short/metrics.json"
     snakemake(workdir, target, *configfiles(workdir), "--config", "trace_store=results/elsewhere")
     state = json.loads((workdir / "results" / "cluster" / "local" / "state.json").read_text())
-    assert state["trace_store"] == str(workdir / "results" / "elsewhere")
+    assert state["trace_store"] == "results/elsewhere"
     assert list((workdir / "results" / "elsewhere" / "traces" / "Getting_started" / "short").glob("*.json"))
     assert not (workdir / "results" / "store").exists()
     # the same run with the default trace store: the state was started for other settings, no run starts

@@ -23,8 +23,7 @@ def start(settings, state_path):
         path = Path(store)
         if path.exists() and not path.is_dir():
             raise ReproError(f"trace_store: {store} exists and is not a directory")
-        path.mkdir(parents=True, exist_ok=True)
-        store = str(path.resolve())
+        path.mkdir(parents=True, exist_ok=True)  # kept as configured: relative to the workflow directory
     return {"trace_store": store}
 
 

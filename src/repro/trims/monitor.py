@@ -1,4 +1,5 @@
-"""Memory monitor: NVML samples of every visible GPU, and the model store's host memory.
+"""Memory monitor: NVML samples of every visible GPU, and host memory (the machine's, this client's
+with its child processes', and the model store's), with or without a GPU.
 
 Samples every 50 ms in a background thread. NVML's PCIe throughput queries block for about
 20 ms each (measured on an H200), so they are read on their own thread at a slower pace and
@@ -15,7 +16,7 @@ from repro.fsutil import atomic_path, write_json
 
 FIELDS = ["time_s", "device", "memory_used_bytes", "memory_free_bytes", "gpu_util_percent", "memory_util_percent",
           "power_mw", "temperature_c", "sm_clock_mhz", "memory_clock_mhz", "pcie_rx_kbps", "pcie_tx_kbps",
-          "processes", "store_rss_bytes"]
+          "processes", "host_used_bytes", "client_rss_bytes", "store_rss_bytes"]
 
 
 class MemoryMonitor:
@@ -45,6 +46,18 @@ class MemoryMonitor:
         except psutil.Error:
             return None
 
+    def _host_sample(self):
+        """The machine's used memory and this client's resident memory, its child processes included."""
+        client = psutil.Process()
+        rss = client.memory_info().rss
+        for child in client.children(recursive=True):
+            try:
+                rss += child.memory_info().rss
+            except psutil.Error:  # a child that just exited
+                pass
+        return {"host_used_bytes": psutil.virtual_memory().used, "client_rss_bytes": rss,
+                "store_rss_bytes": self._store_rss()}
+
     def _read(self, query, *args):
         """One NVML query; None where the device or driver does not support it (virtualised GPUs often don't)."""
         try:
@@ -73,12 +86,12 @@ class MemoryMonitor:
         start = time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic() - start
-            store = self._store_rss()
+            host = self._host_sample()
             if self.devices:
                 for index, handle in enumerate(self.devices):
-                    self.samples.append({"time_s": now, **self._device_sample(index, handle), "store_rss_bytes": store})
+                    self.samples.append({"time_s": now, **self._device_sample(index, handle), **host})
             else:
-                self.samples.append({"time_s": now, "device": None, "store_rss_bytes": store})
+                self.samples.append({"time_s": now, "device": None, **host})
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - start - now)))
 
     def _pcie_loop(self):

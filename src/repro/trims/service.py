@@ -42,10 +42,12 @@ def start(settings, state_path, workdir="."):
     digest = settings_digest(settings)
     record = processes.read_record(record_path)
     if record and record.get("digest") == digest and running(record):
-        write_json(state_path, {**record, "reused": True})
+        record["reused"] = True
+        write_json(state_path, record)
         return record
     stop(workdir)  # another incarnation, or one started with other settings
     state_path = Path(state_path)
+    state_path.parent.mkdir(parents=True, exist_ok=True)
     base = Path(settings["base_path"]).resolve()
     base.mkdir(parents=True, exist_ok=True)
     server = settings["server"]

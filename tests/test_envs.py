@@ -1,0 +1,59 @@
+"""Software environments that can be built: the conda environment file resolves the package from
+where Snakemake creates it, and a plain (non-editable) install of the package runs the workflow."""
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from support import REPO, configfiles, copy_workflow, stop_clusters
+
+# Snakemake writes each environment's file to <workdir>/.snakemake/conda/<hash>_.yaml (its
+# persistence module's conda_env_path; deployment/conda.py) and conda runs pip from that directory.
+SNAKEMAKE_CONDA_DIR = Path(".snakemake") / "conda"
+
+
+def test_the_conda_environment_installs_this_package_from_where_snakemake_creates_it():
+    env = yaml.safe_load((REPO / "envs" / "repro.yaml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    local = [entry for entry in pip if "==" not in entry]
+    assert local, "envs/repro.yaml does not install the package itself"
+    for entry in local:
+        assert not entry.startswith("-e"), "an editable install would point into .snakemake/conda"
+        resolved = (REPO / SNAKEMAKE_CONDA_DIR / entry).resolve()
+        assert resolved == REPO
+        assert tomllib.loads((resolved / "pyproject.toml").read_text())["project"]["name"] == "repro"
+
+
+@pytest.mark.workflow
+def test_a_non_editable_install_runs_the_workflow(tmp_path):
+    """`pip install .` (a copy of the package, schema included) in a fresh virtualenv; the dependencies
+    come from this environment's site-packages so that the test needs no download."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    source = tmp_path / "source"  # a clean copy: building in place would leave build/ in the repository
+    source.mkdir()
+    for item in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / item, source / item)
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", str(source)],
+                   check=True, cwd=tmp_path)
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import repro; print(repro.__file__)"],
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+    assert where.startswith(str(site)), where  # the installed copy, not the source tree
+    work = copy_workflow(tmp_path / "work")
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    try:
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "snakemake", "plots/Getting_started.pdf", "--cores", "1",
+                               *configfiles(work)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (work / "plots" / "Getting_started.pdf").stat().st_size > 1000
+    finally:
+        stop_clusters(work)

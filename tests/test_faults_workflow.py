@@ -1,0 +1,165 @@
+"""Faults at the workflow's edges: hostile config values, names that are not plain, non-finite
+numbers, stale process records, results deleted under a running service. Each case asserts what a
+user needs: a clear error naming the key, nothing executed, no foreign process signalled, nothing
+left running."""
+
+import json
+import subprocess
+
+import pytest
+import yaml
+from support import BIN, REPO, configfiles, copy_workflow, snakemake, stop_clusters
+
+from repro import processes
+from repro.config import validate_config
+from repro.errors import ReproError
+from repro.trims import service
+
+pytestmark = pytest.mark.fault
+
+HOSTILE = "x $(touch {s}) `touch {s}` ; touch {s} 'q\" y"
+
+
+def default_config():
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    work = copy_workflow(tmp_path / "work")
+    yield work
+    stop_clusters(work)
+
+
+@pytest.mark.workflow
+def test_hostile_strings_in_path_keys_are_never_executed(workdir, tmp_path):
+    """Every free-form string key a rule uses, set to a value with command substitutions, backticks,
+    a `;`, quotes and spaces: the runs that use them work, and no shell ever runs what they contain."""
+    sentinel = tmp_path / "executed"
+    hostile = HOSTILE.format(s=sentinel)
+    override = {"trace_store": f"results/store {hostile}",
+                "trims": {"base_path": f"results/models {hostile}", "asset_store": f"results/assets {hostile}",
+                          "models": {"small": ["squeezenet_1.1"]}}}
+    snakemake(workdir, "results/tables/Getting_started.csv", "results/trims/runs/compare/squeezenet_1.1/report.json",
+              *configfiles(workdir, override), cores=1)
+    assert not sentinel.exists()
+    assert (workdir / "results" / "tables" / "Getting_started.csv").exists()
+    assert (workdir / f"results/models {hostile}" / "squeezenet_1.1" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("section, name", [
+    ("experiments", ".."), ("experiments", "."), ("experiments", "a;b"), ("experiments", "../up"),
+    ("figures", ".."), ("figures", ".hidden"),
+])
+def test_names_that_are_not_plain_are_refused(section, name):
+    config = default_config()
+    if section == "experiments":
+        config["pecan"]["experiments"][name] = config["pecan"]["experiments"]["RetinaNet"]
+        key = "pecan.experiments"
+    else:
+        config["plots"]["figures"][name] = {"experiment": "RetinaNet"}
+        key = "plots.figures"
+    with pytest.raises(ReproError, match=rf"config: {key}: '{name}' does not match"):
+        validate_config(config)
+
+
+@pytest.mark.parametrize("keys, value", [
+    (("pecan", "cluster", "network_gbps"), float("nan")),
+    (("pecan", "cluster", "policy_prices", "worker_cost"), float("nan")),
+    (("pecan", "cluster", "noise_cv"), float("nan")),
+    (("pecan", "prices", "worker"), float("inf")),
+    (("pecan", "cluster", "network_gbps"), float("-inf")),
+])
+def test_non_finite_numbers_are_refused_naming_the_key(keys, value):
+    config = default_config()
+    node = config
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    with pytest.raises(ReproError, match=rf"config: {'.'.join(keys)}: {value} is not a finite number"):
+        validate_config(config)
+
+
+def test_paths_expand_home_and_variables_and_an_unset_variable_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("REPRO_DATA", str(tmp_path / "data"))
+    config = default_config()
+    config["trace_store"] = "~/store"
+    config["trims"]["base_path"] = "${REPRO_DATA}/models"
+    validate_config(config)
+    assert config["trace_store"] == str(tmp_path / "store")
+    assert config["trims"]["base_path"] == str(tmp_path / "data" / "models")
+    config = default_config()
+    config["trims"]["asset_store"] = "$NO_SUCH_VARIABLE_HERE/assets"
+    with pytest.raises(ReproError, match=r"trims.asset_store: environment variable \$NO_SUCH_VARIABLE_HERE is not set"):
+        validate_config(config)
+
+
+@pytest.mark.workflow
+def test_a_name_with_a_dot_matches_only_itself(workdir):
+    extra = {"pecan": {"experiments": {"Res.Net": {"model": "resnet", "accelerator": "v2-8", "modes": ["short"]}}}}
+    proc = snakemake(workdir, "results/tables/ResXNet.csv", "--dry-run", *configfiles(workdir, extra), check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "MissingRuleException" in out and "KeyError" not in out
+
+
+@pytest.mark.workflow
+def test_a_figure_alone_starts_no_process_and_leaves_nothing_running(workdir):
+    snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *configfiles(workdir), cores=1)
+    assert processes.read_record(processes.runtime_dir(workdir) / service.RECORD) is None
+    assert not (workdir / "results" / "cluster" / "local" / "trims-store.json").exists()
+
+
+def _sleeper():
+    return subprocess.Popen(["sleep", "60"])
+
+
+def test_a_stale_store_record_never_signals_a_foreign_process(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    foreign = _sleeper()
+    try:
+        record = processes.describe(foreign.pid, "model store")
+        for stale in ({**record, "start_ticks": record["start_ticks"] + 1}, {"pid": foreign.pid}):
+            processes.write_record(processes.runtime_dir(tmp_path) / service.RECORD,
+                                   {"process": stale, "socket": str(tmp_path / "none.sock")})
+            state = tmp_path / "results" / "cluster" / "local" / "state.json"
+            proc = subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True,
+                                  text=True, cwd=tmp_path)
+            assert proc.returncode == 0, proc.stderr
+            assert foreign.poll() is None  # still running: its identity did not match the record
+            assert processes.read_record(processes.runtime_dir(tmp_path) / service.RECORD) is None
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_malformed_cluster_states_are_one_line_errors(tmp_path):
+    for text in ("{}", "[1]", "not json"):
+        state = tmp_path / "state.json"
+        state.write_text(text)
+        proc = subprocess.run([str(BIN / "repro"), "cluster", "status", "--state", str(state)], capture_output=True,
+                              text=True)
+        assert proc.returncode == 1
+        assert proc.stderr.startswith(f"repro: error: {state}: ") and "Traceback" not in proc.stderr
+
+
+def test_deleting_results_under_a_running_store_does_not_orphan_it(tmp_path, monkeypatch):
+    """`rm -rf results` while the model store runs: the next start finds it through the private runtime
+    directory of this workflow directory; a start with other settings stops it first."""
+    monkeypatch.chdir(tmp_path)
+    settings = {"base_path": str(tmp_path / "results" / "models"),
+                "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
+    state = tmp_path / "results" / "cluster" / "local" / "trims-store.json"
+    first = service.start(settings, state)
+    try:
+        subprocess.run(["rm", "-rf", str(tmp_path / "results")], check=True)
+        again = service.start(settings, state)
+        assert again["process"] == first["process"] and again["reused"]  # found, not started twice
+        other = service.start({**settings, "server": {**settings["server"], "memory_mb": 30}}, state)
+        assert not processes.matches(first["process"])  # the previous incarnation was stopped
+        assert processes.matches(other["process"])
+        assert json.loads(state.read_text())["process"] == other["process"]
+    finally:
+        service.stop(tmp_path)
+    assert not processes.matches(other["process"])
