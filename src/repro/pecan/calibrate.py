@@ -117,7 +117,7 @@ def summarize_order(ops, passes, sizes, n):
     }
 
 
-def calibrate(pipeline, elements=32, seed=0, repeats=12):
+def calibrate(pipeline, elements=32, seed=0, repeats=10):
     """Measure `pipeline` in its declared and AutoOrder orders (see the module docstring)."""
     if pipeline not in PIPELINES:
         raise ReproError(f"unknown pipeline {pipeline!r}; expected one of {sorted(PIPELINES)}")

@@ -13,7 +13,7 @@ def add_commands(sub):
     cal = psub.add_parser("calibrate", help="measure a preprocessing pipeline on this machine")
     cal.add_argument("--pipeline", required=True, choices=["resnet", "retinanet"])
     cal.add_argument("--elements", type=int, default=32, help="synthetic JPEGs to measure (default 32)")
-    cal.add_argument("--repeats", type=int, default=12, help="passes over both orders; per element and op the fastest is kept (default 12)")
+    cal.add_argument("--repeats", type=int, default=10, help="passes over both orders; per element and op the fastest is kept (default 10)")
     cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
     cal.set_defaults(func=_calibrate)
 
