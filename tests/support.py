@@ -1,6 +1,7 @@
 """Helpers the end-to-end tests share: ports, workflow copies, stopping clusters, optional services,
-the GCS emulator."""
+the GCS emulator, model store servers."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -114,3 +115,21 @@ def emulator():
     yield f"http://127.0.0.1:{port}"
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(timeout=10)
+
+
+def start_server(models, directory):
+    """A model store server on directory/store.sock (pid file store.pid, log server.log); returns its pid."""
+    from repro.trims.server import start_daemon
+
+    return start_daemon(directory / "store.sock", models, 1 << 30, "lru", directory / "store.pid",
+                        directory / "server.log")
+
+
+def stop_server(pid, record=None):
+    """SIGTERM (then SIGKILL) our server child unless it is gone already; reap it."""
+    from repro.processes import terminate
+
+    if record is not None:
+        terminate(record)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)

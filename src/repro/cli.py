@@ -1,6 +1,11 @@
-"""The `repro` command. Exit codes: 0 success, 1 bad input or failed step, 2 usage error."""
+"""The `repro` command. Exit codes: 0 success, 1 bad input or failed step, 2 usage error.
+
+What a user can cause (bad input, an unwritable or missing file) ends in one line,
+`repro: error: ...`, naming the file, key or flag; only a defect in the package shows a traceback.
+"""
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -99,12 +104,23 @@ def _cluster_commands(sub):
 
 def _read_state(path):
     try:
-        state = json.loads(open(path).read())
+        with open(path) as fh:
+            state = json.load(fh)
     except (OSError, ValueError) as exc:
         raise ReproError(f"{path}: cannot read cluster state ({exc}); run cluster start first") from None
-    if not isinstance(state, dict) or "backend" not in state:
-        raise ReproError(f"{path}: not a cluster state (expected an object with a 'backend'); run cluster start again")
+    if not isinstance(state, dict) or not isinstance(state.get("backend"), str):
+        raise ReproError(f"{path}: not a cluster state (expected a JSON object with a 'backend'); "
+                         "run cluster start first")
     return state
+
+
+@contextlib.contextmanager
+def _state_keys(path):
+    """A KeyError from a state file is the file's fault: name it."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ReproError(f"{path}: cluster state lacks key {exc}; run cluster start first") from None
 
 
 def _cluster_start(args):
@@ -120,7 +136,8 @@ def _cluster_status(args):
     from repro.backends import format_checks, get_backend, state_check
 
     state = _read_state(args.state)
-    checks = get_backend(state["backend"]).status(state, args.calibration)
+    with _state_keys(args.state):
+        checks = get_backend(state["backend"]).status(state, args.calibration)
     if args.expect:
         checks.insert(0, state_check(state, args.state, args.expect))
     print(format_checks(checks))
@@ -139,7 +156,8 @@ def _cluster_stop(args):
 
     if Path(args.state).exists():
         state = _read_state(args.state)
-        get_backend(state["backend"]).stop(state)
+        with _state_keys(args.state):
+            get_backend(state["backend"]).stop(state)
         print(f"{state['backend']} backend stopped")
     if service.stop():
         print("model store stopped")
@@ -167,7 +185,18 @@ def main(argv=None):
     except ReproError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
+        print(f"repro: error: {_os_error(exc)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _os_error(exc):
+    if exc.filename is None:
+        return exc.strerror or str(exc)
+    if isinstance(exc, FileExistsError):
+        return f"{exc.filename}: exists and is not a directory"
+    return f"{exc.filename}: {exc.strerror}"
 
 
 if __name__ == "__main__":

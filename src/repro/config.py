@@ -155,6 +155,8 @@ def load_config(path):
         config = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ReproError(f"{path}: cannot read config: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ReproError(f"{path}: not a text file (expected a YAML config)") from None
     except yaml.YAMLError as exc:
         raise ReproError(f"{path}: invalid YAML: {exc}") from None
     if not isinstance(config, dict):

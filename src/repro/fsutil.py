@@ -1,29 +1,41 @@
 """Atomic output: write to a temporary file beside the target, then rename over it.
 
 A reader (or Snakemake after a crash) never sees a half-written file under the final name.
+A target that cannot be written (a directory, a read-only or full file system) is a ReproError
+naming it; JSON output never holds NaN or Infinity, which strict JSON readers refuse.
 """
 
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
+
+from repro.errors import ReproError
 
 
 @contextlib.contextmanager
 def atomic_path(target):
     """Yield a temporary path in the target's directory; rename it to `target` on success."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
+    if target.is_dir():
+        raise ReproError(f"{target}: cannot write: it is a directory")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
     try:
         yield Path(tmp)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):
+            raise ReproError(f"{target}: cannot write ({exc.strerror or exc})") from None
         raise
 
 
@@ -32,8 +44,25 @@ def write_text(target, text):
         tmp.write_text(text)
 
 
+def _non_finite(obj, where=""):
+    """The key path of the first NaN or infinity in `obj`, or None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return where or "(top level)"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite(value, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        if found:
+            return found
+    return None
+
+
 def write_json(target, obj):
-    write_text(target, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False)
+    except ValueError:
+        raise ReproError(f"{target}: {_non_finite(obj)} is not a finite number; JSON output holds no NaN or "
+                         "Infinity") from None
+    write_text(target, text + "\n")
 
 
 def sha256_file(path):

@@ -97,21 +97,31 @@ def terminate(record, grace_s=5.0):
     return True
 
 
+def private_directory():
+    """$XDG_RUNTIME_DIR/repro (when that is private) or <temp dir>/repro-<uid>: ours, mode 0700.
 
-def runtime_dir(key):
-    """A private directory (ours, mode 0700) for the sockets and process records of the workflow
-    directory `key`: the next start finds them there even after `rm -rf results`."""
+    Sockets belong there rather than in /tmp, where another user could bind one first.
+    """
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and _is_private(Path(xdg)):
         base = Path(xdg) / "repro"
     else:
         base = Path(tempfile.gettempdir()) / f"repro-{os.getuid()}"
-    path = base / hashlib.sha256(str(Path(key).resolve()).encode()).hexdigest()[:16]
-    for directory in (base, path):
-        directory.mkdir(mode=0o700, exist_ok=True)
-        if not _is_private(directory):
-            raise ReproError(f"{directory}: not a private directory (expected owner uid {os.getuid()}, mode 0700)")
-    return path
+    return _private(base)
+
+
+def runtime_dir(key):
+    """A private directory (ours, mode 0700) for the sockets and process records of the workflow
+    directory `key`: the next start finds them there even after `rm -rf results`."""
+    return _private(private_directory() / hashlib.sha256(str(Path(key).resolve()).encode()).hexdigest()[:16])
+
+
+def _private(directory):
+    directory.mkdir(mode=0o700, exist_ok=True)
+    if not _is_private(directory):
+        raise ReproError(f"{directory}: not a private directory (expected owner uid {os.getuid()}, mode 0700); "
+                         "remove it or set XDG_RUNTIME_DIR")
+    return directory
 
 
 def _is_private(path):

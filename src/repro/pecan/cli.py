@@ -55,6 +55,10 @@ def _run(args):
             config = json.loads(Path(args.settings).read_text())
         except (OSError, ValueError) as exc:
             raise ReproError(f"--settings {args.settings}: cannot read run settings ({exc})") from None
+        missing = [key for key in ("pecan", "calibration", "seed") if not isinstance(config, dict) or key not in config]
+        if missing:
+            raise ReproError(f"--settings {args.settings}: not the run settings the workflow writes "
+                             f"(missing {', '.join(missing)})")
     else:
         config = load_config(args.config)
     metrics = run_mode(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,

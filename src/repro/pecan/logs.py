@@ -79,6 +79,8 @@ def parse_log(path):
     if not samples:
         raise ReproError(f"{path}: no throughput lines ('N examples/second') in the log")
     peak = max(samples)
+    if peak <= 0:
+        raise ReproError(f"{path}: every throughput sample is 0 examples/second: the job made no progress")
     top = [s for s in samples if s > PEAK_FRACTION * peak]
     remote, local, converged = _deployment(lines, path)
     return ParsedLog(str(path), sum(top) / len(top), len(samples), remote, local, converged)

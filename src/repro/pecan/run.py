@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from repro.errors import ReproError
 from repro.fsutil import atomic_path, write_json
 from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
@@ -150,8 +151,20 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
 
 
 def load_calibrations(paths):
+    """{pipeline: calibration} from `repro pecan calibrate` outputs; ReproError naming a file that is not one."""
     result = {}
     for path in paths:
-        data = json.loads(Path(path).read_text())
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ReproError(f"--calibration {path}: cannot read ({exc.strerror})") from None
+        except ValueError:
+            raise ReproError(f"--calibration {path}: not JSON (expected the output of `repro pecan calibrate`)") from None
+        orders = [data.get(order) if isinstance(data, dict) else None for order in ("declared", "autoorder")]
+        if (not isinstance(data, dict) or not isinstance(data.get("pipeline"), str)
+                or not isinstance(data.get("autoorder_saving"), (int, float))
+                or not all(isinstance(o, dict) and {"cpu_s_per_element", "bytes_out_per_element"} <= set(o)
+                           for o in orders)):
+            raise ReproError(f"--calibration {path}: not a calibration (expected the output of `repro pecan calibrate`)")
         result[data["pipeline"]] = data
     return result

@@ -2,15 +2,17 @@
 
 Defaults come from the `micro18` section of ~/.carml_config.yml (or --config FILE), as in the
 original tools; flags override them. Keys: base_path, server_socket, server_eviction,
-server_memory_fraction, device, profile_output_directory.
+server_memory_fraction, device, profile_output_directory. The default socket lies in a directory
+only this user can enter (repro.processes.private_directory).
 """
 
+import itertools
 import json
 import shutil
 import socket
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import yaml
 
@@ -18,7 +20,7 @@ from repro.errors import ReproError
 
 DEFAULTS = {
     "base_path": "results/trims/models",
-    "server_socket": "/tmp/repro-trims.sock",
+    "server_socket": None,  # <private directory>/trims.sock
     "server_eviction": "lru",
     "server_memory_fraction": 0.5,
     "device": "auto",
@@ -36,9 +38,16 @@ def load_tool_config(path):
             raise ReproError(f"--config: {path} does not exist")
         return config
     try:
-        section = (yaml.safe_load(path.read_text()) or {}).get("micro18") or {}
+        document = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ReproError(f"{path}: cannot read tool config ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ReproError(f"{path}: not a text file (expected YAML)") from None
     except yaml.YAMLError as exc:
         raise ReproError(f"{path}: invalid YAML: {exc}") from None
+    section = (document.get("micro18") or {}) if isinstance(document, dict) else None
+    if not isinstance(section, dict):
+        raise ReproError(f"{path}: expected a mapping with a 'micro18' mapping of settings")
     unknown = sorted(set(section) - set(DEFAULTS))
     if unknown:
         raise ReproError(f"{path}: unknown micro18 keys {unknown}; expected some of {sorted(DEFAULTS)}")
@@ -106,8 +115,10 @@ def _client_flags(parser):
     parser.add_argument("--eager-async", action="store_true", help="initialise it in the background, overlapped with input preparation")
     parser.add_argument("--original", action="store_true", help="no sharing: load the model from its file")
     parser.add_argument("--cold-cache", action="store_true", help="evict model files from the page cache before original requests")
-    parser.add_argument("--profile-output", help="trace directory name under <profile dir>/<hostname>/ (default: the hour)")
-    parser.add_argument("--profile-output-overwrite", action="store_true", help="delete that directory first")
+    parser.add_argument("--profile-output", help="the run's trace directory, a relative name under <profile dir>/<hostname>/ "
+                        "(default: the hour, or a fresh -N variant of it); an earlier run's is kept unless overwritten")
+    parser.add_argument("--profile-output-overwrite", action="store_true",
+                        help="replace an earlier run's traces in that directory")
     parser.add_argument("--experiment-description", default="", help="recorded in every trace")
     parser.add_argument("--monitor-memory", action="store_true", help="sample GPU (NVML) and store memory every 50 ms")
     parser.add_argument("--seed", type=int, default=0)
@@ -129,6 +140,12 @@ def _setting(args, flag, key):
     return config[key] if value is None else value
 
 
+def _socket(args):
+    from repro.trims.server import default_socket_path
+
+    return Path(_setting(args, "socket", "server_socket") or default_socket_path())
+
+
 def _models(args):
     from repro.trims.models import generate
 
@@ -147,7 +164,7 @@ def _server_run(args):
     from repro.trims.runtimes import resolve_device
     from repro.trims.server import budget_bytes, serve, start_daemon
 
-    socket_path = _setting(args, "socket", "server_socket")
+    socket_path = _socket(args)
     base = _setting(args, "base_path", "base_path")
     fraction = _setting(args, "memory_fraction", "server_memory_fraction")
     policy = _setting(args, "eviction", "server_eviction")
@@ -165,22 +182,52 @@ def _server_run(args):
 
 def _server_stop(args):
     from repro.trims.server import StoreConnection
+    from repro.trims.store import remove_stale_segments, segment_prefix
 
-    StoreConnection(_setting(args, "socket", "server_socket"), timeout=10).request({"op": "shutdown"})
+    socket_path = _socket(args)
+    try:
+        connection = StoreConnection(socket_path, timeout=10)
+    except ReproError as exc:
+        removed = remove_stale_segments(segment_prefix(socket_path))
+        if removed:
+            raise ReproError(f"{exc}; removed {len(removed)} shared memory segment(s) a killed server left") from None
+        raise
+    connection.request({"op": "shutdown"})
     print("model store server stopping")
 
 
 def _server_status(args):
     from repro.trims.server import StoreConnection
 
-    print(json.dumps(StoreConnection(_setting(args, "socket", "server_socket"), timeout=10).request({"op": "status"}), indent=2))
+    print(json.dumps(StoreConnection(_socket(args), timeout=10).request({"op": "status"}), indent=2))
 
 
 def profile_directory(root, name, overwrite):
-    """<root>/<hostname>/<name or YYYY-MM-DD-HH>, emptied first with overwrite."""
-    directory = Path(root) / socket.gethostname() / (name or time.strftime("%Y-%m-%d-%H"))
-    if overwrite and directory.exists():
-        shutil.rmtree(directory)
+    """The run's own trace directory, <root>/<hostname>/<name>, created empty.
+
+    `name` must be a relative path without '..' (the directory is the only thing overwrite may
+    delete). An existing non-empty directory is replaced only with overwrite; without a name
+    the directory is named after the hour, with -2, -3, ... when an earlier run has it.
+    """
+    host = Path(root) / socket.gethostname()
+    if name is None:
+        stem = time.strftime("%Y-%m-%d-%H")
+        candidates = (stem if n == 1 else f"{stem}-{n}" for n in itertools.count(1))
+        name = next(c for c in candidates if not (host / c).exists() or not any((host / c).iterdir()))
+    parts = PurePath(name).parts
+    if not parts or PurePath(name).is_absolute() or ".." in parts:
+        raise ReproError(f"--profile-output {name!r}: expected a relative name (no '..') for a directory under {host}")
+    directory = host / name
+    if directory.is_symlink() or directory.exists() and not directory.resolve().is_relative_to(host.resolve()):
+        raise ReproError(f"--profile-output {name!r}: {directory} leads outside {host}")
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        if not overwrite:
+            raise ReproError(f"{directory}: holds an earlier run's traces; pass --profile-output-overwrite to "
+                             "replace them, or choose another --profile-output")
+        if directory.is_dir():
+            shutil.rmtree(directory)
+        else:
+            directory.unlink()
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -199,23 +246,23 @@ def _client_setup(args):
     plan = plan_requests(models, args.iterations, args.distribution, args.distribution_params, args.model_iterations,
                          args.seed)
     config = load_tool_config(args.config)
-    options = ClientOptions(base_path=base, socket=Path(_setting(args, "socket", "server_socket")),
+    options = ClientOptions(base_path=base, socket=_socket(args),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
                             device=resolve_device(_setting(args, "device", "device")),
                             experiment_description=args.experiment_description,
                             run_id=f"{socket.gethostname()}-{int(time.time())}",
                             extra={"distribution": args.distribution, "distribution_params": args.distribution_params,
                                    "concurrent": args.concurrent})
-    profile_root = config["profile_output_directory"]
-    return options, plan, profile_root
+    # checked (and emptied with --profile-output-overwrite) before any request runs
+    run_dir = profile_directory(config["profile_output_directory"], args.profile_output, args.profile_output_overwrite)
+    return options, plan, run_dir
 
 
-def _run_mode(args, options, plan, profile_root, original, label):
+def _run_mode(args, options, plan, run_dir, original, label):
     from repro.trims.client import Client
 
     options.original = original
-    options.profile_output = profile_directory(profile_root, args.profile_output and f"{args.profile_output}/{label}"
-                                               or None, args.profile_output_overwrite)
+    options.profile_output = run_dir / label
     store_pid = None
     if args.monitor_memory and not original:
         from repro.trims.server import StoreConnection
@@ -249,9 +296,9 @@ def _finish(args, report, failed):
 
 
 def _client_run(args):
-    options, plan, root = _client_setup(args)
+    options, plan, run_dir = _client_setup(args)
     label = "original" if args.original else "shared"
-    results, wall, where = _run_mode(args, options, plan, root, args.original, label)
+    results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
     _finish(args, {label: {"results": results, "wall_s": wall, "traces": str(where)}},
             sum(not r["ok"] for r in results))
 
@@ -259,16 +306,16 @@ def _client_run(args):
 def _client_compare(args):
     from repro.traces import combine
 
-    options, plan, root = _client_setup(args)
+    options, plan, run_dir = _client_setup(args)
     report, failed = {}, 0
     for label, original in (("original", True), ("shared", False)):
-        results, wall, where = _run_mode(args, options, plan, root, original, label)
+        results, wall, where = _run_mode(args, options, plan, run_dir, original, label)
         report[label] = {"results": results, "wall_s": wall, "traces": str(where)}
         failed += sum(not r["ok"] for r in results)
     for model in sorted({m for m, _ in plan}):
         traces = [Path(r["trace"]) for label in report for r in report[label]["results"] if r["ok"] and r["model"] == model]
         if traces:
-            out = Path(report["shared"]["traces"]).parent / f"compared-{model}.json"
+            out = run_dir / f"compared-{model}.json"
             combine(traces, out)
             print(f"{out}: {len(traces)} requests, original and shared")
     _finish(args, report, failed)

@@ -5,8 +5,14 @@ the weights come from differs: the model file, or the store's shared memory segm
 request records the phases of the original TrIMS client as a Chrome trace:
 read_params, load_model, create_prediction, set_predict_input, forward_predict, get_output,
 free_predictor (and runtime_init, in category 'ignore' when it happens before the timed request).
+
+In original mode a model file shorter or longer than its manifest says fails the request at once,
+and the bytes read are checked against the manifest's sha256 once per version of the file (after
+the timed request, so the latency is the plain load's): a corrupt model fails its request instead
+of answering with wrong predictions. The store checks the same checksum when it loads a model.
 """
 
+import hashlib
 import os
 import socket
 import threading
@@ -90,11 +96,21 @@ class Client:
         self._mappings = Mappings()  # touches the GPU only when a store hands out device memory
         self._local = threading.local()
         self._tids = {}
+        self._verified = set()  # (path, device, inode, size, mtime) of model files whose checksum matched
 
     def _connection(self):
         if getattr(self._local, "connection", None) is None:
             self._local.connection = StoreConnection(self.options.socket)
         return self._local.connection
+
+    def _verify(self, path, version, data, manifest):
+        """Raise ReproError unless `data` (the bytes read from `path`) match the manifest's checksum."""
+        if version in self._verified:
+            return
+        if hashlib.sha256(data).hexdigest() != manifest["sha256"][PARAMS]:
+            raise ReproError(f"{path}: checksum mismatch (expected sha256 {manifest['sha256'][PARAMS]}); "
+                             "the model file is corrupt")
+        self._verified.add(version)
 
     def _tid(self):
         return self._tids.setdefault(threading.get_ident(), len(self._tids) + 1)
@@ -104,8 +120,12 @@ class Client:
         opts = self.options
         directory = Path(opts.base_path) / model
         manifest = load_manifest(directory)
-        if opts.original and opts.cold_cache:
-            drop_page_cache(directory / PARAMS)
+        params, version = None, None
+        if opts.original:
+            info = os.stat(directory / PARAMS)
+            version = (str(directory / PARAMS), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            if opts.cold_cache:
+                drop_page_cache(directory / PARAMS)
         rec = _Recorder(self._tid())
         if opts.eager and not opts.eager_async:
             with rec.span("runtime_init", "ignore"):
@@ -116,7 +136,11 @@ class Client:
         with rec.span("predict", "prediction"):
             with rec.span("read_params", "io"):
                 if opts.original:
-                    buffer = np.fromfile(directory / PARAMS, dtype=np.uint8).data
+                    params = np.fromfile(directory / PARAMS, dtype=np.uint8)
+                    if params.size != manifest["params_bytes"]:
+                        raise ReproError(f"{directory / PARAMS}: {params.size} bytes, but its manifest says "
+                                         f"{manifest['params_bytes']}: the model file is truncated or corrupt")
+                    buffer = params.data
                 else:
                     connection = self._connection()
                     answer = connection.request({"op": "acquire", "model": model})
@@ -160,6 +184,9 @@ class Client:
                     if connection is not None:
                         connection.request({"op": "release", "model": model})
         latency = rec.now() - start
+        if params is not None:
+            self._verify(directory / PARAMS, version, params, manifest)
+            params = None
         trace = None
         if opts.profile_output:
             mode = "original" if opts.original else "shared"

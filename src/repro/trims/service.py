@@ -83,8 +83,12 @@ def stop(workdir="."):
     record = processes.read_record(record_path)
     if not record:
         return False
+    from repro.trims.store import remove_stale_segments, segment_prefix
+
     stopped = processes.terminate(record.get("process"))
-    Path(record.get("socket", record_path.with_name("trims.sock"))).unlink(missing_ok=True)
+    socket_path = Path(record.get("socket", record_path.with_name("trims.sock")))
+    socket_path.unlink(missing_ok=True)
+    remove_stale_segments(segment_prefix(socket_path))  # left behind when the store was killed
     record_path.unlink(missing_ok=True)
     return stopped
 

@@ -4,6 +4,11 @@ A model is loaded once (its checksum verified) and handed to any number of clien
 same memory instead of reading and copying the weights: a POSIX shared memory segment on the host,
 or a CUDA inter-process handle to device memory on a GPU. Models in use are reference counted and
 never evicted; unused ones are evicted by the chosen policy when a new model needs room.
+
+Host segments are named <prefix><owner pid>_<owner start time>_<n>, the prefix derived from the
+server's socket: a segment outlives a killed server (nothing unlinks it), and the next server on
+the same socket, or a stop (`repro trims server stop`, `repro cluster stop`), removes the ones
+whose owner is gone.
 """
 
 import hashlib
@@ -16,18 +21,42 @@ from multiprocessing import shared_memory
 from pathlib import Path
 
 from repro.errors import ReproError
+from repro.processes import describe, matches
 from repro.trims.models import PARAMS, load_manifest
 
 POLICIES = ("lru", "lfu", "fifo")
 DEVICES = ("cpu", "gpu")
 _CHUNK = 8 << 20
+SHM_DIR = Path("/dev/shm")  # where Linux keeps POSIX shared memory segments
+
+
+def segment_prefix(socket_path):
+    """The name prefix of the segments of the server on `socket_path`."""
+    digest = hashlib.sha256(os.fsencode(Path(socket_path).resolve())).hexdigest()[:16]
+    return f"repro_trims_{digest}_"
+
+
+def remove_stale_segments(prefix):
+    """Unlink the segments named with `prefix` whose owning server no longer runs; return their names."""
+    me = describe(os.getpid(), "trims-server")
+    removed = []
+    for path in sorted(SHM_DIR.glob(f"{prefix}*")):
+        try:
+            pid, ticks, _ = path.name[len(prefix):].split("_")
+            owner = {**me, "pid": int(pid), "start_ticks": int(ticks)}
+        except ValueError:
+            continue  # not a name this store gives
+        if not matches(owner):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
 
 
 class HostMemory:
     """Weights in a POSIX shared memory segment; clients map it by name."""
 
-    def __init__(self, size):
-        self.shm = shared_memory.SharedMemory(create=True, size=max(size, 1))
+    def __init__(self, size, name=None):
+        self.shm = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
 
     def staging(self, offset):
         return self.shm.buf[offset : offset + _CHUNK]
@@ -84,7 +113,8 @@ class Entry:
     size: int
     loaded_at: float
     last_used: float
-    hits: int = 0
+    uses: int = 0  # acquisitions since loaded: LFU's frequency
+    hits: int = 0  # acquisitions it was already resident for
     refs: int = 0
     order: int = 0  # load order, for FIFO and for ties
 
@@ -98,6 +128,7 @@ class ModelStore:
     entries: dict = field(default_factory=dict)
     evictions: int = 0
     wait_s: float = 60.0  # how long a load waits for models in use to be released
+    segment_prefix: str = ""  # name host segments after the server (see segment_prefix); empty: random names
     lock: threading.RLock = field(default_factory=threading.RLock)
     freed: threading.Condition = None
     _sequence: itertools.count = field(default_factory=itertools.count)
@@ -109,6 +140,8 @@ class ModelStore:
             raise ReproError(f"unknown store device {self.device!r}; expected one of {list(DEVICES)}")
         self.base_path = Path(self.base_path)
         self.freed = threading.Condition(self.lock)
+        me = describe(os.getpid(), "trims-server")
+        self._owner = f"{self.segment_prefix}{me['pid']}_{me['start_ticks']}_"
 
     @property
     def used_bytes(self):
@@ -120,7 +153,7 @@ class ModelStore:
             return None
         key = {
             "lru": lambda e: (e.last_used, e.order),
-            "lfu": lambda e: (e.hits, e.last_used, e.order),
+            "lfu": lambda e: (e.uses, e.last_used, e.order),
             "fifo": lambda e: e.order,
         }[self.policy]
         return min(unused, key=key)
@@ -143,8 +176,16 @@ class ModelStore:
         entry.memory.close()
         self.evictions += 1
 
+    def _directory(self, model):
+        """base_path/model, refused unless it lies inside base_path once resolved (no '..', no absolute names)."""
+        root = self.base_path.resolve()
+        directory = (root / model).resolve()
+        if directory == root or not directory.is_relative_to(root):
+            raise ReproError(f"model {model!r} is outside the store's base path {root}")
+        return directory
+
     def _load(self, model):
-        directory = self.base_path / model
+        directory = self._directory(model)
         if not (directory / PARAMS).is_file():
             raise ReproError(f"unknown model {model!r}: no {PARAMS} under {directory}")
         manifest = load_manifest(directory)
@@ -152,7 +193,11 @@ class ModelStore:
         self._make_room(size, model)  # may wait, releasing the lock: another client may load it meanwhile
         if model in self.entries:
             return self.entries[model]
-        memory = (GpuMemory if self.device == "gpu" else HostMemory)(size)
+        sequence = next(self._sequence)
+        if self.device == "gpu":
+            memory = GpuMemory(size)
+        else:
+            memory = HostMemory(size, f"{self._owner}{sequence}" if self.segment_prefix else None)
         try:
             digest, done, view = hashlib.sha256(), 0, None
             with open(directory / PARAMS, "rb") as fh:
@@ -174,19 +219,22 @@ class ModelStore:
             memory.close()
             raise
         now = time.monotonic()
-        entry = Entry(model, memory, size, now, now, order=next(self._sequence))
+        entry = Entry(model, memory, size, now, now, order=sequence)
         self.entries[model] = entry
         return entry
 
     def acquire(self, model):
         """Make `model` resident and take a reference; return (how to map it, size, was it a hit)."""
+        if not isinstance(model, str) or not model:
+            raise ReproError(f"model name must be a non-empty string, got {model!r}")
         with self.lock:
             entry = self.entries.get(model)
             hit = entry is not None
             if not hit:
                 entry = self._load(model)
             entry.refs += 1
-            entry.hits += 1
+            entry.uses += 1
+            entry.hits += hit
             entry.last_used = time.monotonic()
             return entry.memory.handle(), entry.size, hit
 
@@ -214,7 +262,7 @@ class ModelStore:
                 "budget_bytes": self.budget_bytes,
                 "used_bytes": self.used_bytes,
                 "evictions": self.evictions,
-                "models": {e.model: {"bytes": e.size, "refs": e.refs, "hits": e.hits} for e in self.entries.values()},
+                "models": {e.model: {"bytes": e.size, "refs": e.refs, "uses": e.uses, "hits": e.hits} for e in self.entries.values()},
             }
 
     def close(self):

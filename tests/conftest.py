@@ -1,0 +1,64 @@
+"""Shared fixtures (generated models, a model store server) and the fault suite's summary line."""
+
+import pytest
+from support import start_server, stop_server
+
+SMALL_MODELS = ("squeezenet_1.1", "resnet18_v1")
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """A base path with small generated models."""
+    from repro.trims.models import generate
+
+    base = tmp_path_factory.mktemp("models")
+    for name in SMALL_MODELS:
+        generate(name, base / name, seed=1)
+    return base
+
+
+@pytest.fixture
+def server(models, tmp_path):
+    """A real model store server process on tmp_path/store.sock (pid file store.pid, log server.log)."""
+    from repro.processes import describe
+
+    pid = start_server(models, tmp_path)
+    record = describe(pid, "test server")
+    yield tmp_path / "store.sock", pid
+    stop_server(pid, record)
+
+
+@pytest.fixture(scope="module")
+def module_server(models, tmp_path_factory):
+    """Like `server`, shared by a module's tests that leave it as they found it."""
+    from repro.processes import describe
+
+    directory = tmp_path_factory.mktemp("server")
+    pid = start_server(models, directory)
+    record = describe(pid, "test server")
+    yield directory / "store.sock", pid
+    stop_server(pid, record)
+
+
+# -- fault suite summary ------------------------------------------------------------------
+# Every test marked `fault` is one case; a case is handled when it passes.
+
+_FAULTS = {}
+
+
+def pytest_runtest_logreport(report):
+    if "fault" not in report.keywords:
+        return
+    if report.when == "call" or report.outcome != "passed":
+        # a failure or skip in setup or teardown overrides a passed call
+        if _FAULTS.get(report.nodeid) in (None, "passed"):
+            _FAULTS[report.nodeid] = report.outcome
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FAULTS:
+        return
+    handled = sum(outcome == "passed" for outcome in _FAULTS.values())
+    skipped = sum(outcome == "skipped" for outcome in _FAULTS.values())
+    line = f"faults: {len(_FAULTS)} cases, {handled} handled"
+    terminalreporter.write_line(line + (f" ({skipped} skipped)" if skipped else ""))
