@@ -19,6 +19,7 @@ include: "rules/traces.smk"
 include: "rules/costs.smk"
 include: "rules/plots.smk"
 include: "rules/trims.smk"
+include: "rules/reproducibility.smk"
 
 
 report: "report/workflow.rst"

@@ -97,6 +97,15 @@ def all_targets():
     ]
     report_items += [
         (
+            f"results/reference/{figure}.csv",
+            "reference_verdicts",
+            "Reference verdicts",
+            {"figure": figure},
+        )
+        for figure in pecan
+    ]
+    report_items += [
+        (
             f"results/provenance/{figure}.json",
             "provenance",
             "Provenance",

@@ -8,6 +8,10 @@ rule costs:
             "results/runs/{{experiment}}/{mode}/run.log",
             mode=modes_of(wildcards.experiment),
         ),
+        metrics=lambda wildcards: expand(
+            "results/runs/{{experiment}}/{mode}/metrics.json",
+            mode=modes_of(wildcards.experiment),
+        ),
         summary="results/summary/{experiment}.json",
         combined="results/traces/{experiment}/combined.json",
     output:

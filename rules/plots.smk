@@ -12,6 +12,7 @@ rule plot:
     output:
         pdf="plots/{figure}.pdf",
         png="plots/{figure}.png",
+        verdicts="results/reference/{figure}.csv",
     log:
         "results/logs/plot/{figure}.log",
     conda:

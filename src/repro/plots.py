@@ -33,27 +33,43 @@ def _reference_total(value):
     return sum(value) if isinstance(value, list) else value
 
 
+def _spread(row, column, path):
+    try:
+        return [float(row[f"{column}_{s}"]) for s in ("mean", "ci_low", "ci_high")]
+    except (KeyError, TypeError, ValueError):
+        raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)") from None
+
+
+def _whisker(ax, x, value, low, high):
+    ax.errorbar(x, value, yerr=[[value - low], [high - value]], fmt="none", ecolor="black", elinewidth=0.9,
+                capsize=3, zorder=3)
+
+
 def plot_costs(table, outputs, title, caption, style, reference=None):
-    """Draw one bar per mode (TPU cost, with remote-worker cost stacked on top) into each of `outputs`."""
+    """One bar per mode: the mean over repeats of the TPU cost, the remote-worker cost stacked on top;
+    whiskers show each segment's 95% interval (the TPU cost's at its top, the total's at the bar's top)."""
     rows = read_table(table)
     plt.rcParams.update({"font.size": style["font_size"], "hatch.linewidth": 0.8})
     fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
-    top = max(float(r["tpu_cost"]) + float(r["worker_cost"]) for r in rows)
+    spreads = [{c: _spread(r, c, table) for c in ("tpu_cost", "worker_cost", "total_cost")} for r in rows]
+    top = max(s["total_cost"][2] for s in spreads)
     if reference and style["show_reference"]:
         top = max([top] + [_reference_total(v) for v in reference.values()])
     small = 0.06 * top  # segments thinner than this get their label beside the bar
-    for x, row in enumerate(rows):
-        mode, tpu, worker = row["mode"], float(row["tpu_cost"]), float(row["worker_cost"])
+    for x, (row, spread) in enumerate(zip(rows, spreads)):
+        mode, tpu, worker = row["mode"], spread["tpu_cost"][0], spread["worker_cost"][0]
         ax.bar(x, tpu, 0.6, color=COLORS.get(mode, "#7f7f7f"), edgecolor="black", linewidth=0.6)
-        ax.text(x, tpu / 2, f"{tpu:.2f}", ha="center", va="center", color="white", fontweight="bold")
+        ax.text(x - 0.05, tpu / 2, f"{tpu:.2f}", ha="center", va="center", color="white", fontweight="bold")
         if worker > 0:
             ax.bar(x, worker, 0.6, bottom=tpu, color=WORKER_COLORS.get(mode, "#c7c7c7"), hatch="//",
                    edgecolor="black", linewidth=0.6)
+            _whisker(ax, x - 0.15, *spread["tpu_cost"])
             if worker >= small:
                 ax.text(x, tpu + worker / 2, f"{worker:.2f}", ha="center", va="center",
                         bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
             else:
-                ax.text(x, tpu + worker + 0.01 * top, f"+{worker:.2f}", ha="center", va="bottom")
+                ax.text(x, spread["total_cost"][2] + 0.01 * top, f"+{worker:.2f}", ha="center", va="bottom")
+        _whisker(ax, x, *spread["total_cost"])
         if reference and style["show_reference"] and mode in reference:
             seen = any(line.get_label() == "artifact's reference" for line in ax.get_lines())
             ax.plot(x + 0.36, _reference_total(reference[mode]), marker="<", color="black", markersize=6,
@@ -67,6 +83,9 @@ def plot_costs(table, outputs, title, caption, style, reference=None):
     ax.set_axisbelow(True)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper right", frameon=False)
+    repeats = sorted({int(r["repeats"]) for r in rows})
+    caption = (f"{caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, whiskers: 95% t-interval of "
+               "the mean (total at the top, TPU part at its edge)")
     _save(fig, outputs, caption, style)
 
 
@@ -80,6 +99,11 @@ def _save(fig, outputs, caption, style):
     plt.close(fig)
 
 
+def _errors(values, intervals):
+    """Matplotlib's yerr (distances below and above) from values and their [low, high] intervals."""
+    return [[v - low for v, (low, _) in zip(values, intervals)], [high - v for v, (_, high) in zip(values, intervals)]]
+
+
 def plot_model_load(rows, outputs, caption, style):
     """Per-model latency, original vs shared, log scale, with the speedup over each pair."""
     if not rows:
@@ -87,10 +111,12 @@ def plot_model_load(rows, outputs, caption, style):
     plt.rcParams.update({"font.size": style["font_size"]})
     fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["original_latency_ms"] for r in rows], 0.4, label="original (cold load)",
-           color="#1f77b4", edgecolor="black", linewidth=0.5)
-    ax.bar([x + 0.2 for x in xs], [r["shared_latency_ms"] for r in rows], 0.4, label="shared (model store)",
-           color="#8c564b", edgecolor="black", linewidth=0.5)
+    for mode, offset, label, color in (("original", -0.2, "original (cold load)", "#1f77b4"),
+                                       ("shared", 0.2, "shared (model store)", "#8c564b")):
+        values = [r[f"{mode}_latency_ms"] for r in rows]
+        ax.bar([x + offset for x in xs], values, 0.4, label=label, color=color, edgecolor="black", linewidth=0.5,
+               yerr=_errors(values, [r[f"{mode}_latency_ci_ms"] for r in rows]), capsize=2,
+               error_kw={"elinewidth": 0.8})
     for x, r in zip(xs, rows):
         top = max(r["original_latency_ms"], r["shared_latency_ms"])
         ax.text(x, top * 1.15, f"{r['speedup']:.1f}x", ha="center", va="bottom", fontweight="bold")
@@ -116,10 +142,13 @@ def plot_distributions(rows, outputs, caption, style):
     for i, name in enumerate(names):
         mine = sorted((r for r in rows if r["distribution"] == name), key=lambda r: r["concurrency"])
         conc = [r["concurrency"] for r in mine]
-        for key, dash in (("p50_ms", "-"), ("p90_ms", "--"), ("p99_ms", ":")):
-            lat.plot(conc, [r[key] for r in mine], dash, marker="o", color=colors(i),
-                     label=f"{name} {key[:-3]}")
-        hit.plot(conc, [r["hit_rate"] for r in mine], "-", marker="s", color=colors(i), label=name)
+        for key, dash in (("p50", "-"), ("p90", "--"), ("p99", ":")):
+            values = [r[f"{key}_ms"] for r in mine]
+            lat.errorbar(conc, values, yerr=_errors(values, [r[f"{key}_ci_ms"] for r in mine]), fmt=dash, marker="o",
+                         color=colors(i), capsize=2, label=f"{name} {key}")
+        values = [r["hit_rate"] for r in mine]
+        hit.errorbar(conc, values, yerr=_errors(values, [r["hit_rate_ci"] for r in mine]), fmt="-", marker="s",
+                     color=colors(i), capsize=2, label=name)
     lat.set_xlabel("Concurrent requests")
     lat.set_ylabel("Latency (ms)")
     lat.set_yscale("log")

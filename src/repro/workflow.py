@@ -34,6 +34,7 @@ def run_settings(config, experiment, mode):
     exp = pecan["experiments"][experiment]
     return {
         "seed": config["seed"],
+        "repeats": config["repeats"],
         "calibration": {"preset": config["calibration"]["preset"]},
         "pecan": {
             "experiments": {experiment: copy.deepcopy(exp)},

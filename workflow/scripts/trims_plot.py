@@ -11,8 +11,14 @@ sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 summary = json.loads(Path(snakemake.input[0]).read_text())  # noqa: F821
 machine = machine_description()
 caption = (f"local backend: onnxruntime on {machine['cpu_model']}, {machine['logical_cpus']} CPUs; "
-           "weights shared through POSIX shared memory by the model store")
+           "weights shared through POSIX shared memory by the model store; whiskers: 95% percentile-bootstrap "
+           "intervals over the requests")
 if snakemake.wildcards.figure == "trims_model_load":  # noqa: F821
-    plot_model_load(summary["compare"], snakemake.output, caption, snakemake.params.style)  # noqa: F821
+    rows = summary["compare"]
+    counts = sorted({r[f"{mode}_requests"] for r in rows for mode in ("original", "shared")})
+    caption += f" (N={'/'.join(map(str, counts))} per bar; shared excludes the request that loads the store)"
+    plot_model_load(rows, snakemake.output, caption, snakemake.params.style)  # noqa: F821
 else:
-    plot_distributions(summary["distributions"], snakemake.output, caption, snakemake.params.style)  # noqa: F821
+    rows = summary["distributions"]
+    caption += f" (N={'/'.join(map(str, sorted({r['requests'] for r in rows})))} per point)"
+    plot_distributions(rows, snakemake.output, caption, snakemake.params.style)  # noqa: F821

@@ -1,8 +1,6 @@
 """`repro pecan ...` subcommands: calibrate, run, costs."""
 
-import csv
 import json
-import sys
 from pathlib import Path
 
 from repro.errors import ReproError
@@ -15,7 +13,7 @@ def add_commands(sub):
     cal = psub.add_parser("calibrate", help="measure a preprocessing pipeline on this machine")
     cal.add_argument("--pipeline", required=True, choices=["resnet", "retinanet"])
     cal.add_argument("--elements", type=int, default=32, help="synthetic JPEGs to measure (default 32)")
-    cal.add_argument("--repeats", type=int, default=3, help="passes per order; the fastest is kept (default 3)")
+    cal.add_argument("--repeats", type=int, default=10, help="passes over both orders; per element and op the fastest is kept (default 10)")
     cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
     cal.set_defaults(func=_calibrate)
 
@@ -70,25 +68,10 @@ def _run(args):
           f"{metrics['throughput']:.0f} examples/s, {epoch:.1f} s/epoch")
 
 
-def write_cost_table(rows, output):
-    from repro.fsutil import atomic_path
-    from repro.pecan.costs import COLUMNS
-
-    def emit(fh):
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-
-    if output is None:
-        emit(sys.stdout)
-        return
-    with atomic_path(output) as tmp, open(tmp, "w", newline="") as fh:
-        emit(fh)
-
-
 def _costs(args):
     from repro.config import load_config
     from repro.pecan.costs import cost_row, lookup
+    from repro.pecan.costtable import write_table
     from repro.pecan.logs import parse_log
 
     pecan = load_config(args.config)["pecan"]
@@ -99,4 +82,4 @@ def _costs(args):
                  pecan["prices"]["tpu"][accel["tpu_type"]], pecan["prices"]["worker"])
         for log in args.logs
     ]
-    write_cost_table(rows, args.output)
+    write_table(rows, args.output)

@@ -4,8 +4,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
+
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, write_json
+from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
@@ -89,34 +92,59 @@ def trace_events(sim):
     return events
 
 
+def repeat_seed(seed, repeat):
+    """Repeat 0 keeps the configured seed (the log it writes is run.log); the others independent streams."""
+    return seed if repeat == 0 else int(np.random.SeedSequence([seed, repeat]).generate_state(1)[0])
+
+
+def repeat_calibrations(calibrations, seed, repeat):
+    """Repeat 0 uses the calibration as measured; the others a bootstrap draw of its elements."""
+    if repeat == 0:
+        return calibrations
+    rng = np.random.default_rng([seed, repeat])
+    return {pipeline: resample(calibration, rng) for pipeline, calibration in sorted(calibrations.items())}
+
+
 def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     """Simulate one experiment x mode into out_dir (run.log, metrics.json, traces/); return the metrics.
 
-    `backend` names where this runs (the ssh backend's command passes `--backend ssh`)."""
+    `backend` names where this runs (the ssh backend's command passes `--backend ssh`).
+    With `repeats` > 1 the run is repeated with a fresh draw of the calibration and of the model's
+    noise each time; repeat 0 writes run.log and the trace, the others repeats/run-<r>.log, and
+    metrics.json lists every repeat's parsed log.
+    """
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
-    costs = pipeline_costs(preset, pecan["cluster"], calibrations)
-    spec = job_spec(pecan, experiment, mode, costs, config["seed"])
-    sim = simulate(spec)
     out = Path(out_dir)
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    write_log(sim, out / "run.log", preset)
-    parsed = parse_log(out / "run.log")
-    metadata = {"otherData": {"run_id": f"{experiment}-{mode}-seed{spec.seed}", "experiment": experiment, "mode": mode,
-                              "backend": backend, "calibration": preset}}
-    write_trace(out / "traces" / f"{experiment}-{mode}.json", trace_events(sim), metadata)
+    repeats = []
+    for repeat in range(config.get("repeats", 1)):
+        costs = pipeline_costs(preset, pecan["cluster"], repeat_calibrations(calibrations, config["seed"], repeat))
+        spec = job_spec(pecan, experiment, mode, costs, repeat_seed(config["seed"], repeat))
+        sim = simulate(spec)
+        log = out / "run.log" if repeat == 0 else out / "repeats" / f"run-{repeat}.log"
+        log.parent.mkdir(exist_ok=True)
+        write_log(sim, log, preset)
+        parsed = parse_log(log)
+        repeats.append({"repeat": repeat, "seed": spec.seed, "log": str(log.relative_to(out)),
+                        "cost_per_element": spec.cost_per_element, "simulated_seconds": sim.seconds,
+                        "converged": parsed.converged, "throughput": parsed.throughput,
+                        "remote_workers": parsed.remote_workers, "local_workers": parsed.local_workers})
+        if repeat == 0:
+            first, first_sim = repeats[0], sim
+    metadata = {"otherData": {"run_id": f"{experiment}-{mode}-seed{config['seed']}", "experiment": experiment,
+                              "mode": mode, "backend": backend, "calibration": preset}}
+    write_trace(out / "traces" / f"{experiment}-{mode}.json", trace_events(first_sim), metadata)
     metrics = {
         "experiment": experiment,
         "mode": mode,
         "backend": backend,
         "calibration": preset,
-        "spec": dataclasses.asdict(spec),
-        "simulated_seconds": sim.seconds,
-        "decisions": [{"time_s": t, "state": s, "remote": r, "local": l} for t, s, r, l in sim.decisions],
-        "converged": parsed.converged,
-        "throughput": parsed.throughput,
-        "remote_workers": parsed.remote_workers,
-        "local_workers": parsed.local_workers,
+        "spec": dataclasses.asdict(first_sim.spec),
+        "simulated_seconds": first_sim.seconds,
+        "decisions": [{"time_s": t, "state": s, "remote": r, "local": l} for t, s, r, l in first_sim.decisions],
+        **{key: first[key] for key in ("converged", "throughput", "remote_workers", "local_workers")},
+        "repeats": repeats,
     }
     write_json(out / "metrics.json", metrics)
     return metrics

@@ -14,6 +14,7 @@ import numpy as np
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, sha256_file, write_json
+from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions
 from repro.trims.models import load_manifest
@@ -124,8 +125,13 @@ def _trace_phases(trace_path):
     return {name: entry["total"] for name, entry in summarize_trace(trace_path)["events"].items()}
 
 
+def _percentile(q):
+    return lambda values, axis=None: np.percentile(values, q, axis=axis)
+
+
 def compare_table(reports):
-    """Per model and mode: median end-to-end latency and median model-loading latency, in ms."""
+    """Per model and mode: median end-to-end latency (with its 95% percentile-bootstrap interval over
+    the requests) and median model-loading latency, in ms."""
     rows = []
     for report in reports:
         row = {"model": report["model"]}
@@ -133,7 +139,10 @@ def compare_table(reports):
             # the first shared request loads the model into the store: steady state excludes it
             results = data["results"][1:] if mode == "shared" and len(data["results"]) > 1 else data["results"]
             phases = [_trace_phases(r["trace"]) for r in results]
-            row[f"{mode}_latency_ms"] = float(np.median([r["latency_us"] for r in results])) / 1000
+            latencies = np.array([r["latency_us"] for r in results]) / 1000
+            row[f"{mode}_latency_ms"] = float(np.median(latencies))
+            row[f"{mode}_latency_ci_ms"] = list(bootstrap_interval(latencies)[1:])
+            row[f"{mode}_requests"] = len(latencies)
             row[f"{mode}_load_ms"] = float(np.median([sum(p.get(k, 0) for k in LOAD_PHASES) for p in phases])) / 1000
         row["speedup"] = row["original_latency_ms"] / row["shared_latency_ms"]
         row["load_speedup"] = row["original_load_ms"] / row["shared_load_ms"]
@@ -142,15 +151,15 @@ def compare_table(reports):
 
 
 def distribution_table(reports):
-    """Per distribution and concurrency: latency percentiles (ms), requests/s and store hit rate."""
+    """Per distribution and concurrency: latency percentiles (ms) with 95% percentile-bootstrap intervals
+    over the requests, requests/s and store hit rate (with its interval)."""
     rows = []
     for report in reports:
         latencies = np.array([r["latency_us"] for r in report["results"]]) / 1000
         hits = [r["hit"] for r in report["results"]]
-        rows.append({
-            "distribution": report["distribution"], "concurrency": report["concurrency"],
-            "p50_ms": float(np.percentile(latencies, 50)), "p90_ms": float(np.percentile(latencies, 90)),
-            "p99_ms": float(np.percentile(latencies, 99)), "requests_per_s": len(latencies) / report["wall_s"],
-            "hit_rate": sum(bool(h) for h in hits) / len(hits), "evictions": report["evictions"],
-        })
+        row = {"distribution": report["distribution"], "concurrency": report["concurrency"], "requests": len(hits)}
+        for q in (50, 90, 99):
+            row[f"p{q}_ms"], *row[f"p{q}_ci_ms"] = bootstrap_interval(latencies, _percentile(q))
+        row["hit_rate"], *row["hit_rate_ci"] = bootstrap_interval([float(bool(h)) for h in hits], np.mean)
+        rows.append({**row, "requests_per_s": len(latencies) / report["wall_s"], "evictions": report["evictions"]})
     return sorted(rows, key=lambda r: (r["distribution"], r["concurrency"]))

@@ -1,0 +1,128 @@
+"""The pipeline checked against itself and the artifact's reference values against the measured spread.
+
+`check`: the chain behind a figure (calibration of both pipelines, every mode's run with its
+repeats, the cost table) run twice from empty scratch directories with the package's own
+functions; every plotted number of the two chains compared within the configured tolerance.
+`reference_verdicts`: each reference value the figure draws as a marker, inside or outside the
+95% interval the repeats give, and how far outside.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+from repro.errors import ReproError
+from repro.fsutil import write_json
+from repro.pecan.calibrate import calibrate
+from repro.pecan.costs import cost_row
+from repro.pecan.costtable import with_spread
+from repro.pecan.logs import parse_log
+from repro.pecan.run import run_mode
+from repro.stats import verdict
+
+CHECK_COLUMNS = ["number", "first", "second", "difference", "tolerance", "within"]
+VERDICT_COLUMNS = ["figure", "mode", "quantity", "reference", "mean", "ci_low", "ci_high", "repeats", "verdict",
+                   "outside_by", "outside_by_pct"]
+PIPELINES = ("resnet", "retinanet")
+PLOTTED = ("tpu_cost", "worker_cost")  # the two segments of each bar, labelled on the figure
+
+
+def cost_rows(config, experiment, run_dirs):
+    """The cost table's rows (with spread) for `experiment` from its run directories {mode: dir}."""
+    pecan = config["pecan"]
+    exp = pecan["experiments"][experiment]
+    accel = pecan["accelerators"][exp["accelerator"]]
+    prices = (exp["model"], pecan["models"][exp["model"]], pecan["prices"]["tpu"][accel["tpu_type"]],
+              pecan["prices"]["worker"])
+    rows = []
+    for mode, run_dir in run_dirs.items():
+        repeats = json.loads((Path(run_dir) / "metrics.json").read_text())["repeats"]
+        rows.append(with_spread(cost_row(parse_log(Path(run_dir) / "run.log"), mode, *prices), repeats, mode, *prices))
+    return rows
+
+
+def run_chain(config, figures, scratch):
+    """Calibrate, run and tabulate every figure's experiment in an emptied `scratch`; return the
+    plotted numbers {name: value} (calibration results included)."""
+    scratch = Path(scratch)
+    shutil.rmtree(scratch, ignore_errors=True)
+    cal = config["calibration"]
+    calibrations = {}
+    numbers = {}
+    for pipeline in PIPELINES:
+        calibrations[pipeline] = calibrate(pipeline, elements=cal["elements"], repeats=cal["repeats"])
+        write_json(scratch / "calibration" / f"{pipeline}.json", calibrations[pipeline])
+        for order in ("declared", "autoorder"):
+            numbers[f"calibration {pipeline} {order} ms/element"] = calibrations[pipeline][order]["cpu_s_per_element"] * 1e3
+        numbers[f"calibration {pipeline} AutoOrder saving %"] = calibrations[pipeline]["autoorder_saving"] * 100
+    for figure in figures:
+        experiment = config["plots"]["figures"][figure]["experiment"]
+        run_dirs = {}
+        for mode in config["pecan"]["experiments"][experiment]["modes"]:
+            run_dirs[mode] = scratch / "runs" / experiment / mode
+            run_mode(config, experiment, mode, calibrations, run_dirs[mode])
+        for row in cost_rows(config, experiment, run_dirs):
+            for column in PLOTTED:
+                numbers[f"{figure} {row['mode']} {column} $"] = row[f"{column}_mean"]
+    return numbers
+
+
+def tolerance_of(name, tolerance):
+    """(kind, value) the configured tolerance for one number: relative, or absolute points."""
+    if name.endswith("saving %"):
+        return "points", tolerance["saving_points"]
+    if name.startswith("calibration"):
+        return "relative", tolerance["calibration_relative"]
+    return "relative_or_dollars", (tolerance["cost_relative"], tolerance["cost_dollars"])
+
+
+def compare(first, second, tolerance):
+    """One row per number: both values, their difference and whether it is within tolerance."""
+    rows = []
+    for name in first:
+        a, b = first[name], second[name]
+        kind, limit = tolerance_of(name, tolerance)
+        difference = b - a
+        scale = max(abs(a), abs(b))
+        if kind == "points":
+            within, text = abs(difference) <= limit, f"±{limit:g} points"
+        elif kind == "relative":
+            within, text = abs(difference) <= limit * scale, f"±{limit:.0%}"
+        else:
+            within = abs(difference) <= max(limit[0] * scale, limit[1])
+            text = f"±{limit[0]:.0%} or ${limit[1]:g}"
+        rows.append({"number": name, "first": round(a, 4), "second": round(b, 4), "difference": round(difference, 4),
+                     "tolerance": text, "within": "yes" if within else "no"})
+    return rows
+
+
+def check(config, figures, scratch_root):
+    """Run the chain twice in scratch_root/run-1 and run-2; return the comparison rows."""
+    unknown = [f for f in figures if f not in config["plots"]["figures"]]
+    if unknown:
+        raise ReproError(f"reproducibility.figures: unknown figure(s) {unknown}; "
+                         f"expected some of {sorted(config['plots']['figures'])}")
+    first, second = (run_chain(config, figures, Path(scratch_root) / f"run-{i}") for i in (1, 2))
+    return compare(first, second, config["reproducibility"]["tolerance"])
+
+
+def reference_verdicts(figure, rows, reference):
+    """Each reference value against the cost table's interval for its mode (total, and parts if given)."""
+    verdicts = []
+    for row in rows:
+        value = reference.get(row["mode"]) if reference else None
+        if value is None:
+            continue
+        parts = {"total_cost": sum(value)} if isinstance(value, list) else {"total_cost": value}
+        if isinstance(value, list):
+            parts.update(tpu_cost=value[0], worker_cost=value[1])
+        for quantity, ref in parts.items():
+            mean, low, high = (float(row[f"{quantity}_{s}"]) for s in ("mean", "ci_low", "ci_high"))
+            inside, distance = verdict(ref, low, high)
+            verdicts.append({
+                "figure": figure, "mode": row["mode"], "quantity": quantity, "reference": ref, "mean": round(mean, 4),
+                "ci_low": round(low, 4), "ci_high": round(high, 4), "repeats": row["repeats"],
+                "verdict": "inside" if inside else "outside", "outside_by": round(distance, 4),
+                "outside_by_pct": round(100 * distance / ref, 1) if ref else "",
+            })
+    return verdicts

@@ -1,0 +1,44 @@
+"""Uncertainty of repeated measurements: the intervals the tables, figures and checks report."""
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from repro.errors import ReproError
+
+CONFIDENCE = 0.95
+BOOTSTRAP_DRAWS = 2000
+
+
+def mean_interval(values, confidence=CONFIDENCE):
+    """Mean and Student-t confidence interval of the mean of independent repeats: (mean, low, high).
+
+    One value gives a zero-width interval (nothing is known about the spread; captions say N).
+    """
+    values = np.asarray(values, float)
+    if values.size == 0:
+        raise ReproError("no values to summarise")
+    mean = float(values.mean())
+    if values.size == 1 or np.all(values == values[0]):
+        return mean, mean, mean
+    half = stats.t.ppf(0.5 + confidence / 2, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size)
+    return mean, float(mean - half), float(mean + half)
+
+
+def bootstrap_interval(samples, statistic=np.median, confidence=CONFIDENCE, draws=BOOTSTRAP_DRAWS, seed=0):
+    """Percentile bootstrap interval of `statistic` over `samples`: (value, low, high), seeded."""
+    samples = np.asarray(samples, float)
+    if samples.size == 0:
+        raise ReproError("no samples to bootstrap")
+    rng = np.random.default_rng(seed)
+    resampled = statistic(samples[rng.integers(0, samples.size, (draws, samples.size))], axis=1)
+    low, high = np.percentile(resampled, [50 * (1 - confidence), 50 * (1 + confidence)])
+    return float(statistic(samples)), float(low), float(high)
+
+
+def verdict(reference, low, high):
+    """Is `reference` inside [low, high]? Returns (inside, distance): how far outside, 0 when inside."""
+    if low <= reference <= high:
+        return True, 0.0
+    return False, float(reference - high if reference > high else reference - low)

@@ -1,0 +1,203 @@
+"""The pipeline reproducing itself: robust calibration statistics, repeats through the cost table,
+the self-check's table and the reference verdicts."""
+
+import copy
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import configfiles, copy_workflow, snakemake, stop_clusters
+
+from repro.config import load_config
+from repro.errors import ReproError
+from repro.pecan import calibrate as cal
+from repro.pecan.costs import COLUMNS, cost_row
+from repro.pecan.costtable import SPREAD_COLUMNS, with_spread
+from repro.pecan.logs import parse_log
+from repro.pecan.pipelines import PIPELINES
+from repro.pecan.reproducibility import CHECK_COLUMNS, VERDICT_COLUMNS, check, compare, reference_verdicts
+from repro.pecan.run import run_mode
+from repro.stats import bootstrap_interval, mean_interval, verdict
+
+REPO = Path(__file__).resolve().parents[1]
+RESNET = {"pipeline": "resnet", "batch_size": 1024, "steps_per_epoch": 1251}
+TOLERANCE = {"cost_relative": 0.05, "cost_dollars": 0.05, "calibration_relative": 0.05, "saving_points": 3}
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(REPO / "config" / "config.yaml")
+
+
+@pytest.fixture(scope="module")
+def calibrations():
+    return {p: cal.calibrate(p, elements=4, repeats=2) for p in ("resnet", "retinanet")}
+
+
+# -- statistics -------------------------------------------------------------------------
+
+
+def test_mean_interval_is_the_student_t_interval():
+    mean, low, high = mean_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert high - mean == pytest.approx(4.302653 / np.sqrt(3))  # t(0.975, 2 df) x s / sqrt(n), s = 1
+    assert mean - low == pytest.approx(high - mean)
+    assert mean_interval([5.0]) == (5.0, 5.0, 5.0)
+    assert mean_interval([2.0, 2.0]) == (2.0, 2.0, 2.0)
+    with pytest.raises(ReproError):
+        mean_interval([])
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_median():
+    samples = np.random.default_rng(3).lognormal(0, 0.5, 200)
+    value, low, high = bootstrap_interval(samples)
+    assert value == pytest.approx(np.median(samples))
+    assert low < value < high
+    assert bootstrap_interval(samples) == (value, low, high)
+    assert bootstrap_interval(samples[:20])[2] - bootstrap_interval(samples[:20])[1] > high - low  # fewer, wider
+
+
+def test_verdict_says_inside_or_by_how_much_outside():
+    assert verdict(1.0, 0.9, 1.1) == (True, 0.0)
+    assert verdict(1.3, 0.9, 1.1) == (False, pytest.approx(0.2))
+    assert verdict(0.5, 0.9, 1.1) == (False, pytest.approx(-0.4))
+
+
+def test_per_element_minima_ignore_a_disturbed_pass():
+    ops = PIPELINES["resnet"][:2]
+    quiet = np.full((3, 4, 3), 0.001)  # repeats x elements x (ops + batch)
+    disturbed = quiet.copy()
+    disturbed[1] *= 3.0  # one whole pass under heavy interference
+    disturbed[2, 0, 0] *= 10.0  # and one element's op preempted
+    sizes = {"decode": [100, 400], "to_float": [400, 1600]}
+    for passes in (quiet, disturbed):
+        summary = cal.summarize_order(ops, passes, sizes, 4)
+        assert summary["cpu_s_per_element"] == pytest.approx(0.003)
+        assert summary["element_cpu_s"] == pytest.approx([0.003] * 4)
+    spread = cal.summarize_order(ops, disturbed, sizes, 4)["ops"][0]["cpu_s"]
+    assert spread["n"] == 12 and spread["median"] == pytest.approx(0.001) and spread["q3"] > spread["q1"]
+    assert cal.summarize_order(ops, disturbed, sizes, 4)["pass_cpu_s_per_element"][1] == pytest.approx(0.009)
+
+
+def test_calibration_records_the_spread_and_resamples_in_pairs(calibrations):
+    resnet = calibrations["resnet"]
+    assert resnet["repeats"] == 2 and resnet["warmup_passes"] >= 1 and len(resnet["load_average"]) == 3
+    for order in ("declared", "autoorder"):
+        assert len(resnet[order]["element_cpu_s"]) == 4 and len(resnet[order]["pass_cpu_s_per_element"]) == 2
+        for row in resnet[order]["ops"]:
+            assert row["cpu_s"]["n"] == 8 and row["cpu_s"]["iqr"] >= 0 and row["cpu_s_minima"]["n"] == 4
+            assert row["cpu_s"]["q1"] <= row["cpu_s"]["median"] <= row["cpu_s"]["q3"]
+    assert resnet["declared"]["cpu_s_per_element"] == pytest.approx(np.mean(resnet["declared"]["element_cpu_s"]))
+    drawn = [cal.resample(resnet, np.random.default_rng(seed)) for seed in range(20)]
+    assert len({d["declared"]["cpu_s_per_element"] for d in drawn}) > 1
+    for d in drawn:  # the same elements in both orders: the saving follows from the two drawn costs
+        assert d["autoorder_saving"] == pytest.approx(1 - d["autoorder"]["cpu_s_per_element"] / d["declared"]["cpu_s_per_element"])
+    assert resnet["declared"]["cpu_s_per_element"] == pytest.approx(np.mean(resnet["declared"]["element_cpu_s"]))
+
+
+# -- repeats through the cost table -----------------------------------------------------
+
+
+def test_repeats_reach_the_cost_table(config, calibrations, tmp_path):
+    cfg = {**copy.deepcopy(config), "repeats": 4}
+    metrics = run_mode(cfg, "ResNet50_v2-8", "pecan", calibrations, tmp_path)
+    repeats = metrics["repeats"]
+    assert [r["repeat"] for r in repeats] == [0, 1, 2, 3] and len({r["seed"] for r in repeats}) == 4
+    assert repeats[0]["seed"] == config["seed"] and repeats[0]["log"] == "run.log"
+    first = parse_log(tmp_path / "run.log")
+    assert (repeats[0]["throughput"], repeats[0]["remote_workers"]) == (first.throughput, first.remote_workers)
+    for r in repeats[1:]:
+        assert parse_log(tmp_path / r["log"]).throughput == pytest.approx(r["throughput"])
+    assert len({r["throughput"] for r in repeats}) == 4
+
+    row = with_spread(cost_row(first, "pecan", "resnet", RESNET, 4.96, 0.42), repeats, "pecan", "resnet", RESNET, 4.96, 0.42)
+    assert set(row) == set(COLUMNS + SPREAD_COLUMNS) and row["repeats"] == 4
+    tpu = [cost_row(parse_log(tmp_path / r["log"]), "pecan", "resnet", RESNET, 4.96, 0.42)["tpu_cost"] for r in repeats]
+    assert row["tpu_cost_mean"] == pytest.approx(np.mean(tpu))
+    assert row["tpu_cost_ci_low"] < row["tpu_cost_mean"] < row["tpu_cost_ci_high"]
+    assert row["total_cost_mean"] == pytest.approx(row["tpu_cost_mean"] + row["worker_cost_mean"])
+
+    single = run_mode({**cfg, "repeats": 1}, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "one")
+    assert not (tmp_path / "one" / "repeats").exists()
+    assert single["throughput"] == metrics["throughput"]  # repeat 0 does not depend on how many follow
+
+
+# -- the self-check and the verdicts ----------------------------------------------------
+
+
+def test_check_table_compares_each_number_within_its_tolerance():
+    first = {"calibration resnet declared ms/element": 4.0, "calibration resnet AutoOrder saving %": 30.0,
+             "fig8 pecan tpu_cost $": 0.55, "fig8 pecan worker_cost $": 0.30, "fig8 collocated worker_cost $": 0.0}
+    second = {"calibration resnet declared ms/element": 4.3, "calibration resnet AutoOrder saving %": 32.5,
+              "fig8 pecan tpu_cost $": 0.56, "fig8 pecan worker_cost $": 0.36, "fig8 collocated worker_cost $": 0.0}
+    rows = compare(first, second, TOLERANCE)
+    assert [list(r) for r in rows] == [CHECK_COLUMNS] * 5
+    within = {r["number"]: r["within"] for r in rows}
+    assert within == {"calibration resnet declared ms/element": "no", "calibration resnet AutoOrder saving %": "yes",
+                      "fig8 pecan tpu_cost $": "yes", "fig8 pecan worker_cost $": "no",
+                      "fig8 collocated worker_cost $": "yes"}
+    assert rows[1]["difference"] == pytest.approx(2.5) and rows[1]["tolerance"] == "±3 points"
+
+
+def test_check_rejects_unknown_figures(config, tmp_path):
+    with pytest.raises(ReproError, match="reproducibility.figures: unknown figure"):
+        check(config, ["fig9"], tmp_path)
+
+
+def test_reference_verdicts():
+    row = {"mode": "cachew", "repeats": 5}
+    for quantity, (mean, low, high) in {"total_cost": (1.6, 1.5, 1.7), "tpu_cost": (0.6, 0.59, 0.61),
+                                        "worker_cost": (1.0, 0.9, 1.1)}.items():
+        row.update({f"{quantity}_mean": mean, f"{quantity}_ci_low": low, f"{quantity}_ci_high": high})
+    verdicts = reference_verdicts("fig8", [row, {"mode": "other"}], {"cachew": [0.62, 1.0]})
+    assert [list(v) for v in verdicts] == [VERDICT_COLUMNS] * 3
+    by = {v["quantity"]: v for v in verdicts}
+    assert by["total_cost"]["verdict"] == "inside" and by["total_cost"]["reference"] == pytest.approx(1.62)
+    assert by["tpu_cost"]["verdict"] == "outside" and by["tpu_cost"]["outside_by"] == pytest.approx(0.01)
+    assert by["tpu_cost"]["outside_by_pct"] == pytest.approx(1.6)
+    assert reference_verdicts("x", [row], None) == []
+
+
+@pytest.mark.workflow
+def test_workflow_carries_repeats_to_tables_figures_verdicts_and_the_check(tmp_path):
+    copy_workflow(tmp_path)
+    override = {"repeats": 3, "reproducibility": {"figures": ["fig8_ResNet50_v2-8"]}}
+    try:
+        snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "reproducibility_check", *configfiles(tmp_path, override))
+    finally:
+        stop_clusters(tmp_path)
+    with open(tmp_path / "results" / "tables" / "ResNet50_v2-8.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert [r["mode"] for r in table] == ["collocated", "cachew", "pecan"] and {r["repeats"] for r in table} == {"3"}
+    metrics = json.loads((tmp_path / "results" / "runs" / "ResNet50_v2-8" / "pecan" / "metrics.json").read_text())
+    assert len(metrics["repeats"]) == 3
+    with open(tmp_path / "results" / "reference" / "fig8_ResNet50_v2-8.csv", newline="") as fh:
+        verdicts = list(csv.DictReader(fh))
+    assert {v["mode"] for v in verdicts} == {"collocated", "cachew", "pecan"}
+    assert {v["verdict"] for v in verdicts} <= {"inside", "outside"}
+    with open(tmp_path / "results" / "reproducibility" / "check.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == CHECK_COLUMNS
+    names = [r["number"] for r in rows]
+    assert "calibration resnet AutoOrder saving %" in names and "fig8_ResNet50_v2-8 pecan worker_cost $" in names
+    assert len(names) == 6 + 3 * 2  # 3 numbers per pipeline; 2 plotted segments per mode
+    # the model's noise is seeded: collocated differs between the chains only through the calibration
+    collocated = next(r for r in rows if r["number"] == "fig8_ResNet50_v2-8 collocated tpu_cost $")
+    assert collocated["within"] == "yes"
+
+
+def test_trims_distribution_table_gives_bootstrap_intervals():
+    from repro.trims.experiments import distribution_table
+
+    rng = np.random.default_rng(0)
+    results = [{"latency_us": float(v), "hit": bool(h)} for v, h in zip(rng.lognormal(10, 0.3, 60), rng.random(60) < 0.7)]
+    row = distribution_table([{"distribution": "pareto", "concurrency": 2, "results": results, "wall_s": 3.0,
+                               "evictions": 1}])[0]
+    assert row["requests"] == 60
+    for q in (50, 90, 99):
+        low, high = row[f"p{q}_ci_ms"]
+        assert low <= row[f"p{q}_ms"] <= high
+    assert row["p50_ms"] == pytest.approx(np.median([r["latency_us"] for r in results]) / 1000)
+    assert row["hit_rate_ci"][0] < row["hit_rate"] < row["hit_rate_ci"][1]
