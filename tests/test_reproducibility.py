@@ -16,7 +16,7 @@ from repro.pecan import calibrate as cal
 from repro.pecan.costs import COLUMNS, cost_row
 from repro.pecan.costtable import SPREAD_COLUMNS, with_spread
 from repro.pecan.logs import parse_log
-from repro.pecan.pipelines import PIPELINES
+from repro.pecan.pipelines import PIPELINES, Op
 from repro.pecan.reproducibility import CHECK_COLUMNS, VERDICT_COLUMNS, check, compare, reference_verdicts
 from repro.pecan.run import run_mode
 from repro.stats import bootstrap_interval, mean_interval, verdict
@@ -33,7 +33,7 @@ def config():
 
 @pytest.fixture(scope="module")
 def calibrations():
-    return {p: cal.calibrate(p, elements=4, repeats=2) for p in ("resnet", "retinanet")}
+    return cal.calibrate_together(["resnet", "retinanet"], elements=4, repeats=2)
 
 
 # -- statistics -------------------------------------------------------------------------
@@ -81,7 +81,24 @@ def test_per_element_minima_ignore_a_disturbed_pass():
     assert cal.summarize_order(ops, disturbed, sizes, 4)["pass_cpu_s_per_element"][1] == pytest.approx(0.009)
 
 
+def test_pipelines_calibrated_together_are_measured_element_by_element_in_turn():
+    """Interleaving is what keeps the pipelines' cost ratio still under changing load."""
+    calls = []
+
+    def op(run):
+        return Op(run, lambda element, rng: calls.append((run, element["image"])) or element)
+
+    runs = {"a": ([op("a")], [{"image": b"a0"}, {"image": b"a1"}]), "b": ([op("b")], [{"image": b"b0"}, {"image": b"b1"}])}
+    cal.measure_pass(runs, seed=0)
+    assert calls == [("a", b"a0"), ("b", b"b0"), ("a", b"a1"), ("b", b"b1")]
+    calls.clear()
+    cal.measure_pass(runs, seed=0, flip=True)
+    assert calls == [("b", b"b0"), ("a", b"a0"), ("b", b"b1"), ("a", b"a1")]
+
+
 def test_calibration_records_the_spread_and_resamples_in_pairs(calibrations):
+    assert all(c["measured_with"] == ["resnet", "retinanet"] for c in calibrations.values())
+    assert calibrations["retinanet"]["load_average"] == calibrations["resnet"]["load_average"]
     resnet = calibrations["resnet"]
     assert resnet["repeats"] == 2 and resnet["warmup_passes"] >= 1 and len(resnet["load_average"]) == 3
     for order in ("declared", "autoorder"):

@@ -49,22 +49,26 @@ def machine_description():
     }
 
 
-def measure_pass(orders, elements, seed, flip=False):
-    """One pass over `elements`, each element through every order in turn ({name: ops}).
+def measure_pass(runs, seed, flip=False):
+    """One pass over every run in `runs` ({name: (ops, elements)}, the same number of elements each).
 
-    Both orders of one element run back to back (in alternating turn when `flip`), so load that
-    drifts over seconds hits both alike. Every element draws its crops and flips from its own seed.
+    Element i goes through every run back to back (in reversed turn when `flip`), so load that
+    drifts over seconds hits all runs alike: the declared and AutoOrder orders of one pipeline,
+    and the pipelines calibrated together, whose costs the local preset relates to each other.
+    Every element draws its crops and flips from its own seed.
     Returns {name: (cpu, sizes)}: cpu is an elements x (ops + 1) array of thread CPU seconds, the
     last column the element's share of stacking its batch; sizes maps op -> [bytes in, bytes out].
     """
-    names = list(orders)[::-1] if flip else list(orders)
-    cpu = {name: np.zeros((len(elements), len(ops) + 1)) for name, ops in orders.items()}
-    sizes = {name: {op.name: [0, 0] for op in ops} for name, ops in orders.items()}
-    outputs = {name: [] for name in orders}
-    for i, source in enumerate(elements):
+    names = list(runs)[::-1] if flip else list(runs)
+    count = len(next(iter(runs.values()))[1])
+    cpu = {name: np.zeros((count, len(ops) + 1)) for name, (ops, _) in runs.items()}
+    sizes = {name: {op.name: [0, 0] for op in ops} for name, (ops, _) in runs.items()}
+    outputs = {name: [] for name in runs}
+    for i in range(count):
         for name in names:
-            rng, element = np.random.default_rng([seed, i]), source
-            for j, op in enumerate(orders[name]):
+            ops, elements = runs[name]
+            rng, element = np.random.default_rng([seed, i]), elements[i]
+            for j, op in enumerate(ops):
                 before = element_bytes(element)
                 start = time.thread_time()
                 element = op.fn(element, rng)
@@ -73,12 +77,12 @@ def measure_pass(orders, elements, seed, flip=False):
                 sizes[name][op.name][1] += element_bytes(element)
             outputs[name].append(element)
     for name in names:
-        for i in range(0, len(elements), BATCH_FOR_MEASURE):
+        for i in range(0, count, BATCH_FOR_MEASURE):
             chunk = outputs[name][i : i + BATCH_FOR_MEASURE]
             start = time.thread_time()
             batch(chunk)
             cpu[name][i : i + len(chunk), -1] = (time.thread_time() - start) / len(chunk)
-    return {name: (cpu[name], sizes[name]) for name in orders}
+    return {name: (cpu[name], sizes[name]) for name in runs}
 
 
 def spread(samples):
@@ -119,38 +123,58 @@ def summarize_order(ops, passes, sizes, n):
 
 def calibrate(pipeline, elements=32, seed=0, repeats=10):
     """Measure `pipeline` in its declared and AutoOrder orders (see the module docstring)."""
-    if pipeline not in PIPELINES:
-        raise ReproError(f"unknown pipeline {pipeline!r}; expected one of {sorted(PIPELINES)}")
+    return calibrate_together([pipeline], elements=elements, seed=seed, repeats=repeats)[pipeline]
+
+
+def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
+    """Measure several pipelines, each in its declared and AutoOrder orders, element by element
+    in one interleaved loop: the ratio of their costs then holds still while the machine's load
+    changes (measured separately, minutes apart, it moved by up to 15% here). {pipeline: result}.
+    """
+    unknown = [p for p in pipelines if p not in PIPELINES]
+    if unknown or not pipelines:
+        raise ReproError(f"unknown pipeline(s) {unknown or pipelines!r}; expected one or more of {sorted(PIPELINES)}")
     if elements < 1 or repeats < 1:
         raise ReproError("calibration needs at least one element and one repeat")
-    ops = PIPELINES[pipeline]
-    data = synthetic_jpegs(pipeline, elements, seed=seed)
-
-    _, sizes = measure_pass({"declared": ops}, data[: min(4, elements)], seed)["declared"]
-    reordered, moves = autoorder(ops, {name: out / inp for name, (inp, out) in sizes.items()})
-    orders = {"declared": ops, "autoorder": reordered}
+    pipelines = list(dict.fromkeys(pipelines))
+    runs, moves, data = {}, {}, {}
+    for pipeline in pipelines:
+        ops = PIPELINES[pipeline]
+        data[pipeline] = synthetic_jpegs(pipeline, elements, seed=seed)
+        probe = {"declared": (ops, data[pipeline][: min(4, elements)])}
+        _, sizes = measure_pass(probe, seed)["declared"]
+        reordered, moves[pipeline] = autoorder(ops, {name: out / inp for name, (inp, out) in sizes.items()})
+        runs[pipeline, "declared"] = (ops, data[pipeline])
+        runs[pipeline, "autoorder"] = (reordered, data[pipeline])
     for _ in range(WARMUP_PASSES):
-        measure_pass(orders, data, seed)
-    passes, order_sizes = {name: [] for name in orders}, {}
+        measure_pass(runs, seed)
+    passes, run_sizes = {name: [] for name in runs}, {}
     for r in range(repeats):
-        for name, (cpu, order_sizes[name]) in measure_pass(orders, data, seed, flip=r % 2 == 1).items():
+        for name, (cpu, run_sizes[name]) in measure_pass(runs, seed, flip=r % 2 == 1).items():
             passes[name].append(cpu)
-    result = {
-        "pipeline": pipeline,
-        "machine": machine_description(),
-        "elements": elements,
-        "repeats": repeats,
-        "warmup_passes": WARMUP_PASSES,
-        "statistic": "per element and op the minimum over repeats (thread CPU time), mean over elements",
-        "seed": seed,
-        "load_average": list(os.getloadavg()),  # other work on the machine while measuring (1, 5, 15 min)
-        "image_bytes_per_element": sum(len(e["image"]) for e in data) / elements,
-    }
-    for name, order in orders.items():
-        result[name] = summarize_order(order, np.array(passes[name]), order_sizes[name], elements)
-    result["autoorder"]["moves"] = moves
-    result["autoorder_saving"] = saving(result["declared"]["cpu_s_per_element"], result["autoorder"]["cpu_s_per_element"])
-    return result
+    machine, load = machine_description(), list(os.getloadavg())
+    results = {}
+    for pipeline in pipelines:
+        result = {
+            "pipeline": pipeline,
+            "machine": machine,
+            "elements": elements,
+            "repeats": repeats,
+            "warmup_passes": WARMUP_PASSES,
+            "statistic": "per element and op the minimum over repeats (thread CPU time), mean over elements",
+            "measured_with": pipelines,  # interleaved element by element in one loop
+            "seed": seed,
+            "load_average": load,  # other work on the machine while measuring (1, 5, 15 min)
+            "image_bytes_per_element": sum(len(e["image"]) for e in data[pipeline]) / elements,
+        }
+        for order in ("declared", "autoorder"):
+            name = (pipeline, order)
+            result[order] = summarize_order(runs[name][0], np.array(passes[name]), run_sizes[name], elements)
+        result["autoorder"]["moves"] = moves[pipeline]
+        result["autoorder_saving"] = saving(result["declared"]["cpu_s_per_element"],
+                                            result["autoorder"]["cpu_s_per_element"])
+        results[pipeline] = result
+    return results
 
 
 def saving(declared, autoorder_cost):

@@ -10,11 +10,13 @@ def add_commands(sub):
     pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
     psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs}")
 
-    cal = psub.add_parser("calibrate", help="measure a preprocessing pipeline on this machine")
-    cal.add_argument("--pipeline", required=True, choices=["resnet", "retinanet"])
+    cal = psub.add_parser("calibrate", help="measure preprocessing pipelines on this machine",
+                          description="Measure the pipelines in one interleaved loop (their cost ratio then holds "
+                                      "still under changing load) and write one calibration JSON per pipeline.")
+    cal.add_argument("--pipeline", required=True, nargs="+", choices=["resnet", "retinanet"])
     cal.add_argument("--elements", type=int, default=32, help="synthetic JPEGs to measure (default 32)")
     cal.add_argument("--repeats", type=int, default=10, help="passes over both orders; per element and op the fastest is kept (default 10)")
-    cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
+    cal.add_argument("-o", "--output", required=True, nargs="+", help="calibration JSON to write, one per --pipeline")
     cal.set_defaults(func=_calibrate)
 
     run = psub.add_parser("run", help="run one experiment x mode on the local cluster model")
@@ -37,13 +39,20 @@ def add_commands(sub):
 
 def _calibrate(args):
     from repro.fsutil import write_json
-    from repro.pecan.calibrate import calibrate
+    from repro.pecan.calibrate import calibrate_together
 
-    result = calibrate(args.pipeline, elements=args.elements, repeats=args.repeats)
-    write_json(args.output, result)
-    print(f"{args.output}: declared {result['declared']['cpu_s_per_element'] * 1e3:.2f} ms/element, "
-          f"AutoOrder {result['autoorder']['cpu_s_per_element'] * 1e3:.2f} ms/element "
-          f"({result['autoorder_saving']:.1%} saved; moves: {', '.join(result['autoorder']['moves']) or 'none'})")
+    if len(args.output) != len(args.pipeline):
+        raise ReproError(f"--output: {len(args.output)} file(s) for {len(args.pipeline)} --pipeline value(s); "
+                         "expected one calibration JSON per pipeline, in the same order")
+    if len(set(args.pipeline)) != len(args.pipeline):
+        raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
+    results = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
+    for pipeline, output in zip(args.pipeline, args.output):
+        result = results[pipeline]
+        write_json(output, result)
+        print(f"{output}: declared {result['declared']['cpu_s_per_element'] * 1e3:.2f} ms/element, "
+              f"AutoOrder {result['autoorder']['cpu_s_per_element'] * 1e3:.2f} ms/element "
+              f"({result['autoorder_saving']:.1%} saved; moves: {', '.join(result['autoorder']['moves']) or 'none'})")
 
 
 def _run(args):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.pecan.calibrate import calibrate
+from repro.pecan.calibrate import calibrate_together
 from repro.pecan.costs import cost_row
 from repro.pecan.costtable import with_spread
 from repro.pecan.logs import parse_log
@@ -47,10 +47,9 @@ def run_chain(config, figures, scratch):
     scratch = Path(scratch)
     shutil.rmtree(scratch, ignore_errors=True)
     cal = config["calibration"]
-    calibrations = {}
     numbers = {}
+    calibrations = calibrate_together(PIPELINES, elements=cal["elements"], repeats=cal["repeats"])
     for pipeline in PIPELINES:
-        calibrations[pipeline] = calibrate(pipeline, elements=cal["elements"], repeats=cal["repeats"])
         write_json(scratch / "calibration" / f"{pipeline}.json", calibrations[pipeline])
         for order in ("declared", "autoorder"):
             numbers[f"calibration {pipeline} {order} ms/element"] = calibrations[pipeline][order]["cpu_s_per_element"] * 1e3
