@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from support import configfiles, copy_workflow, snakemake, stop_clusters
 
+from repro.cli import main
 from repro.config import load_config
 from repro.errors import ReproError
 from repro.pecan import calibrate as cal
@@ -161,6 +162,40 @@ def test_check_table_compares_each_number_within_its_tolerance():
 def test_check_rejects_unknown_figures(config, tmp_path):
     with pytest.raises(ReproError, match="reproducibility.figures: unknown figure"):
         check(config, ["fig9"], tmp_path)
+
+
+def _results(root, calibrations, worker_cost):
+    """A finished results/ directory as the workflow leaves it: calibrations and fig8's cost table."""
+    for pipeline, calibration in calibrations.items():
+        (root / "calibration").mkdir(parents=True, exist_ok=True)
+        (root / "calibration" / f"{pipeline}.json").write_text(json.dumps(calibration))
+    (root / "tables").mkdir()
+    with open(root / "tables" / "ResNet50_v2-8.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, ["mode", "tpu_cost_mean", "worker_cost_mean"])
+        writer.writeheader()
+        writer.writerows([{"mode": "collocated", "tpu_cost_mean": 4.43, "worker_cost_mean": 0.0},
+                          {"mode": "pecan", "tpu_cost_mean": 0.55, "worker_cost_mean": worker_cost}])
+    return root
+
+
+def test_compare_results_checks_two_clones_number_by_number(calibrations, tmp_path, capsys):
+    first = _results(tmp_path / "a", calibrations, 0.30)
+    same = _results(tmp_path / "b", calibrations, 0.31)
+    moved = _results(tmp_path / "c", calibrations, 0.45)
+    out = tmp_path / "check.csv"
+    assert main(["pecan", "compare-results", str(first), str(same), "--figure", "fig8_ResNet50_v2-8", "-o", str(out)]) == 0
+    with open(out, newline="") as fh:
+        rows = {r["number"]: r for r in csv.DictReader(fh)}
+    assert len(rows) == 6 + 4 and all(r["within"] == "yes" for r in rows.values())
+    assert rows["fig8_ResNet50_v2-8 pecan worker_cost $"]["second"] == "0.31"
+    assert main(["pecan", "compare-results", str(first), str(moved), "--figure", "fig8_ResNet50_v2-8"]) == 1
+    out, err = capsys.readouterr()
+    assert "fig8_ResNet50_v2-8 pecan worker_cost $,0.3,0.45,0.15,±5% or $0.05,no" in out
+    assert "9 of 10 numbers within tolerance" in err
+    assert main(["pecan", "compare-results", str(first), str(tmp_path / "nowhere"), "--figure", "fig8_ResNet50_v2-8"]) == 1
+    assert "nowhere: not a finished workflow's results directory" in capsys.readouterr().err
+    assert main(["pecan", "compare-results", str(first), str(same), "--figure", "fig9"]) == 1
+    assert "unknown figure(s) ['fig9']" in capsys.readouterr().err
 
 
 def test_reference_verdicts():

@@ -181,14 +181,14 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.func(args)
+        code = args.func(args)  # a command returns its exit code, or None for success
     except ReproError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
         print(f"repro: error: {_os_error(exc)}", file=sys.stderr)
         return 1
-    return 0
+    return code or 0
 
 
 def _os_error(exc):

@@ -1,6 +1,7 @@
 """`repro pecan ...` subcommands: calibrate, run, costs."""
 
 import json
+import sys
 from pathlib import Path
 
 from repro.errors import ReproError
@@ -8,7 +9,7 @@ from repro.errors import ReproError
 
 def add_commands(sub):
     pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
-    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs}")
+    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,compare-results}")
 
     cal = psub.add_parser("calibrate", help="measure preprocessing pipelines on this machine",
                           description="Measure the pipelines in one interleaved loop (their cost ratio then holds "
@@ -35,6 +36,17 @@ def add_commands(sub):
     costs.add_argument("--experiment", required=True, help="experiment whose model and accelerator apply")
     costs.add_argument("-o", "--output", help="CSV file (default: standard output)")
     costs.set_defaults(func=_costs)
+
+    same = psub.add_parser("compare-results", help="compare the plotted numbers of two results/ directories",
+                           description="Every plotted number (calibrations, each figure's bar segments) of two "
+                                       "finished workflows, e.g. two fresh clones, within the configured "
+                                       "reproducibility.tolerance; exits 1 if any is outside.")
+    same.add_argument("first", help="a results/ directory")
+    same.add_argument("second", help="another results/ directory")
+    same.add_argument("--config", default="config/config.yaml")
+    same.add_argument("--figure", nargs="+", help="figures to compare (default: reproducibility.figures)")
+    same.add_argument("-o", "--output", help="CSV file (default: standard output)")
+    same.set_defaults(func=_compare_results)
 
 
 def _calibrate(args):
@@ -92,3 +104,18 @@ def _costs(args):
         for log in args.logs
     ]
     write_table(rows, args.output)
+
+
+def _compare_results(args):
+    from repro.config import load_config
+    from repro.pecan.costtable import write_table
+    from repro.pecan.reproducibility import CHECK_COLUMNS, check_figures, compare, results_numbers
+
+    config = load_config(args.config)
+    figures = check_figures(config, args.figure or config["reproducibility"]["figures"])
+    first, second = (results_numbers(config, figures, d) for d in (args.first, args.second))
+    rows = compare(first, second, config["reproducibility"]["tolerance"])
+    write_table(rows, args.output, CHECK_COLUMNS)
+    outside = [r["number"] for r in rows if r["within"] != "yes"]
+    print(f"{len(rows) - len(outside)} of {len(rows)} numbers within tolerance", file=sys.stderr)
+    return 1 if outside else 0

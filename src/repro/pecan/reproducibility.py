@@ -3,10 +3,13 @@
 `check`: the chain behind a figure (calibration of both pipelines, every mode's run with its
 repeats, the cost table) run twice from empty scratch directories with the package's own
 functions; every plotted number of the two chains compared within the configured tolerance.
+`results_numbers` + `compare`: the same comparison between two finished results/ directories
+(`repro pecan compare-results`), e.g. two fresh clones.
 `reference_verdicts`: each reference value the figure draws as a marker, inside or outside the
 95% interval the repeats give, and how far outside.
 """
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -41,29 +44,56 @@ def cost_rows(config, experiment, run_dirs):
     return rows
 
 
+def plotted_numbers(figures, calibrations, rows_by_figure):
+    """{name: value}: the calibration results and every figure's plotted costs (bar segment means)."""
+    numbers = {}
+    for pipeline, calibration in calibrations.items():
+        for order in ("declared", "autoorder"):
+            numbers[f"calibration {pipeline} {order} ms/element"] = calibration[order]["cpu_s_per_element"] * 1e3
+        numbers[f"calibration {pipeline} AutoOrder saving %"] = calibration["autoorder_saving"] * 100
+    for figure in figures:
+        for row in rows_by_figure[figure]:
+            for column in PLOTTED:
+                numbers[f"{figure} {row['mode']} {column} $"] = float(row[f"{column}_mean"])
+    return numbers
+
+
 def run_chain(config, figures, scratch):
     """Calibrate, run and tabulate every figure's experiment in an emptied `scratch`; return the
     plotted numbers {name: value} (calibration results included)."""
     scratch = Path(scratch)
     shutil.rmtree(scratch, ignore_errors=True)
     cal = config["calibration"]
-    numbers = {}
     calibrations = calibrate_together(PIPELINES, elements=cal["elements"], repeats=cal["repeats"])
     for pipeline in PIPELINES:
         write_json(scratch / "calibration" / f"{pipeline}.json", calibrations[pipeline])
-        for order in ("declared", "autoorder"):
-            numbers[f"calibration {pipeline} {order} ms/element"] = calibrations[pipeline][order]["cpu_s_per_element"] * 1e3
-        numbers[f"calibration {pipeline} AutoOrder saving %"] = calibrations[pipeline]["autoorder_saving"] * 100
+    rows_by_figure = {}
     for figure in figures:
         experiment = config["plots"]["figures"][figure]["experiment"]
         run_dirs = {}
         for mode in config["pecan"]["experiments"][experiment]["modes"]:
             run_dirs[mode] = scratch / "runs" / experiment / mode
             run_mode(config, experiment, mode, calibrations, run_dirs[mode])
-        for row in cost_rows(config, experiment, run_dirs):
-            for column in PLOTTED:
-                numbers[f"{figure} {row['mode']} {column} $"] = row[f"{column}_mean"]
-    return numbers
+        rows_by_figure[figure] = cost_rows(config, experiment, run_dirs)
+    return plotted_numbers(figures, calibrations, rows_by_figure)
+
+
+def results_numbers(config, figures, results):
+    """The plotted numbers of a finished workflow's `results/` directory (its calibrations and
+    cost tables), to compare two clones or two machines."""
+    results = Path(results)
+    calibrations, rows_by_figure = {}, {}
+    try:
+        for pipeline in PIPELINES:
+            calibrations[pipeline] = json.loads((results / "calibration" / f"{pipeline}.json").read_text())
+        for figure in figures:
+            table = results / "tables" / f"{config['plots']['figures'][figure]['experiment']}.csv"
+            with open(table, newline="") as fh:
+                rows_by_figure[figure] = list(csv.DictReader(fh))
+        return plotted_numbers(figures, calibrations, rows_by_figure)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ReproError(f"{results}: not a finished workflow's results directory for figures {list(figures)} "
+                         f"({type(exc).__name__}: {exc}); build them first (snakemake --cores 1)") from None
 
 
 def tolerance_of(name, tolerance):
@@ -97,12 +127,18 @@ def compare(first, second, tolerance):
 
 def check(config, figures, scratch_root):
     """Run the chain twice in scratch_root/run-1 and run-2; return the comparison rows."""
+    check_figures(config, figures)
+    first, second = (run_chain(config, figures, Path(scratch_root) / f"run-{i}") for i in (1, 2))
+    return compare(first, second, config["reproducibility"]["tolerance"])
+
+
+def check_figures(config, figures):
+    """`figures`, or a clear error naming the unknown ones."""
     unknown = [f for f in figures if f not in config["plots"]["figures"]]
     if unknown:
         raise ReproError(f"reproducibility.figures: unknown figure(s) {unknown}; "
                          f"expected some of {sorted(config['plots']['figures'])}")
-    first, second = (run_chain(config, figures, Path(scratch_root) / f"run-{i}") for i in (1, 2))
-    return compare(first, second, config["reproducibility"]["tolerance"])
+    return figures
 
 
 def reference_verdicts(figure, rows, reference):
