@@ -177,8 +177,9 @@ def test_the_model_store_takes_its_budget_from_the_config_and_only_trims_targets
 
 
 def test_interrupted_run_is_redone(workdir):
-    # a long run (many epochs) so the workflow can be killed while it executes
-    args = configfiles(workdir, {"pecan": {"modes": {"short": {"epochs": 3000}}}})
+    # a long run (many epochs) so the workflow can be killed while it executes; one repeat, so
+    # the rerun after the kill takes one such run, not twenty
+    args = configfiles(workdir, {"repeats": 1, "pecan": {"modes": {"short": {"epochs": 3000}}}})
     target = "results/runs/Getting_started/short/metrics.json"
     proc = subprocess.Popen([str(SNAKEMAKE), "--cores", "1", target, *args], cwd=workdir, env=path_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
