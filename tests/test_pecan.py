@@ -220,7 +220,7 @@ def test_calibration_measures_both_orders(calibrations):
 def test_pipelines_produce_model_inputs():
     rng = np.random.default_rng(0)
     element = pipelines.synthetic_jpegs("retinanet", 1, seed=3)[0]
-    for step in pipelines.PIPELINES["retinanet"]:
+    for step in pipelines.PIPELINES["retinanet"].ops:
         element = step.fn(element, rng)
     assert element["image"].shape == (640, 640, 3) and element["image"].dtype == np.float32
     assert element["boxes"].shape == (4, 4) and (element["boxes"] >= 0).all() and (element["boxes"] <= 1).all()

@@ -123,7 +123,7 @@ def calibrate(pipeline, elements=32, seed=0, repeats=10):
         raise ReproError(f"unknown pipeline {pipeline!r}; expected one of {sorted(PIPELINES)}")
     if elements < 1 or repeats < 1:
         raise ReproError("calibration needs at least one element and one repeat")
-    ops = PIPELINES[pipeline]
+    ops = list(PIPELINES[pipeline].ops)
     data = synthetic_jpegs(pipeline, elements, seed=seed)
 
     _, sizes = measure_pass({"declared": ops}, data[: min(4, elements)], seed)["declared"]

@@ -18,12 +18,12 @@ from repro.pecan.costs import cost_row
 from repro.pecan.costtable import with_spread
 from repro.pecan.logs import parse_log
 from repro.pecan.run import run_mode
+from repro.rulesettings import calibrated_pipelines
 from repro.stats import verdict
 
 CHECK_COLUMNS = ["number", "first", "second", "difference", "tolerance", "within"]
 VERDICT_COLUMNS = ["figure", "mode", "quantity", "reference", "mean", "ci_low", "ci_high", "repeats", "verdict",
                    "outside_by", "outside_by_pct"]
-PIPELINES = ("resnet", "retinanet")
 PLOTTED = ("tpu_cost", "worker_cost")  # the two segments of each bar, labelled on the figure
 
 
@@ -49,7 +49,7 @@ def run_chain(config, figures, scratch):
     cal = config["calibration"]
     calibrations = {}
     numbers = {}
-    for pipeline in PIPELINES:
+    for pipeline in calibrated_pipelines(config):
         calibrations[pipeline] = calibrate(pipeline, elements=cal["elements"], repeats=cal["repeats"])
         write_json(scratch / "calibration" / f"{pipeline}.json", calibrations[pipeline])
         for order in ("declared", "autoorder"):

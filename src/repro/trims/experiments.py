@@ -27,7 +27,7 @@ LOAD_PHASES = ("read_params", "load_model", "create_prediction")
 
 def publish_model(model_dir, url):
     """Upload a generated model (its files, then its manifest) to a GCS asset store."""
-    from repro.store import GCSStore
+    from repro.tracestore import GCSStore
 
     store, model_dir = GCSStore(url), Path(model_dir)
     manifest = load_manifest(model_dir)
@@ -42,7 +42,7 @@ def fetch_model(asset_store, model, base_path):
     target = Path(base_path) / model
     target.mkdir(parents=True, exist_ok=True)
     if str(asset_store).startswith("gs://"):
-        from repro.store import GCSStore
+        from repro.tracestore import GCSStore
 
         store = GCSStore(str(asset_store))
         store.get(f"{model}/manifest.json", target / ".manifest.fetched.json")
