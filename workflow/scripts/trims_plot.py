@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from repro.pecan.calibrate import machine_description
+from repro.machine import machine_description
 from repro.plots import plot_distributions, plot_model_load
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w")
