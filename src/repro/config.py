@@ -14,19 +14,16 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from repro.backends import get_backend
+from repro.backends import backend_names, get_backend
 from repro.errors import ReproError
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)
+# Backends name theirs within their own section (Backend.path_keys).
 PATH_KEYS = (
     ("trace_store",),
     ("trims", "base_path"),
     ("trims", "asset_store"),
-    ("ssh", "known_hosts"),
-    ("ssh", "hosts", "control", "key_file"),
-    ("ssh", "hosts", "accelerator", "key_file"),
-    ("ssh", "hosts", "workers", "*", "key_file"),
 )
 _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
@@ -80,7 +77,8 @@ def validate_config(config, source="config"):
     if backend.needs_section and backend.name not in config:
         raise ReproError(f"{source}: {backend.name}: required when backend is {backend.name} "
                          f"(its settings: see the schema's `{backend.name}` section)")
-    for keys in PATH_KEYS:
+    backend_paths = [(name, *keys) for name in backend_names() for keys in get_backend(name).path_keys]
+    for keys in [*PATH_KEYS, *backend_paths]:
         _expand_at(config, keys, [], source)
     check_references(config, source)
     return config

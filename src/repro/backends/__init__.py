@@ -48,8 +48,10 @@ class Backend(ABC):
     (with the backend's name and settings digest added), as `cluster_start` wrote it."""
 
     # what a configuration needs for this backend: its own section, an optional part of the install
-    # ((extra, module it provides) in pyproject.toml), and whether the TrIMS experiments can run on it
+    # ((extra, module it provides) in pyproject.toml), and whether the TrIMS experiments can run on it;
+    # the keys of its section holding paths on this machine (`~` and $VAR expanded at load; "*": every entry)
     needs_section: ClassVar[bool] = False
+    path_keys: ClassVar[tuple] = ()
     extra: ClassVar[tuple[str, str] | None] = None
     runs_trims: ClassVar[bool] = False
 

@@ -93,6 +93,8 @@ def _run_commands(ssh, commands):
 class SshBackend(Backend):
     needs_section = True
     extra = ("ssh", "fabric")
+    path_keys = (("known_hosts",), ("hosts", "control", "key_file"), ("hosts", "accelerator", "key_file"),
+                 ("hosts", "workers", "*", "key_file"))
 
     def start(self, settings, state_path):
         """Run the configured start commands (they must be idempotent) and return what ran."""
