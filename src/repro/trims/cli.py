@@ -307,13 +307,16 @@ def _client_run(args):
 
 def _client_compare(args):
     from repro.traces import combine
+    from repro.trims.experiments import compare
 
     options, plan, run_dir = _client_setup(args)
-    report, failed = {}, 0
-    for label, original in (("original", True), ("shared", False)):
+
+    def run(label, original):
         results, wall, where = _run_mode(args, options, plan, run_dir, original, label)
-        report[label] = {"results": results, "wall_s": wall, "traces": str(where)}
-        failed += sum(not r["ok"] for r in results)
+        return {"results": results, "wall_s": wall, "traces": str(where)}
+
+    report = compare(run)
+    failed = sum(not r["ok"] for mode in report.values() for r in mode["results"])
     for model in sorted({m for m, _ in plan}):
         traces = [Path(r["trace"]) for label in report for r in report[label]["results"] if r["ok"] and r["model"] == model]
         if traces:
