@@ -1,7 +1,5 @@
-"""The settings each Snakemake rule passes as `params`: exactly those its output depends on.
-
-Rules pass these as `params`, so Snakemake reruns a job when, and only when, a setting it
-uses changes.
+"""The settings each Snakemake rule passes as `params`: exactly those its output depends on, so
+Snakemake reruns a job when, and only when, a setting it uses changes.
 """
 
 import copy
