@@ -39,6 +39,7 @@ test-fast: $(VENV)/.test-extras
 	$(RUN) pytest -q -m "not workflow" --durations=10
 
 lint: $(VENV)/.test-extras
+	$(RUN) ruff check .
 	$(RUN) snakemake --lint
 	$(RUN) snakefmt --check Snakefile rules/
 

@@ -1,7 +1,8 @@
 import re
 import time
 
-from repro.workflow import (
+from repro.rulesettings import (
+    calibrated_pipelines,
     cluster_settings,
     cost_settings,
     figure_settings,
@@ -17,10 +18,7 @@ from repro.trims.service import stop_store_started_since
 INVOCATION_STARTED = time.time()
 BACKEND = config["backend"]
 CLUSTER_SETTINGS = cluster_settings(config)
-PIPELINES = sorted(
-    {model["pipeline"] for model in config["pecan"]["models"].values()}
-    | {"resnet", "retinanet"}
-)
+PIPELINES = calibrated_pipelines(config)
 CALIBRATIONS = expand("results/calibration/{pipeline}.json", pipeline=PIPELINES)
 STATE = f"results/cluster/{BACKEND}/state.json"
 TRIMS_STORE = f"results/cluster/{BACKEND}/trims-store.json"
@@ -39,7 +37,6 @@ def one_of(names, none):
 wildcard_constraints:
     experiment=one_of(config["pecan"]["experiments"], "no-experiments"),
     mode=one_of(config["pecan"]["modes"], "no-modes"),
-    pipeline=one_of(PIPELINES, "no-pipelines"),
     figure=one_of(config["plots"]["figures"], "no-figures"),
     any_figure=one_of(
         [*config["plots"]["figures"], *config["plots"]["trims"]], "no-figures"

@@ -1,7 +1,15 @@
-"""Shared fixtures (generated models, a model store server) and the fault suite's summary line."""
+"""Shared fixtures (generated models, a model store server, the GCS emulator) and the fault suite's summary line."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
-from support import start_server, stop_server
+from support import free_port, start_server, stop_server
 
 SMALL_MODELS = ("squeezenet_1.1", "resnet18_v1")
 
@@ -38,6 +46,28 @@ def module_server(models, tmp_path_factory):
     record = describe(pid, "test server")
     yield directory / "store.sock", pid
     stop_server(pid, record)
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """gcp-storage-emulator in its own process on a loopback port, stopped by pid; yields its URL."""
+    port = free_port()
+    exe = Path(sys.executable).parent / "gcp-storage-emulator"
+    proc = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("the GCS emulator did not start")
+    yield f"http://127.0.0.1:{port}"
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=10)
 
 
 # -- fault suite summary ------------------------------------------------------------------

@@ -1,15 +1,13 @@
 """Helpers the end-to-end tests share: ports, workflow copies, stopping clusters, optional services,
-the GCS emulator, model store servers."""
+model store servers."""
 
 import contextlib
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -93,28 +91,6 @@ def skip_unless_installed(paths, required_by, hint):
     if os.environ.get(required_by) == "1":
         raise RuntimeError(f"{required_by}=1 but {why} ({hint})")
     pytest.skip(f"{why} ({hint})", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    """gcp-storage-emulator in its own process on a loopback port, stopped by pid; yields its URL."""
-    port = free_port()
-    exe = Path(sys.executable).parent / "gcp-storage-emulator"
-    proc = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("the GCS emulator did not start")
-    yield f"http://127.0.0.1:{port}"
-    os.kill(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=10)
 
 
 def start_server(models, directory):

@@ -424,7 +424,7 @@ def test_a_second_daemon_on_a_live_socket_is_refused(models, server, tmp_path, c
 
 def _segments(sock):
     """The shared memory segments of the server on `sock` (other processes' come and go meanwhile)."""
-    from repro.trims.store import segment_prefix
+    from repro.trims.modelstore import segment_prefix
 
     return {name for name in os.listdir("/dev/shm") if name.startswith(segment_prefix(sock))}
 

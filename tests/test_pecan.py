@@ -31,7 +31,7 @@ from repro.traces import validate
 
 REPO = Path(__file__).resolve().parents[1]
 LOGS = REPO / "tests" / "fixtures" / "pecan-logs"
-REFERENCE = {  # pecan-artifact.yaml sample_log_results
+REFERENCE = {  # extract_costs.py's results on the artifact's sample logs (github.com/eth-easl/pecan-experiments)
     "resnet_colloc": (0, 0, 3212.50, 4.4261, 0.0),
     "resnet_cachew": (19, 0, 453.14, 0.6243, 1.0045),
     "resnet_pecan": (4, 10, 396.12, 0.5458, 0.1849),
@@ -220,7 +220,7 @@ def test_calibration_measures_both_orders(calibrations):
 def test_pipelines_produce_model_inputs():
     rng = np.random.default_rng(0)
     element = pipelines.synthetic_jpegs("retinanet", 1, seed=3)[0]
-    for step in pipelines.PIPELINES["retinanet"]:
+    for step in pipelines.PIPELINES["retinanet"].ops:
         element = step.fn(element, rng)
     assert element["image"].shape == (640, 640, 3) and element["image"].dtype == np.float32
     assert element["boxes"].shape == (4, 4) and (element["boxes"] >= 0).all() and (element["boxes"] <= 1).all()

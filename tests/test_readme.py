@@ -13,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from support import BIN, REPO, TINY, copy_workflow, path_env, stop_clusters
@@ -93,9 +92,9 @@ def test_every_readme_command_runs_as_written(fresh_copy):
     env = path_env(SNAKEMAKE_PROFILE=str(profile), HOME=str(work.parent / "home"))
     (work.parent / "home").mkdir()
     ran, checked = [], []
-    for command, mode, reason in commands:
+    for command, mode, _reason in commands:
         if command.startswith("make test"):
-            mode, reason = "dry-run", "this test runs inside it"
+            mode = "dry-run"  # this test runs inside it
         script = command if mode == "run" else _checked(command)
         proc = subprocess.run(["bash", "-c", f"export PATH={shlex.quote(str(work / '.venv' / 'bin'))}:$PATH; {script}"],
                               cwd=work, env=env, capture_output=True, text=True, timeout=900)

@@ -67,7 +67,7 @@ def test_verdict_says_inside_or_by_how_much_outside():
 
 
 def test_per_element_minima_ignore_a_disturbed_pass():
-    ops = PIPELINES["resnet"][:2]
+    ops = list(PIPELINES["resnet"].ops[:2])
     quiet = np.full((3, 4, 3), 0.001)  # repeats x elements x (ops + batch)
     disturbed = quiet.copy()
     disturbed[1] *= 3.0  # one whole pass under heavy interference

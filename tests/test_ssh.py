@@ -30,6 +30,7 @@ from support import (
     stop_clusters,
 )
 
+from repro.backends import RunRequest
 from repro.backends import ssh as ssh_backend
 from repro.errors import ReproError
 
@@ -115,12 +116,12 @@ def ssh_config(root, hosts, **extra):
 def test_status_checks_every_host_and_names_the_one_that_fails(cluster, tmp_path):
     root, hosts = cluster
     state = {"backend": "ssh", "ssh": ssh_config(root, hosts)}
-    checks = ssh_backend.status(state)
+    checks = ssh_backend.BACKEND("ssh").status(state)
     assert all(c["ok"] for c in checks), checks
     assert {c["name"] for c in checks} >= {"accel: python with repro", "worker: disk space"}
     hosts[1].stop()
     try:
-        failed = [c for c in ssh_backend.status(state) if not c["ok"]]
+        failed = [c for c in ssh_backend.BACKEND("ssh").status(state) if not c["ok"]]
         assert {c["name"] for c in failed} == {f"worker (root@127.0.0.1:{hosts[1].port}) reachable", "worker: disk space"}
         assert "unreachable" in failed[0]["detail"]
     finally:
@@ -146,8 +147,9 @@ def test_config_values_reach_the_remote_shell_quoted(cluster, tmp_path):
     config["run"]["env"] = {"MARK": "$(touch " + str(tmp_path / "pwned") + ") {mode}"}
     settings = {"pecan": {"modes": {"m; touch x": {"autoorder": True, "epochs": 1}}}}
     with pytest.raises(ReproError):  # the echo 'run' writes no metrics: the fetch fails, after running
-        ssh_backend.execute(settings, "e'; touch " + str(tmp_path / "pwned") + "; '", "m; touch x", [], tmp_path / "run",
-                            {"ssh": config, "trace_store": str(tmp_path / "store")}, tmp_path / "receipt.json")
+        request = RunRequest(settings, "e'; touch " + str(tmp_path / "pwned") + "; '", "m; touch x", (), tmp_path / "run",
+                             tmp_path / "receipt.json")
+        ssh_backend.BACKEND("ssh").execute(request, {"ssh": config, "trace_store": str(tmp_path / "store")})
     assert not (tmp_path / "pwned").exists()
     assert "touch" in (tmp_path / "echoed").read_text()
 

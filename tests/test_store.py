@@ -5,20 +5,18 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from repro.errors import ReproError
-from repro.store import GCSStore, LocalStore, download_traces, open_store, upload_traces
-from support import emulator, free_port  # noqa: F401 (emulator is a fixture)
+from repro.tracestore import GCSStore, LocalStore, download_traces, open_store, upload_traces
 
 
 @pytest.fixture
 def gcs(emulator, monkeypatch):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator)
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "repro-test")
-    from repro.store import _gcs_client
+    from repro.tracestore import _gcs_client
 
     client = _gcs_client()
     bucket = f"b{time.monotonic_ns()}"

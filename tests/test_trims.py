@@ -12,7 +12,7 @@ from repro.traces import summarize, validate
 from repro.trims.client import Client, ClientOptions
 from repro.trims.models import generate, load_manifest
 from repro.trims.server import StoreConnection, serve
-from repro.trims.store import ModelStore
+from repro.trims.modelstore import ModelStore
 from repro.trims.workload import distribution, plan_requests
 
 # -- models -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from repro.trims.models import generate
 from repro.trims.monitor import MemoryMonitor
 from repro.trims.runtimes import resolve_device
 from repro.trims.server import budget_bytes, start_daemon
-from repro.trims.store import ModelStore
+from repro.trims.modelstore import ModelStore
 
 MODELS = ("squeezenet_1.1", "resnet18_v1")
 ON_GPU = resolve_device("auto") == "gpu"

@@ -10,11 +10,10 @@ import time
 import psutil
 import pytest
 from repro.processes import runtime_dir
-from support import (  # noqa: F401
+from support import (
     BIN,
     configfiles,
     copy_workflow,
-    emulator,
     path_env,
     planned_jobs,
     snakemake,
@@ -114,17 +113,19 @@ def test_changing_a_mode_parameter_reruns_that_mode_and_downstream_only(built):
 
 
 def test_changing_plot_style_reruns_only_plotting(built):
-    assert planned_jobs(built, *configfiles(built, {"plots": {"style": {"font_size": 11}}})) == ["all", "plot[Getting_started]", "plot[RetinaNet]", "plot[fig8_ResNet50_v2-8]",
-                                   "provenance[Getting_started]", "provenance[RetinaNet]",
-                                   "provenance[fig8_ResNet50_v2-8]", "provenance[trims_distributions]",
-                                   "provenance[trims_model_load]", "trims_plot[trims_distributions]",
-                                   "trims_plot[trims_model_load]"]
+    assert planned_jobs(built, *configfiles(built, {"plots": {"style": {"font_size": 11}}})) == [
+        "all", "plot[Getting_started]", "plot[RetinaNet]", "plot[fig8_ResNet50_v2-8]",
+        "provenance[Getting_started]", "provenance[RetinaNet]",
+        "provenance[fig8_ResNet50_v2-8]", "provenance[trims_distributions]",
+        "provenance[trims_model_load]", "trims_plot[trims_distributions]",
+        "trims_plot[trims_model_load]"]
 
 
 def test_deleting_a_run_recomputes_that_run_and_downstream(built):
     shutil.rmtree(built / "results" / "runs" / "Getting_started")
     jobs = planned_jobs(built, *configfiles(built))
-    assert jobs == sorted(["all", "cluster_status[Getting_started,short]", "run[Getting_started,short]", "download_traces[Getting_started,short]",
+    assert jobs == sorted(["all", "cluster_status[Getting_started,short]", "run[Getting_started,short]",
+                           "download_traces[Getting_started,short]",
                            "combine[Getting_started]", "summarize[Getting_started]", "costs[Getting_started]",
                            "plot[Getting_started]", "provenance[Getting_started]"])
     snakemake(built, *configfiles(built))
@@ -220,7 +221,7 @@ def test_invalid_config_fails_at_parse_time_naming_the_key(workdir, override, ex
 def test_results_in_a_bucket_with_snakemakes_gcs_storage(workdir, emulator, monkeypatch):
     """Snakemake's own default storage (snakemake-storage-plugin-gcs) against the GCS emulator: every
     file the workflow writes lands in the bucket, and the next invocation finds nothing to do."""
-    from repro.store import _gcs_client
+    from repro.tracestore import _gcs_client
 
     env = {"STORAGE_EMULATOR_HOST": emulator, "GOOGLE_CLOUD_PROJECT": "repro-test"}
     for name, value in env.items():

@@ -126,7 +126,7 @@ def _state_keys(path):
 def _cluster_start(args):
     from repro.backends import get_backend, start_cluster
     from repro.config import load_config
-    from repro.workflow import cluster_settings
+    from repro.rulesettings import cluster_settings
 
     state = start_cluster(cluster_settings(load_config(args.config)), args.state)
     print(get_backend(state["backend"]).describe(state))

@@ -14,26 +14,39 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from repro.backends import backend_names, get_backend
 from repro.errors import ReproError
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)
+# Backends name theirs within their own section (Backend.path_keys).
 PATH_KEYS = (
     ("trace_store",),
     ("trims", "base_path"),
     ("trims", "asset_store"),
-    ("ssh", "known_hosts"),
-    ("ssh", "hosts", "control", "key_file"),
-    ("ssh", "hosts", "accelerator", "key_file"),
-    ("ssh", "hosts", "workers", "*", "key_file"),
 )
 _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 
 def schema():
-    """The config schema, shipped inside the package."""
+    """The config schema, shipped inside the package, with the names of registered things (backends,
+    pipelines, request distributions, eviction policies, calibration presets) filled in from their registries."""
+    from repro.backends import backend_names
+    from repro.pecan.pipelines import PIPELINES
+    from repro.pecan.presets import PRESETS
+    from repro.trims.eviction import POLICIES
+    from repro.trims.workload import DISTRIBUTIONS
+
     text = files("repro").joinpath("schemas", "config.schema.yaml").read_text()
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 5x faster, every start
+    tree = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 5x faster, every start
+    properties = tree["properties"]
+    properties["backend"]["enum"] = backend_names()
+    properties["calibration"]["properties"]["preset"]["enum"] = list(PRESETS)
+    properties["pecan"]["properties"]["models"]["additionalProperties"]["properties"]["pipeline"]["enum"] = list(PIPELINES)
+    trims = properties["trims"]["properties"]
+    trims["server"]["properties"]["eviction"]["enum"] = list(POLICIES)
+    trims["distributions"]["properties"]["runs"]["propertyNames"]["enum"] = list(DISTRIBUTIONS)
+    return tree
 
 
 def _with_defaults(validator_class):
@@ -60,9 +73,12 @@ def validate_config(config, source="config"):
         error = errors[0]
         key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ReproError(f"{source}: {key}: {error.message}")
-    if config["backend"] == "ssh" and "ssh" not in config:
-        raise ReproError(f"{source}: ssh: required when backend is ssh (hosts, known_hosts, ...)")
-    for keys in PATH_KEYS:
+    backend = get_backend(config["backend"])
+    if backend.needs_section and backend.name not in config:
+        raise ReproError(f"{source}: {backend.name}: required when backend is {backend.name} "
+                         f"(its settings: see the schema's `{backend.name}` section)")
+    backend_paths = [(name, *keys) for name in backend_names() for keys in get_backend(name).path_keys]
+    for keys in [*PATH_KEYS, *backend_paths]:
         _expand_at(config, keys, [], source)
     check_references(config, source)
     return config
@@ -138,9 +154,10 @@ def check_references(config, source="config"):
             check_params(name, params)
         except ReproError as exc:
             raise ReproError(f"{source}: trims.distributions.runs.{name}: {exc}") from None
-    if config.get("backend") == "ssh" and config.get("plots", {}).get("trims"):
+    backend = get_backend(config["backend"])
+    if not backend.runs_trims and config.get("plots", {}).get("trims"):
         raise ReproError(f"{source}: plots.trims: the TrIMS experiments run on the local backend only; "
-                         "set plots.trims to [] with backend: ssh")
+                         f"set plots.trims to [] with backend: {backend.name}")
     from repro.pecan.presets import REFERENCE_PLOTS
 
     for name, figure in config.get("plots", {}).get("figures", {}).items():
@@ -149,8 +166,8 @@ def check_references(config, source="config"):
         if figure.get("reference") and figure["reference"] not in REFERENCE_PLOTS:
             raise ReproError(f"{source}: plots.figures.{name}.reference: unknown reference {figure['reference']!r}; "
                              f"expected one of {sorted(REFERENCE_PLOTS)}")
-    if config.get("backend") == "ssh":
-        _require_extra(source, "backend", "ssh", "fabric")
+    if backend.extra:
+        _require_extra(source, "backend", *backend.extra)
     for key, value in (("trace_store", config.get("trace_store")), ("trims.asset_store", trims.get("asset_store"))):
         if str(value).startswith("gs://"):
             _require_extra(source, key, "gcs", "google.cloud.storage")

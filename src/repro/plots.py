@@ -5,11 +5,11 @@ import textwrap
 
 import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from repro.errors import ReproError
+from repro.fsutil import atomic_path
 
-from repro.errors import ReproError  # noqa: E402
-from repro.fsutil import atomic_path  # noqa: E402
+matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
+import matplotlib.pyplot as plt
 
 # The artifact's plotting-scripts/fig8.py colours; the hello-world run is a Pecan run.
 COLORS = {"collocated": "#1f77b4", "cachew": "#ff7f0e", "pecan": "#8c564b", "short": "#8c564b"}

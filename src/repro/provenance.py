@@ -33,7 +33,7 @@ def package_versions():
 
 def describe_figure(inputs, settings):
     """The record for a figure drawn from `inputs` (paths) under `settings` (the config it depends on)."""
-    from repro.pecan.calibrate import machine_description
+    from repro.machine import machine_description
 
     commit, dirty = git_state()
     return {

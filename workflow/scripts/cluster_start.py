@@ -3,8 +3,8 @@
 import sys
 
 from repro.backends import get_backend, start_cluster
-from repro.workflow import cluster_settings
+from repro.rulesettings import cluster_settings
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-state = start_cluster(cluster_settings(snakemake.config), snakemake.output[0])  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")
+state = start_cluster(cluster_settings(snakemake.config), snakemake.output[0])
 print(get_backend(state["backend"]).describe(state))

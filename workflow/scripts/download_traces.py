@@ -3,9 +3,9 @@
 import sys
 from pathlib import Path
 
-from repro.store import download_traces, open_store
+from repro.tracestore import download_traces, open_store
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-store = open_store(snakemake.params.store)  # noqa: F821
-for entry in download_traces(store, snakemake.input.receipt, Path(snakemake.output[0]).parent):  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")
+store = open_store(snakemake.params.store)
+for entry in download_traces(store, snakemake.input.receipt, Path(snakemake.output[0]).parent):
     print(f"{entry['key']}: sha256 {entry['sha256']} verified")

@@ -5,6 +5,6 @@ import sys
 from repro.provenance import describe_figure
 from repro.fsutil import write_json
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-write_json(snakemake.output[0], describe_figure([snakemake.input.figure, *snakemake.input.data],  # noqa: F821
-                                                snakemake.params.settings))  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")
+write_json(snakemake.output[0], describe_figure([snakemake.input.figure, *snakemake.input.data],
+                                                snakemake.params.settings))

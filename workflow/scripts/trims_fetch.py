@@ -5,7 +5,7 @@ from pathlib import Path
 
 from repro.trims.experiments import fetch_model
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-manifest = fetch_model(snakemake.params.asset_store, snakemake.wildcards.model,  # noqa: F821
-                       Path(snakemake.output[0]).parent.parent)  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")
+manifest = fetch_model(snakemake.params.asset_store, snakemake.wildcards.model,
+                       Path(snakemake.output[0]).parent.parent)
 print(f"{manifest['model']}: {manifest['params_bytes']} bytes of weights, checksums verified")

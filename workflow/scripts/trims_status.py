@@ -8,11 +8,11 @@ from repro.backends import format_checks
 from repro.fsutil import write_json
 from repro.trims import service
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-state = json.loads(Path(snakemake.input.store).read_text())  # noqa: F821
-checks = service.status(state, snakemake.params.digest)  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")
+state = json.loads(Path(snakemake.input.store).read_text())
+checks = service.status(state, snakemake.params.digest)
 print(format_checks(checks))
 failed = [c["name"] for c in checks if not c["ok"]]
 if failed:
     raise SystemExit(f"model store status: {len(failed)} check(s) FAILED: {'; '.join(failed)}")
-write_json(snakemake.output[0], {"checks": checks})  # noqa: F821
+write_json(snakemake.output[0], {"checks": checks})

@@ -3,8 +3,8 @@
 import sys
 
 from repro.trims import service
-from repro.workflow import trims_store_settings
+from repro.rulesettings import trims_store_settings
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-record = service.start(trims_store_settings(snakemake.config), snakemake.output[0])  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")
+record = service.start(trims_store_settings(snakemake.config), snakemake.output[0])
 print(f"model store pid {record['process']['pid']} on {record['socket']}" + (" (found running)" if record.get("reused") else ""))

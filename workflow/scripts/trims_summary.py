@@ -8,13 +8,18 @@ from repro.fsutil import write_json
 from repro.traces import summarize
 from repro.trims.experiments import compare_table, distribution_table
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-load = lambda path: json.loads(Path(path).read_text())  # noqa: E731
-compare = [load(p) for p in snakemake.input.compare]  # noqa: F821
-distributions = [load(p) for p in snakemake.input.distributions]  # noqa: F821
-traces = summarize([Path(p).parent / "traces" for p in snakemake.input.compare],  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w")
+
+
+def load(path):
+    return json.loads(Path(path).read_text())
+
+
+compare = [load(p) for p in snakemake.input.compare]
+distributions = [load(p) for p in snakemake.input.distributions]
+traces = summarize([Path(p).parent / "traces" for p in snakemake.input.compare],
                    group_by=("model_name", "upr_enabled"))
-write_json(snakemake.output[0], {  # noqa: F821
+write_json(snakemake.output[0], {
     "compare": compare_table(compare),
     "distributions": distribution_table(distributions),
     "trace_statistics": traces["groups"],

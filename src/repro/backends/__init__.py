@@ -1,25 +1,103 @@
-"""Where runs execute: this machine (`local`) or hosts reached over ssh (`ssh`)."""
+"""Where runs execute: the backend registry and the interface every backend implements.
 
+A backend is a module in this package named after it (its name is the config's `backend` value)
+that defines `BACKEND`, a subclass of `Backend`. Its settings are the config section of the same
+name, if it has one (the schema's `<name>:` entry). The registry is the package's module list, so
+adding a backend is its module plus its config section.
+"""
+
+import pkgutil
 import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import ClassVar
 
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.workflow import settings_digest
+from repro.rulesettings import settings_digest
 
-BACKENDS = ("local", "ssh")
+
+def backend_names():
+    """Every backend, in name order: the modules of this package (found without importing them)."""
+    return sorted(module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith("_"))
 
 
 def get_backend(name):
-    """The backend module: start(settings, state_path), status(state, calibrations), execute(...), stop(state)."""
-    if name == "local":
-        from repro.backends import local
+    """The backend called `name`, ready to use."""
+    if name not in backend_names():
+        raise ReproError(f"unknown backend {name!r}; expected one of {backend_names()}")
+    return import_module(f"{__name__}.{name}").BACKEND(name)
 
-        return local
-    if name == "ssh":
-        from repro.backends import ssh
 
-        return ssh
-    raise ReproError(f"unknown backend {name!r}; expected one of {list(BACKENDS)}")
+@dataclass(frozen=True)
+class RunRequest:
+    """One per-mode run, as the `run` rule asks for it."""
+
+    settings: dict  # the run's settings (repro.rulesettings.run_settings)
+    experiment: str
+    mode: str
+    calibration_paths: tuple  # calibration JSON files, one per pipeline
+    run_dir: Path  # where run.log, metrics.json and traces/ end up on this machine
+    receipt: Path  # where the trace upload's receipt is written
+
+
+class Backend(ABC):
+    """Start, check, run on and stop one kind of cluster. `state` is the JSON object `start` returns
+    (with the backend's name and settings digest added), as `cluster_start` wrote it."""
+
+    # what a configuration needs for this backend: its own section, an optional part of the install
+    # ((extra, module it provides) in pyproject.toml), and whether the TrIMS experiments can run on it;
+    # the keys of its section holding paths on this machine (`~` and $VAR expanded at load; "*": every entry)
+    needs_section: ClassVar[bool] = False
+    path_keys: ClassVar[tuple] = ()
+    extra: ClassVar[tuple[str, str] | None] = None
+    runs_trims: ClassVar[bool] = False
+
+    def __init__(self, name):
+        self.name = name
+
+    @abstractmethod
+    def start(self, settings, state_path) -> dict:
+        """Bring the cluster up (idempotently) for `settings` (repro.rulesettings.cluster_settings)."""
+
+    @abstractmethod
+    def describe(self, state) -> str:
+        """One line saying what was started."""
+
+    @abstractmethod
+    def checks(self, state) -> list:
+        """The backend's own status checks, each {'name', 'ok', 'detail'}."""
+
+    @abstractmethod
+    def run(self, request: RunRequest, state) -> dict:
+        """Run one experiment x mode; leave run.log, metrics.json and traces/ in request.run_dir; return the metrics."""
+
+    @abstractmethod
+    def stop(self, state) -> dict:
+        """Stop what `start` started."""
+
+    def caption(self, preset, measured_on):
+        """What produced a figure's bars (`measured_on`: the machine the pipelines were measured on)."""
+        return f"backend={self.name}, calibration={preset}"
+
+    def status(self, state, calibration_paths=()):
+        """The backend's checks, then one per calibration the run needs."""
+        return self.checks(state) + [
+            {"name": f"calibration {path} present", "ok": Path(path).is_file(), "detail": "" if Path(path).is_file() else "missing"}
+            for path in calibration_paths
+        ]
+
+    def execute(self, request: RunRequest, state):
+        """Run, then put the run's traces in the trace store with a receipt; return the metrics."""
+        from repro.tracestore import open_store, upload_traces
+
+        metrics = self.run(request, state)
+        traces = sorted((Path(request.run_dir) / "traces").glob("*.json"))
+        upload_traces(open_store(state["trace_store"]), traces, f"traces/{request.experiment}/{request.mode}",
+                      request.receipt)
+        return metrics
 
 
 def start_cluster(settings, state_path):

@@ -14,6 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from repro.backends import Backend, RunRequest
 from repro.errors import ReproError
 from repro.fsutil import write_json
 
@@ -32,7 +33,7 @@ def connect(host, ssh):
                             connect_kwargs={"key_filename": host["key_file"], "look_for_keys": False,
                                             "allow_agent": False})
     client = connection.client
-    client._system_host_keys.clear()  # noqa: SLF001 (only the configured known_hosts counts)
+    client._system_host_keys.clear()  # only the configured known_hosts counts
     client.load_host_keys(ssh["known_hosts"]) if Path(ssh["known_hosts"]).exists() else None
     if ssh["accept_new_host_keys"]:
         log.warning("accepting new host keys for %s:%s (accept_new_host_keys is set)", host["address"], host["port"])
@@ -89,90 +90,90 @@ def _run_commands(ssh, commands):
     return done
 
 
-def start(settings, state_path):
-    """Run the configured start commands (they must be idempotent) and return what ran."""
-    ssh = settings["ssh"]
-    started = _run_commands(ssh, ssh["start_commands"])
-    return {"ssh": ssh, "trace_store": settings["trace_store"], "started": started}
+class SshBackend(Backend):
+    needs_section = True
+    extra = ("ssh", "fabric")
+    path_keys = (("known_hosts",), ("hosts", "control", "key_file"), ("hosts", "accelerator", "key_file"),
+                 ("hosts", "workers", "*", "key_file"))
 
+    def start(self, settings, state_path):
+        """Run the configured start commands (they must be idempotent) and return what ran."""
+        ssh = settings["ssh"]
+        started = _run_commands(ssh, ssh["start_commands"])
+        return {"ssh": ssh, "trace_store": settings["trace_store"], "started": started}
 
-def describe(state):
-    hosts = [h["name"] for hosts in hosts_by_role(state["ssh"]).values() for h in hosts]
-    return f"ssh backend on {', '.join(hosts)}: {len(state.get('started', []))} start command(s) run"
+    def describe(self, state):
+        hosts = [h["name"] for hosts in hosts_by_role(state["ssh"]).values() for h in hosts]
+        return f"ssh backend on {', '.join(hosts)}: {len(state.get('started', []))} start command(s) run"
 
-
-def status(state, calibration_paths=()):
-    """Per host: reachable; then each configured check (exit status 0 is OK)."""
-    ssh = state["ssh"]
-    checks = []
-    reachable = {}
-    for role, hosts in hosts_by_role(ssh).items():
-        for host in hosts:
-            try:
+    def checks(self, state):
+        """Per host: reachable; then each configured check (exit status 0 is OK)."""
+        ssh = state["ssh"]
+        checks = []
+        reachable = {}
+        for role, hosts in hosts_by_role(ssh).items():
+            for host in hosts:
+                try:
+                    with _open(host, ssh) as connection:
+                        connection.run("true", hide=True, in_stream=False)
+                    reachable[host["name"]] = True
+                    checks.append({"name": f"{_describe(host)} reachable", "ok": True, "detail": ""})
+                except ReproError as exc:
+                    reachable[host["name"]] = False
+                    checks.append({"name": f"{_describe(host)} reachable", "ok": False, "detail": str(exc)})
+        for check in ssh["checks"]:
+            for host in hosts_by_role(ssh).get(check["role"], []):
+                name = f"{host['name']}: {check['name']}"
+                if not reachable.get(host["name"]):
+                    checks.append({"name": name, "ok": False, "detail": "host unreachable"})
+                    continue
                 with _open(host, ssh) as connection:
-                    connection.run("true", hide=True, in_stream=False)
-                reachable[host["name"]] = True
-                checks.append({"name": f"{_describe(host)} reachable", "ok": True, "detail": ""})
-            except ReproError as exc:
-                reachable[host["name"]] = False
-                checks.append({"name": f"{_describe(host)} reachable", "ok": False, "detail": str(exc)})
-    for check in ssh["checks"]:
-        for host in hosts_by_role(ssh).get(check["role"], []):
-            name = f"{host['name']}: {check['name']}"
-            if not reachable.get(host["name"]):
-                checks.append({"name": name, "ok": False, "detail": "host unreachable"})
-                continue
-            with _open(host, ssh) as connection:
-                result = connection.run(check["command"], hide=True, warn=True, in_stream=False)
-            checks.append({"name": name, "ok": result.exited == 0,
-                           "detail": f"exit {result.exited}: {result.stderr.strip()[-300:]}"})
-    for path in calibration_paths:
-        checks.append({"name": f"calibration {path} present", "ok": Path(path).is_file(), "detail": "missing"})
-    return checks
+                    result = connection.run(check["command"], hide=True, warn=True, in_stream=False)
+                checks.append({"name": name, "ok": result.exited == 0,
+                               "detail": f"exit {result.exited}: {result.stderr.strip()[-300:]}"})
+        return checks
+
+    def stop(self, state):
+        ssh = state["ssh"]
+        return {"stopped": _run_commands(ssh, ssh["stop_commands"])}
+
+    def run(self, request: RunRequest, state):
+        """One per-mode run on the accelerator host: send inputs, run, stream output, fetch results."""
+        ssh = state["ssh"]
+        host = hosts_by_role(ssh)["accelerator"][0]
+        run = ssh["run"]
+        experiment, mode, calibration_paths = request.experiment, request.mode, request.calibration_paths
+        remote = f"{run['remote_dir'].rstrip('/')}/{experiment}/{mode}"
+        run_dir = Path(request.run_dir)
+        mode_cfg = request.settings["pecan"]["modes"][mode]
+        # values go to the remote shell only as quoted words or environment: never spliced in raw
+        env = {key: str(value).format(autoorder=int(mode_cfg["autoorder"]), mode=mode, experiment=experiment,
+                                      epochs=mode_cfg["epochs"], local_workers=mode_cfg.get("local_workers", 0))
+               for key, value in run["env"].items()}
+        words = {"python": run["python"], "experiment": experiment, "mode": mode, "out": f"{remote}/run",
+                 "settings": f"{remote}/settings.json",
+                 "calibration": " ".join(shlex.quote(f"{remote}/{Path(p).name}") for p in calibration_paths)}
+        command = run["command"].format(**{k: v if k == "calibration" else shlex.quote(str(v)) for k, v in words.items()})
+        command = _with_env(env, command)
+        with _open(host, ssh) as connection:
+            connection.run(f"rm -rf {shlex.quote(remote)} && mkdir -p {shlex.quote(remote)}", hide=True, in_stream=False)
+            local_settings = run_dir / "settings.json"
+            write_json(local_settings, request.settings)
+            connection.put(str(local_settings), f"{remote}/settings.json")
+            for path in calibration_paths:
+                connection.put(str(path), f"{remote}/{Path(path).name}")
+            stderr = _Tail(STDERR_TAIL)
+            result = connection.run(command, warn=True, in_stream=False, hide=True,
+                                    out_stream=sys.stdout, err_stream=_Tee(sys.stderr, stderr))
+            if result.exited != 0:
+                _fetch(connection, f"{remote}/run", run_dir, optional=True)
+                raise ReproError(f"{_describe(host)}: run of {experiment}/{mode} exited with {result.exited}; "
+                                 f"remote stderr (last lines):\n{stderr.text()}")
+            _fetch(connection, f"{remote}/run", run_dir)
+        return json.loads((run_dir / "metrics.json").read_text())
 
 
-def stop(state):
-    ssh = state["ssh"]
-    return {"stopped": _run_commands(ssh, ssh["stop_commands"])}
-
-
-def execute(settings, experiment, mode, calibration_paths, run_dir, state, receipt):
-    """One per-mode run on the accelerator host: send inputs, run, stream output, fetch results."""
-    from repro.store import open_store, upload_traces
-
-    ssh = state["ssh"]
-    host = hosts_by_role(ssh)["accelerator"][0]
-    run = ssh["run"]
-    remote = f"{run['remote_dir'].rstrip('/')}/{experiment}/{mode}"
-    run_dir = Path(run_dir)
-    mode_cfg = settings["pecan"]["modes"][mode]
-    # values go to the remote shell only as quoted words or environment: never spliced in raw
-    env = {key: str(value).format(autoorder=int(mode_cfg["autoorder"]), mode=mode, experiment=experiment,
-                                  epochs=mode_cfg["epochs"], local_workers=mode_cfg.get("local_workers", 0))
-           for key, value in run["env"].items()}
-    words = {"python": run["python"], "experiment": experiment, "mode": mode, "out": f"{remote}/run",
-             "settings": f"{remote}/settings.json",
-             "calibration": " ".join(shlex.quote(f"{remote}/{Path(p).name}") for p in calibration_paths)}
-    command = run["command"].format(**{k: v if k == "calibration" else shlex.quote(str(v)) for k, v in words.items()})
-    command = _with_env(env, command)
-    with _open(host, ssh) as connection:
-        connection.run(f"rm -rf {shlex.quote(remote)} && mkdir -p {shlex.quote(remote)}", hide=True, in_stream=False)
-        local_settings = run_dir / "settings.json"
-        write_json(local_settings, settings)
-        connection.put(str(local_settings), f"{remote}/settings.json")
-        for path in calibration_paths:
-            connection.put(str(path), f"{remote}/{Path(path).name}")
-        stderr = _Tail(STDERR_TAIL)
-        result = connection.run(command, warn=True, in_stream=False, hide=True,
-                                out_stream=sys.stdout, err_stream=_Tee(sys.stderr, stderr))
-        if result.exited != 0:
-            _fetch(connection, f"{remote}/run", run_dir, optional=True)
-            raise ReproError(f"{_describe(host)}: run of {experiment}/{mode} exited with {result.exited}; "
-                             f"remote stderr (last lines):\n{stderr.text()}")
-        _fetch(connection, f"{remote}/run", run_dir)
-    traces = sorted((run_dir / "traces").glob("*.json"))
-    upload_traces(open_store(state["trace_store"]), traces, f"traces/{experiment}/{mode}", receipt)
-    return json.loads((run_dir / "metrics.json").read_text())
+BACKEND = SshBackend
 
 
 def _with_env(env, command):

@@ -17,36 +17,17 @@ The estimate has to hold still on a shared, loaded machine:
 """
 
 import os
-import platform
 import time
-from importlib.metadata import version
 
 import numpy as np
 
 from repro.errors import ReproError
+from repro.machine import machine_description
 from repro.pecan.pipelines import PIPELINES, batch, element_bytes, synthetic_jpegs
 from repro.pecan.policies import autoorder
 
 BATCH_FOR_MEASURE = 16  # stacking cost is measured on small batches and reported per element
 WARMUP_PASSES = 1  # per order, before anything is recorded
-
-
-def machine_description():
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return {
-        "cpu_model": model,
-        "logical_cpus": os.cpu_count(),
-        "machine": platform.machine(),
-        "system": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "numpy": version("numpy"),
-        "pillow": version("pillow"),
-    }
 
 
 def measure_pass(runs, seed, flip=False):
@@ -139,7 +120,7 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
     pipelines = list(dict.fromkeys(pipelines))
     runs, moves, data = {}, {}, {}
     for pipeline in pipelines:
-        ops = PIPELINES[pipeline]
+        ops = list(PIPELINES[pipeline].ops)
         data[pipeline] = synthetic_jpegs(pipeline, elements, seed=seed)
         probe = {"declared": (ops, data[pipeline][: min(4, elements)])}
         _, sizes = measure_pass(probe, seed)["declared"]

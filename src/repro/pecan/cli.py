@@ -8,13 +8,15 @@ from repro.errors import ReproError
 
 
 def add_commands(sub):
+    from repro.pecan.pipelines import PIPELINES
+
     pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
     psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,compare-results}")
 
     cal = psub.add_parser("calibrate", help="measure preprocessing pipelines on this machine",
                           description="Measure the pipelines in one interleaved loop (their cost ratio then holds "
                                       "still under changing load) and write one calibration JSON per pipeline.")
-    cal.add_argument("--pipeline", required=True, nargs="+", choices=["resnet", "retinanet"])
+    cal.add_argument("--pipeline", required=True, nargs="+", choices=list(PIPELINES))
     cal.add_argument("--elements", type=int, default=32, help="synthetic JPEGs to measure (default 32)")
     cal.add_argument("--repeats", type=int, default=10, help="passes over both orders; per element and op the fastest is kept (default 10)")
     cal.add_argument("-o", "--output", required=True, nargs="+", help="calibration JSON to write, one per --pipeline")
@@ -25,7 +27,8 @@ def add_commands(sub):
     run.add_argument("--settings", help="the run's settings as the workflow passes them (JSON), instead of --config")
     run.add_argument("--experiment", required=True)
     run.add_argument("--mode", required=True)
-    run.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files (resnet and retinanet)")
+    run.add_argument("--calibration", nargs="+", required=True,
+                     help="calibration JSON files: one per pipeline the experiment or the preset fit needs")
     run.add_argument("--out", required=True, help="run directory to create")
     run.add_argument("--backend", default="local", help="where this run executes, recorded in its metrics (default local)")
     run.set_defaults(func=_run)

@@ -1,6 +1,7 @@
 """The Pecan artifact's training log format: one parser for real cluster logs and the local model's.
 
-Rules (../shared/reference/pecan-artifact.yaml, cost_rules, from the artifact's extract_costs.py):
+Rules (the Pecan artifact's plotting-scripts/extract_costs.py, github.com/eth-easl/pecan-experiments,
+experiments/pecan):
 - throughput: the mean of the 'N examples/second' samples above 95% of the largest sample;
 - workers: read the log backwards; between an 'End Printing' line and the preceding
   'ClientHeartbeat: Normal Tasks' / 'ClientHeartbeat: Current Tasks' line collect the

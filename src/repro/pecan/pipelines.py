@@ -116,31 +116,52 @@ def batch(elements):
     return np.stack([e["image"] for e in elements])
 
 
-PIPELINES = {
-    "resnet": [
-        Op("decode", decode, keep_position=True),
-        Op("to_float", to_float, shape_preserving=True),
-        Op("random_resized_crop", random_resized_crop),
-        Op("resize_224", resize_224),
-        Op("random_flip", random_flip, shape_preserving=True),
-        Op("normalize", normalize, shape_preserving=True, requires=("to_float",)),
-    ],
-    "retinanet": [
-        Op("decode", decode, keep_position=True),
-        Op("to_float", to_float, shape_preserving=True),
-        Op("random_flip", random_flip, shape_preserving=True),
-        Op("resize_and_pad_640", resize_and_pad_640),
-        Op("normalize", normalize, shape_preserving=True, requires=("to_float",)),
-    ],
-}
+@dataclass(frozen=True)
+class Pipeline:
+    """A registered input pipeline: its maps in declared order and the synthetic input it is measured on.
 
-# Source image sizes: ImageNet's typical 500x375 and COCO's typical 640x480.
-IMAGE_SIZES = {"resnet": (500, 375), "retinanet": (640, 480)}
+    image_size: (width, height) of the synthetic source images.
+    boxes: elements carry detection boxes (which flips and resizes must follow).
+    """
+
+    ops: tuple
+    image_size: tuple
+    boxes: bool = False
+
+
+# The registry: a model's `pipeline` in the config, `repro pecan calibrate --pipeline` and the
+# calibrate rule's wildcard take their names from here. Source image sizes: ImageNet's typical
+# 500x375 and COCO's typical 640x480.
+PIPELINES = {
+    "resnet": Pipeline(
+        ops=(
+            Op("decode", decode, keep_position=True),
+            Op("to_float", to_float, shape_preserving=True),
+            Op("random_resized_crop", random_resized_crop),
+            Op("resize_224", resize_224),
+            Op("random_flip", random_flip, shape_preserving=True),
+            Op("normalize", normalize, shape_preserving=True, requires=("to_float",)),
+        ),
+        image_size=(500, 375),
+    ),
+    "retinanet": Pipeline(
+        ops=(
+            Op("decode", decode, keep_position=True),
+            Op("to_float", to_float, shape_preserving=True),
+            Op("random_flip", random_flip, shape_preserving=True),
+            Op("resize_and_pad_640", resize_and_pad_640),
+            Op("normalize", normalize, shape_preserving=True, requires=("to_float",)),
+        ),
+        image_size=(640, 480),
+        boxes=True,
+    ),
+}
 
 
 def synthetic_jpegs(pipeline, count, seed=0, quality=90):
     """Deterministic textured JPEGs (smooth gradients, shapes and noise, so they do not compress to nothing)."""
-    width, height = IMAGE_SIZES[pipeline]
+    spec = PIPELINES[pipeline]
+    width, height = spec.image_size
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width].astype(np.float32)
     elements = []
@@ -154,7 +175,7 @@ def synthetic_jpegs(pipeline, count, seed=0, quality=90):
         buf = io.BytesIO()
         Image.fromarray(image).save(buf, "JPEG", quality=quality)
         element = {"image": buf.getvalue()}
-        if pipeline == "retinanet":
+        if spec.boxes:
             lo = rng.uniform(0, 0.6, (4, 2))
             hi = lo + rng.uniform(0.1, 0.4, (4, 2))
             element["boxes"] = np.concatenate([lo, np.minimum(hi, 1.0)], 1).astype(np.float32)

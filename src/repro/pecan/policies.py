@@ -1,6 +1,8 @@
 """The decision rules of Cachew and Pecan, as plain functions and small state machines.
 
-Constants and their sources (../shared/reference/pecan-artifact.yaml, "policies"):
+Constants and their sources (the policies' code in github.com/eth-easl/cachew,
+tensorflow/core/data/service/easl/, and the settings the Pecan artifact, github.com/eth-easl/pecan-experiments,
+experiments/pecan, runs them with; the Pecan paper, USENIX ATC'24, describes AutoPlacement and AutoOrder):
 - Cachew autoscaling (eth-easl/cachew, tensorflow/core/data/service/easl/scaling_utils.cc):
   scale up by one worker while the batch-time improvement exceeds the threshold (7%,
   kMinBatchTimeRelativeImprovementUp, by default; the cluster model passes the job's own

@@ -23,37 +23,29 @@ ResNet declared cost measured here. The AutoOrder saving, and RetinaNet's cost r
 ResNet's, are therefore what this machine measured.
 """
 
+from importlib.resources import files
+
+import yaml
+
 from repro.errors import ReproError
 
-# The artifact's own runs on a TPU v2-8 (pecan-artifact.yaml: models, sample_log_results and
-# reference_plots; the ResNet values are reproduced from the fixture logs by repro.pecan.logs in
-# the tests). Accelerator bounds in examples/s: ResNet from the Pecan log's steady state, RetinaNet
-# from the reference plot's collocated cost (0.83 $ at 4.96 $/h -> 602 s per epoch).
-ARTIFACT_RUNS = {
-    "resnet": {
-        "batch_size": 1024,
-        "steps_per_epoch": 1251,
-        "accelerator_bound": 3234.0,
-        "collocated": {"epoch_s": 3212.50},
-        "cachew": {"epoch_s": 453.14, "remote_workers": 19},
-        "pecan": {"epoch_s": 396.12, "remote_workers": 4, "local_workers": 10},
-    },
-    "retinanet": {
-        "batch_size": 64,
-        "steps_per_epoch": 1848,
-        "accelerator_bound": 1848 * 64 / (0.83 / 4.96 * 3600),
-        "cachew": {"remote_workers": 2},
-    },
-}
-PRESETS = ("local", "artifact")
 
-# Cost per epoch in the artifact's sample plots, per mode: total, or [TPU, remote workers] ($).
-REFERENCE_PLOTS = {
-    "Getting_started": {"short": [0.55, 0.93]},
-    "ResNet50_v2-8_run1": {"collocated": 4.43, "cachew": [0.62, 1.0], "pecan": [0.55, 0.18]},
-    "ResNet50_v2-8_run2": {"collocated": 4.07, "cachew": [0.55, 0.92], "pecan": [0.55, 0.0]},
-    "RetinaNet": {"collocated": 0.83, "cachew": [0.83, 0.14], "pecan": [0.83, 0.0]},
-}
+def _artifact_facts():
+    """src/repro/pecan/artifact.yaml: the artifact's runs per pipeline and its reference plots."""
+    facts = yaml.safe_load(files("repro.pecan").joinpath("artifact.yaml").read_text())
+    for run in facts["runs"].values():
+        source = run.pop("accelerator_bound_from", None)
+        if source:  # accelerator-bound in every mode: the collocated epoch time gives the bound
+            run["accelerator_bound"] = run["steps_per_epoch"] * run["batch_size"] / (
+                source["collocated_cost"] / source["tpu_price"] * 3600)
+    return facts
+
+
+_FACTS = _artifact_facts()
+ARTIFACT_RUNS = _FACTS["runs"]
+REFERENCE_PLOTS = _FACTS["reference_plots"]
+ANCHOR = next(iter(ARTIFACT_RUNS))  # its declared cost maps a core here onto a cloud vCPU (`local`)
+PRESETS = ("local", "artifact")
 
 
 def examples_per_second(run, epoch_s):
@@ -91,19 +83,19 @@ def pipeline_costs(preset, cluster, calibrations):
     """{pipeline: {declared, autoorder, collocated_vcpus, bytes_per_element}} for the chosen preset."""
     if preset not in PRESETS:
         raise ReproError(f"calibration preset {preset!r} is unknown; expected one of {list(PRESETS)}")
-    missing = [p for p in ("resnet", "retinanet") if p not in calibrations]
+    missing = [p for p in ARTIFACT_RUNS if p not in calibrations]
     if missing:
         raise ReproError(f"calibration results missing for pipelines {missing}")
     fitted = fit_artifact(cluster, calibrations)
     if preset == "artifact":
         costs = fitted
     else:
-        scale = fitted["resnet"]["declared"] / calibrations["resnet"]["declared"]["cpu_s_per_element"]
+        scale = fitted[ANCHOR]["declared"] / calibrations[ANCHOR]["declared"]["cpu_s_per_element"]
         costs = {
             pipeline: {
                 "declared": calibrations[pipeline]["declared"]["cpu_s_per_element"] * scale,
                 "autoorder": calibrations[pipeline]["autoorder"]["cpu_s_per_element"] * scale,
-                "collocated_vcpus": fitted["resnet"]["collocated_vcpus"],
+                "collocated_vcpus": fitted[ANCHOR]["collocated_vcpus"],
                 "core_scale": scale,
             }
             for pipeline in calibrations

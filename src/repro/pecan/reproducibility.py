@@ -1,6 +1,6 @@
 """The pipeline checked against itself and the artifact's reference values against the measured spread.
 
-`check`: the chain behind a figure (calibration of both pipelines, every mode's run with its
+`check`: the chain behind a figure (calibration of the pipelines, every mode's run with its
 repeats, the cost table) run twice from empty scratch directories with the package's own
 functions; every plotted number of the two chains compared within the configured tolerance.
 `results_numbers` + `compare`: the same comparison between two finished results/ directories
@@ -21,12 +21,12 @@ from repro.pecan.costs import cost_row
 from repro.pecan.costtable import with_spread
 from repro.pecan.logs import parse_log
 from repro.pecan.run import run_mode
+from repro.rulesettings import calibrated_pipelines
 from repro.stats import verdict
 
 CHECK_COLUMNS = ["number", "first", "second", "difference", "tolerance", "within"]
 VERDICT_COLUMNS = ["figure", "mode", "quantity", "reference", "mean", "ci_low", "ci_high", "repeats", "verdict",
                    "outside_by", "outside_by_pct"]
-PIPELINES = ("resnet", "retinanet")
 PLOTTED = ("tpu_cost", "worker_cost")  # the two segments of each bar, labelled on the figure
 
 
@@ -64,8 +64,9 @@ def run_chain(config, figures, scratch):
     scratch = Path(scratch)
     shutil.rmtree(scratch, ignore_errors=True)
     cal = config["calibration"]
-    calibrations = calibrate_together(PIPELINES, elements=cal["elements"], repeats=cal["repeats"])
-    for pipeline in PIPELINES:
+    pipelines = calibrated_pipelines(config)
+    calibrations = calibrate_together(pipelines, elements=cal["elements"], repeats=cal["repeats"])
+    for pipeline in pipelines:
         write_json(scratch / "calibration" / f"{pipeline}.json", calibrations[pipeline])
     rows_by_figure = {}
     for figure in figures:
@@ -84,7 +85,7 @@ def results_numbers(config, figures, results):
     results = Path(results)
     calibrations, rows_by_figure = {}, {}
     try:
-        for pipeline in PIPELINES:
+        for pipeline in calibrated_pipelines(config):
             calibrations[pipeline] = json.loads((results / "calibration" / f"{pipeline}.json").read_text())
         for figure in figures:
             table = results / "tables" / f"{config['plots']['figures'][figure]['experiment']}.csv"

@@ -23,6 +23,12 @@ def job_spec(pecan, experiment, mode, costs, seed):
     accel = lookup(pecan["accelerators"], exp["accelerator"], "accelerator")
     mode_cfg = lookup(pecan["modes"], mode, "mode")
     cluster = pecan["cluster"]
+    if model["pipeline"] not in costs:
+        preset = next(iter(costs.values()))["preset"]
+        raise ReproError(f"model {exp['model']!r}: no costs for pipeline {model['pipeline']!r} with calibration preset "
+                         f"{preset!r} (costs for {sorted(costs)}): "
+                         + ("the artifact has no runs of it; use calibration.preset local" if preset == "artifact"
+                            else "pass its calibration (repro pecan calibrate --pipeline NAME)"))
     pipeline_cost = costs[model["pipeline"]]
     order = "autoorder" if mode_cfg["autoorder"] else "declared"
     return JobSpec(
@@ -142,7 +148,8 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
         "calibration": preset,
         "spec": dataclasses.asdict(first_sim.spec),
         "simulated_seconds": first_sim.seconds,
-        "decisions": [{"time_s": t, "state": s, "remote": r, "local": l} for t, s, r, l in first_sim.decisions],
+        "decisions": [{"time_s": time_s, "state": state, "remote": remote, "local": local}
+                      for time_s, state, remote, local in first_sim.decisions],
         **{key: first[key] for key in ("converged", "throughput", "remote_workers", "local_workers")},
         "repeats": repeats,
     }

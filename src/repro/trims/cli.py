@@ -17,6 +17,8 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError
+from repro.trims.eviction import POLICIES
+from repro.trims.workload import DISTRIBUTIONS
 
 DEFAULTS = {
     "base_path": "results/trims/models",
@@ -99,14 +101,14 @@ def _server_flags(parser):
     parser.add_argument("--memory-fraction", type=float,
                         help="share of RAM (of GPU memory with --device gpu) the store may use, in (0, 1]")
     parser.add_argument("--memory-mb", type=int, help="the store's budget in MiB (instead of --memory-fraction)")
-    parser.add_argument("--eviction", choices=["lru", "lfu", "fifo"], help="eviction policy")
+    parser.add_argument("--eviction", choices=list(POLICIES), help="eviction policy")
     _device_flag(parser, "where the store keeps models")
     parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
 
 
 def _client_flags(parser):
     parser.add_argument("--model", nargs="+", dest="models", help="models to pick from (default: every model under the base path)")
-    parser.add_argument("--distribution", choices=["pareto", "uniform", "exponential", "weibull", "poisson"])
+    parser.add_argument("--distribution", choices=list(DISTRIBUTIONS))
     parser.add_argument("--distribution-params", nargs="+", type=float, help="the distribution's parameters")
     parser.add_argument("--iterations", type=int, default=1, help="requests (per model when no distribution)")
     parser.add_argument("--model-iterations", type=int, default=-1, help="at most this many requests per model (-1: no cap)")
@@ -182,7 +184,7 @@ def _server_run(args):
 
 def _server_stop(args):
     from repro.trims.server import StoreConnection
-    from repro.trims.store import remove_stale_segments, segment_prefix
+    from repro.trims.modelstore import remove_stale_segments, segment_prefix
 
     socket_path = _socket(args)
     try:
@@ -305,13 +307,16 @@ def _client_run(args):
 
 def _client_compare(args):
     from repro.traces import combine
+    from repro.trims.experiments import compare
 
     options, plan, run_dir = _client_setup(args)
-    report, failed = {}, 0
-    for label, original in (("original", True), ("shared", False)):
+
+    def run(label, original):
         results, wall, where = _run_mode(args, options, plan, run_dir, original, label)
-        report[label] = {"results": results, "wall_s": wall, "traces": str(where)}
-        failed += sum(not r["ok"] for r in results)
+        return {"results": results, "wall_s": wall, "traces": str(where)}
+
+    report = compare(run)
+    failed = sum(not r["ok"] for mode in report.values() for r in mode["results"])
     for model in sorted({m for m, _ in plan}):
         traces = [Path(r["trace"]) for label in report for r in report[label]["results"] if r["ok"] and r["model"] == model]
         if traces:

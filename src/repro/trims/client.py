@@ -150,7 +150,7 @@ class Client:
                     else:
                         shm = shared_memory.SharedMemory(name=answer["shm"])
                         # the server owns the segment: keep this process's tracker from unlinking it
-                        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+                        resource_tracker.unregister(shm._name, "shared_memory")
                         buffer = shm.buf
             try:
                 with rec.span("load_model", "load"):

@@ -27,7 +27,7 @@ LOAD_PHASES = ("read_params", "load_model", "create_prediction")
 
 def publish_model(model_dir, url):
     """Upload a generated model (its files, then its manifest) to a GCS asset store."""
-    from repro.store import GCSStore
+    from repro.tracestore import GCSStore
 
     store, model_dir = GCSStore(url), Path(model_dir)
     manifest = load_manifest(model_dir)
@@ -42,7 +42,7 @@ def fetch_model(asset_store, model, base_path):
     target = Path(base_path) / model
     target.mkdir(parents=True, exist_ok=True)
     if str(asset_store).startswith("gs://"):
-        from repro.store import GCSStore
+        from repro.tracestore import GCSStore
 
         store = GCSStore(str(asset_store))
         store.get(f"{model}/manifest.json", target / ".manifest.fetched.json")
@@ -78,11 +78,18 @@ def _failed(results, what):
                          f"({failed[0]['model']}): {failed[0]['error']}")
 
 
+def compare(run):
+    """The compare experiment: the same requests in original mode (each loads the model from its file),
+    then in shared mode (from the model store). `run(mode, original)` runs one mode; returns {mode: its result}.
+    The workflow's `trims_compare` and `repro trims client compare` both run it."""
+    return {mode: run(mode, original) for mode, original in (("original", True), ("shared", False))}
+
+
 def run_compare(model, settings, base_path, socket_path, out_dir):
     """Original then shared requests of one model; return the report (also written to out_dir/report.json)."""
     out_dir = Path(out_dir)
-    report = {"experiment": "compare", "model": model, "modes": {}}
-    for mode, original in (("original", True), ("shared", False)):
+
+    def run(mode, original):
         traces = out_dir / "traces" / mode
         if traces.exists():
             shutil.rmtree(traces)
@@ -91,7 +98,9 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
         plan = [(model, i) for i in range(settings["iterations"])]
         results, wall = client.run(plan, 1)
         _failed(results, f"compare {model} ({mode})")
-        report["modes"][mode] = {"results": results, "wall_s": wall}
+        return {"results": results, "wall_s": wall}
+
+    report = {"experiment": "compare", "model": model, "modes": compare(run)}
     write_json(out_dir / "report.json", report)
     return report
 

@@ -27,7 +27,7 @@ import psutil
 
 from repro.errors import ReproError
 from repro.processes import describe, private_directory, read_record, write_record
-from repro.trims.store import ModelStore, remove_stale_segments, segment_prefix
+from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_prefix
 
 _OPS = ("acquire", "release", "status", "flush", "shutdown")
 

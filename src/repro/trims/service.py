@@ -9,7 +9,7 @@ from pathlib import Path
 from repro import processes
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.workflow import settings_digest
+from repro.rulesettings import settings_digest
 
 RECORD = "store.json"
 
@@ -83,7 +83,7 @@ def stop(workdir="."):
     record = processes.read_record(record_path)
     if not record:
         return False
-    from repro.trims.store import remove_stale_segments, segment_prefix
+    from repro.trims.modelstore import remove_stale_segments, segment_prefix
 
     stopped = processes.terminate(record.get("process"))
     socket_path = Path(record.get("socket", record_path.with_name("trims.sock")))

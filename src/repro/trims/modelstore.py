@@ -22,9 +22,9 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.processes import describe, matches
+from repro.trims.eviction import POLICIES
 from repro.trims.models import PARAMS, load_manifest
 
-POLICIES = ("lru", "lfu", "fifo")
 DEVICES = ("cpu", "gpu")
 _CHUNK = 8 << 20
 SHM_DIR = Path("/dev/shm")  # where Linux keeps POSIX shared memory segments
@@ -151,12 +151,7 @@ class ModelStore:
         unused = [e for e in self.entries.values() if e.refs == 0]
         if not unused:
             return None
-        key = {
-            "lru": lambda e: (e.last_used, e.order),
-            "lfu": lambda e: (e.uses, e.last_used, e.order),
-            "fifo": lambda e: e.order,
-        }[self.policy]
-        return min(unused, key=key)
+        return min(unused, key=POLICIES[self.policy])
 
     def _make_room(self, size, model):
         if size > self.budget_bytes:

@@ -1,12 +1,17 @@
-"""What the Snakemake rules need from the configuration: exactly the settings each output depends on.
-
-Rules pass these as `params`, so Snakemake reruns a job when, and only when, a setting it
-uses changes.
+"""The settings each Snakemake rule passes as `params`: exactly those its output depends on, so
+Snakemake reruns a job when, and only when, a setting it uses changes.
 """
 
 import copy
 import hashlib
 import json
+
+
+def calibrated_pipelines(config):
+    """The pipelines measured for every run: those of the configured models, and those the preset fit needs."""
+    from repro.pecan.presets import ARTIFACT_RUNS
+
+    return sorted({model["pipeline"] for model in config["pecan"]["models"].values()} | set(ARTIFACT_RUNS))
 
 
 def cluster_settings(config):
@@ -85,11 +90,11 @@ def provenance_settings(config, figure):
 
 def caption(backend, preset, calibrations):
     """Say what produced the bars: the backend, the calibration preset and where it was measured."""
+    from repro.backends import get_backend
+
     machine = next(iter(calibrations.values()))["machine"] if calibrations else {}
     where = f"{machine.get('cpu_model', 'unknown CPU')}, {machine.get('logical_cpus', '?')} CPUs"
-    if backend == "local":
-        return f"local model (backend=local, calibration={preset}; pipelines measured on {where}); triangles: the artifact's reference values"
-    return f"backend={backend}, calibration={preset}"
+    return get_backend(backend).caption(preset, where)
 
 
 def trims_models(config):

@@ -1,0 +1,203 @@
+"""One place per fact: a new pipeline (with its workload in the config), request distribution or backend
+is registered in one module, and the config check, the CLI and the workflow's wildcards take it from
+there. The additions here live in the test, registered from outside the package, as a new module would be."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+from support import BIN, REPO, TINY, copy_workflow, path_env
+
+from repro.backends import Backend, backend_names, get_backend
+from repro.config import load_config, schema
+from repro.errors import ReproError
+from repro.pecan.pipelines import PIPELINES
+from repro.trims.eviction import POLICIES
+from repro.trims.workload import DISTRIBUTIONS
+
+# A module adding a preprocessing pipeline and a request distribution: everything such an addition writes.
+EXTENSION = '''
+from repro.pecan.pipelines import PIPELINES, Op, Pipeline, decode, normalize, to_float
+from repro.trims.workload import DISTRIBUTIONS, Distribution
+
+
+def crop_32(element, rng):
+    return {**element, "image": element["image"][:32, :32]}
+
+
+PIPELINES["thumbnails"] = Pipeline(
+    ops=(Op("decode", decode, keep_position=True), Op("to_float", to_float, shape_preserving=True),
+         Op("crop_32", crop_32), Op("normalize", normalize, shape_preserving=True, requires=("to_float",))),
+    image_size=(96, 64),
+)
+DISTRIBUTIONS["halfnormal"] = Distribution(("scale",), (1.0,), lambda stats, scale: stats.halfnorm(scale=scale))
+'''
+
+# ... and the workload in the configuration: a model on that pipeline, its accelerator bound, an experiment.
+WORKLOAD = {
+    "repeats": 1,
+    "pecan": {
+        "models": {"thumbnet": {"pipeline": "thumbnails", "batch_size": 64, "steps_per_epoch": 20}},
+        "accelerators": {"v2-8": {"max_batches_per_s": {"thumbnet": 40.0}}},
+        "experiments": {"Thumbnails": {"model": "thumbnet", "accelerator": "v2-8", "modes": ["short"]}},
+    },
+    "trims": {"distributions": {"runs": {"halfnormal": [2.0]}}},
+}
+
+
+@pytest.fixture
+def extension(tmp_path):
+    """The extension module on disk, and a runner for a Python entry point with it imported first."""
+    (tmp_path / "thumbnails_extension.py").write_text(EXTENSION)
+
+    def run(entry_point, *args, cwd=tmp_path):
+        code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import thumbnails_extension; "
+                f"from {entry_point} import main; sys.exit(main(sys.argv[1:]))")
+        return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=path_env(), capture_output=True,
+                              text=True, timeout=600)
+
+    return run
+
+
+def workload_config(tmp_path):
+    """config/config.yaml with the tiny test settings and the new workload merged in."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for override in (yaml.safe_load(TINY.read_text()), WORKLOAD):
+        merge(config, override)
+    path = tmp_path / "workload.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def merge(target, override):
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge(target[key], value)
+        else:
+            target[key] = value
+
+
+def test_a_new_pipeline_runs_through_the_cli(extension, tmp_path):
+    config = workload_config(tmp_path)
+    calibrations = []
+    for pipeline in ("resnet", "retinanet", "thumbnails"):  # the local preset scales by the fitted pipelines
+        out = tmp_path / f"{pipeline}.json"
+        proc = extension("repro.cli", "pecan", "calibrate", "--pipeline", pipeline, "--elements", "2", "--repeats", "1",
+                         "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        calibrations.append(str(out))
+    assert json.loads((tmp_path / "thumbnails.json").read_text())["pipeline"] == "thumbnails"
+    proc = extension("repro.cli", "pecan", "run", "--config", str(config), "--experiment", "Thumbnails", "--mode", "short",
+                     "--calibration", *calibrations, "--out", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["spec"]["batch_size"] == 64 and metrics["throughput"] > 0
+
+
+def test_a_new_pipeline_needs_its_calibration_and_the_local_preset(extension, tmp_path):
+    config = workload_config(tmp_path)
+    for pipeline in ("resnet", "retinanet"):
+        extension("repro.cli", "pecan", "calibrate", "--pipeline", pipeline, "--elements", "2", "--repeats", "1",
+                  "-o", str(tmp_path / f"{pipeline}.json"))
+    args = ["pecan", "run", "--experiment", "Thumbnails", "--mode", "short", "--out", str(tmp_path / "run"),
+            "--calibration", str(tmp_path / "resnet.json"), str(tmp_path / "retinanet.json")]
+    proc = extension("repro.cli", *args, "--config", str(config))
+    assert proc.returncode == 1
+    assert "no costs for pipeline 'thumbnails'" in proc.stderr and "repro pecan calibrate" in proc.stderr
+
+
+def test_a_new_distribution_runs_through_the_cli(extension, models, server, tmp_path):
+    socket_path, _ = server
+    (tmp_path / "tool.yml").write_text(yaml.safe_dump({"micro18": {"profile_output_directory": str(tmp_path / "p")}}))
+    proc = extension("repro.cli", "trims", "client", "run", "--socket", str(socket_path), "--base-path", str(models),
+                     "--distribution", "halfnormal", "--distribution-params", "2", "--iterations", "3",
+                     "--device", "cpu", "--profile-output", "halfnormal", "--results", str(tmp_path / "results.json"),
+                     "--config", str(tmp_path / "tool.yml"))
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads((tmp_path / "results.json").read_text())["shared"]["results"]) == 3
+
+
+@pytest.mark.workflow
+def test_the_new_workload_and_distribution_in_a_workflow_dry_run(extension, tmp_path):
+    work = copy_workflow(tmp_path / "work")
+    proc = extension("snakemake.cli", "results/runs/Thumbnails/short/metrics.json",
+                     "results/trims/runs/distribution/halfnormal-c1/report.json", "--dry-run", "--cores", "1",
+                     "--configfile", str(workload_config(tmp_path)), cwd=work)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "results/calibration/thumbnails.json" in out and "experiment=Thumbnails" in out and "distribution=halfnormal" in out
+
+
+def test_without_the_extension_the_names_are_refused(tmp_path):
+    proc = subprocess.run([str(BIN / "repro"), "pecan", "calibrate", "--pipeline", "thumbnails", "-o", "x.json"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and "invalid choice: 'thumbnails'" in proc.stderr
+    with pytest.raises(ReproError, match="pecan.models.thumbnet.pipeline: 'thumbnails' is not one of"):
+        load_config(workload_config(tmp_path))
+
+
+def test_the_schema_names_come_from_the_registries():
+    properties = schema()["properties"]
+    assert properties["backend"]["enum"] == backend_names() == ["local", "ssh"]
+    pipeline = properties["pecan"]["properties"]["models"]["additionalProperties"]["properties"]["pipeline"]
+    assert pipeline["enum"] == list(PIPELINES)
+    trims = properties["trims"]["properties"]
+    assert trims["server"]["properties"]["eviction"]["enum"] == list(POLICIES)
+    assert trims["distributions"]["properties"]["runs"]["propertyNames"]["enum"] == list(DISTRIBUTIONS)
+
+
+def test_the_config_documentation_lists_the_registered_names():
+    rows = {line.split("|")[1].strip(): line for line in (REPO / "config" / "README.md").read_text().splitlines()
+            if line.startswith("| `")}
+    for key, names in (("`backend`", backend_names()), ("`pecan.models.<m>`", PIPELINES),
+                       ("`trims.server`", POLICIES), ("`trims.distributions`", DISTRIBUTIONS)):
+        assert all(name in rows[key] for name in names), (key, list(names))
+
+
+def test_a_backend_is_its_module_and_implements_the_interface():
+    for name in backend_names():
+        backend = get_backend(name)
+        assert isinstance(backend, Backend) and backend.name == name
+    with pytest.raises(ReproError, match=r"unknown backend 'k8s'; expected one of \['local', 'ssh'\]"):
+        get_backend("k8s")
+    with pytest.raises(TypeError, match="abstract"):
+        type("Incomplete", (Backend,), {"start": lambda self, settings, state_path: {}})("incomplete")
+
+
+def test_a_backend_module_dropped_into_the_package_is_registered(tmp_path, monkeypatch):
+    """A third backend: its module alone makes `backend: <name>` valid, started like the others."""
+    import repro.backends
+
+    package = tmp_path / "backends"
+    package.mkdir()
+    (package / "recording.py").write_text(textwrap.dedent('''
+        from repro.backends import Backend
+
+        class RecordingBackend(Backend):
+            def start(self, settings, state_path):
+                return {"trace_store": settings["trace_store"]}
+            def describe(self, state):
+                return "recording"
+            def checks(self, state):
+                return [{"name": "always", "ok": True, "detail": ""}]
+            def run(self, request, state):
+                return {}
+            def stop(self, state):
+                return {"stopped": []}
+
+        BACKEND = RecordingBackend
+    '''))
+    monkeypatch.setattr(repro.backends, "__path__", [*repro.backends.__path__, str(package)])
+    assert "recording" in backend_names()
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config.update(backend="recording", trace_store=str(tmp_path / "store"), plots={"trims": []})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert load_config(path)["backend"] == "recording"
+    backend = get_backend("recording")
+    assert backend.status({}, [str(path)]) == [{"name": "always", "ok": True, "detail": ""},
+                                               {"name": f"calibration {path} present", "ok": True, "detail": ""}]
+    assert backend.caption("local", "here") == "backend=recording, calibration=local"
