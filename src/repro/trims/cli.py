@@ -2,10 +2,13 @@
 
 Defaults come from the `micro18` section of ~/.carml_config.yml (or --config FILE), as in the
 original tools; flags override them. Keys: base_path, server_socket, server_eviction,
-server_memory_fraction, device, profile_output_directory. The default socket lies in a directory
-only this user can enter (repro.processes.private_directory).
+server_memory_fraction, device, profile_output_directory, base_bucket_url and upload_bucket_name
+(where --trace-upload puts traces), and the original's keys that have no meaning here
+(repro.trims.carml_config), reported once. `~` and `$NAME` in paths are expanded. The default
+socket lies in a directory only this user can enter (repro.processes.private_directory).
 """
 
+import argparse
 import itertools
 import json
 import shutil
@@ -25,14 +28,17 @@ DEFAULTS = {
     "server_memory_fraction": 0.5,
     "device": "auto",
     "profile_output_directory": "results/trims/profiles",
+    "base_bucket_url": None,  # a directory or gs://bucket/prefix
+    "upload_bucket_name": "traces",
 }
+_reported_unused = set()  # config files whose unused keys were already reported
 
 
-def load_tool_config(path):
-    """The micro18 section of the tool config, over the defaults."""
+def load_tool_config(path, defaults=None):
+    """The micro18 section of the tool config, over the defaults (DEFAULTS unless given)."""
     explicit = path is not None
     path = Path(path) if explicit else Path.home() / ".carml_config.yml"
-    config = dict(DEFAULTS)
+    config = dict(DEFAULTS if defaults is None else defaults)
     if not path.exists():
         if explicit:
             raise ReproError(f"--config: {path} does not exist")
@@ -48,16 +54,38 @@ def load_tool_config(path):
     section = (document.get("micro18") or {}) if isinstance(document, dict) else None
     if not isinstance(section, dict):
         raise ReproError(f"{path}: expected a mapping with a 'micro18' mapping of settings")
-    unknown = sorted(set(section) - set(DEFAULTS))
+    from repro.trims.carml_config import UNUSED_KEYS
+
+    unknown = sorted(set(section) - set(DEFAULTS) - set(UNUSED_KEYS))
     if unknown:
-        raise ReproError(f"{path}: unknown micro18 keys {unknown}; expected some of {sorted(DEFAULTS)}")
-    config.update(section)
+        raise ReproError(f"{path}: unknown micro18 keys {unknown}; expected some of {sorted(DEFAULTS)} "
+                         f"(or the original tools' {sorted(UNUSED_KEYS)})")
+    unused = sorted(set(section) & set(UNUSED_KEYS))
+    if unused and str(path) not in _reported_unused:
+        _reported_unused.add(str(path))
+        print(f"note: {path}: micro18 keys with no meaning here, ignored: {', '.join(unused)}", file=sys.stderr)
+    # an empty value means the default, as in the original
+    config.update({k: v for k, v in section.items() if k not in UNUSED_KEYS and v not in (None, "")})
+    _expand_paths(config, path)
     return config
+
+
+def _expand_paths(config, path):
+    from repro.config import expand_path
+    from repro.trims.carml_config import EXPANDED_KEYS
+
+    for key in EXPANDED_KEYS:
+        value = config.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ReproError(f"{path}: micro18.{key}: expected a path (a string), got {value!r}")
+        config[key] = expand_path(value, f"micro18.{key}", str(path))
 
 
 def add_commands(sub):
     trims = sub.add_parser("trims", help="TrIMS model sharing: models, model store server, clients")
-    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client}")
+    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client,config}")
 
     models = tsub.add_parser("models", help="generate model files (graph + model.params + checksums)")
     models.add_argument("models", nargs="+", help="model names")
@@ -91,6 +119,17 @@ def add_commands(sub):
         parser = csub.add_parser(name, help=text)
         _client_flags(parser)
         parser.set_defaults(func=func)
+    compare = csub.choices["compare"]
+    compare.add_argument("--run-original", action=argparse.BooleanOptionalAction, default=True,
+                         help="run the original mode first (default: on)")
+    compare.add_argument("--combine", action=argparse.BooleanOptionalAction, default=True,
+                         help="combine each model's traces into compared-<model>.json (default: on)")
+    compare.add_argument("--combined-all", action="store_true",
+                         help="combine every model's traces into one compared-all.json instead")
+
+    config = tsub.add_parser("config", help="print the effective tool config (YAML)")
+    config.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
+    config.set_defaults(func=_print_config)
 
 
 def _server_flags(parser):
@@ -99,7 +138,11 @@ def _server_flags(parser):
     parser.add_argument("--memory-fraction", type=float,
                         help="share of RAM (of GPU memory with --device gpu) the store may use, in (0, 1]")
     parser.add_argument("--memory-mb", type=int, help="the store's budget in MiB (instead of --memory-fraction)")
-    parser.add_argument("--eviction", choices=["lru", "lfu", "fifo"], help="eviction policy")
+    from repro.trims.store import POLICIES, POLICY_ALIASES
+
+    parser.add_argument("--eviction", choices=[*POLICIES, *POLICY_ALIASES],
+                        help="eviction policy (never: a model that does not fit fails; flush, all: evict every "
+                        "unused model at once; lcu: lfu)")
     _device_flag(parser, "where the store keeps models")
     parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
 
@@ -124,6 +167,9 @@ def _client_flags(parser):
     parser.add_argument("--seed", type=int, default=0)
     _device_flag(parser, "where inference runs (must be the GPU when the store keeps models there)")
     parser.add_argument("--results", help="write per-request results as JSON here")
+    parser.add_argument("--trace-upload", action="store_true",
+                        help="also put the run's traces in the store at base_bucket_url (a directory or gs://), "
+                        "under <upload_bucket_name>/<run directory name>/")
     parser.add_argument("--base-path")
     parser.add_argument("--socket")
     parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
@@ -134,8 +180,13 @@ def _device_flag(parser, what):
                         help=f"{what}: cpu, gpu, or auto (the GPU when an NVIDIA device and PyTorch with CUDA are present)")
 
 
+def tool_config(args):
+    """The tool config for a parsed command line; `args.tool_defaults` (set by trims-tools) replaces DEFAULTS."""
+    return load_tool_config(getattr(args, "config", None), getattr(args, "tool_defaults", None))
+
+
 def _setting(args, flag, key):
-    config = load_tool_config(getattr(args, "config", None))
+    config = tool_config(args)
     value = getattr(args, flag, None)
     return config[key] if value is None else value
 
@@ -245,7 +296,7 @@ def _client_setup(args):
         raise ReproError(f"--model: unknown model(s) {unknown}; {base} holds {available or 'no models'}")
     plan = plan_requests(models, args.iterations, args.distribution, args.distribution_params, args.model_iterations,
                          args.seed)
-    config = load_tool_config(args.config)
+    config = tool_config(args)
     options = ClientOptions(base_path=base, socket=_socket(args),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
                             device=resolve_device(_setting(args, "device", "device")),
@@ -286,11 +337,35 @@ def _run_mode(args, options, plan, run_dir, original, label):
     return results, wall, options.profile_output
 
 
-def _finish(args, report, failed):
+def _print_config(args):
+    print(yaml.safe_dump({"micro18": tool_config(args)}, sort_keys=True), end="")
+
+
+def _upload(args, run_dir):
+    """Put the run's traces in the trace store named by base_bucket_url, as the original's --trace_upload."""
+    from repro.fsutil import write_json
+    from repro.store import open_store
+
+    config = tool_config(args)
+    url = config["base_bucket_url"]
+    if not url or url.startswith(("http://", "https://", "s3://")):
+        raise ReproError(f"micro18.base_bucket_url: {url!r} is not a trace store here; --trace-upload needs a "
+                         "directory or gs://bucket/prefix")
+    run_dir, receipt = Path(run_dir), Path(run_dir) / "upload.json"
+    store, prefix = open_store(url), f"{config['upload_bucket_name']}/{run_dir.name}"
+    entries = [store.put(p, f"{prefix}/{p.relative_to(run_dir).as_posix()}")
+               for p in sorted(run_dir.rglob("*.json")) if p != receipt]
+    write_json(receipt, {"store": url, "objects": entries})
+    print(f"{len(entries)} traces uploaded to {url}/{prefix}/")
+
+
+def _finish(args, report, failed, run_dir):
     if args.results:
         from repro.fsutil import write_json
 
         write_json(args.results, report)
+    if args.trace_upload:
+        _upload(args, run_dir)
     if failed:
         raise ReproError(f"{failed} request(s) failed")
 
@@ -300,7 +375,7 @@ def _client_run(args):
     label = "original" if args.original else "shared"
     results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
     _finish(args, {label: {"results": results, "wall_s": wall, "traces": str(where)}},
-            sum(not r["ok"] for r in results))
+            sum(not r["ok"] for r in results), run_dir)
 
 
 def _client_compare(args):
@@ -308,14 +383,18 @@ def _client_compare(args):
 
     options, plan, run_dir = _client_setup(args)
     report, failed = {}, 0
-    for label, original in (("original", True), ("shared", False)):
+    modes = (("original", True), ("shared", False)) if args.run_original else (("shared", False),)
+    for label, original in modes:
         results, wall, where = _run_mode(args, options, plan, run_dir, original, label)
         report[label] = {"results": results, "wall_s": wall, "traces": str(where)}
         failed += sum(not r["ok"] for r in results)
-    for model in sorted({m for m, _ in plan}):
-        traces = [Path(r["trace"]) for label in report for r in report[label]["results"] if r["ok"] and r["model"] == model]
+    models = sorted({m for m, _ in plan})
+    groups = {"all": models} if args.combined_all else {model: [model] for model in models}
+    for group, members in groups.items() if args.combine else ():
+        traces = [Path(r["trace"]) for label in report for r in report[label]["results"]
+                  if r["ok"] and r["model"] in members]
         if traces:
-            out = run_dir / f"compared-{model}.json"
+            out = run_dir / f"compared-{group}.json"
             combine(traces, out)
-            print(f"{out}: {len(traces)} requests, original and shared")
-    _finish(args, report, failed)
+            print(f"{out}: {len(traces)} requests, {' and '.join(report)}")
+    _finish(args, report, failed, run_dir)

@@ -24,7 +24,11 @@ from repro.errors import ReproError
 from repro.processes import describe, matches
 from repro.trims.models import PARAMS, load_manifest
 
-POLICIES = ("lru", "lfu", "fifo")
+# The original TrIMS server's policies (rai-project/trims-tools, pkg/server/utils.go; semantics from
+# the uprd server of rai-project/trims_mxnet): never evicts nothing, so a model that does not fit
+# fails; flush and all evict every unused model at once; lcu (least commonly used) is lfu.
+POLICIES = ("lru", "lfu", "fifo", "never", "flush", "all")
+POLICY_ALIASES = {"lcu": "lfu"}
 DEVICES = ("cpu", "gpu")
 _CHUNK = 8 << 20
 SHM_DIR = Path("/dev/shm")  # where Linux keeps POSIX shared memory segments
@@ -134,6 +138,7 @@ class ModelStore:
     _sequence: itertools.count = field(default_factory=itertools.count)
 
     def __post_init__(self):
+        self.policy = POLICY_ALIASES.get(self.policy, self.policy)
         if self.policy not in POLICIES:
             raise ReproError(f"unknown eviction policy {self.policy!r}; expected one of {list(POLICIES)}")
         if self.device not in DEVICES:
@@ -147,16 +152,19 @@ class ModelStore:
     def used_bytes(self):
         return sum(e.size for e in self.entries.values())
 
-    def _victim(self):
+    def _victims(self):
+        """The unused models to evict next: one by the policy, or all of them (flush, all)."""
         unused = [e for e in self.entries.values() if e.refs == 0]
-        if not unused:
-            return None
+        if not unused or self.policy == "never":
+            return []
+        if self.policy in ("flush", "all"):
+            return unused
         key = {
             "lru": lambda e: (e.last_used, e.order),
             "lfu": lambda e: (e.uses, e.last_used, e.order),
             "fifo": lambda e: e.order,
         }[self.policy]
-        return min(unused, key=key)
+        return [min(unused, key=key)]
 
     def _make_room(self, size, model):
         if size > self.budget_bytes:
@@ -164,10 +172,13 @@ class ModelStore:
                              f"{self.budget_bytes >> 20} MiB; run it with --original or raise the budget")
         deadline = time.monotonic() + self.wait_s
         while self.used_bytes + size > self.budget_bytes:
-            victim = self._victim()
-            if victim is not None:
+            victims = self._victims()
+            if self.policy == "never":
+                raise ReproError(f"model {model!r} needs {size >> 20} MiB but the store (eviction 'never') has "
+                                 f"{(self.budget_bytes - self.used_bytes) >> 20} of {self.budget_bytes >> 20} MiB free")
+            for victim in victims:
                 self._evict(victim)
-            elif not self.freed.wait(timeout=max(0.0, deadline - time.monotonic())):
+            if not victims and not self.freed.wait(timeout=max(0.0, deadline - time.monotonic())):
                 raise ReproError(f"model {model!r} needs {size >> 20} MiB but every resident model stayed in use "
                                  f"for {self.wait_s:.0f} s ({self.used_bytes >> 20} of {self.budget_bytes >> 20} MiB)")
 
