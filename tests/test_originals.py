@@ -270,3 +270,58 @@ def test_never_evicts_nothing_and_refuses_what_does_not_fit(tmp_path):
 def test_lcu_is_least_commonly_used(tmp_path):
     assert ModelStore(fake_models(tmp_path, {"a": 1}), 1000, "lcu").policy == "lfu"
     assert shutil.which("trims-tools", path=str(BIN))
+
+
+# -- the Pecan artifact's scripts: extract_costs.py and fig8.py options -----------------------
+
+PECAN_LOGS = Path(__file__).parent / "fixtures" / "pecan-logs"
+REPRO = str(BIN / "repro")
+CONFIG = str(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+
+
+def _repro(tmp_path, *words):
+    return subprocess.run([REPRO, *words], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HOME": str(tmp_path)})
+
+
+def test_pecan_costs_accepts_extract_costs_options(tmp_path):
+    """extract_costs.py --path LOG --model=resnet --accelerator=v2 --header=True, on the artifact's sample log."""
+    proc = _repro(tmp_path, "pecan", "costs", "--config", CONFIG, f"--path={PECAN_LOGS / 'resnet_pecan.log'}",
+                  "--model=resnet", "--accelerator=v2", "--header=True", "--worker_matches", "3", "--tpu_count=1")
+    assert proc.returncode == 0, proc.stderr
+    header, row = proc.stdout.splitlines()
+    values = dict(zip(header.split(","), row.split(",")))
+    assert float(values["tpu_cost"]) == pytest.approx(0.5458, abs=1e-4)
+    assert float(values["worker_cost"]) == pytest.approx(0.1849, abs=1e-4)
+    assert (values["remote_workers"], values["local_workers"]) == ("4", "10")
+
+    proc = _repro(tmp_path, "pecan", "costs", "--config", CONFIG, str(PECAN_LOGS / "resnet_pecan.log"), "--model",
+                  "resnet", "--accelerator", "v3", "--tpu_count=2", "--noinfer_workers", "--header=false",
+                  "--experiment_type=pecan_v3")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = proc.stdout.splitlines()
+    experiment, _, tpu, worker, remote, local = row.split(",")[:6]
+    assert experiment == "pecan_v3" and (worker, remote, local) == ("0.0", "0", "0")
+    assert float(tpu) == pytest.approx(0.5458 * 2 * 8.8 / 4.96, abs=1e-3)
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("words, message", [
+    (["--model=resnet", "--header=maybe"], "--header"),
+    (["--model=resnet", "--accelerator=v4"], "--accelerator"),
+    (["--model=resnet", "--tpu_count=0"], "--tpu-count"),
+    ([], "--experiment NAME"),
+])
+def test_pecan_costs_bad_options_are_named(tmp_path, words, message):
+    proc = _repro(tmp_path, "pecan", "costs", "--config", CONFIG, str(PECAN_LOGS / "resnet_pecan.log"), *words)
+    assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
+
+
+def test_pecan_plot_redraws_a_figure_from_fig8_py_inputs(tmp_path):
+    proc = _repro(tmp_path, "pecan", "plot", "-e", "final", "-m", "ResNet50", "-t", "4.43", "0.62", "0.55",
+                  "-c", "0", "1.0", "0.18", "-o", "plots/ResNet50_v2-8")
+    assert proc.returncode == 0, proc.stderr
+    for suffix in (".pdf", ".png"):
+        assert (tmp_path / "plots" / f"ResNet50_v2-8{suffix}").stat().st_size > 10_000
+    proc = _repro(tmp_path, "pecan", "plot", "-t", "1", "-1", "2", "-o", "bad")
+    assert proc.returncode == 1 and "-t/-c" in proc.stderr and not (tmp_path / "bad.pdf").exists()
