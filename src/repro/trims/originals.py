@@ -181,6 +181,12 @@ def _command(words):
     raise UsageError(f"unknown command {' '.join(words[:2]) or '(none)'!r}; expected one of: {', '.join(known)}")
 
 
+def parse_command_line(words):
+    """Check an original command line's command and flags, without running it; raise UsageError."""
+    path, rest = _command(words)
+    return path, parse_flags(rest, COMMANDS.get(path, {}))
+
+
 def _note(text):
     print(f"{PROG}: note: {text}", file=sys.stderr)
 
