@@ -325,3 +325,77 @@ def test_pecan_plot_redraws_a_figure_from_fig8_py_inputs(tmp_path):
         assert (tmp_path / "plots" / f"ResNet50_v2-8{suffix}").stat().st_size > 10_000
     proc = _repro(tmp_path, "pecan", "plot", "-t", "1", "-1", "2", "-o", "bad")
     assert proc.returncode == 1 and "-t/-c" in proc.stderr and not (tmp_path / "bad.pdf").exists()
+
+
+# -- the store's tiers (TrIMS's persist_cpu) ----------------------------------------------------
+
+
+def test_an_evicted_model_stays_in_the_host_tier_and_comes_back_without_its_file(tmp_path):
+    base = fake_models(tmp_path, {"a": 600, "b": 600})
+    (base / "a" / "model.params").write_bytes(bytes(range(256)) * 2 + bytes(88))  # weights worth checking
+    manifest = json.loads((base / "a" / "manifest.json").read_text())
+    manifest["sha256"]["model.params"] = __import__("hashlib").sha256((base / "a" / "model.params").read_bytes()).hexdigest()
+    (base / "a" / "manifest.json").write_text(json.dumps(manifest))
+    store = ModelStore(base, 1000, "lru", persist_bytes=1000)
+    for model in ("a", "b"):  # b evicts a from the store into the host tier
+        store.acquire(model)
+        store.release(model)
+    assert "a" not in store.entries and list(store.tier) == ["a"]
+    (base / "a" / "model.params").unlink()  # the file is not read again
+    handle, size, hit = store.acquire("a")  # promoted, evicting b into the tier
+    segment = __import__("multiprocessing.shared_memory", fromlist=["x"]).SharedMemory(name=handle["shm"])
+    assert bytes(segment.buf[:size]) == bytes(range(256)) * 2 + bytes(88)
+    segment.close()
+    store.release("a")
+    tiers = store.status()["tiers"]
+    assert tiers["host"]["promotions"] == 1 and tiers["file"]["loads"] == 2 and tiers["host"]["models"] == ["b"]
+    assert tiers["cpu"]["evictions"] == 2 and not hit
+    store.close()
+
+
+def test_the_host_tier_drops_its_oldest_copy_when_full(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 400, "b": 400, "c": 400}), 400, "fifo", persist_bytes=800)
+    for model in ("a", "b", "c", "a"):
+        store.acquire(model)
+        store.release(model)
+    tiers = store.status()["tiers"]
+    # a, then b went to the tier; a came back (promoted), c went in; nothing dropped until now
+    assert tiers["host"]["promotions"] == 1 and tiers["host"]["models"] == ["b", "c"]
+    store.acquire("b")  # promoted; a joins the tier
+    store.release("b")
+    assert sorted(store.tier) == ["a", "c"] and store.tier_evictions == 0
+    store.close()
+
+
+def test_without_a_host_tier_evicted_models_are_read_again(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, "lru")
+    for model in ("a", "b", "a"):
+        store.acquire(model)
+        store.release(model)
+    assert store.status()["tiers"]["file"]["loads"] == 3 and not store.tier
+    store.close()
+
+
+def test_server_host_tier_through_the_command_line(tmp_path):
+    base = tmp_path / "models"
+    for name in MODELS:
+        generate(name, base / name, seed=1)
+    sock = tmp_path / "s.sock"
+    env = {**os.environ, "HOME": str(tmp_path)}
+    budget = (base / "resnet18_v1" / "model.params").stat().st_size >> 20
+    proc = subprocess.run([REPRO, "trims", "server", "run", "-d", "--socket", str(sock), "--base-path", str(base),
+                           "--memory-mb", str(budget + 1), "--persist-cpu-mb", "200", "--device", "cpu"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "host tier 200 MiB" in proc.stdout, proc.stderr
+    try:
+        for model in ("resnet18_v1", "squeezenet_1.1", "resnet18_v1"):
+            client = subprocess.run([REPRO, "trims", "client", "run", "--model", model, "--socket", str(sock),
+                                     "--base-path", str(base), "--device", "cpu", "--profile-output", "t",
+                                     "--profile-output-overwrite"],
+                                    cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+            assert client.returncode == 0, client.stderr
+        status = json.loads(subprocess.run([REPRO, "trims", "server", "status", "--socket", str(sock)], cwd=tmp_path,
+                                           env=env, capture_output=True, text=True, timeout=60).stdout)
+        assert status["tiers"]["host"]["promotions"] == 1 and status["tiers"]["file"]["loads"] == 2
+    finally:
+        subprocess.run([REPRO, "trims", "server", "stop", "--socket", str(sock)], env=env, timeout=60)

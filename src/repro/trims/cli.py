@@ -102,6 +102,9 @@ def add_commands(sub):
     run.add_argument("-d", "--daemon", action="store_true", help="start in the background and return once it answers")
     run.add_argument("--pid-file", help="write the server's pid here")
     run.add_argument("--log-file", default="trims-server.log", help="the daemon's output (with -d)")
+    run.add_argument("--persist-cpu-mb", type=int, default=0,
+                     help="a host-memory tier of this many MiB: evicted models stay there and come back without "
+                     "reading their file (TrIMS's persist_cpu; default 0: none)")
     run.set_defaults(func=_server_run)
     stop = ssub.add_parser("stop", help="ask the server to shut down")
     stop.add_argument("--socket")
@@ -221,14 +224,18 @@ def _server_run(args):
     policy = _setting(args, "eviction", "server_eviction")
     device = resolve_device(_setting(args, "device", "device"))
     budget = budget_bytes(fraction, args.memory_mb, device)
-    where = f"{policy}, budget {budget >> 20} MiB of {device} memory"
+    if args.persist_cpu_mb < 0:
+        raise ReproError(f"--persist-cpu-mb must be 0 or more, got {args.persist_cpu_mb}")
+    persist = args.persist_cpu_mb << 20
+    where = f"{policy}, budget {budget >> 20} MiB of {device} memory" + (
+        f", host tier {args.persist_cpu_mb} MiB" if persist else "")
     if args.daemon:
         pid_file = args.pid_file or str(Path(socket_path).with_suffix(".pid"))
-        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device)
+        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device, persist)
         print(f"model store server pid {pid} on {socket_path} ({where})")
         return
     print(f"model store server on {socket_path} ({where})", flush=True)
-    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device)
+    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device, persist_bytes=persist)
 
 
 def _server_stop(args):

@@ -102,8 +102,6 @@ NO_EFFECT = {
     "postprocess": "traces are written complete, with no second pass",
     "profile": "the server writes no trace of its own here; `repro trims server status` reports its state",
     "model_estimation_rate": "the store knows each model's exact size from its manifest",
-    "persist_cpu": "the store keeps models in one tier (host shared memory, or GPU memory with --device gpu)",
-    "persist_cpu_only": "the store keeps models in one tier; host memory is its default",
     "estimate_with_internal_memory": "the store knows each model's exact size from its manifest",
 }
 DISTRIBUTION_ALIASES = {"exp": "exponential"}
@@ -301,8 +299,11 @@ def client_argv(command, values, config, config_args):
     return argv
 
 
-def server_argv(values, config_args):
-    """The `repro trims server run` command line of an original `server run`."""
+def server_argv(values, given, config, config_args):
+    """The `repro trims server run` command line of an original `server run`.
+
+    --persist_cpu (on by default) gives a store in GPU memory a host-memory tier of the same share
+    of RAM; --persist_cpu_only keeps models in host memory only (the original ignored it, a defect)."""
     from repro.trims.store import POLICIES, POLICY_ALIASES
 
     eviction = values["eviction"].lower()
@@ -311,8 +312,19 @@ def server_argv(values, config_args):
                          "fifo, flush, all")
     if not 0 < values["memory_percentage"] <= 1:
         raise ReproError(f"--memory_percentage: expected a fraction in (0, 1], got {values['memory_percentage']}")
-    return ["trims", "server", "run", "--eviction", eviction, "--memory-fraction", str(values["memory_percentage"]),
+    argv = ["trims", "server", "run", "--eviction", eviction, "--memory-fraction", str(values["memory_percentage"]),
             *config_args]
+    if values["persist_cpu_only"]:
+        return [*argv, "--device", "cpu"]
+    from repro.trims.runtimes import resolve_device
+
+    if values["persist_cpu"] and resolve_device(config["device"]) == "gpu":
+        import psutil
+
+        argv += ["--persist-cpu-mb", str(int(psutil.virtual_memory().total * values["memory_percentage"]) >> 20)]
+    elif values["persist_cpu"] and "persist_cpu" in given:
+        _note("--persist_cpu has no effect here: the store keeps models in host memory already")
+    return argv
 
 
 def translate(words):
@@ -334,14 +346,15 @@ def translate(words):
         from repro.trims.models import ARCHITECTURES
 
         return [["trims", "models", *ARCHITECTURES, *config_args]], values, path
-    if path == ("server", "run"):
-        return [server_argv(values, config_args)], values, path
     config = _config(values)
+    if path == ("server", "run"):
+        return [server_argv(values, given, config, config_args)], values, path
     if path[0] == "client":
         return [client_argv(path[1], values, config, config_args)], values, path
     # top-level run: the store in the background, the client, the store stopped
     client = client_argv("compare" if values["compare"] else "run", values, config, config_args)
-    return [server_argv(values, config_args) + ["-d"], client, ["trims", "server", "stop", *config_args]], values, path
+    server = [*server_argv(values, given, config, config_args), "-d"]
+    return [server, client, ["trims", "server", "stop", *config_args]], values, path
 
 
 def _trace_argv(command, values, positionals):
