@@ -5,21 +5,24 @@ Each test runs the real `trims-tools` command in a fresh HOME holding the origin
 real model store server started with `trims-tools server run -d`.
 """
 
+import hashlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import time
+from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import pytest
+import yaml
 from support import BIN
 from test_trims import fake_models
 
 from repro.errors import ReproError
 from repro.trims.models import generate
-from repro.trims.originals import parse_flags, translate, COMMANDS
+from repro.trims.originals import COMMANDS, parse_flags, translate
 from repro.trims.store import ModelStore
 
 TRIMS_TOOLS = str(BIN / "trims-tools")
@@ -87,7 +90,7 @@ def _profiles(home, name):
 
 def test_the_originals_default_config_loads_and_reports_unused_keys_once(home):
     proc = trims_tools(home, "info", "config")
-    config = __import__("yaml").safe_load(proc.stdout)["micro18"]
+    config = yaml.safe_load(proc.stdout)["micro18"]
     assert config["base_path"] == f"{home}/carml/data/mxnet"  # $HOME expanded
     assert config["profile_output_directory"] == f"{home}//micro18_profiles"
     assert config["upload_bucket_name"] == "traces"
@@ -332,9 +335,10 @@ def test_pecan_plot_redraws_a_figure_from_fig8_py_inputs(tmp_path):
 
 def test_an_evicted_model_stays_in_the_host_tier_and_comes_back_without_its_file(tmp_path):
     base = fake_models(tmp_path, {"a": 600, "b": 600})
-    (base / "a" / "model.params").write_bytes(bytes(range(256)) * 2 + bytes(88))  # weights worth checking
+    weights = bytes(range(256)) * 2 + bytes(88)  # not all zeros: the promoted bytes are worth comparing
+    (base / "a" / "model.params").write_bytes(weights)
     manifest = json.loads((base / "a" / "manifest.json").read_text())
-    manifest["sha256"]["model.params"] = __import__("hashlib").sha256((base / "a" / "model.params").read_bytes()).hexdigest()
+    manifest["sha256"]["model.params"] = hashlib.sha256(weights).hexdigest()
     (base / "a" / "manifest.json").write_text(json.dumps(manifest))
     store = ModelStore(base, 1000, "lru", persist_bytes=1000)
     for model in ("a", "b"):  # b evicts a from the store into the host tier
@@ -343,8 +347,9 @@ def test_an_evicted_model_stays_in_the_host_tier_and_comes_back_without_its_file
     assert "a" not in store.entries and list(store.tier) == ["a"]
     (base / "a" / "model.params").unlink()  # the file is not read again
     handle, size, hit = store.acquire("a")  # promoted, evicting b into the tier
-    segment = __import__("multiprocessing.shared_memory", fromlist=["x"]).SharedMemory(name=handle["shm"])
-    assert bytes(segment.buf[:size]) == bytes(range(256)) * 2 + bytes(88)
+    segment = shared_memory.SharedMemory(name=handle["shm"])
+    resource_tracker.unregister(segment._name, "shared_memory")  # noqa: SLF001 - the store owns the segment
+    assert bytes(segment.buf[:size]) == weights
     segment.close()
     store.release("a")
     tiers = store.status()["tiers"]

@@ -88,7 +88,7 @@ ALIASES = {("client", "run-compare"): ("client", "compare"), ("client", "memory"
                                                             for a in ("model", "models", "feature", "features")}}
 NOT_HERE = {
     ("client", "memory_usage"): "it reports the MXNet fork's cudaMalloc totals per model",
-    ("trace", "memoryinfo"): "it sums the MXNet fork's cudaMalloc trace events, which this project's traces do not have",
+    ("trace", "memoryinfo"): "it sums the MXNet fork's cudaMalloc trace events; this project's traces have none",
     ("trace", "publish"): "it is a stub in the original (prints 'publish called'); use client run --trace_upload",
 }
 
