@@ -124,6 +124,15 @@ def test_an_earlier_run_is_kept_unless_overwrite(home):
     trims_tools(home, "client", "run", "--models=squeeze", "--profile_output=kept", "--profile_output_overwrite")
 
 
+def test_monitor_memory_prints_the_originals_peak_and_average_table(home):
+    proc = trims_tools(home, "client", "run", "--models=squeeze", "-n", "2", "--monitor_memory",
+                       "--profile_output=monitored")
+    header, *rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("device_idx", "host", "0"))]
+    assert header[:2] == ["device_idx", "time_stamp"] and "client_rss" in header and "store_rss" in header
+    assert [row[1] for row in rows[:2]] == ["peak", "average"]
+    assert (_profiles(home, "monitored") / "shared" / "memory.csv").exists()
+
+
 def test_compare_combine_and_the_trace_tools(home):
     trims_tools(home, "client", "compare", "--models=squeezenet_1.1,resnet18", "--exp", ok=False)  # unknown flag
     trims_tools(home, "client", "compare", "--models=squeezenet_1.1,resnet18", "-n", "2", "--combine",

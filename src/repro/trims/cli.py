@@ -332,6 +332,7 @@ def _run_mode(args, options, plan, run_dir, original, label):
         with MemoryMonitor(store_pid=store_pid) as monitor:
             results, wall = Client(options).run(plan, args.concurrent)
         monitor.write(options.profile_output / "memory.csv", options.profile_output / "memory-summary.json")
+        print(monitor.table())
     else:
         results, wall = Client(options).run(plan, args.concurrent)
     failed = [r for r in results if not r["ok"]]
