@@ -133,6 +133,22 @@ def test_monitor_memory_prints_the_originals_peak_and_average_table(home):
     assert (_profiles(home, "monitored") / "shared" / "memory.csv").exists()
 
 
+def test_memory_usage_and_memoryinfo_report_weights_activations_and_the_store(home):
+    trims_tools(home, "client", "run", "-n", "1", "--profile_output=for-memory")  # both models resident now
+    proc = trims_tools(home, "client", "memory_usage", "-f", "csv")
+    header, *rows = [line.split(",") for line in proc.stdout.splitlines()]
+    assert header == ["model_name", "param_bytes", "activation_bytes", "store_bytes"]
+    for name, params, activations, resident in rows:
+        manifest = json.loads((home / "carml" / "data" / "mxnet" / name / "manifest.json").read_text())
+        assert int(params) == manifest["params_bytes"] == int(resident) and int(activations) > 0
+    assert [r[0] for r in rows] == sorted(MODELS)
+    trace = next(_profiles(home, "for-memory").rglob("*.json"))
+    proc = trims_tools(home, "trace", "memoryinfo", str(trace))
+    assert proc.stdout.splitlines()[1].split()[0] == json.loads(trace.read_text())["otherData"]["model_name"]
+    cpp = trims_tools(home, "client", "memory", "--models=squeeze", "--format=cpp").stdout
+    assert cpp.startswith("static const std::map<std::string, size_t> model_internal_memory_usage{")
+
+
 def test_compare_combine_and_the_trace_tools(home):
     trims_tools(home, "client", "compare", "--models=squeezenet_1.1,resnet18", "--exp", ok=False)  # unknown flag
     trims_tools(home, "client", "compare", "--models=squeezenet_1.1,resnet18", "-n", "2", "--combine",
@@ -189,7 +205,8 @@ def test_top_level_run_uploads_to_the_configured_bucket(tmp_path):
     (["server", "run", "--eviction=random"], 1, "--eviction: unknown policy 'random'"),
     (["server", "run", "--memory_percentage=1.5"], 1, "--memory_percentage: expected a fraction"),
     (["trace", "combine"], 2, "expected at least one trace"),
-    (["trace", "memoryinfo", "x.json"], 1, "not available here"),
+    (["trace", "publish", "x.json"], 1, "not available here"),
+    (["client", "memory_usage", "-f", "xml"], 1, "--format: unknown format 'xml'"),
     (["frobnicate"], 2, "unknown command 'frobnicate'"),
 ])
 def test_bad_command_lines_name_the_flag(tmp_path, words, status, message):

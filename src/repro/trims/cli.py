@@ -85,7 +85,7 @@ def _expand_paths(config, path):
 
 def add_commands(sub):
     trims = sub.add_parser("trims", help="TrIMS model sharing: models, model store server, clients")
-    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client,config}")
+    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client,memory,config}")
 
     models = tsub.add_parser("models", help="generate model files (graph + model.params + checksums)")
     models.add_argument("models", nargs="+", help="model names")
@@ -129,6 +129,16 @@ def add_commands(sub):
                          help="combine each model's traces into compared-<model>.json (default: on)")
     compare.add_argument("--combined-all", action="store_true",
                          help="combine every model's traces into one compared-all.json instead")
+
+    memory = tsub.add_parser("memory", help="memory a model needs: parameter and activation bytes (per layer), "
+                             "and what a running store holds for it")
+    memory.add_argument("models", nargs="+", help="model names (under the base path)")
+    memory.add_argument("-f", "--format", default="table", help="table, csv, tsv or cpp (default: table)")
+    memory.add_argument("--layers", action="store_true", help="one row per layer as well")
+    memory.add_argument("--base-path")
+    memory.add_argument("--socket")
+    memory.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
+    memory.set_defaults(func=_memory)
 
     config = tsub.add_parser("config", help="print the effective tool config (YAML)")
     config.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
@@ -343,6 +353,27 @@ def _run_mode(args, options, plan, run_dir, original, label):
     for r in failed:
         print(f"  FAILED request {r['iteration']} ({r['model']}): {r['error']}", file=sys.stderr)
     return results, wall, options.profile_output
+
+
+def _memory(args):
+    from repro.trims.memory import format_report, model_memory
+    from repro.trims.server import StoreConnection
+
+    base = Path(_setting(args, "base_path", "base_path"))
+    try:
+        status = StoreConnection(_socket(args), timeout=2).request({"op": "status"})
+    except ReproError:
+        status = None  # no store running: nothing resident to report
+    rows = []
+    for model in args.models:
+        if not (base / model / "manifest.json").is_file():
+            raise ReproError(f"unknown model {model!r}: no {base / model / 'manifest.json'}")
+        rows.append(model_memory(base / model, status))
+    print(format_report(rows, args.format))
+    for row in rows if args.layers else ():
+        print(f"\n{row['model_name']}:")
+        print(format_report([{"model_name": f"{layer['name']} ({layer['op']})", "store_bytes": None, **layer}
+                             for layer in row["layers"]], args.format))
 
 
 def _print_config(args):

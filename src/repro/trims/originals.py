@@ -80,15 +80,16 @@ COMMANDS = {
                            "skip_first": Flag("bool", False)},
     ("trace", "summarize"): {"output": Flag("str", "", "o"), "detailed": Flag("bool", True),
                              "deep": Flag("bool", False)},
+    ("client", "memory_usage"): {**{k: CLIENT[k] for k in ("models", "debug", "large_models")},
+                                 "format": Flag("str", "table", "f")},
+    ("trace", "memoryinfo"): {},
     ("download", "assets"): {},
     ("info", "config"): {},
 }
 ALIASES = {("client", "run-compare"): ("client", "compare"), ("client", "memory"): ("client", "memory_usage"),
-           ("trace", "summary"): ("trace", "summarize"), **{("download", a): ("download", "assets")
-                                                            for a in ("model", "models", "feature", "features")}}
+           ("trace", "summary"): ("trace", "summarize"), ("trace", "memory"): ("trace", "memoryinfo"),
+           **{("download", a): ("download", "assets") for a in ("model", "models", "feature", "features")}}
 NOT_HERE = {
-    ("client", "memory_usage"): "it reports the MXNet fork's cudaMalloc totals per model",
-    ("trace", "memoryinfo"): "it sums the MXNet fork's cudaMalloc trace events; this project's traces have none",
     ("trace", "publish"): "it is a stub in the original (prints 'publish called'); use client run --trace_upload",
 }
 
@@ -237,7 +238,7 @@ def select_models(values, base_path):
             if not matches:
                 raise ReproError(f"--models: {item!r} matches none of {candidates} in {base_path}")
             chosen += [m for m in matches if m not in chosen]
-    if _distribution(values) is not None:
+    if "distribution" in values and _distribution(values) is not None:
         percentage = values["models_percentage"] * (100 if values["models_percentage"] <= 1 else 1)
         if not 0 < percentage <= 100:
             raise ReproError(f"--models_percentage: expected a fraction in (0, 1] or a percentage up to 100, "
@@ -335,6 +336,8 @@ def translate(words):
     values, given, positionals = parse_flags(rest, COMMANDS[path])
     for name in sorted(given & set(NO_EFFECT)):
         _note(f"--{name} has no effect here: {NO_EFFECT[name]}")
+    if path == ("trace", "memoryinfo"):
+        return [["trims", "memory", *_traced_models(positionals), *_config_args(values)]], values, path
     if path[0] == "trace":
         return [_trace_argv(path[1], values, positionals)], values, path
     if positionals:
@@ -349,12 +352,30 @@ def translate(words):
     config = _config(values)
     if path == ("server", "run"):
         return [server_argv(values, given, config, config_args)], values, path
+    if path == ("client", "memory_usage"):
+        models = select_models(values, config["base_path"])
+        return [["trims", "memory", *models, "--format", values["format"], *config_args]], values, path
     if path[0] == "client":
         return [client_argv(path[1], values, config, config_args)], values, path
     # top-level run: the store in the background, the client, the store stopped
     client = client_argv("compare" if values["compare"] else "run", values, config, config_args)
     server = [*server_argv(values, given, config, config_args), "-d"]
     return [server, client, ["trims", "server", "stop", *config_args]], values, path
+
+
+def _traced_models(paths):
+    """The models the traces at `paths` ran (their otherData.model_name), in order of first appearance."""
+    from repro.traces import TraceReader
+
+    if not paths:
+        raise UsageError("trace memoryinfo: expected at least one trace file")
+    models = []
+    for path in paths:
+        model = TraceReader(path).other_data.get("model_name")
+        if not isinstance(model, str):
+            raise ReproError(f"{path}: the trace names no model (otherData.model_name)")
+        models += [model] if model not in models else []
+    return models
 
 
 def _trace_argv(command, values, positionals):
