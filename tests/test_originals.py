@@ -103,6 +103,8 @@ def test_client_run_with_a_distribution_as_the_readme_writes_it(home):
     traces = sorted(_profiles(home, "pareto").rglob("*.json"))
     per_model = {m: sum(t.parent.name == m for t in traces) for m in MODELS}
     assert per_model == {m: 2 for m in MODELS}  # each model selected up to 2 times, so every model is
+    pids = {json.loads(t.read_text())["traceEvents"][0]["pid"] for t in traces}
+    assert len(pids) == len(traces)  # one process per request, as the original
 
 
 def test_client_run_with_go_booleans_comma_params_and_a_description(home):

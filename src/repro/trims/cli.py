@@ -167,6 +167,8 @@ def _client_flags(parser):
     parser.add_argument("--iterations", type=int, default=1, help="requests (per model when no distribution)")
     parser.add_argument("--model-iterations", type=int, default=-1, help="at most this many requests per model (-1: no cap)")
     parser.add_argument("--concurrent", type=int, default=1, help="requests in flight")
+    parser.add_argument("--process-per-request", action="store_true",
+                        help="run each request in a process of its own, as the original client did (default: threads)")
     parser.add_argument("--eager", action="store_true", help="initialise the runtime before the timed request")
     parser.add_argument("--eager-async", action="store_true", help="initialise it in the background, overlapped with input preparation")
     parser.add_argument("--original", action="store_true", help="no sharing: load the model from its file")
@@ -340,11 +342,11 @@ def _run_mode(args, options, plan, run_dir, original, label):
         from repro.trims.monitor import MemoryMonitor
 
         with MemoryMonitor(store_pid=store_pid) as monitor:
-            results, wall = Client(options).run(plan, args.concurrent)
+            results, wall = Client(options).run(plan, args.concurrent, args.process_per_request)
         monitor.write(options.profile_output / "memory.csv", options.profile_output / "memory-summary.json")
         print(monitor.table())
     else:
-        results, wall = Client(options).run(plan, args.concurrent)
+        results, wall = Client(options).run(plan, args.concurrent, args.process_per_request)
     failed = [r for r in results if not r["ok"]]
     done = [r for r in results if r["ok"]]
     mean = sum(r["latency_us"] for r in done) / len(done) / 1000 if done else float("nan")

@@ -276,7 +276,7 @@ def client_argv(command, values, config, config_args):
     """The `repro trims client run|compare` command line of an original client command."""
     argv = ["trims", "client", command, "--model", *select_models(values, config["base_path"]),
             "--iterations", str(values["iterations"]), "--model-iterations", str(values["model_iterations"]),
-            "--concurrent", str(values["concurrent"]), *config_args]
+            "--concurrent", str(values["concurrent"]), "--process-per-request", *config_args]
     distribution = _distribution(values)
     if distribution:
         argv += ["--distribution", distribution]
