@@ -8,6 +8,7 @@ real model store server started with `trims-tools server run -d`.
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -88,6 +89,16 @@ def _profiles(home, name):
     return home / "micro18_profiles" / socket.gethostname() / name
 
 
+PER_REQUEST = re.compile(r"(?P<upr>upr_)?(?P<model>.+)_[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.json")
+
+
+def _traces(run, mode="upr"):
+    """The per-request traces of a run directory, named as the original's: (upr_)<model>_<uuid>.json."""
+    found = [(PER_REQUEST.fullmatch(p.name), p) for p in sorted(run.iterdir())]
+    return [(m["model"], p) for m, p in found
+            if m and not p.name.startswith(("combined-", "compared-")) and bool(m["upr"]) == (mode == "upr")]
+
+
 def test_the_originals_default_config_loads_and_reports_unused_keys_once(home):
     proc = trims_tools(home, "info", "config")
     config = yaml.safe_load(proc.stdout)["micro18"]
@@ -100,20 +111,22 @@ def test_the_originals_default_config_loads_and_reports_unused_keys_once(home):
 def test_client_run_with_a_distribution_as_the_readme_writes_it(home):
     trims_tools(home, "client", "run", "--model_iterations=2", "--iterations=8", "--concurrent=2",
                 "--distribution=pareto", "--profile_output=pareto")
-    traces = sorted(_profiles(home, "pareto").rglob("*.json"))
-    per_model = {m: sum(t.parent.name == m for t in traces) for m in MODELS}
+    traces = _traces(_profiles(home, "pareto"))
+    per_model = {m: sum(model == m for model, _ in traces) for m in MODELS}
     assert per_model == {m: 2 for m in MODELS}  # each model selected up to 2 times, so every model is
-    pids = {json.loads(t.read_text())["traceEvents"][0]["pid"] for t in traces}
+    pids = {json.loads(t.read_text())["traceEvents"][0]["pid"] for _, t in traces}
     assert len(pids) == len(traces)  # one process per request, as the original
+    (combined,) = _profiles(home, "pareto").glob("combined-*.json")  # the original's post-processing
+    assert len({e["pid"] for e in json.loads(combined.read_text())["traceEvents"]}) == len(traces)
 
 
 def test_client_run_with_go_booleans_comma_params_and_a_description(home):
     trims_tools(home, "client", "run", "--distribution=weibull", "--distribution_params=1.5,1", "--eager_async=true",
                 "--eager=false", "-n", "3", "--models", "squeeze", "--profile_output=weibull",
                 "--experiment_description=two words")
-    traces = sorted(_profiles(home, "weibull").rglob("*.json"))
+    traces = _traces(_profiles(home, "weibull"))
     assert len(traces) == 3
-    other = json.loads(traces[0].read_text())["otherData"]
+    other = json.loads(traces[0][1].read_text())["otherData"]
     assert other["experiment_description"] == "two words" and other["model_name"] == "squeezenet_1.1"
     assert other["eager_mode"] is False and other["eager_mode_async"] is True
     assert other["distribution"] == "weibull" and other["distribution_params"] == [1.5, 1.0]
@@ -132,7 +145,7 @@ def test_monitor_memory_prints_the_originals_peak_and_average_table(home):
     header, *rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("device_idx", "host", "0"))]
     assert header[:2] == ["device_idx", "time_stamp"] and "client_rss" in header and "store_rss" in header
     assert [row[1] for row in rows[:2]] == ["peak", "average"]
-    assert (_profiles(home, "monitored") / "shared" / "memory.csv").exists()
+    assert (_profiles(home, "monitored") / "shared-memory.csv").exists()
 
 
 def test_memory_usage_and_memoryinfo_report_weights_activations_and_the_store(home):
@@ -144,7 +157,7 @@ def test_memory_usage_and_memoryinfo_report_weights_activations_and_the_store(ho
         manifest = json.loads((home / "carml" / "data" / "mxnet" / name / "manifest.json").read_text())
         assert int(params) == manifest["params_bytes"] == int(resident) and int(activations) > 0
     assert [r[0] for r in rows] == sorted(MODELS)
-    trace = next(_profiles(home, "for-memory").rglob("*.json"))
+    _, trace = _traces(_profiles(home, "for-memory"))[0]
     proc = trims_tools(home, "trace", "memoryinfo", str(trace))
     assert proc.stdout.splitlines()[1].split()[0] == json.loads(trace.read_text())["otherData"]["model_name"]
     cpp = trims_tools(home, "client", "memory", "--models=squeeze", "--format=cpp").stdout
@@ -156,26 +169,27 @@ def test_compare_combine_and_the_trace_tools(home):
     trims_tools(home, "client", "compare", "--models=squeezenet_1.1,resnet18", "-n", "2", "--combine",
                 "--profile_output=cmp")
     run = _profiles(home, "cmp")
-    assert {p.name for p in run.glob("compared-*.json")} == {f"compared-{m}.json" for m in MODELS}
-    traces = sorted(str(p) for p in run.glob("*/*/*.json"))
+    compared = sorted(p.name for p in run.glob("compared-*.json"))
+    assert [re.sub(r"-[0-9a-f-]{36}\.json$", "", n) for n in compared] == [f"compared-{m}" for m in sorted(MODELS)]
+    traces = [str(p) for mode in ("original", "upr") for _, p in _traces(run, mode)]
     assert len(traces) == 8  # two models, two iterations, original and shared
 
     trims_tools(home, "trace", "combine", *traces, "-o", "out/combined.json", "--skip_first")
     combined = json.loads((home / "out" / "combined.json").read_text())
     assert len({e["pid"] for e in combined["traceEvents"]}) == 7
 
-    trims_tools(home, "trace", "summarize", str(run / "shared"), str(run / "original"), "--detailed")
-    for mode in ("shared", "original"):
-        records = json.loads((run / mode / "summary.json").read_text())
-        assert isinstance(records, list) and len(records) == 4
-        record = records[0]
+    trims_tools(home, "trace", "summarize", str(run), "--detailed")  # one summary.json per directory
+    records = json.loads((run / "summary.json").read_text())
+    assert isinstance(records, list) and len(records) == 8  # the compared-* files are left out
+    assert sorted(r["upr_enabled"] for r in records) == [False] * 4 + [True] * 4
+    for record in records:
         assert isinstance(record["end_to_end_time"], int) and record["end_to_end_time"] > 1000  # nanoseconds
-        assert record["upr_enabled"] is (mode == "shared")
         assert {"read_params", "load_model", "forward_predict"} <= set(record["events"])
         assert record["events"]["read_params"]["start_time_t"].endswith("Z")
-    trims_tools(home, "trace", "summarize", str(run), "--deep", "--detailed=false")
-    records = json.loads((run / "summary.json").read_text())
-    assert len(records) == 8 and "events" not in records[0]
+    trims_tools(home, "trace", "summarize", str(run), str(_profiles(home, "weibull")), "--deep",
+                "--detailed=false", "-o", "out/deep.json")
+    records = json.loads((home / "out" / "deep.json").read_text())
+    assert len(records) == 11 and "events" not in records[0]
 
 
 def test_top_level_run_uploads_to_the_configured_bucket(tmp_path):
@@ -185,8 +199,8 @@ def test_top_level_run_uploads_to_the_configured_bucket(tmp_path):
     generate("squeezenet_1.1", home / "carml" / "data" / "mxnet" / "squeezenet_1.1", seed=1)
     trims_tools(home, "run", "--models=squeezenet", "-n", "2", "--eviction=flush", "--profile_output=r1",
                 "--trace_upload")
-    uploaded = sorted((home / "bucket" / "traces" / "r1").rglob("*.json"))
-    assert len(uploaded) == 2
+    uploaded = sorted(p.name for p in (home / "bucket" / "traces" / "r1").glob("*.json"))
+    assert len(uploaded) == 3 and uploaded[0].startswith("combined-") and uploaded[1].startswith("upr_squeezenet_1.1_")
     deadline = time.monotonic() + 20
     while (home / "run" / "repro" / "trims.sock").exists():  # the store stops once the client is done
         assert time.monotonic() < deadline, "trims-tools run left its model store running"

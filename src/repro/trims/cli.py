@@ -15,6 +15,7 @@ import shutil
 import socket
 import sys
 import time
+import uuid
 from pathlib import Path, PurePath
 
 import yaml
@@ -178,6 +179,9 @@ def _client_flags(parser):
     parser.add_argument("--profile-output-overwrite", action="store_true",
                         help="replace an earlier run's traces in that directory")
     parser.add_argument("--experiment-description", default="", help="recorded in every trace")
+    parser.add_argument("--trace-names", choices=["repro", "original"], default="repro",
+                        help="repro: <mode>/<model>/<mode>-<n>.json; original: the original tools' "
+                        "[upr_]<model>_<uuid>.json in the run directory, with combined-<uuid>.json (default: repro)")
     parser.add_argument("--monitor-memory", action="store_true", help="sample GPU (NVML) and store memory every 50 ms")
     parser.add_argument("--seed", type=int, default=0)
     _device_flag(parser, "where inference runs (must be the GPU when the store keeps models there)")
@@ -332,7 +336,10 @@ def _run_mode(args, options, plan, run_dir, original, label):
     from repro.trims.client import Client
 
     options.original = original
-    options.profile_output = run_dir / label
+    flat = args.trace_names == "original"
+    options.trace_names = args.trace_names
+    options.profile_output = run_dir if flat else run_dir / label
+    memory_files = f"{label}-memory" if flat else "memory"
     store_pid = None
     if args.monitor_memory and not original:
         from repro.trims.server import StoreConnection
@@ -343,7 +350,8 @@ def _run_mode(args, options, plan, run_dir, original, label):
 
         with MemoryMonitor(store_pid=store_pid) as monitor:
             results, wall = Client(options).run(plan, args.concurrent, args.process_per_request)
-        monitor.write(options.profile_output / "memory.csv", options.profile_output / "memory-summary.json")
+        monitor.write(options.profile_output / f"{memory_files}.csv",
+                      options.profile_output / f"{memory_files}-summary.json")
         print(monitor.table())
     else:
         results, wall = Client(options).run(plan, args.concurrent, args.process_per_request)
@@ -415,6 +423,11 @@ def _client_run(args):
     options, plan, run_dir = _client_setup(args)
     label = "original" if args.original else "shared"
     results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
+    traces = [Path(r["trace"]) for r in results if r["ok"]]
+    if args.trace_names == "original" and len(traces) > 1:  # the original client's post-processing
+        from repro.traces import combine
+
+        combine(traces, run_dir / f"combined-{uuid.uuid4()}.json")
     _finish(args, {label: {"results": results, "wall_s": wall, "traces": str(where)}},
             sum(not r["ok"] for r in results), run_dir)
 
@@ -435,7 +448,8 @@ def _client_compare(args):
         traces = [Path(r["trace"]) for label in report for r in report[label]["results"]
                   if r["ok"] and r["model"] in members]
         if traces:
-            out = run_dir / f"compared-{group}.json"
+            out = run_dir / (f"compared-{group}-{uuid.uuid4()}.json" if args.trace_names == "original"
+                             else f"compared-{group}.json")
             combine(traces, out)
             print(f"{out}: {len(traces)} requests, {' and '.join(report)}")
     _finish(args, report, failed, run_dir)

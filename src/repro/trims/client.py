@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ class ClientOptions:
     device: str = "cpu"  # where inference runs: cpu (onnxruntime) or gpu
     profile_output: Path = None
     experiment_description: str = ""
+    trace_names: str = "repro"  # repro: <mode>/<model>/<mode>-<n>.json; original: [upr_]<model>_<uuid>.json
     run_id: str = ""
     extra: dict = field(default_factory=dict)  # more run metadata for the traces
 
@@ -192,7 +194,10 @@ class Client:
         trace = None
         if opts.profile_output:
             mode = "original" if opts.original else "shared"
-            trace = Path(opts.profile_output) / model / f"{mode}-{iteration:05d}.json"
+            if opts.trace_names == "original":
+                trace = Path(opts.profile_output) / f"{'' if opts.original else 'upr_'}{model}_{uuid.uuid4()}.json"
+            else:
+                trace = Path(opts.profile_output) / model / f"{mode}-{iteration:05d}.json"
             other = {"run_id": opts.run_id, "model_name": model, "hostname": socket.gethostname(),
                      "upr_enabled": not opts.original, "eager_mode": opts.eager, "eager_mode_async": opts.eager_async,
                      "experiment_description": opts.experiment_description, "iteration": iteration,

@@ -100,7 +100,7 @@ NO_EFFECT = {
     "profile_memory": "it traces the MXNet fork's cudaMalloc calls",
     "simulate_run": "the client runs in-process here; there is no child process to skip",
     "debug": "it sets the MXNet fork's GLOG logging variables",
-    "postprocess": "traces are written complete, with no second pass",
+    "postprocess": "traces are written complete, and combined-<uuid>.json is always written",
     "profile": "the server writes no trace of its own here; `repro trims server status` reports its state",
     "model_estimation_rate": "the store knows each model's exact size from its manifest",
     "estimate_with_internal_memory": "the store knows each model's exact size from its manifest",
@@ -276,7 +276,8 @@ def client_argv(command, values, config, config_args):
     """The `repro trims client run|compare` command line of an original client command."""
     argv = ["trims", "client", command, "--model", *select_models(values, config["base_path"]),
             "--iterations", str(values["iterations"]), "--model-iterations", str(values["model_iterations"]),
-            "--concurrent", str(values["concurrent"]), "--process-per-request", *config_args]
+            "--concurrent", str(values["concurrent"]), "--process-per-request", "--trace-names", "original",
+            *config_args]
     distribution = _distribution(values)
     if distribution:
         argv += ["--distribution", distribution]
