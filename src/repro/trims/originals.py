@@ -98,7 +98,7 @@ NO_EFFECT = {
     "toggle": "unused in the original too",
     "profile_io": "it has no effect in the original either",
     "profile_memory": "it traces the MXNet fork's cudaMalloc calls",
-    "simulate_run": "the client runs in-process here; there is no child process to skip",
+    "simulate_run": "it skips exec of the MXNet fork's client binary; the requests here are this program's",
     "debug": "it sets the MXNet fork's GLOG logging variables",
     "postprocess": "traces are written complete, and combined-<uuid>.json is always written",
     "profile": "the server writes no trace of its own here; `repro trims server status` reports its state",
@@ -106,6 +106,7 @@ NO_EFFECT = {
     "estimate_with_internal_memory": "the store knows each model's exact size from its manifest",
 }
 DISTRIBUTION_ALIASES = {"exp": "exponential"}
+GO_TRUE, GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")  # Go's strconv
 # repro's flag -> the original's, for error messages
 ORIGINAL_SPELLING = {
     "--model": "--models", "--model-iterations": "--model_iterations", "--distribution-params": "--distribution_params",
@@ -120,7 +121,6 @@ _REPRO_FLAG = re.compile(r"--[a-z][a-z-]*")
 def original_spelling(message):
     """`message` with repro's flag names replaced by the original's."""
     return _REPRO_FLAG.sub(lambda m: ORIGINAL_SPELLING.get(m.group(0), m.group(0)), message)
-GO_TRUE, GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")
 
 
 def _value(name, flag, text):
@@ -405,6 +405,12 @@ def main(argv=None):
     from repro.trims.carml_config import original_defaults
 
     words = sys.argv[1:] if argv is None else list(argv)
+    if not words or words[0] in ("-h", "--help", "help"):
+        print(f"usage: {PROG} COMMAND [flags]: the original TRIMS tools' command lines, run by repro\n\ncommands:")
+        for path, flags in COMMANDS.items():
+            print(f"  {' '.join(path):<20} {' '.join(f'--{name}' for name in flags)}")
+        print(f"\nglobal flags: {' '.join(f'--{name}' for name in GLOBAL)}")
+        return 0 if words else 2
     try:
         commands, values, path = translate(words)
     except UsageError as exc:
