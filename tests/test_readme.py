@@ -58,12 +58,16 @@ def _checked(command):
         return command + " --dry-run"
     if words[0] == "make":
         return "make -n " + " ".join(shlex.quote(w) for w in words[1:])
-    if words[0] == "repro":
-        return f"{shlex.quote(sys.executable)} -c {shlex.quote(_PARSE)} " + " ".join(shlex.quote(w) for w in words[1:])
+    if words[0] in _PARSERS:
+        return f"{shlex.quote(sys.executable)} -c {shlex.quote(_PARSERS[words[0]])} " + " ".join(
+            shlex.quote(w) for w in words[1:])
     return f"bash -n -c {shlex.quote(command)}"
 
 
-_PARSE = "import sys; from repro.cli import build_parser; build_parser().parse_args(sys.argv[1:])"
+_PARSERS = {
+    "repro": "import sys; from repro.cli import build_parser; build_parser().parse_args(sys.argv[1:])",
+    "trims-tools": "import sys; from repro.trims.originals import parse_command_line; parse_command_line(sys.argv[1:])",
+}
 
 
 @pytest.fixture

@@ -58,6 +58,22 @@ def test_store_keeps_models_in_gpu_memory_under_a_budget(models):
 
 
 @needs_gpu
+def test_a_model_evicted_from_gpu_memory_is_promoted_from_the_host_tier(models):
+    base, manifests = models
+    sizes = {m: manifests[m]["params_bytes"] for m in MODELS}
+    store = ModelStore(base, max(sizes.values()) + (1 << 20), "lru", device="gpu", persist_bytes=sum(sizes.values()))
+    for model in (*MODELS, MODELS[0]):
+        store.acquire(model)
+        store.release(model)
+    tiers = store.status()["tiers"]
+    assert tiers["host"]["promotions"] == 1 and tiers["file"]["loads"] == 2 and tiers["host"]["models"] == [MODELS[1]]
+    promoted = store.entries[MODELS[0]]
+    data = promoted.memory.copy_out(promoted.size)  # the promoted copy is the file's bytes
+    assert bytes(data) == (base / MODELS[0] / "model.params").read_bytes()
+    store.close()
+
+
+@needs_gpu
 def test_gpu_budget_is_a_fraction_of_gpu_memory():
     total = driver().memory()[1]
     assert budget_bytes(0.25, device="gpu") == int(total * 0.25)

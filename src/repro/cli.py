@@ -32,7 +32,7 @@ def _trace_commands(sub):
 
     summ = tsub.add_parser("summarize", help="summarise traces into summary JSON with group statistics")
     summ.add_argument("inputs", nargs="+", help="trace files or directories (searched recursively)")
-    summ.add_argument("-o", "--output", default="summary.json", help="output file (default: summary.json)")
+    summ.add_argument("-o", "--output", help="output file (default: summary.json)")
     summ.add_argument("--detailed", action="store_true", help="include every event of every trace")
     summ.add_argument(
         "--group-by",
@@ -40,6 +40,11 @@ def _trace_commands(sub):
         help="comma-separated run fields to group statistics by (default: model_name,upr_enabled)",
     )
     summ.add_argument("--lenient", action="store_true", help="skip malformed events and unmatched pairs")
+    summ.add_argument("--format", choices=["repro", "original"], default="repro",
+                      help="repro: group statistics, microseconds; original: the TRIMS tools' list of records, "
+                      "nanoseconds (default: repro)")
+    summ.add_argument("--each-directory", action="store_true",
+                      help="one summary per input directory, written to <directory>/summary.json unless -o")
     summ.set_defaults(func=_summarize)
 
     val = tsub.add_parser("validate", help="check that files are well-formed Chrome traces")
@@ -58,12 +63,34 @@ def _combine(args):
 
 
 def _summarize(args):
-    from repro.traces import summarize
+    from pathlib import Path
 
+    if not args.each_directory:
+        _summarize_into(args, args.inputs, args.output or "summary.json")
+        return
+    not_directories = [p for p in args.inputs if not Path(p).is_dir()]
+    if not_directories:
+        raise ReproError(f"--each-directory: {not_directories[0]} is not a directory")
+    if args.output and len(args.inputs) > 1:
+        raise ReproError("-o/--output: with --each-directory and several directories each writes its own "
+                         "<directory>/summary.json; leave -o out")
+    for directory in args.inputs:
+        _summarize_into(args, [directory], args.output or str(Path(directory) / "summary.json"))
+
+
+def _summarize_into(args, inputs, output):
+    from repro.traces import summarize
+    from repro.traces.original import original_summary
+
+    if args.format == "original":
+        records = original_summary(inputs, detailed=args.detailed, strict=not args.lenient)
+        write_json(output, records)
+        print(f"{output}: {len(records)} traces")
+        return
     group_by = [k for k in args.group_by.split(",") if k]
-    doc = summarize(args.inputs, group_by=group_by, detailed=args.detailed, strict=not args.lenient)
-    write_json(args.output, doc)
-    print(f"{args.output}: {len(doc['traces'])} traces, {len(doc['groups'])} groups")
+    doc = summarize(inputs, group_by=group_by, detailed=args.detailed, strict=not args.lenient)
+    write_json(output, doc)
+    print(f"{output}: {len(doc['traces'])} traces, {len(doc['groups'])} groups")
 
 
 def _validate(args):
@@ -178,15 +205,19 @@ def build_parser():
 
 
 def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args, prog="repro", spell=str):
+    """Run a parsed command line; errors a user can cause become one line and exit status 1.
+    `spell` rewrites an error message (trims-tools names its own flags)."""
     try:
         code = args.func(args)  # a command returns its exit code, or None for success
     except ReproError as exc:
-        print(f"repro: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {spell(str(exc))}", file=sys.stderr)
         return 1
     except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
-        print(f"repro: error: {_os_error(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {_os_error(exc)}", file=sys.stderr)
         return 1
     return code or 0
 

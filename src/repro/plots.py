@@ -10,6 +10,7 @@ from repro.fsutil import atomic_path
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
 import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 
 # The artifact's plotting-scripts/fig8.py colours; the hello-world run is a Pecan run.
 COLORS = {"collocated": "#1f77b4", "cachew": "#ff7f0e", "pecan": "#8c564b", "short": "#8c564b"}
@@ -77,12 +78,16 @@ def plot_costs(table, outputs, title, caption, style, reference=None):
     ax.set_xticks(range(len(rows)), [LABELS.get(r["mode"], r["mode"]) for r in rows])
     ax.set_ylabel(Y_LABEL)
     ax.set_title(title)
-    ax.set_ylim(0, top * 1.15)
+    ax.set_ylim(0, top * 1.35)  # a band above the tallest bar for the legend: it covers no data
     ax.set_xlim(-0.5, len(rows) - 0.5)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper right", frameon=False)
+    # the artifact's fig8.py legend swatches: solid = TPU cost, hatched = remote-worker cost
+    swatches = [Patch(facecolor="white", edgecolor="black", linewidth=0.6, label="TPU cost"),
+                Patch(facecolor="white", edgecolor="black", linewidth=0.6, hatch="//", label="Remote worker cost")]
+    markers, labels = ax.get_legend_handles_labels()
+    ax.legend(handles=swatches + markers, labels=[s.get_label() for s in swatches] + labels, loc="upper center",
+              ncol=len(swatches) + len(markers), frameon=False, fontsize=max(6, style["font_size"] - 1))
     repeats = sorted({int(r["repeats"]) for r in rows})
     caption = (f"{caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, whiskers: 95% t-interval of "
                "the mean (total at the top, TPU part at its edge)")

@@ -1,6 +1,8 @@
-"""`repro pecan ...` subcommands: calibrate, run, costs."""
+"""`repro pecan ...` subcommands: calibrate, run, costs, plot, compare-results."""
 
+import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -11,7 +13,7 @@ def add_commands(sub):
     from repro.pecan.pipelines import PIPELINES
 
     pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
-    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,compare-results}")
+    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,plot,compare-results}")
 
     cal = psub.add_parser("calibrate", help="measure preprocessing pipelines on this machine",
                           description="Measure the pipelines in one interleaved loop (their cost ratio then holds "
@@ -34,12 +36,40 @@ def add_commands(sub):
     run.set_defaults(func=_run)
 
     costs = psub.add_parser("costs", help="cost table (the artifact's CSV columns) from training logs")
-    costs.add_argument("logs", nargs="+", help="training logs in the artifact's format")
+    costs.add_argument("logs", nargs="*", help="training logs in the artifact's format")
+    costs.add_argument("--path", action="append", default=[], help="a training log (extract_costs.py's spelling)")
     costs.add_argument("--config", default="config/config.yaml")
-    costs.add_argument("--experiment", required=True, help="experiment whose model and accelerator apply")
+    costs.add_argument("--experiment", help="experiment whose model and accelerator apply")
+    costs.add_argument("--model", choices=["resnet", "retinanet"], help="the model, instead of --experiment")
+    costs.add_argument("--accelerator", choices=["v2", "v3"],
+                       help="TPU type whose price applies (default: the experiment's; v2 with --model)")
+    costs.add_argument("--worker", choices=["n2-8"], default="n2-8", help="remote worker type (the only one priced)")
+    costs.add_argument("--tpu-count", "--tpu_count", type=int, default=1, dest="tpu_count",
+                       help="training clients (TPUs) paid for (default 1)")
+    costs.add_argument("--worker-matches", "--worker_matches", type=int, default=3, dest="worker_matches",
+                       help="identical worker sets in a row that make the converged deployment (default 3)")
+    _absl_bool(costs, "infer_workers", True, "read the converged worker counts from the log (else 0 workers)")
+    _absl_bool(costs, "header", True, "write the CSV header line (extract_costs.py's default: off)")
+    costs.add_argument("--experiment-type", "--experiment_type", dest="experiment_type",
+                       help="the value of the experiment column for every row (the artifact's free label; "
+                       "default: <model>_<log name>)")
     costs.add_argument("-o", "--output", help="CSV file (default: standard output)")
     costs.set_defaults(func=_costs)
 
+    plot = psub.add_parser("plot", help="draw the cost figure from cost numbers (the artifact's fig8.py options)")
+    plot.add_argument("-e", "--experiment", default="final", choices=["final"],
+                      help="the figure: final (collocated, Cachew, Pecan); fig8.py's other options redraw the "
+                      "paper's own numbers")
+    plot.add_argument("-m", "--model", default="ResNet50_v2-8", help="the workload, the figure's title")
+    plot.add_argument("-o", "--out_file", "--out-file", dest="out_file", default="plots/ResNet50_v2-8",
+                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8)")
+    plot.add_argument("-t", "--tpu_costs", "--tpu-costs", dest="tpu_costs", nargs=3, type=float, required=True,
+                      metavar=("COLLOCATED", "CACHEW", "PECAN"), help="TPU cost per epoch ($) of each mode")
+    plot.add_argument("-c", "--cpu_costs", "--cpu-costs", dest="cpu_costs", nargs=3, type=float,
+                      default=[0.0, 0.0, 0.0], metavar=("COLLOCATED", "CACHEW", "PECAN"),
+                      help="remote worker cost per epoch ($) of each mode (default 0)")
+    plot.add_argument("-r", "--repeats", type=int, default=1, help="accepted for fig8.py's command lines; unused there too")
+    plot.set_defaults(func=_plot)
     same = psub.add_parser("compare-results", help="compare the plotted numbers of two results/ directories",
                            description="Every plotted number (calibrations, each figure's bar segments) of two "
                                        "finished workflows, e.g. two fresh clones, within the configured "
@@ -98,15 +128,71 @@ def _costs(args):
     from repro.pecan.costtable import write_table
     from repro.pecan.logs import parse_log
 
+    logs = [*args.logs, *args.path]
+    if not logs:
+        raise ReproError("pecan costs: no training log given (positional, or --path LOG)")
+    if (args.experiment is None) == (args.model is None):
+        raise ReproError("pecan costs: give --experiment NAME (from the config) or --model resnet|retinanet")
+    if args.tpu_count < 1 or args.worker_matches < 1:
+        raise ReproError(f"--tpu-count and --worker-matches must be at least 1, got {args.tpu_count} and "
+                         f"{args.worker_matches}")
     pecan = load_config(args.config)["pecan"]
-    exp = lookup(pecan["experiments"], args.experiment, "experiment")
-    accel = pecan["accelerators"][exp["accelerator"]]
-    rows = [
-        cost_row(parse_log(log), Path(log).stem, exp["model"], pecan["models"][exp["model"]],
-                 pecan["prices"]["tpu"][accel["tpu_type"]], pecan["prices"]["worker"])
-        for log in args.logs
-    ]
-    write_table(rows, args.output)
+    if args.model:
+        model, tpu_type = args.model, args.accelerator or "v2"
+    else:
+        exp = lookup(pecan["experiments"], args.experiment, "experiment")
+        model, tpu_type = exp["model"], args.accelerator or pecan["accelerators"][exp["accelerator"]]["tpu_type"]
+    tpu_price = lookup(pecan["prices"]["tpu"], tpu_type, "TPU type (pecan.prices.tpu)")
+    rows = []
+    for log in logs:
+        parsed = parse_log(log, worker_matches=args.worker_matches, infer_workers=args.infer_workers)
+        row = cost_row(parsed, Path(log).stem, model, pecan["models"][model], tpu_price, pecan["prices"]["worker"],
+                       tpu_count=args.tpu_count)
+        rows.append({**row, "experiment": args.experiment_type or row["experiment"]})
+    write_table(rows, args.output, header=args.header)
+
+
+def _absl_bool(parser, name, default, text):
+    """--NAME, --NAME=true|false (and --noNAME), as absl flags read booleans, with the dashed spelling too."""
+    def value(word):
+        if word.lower() in ("true", "1", "t", "yes"):
+            return True
+        if word.lower() in ("false", "0", "f", "no"):
+            return False
+        raise ValueError(word)
+
+    value.__name__ = "true or false"
+    dashed = name.replace("_", "-")
+    parser.add_argument(f"--{dashed}", f"--{name}", dest=name, nargs="?", const=True, default=default, type=value,
+                        help=f"{text} (default {'on' if default else 'off'})")
+    parser.add_argument(f"--no{name}", f"--no-{dashed}", dest=name, action="store_false", help=argparse.SUPPRESS)
+
+
+def _plot(args):
+    import tempfile
+
+    from repro.pecan.costtable import SPREAD_OF, write_table
+    from repro.plots import plot_costs
+
+    costs = [*args.tpu_costs, *args.cpu_costs]
+    if any(not math.isfinite(c) or c < 0 for c in costs):
+        raise ReproError(f"-t/-c: costs must be non-negative numbers of dollars, got {costs}")
+    rows = []
+    for mode, tpu, worker in zip(("collocated", "cachew", "pecan"), args.tpu_costs, args.cpu_costs):
+        values = {"tpu_cost": tpu, "worker_cost": worker, "total_cost": tpu + worker}
+        row = {"mode": mode, "repeats": 1}
+        for column in SPREAD_OF:
+            value = values.get(column, 0)
+            row.update({f"{column}_mean": value, f"{column}_ci_low": value, f"{column}_ci_high": value})
+        rows.append(row)
+    outputs = [f"{args.out_file}.pdf", f"{args.out_file}.png"]
+    Path(args.out_file).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        table = Path(tmp) / "costs.csv"
+        write_table(rows, table, columns=list(rows[0]))
+        plot_costs(table, outputs, args.model, "cost numbers given on the command line",
+                   {"font_size": 9, "width_in": 5.0, "height_in": 3.6, "dpi": 150, "show_reference": False})
+    print(f"{outputs[0]}, {outputs[1]}: collocated, Cachew, Pecan")
 
 
 def _compare_results(args):

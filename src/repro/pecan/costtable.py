@@ -25,11 +25,12 @@ def with_spread(row, repeats, mode, model_name, model, tpu_price, worker_price):
     return {**row, **spread}
 
 
-def write_table(rows, output, columns=COLUMNS):
+def write_table(rows, output, columns=COLUMNS, header=True):
     """CSV rows (the cost table's columns unless told) to `output` atomically, or to standard output."""
     def emit(fh):
         writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
+        if header:
+            writer.writeheader()
         writer.writerows(rows)
 
     if output is None:

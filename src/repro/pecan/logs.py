@@ -33,7 +33,7 @@ class ParsedLog:
     converged: bool  # a worker set was seen 3 times in a row (else the last complete set is used)
 
 
-def _deployment(lines, path):
+def _deployment(lines, path, worker_matches=CONVERGED_MATCHES):
     """(remote, local, converged) from the worker blocks, reading backwards."""
     previous, matches, last_complete = None, 0, None
     collecting, current, opened_at = False, set(), None
@@ -55,7 +55,7 @@ def _deployment(lines, path):
             last_complete = last_complete if last_complete is not None else workers
             matches = matches + 1 if workers == previous else 1
             previous = workers
-            if matches == CONVERGED_MATCHES:
+            if matches == worker_matches:
                 return _count(workers) + (True,)
     if collecting:
         raise ReproError(f"{path}:{opened_at + 1}: truncated deployment block (no 'ClientHeartbeat' line before it)")
@@ -69,8 +69,11 @@ def _count(workers):
     return len(workers) - local, local
 
 
-def parse_log(path):
-    """Parse one training log; raise ReproError naming the file and what is missing."""
+def parse_log(path, worker_matches=CONVERGED_MATCHES, infer_workers=True):
+    """Parse one training log; raise ReproError naming the file and what is missing.
+
+    worker_matches: how many identical worker sets in a row make the converged deployment;
+    infer_workers=False counts no workers (extract_costs.py's --noinfer_workers)."""
     try:
         with open(path, errors="replace") as fh:
             lines = fh.read().splitlines()
@@ -83,7 +86,7 @@ def parse_log(path):
     if peak <= 0:
         raise ReproError(f"{path}: every throughput sample is 0 examples/second: the job made no progress")
     top = [s for s in samples if s > PEAK_FRACTION * peak]
-    remote, local, converged = _deployment(lines, path)
+    remote, local, converged = _deployment(lines, path, worker_matches) if infer_workers else (0, 0, True)
     return ParsedLog(str(path), sum(top) / len(top), len(samples), remote, local, converged)
 
 

@@ -2,22 +2,26 @@
 
 Defaults come from the `micro18` section of ~/.carml_config.yml (or --config FILE), as in the
 original tools; flags override them. Keys: base_path, server_socket, server_eviction,
-server_memory_fraction, device, profile_output_directory. The default socket lies in a directory
-only this user can enter (repro.processes.private_directory).
+server_memory_fraction, device, profile_output_directory, base_bucket_url and upload_bucket_name
+(where --trace-upload puts traces), and the original's keys that have no meaning here
+(repro.trims.carml_config), reported once. `~` and `$NAME` in paths are expanded. The default
+socket lies in a directory only this user can enter (repro.processes.private_directory).
 """
 
+import argparse
 import itertools
 import json
 import shutil
 import socket
 import sys
 import time
+import uuid
 from pathlib import Path, PurePath
 
 import yaml
 
 from repro.errors import ReproError
-from repro.trims.eviction import POLICIES
+from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.workload import DISTRIBUTIONS
 
 DEFAULTS = {
@@ -27,14 +31,17 @@ DEFAULTS = {
     "server_memory_fraction": 0.5,
     "device": "auto",
     "profile_output_directory": "results/trims/profiles",
+    "base_bucket_url": None,  # a directory or gs://bucket/prefix
+    "upload_bucket_name": "traces",
 }
+_reported_unused = set()  # config files whose unused keys were already reported
 
 
-def load_tool_config(path):
-    """The micro18 section of the tool config, over the defaults."""
+def load_tool_config(path, defaults=None):
+    """The micro18 section of the tool config, over the defaults (DEFAULTS unless given)."""
     explicit = path is not None
     path = Path(path) if explicit else Path.home() / ".carml_config.yml"
-    config = dict(DEFAULTS)
+    config = dict(DEFAULTS if defaults is None else defaults)
     if not path.exists():
         if explicit:
             raise ReproError(f"--config: {path} does not exist")
@@ -50,16 +57,38 @@ def load_tool_config(path):
     section = (document.get("micro18") or {}) if isinstance(document, dict) else None
     if not isinstance(section, dict):
         raise ReproError(f"{path}: expected a mapping with a 'micro18' mapping of settings")
-    unknown = sorted(set(section) - set(DEFAULTS))
+    from repro.trims.carml_config import UNUSED_KEYS
+
+    unknown = sorted(set(section) - set(DEFAULTS) - set(UNUSED_KEYS))
     if unknown:
-        raise ReproError(f"{path}: unknown micro18 keys {unknown}; expected some of {sorted(DEFAULTS)}")
-    config.update(section)
+        raise ReproError(f"{path}: unknown micro18 keys {unknown}; expected some of {sorted(DEFAULTS)} "
+                         f"(or the original tools' {sorted(UNUSED_KEYS)})")
+    unused = sorted(set(section) & set(UNUSED_KEYS))
+    if unused and str(path) not in _reported_unused:
+        _reported_unused.add(str(path))
+        print(f"note: {path}: micro18 keys with no meaning here, ignored: {', '.join(unused)}", file=sys.stderr)
+    # an empty value means the default, as in the original
+    config.update({k: v for k, v in section.items() if k not in UNUSED_KEYS and v not in (None, "")})
+    _expand_paths(config, path)
     return config
+
+
+def _expand_paths(config, path):
+    from repro.config import expand_path
+    from repro.trims.carml_config import EXPANDED_KEYS
+
+    for key in EXPANDED_KEYS:
+        value = config.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ReproError(f"{path}: micro18.{key}: expected a path (a string), got {value!r}")
+        config[key] = expand_path(value, f"micro18.{key}", str(path))
 
 
 def add_commands(sub):
     trims = sub.add_parser("trims", help="TrIMS model sharing: models, model store server, clients")
-    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client}")
+    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client,memory,config}")
 
     models = tsub.add_parser("models", help="generate model files (graph + model.params + checksums)")
     models.add_argument("models", nargs="+", help="model names")
@@ -76,6 +105,9 @@ def add_commands(sub):
     run.add_argument("-d", "--daemon", action="store_true", help="start in the background and return once it answers")
     run.add_argument("--pid-file", help="write the server's pid here")
     run.add_argument("--log-file", default="trims-server.log", help="the daemon's output (with -d)")
+    run.add_argument("--persist-cpu-mb", type=int, default=0,
+                     help="a host-memory tier of this many MiB: evicted models stay there and come back without "
+                     "reading their file (TrIMS's persist_cpu; default 0: none)")
     run.set_defaults(func=_server_run)
     stop = ssub.add_parser("stop", help="ask the server to shut down")
     stop.add_argument("--socket")
@@ -93,6 +125,27 @@ def add_commands(sub):
         parser = csub.add_parser(name, help=text)
         _client_flags(parser)
         parser.set_defaults(func=func)
+    compare = csub.choices["compare"]
+    compare.add_argument("--run-original", action=argparse.BooleanOptionalAction, default=True,
+                         help="run the original mode first (default: on)")
+    compare.add_argument("--combine", action=argparse.BooleanOptionalAction, default=True,
+                         help="combine each model's traces into compared-<model>.json (default: on)")
+    compare.add_argument("--combined-all", action="store_true",
+                         help="combine every model's traces into one compared-all.json instead")
+
+    memory = tsub.add_parser("memory", help="memory a model needs: parameter and activation bytes (per layer), "
+                             "and what a running store holds for it")
+    memory.add_argument("models", nargs="+", help="model names (under the base path)")
+    memory.add_argument("-f", "--format", default="table", help="table, csv, tsv or cpp (default: table)")
+    memory.add_argument("--layers", action="store_true", help="one row per layer as well")
+    memory.add_argument("--base-path")
+    memory.add_argument("--socket")
+    memory.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
+    memory.set_defaults(func=_memory)
+
+    config = tsub.add_parser("config", help="print the effective tool config (YAML)")
+    config.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
+    config.set_defaults(func=_print_config)
 
 
 def _server_flags(parser):
@@ -101,7 +154,9 @@ def _server_flags(parser):
     parser.add_argument("--memory-fraction", type=float,
                         help="share of RAM (of GPU memory with --device gpu) the store may use, in (0, 1]")
     parser.add_argument("--memory-mb", type=int, help="the store's budget in MiB (instead of --memory-fraction)")
-    parser.add_argument("--eviction", choices=list(POLICIES), help="eviction policy")
+    parser.add_argument("--eviction", choices=[*POLICIES, *POLICY_ALIASES],
+                        help="eviction policy (never: a model that does not fit fails; flush, all: evict every "
+                        "unused model at once; lcu: lfu)")
     _device_flag(parser, "where the store keeps models")
     parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
 
@@ -113,6 +168,8 @@ def _client_flags(parser):
     parser.add_argument("--iterations", type=int, default=1, help="requests (per model when no distribution)")
     parser.add_argument("--model-iterations", type=int, default=-1, help="at most this many requests per model (-1: no cap)")
     parser.add_argument("--concurrent", type=int, default=1, help="requests in flight")
+    parser.add_argument("--process-per-request", action="store_true",
+                        help="run each request in a process of its own, as the original client did (default: threads)")
     parser.add_argument("--eager", action="store_true", help="initialise the runtime before the timed request")
     parser.add_argument("--eager-async", action="store_true", help="initialise it in the background, overlapped with input preparation")
     parser.add_argument("--original", action="store_true", help="no sharing: load the model from its file")
@@ -122,10 +179,16 @@ def _client_flags(parser):
     parser.add_argument("--profile-output-overwrite", action="store_true",
                         help="replace an earlier run's traces in that directory")
     parser.add_argument("--experiment-description", default="", help="recorded in every trace")
+    parser.add_argument("--trace-names", choices=["repro", "original"], default="repro",
+                        help="repro: <mode>/<model>/<mode>-<n>.json; original: the original tools' "
+                        "[upr_]<model>_<uuid>.json in the run directory, with combined-<uuid>.json (default: repro)")
     parser.add_argument("--monitor-memory", action="store_true", help="sample GPU (NVML) and store memory every 50 ms")
     parser.add_argument("--seed", type=int, default=0)
     _device_flag(parser, "where inference runs (must be the GPU when the store keeps models there)")
     parser.add_argument("--results", help="write per-request results as JSON here")
+    parser.add_argument("--trace-upload", action="store_true",
+                        help="also put the run's traces in the store at base_bucket_url (a directory or gs://), "
+                        "under <upload_bucket_name>/<run directory name>/")
     parser.add_argument("--base-path")
     parser.add_argument("--socket")
     parser.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
@@ -136,8 +199,13 @@ def _device_flag(parser, what):
                         help=f"{what}: cpu, gpu, or auto (the GPU when an NVIDIA device and PyTorch with CUDA are present)")
 
 
+def tool_config(args):
+    """The tool config for a parsed command line; `args.tool_defaults` (set by trims-tools) replaces DEFAULTS."""
+    return load_tool_config(getattr(args, "config", None), getattr(args, "tool_defaults", None))
+
+
 def _setting(args, flag, key):
-    config = load_tool_config(getattr(args, "config", None))
+    config = tool_config(args)
     value = getattr(args, flag, None)
     return config[key] if value is None else value
 
@@ -172,14 +240,18 @@ def _server_run(args):
     policy = _setting(args, "eviction", "server_eviction")
     device = resolve_device(_setting(args, "device", "device"))
     budget = budget_bytes(fraction, args.memory_mb, device)
-    where = f"{policy}, budget {budget >> 20} MiB of {device} memory"
+    if args.persist_cpu_mb < 0:
+        raise ReproError(f"--persist-cpu-mb must be 0 or more, got {args.persist_cpu_mb}")
+    persist = args.persist_cpu_mb << 20
+    where = f"{policy}, budget {budget >> 20} MiB of {device} memory" + (
+        f", host tier {args.persist_cpu_mb} MiB" if persist else "")
     if args.daemon:
         pid_file = args.pid_file or str(Path(socket_path).with_suffix(".pid"))
-        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device)
+        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device, persist)
         print(f"model store server pid {pid} on {socket_path} ({where})")
         return
     print(f"model store server on {socket_path} ({where})", flush=True)
-    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device)
+    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device, persist_bytes=persist)
 
 
 def _server_stop(args):
@@ -247,7 +319,7 @@ def _client_setup(args):
         raise ReproError(f"--model: unknown model(s) {unknown}; {base} holds {available or 'no models'}")
     plan = plan_requests(models, args.iterations, args.distribution, args.distribution_params, args.model_iterations,
                          args.seed)
-    config = load_tool_config(args.config)
+    config = tool_config(args)
     options = ClientOptions(base_path=base, socket=_socket(args),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
                             device=resolve_device(_setting(args, "device", "device")),
@@ -264,7 +336,10 @@ def _run_mode(args, options, plan, run_dir, original, label):
     from repro.trims.client import Client
 
     options.original = original
-    options.profile_output = run_dir / label
+    flat = args.trace_names == "original"
+    options.trace_names = args.trace_names
+    options.profile_output = run_dir if flat else run_dir / label
+    memory_files = f"{label}-memory" if flat else "memory"
     store_pid = None
     if args.monitor_memory and not original:
         from repro.trims.server import StoreConnection
@@ -274,10 +349,12 @@ def _run_mode(args, options, plan, run_dir, original, label):
         from repro.trims.monitor import MemoryMonitor
 
         with MemoryMonitor(store_pid=store_pid) as monitor:
-            results, wall = Client(options).run(plan, args.concurrent)
-        monitor.write(options.profile_output / "memory.csv", options.profile_output / "memory-summary.json")
+            results, wall = Client(options).run(plan, args.concurrent, args.process_per_request)
+        monitor.write(options.profile_output / f"{memory_files}.csv",
+                      options.profile_output / f"{memory_files}-summary.json")
+        print(monitor.table())
     else:
-        results, wall = Client(options).run(plan, args.concurrent)
+        results, wall = Client(options).run(plan, args.concurrent, args.process_per_request)
     failed = [r for r in results if not r["ok"]]
     done = [r for r in results if r["ok"]]
     mean = sum(r["latency_us"] for r in done) / len(done) / 1000 if done else float("nan")
@@ -288,11 +365,56 @@ def _run_mode(args, options, plan, run_dir, original, label):
     return results, wall, options.profile_output
 
 
-def _finish(args, report, failed):
+def _memory(args):
+    from repro.trims.memory import format_report, model_memory
+    from repro.trims.server import StoreConnection
+
+    base = Path(_setting(args, "base_path", "base_path"))
+    try:
+        status = StoreConnection(_socket(args), timeout=2).request({"op": "status"})
+    except ReproError:
+        status = None  # no store running: nothing resident to report
+    rows = []
+    for model in args.models:
+        if not (base / model / "manifest.json").is_file():
+            raise ReproError(f"unknown model {model!r}: no {base / model / 'manifest.json'}")
+        rows.append(model_memory(base / model, status))
+    print(format_report(rows, args.format))
+    for row in rows if args.layers else ():
+        print(f"\n{row['model_name']}:")
+        print(format_report([{"model_name": f"{layer['name']} ({layer['op']})", "store_bytes": None, **layer}
+                             for layer in row["layers"]], args.format))
+
+
+def _print_config(args):
+    print(yaml.safe_dump({"micro18": tool_config(args)}, sort_keys=True), end="")
+
+
+def _upload(args, run_dir):
+    """Put the run's traces in the trace store named by base_bucket_url, as the original's --trace_upload."""
+    from repro.fsutil import write_json
+    from repro.tracestore import open_store
+
+    config = tool_config(args)
+    url = config["base_bucket_url"]
+    if not url or url.startswith(("http://", "https://", "s3://")):
+        raise ReproError(f"micro18.base_bucket_url: {url!r} is not a trace store here; --trace-upload needs a "
+                         "directory or gs://bucket/prefix")
+    run_dir, receipt = Path(run_dir), Path(run_dir) / "upload.json"
+    store, prefix = open_store(url), f"{config['upload_bucket_name']}/{run_dir.name}"
+    entries = [store.put(p, f"{prefix}/{p.relative_to(run_dir).as_posix()}")
+               for p in sorted(run_dir.rglob("*.json")) if p != receipt]
+    write_json(receipt, {"store": url, "objects": entries})
+    print(f"{len(entries)} traces uploaded to {url}/{prefix}/")
+
+
+def _finish(args, report, failed, run_dir):
     if args.results:
         from repro.fsutil import write_json
 
         write_json(args.results, report)
+    if args.trace_upload:
+        _upload(args, run_dir)
     if failed:
         raise ReproError(f"{failed} request(s) failed")
 
@@ -301,8 +423,13 @@ def _client_run(args):
     options, plan, run_dir = _client_setup(args)
     label = "original" if args.original else "shared"
     results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
+    traces = [Path(r["trace"]) for r in results if r["ok"]]
+    if args.trace_names == "original" and len(traces) > 1:  # the original client's post-processing
+        from repro.traces import combine
+
+        combine(traces, run_dir / f"combined-{uuid.uuid4()}.json")
     _finish(args, {label: {"results": results, "wall_s": wall, "traces": str(where)}},
-            sum(not r["ok"] for r in results))
+            sum(not r["ok"] for r in results), run_dir)
 
 
 def _client_compare(args):
@@ -315,12 +442,16 @@ def _client_compare(args):
         results, wall, where = _run_mode(args, options, plan, run_dir, original, label)
         return {"results": results, "wall_s": wall, "traces": str(where)}
 
-    report = compare(run)
+    report = compare(run, run_original=args.run_original)
     failed = sum(not r["ok"] for mode in report.values() for r in mode["results"])
-    for model in sorted({m for m, _ in plan}):
-        traces = [Path(r["trace"]) for label in report for r in report[label]["results"] if r["ok"] and r["model"] == model]
+    models = sorted({m for m, _ in plan})
+    groups = {"all": models} if args.combined_all else {model: [model] for model in models}
+    for group, members in groups.items() if args.combine else ():
+        traces = [Path(r["trace"]) for label in report for r in report[label]["results"]
+                  if r["ok"] and r["model"] in members]
         if traces:
-            out = run_dir / f"compared-{model}.json"
+            out = run_dir / (f"compared-{group}-{uuid.uuid4()}.json" if args.trace_names == "original"
+                             else f"compared-{group}.json")
             combine(traces, out)
-            print(f"{out}: {len(traces)} requests, original and shared")
-    _finish(args, report, failed)
+            print(f"{out}: {len(traces)} requests, {' and '.join(report)}")
+    _finish(args, report, failed, run_dir)

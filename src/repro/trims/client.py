@@ -13,11 +13,14 @@ of answering with wrong predictions. The store checks the same checksum when it 
 """
 
 import hashlib
+import multiprocessing
 import os
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import uuid
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
@@ -43,6 +46,7 @@ class ClientOptions:
     device: str = "cpu"  # where inference runs: cpu (onnxruntime) or gpu
     profile_output: Path = None
     experiment_description: str = ""
+    trace_names: str = "repro"  # repro: <mode>/<model>/<mode>-<n>.json; original: [upr_]<model>_<uuid>.json
     run_id: str = ""
     extra: dict = field(default_factory=dict)  # more run metadata for the traces
 
@@ -190,7 +194,10 @@ class Client:
         trace = None
         if opts.profile_output:
             mode = "original" if opts.original else "shared"
-            trace = Path(opts.profile_output) / model / f"{mode}-{iteration:05d}.json"
+            if opts.trace_names == "original":
+                trace = Path(opts.profile_output) / f"{'' if opts.original else 'upr_'}{model}_{uuid.uuid4()}.json"
+            else:
+                trace = Path(opts.profile_output) / model / f"{mode}-{iteration:05d}.json"
             other = {"run_id": opts.run_id, "model_name": model, "hostname": socket.gethostname(),
                      "upr_enabled": not opts.original, "eager_mode": opts.eager, "eager_mode_async": opts.eager_async,
                      "experiment_description": opts.experiment_description, "iteration": iteration,
@@ -199,24 +206,43 @@ class Client:
             write_trace(trace, rec.events, {"displayTimeUnit": "ms", "otherData": other})
         return latency, trace, hit
 
-    def run(self, plan, concurrent=1):
-        """Run the planned (model, iteration) requests with `concurrent` in flight; never raises per request."""
+    def run(self, plan, concurrent=1, processes=False):
+        """Run the planned (model, iteration) requests with `concurrent` in flight; never raises per request.
+
+        With processes, every request runs in a new process of its own, as the original TrIMS
+        client did (each process initialises its runtime and holds its own memory); otherwise on
+        threads of this process."""
         if concurrent < 1:
             raise ReproError(f"--concurrent must be at least 1, got {concurrent}")
         results = []
+        pool = (ProcessPoolExecutor(concurrent, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)
+                if processes else None)
+
+        def request(model, iteration):
+            if pool is None:
+                return self.request(model, iteration)
+            return pool.submit(_request_in_new_process, self.options, model, iteration).result()
 
         def one(item):
             model, iteration = item
             try:
-                latency, trace, hit = self.request(model, iteration)
+                latency, trace, hit = request(model, iteration)
                 return {"model": model, "iteration": iteration, "ok": True, "latency_us": latency,
                         "trace": str(trace) if trace else None, "hit": hit}
-            except (ReproError, OSError, *self.runtime.errors) as exc:
+            except (ReproError, OSError, BrokenProcessPool, *self.runtime.errors) as exc:
                 self._local.connection = None  # reconnect next time
                 return {"model": model, "iteration": iteration, "ok": False, "error": str(exc)}
 
         started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=concurrent) as pool:
-            results = list(pool.map(one, plan))
+        try:
+            with ThreadPoolExecutor(max_workers=concurrent) as threads:
+                results = list(threads.map(one, plan))
+        finally:
+            if pool is not None:
+                pool.shutdown()
         return results, time.perf_counter() - started
+
+
+def _request_in_new_process(options, model, iteration):
+    return Client(options).request(model, iteration)
 

@@ -75,6 +75,12 @@ class Driver:
         host = (ctypes.c_char * size).from_buffer(host_buffer)
         self._check(self.lib.cuMemcpyHtoD_v2(ctypes.c_uint64(pointer), host, ctypes.c_size_t(size)), "cuMemcpyHtoD")
 
+    def copy_to_host(self, host_buffer, pointer, size):
+        """Copy `size` bytes of device memory into a writable host buffer."""
+        self._enter()
+        host = (ctypes.c_char * size).from_buffer(host_buffer)
+        self._check(self.lib.cuMemcpyDtoH_v2(host, ctypes.c_uint64(pointer), ctypes.c_size_t(size)), "cuMemcpyDtoH")
+
     def export(self, pointer):
         """An inter-process handle for an allocation, as hex text."""
         self._enter()

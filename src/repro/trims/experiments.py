@@ -78,11 +78,13 @@ def _failed(results, what):
                          f"({failed[0]['model']}): {failed[0]['error']}")
 
 
-def compare(run):
+def compare(run, run_original=True):
     """The compare experiment: the same requests in original mode (each loads the model from its file),
-    then in shared mode (from the model store). `run(mode, original)` runs one mode; returns {mode: its result}.
+    then in shared mode (from the model store); shared mode only without `run_original`.
+    `run(mode, original)` runs one mode; returns {mode: its result}.
     The workflow's `trims_compare` and `repro trims client compare` both run it."""
-    return {mode: run(mode, original) for mode, original in (("original", True), ("shared", False))}
+    modes = (("original", True), ("shared", False)) if run_original else (("shared", False),)
+    return {mode: run(mode, original) for mode, original in modes}
 
 
 def run_compare(model, settings, base_path, socket_path, out_dir):

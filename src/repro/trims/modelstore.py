@@ -5,6 +5,11 @@ same memory instead of reading and copying the weights: a POSIX shared memory se
 or a CUDA inter-process handle to device memory on a GPU. Models in use are reference counted and
 never evicted; unused ones are evicted by the chosen policy when a new model needs room.
 
+With a host tier (persist_bytes > 0, TrIMS's persist_cpu) an evicted model's weights are kept in
+this process's memory, least recently evicted dropped first when the tier is full, and the next
+request promotes them back without reading the model file. Statistics per tier: hits, promotions,
+loads from file, evictions.
+
 Host segments are named <prefix><owner pid>_<owner start time>_<n>, the prefix derived from the
 server's socket: a segment outlives a killed server (nothing unlinks it), and the next server on
 the same socket, or a stop (`repro trims server stop`, `repro cluster stop`), removes the ones
@@ -22,7 +27,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.processes import describe, matches
-from repro.trims.eviction import POLICIES
+from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.models import PARAMS, load_manifest
 
 DEVICES = ("cpu", "gpu")
@@ -70,6 +75,9 @@ class HostMemory:
     def handle(self):
         return {"device": "cpu", "shm": self.shm.name}
 
+    def copy_out(self, size):
+        return bytearray(self.shm.buf[:size])
+
     def close(self):
         self.shm.close()
         self.shm.unlink()
@@ -102,6 +110,11 @@ class GpuMemory:
     def handle(self):
         return {"device": "gpu", "ipc": self.ipc}
 
+    def copy_out(self, size):
+        data = bytearray(max(size, 1))
+        self.driver.copy_to_host(data, self.pointer, max(size, 1))
+        return data[:size]
+
     def close(self):
         self.driver.free(self.pointer)
 
@@ -129,11 +142,18 @@ class ModelStore:
     evictions: int = 0
     wait_s: float = 60.0  # how long a load waits for models in use to be released
     segment_prefix: str = ""  # name host segments after the server (see segment_prefix); empty: random names
+    persist_bytes: int = 0  # the host tier's budget; 0: no tier
+    tier: dict = field(default_factory=dict)  # model -> its weights (bytearray), oldest eviction first
+    hits: int = 0  # acquisitions served by a resident model
+    promotions: int = 0  # loads served from the host tier
+    file_loads: int = 0  # loads that read the model file
+    tier_evictions: int = 0  # copies dropped from the host tier to make room
     lock: threading.RLock = field(default_factory=threading.RLock)
     freed: threading.Condition = None
     _sequence: itertools.count = field(default_factory=itertools.count)
 
     def __post_init__(self):
+        self.policy = POLICY_ALIASES.get(self.policy, self.policy)
         if self.policy not in POLICIES:
             raise ReproError(f"unknown eviction policy {self.policy!r}; expected one of {list(POLICIES)}")
         if self.device not in DEVICES:
@@ -147,11 +167,9 @@ class ModelStore:
     def used_bytes(self):
         return sum(e.size for e in self.entries.values())
 
-    def _victim(self):
-        unused = [e for e in self.entries.values() if e.refs == 0]
-        if not unused:
-            return None
-        return min(unused, key=POLICIES[self.policy])
+    def _victims(self):
+        """The unused models to evict next, as the policy picks them (repro.trims.eviction)."""
+        return POLICIES[self.policy]([e for e in self.entries.values() if e.refs == 0])
 
     def _make_room(self, size, model):
         if size > self.budget_bytes:
@@ -159,17 +177,31 @@ class ModelStore:
                              f"{self.budget_bytes >> 20} MiB; run it with --original or raise the budget")
         deadline = time.monotonic() + self.wait_s
         while self.used_bytes + size > self.budget_bytes:
-            victim = self._victim()
-            if victim is not None:
+            victims = self._victims()
+            if self.policy == "never":
+                raise ReproError(f"model {model!r} needs {size >> 20} MiB but the store (eviction 'never') has "
+                                 f"{(self.budget_bytes - self.used_bytes) >> 20} of {self.budget_bytes >> 20} MiB free")
+            for victim in victims:
                 self._evict(victim)
-            elif not self.freed.wait(timeout=max(0.0, deadline - time.monotonic())):
+            if not victims and not self.freed.wait(timeout=max(0.0, deadline - time.monotonic())):
                 raise ReproError(f"model {model!r} needs {size >> 20} MiB but every resident model stayed in use "
                                  f"for {self.wait_s:.0f} s ({self.used_bytes >> 20} of {self.budget_bytes >> 20} MiB)")
 
     def _evict(self, entry):
         del self.entries[entry.model]
-        entry.memory.close()
+        try:
+            if 0 < entry.size <= self.persist_bytes:
+                self._persist(entry.model, entry.memory.copy_out(entry.size))
+        finally:
+            entry.memory.close()
         self.evictions += 1
+
+    def _persist(self, model, data):
+        """Keep an evicted model's weights in the host tier, dropping the oldest copies to make room."""
+        while sum(map(len, self.tier.values())) + len(data) > self.persist_bytes:
+            del self.tier[next(iter(self.tier))]
+            self.tier_evictions += 1
+        self.tier[model] = data
 
     def _directory(self, model):
         """base_path/model, refused unless it lies inside base_path once resolved (no '..', no absolute names)."""
@@ -181,11 +213,19 @@ class ModelStore:
 
     def _load(self, model):
         directory = self._directory(model)
-        if not (directory / PARAMS).is_file():
+        persisted = self.tier.pop(model, None)  # before making room: that may put other models in the tier
+        if persisted is None and not (directory / PARAMS).is_file():
             raise ReproError(f"unknown model {model!r}: no {PARAMS} under {directory}")
         manifest = load_manifest(directory)
         size = manifest["params_bytes"]
-        self._make_room(size, model)  # may wait, releasing the lock: another client may load it meanwhile
+        if persisted is not None and len(persisted) != size:
+            persisted = None  # the model was regenerated since: read the new file
+        try:
+            self._make_room(size, model)  # may wait, releasing the lock: another client may load it meanwhile
+        except BaseException:
+            if persisted is not None:
+                self._persist(model, persisted)
+            raise
         if model in self.entries:
             return self.entries[model]
         sequence = next(self._sequence)
@@ -194,7 +234,34 @@ class ModelStore:
         else:
             memory = HostMemory(size, f"{self._owner}{sequence}" if self.segment_prefix else None)
         try:
-            digest, done, view = hashlib.sha256(), 0, None
+            if persisted is not None:
+                self._promote(memory, persisted)
+            else:
+                self._read_file(memory, directory, manifest)
+            memory.loaded()
+        except BaseException:
+            memory.close()
+            raise
+        now = time.monotonic()
+        entry = Entry(model, memory, size, now, now, order=sequence)
+        self.entries[model] = entry
+        return entry
+
+    def _promote(self, memory, data):
+        """Copy weights kept in the host tier (checked when first read from the file) into `memory`."""
+        source = memoryview(data)
+        for done in range(0, len(data), _CHUNK):
+            n = min(_CHUNK, len(data) - done)
+            view = memory.staging(done)
+            view[:n] = source[done : done + n]
+            view = None  # a host segment cannot close while a view of it is alive
+            memory.commit(done, n)
+        self.promotions += 1
+
+    def _read_file(self, memory, directory, manifest):
+        size = manifest["params_bytes"]
+        digest, done, view = hashlib.sha256(), 0, None
+        try:
             with open(directory / PARAMS, "rb") as fh:
                 while done < size:
                     view = memory.staging(done)
@@ -204,19 +271,12 @@ class ModelStore:
                     digest.update(view[:n])
                     memory.commit(done, n)
                     done += n
-                view = None  # a host segment cannot close while a view of it is alive
-            if done != size or digest.hexdigest() != manifest["sha256"][PARAMS]:
-                raise ReproError(f"{directory / PARAMS}: checksum mismatch (expected sha256 "
-                                 f"{manifest['sha256'][PARAMS]}); the model file is corrupt")
-            memory.loaded()
-        except BaseException:
-            view = None
-            memory.close()
-            raise
-        now = time.monotonic()
-        entry = Entry(model, memory, size, now, now, order=sequence)
-        self.entries[model] = entry
-        return entry
+        finally:
+            view = None  # a host segment cannot close while a view of it is alive
+        if done != size or digest.hexdigest() != manifest["sha256"][PARAMS]:
+            raise ReproError(f"{directory / PARAMS}: checksum mismatch (expected sha256 "
+                             f"{manifest['sha256'][PARAMS]}); the model file is corrupt")
+        self.file_loads += 1
 
     def acquire(self, model):
         """Make `model` resident and take a reference; return (how to map it, size, was it a hit)."""
@@ -230,6 +290,7 @@ class ModelStore:
             entry.refs += 1
             entry.uses += 1
             entry.hits += hit
+            self.hits += hit
             entry.last_used = time.monotonic()
             return entry.memory.handle(), entry.size, hit
 
@@ -257,6 +318,14 @@ class ModelStore:
                 "budget_bytes": self.budget_bytes,
                 "used_bytes": self.used_bytes,
                 "evictions": self.evictions,
+                "tiers": {
+                    self.device: {"hits": self.hits, "evictions": self.evictions,
+                                  "used_bytes": self.used_bytes, "budget_bytes": self.budget_bytes},
+                    "host": {"promotions": self.promotions, "evictions": self.tier_evictions,
+                             "models": sorted(self.tier), "used_bytes": sum(map(len, self.tier.values())),
+                             "budget_bytes": self.persist_bytes},
+                    "file": {"loads": self.file_loads},
+                },
                 "models": {e.model: {"bytes": e.size, "refs": e.refs, "uses": e.uses, "hits": e.hits} for e in self.entries.values()},
             }
 

@@ -14,6 +14,13 @@ import psutil
 
 from repro.fsutil import atomic_path, write_json
 
+# The original TRIMS tools' peak/average table (rai-project/trims-tools, pkg/gpuinfo): its column, our field.
+TABLE_COLUMNS = [("power", "power_mw"), ("temperature", "temperature_c"), ("gpu_utilization", "gpu_util_percent"),
+                 ("memory_utilization", "memory_util_percent"), ("memory_used", "memory_used_bytes"),
+                 ("memory_free", "memory_free_bytes"), ("clock_core", "sm_clock_mhz"),
+                 ("clock_memory", "memory_clock_mhz"), ("pci_throughput_rx", "pcie_rx_kbps"),
+                 ("pci_throughput_tx", "pcie_tx_kbps"), ("num_processes", "processes"),
+                 ("host_used", "host_used_bytes"), ("client_rss", "client_rss_bytes"), ("store_rss", "store_rss_bytes")]
 FIELDS = ["time_s", "device", "memory_used_bytes", "memory_free_bytes", "gpu_util_percent", "memory_util_percent",
           "power_mw", "temperature_c", "sm_clock_mhz", "memory_clock_mhz", "pcie_rx_kbps", "pcie_tx_kbps",
           "processes", "host_used_bytes", "client_rss_bytes", "store_rss_bytes"]
@@ -132,9 +139,30 @@ class MemoryMonitor:
             result["devices"]["host" if device is None else str(device)] = stats
         return result
 
+    def table(self):
+        """The original's table: per device a peak and an average row, '---' between devices; columns
+        no sample has are left out (the GPU's on a machine without one)."""
+        devices = self.summary()["devices"]
+        columns = [(name, key) for name, key in TABLE_COLUMNS if any(key in stats for stats in devices.values())]
+        header = ["device_idx", "time_stamp", *(name for name, _ in columns)]
+        rows = []
+        for device, stats in devices.items():
+            if rows:
+                rows.append(["---"] * len(header))
+            for kind in ("peak", "average"):
+                rows.append([device, kind, *(_human(key, stats[key][kind]) if key in stats else "" for _, key in columns)])
+        widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+        return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows])
+
     def write(self, csv_path, summary_path):
         with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(self.samples)
         write_json(summary_path, self.summary())
+
+
+def _human(key, value):
+    if key.endswith("_bytes"):
+        return f"{value / (1 << 20):.1f} MiB"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)

@@ -118,7 +118,7 @@ def default_socket_path():
     return private_directory() / "trims.sock"
 
 
-def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu"):
+def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu", persist_bytes=0):
     socket_path = Path(socket_path)
     if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
         raise ReproError(f"--socket {socket_path}: longer than the {MAX_SOCKET_PATH} bytes a Unix socket path may have")
@@ -129,7 +129,7 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
         socket_path.unlink()
     prefix = segment_prefix(socket_path)
     remove_stale_segments(prefix)  # what a killed predecessor on this socket left in shared memory
-    store = ModelStore(base_path, budget, policy, device=device, segment_prefix=prefix)
+    store = ModelStore(base_path, budget, policy, device=device, segment_prefix=prefix, persist_bytes=persist_bytes)
     server = _Server(str(socket_path), _Handler)
     server.store = store
     record = describe(os.getpid(), "trims-server")
@@ -163,7 +163,7 @@ def server_pid(socket_path):
         connection.close()
 
 
-def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu"):
+def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu", persist_bytes=0):
     """Start the server in its own session; return its pid once it answers. budget: bytes.
 
     The answering server must be the one started here: a server already on the socket is an error.
@@ -174,7 +174,7 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
                          f"stop it first with `repro trims server stop --socket {socket_path}`")
     cmd = [sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket", str(socket_path),
            "--base-path", str(base_path), "--memory-mb", str(max(1, budget >> 20)), "--eviction", policy,
-           "--pid-file", str(pid_file), "--device", device]
+           "--pid-file", str(pid_file), "--device", device, "--persist-cpu-mb", str(persist_bytes >> 20)]
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30

@@ -1,0 +1,59 @@
+"""Trace summaries in the original TRIMS tools' shape (`trace summarize` of rai-project/trims-tools,
+pkg/trace/trace.go): a JSON array with one record per trace, times as integer nanoseconds, start
+times as RFC 3339, and with `detailed` the phases under the original's keys.
+"""
+
+from datetime import UTC, datetime
+
+from repro.traces.summarize import find_traces, summarize_trace
+
+# record key -> (category, event names): the original's event name, and this project's client's
+PHASES = {
+    "create_prediction": ("prediction", ("create", "create_predictor", "create_prediction")),
+    "load_model": ("load", ("load_model",)),
+    "grpc_open": ("grpc", ("open",)),
+    "ndarray_convert": ("serialization", ("convering_to_nd_array",)),  # sic, the original's name
+    "predict": ("prediction", ("predict",)),
+    "load_params": ("prediction", ("load_params",)),
+    "read_params": ("io", ("read_params",)),
+    "set_predict_input": ("prediction", ("set_input", "set_predict_input")),
+    "forward_predict": ("prediction", ("forward", "forward_predict")),
+    "get_output_shape": ("prediction", ("get_output_shape",)),
+    "get_output": ("prediction", ("get_output",)),
+    "free_predictor": ("prediction", ("free", "free_predictor")),
+}
+FIELDS = ("run_id", "server", "upr_enabled", "eager_mode", "eager_mode_async", "hostname", "model_name",
+          "experiment_description")
+
+
+def _rfc3339(microseconds):
+    return datetime.fromtimestamp(microseconds / 1e6, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _ns(microseconds):
+    return round(microseconds * 1000)
+
+
+def original_record(path, detailed=True, strict=True):
+    """One trace's record in the original's shape."""
+    summary = summarize_trace(path, detailed=True, strict=strict)
+    events = summary["detailed_events"]
+    record = {key: summary.get(key) for key in FIELDS}
+    record["end_to_end_process_time"] = _ns(summary["end_to_end_process_time"])
+    record["end_to_end_time"] = _ns(summary["end_to_end_time"])
+    start = summary.get("start_at") or (_rfc3339(min(e["start"] for e in events)) if events else None)
+    record["init_time"] = start
+    if detailed:
+        phases = {}
+        for event in events:  # in order of completion: the last match wins, as in the original
+            for key, (category, names) in PHASES.items():
+                if event["cat"] == category and event["name"] in names:
+                    phases[key] = {"name": event["name"], "category": category,
+                                   "start_time_t": _rfc3339(event["start"]), "duration": _ns(event["duration"])}
+        record["events"] = phases
+    return record
+
+
+def original_summary(inputs, detailed=True, strict=True):
+    """The original's summary document of the traces under `inputs`: a list of records."""
+    return [original_record(path, detailed, strict) for path in find_traces(inputs)]

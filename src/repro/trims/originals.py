@@ -1,0 +1,436 @@
+"""`trims-tools`: the original TRIMS tools' command lines (rai-project/trims-tools, cmd/*.go), unchanged.
+
+Each original command line is parsed with the original's flags, defaults and spelling (Go-style
+booleans `--flag`, `--flag=true|false`; `--name=value` or `--name value`; comma-separated lists;
+short flags), then translated into a `repro` command line and run by the same parser and
+functions as `repro trims` / `repro trace`. Where the two differ in meaning (what `-d` means for
+`server run`, the `--eager` default, the config defaults) this command follows the original.
+Flags that configure the original's MXNet fork (build, I/O profiling, CUDA malloc tracing) are
+accepted and reported as having no effect here.
+"""
+
+import math
+import os
+import re
+import sys
+from typing import NamedTuple
+
+from repro.errors import ReproError
+
+PROG = "trims-tools"
+
+
+class Flag(NamedTuple):
+    kind: str  # bool, int, float or str
+    default: object
+    short: str = None
+
+
+class UsageError(ReproError):
+    """A command line the original would refuse: exit status 2."""
+
+
+# The original's flags, by command (cmd/root.go, cmd/clientRun.go, cmd/serverRun.go, cmd/run.go,
+# cmd/traceCombine.go, cmd/traceSummary.go, cmd/clientMemory.go).
+GLOBAL = {
+    "config": Flag("str", ""),
+    "profile_output": Flag("str", ""),
+    "profile_output_overwrite": Flag("bool", False),
+    "experiment_description": Flag("str", ""),
+    "monitor_memory": Flag("bool", False),
+    "visible_devices": Flag("str", "0"),
+    "toggle": Flag("bool", False, "t"),
+}
+CLIENT = {
+    "models": Flag("str", "all"),
+    "models_percentage": Flag("float", 1.0),
+    "profile_io": Flag("bool", True),
+    "model_iterations": Flag("int", -1),
+    "iterations": Flag("int", 1, "n"),
+    "distribution": Flag("str", "none"),
+    "distribution_params": Flag("str", ""),
+    "concurrent": Flag("int", 1),
+    "debug": Flag("bool", False, "d"),
+    "postprocess": Flag("bool", True),
+    "eager": Flag("bool", True),
+    "eager_async": Flag("bool", False),
+    "profile_memory": Flag("bool", True),
+    "trace_upload": Flag("bool", False),
+    "large_models": Flag("bool", False),
+    "simulate_run": Flag("bool", False),
+}
+SERVER = {
+    "debug": Flag("bool", False, "d"),
+    "profile": Flag("bool", False),
+    "eviction": Flag("str", "lru"),
+    "model_estimation_rate": Flag("float", 1.0),
+    "memory_percentage": Flag("float", 0.8),
+    "persist_cpu": Flag("bool", True),
+    "persist_cpu_only": Flag("bool", False),
+    "estimate_with_internal_memory": Flag("bool", True),
+}
+COMPARE = {"run_original": Flag("bool", True), "combine": Flag("bool", False), "combined_all": Flag("bool", False)}
+COMMANDS = {
+    ("client", "run"): {**CLIENT, "original": Flag("bool", False)},
+    ("client", "compare"): {**CLIENT, **COMPARE},
+    ("server", "run"): SERVER,
+    ("run",): {**SERVER, **{k: v for k, v in CLIENT.items() if k != "models_percentage"}, **COMPARE,
+               "compare": Flag("bool", False), "original": Flag("bool", False), "combined_all": Flag("bool", True)},
+    ("trace", "combine"): {"output": Flag("str", "combined.json", "o"), "adjust": Flag("bool", True),
+                           "skip_first": Flag("bool", False)},
+    ("trace", "summarize"): {"output": Flag("str", "", "o"), "detailed": Flag("bool", True),
+                             "deep": Flag("bool", False)},
+    ("client", "memory_usage"): {**{k: CLIENT[k] for k in ("models", "debug", "large_models")},
+                                 "format": Flag("str", "table", "f")},
+    ("trace", "memoryinfo"): {},
+    ("download", "assets"): {},
+    ("info", "config"): {},
+}
+ALIASES = {("client", "run-compare"): ("client", "compare"), ("client", "memory"): ("client", "memory_usage"),
+           ("trace", "summary"): ("trace", "summarize"), ("trace", "memory"): ("trace", "memoryinfo"),
+           **{("download", a): ("download", "assets") for a in ("model", "models", "feature", "features")}}
+NOT_HERE = {
+    ("trace", "publish"): "it is a stub in the original (prints 'publish called'); use client run --trace_upload",
+}
+
+# flag -> why it changes nothing here (reported when given)
+NO_EFFECT = {
+    "toggle": "unused in the original too",
+    "profile_io": "it has no effect in the original either",
+    "profile_memory": "it traces the MXNet fork's cudaMalloc calls",
+    "simulate_run": "it skips exec of the MXNet fork's client binary; the requests here are this program's",
+    "debug": "it sets the MXNet fork's GLOG logging variables",
+    "postprocess": "traces are written complete, and combined-<uuid>.json is always written",
+    "profile": "the server writes no trace of its own here; `repro trims server status` reports its state",
+    "model_estimation_rate": "the store knows each model's exact size from its manifest",
+    "estimate_with_internal_memory": "the store knows each model's exact size from its manifest",
+}
+DISTRIBUTION_ALIASES = {"exp": "exponential"}
+GO_TRUE, GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")  # Go's strconv
+# repro's flag -> the original's, for error messages
+ORIGINAL_SPELLING = {
+    "--model": "--models", "--model-iterations": "--model_iterations", "--distribution-params": "--distribution_params",
+    "--profile-output": "--profile_output", "--profile-output-overwrite": "--profile_output_overwrite",
+    "--experiment-description": "--experiment_description", "--memory-fraction": "--memory_percentage",
+    "--eager-async": "--eager_async", "--trace-upload": "--trace_upload", "--monitor-memory": "--monitor_memory",
+    "--skip-first": "--skip_first",
+}
+_REPRO_FLAG = re.compile(r"--[a-z][a-z-]*")
+
+
+def original_spelling(message):
+    """`message` with repro's flag names replaced by the original's."""
+    return _REPRO_FLAG.sub(lambda m: ORIGINAL_SPELLING.get(m.group(0), m.group(0)), message)
+
+
+def _value(name, flag, text):
+    if flag.kind == "bool":
+        if text in GO_TRUE:
+            return True
+        if text in GO_FALSE:
+            return False
+        raise UsageError(f"--{name}: invalid boolean {text!r}; expected true or false")
+    try:
+        return {"int": int, "float": float, "str": str}[flag.kind](text)
+    except ValueError:
+        raise UsageError(f"--{name}: invalid {flag.kind} {text!r}") from None
+
+
+def parse_flags(words, flags):
+    """(values, given, positionals) from `words`, flags anywhere, as the original's flag parser reads them."""
+    flags = {**GLOBAL, **flags}
+    shorts = {f.short: name for name, f in flags.items() if f.short}
+    values = {name: f.default for name, f in flags.items()}
+    given, positionals = set(), []
+    words = list(words)
+    while words:
+        word = words.pop(0)
+        if word == "--":
+            positionals += words
+            break
+        if word.startswith("--"):
+            name, eq, text = word[2:].partition("=")
+        elif word.startswith("-") and len(word) > 1:
+            short, rest = word[1], word[2:]
+            if short not in shorts:
+                raise UsageError(f"unknown shorthand flag: {short!r} in {word}")
+            name, eq, text = shorts[short], bool(rest), rest.removeprefix("=")
+        else:
+            positionals.append(word)
+            continue
+        if name not in flags:
+            raise UsageError(f"unknown flag: --{name}")
+        if not eq and flags[name].kind != "bool":
+            if not words:
+                raise UsageError(f"flag needs an argument: --{name}")
+            text, eq = words.pop(0), True
+        values[name] = _value(name, flags[name], text) if eq else True
+        given.add(name)
+    return values, given, positionals
+
+
+def _command(words):
+    """(command path, the rest): the longest known command at the start of `words`."""
+    for length in (2, 1):
+        path = tuple(words[:length])
+        path = ALIASES.get(path, path)
+        if path in COMMANDS or path in NOT_HERE:
+            return path, words[length:]
+    known = sorted(" ".join(c) for c in COMMANDS)
+    raise UsageError(f"unknown command {' '.join(words[:2]) or '(none)'!r}; expected one of: {', '.join(known)}")
+
+
+def parse_command_line(words):
+    """Check an original command line's command and flags, without running it; raise UsageError."""
+    path, rest = _command(words)
+    return path, parse_flags(rest, COMMANDS.get(path, {}))
+
+
+def _note(text):
+    print(f"{PROG}: note: {text}", file=sys.stderr)
+
+
+def _config_args(values):
+    from repro.trims.carml_config import find_config
+
+    if values["config"] and not os.path.isfile(os.path.expanduser(values["config"])):
+        _note(f"--config: {values['config']} does not exist; searching as the original does")
+    path = find_config(values["config"] or None)
+    return ["--config", path] if path else []
+
+
+def _config(values):
+    from repro.trims.carml_config import original_defaults
+    from repro.trims.cli import load_tool_config
+
+    found = _config_args(values)
+    return load_tool_config(found[1] if found else None, {**_repro_defaults(), **original_defaults()})
+
+
+def _repro_defaults():
+    from repro.trims.cli import DEFAULTS
+
+    return DEFAULTS
+
+
+def select_models(values, base_path):
+    """The models --models, --large_models and --models_percentage select, among those in base_path.
+
+    Every item of the comma list is an exact name or a regular expression; every match is kept
+    (the original keeps only the first match, a defect its README does not describe)."""
+    from pathlib import Path
+
+    available = sorted(p.name for p in Path(base_path).glob("*") if (p / "manifest.json").exists())
+    candidates = [m for m in available if m.startswith("large_") == values["large_models"]]
+    if not candidates:
+        which = "large models" if values["large_models"] else "models"
+        raise ReproError(f"micro18.base_path: {base_path} holds no {which}; run `{PROG} download assets` first")
+    if values["models"].lower() == "all":
+        chosen = candidates
+    else:
+        chosen = []
+        for item in filter(None, values["models"].lower().split(",")):
+            try:
+                pattern = re.compile(item)
+            except re.error as exc:
+                raise ReproError(f"--models: {item!r} is not a name or a regular expression ({exc})") from None
+            matches = [m for m in candidates if m == item or pattern.search(m)]
+            if not matches:
+                raise ReproError(f"--models: {item!r} matches none of {candidates} in {base_path}")
+            chosen += [m for m in matches if m not in chosen]
+    if "distribution" in values and _distribution(values) is not None:
+        percentage = values["models_percentage"] * (100 if values["models_percentage"] <= 1 else 1)
+        if not 0 < percentage <= 100:
+            raise ReproError(f"--models_percentage: expected a fraction in (0, 1] or a percentage up to 100, "
+                             f"got {values['models_percentage']}")
+        chosen = chosen[:math.ceil(len(chosen) * percentage / 100)]
+    return chosen
+
+
+def _distribution(values):
+    name = values["distribution"].lower()
+    if name in ("", "none"):
+        return None
+    if name == "zipf":
+        raise ReproError("--distribution: zipf is not implemented (in the original either)")
+    return DISTRIBUTION_ALIASES.get(name, name)
+
+
+def _distribution_params(values):
+    params = []
+    for item in filter(None, (p.strip() for p in values["distribution_params"].split(","))):
+        try:
+            params.append(str(float(item)))
+        except ValueError:
+            raise ReproError(f"--distribution_params: {item!r} is not a number "
+                             f"(expected comma-separated numbers, e.g. 1,1.5)") from None
+    return params
+
+
+def _bool_flag(argv, value, repro_flag):
+    if value:
+        argv.append(repro_flag)
+
+
+def client_argv(command, values, config, config_args):
+    """The `repro trims client run|compare` command line of an original client command."""
+    argv = ["trims", "client", command, "--model", *select_models(values, config["base_path"]),
+            "--iterations", str(values["iterations"]), "--model-iterations", str(values["model_iterations"]),
+            "--concurrent", str(values["concurrent"]), "--process-per-request", "--trace-names", "original",
+            *config_args]
+    distribution = _distribution(values)
+    if distribution:
+        argv += ["--distribution", distribution]
+        params = _distribution_params(values)
+        if params:
+            argv += ["--distribution-params", *params]
+    if values["profile_output"]:
+        argv += ["--profile-output", values["profile_output"]]
+    if values["experiment_description"]:
+        argv += ["--experiment-description", values["experiment_description"]]
+    for name, repro_flag in (("eager", "--eager"), ("eager_async", "--eager-async"),
+                             ("profile_output_overwrite", "--profile-output-overwrite"),
+                             ("monitor_memory", "--monitor-memory"), ("trace_upload", "--trace-upload")):
+        _bool_flag(argv, values[name], repro_flag)
+    if command == "run":
+        _bool_flag(argv, values["original"], "--original")
+    else:
+        argv.append("--run-original" if values["run_original"] else "--no-run-original")
+        argv.append("--combine" if values["combine"] else "--no-combine")
+        _bool_flag(argv, values["combined_all"], "--combined-all")
+    return argv
+
+
+def server_argv(values, given, config, config_args):
+    """The `repro trims server run` command line of an original `server run`.
+
+    --persist_cpu (on by default) gives a store in GPU memory a host-memory tier of the same share
+    of RAM; --persist_cpu_only keeps models in host memory only (the original ignored it, a defect)."""
+    from repro.trims.eviction import POLICIES, POLICY_ALIASES
+
+    eviction = values["eviction"].lower()
+    if eviction not in (*POLICIES, *POLICY_ALIASES):
+        raise ReproError(f"--eviction: unknown policy {values['eviction']!r}; expected one of never, lru, lcu, "
+                         "fifo, flush, all")
+    if not 0 < values["memory_percentage"] <= 1:
+        raise ReproError(f"--memory_percentage: expected a fraction in (0, 1], got {values['memory_percentage']}")
+    argv = ["trims", "server", "run", "--eviction", eviction, "--memory-fraction", str(values["memory_percentage"]),
+            *config_args]
+    if values["persist_cpu_only"]:
+        return [*argv, "--device", "cpu"]
+    from repro.trims.runtimes import resolve_device
+
+    if values["persist_cpu"] and resolve_device(config["device"]) == "gpu":
+        import psutil
+
+        argv += ["--persist-cpu-mb", str(int(psutil.virtual_memory().total * values["memory_percentage"]) >> 20)]
+    elif values["persist_cpu"] and "persist_cpu" in given:
+        _note("--persist_cpu has no effect here: the store keeps models in host memory already")
+    return argv
+
+
+def translate(words):
+    """(repro command lines, parsed flag values, the command path) for an original command line."""
+    path, rest = _command(words)
+    if path in NOT_HERE:
+        raise ReproError(f"{' '.join(path)}: not available here: {NOT_HERE[path]}")
+    values, given, positionals = parse_flags(rest, COMMANDS[path])
+    for name in sorted(given & set(NO_EFFECT)):
+        _note(f"--{name} has no effect here: {NO_EFFECT[name]}")
+    if path == ("trace", "memoryinfo"):
+        return [["trims", "memory", *_traced_models(positionals), *_config_args(values)]], values, path
+    if path[0] == "trace":
+        return [_trace_argv(path[1], values, positionals)], values, path
+    if positionals:
+        raise UsageError(f"{' '.join(path)}: takes no arguments, got {positionals}")
+    config_args = _config_args(values)
+    if path == ("info", "config"):
+        return [["trims", "config", *config_args]], values, path
+    if path == ("download", "assets"):
+        from repro.trims.models import ARCHITECTURES
+
+        return [["trims", "models", *ARCHITECTURES, *config_args]], values, path
+    config = _config(values)
+    if path == ("server", "run"):
+        return [server_argv(values, given, config, config_args)], values, path
+    if path == ("client", "memory_usage"):
+        models = select_models(values, config["base_path"])
+        return [["trims", "memory", *models, "--format", values["format"], *config_args]], values, path
+    if path[0] == "client":
+        return [client_argv(path[1], values, config, config_args)], values, path
+    # top-level run: the store in the background, the client, the store stopped
+    client = client_argv("compare" if values["compare"] else "run", values, config, config_args)
+    server = [*server_argv(values, given, config, config_args), "-d"]
+    return [server, client, ["trims", "server", "stop", *config_args]], values, path
+
+
+def _traced_models(paths):
+    """The models the traces at `paths` ran (their otherData.model_name), in order of first appearance."""
+    from repro.traces import TraceReader
+
+    if not paths:
+        raise UsageError("trace memoryinfo: expected at least one trace file")
+    models = []
+    for path in paths:
+        model = TraceReader(path).other_data.get("model_name")
+        if not isinstance(model, str):
+            raise ReproError(f"{path}: the trace names no model (otherData.model_name)")
+        models += [model] if model not in models else []
+    return models
+
+
+def _trace_argv(command, values, positionals):
+    if not positionals:
+        raise UsageError(f"trace {command}: expected at least one trace file or directory")
+    if command == "combine":
+        argv = ["trace", "combine", *positionals, "-o", values["output"]]
+        argv.append("--adjust" if values["adjust"] else "--no-adjust")
+        _bool_flag(argv, values["skip_first"], "--skip-first")
+        return argv
+    argv = ["trace", "summarize", *positionals, "--format", "original"]
+    if values["output"]:
+        argv += ["-o", values["output"]]
+    elif values["deep"]:
+        first = positionals[0]
+        argv += ["-o", os.path.join(first, "summary.json") if os.path.isdir(first) else "summary.json"]
+    if values["detailed"]:
+        argv.append("--detailed")
+    if not values["deep"]:
+        argv.append("--each-directory")
+    return argv
+
+
+def main(argv=None):
+    from repro.cli import build_parser, run
+    from repro.trims.carml_config import original_defaults
+
+    words = sys.argv[1:] if argv is None else list(argv)
+    if not words or words[0] in ("-h", "--help", "help"):
+        print(f"usage: {PROG} COMMAND [flags]: the original TRIMS tools' command lines, run by repro\n\ncommands:")
+        for path, flags in COMMANDS.items():
+            print(f"  {' '.join(path):<20} {' '.join(f'--{name}' for name in flags)}")
+        print(f"\nglobal flags: {' '.join(f'--{name}' for name in GLOBAL)}")
+        return 0 if words else 2
+    try:
+        commands, values, path = translate(words)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except ReproError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    # as the original, for this process and every process it starts
+    os.environ["CUDA_VISIBLE_DEVICES"] = values["visible_devices"]
+    defaults = {**_repro_defaults(), **original_defaults()}
+    status = 0
+    for command in commands:
+        args = build_parser().parse_args(command)
+        args.tool_defaults = defaults
+        status = run(args, PROG, original_spelling) or status
+        if status and command[:3] == ["trims", "server", "run"]:
+            break  # no store: the client would fail on every request
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
