@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from repro.cli import main
-from repro.errors import TraceError
+from repro.errors import ReproError, TraceError
 from repro.traces import TraceReader, combine, read_trace, summarize, summarize_trace, validate, write_trace
 from repro.traces.events import PHASES
 from repro.traces.summarize import describe
@@ -257,6 +257,69 @@ def test_combine_skip_first_and_no_partial_output(tmp_path, trims_trace):
     assert list(tmp_path.glob("c.json*")) == [] and list(tmp_path.glob(".c.json*")) == []
 
 
+def ignored_spans_trace(tmp_path):
+    """Events before, strictly inside, between and after ignored spans; two of the spans overlap."""
+    events = [
+        {"ph": "i", "name": "start", "ts": 50, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "X", "name": "gc", "cat": "ignore", "ts": 100, "dur": 100, "pid": 1, "tid": 2},
+        {"ph": "X", "name": "inside", "ts": 120, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "warmup", "cat": "ignore", "ts": 150, "pid": 1, "tid": 3},
+        {"ph": "E", "ts": 300, "pid": 1, "tid": 3},
+        {"ph": "i", "name": "between", "ts": 350, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "X", "name": "sleep", "cat": "ignore", "ts": 400, "dur": 50, "pid": 1, "tid": 2},
+        {"ph": "i", "name": "in_sleep", "ts": 420, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "i", "name": "end", "ts": 500, "pid": 1, "tid": 1, "s": "t"},
+    ]
+    return dump(tmp_path / "spans.json", events)
+
+
+@pytest.mark.parametrize("options", [None, CHUNKED], ids=["whole", "chunked"])
+def test_combine_cuts_ignored_spans_out_of_timestamps_inside_and_after_them(tmp_path, options):
+    """Spans [100, 300] (two overlapping) and [400, 450] are cut out: a timestamp inside a span
+    moves to where the span began, one after it moves back by the span's length."""
+    out = tmp_path / "c.json"
+    report = combine([ignored_spans_trace(tmp_path)], out, reader_options=options)
+    stamps = {e["name"]: e["ts"] for e in read_trace(out)[1] if e["ph"] != "M"}
+    assert stamps == {"start": 0, "inside": 50, "between": 100, "in_sleep": 150, "end": 200}
+    assert report == {"inputs": 1, "events": 6, "skipped": 0, "dropped": 4}
+
+
+def test_lenient_combine_counts_every_skipped_event_of_every_input(tmp_path):
+    bad = dump(tmp_path / "bad.json", [{"ph": "i", "ts": 1}, {"ts": 2}, {"ph": "i", "ts": "x"}])
+    unmatched = dump(tmp_path / "unmatched.json", [{"ph": "E", "ts": 1, "pid": 1, "tid": 1}, {"ph": "i", "ts": 2, "pid": 1}])
+    report = combine([bad, unmatched], tmp_path / "c.json", strict=False)
+    assert report["skipped"] == 3 and report["events"] == 4
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_combine_errors_give_the_events_index_in_its_file(tmp_path, options):
+    events = [{"ph": "i", "name": "fine", "ts": i, "pid": 1, "tid": 1} for i in range(6)] + [{"ph": "i", "ts": "late"}]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError, match=r"t\.json: event 6: 'ts' must be a number"):
+        combine([dump(tmp_path / "first.json", events[:3]), path], tmp_path / "c.json", reader_options=options)
+
+
+def test_process_names_come_from_run_fields_names_or_the_file(tmp_path):
+    from repro.traces.combine import run_label
+
+    assert run_label("t.json", {"model_name": "m"}, {}) == "m original"
+    assert run_label("t.json", {"model_name": "m", "hostname": "h", "upr_enabled": True, "iteration": 0}, {}) == \
+        "m h shared iteration 0"
+    assert run_label("t.json", {"run_id": "r", "name": ""}, {"name": "n"}) == "n"
+    assert run_label("t.json", {"run_id": "r", "name": 5}, {}) == "r"
+    assert run_label("t.json", {"run_id": "r"}, {"trace_name": "x"}) == "r"
+    assert run_label("dir/t.json", {"name": ""}, {}) == "t"
+    first = dump(tmp_path / "a.json", [{"ph": "i", "ts": 1}])
+    second = dump(tmp_path / "b.json", {"traceEvents": [{"ph": "i", "ts": 1}], "displayTimeUnit": "ns", "k": "v"})
+    combine([first, second], tmp_path / "c.json")
+    meta = read_trace(tmp_path / "c.json")[0]
+    assert meta["displayTimeUnit"] == "ns"
+    assert [(i["label"], i["pids"], i["metadata"]) for i in meta["otherData"]["inputs"]] == [("a", [1], {}),
+                                                                                            ("b", [2], {"k": "v"})]
+    combine([first], tmp_path / "d.json")
+    assert read_trace(tmp_path / "d.json")[0]["displayTimeUnit"] == "ms"
+
+
 # -- summarize --------------------------------------------------------------------------
 
 
@@ -291,6 +354,65 @@ def test_describe_matches_hand_computed_values():
     half = 2.7764451 * 3.5355339 / 5**0.5  # t(0.975, 4) * s / sqrt(n)
     assert d["ci95"] == pytest.approx([4 - half, 4 + half], rel=1e-6)
     assert describe([7])["ci95"] is None and describe([7])["std"] == 0
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_summary_counts_totals_and_means_each_name_and_spans_nested_events(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "setup", "cat": "ignore", "ts": -50, "dur": 20, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "request", "cat": "work", "ts": 0, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "read", "ts": 10, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "read", "ts": 30, "dur": 30, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "flush", "ts": 90, "dur": 60, "pid": 1, "tid": 2},  # overlaps the end of the request
+        {"ph": "X", "ts": 95, "dur": 1, "pid": 1, "tid": 3},
+    ]
+    summary = summarize_trace(dump(tmp_path / "t.json", {"traceEvents": events, "otherData": {
+        "model_name": "m", "note": "n", "sizes": [1, 2]}}), detailed=True, reader_options=options)
+    assert summary["events"]["read"] == {"count": 2, "total": 40, "mean": 20.0}
+    assert summary["events"]["request"] == {"count": 1, "total": 100, "mean": 100.0}
+    assert summary["events"][""] == {"count": 1, "total": 1, "mean": 1.0}
+    assert "setup" not in summary["events"]
+    assert summary["end_to_end_time"] == 150  # first begin 0 (the outer request) to last end 150 (flush)
+    assert summary["end_to_end_process_time"] == 200  # from the ignored setup at -50
+    assert summary["model_name"] == "m" and summary["note"] == "n" and "sizes" not in summary
+    assert summary["run_id"] is None and "skipped_events" not in summary
+    assert summary["detailed_events"][0] == {"name": "read", "cat": None, "start": 10, "duration": 10, "pid": 1, "tid": 1}
+
+
+def test_describe_identical_and_two_values():
+    same = describe([3.0, 3.0, 3.0])
+    assert (same["std"], same["ci95"], same["p99"]) == (0.0, [3.0, 3.0], 3.0)
+    two = describe([1.0, 3.0])
+    assert (two["count"], two["mean"], two["median"], two["min"], two["max"]) == (2, 2.0, 2.0, 1.0, 3.0)
+    assert two["std"] == pytest.approx(2**0.5)
+    assert two["p90"] == pytest.approx(2.8) and two["p99"] == pytest.approx(2.98)
+    half = 12.7062047 * 2**0.5 / 2**0.5  # t(0.975, 1) x s / sqrt(n)
+    assert two["ci95"] == pytest.approx([2 - half, 2 + half], rel=1e-6)
+    with pytest.raises(ValueError, match="no values"):
+        describe([])
+
+
+def test_group_statistics_that_overflow_name_the_group():
+    from repro.traces.summarize import aggregate
+
+    huge = [{"model_name": "a", "end_to_end_time": 1.7e308, "events": {}} for _ in range(2)]
+    with pytest.raises(ReproError, match=r"group \{'model_name': 'a'\}: statistics of end_to_end_time are not finite"):
+        aggregate(huge, ["model_name"])
+    events = [{"model_name": "a", "end_to_end_time": 1, "events": {"x": {"total": 1.7e308}}} for _ in range(2)]
+    with pytest.raises(ReproError, match="statistics of x are not finite"):
+        aggregate(events, ["model_name"])
+
+
+def test_trace_search_skips_hidden_files_and_names_missing_inputs(tmp_path):
+    from repro.traces.summarize import find_traces
+
+    (tmp_path / "runs").mkdir()
+    for name in ("b.json", "a.json", ".partial.json", "compared-a.json", "notes.txt"):
+        (tmp_path / "runs" / name).write_text("[]")
+    assert find_traces([tmp_path / "runs"]) == [tmp_path / "runs" / "a.json", tmp_path / "runs" / "b.json"]
+    with pytest.raises(TraceError, match="nope.json: no such file or directory"):
+        find_traces([tmp_path / "nope.json"])
 
 
 def test_summarize_directories_groups_and_skips_own_outputs(tmp_path):
