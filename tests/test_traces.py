@@ -393,6 +393,7 @@ def test_describe_identical_and_two_values():
         describe([])
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the overflow under test
 def test_group_statistics_that_overflow_name_the_group():
     from repro.traces.summarize import aggregate
 
