@@ -79,6 +79,12 @@ def test_intervals_follow_the_confidence_asked_for_and_include_their_bounds():
     with pytest.raises(ReproError, match="no values to summarise"):
         mean_interval([])
     assert verdict(0.9, 0.9, 1.1) == (True, 0.0) and verdict(1.1, 0.9, 1.1) == (True, 0.0)
+    assert bootstrap_interval(samples) == bootstrap_interval(samples, seed=0)  # seeded by default: reruns agree
+    assert bootstrap_interval([5.0]) == (5.0, 5.0, 5.0)
+    mean, low, high = mean_interval([1.0, 3.0])  # s = sqrt(2)
+    assert (mean, high - mean) == (2.0, pytest.approx(12.7062047 * np.sqrt(2) / np.sqrt(2)))
+    # identical values: zero width, even where the mean is not exactly the value
+    assert mean_interval([0.1, 0.1, 0.1]) == (np.mean([0.1, 0.1, 0.1]),) * 3
 
 
 def test_calibration_statistics_by_hand():
