@@ -238,7 +238,7 @@ def test_combine_keeps_processes_of_multi_process_inputs_apart(tmp_path):
     ]
     a, b = dump(tmp_path / "a.json", events), dump(tmp_path / "b.json", events)
     out = tmp_path / "c.json"
-    combine([a, b], out)
+    assert combine([a, b], out)["dropped"] == 0  # process names are replaced, not dropped
     _, combined = read_trace(out)
     names = {e["pid"]: e["args"]["name"] for e in combined if e.get("name") == "process_name"}
     assert names == {1: "a / python", 2: "a / worker", 3: "b / python", 4: "b / worker"}
@@ -258,16 +258,23 @@ def test_combine_skip_first_and_no_partial_output(tmp_path, trims_trace):
 
 
 def ignored_spans_trace(tmp_path):
-    """Events before, strictly inside, between and after ignored spans; two of the spans overlap."""
+    """Events before, strictly inside, between and after ignored spans, listed out of order: [100, 300]
+    is the union of four overlapping spans, [400, 450] and the empty [470, 470] stand alone."""
+    ignored = {"cat": "ignore", "pid": 1, "tid": 2}
     events = [
         {"ph": "i", "name": "start", "ts": 50, "pid": 1, "tid": 1, "s": "t"},
-        {"ph": "X", "name": "gc", "cat": "ignore", "ts": 100, "dur": 100, "pid": 1, "tid": 2},
+        {"ph": "X", "name": "gc", "ts": 160, "dur": 20, **ignored},  # inside [100, 200]
+        {"ph": "X", "name": "gc", "ts": 100, "dur": 100, **ignored},
         {"ph": "X", "name": "inside", "ts": 120, "dur": 5, "pid": 1, "tid": 1},
         {"ph": "B", "name": "warmup", "cat": "ignore", "ts": 150, "pid": 1, "tid": 3},
+        {"ph": "B", "name": "request", "cat": "work", "ts": 155, "pid": 1, "tid": 4},  # another thread's span
         {"ph": "E", "ts": 300, "pid": 1, "tid": 3},
+        {"ph": "X", "name": "gc", "ts": 250, "dur": 10, **ignored},  # inside [150, 300], beyond [100, 200]
+        {"ph": "E", "cat": "ignore", "ts": 310, "pid": 1, "tid": 4},  # its begin is kept, so it is kept
         {"ph": "i", "name": "between", "ts": 350, "pid": 1, "tid": 1, "s": "t"},
-        {"ph": "X", "name": "sleep", "cat": "ignore", "ts": 400, "dur": 50, "pid": 1, "tid": 2},
+        {"ph": "X", "name": "sleep", "ts": 400, "dur": 50, **ignored},
         {"ph": "i", "name": "in_sleep", "ts": 420, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "X", "name": "mark", "ts": 470, **ignored},  # no duration: nothing to cut
         {"ph": "i", "name": "end", "ts": 500, "pid": 1, "tid": 1, "s": "t"},
     ]
     return dump(tmp_path / "spans.json", events)
@@ -275,20 +282,27 @@ def ignored_spans_trace(tmp_path):
 
 @pytest.mark.parametrize("options", [None, CHUNKED], ids=["whole", "chunked"])
 def test_combine_cuts_ignored_spans_out_of_timestamps_inside_and_after_them(tmp_path, options):
-    """Spans [100, 300] (two overlapping) and [400, 450] are cut out: a timestamp inside a span
-    moves to where the span began, one after it moves back by the span's length."""
+    """A timestamp inside an ignored span moves to where the span began, one after it moves back by
+    the span's length."""
     out = tmp_path / "c.json"
     report = combine([ignored_spans_trace(tmp_path)], out, reader_options=options)
-    stamps = {e["name"]: e["ts"] for e in read_trace(out)[1] if e["ph"] != "M"}
-    assert stamps == {"start": 0, "inside": 50, "between": 100, "in_sleep": 150, "end": 200}
-    assert report == {"inputs": 1, "events": 6, "skipped": 0, "dropped": 4}
+    stamps = [(e["ph"], e.get("name"), e["ts"]) for e in read_trace(out)[1] if e["ph"] != "M"]
+    assert stamps == [("i", "start", 0), ("X", "inside", 50), ("B", "request", 50), ("E", None, 60),
+                      ("i", "between", 100), ("i", "in_sleep", 150), ("i", "end", 200)]
+    assert report == {"inputs": 1, "events": 8, "skipped": 0, "dropped": 7}
 
 
 def test_lenient_combine_counts_every_skipped_event_of_every_input(tmp_path):
     bad = dump(tmp_path / "bad.json", [{"ph": "i", "ts": 1}, {"ts": 2}, {"ph": "i", "ts": "x"}])
     unmatched = dump(tmp_path / "unmatched.json", [{"ph": "E", "ts": 1, "pid": 1, "tid": 1}, {"ph": "i", "ts": 2, "pid": 1}])
     report = combine([bad, unmatched], tmp_path / "c.json", strict=False)
-    assert report["skipped"] == 3 and report["events"] == 4
+    assert report == {"inputs": 2, "events": 4, "skipped": 3, "dropped": 0}
+    with pytest.raises(TraceError, match=r"unmatched\.json: event 0: 'E' event without a matching 'B'"):
+        combine([unmatched], tmp_path / "d.json")
+    # strays in several chunks of one input
+    events = [{"ph": "E", "ts": 0, "pid": 1, "tid": 1}] + [{"ph": "i", "ts": t, "pid": 1} for t in range(1, 20)]
+    strays = dump(tmp_path / "strays.json", events + [{"ph": "E", "ts": 20, "pid": 1, "tid": 2}])
+    assert combine([strays], tmp_path / "e.json", strict=False, reader_options=CHUNKED)["skipped"] == 2
 
 
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
