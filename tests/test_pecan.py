@@ -233,6 +233,9 @@ def test_cachew_respects_the_cap_and_waits_for_its_target():
     assert policy.next_count(1, 10.0) == 2  # the new worker has not arrived yet
     assert policy.next_count(2, 1.0) == 2 and policy.state == "STABLE"  # better, but at the cap: converge there
     assert policy.converged == (2, 1.0)
+    for _ in range(20):  # 20 stable decisions, then a batch time 40% worse makes it scale again
+        assert policy.next_count(2, 2.0) == 2 and policy.state == "STABLE"
+    assert policy.next_count(2, 2.0) == 2 and policy.state == "SCALING"
 
 
 def test_cachew_scaling_down_stops_when_the_loss_exceeds_3_percent():
@@ -346,6 +349,9 @@ def test_autoorder_moves_inflating_elementwise_maps_late_and_respects_constraint
     order, moves = autoorder(ops, inflation)
     assert [o.name for o in order] == ["decode", "crop", "resize", "flip", "to_float", "normalize"]
     assert moves == ["to_float after crop", "to_float after resize", "to_float after flip"]
+    # any inflation counts, however small
+    order, _ = autoorder(ops, {**inflation, "to_float": 1.5})
+    assert [o.name for o in order] == ["decode", "crop", "resize", "flip", "to_float", "normalize"]
     # an inflating op (pad) is not something to move an inflating map past
     inflation.update(resize=1.3)
     order, _ = autoorder(ops, inflation)

@@ -267,6 +267,10 @@ def test_a_cap_changes_nothing_until_a_model_reaches_it():
             break
     assert capped[:n] == free[:n] and n >= 10
     assert max(sum(m == x for m, _ in capped) for x in models) == 10
+    assert plan_requests(models, 60, "pareto", [1, 1.0]) == plan_requests(models, 60, "pareto", [1, 1.0], seed=0)
+    # only c is popular (Poisson draws 0, 0, 1 for this seed); once it is capped the others share evenly
+    plan = plan_requests(["a", "b", "c"], 10, "poisson", [0.4], model_iterations=1, seed=2)
+    assert plan[0] == ("c", 0) and sorted(m for m, _ in plan) == ["a", "b", "c"]
 
 
 def test_popularity_weights_and_distribution_laws():
@@ -274,6 +278,8 @@ def test_popularity_weights_and_distribution_laws():
 
     weights = popularity(["a", "b", "c"], "pareto", [1, 1.5], np.random.default_rng(2))
     assert weights.sum() == pytest.approx(1.0) and len(set(weights.tolist())) == 3
+    small = popularity(["a", "b", "c"], "uniform", [0, 0.1], np.random.default_rng(2))  # draws summing under 1
+    assert small.sum() == pytest.approx(1.0) and len(set(small.tolist())) == 3
     nothing = popularity(["a", "b"], "poisson", [1e-12], np.random.default_rng(0))  # every draw is 0
     assert nothing.tolist() == [0.5, 0.5]
     assert distribution("exponential", [4.0]).mean() == pytest.approx(0.25)
@@ -290,6 +296,7 @@ def test_plans_refuse_nothing_to_run_and_a_cap_of_zero_plans_nothing():
         plan_requests([], 3)
     with pytest.raises(ReproError, match="--iterations must be at least 1, got 0"):
         plan_requests(["a"], 0)
+    assert plan_requests(["a"], 1) == [("a", 0)]
     assert plan_requests(["a"], 3, model_iterations=0) == []
     assert plan_requests(["a"], 3, "uniform", None, model_iterations=0) == []
     assert plan_requests(["a", "b"], 2, model_iterations=None) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
