@@ -292,6 +292,16 @@ def test_combine_cuts_ignored_spans_out_of_timestamps_inside_and_after_them(tmp_
     assert report == {"inputs": 1, "events": 8, "skipped": 0, "dropped": 7}
 
 
+@pytest.mark.parametrize("options", [None, CHUNKED], ids=["whole", "chunked"])
+def test_combine_leaves_metadata_timestamps_alone(tmp_path, options):
+    events = [{"ph": "M", "name": "thread_name", "ts": 1000, "pid": 1, "tid": 1, "args": {"name": "main"}},
+              {"ph": "i", "name": "a", "ts": 100, "pid": 1, "tid": 1, "s": "t"},
+              {"ph": "i", "name": "b", "ts": 150, "pid": 1, "tid": 1, "s": "t"}]
+    combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json", reader_options=options)
+    assert [(e["name"], e["ts"]) for e in read_trace(tmp_path / "c.json")[1] if "ts" in e] == \
+        [("thread_name", 1000), ("a", 0), ("b", 50)]
+
+
 def test_lenient_combine_counts_every_skipped_event_of_every_input(tmp_path):
     bad = dump(tmp_path / "bad.json", [{"ph": "i", "ts": 1}, {"ts": 2}, {"ph": "i", "ts": "x"}])
     unmatched = dump(tmp_path / "unmatched.json", [{"ph": "E", "ts": 1, "pid": 1, "tid": 1}, {"ph": "i", "ts": 2, "pid": 1}])
