@@ -390,6 +390,10 @@ def test_summary_counts_totals_and_means_each_name_and_spans_nested_events(tmp_p
         {"ph": "E", "ts": 100, "pid": 1, "tid": 1},
         {"ph": "X", "name": "flush", "ts": 90, "dur": 60, "pid": 1, "tid": 2},  # overlaps the end of the request
         {"ph": "X", "ts": 95, "dur": 1, "pid": 1, "tid": 3},
+        {"ph": "B", "name": "x", "ts": 200, "pid": 1, "tid": 5},  # two threads' spans, interleaved
+        {"ph": "B", "name": "y", "ts": 210, "pid": 1, "tid": 6},
+        {"ph": "E", "ts": 220, "pid": 1, "tid": 5},
+        {"ph": "E", "ts": 300, "pid": 1, "tid": 6},
     ]
     summary = summarize_trace(dump(tmp_path / "t.json", {"traceEvents": events, "otherData": {
         "model_name": "m", "note": "n", "sizes": [1, 2]}}), detailed=True, reader_options=options)
@@ -397,11 +401,16 @@ def test_summary_counts_totals_and_means_each_name_and_spans_nested_events(tmp_p
     assert summary["events"]["request"] == {"count": 1, "total": 100, "mean": 100.0}
     assert summary["events"][""] == {"count": 1, "total": 1, "mean": 1.0}
     assert "setup" not in summary["events"]
-    assert summary["end_to_end_time"] == 150  # first begin 0 (the outer request) to last end 150 (flush)
-    assert summary["end_to_end_process_time"] == 200  # from the ignored setup at -50
+    assert (summary["events"]["x"]["total"], summary["events"]["y"]["total"]) == (20, 90)
+    assert summary["end_to_end_time"] == 300  # first begin 0 (the outer request) to last end 300
+    assert summary["end_to_end_process_time"] == 350  # from the ignored setup at -50
+    assert summary["file"] == str(tmp_path / "t.json")
     assert summary["model_name"] == "m" and summary["note"] == "n" and "sizes" not in summary
     assert summary["run_id"] is None and "skipped_events" not in summary
     assert summary["detailed_events"][0] == {"name": "read", "cat": None, "start": 10, "duration": 10, "pid": 1, "tid": 1}
+    stray = events + [{"ph": "E", "ts": 400, "pid": 1, "tid": 7}]
+    with pytest.raises(TraceError, match=r"t2\.json: event 11: 'E' event without a matching 'B'"):
+        summarize_trace(dump(tmp_path / "t2.json", stray), reader_options=options)
 
 
 def test_describe_identical_and_two_values():
