@@ -125,13 +125,15 @@ def test_a_model_larger_than_one_read_chunk_is_loaded_whole(tmp_path):
 def test_a_model_held_by_two_clients_stays_until_both_release_it(tmp_path):
     store = ModelStore(fake_models(tmp_path, {"a": 500, "b": 500, "c": 500}), 1000, wait_s=0.1)
     assert store.acquire("a")[2] is False and store.acquire("a")[2] is True
+    store.acquire("a")
+    store.release("a")
     store.acquire("b")
     store.release("b")  # two models of 500 fill the budget of 1000 exactly: nothing evicted so far
     assert store.evictions == 0
     store.release("a")
     store.acquire("c")  # a is still held by one client: b goes
     assert set(store.entries) == {"a", "c"}
-    assert store.status()["models"]["a"] == {"bytes": 500, "refs": 1, "uses": 2, "hits": 1}
+    assert store.status()["models"]["a"] == {"bytes": 500, "refs": 1, "uses": 3, "hits": 2}
     store.release("a")
     with pytest.raises(ReproError, match="model 'a' is not held by anyone"):
         store.release("a")
@@ -141,6 +143,7 @@ def test_a_model_held_by_two_clients_stays_until_both_release_it(tmp_path):
     assert set(store.entries) == {"c"} and store.evictions == 2 and store.used_bytes == 500
     status = store.status()
     assert (status["policy"], status["device"], status["budget_bytes"], status["used_bytes"]) == ("lru", "cpu", 1000, 500)
+    assert (status["pid"], status["evictions"]) == (os.getpid(), 2)
     store.close()
     assert store.entries == {}
 
@@ -150,12 +153,24 @@ def test_store_messages_give_sizes_in_mib(tmp_path):
     with pytest.raises(ReproError, match=r"model 'big' needs 5 MiB, more than the store's budget of 4 MiB"):
         store.acquire("big")
     store.acquire("a")
+    started = time.monotonic()
     with pytest.raises(ReproError, match=r"model 'b' needs 3 MiB but every resident model stayed in use for 0 s "
                                          r"\(3 of 4 MiB\)"):
         store.acquire("b")
-    for name in ("", None, "../x", "."):
-        with pytest.raises(ReproError, match="non-empty string|outside the store's base path"):
+    assert time.monotonic() - started < 0.9  # waits wait_s (0.05 s), not longer
+    for name in ("", None, 5):
+        with pytest.raises(ReproError, match="model name must be a non-empty string"):
             store.acquire(name)
+    for name in ("../x", "."):
+        with pytest.raises(ReproError, match="outside the store's base path"):
+            store.acquire(name)
+    with open(tmp_path / "a" / "model.params", "r+b") as fh:  # a truncated model file
+        fh.truncate(1 << 20)
+    store.release("a")
+    store.flush()
+    with pytest.raises(ReproError, match="model.params: checksum mismatch"):
+        store.acquire("a")
+    assert store.used_bytes == 0
     for bad, message in (({"policy": "mru"}, "unknown eviction policy 'mru'"), ({"device": "tpu"}, "unknown store device")):
         with pytest.raises(ReproError, match=message):
             ModelStore(tmp_path, 1, **bad)
@@ -175,10 +190,12 @@ def test_host_segments_are_named_after_the_server_and_stale_ones_removed(tmp_pat
     assert name == f"{prefix}{me['pid']}_{me['start_ticks']}_0"
     monkeypatch.setattr(store_module, "SHM_DIR", tmp_path / "shm")
     (tmp_path / "shm").mkdir()
-    for segment in (name, f"{prefix}999999999_1_0", f"{prefix}junk", "other_1_2_3"):
+    # gone: a dead pid, and a live pid that started at another time (reused); kept: ours, and other names
+    stale = [f"{prefix}999999999_{me['start_ticks']}_0", f"{prefix}{me['pid']}_1_0"]
+    for segment in (name, *stale, f"{prefix}0junk", "other_1_2_3"):
         (tmp_path / "shm" / segment).touch()
-    assert store_module.remove_stale_segments(prefix) == [f"{prefix}999999999_1_0"]
-    assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == sorted([name, f"{prefix}junk", "other_1_2_3"])
+    assert store_module.remove_stale_segments(prefix) == sorted(stale)
+    assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == sorted([name, f"{prefix}0junk", "other_1_2_3"])
     store.close()
 
 
