@@ -416,6 +416,9 @@ def test_summary_counts_totals_and_means_each_name_and_spans_nested_events(tmp_p
 def test_describe_identical_and_two_values():
     same = describe([3.0, 3.0, 3.0])
     assert (same["std"], same["ci95"], same["p99"]) == (0.0, [3.0, 3.0], 3.0)
+    assert describe([3.0, 3.0])["ci95"] == [3.0, 3.0]
+    close = describe([1.0, 2.0])  # a spread under 1 still gives the t-interval
+    assert close["ci95"] == pytest.approx([1.5 - 12.7062047 / 2, 1.5 + 12.7062047 / 2], rel=1e-6)
     two = describe([1.0, 3.0])
     assert (two["count"], two["mean"], two["median"], two["min"], two["max"]) == (2, 2.0, 2.0, 1.0, 3.0)
     assert two["std"] == pytest.approx(2**0.5)
