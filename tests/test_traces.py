@@ -358,13 +358,14 @@ def test_summary_of_one_trace(trims_trace):
     assert summary["init_time"] == 0
 
 
-def test_init_time_counts_runtime_initialisation_in_any_category(tmp_path):
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_init_time_counts_runtime_initialisation_in_any_category(tmp_path, options):
     events = [
         {"ph": "X", "name": "runtime_init", "cat": "ignore", "ts": 0, "dur": 70, "pid": 1, "tid": 1},
         {"ph": "X", "name": "wait_runtime_init", "cat": "prediction", "ts": 100, "dur": 5, "pid": 1, "tid": 1},
         {"ph": "X", "name": "forward_predict", "cat": "prediction", "ts": 105, "dur": 20, "pid": 1, "tid": 1},
     ]
-    summary = summarize_trace(dump(tmp_path / "t.json", events))
+    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
     assert summary["init_time"] == 75
     assert (summary["end_to_end_time"], summary["end_to_end_process_time"]) == (25, 125)
 
@@ -390,10 +391,13 @@ def test_summary_counts_totals_and_means_each_name_and_spans_nested_events(tmp_p
         {"ph": "E", "ts": 100, "pid": 1, "tid": 1},
         {"ph": "X", "name": "flush", "ts": 90, "dur": 60, "pid": 1, "tid": 2},  # overlaps the end of the request
         {"ph": "X", "ts": 95, "dur": 1, "pid": 1, "tid": 3},
-        {"ph": "B", "name": "x", "ts": 200, "pid": 1, "tid": 5},  # two threads' spans, interleaved
+        {"ph": "B", "name": "x", "ts": 200, "pid": 1, "tid": 5},  # three threads' spans, interleaved
+        {"ph": "B", "name": "p", "ts": 205, "pid": 2, "tid": 5},  # the same tid in another process
         {"ph": "B", "name": "y", "ts": 210, "pid": 1, "tid": 6},
         {"ph": "E", "ts": 220, "pid": 1, "tid": 5},
+        {"ph": "E", "ts": 250, "pid": 2, "tid": 5},
         {"ph": "E", "ts": 300, "pid": 1, "tid": 6},
+        {"ph": "X", "name": "mark", "cat": "work", "ts": 260, "pid": 1, "tid": 8},  # no duration
     ]
     summary = summarize_trace(dump(tmp_path / "t.json", {"traceEvents": events, "otherData": {
         "model_name": "m", "note": "n", "sizes": [1, 2]}}), detailed=True, reader_options=options)
@@ -401,7 +405,9 @@ def test_summary_counts_totals_and_means_each_name_and_spans_nested_events(tmp_p
     assert summary["events"]["request"] == {"count": 1, "total": 100, "mean": 100.0}
     assert summary["events"][""] == {"count": 1, "total": 1, "mean": 1.0}
     assert "setup" not in summary["events"]
-    assert (summary["events"]["x"]["total"], summary["events"]["y"]["total"]) == (20, 90)
+    assert [summary["events"][name]["total"] for name in ("x", "p", "y", "mark")] == [20, 45, 90, 0]
+    assert all(type(entry["count"]) is int for entry in summary["events"].values())  # JSON shows 2, not 2.0
+    assert {"name": "request", "cat": "work", "start": 0, "duration": 100, "pid": 1, "tid": 1} in summary["detailed_events"]
     assert summary["end_to_end_time"] == 300  # first begin 0 (the outer request) to last end 300
     assert summary["end_to_end_process_time"] == 350  # from the ignored setup at -50
     assert summary["file"] == str(tmp_path / "t.json")
@@ -409,8 +415,20 @@ def test_summary_counts_totals_and_means_each_name_and_spans_nested_events(tmp_p
     assert summary["run_id"] is None and "skipped_events" not in summary
     assert summary["detailed_events"][0] == {"name": "read", "cat": None, "start": 10, "duration": 10, "pid": 1, "tid": 1}
     stray = events + [{"ph": "E", "ts": 400, "pid": 1, "tid": 7}]
-    with pytest.raises(TraceError, match=r"t2\.json: event 11: 'E' event without a matching 'B'"):
+    with pytest.raises(TraceError, match=r"t2\.json: event 14: 'E' event without a matching 'B'"):
         summarize_trace(dump(tmp_path / "t2.json", stray), reader_options=options)
+
+
+def test_summary_document_defaults(tmp_path):
+    path = dump(tmp_path / "t.json", [{"ph": "E", "ts": 1, "pid": 1, "tid": 1}, {"ph": "i", "ts": 2, "pid": 1}])
+    with pytest.raises(TraceError, match="without a matching 'B'"):
+        summarize([path])  # strict unless asked otherwise
+    doc = summarize([path], strict=False)
+    assert (doc["time_unit"], doc["group_by"]) == ("us", ["model_name", "upr_enabled"])
+    trace = doc["traces"][0]
+    assert (trace["end_to_end_time"], trace["end_to_end_process_time"], trace["skipped_events"]) == (0.0, 0.0, 1)
+    assert "detailed_events" not in trace and "detailed_events" not in summarize_trace(path, strict=False)
+    assert summarize([path], strict=False, detailed=True)["traces"][0]["detailed_events"] == []
 
 
 def test_describe_identical_and_two_values():
