@@ -144,7 +144,9 @@ def write_log(path, samples=(100.0,), blocks=()):
 def test_throughput_is_the_mean_of_the_samples_above_95_percent_of_the_peak(tmp_path):
     # 95.0 is exactly 95% of the peak: left out, like the slow first steps
     parsed = parse_log(write_log(tmp_path / "t.log", [50.0, 95.0, 96.0, 100.0]))
-    assert parsed.throughput == pytest.approx(98.0) and parsed.samples == 4
+    assert parsed.throughput == pytest.approx(98.0) and parsed.samples == 4 and parsed.path == str(tmp_path / "t.log")
+    (tmp_path / "bytes.log").write_bytes(b"\xff\xfe garbled line\n12.5 examples/second\n")  # not UTF-8: still read
+    assert parse_log(tmp_path / "bytes.log").throughput == 12.5
     assert parse_log(write_log(tmp_path / "one.log", [7.5])).throughput == 7.5
 
 
