@@ -38,7 +38,7 @@ test: $(VENV)/.test-extras
 test-fast: $(VENV)/.test-extras
 	$(RUN) pytest -q -m "not workflow" --durations=10
 
-# the mutation score of the core modules with the unit tests (about 15 minutes; not part of `make test`):
+# the mutation score of the core modules with the unit tests (tens of minutes; not part of `make test`):
 # a fresh run of mutmut ([tool.mutmut] in pyproject.toml), then the score per module
 mutation: $(VENV)/.test-extras
 	rm -rf mutants

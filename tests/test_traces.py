@@ -242,6 +242,7 @@ def test_combine_keeps_processes_of_multi_process_inputs_apart(tmp_path):
     _, combined = read_trace(out)
     names = {e["pid"]: e["args"]["name"] for e in combined if e.get("name") == "process_name"}
     assert names == {1: "a / python", 2: "a / worker", 3: "b / python", 4: "b / worker"}
+    assert {e["tid"] for e in combined if e.get("name") == "process_name"} == {0}
     assert [(e["pid"], e["tid"]) for e in combined if e["ph"] == "X"] == [(1, 1), (2, 1), (3, 1), (4, 1)]
 
 
@@ -334,7 +335,8 @@ def test_process_names_come_from_run_fields_names_or_the_file(tmp_path):
     assert run_label("t.json", {"run_id": "r"}, {"trace_name": "x"}) == "r"
     assert run_label("dir/t.json", {"name": ""}, {}) == "t"
     first = dump(tmp_path / "a.json", [{"ph": "i", "ts": 1}])
-    second = dump(tmp_path / "b.json", {"traceEvents": [{"ph": "i", "ts": 1}], "displayTimeUnit": "ns", "k": "v"})
+    second = dump(tmp_path / "b.json", {"traceEvents": [{"ph": "i", "ts": 1}], "displayTimeUnit": "ns", "k": "v",
+                                        "otherData": {"x": 1}})
     combine([first, second], tmp_path / "c.json")
     meta = read_trace(tmp_path / "c.json")[0]
     assert meta["displayTimeUnit"] == "ns"
