@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 1
 
-.PHONY: setup fig8 figures test test-fast lint clean
+.PHONY: setup fig8 figures test test-fast mutation lint clean
 
 # The default install: what `make fig8` needs. Executor and storage plugins are extras (README,
 # profiles), since Snakemake imports every installed plugin at each start.
@@ -37,6 +37,13 @@ test: $(VENV)/.test-extras
 # unit tests only: no Snakemake runs, no ssh, SLURM or GPU
 test-fast: $(VENV)/.test-extras
 	$(RUN) pytest -q -m "not workflow" --durations=10
+
+# the mutation score of the core modules with the unit tests (tens of minutes; not part of `make test`):
+# a fresh run of mutmut ([tool.mutmut] in pyproject.toml), then the score per module
+mutation: $(VENV)/.test-extras
+	rm -rf mutants
+	$(RUN) nice -n 5 mutmut run
+	$(RUN) python tools/mutation_report.py
 
 lint: $(VENV)/.test-extras
 	$(RUN) ruff check .

@@ -1,4 +1,5 @@
-"""Shared fixtures (generated models, a model store server, the GCS emulator) and the fault suite's summary line."""
+"""Shared fixtures (generated models, a model store server, the GCS emulator), the fault suite's summary
+line, and the tests a mutation run leaves out."""
 
 import os
 import signal
@@ -92,3 +93,19 @@ def pytest_terminal_summary(terminalreporter):
     skipped = sum(outcome == "skipped" for outcome in _FAULTS.values())
     line = f"faults: {len(_FAULTS)} cases, {handled} handled"
     terminalreporter.write_line(line + (f" ({skipped} skipped)" if skipped else ""))
+
+
+# -- mutation testing (`make mutation`) ---------------------------------------------------
+# mutmut runs the tests with MUTANT_UNDER_TEST set, in the process that imports the mutated
+# package. A model store server is a process of its own that imports the package unchanged, so a
+# test that needs one cannot tell a mutant from the original: the mutation run leaves them out.
+SERVER_FIXTURES = {"server", "module_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        return
+    left_out = [item for item in items if SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]

@@ -2,6 +2,7 @@ import copy
 import csv
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,16 +15,18 @@ from repro.errors import ReproError
 from repro.pecan import pipelines
 from repro.pecan.calibrate import calibrate
 from repro.pecan.cluster import JobSpec, capacity, simulate
-from repro.pecan.costs import cost_row
-from repro.pecan.logs import parse_log
+from repro.pecan.costs import COLUMNS, check_price, cost_row, lookup
+from repro.pecan.logs import LogWriter, ParsedLog, parse_log
 from repro.pecan.policies import (
     DECREASING_REMOTE,
     INCREASING_LOCAL,
     ONLY_REMOTE,
     STABLE,
     CachewAutoscaler,
+    FixedPlacement,
     PecanAutoPlacement,
     autoorder,
+    cost_per_batch,
 )
 from repro.pecan.presets import pipeline_costs
 from repro.pecan.run import run_mode
@@ -127,6 +130,88 @@ def test_the_ssh_example_is_valid_and_trims_figures_need_the_local_backend():
         validate_config({**raw, **example, "plots": raw["plots"]})
 
 
+def write_log(path, samples=(100.0,), blocks=()):
+    """A log in the artifact's format: throughput samples, then one heartbeat block per worker set."""
+    with open(path, "w") as fh:
+        writer = LogWriter(fh)
+        for i, rate in enumerate(samples):
+            writer.time_history(i, 1.0, rate, i * 100, (i + 1) * 100)
+        for i, workers in enumerate(blocks):
+            writer.heartbeat(len(samples) + i, workers)
+    return path
+
+
+def test_throughput_is_the_mean_of_the_samples_above_95_percent_of_the_peak(tmp_path):
+    # 95.0 is exactly 95% of the peak: left out, like the slow first steps
+    parsed = parse_log(write_log(tmp_path / "t.log", [50.0, 95.0, 96.0, 100.0]))
+    assert parsed.throughput == pytest.approx(98.0) and parsed.samples == 4 and parsed.path == str(tmp_path / "t.log")
+    (tmp_path / "bytes.log").write_bytes(b"\xff\xfe garbled line\n12.5 examples/second\n")  # not UTF-8: still read
+    assert parse_log(tmp_path / "bytes.log").throughput == 12.5
+    assert parse_log(write_log(tmp_path / "one.log", [7.5])).throughput == 7.5
+
+
+def test_the_deployment_is_the_last_worker_set_seen_three_times_in_a_row(tmp_path):
+    a, b = ["w1:1", "w2:1"], ["w1:1", "w2:1", "w3:1", "localhost:9"]
+    # read from the end: b twice, then a three times: a is the converged deployment
+    parsed = parse_log(write_log(tmp_path / "c.log", blocks=[b, a, a, a, b, b]))
+    assert (parsed.remote_workers, parsed.local_workers, parsed.converged) == (2, 0, True)
+    # no set three times in a row: the last complete set, flagged as not converged
+    parsed = parse_log(write_log(tmp_path / "n.log", blocks=[a, a, b, a, b, b]))
+    assert (parsed.remote_workers, parsed.local_workers, parsed.converged) == (3, 1, False)
+    # no data service at all: collocated preprocessing
+    parsed = parse_log(write_log(tmp_path / "none.log"))
+    assert (parsed.remote_workers, parsed.local_workers, parsed.converged) == (0, 0, True)
+    assert parse_log(LOGS / "resnet_pecan.log").converged
+
+
+def test_log_errors_give_the_line_number(tmp_path):
+    cases = {
+        "1.0 examples/second\nX] --> ClientHeartbeat: Normal Tasks\nX] End Printing\nX] End Printing\n": "t.log:4: deployment block without its 'ClientHeartbeat'",
+        "1.0 examples/second\nX] --> ClientHeartbeat: Current Tasks\nX] Worker Address: a:1; T\n": "t.log:2: deployment block without its 'End Printing'",
+        "1.0 examples/second\nX] Worker Address: a:1; T\nX] End Printing\n": "t.log:3: truncated deployment block",
+        "0.0 examples/second\n": "every throughput sample is 0",
+    }
+    for text, message in cases.items():
+        (tmp_path / "t.log").write_text(text)
+        with pytest.raises(ReproError) as info:
+            parse_log(tmp_path / "t.log")
+        assert message in str(info.value)
+    with pytest.raises(ReproError, match="missing.log: cannot read log"):
+        parse_log(tmp_path / "missing.log")
+
+
+def test_written_logs_have_the_artifacts_line_format(tmp_path):
+    """The local runs' logs look like the artifact's, so one parser (and extract_costs.py) reads both."""
+    shape = lambda line: re.sub(r"[0-9]+", "N", line)  # noqa: E731
+    artifact = (LOGS / "resnet_pecan.log").read_text().splitlines()
+    written = write_log(tmp_path / "w.log", [746.58], [["non-admin-nodes-7zjk:31010", "non-admin-nodes-1cbd:31002"]])
+    ours = written.read_text().splitlines()
+    for line in ours:
+        assert any(shape(line) == shape(theirs) for theirs in artifact), line
+    assert ours[0].startswith("I0101 00:00:00.000000 ") and "746.58 examples/second between steps 0 and 100" in ours[0]
+    assert ours[1].startswith("2026-01-01 00:00:01.000000: I ") and ours[2].endswith("Task id: 4000; Job id: 2000")
+    assert ours[3].endswith("Task id: 4001; Job id: 2000")
+
+
+def test_cost_formula_and_prices():
+    parsed = ParsedLog("x.log", throughput=2048.0, samples=1, remote_workers=3, local_workers=2, converged=True)
+    model = {"batch_size": 1024, "steps_per_epoch": 3600}
+    row = cost_row(parsed, "pecan", "resnet", model, tpu_price=4, worker_price=0.5, tpu_count=2)
+    # 2 batches/s, 1800 s per epoch = half an hour: 2 TPUs x 0.5 h x $4, 3 remote workers x 0.5 h x $0.5
+    assert row == {"experiment": "resnet_pecan", "model": "resnet", "tpu_cost": 4.0, "worker_cost": 0.75,
+                   "remote_workers": 3, "local_workers": 2, "epoch_time": 1800.0, "batches_sec": 2.0, "mode": "pecan"}
+    assert list(row) == COLUMNS
+    free = cost_row(parsed, "m", "resnet", model, tpu_price=0, worker_price=0)
+    assert (free["tpu_cost"], free["worker_cost"]) == (0.0, 0.0)
+    assert check_price(3, "tpu") == 3.0 and isinstance(check_price(3, "tpu"), float)
+    for bad in (True, float("nan"), float("inf"), "4.96", -0.01):
+        with pytest.raises(ReproError, match=r"price tpu must be a non-negative number of dollars per hour, found"):
+            check_price(bad, "tpu")
+    assert lookup({"a": 1}, "a", "model") == 1
+    with pytest.raises(ReproError, match=r"unknown model 'c'; expected one of \['a', 'b'\]"):
+        lookup({"b": 2, "a": 1}, "c", "model")
+
+
 # -- policies ---------------------------------------------------------------------------
 
 
@@ -150,6 +235,9 @@ def test_cachew_respects_the_cap_and_waits_for_its_target():
     assert policy.next_count(1, 10.0) == 2  # the new worker has not arrived yet
     assert policy.next_count(2, 1.0) == 2 and policy.state == "STABLE"  # better, but at the cap: converge there
     assert policy.converged == (2, 1.0)
+    for _ in range(20):  # 20 stable decisions, then a batch time 40% worse makes it scale again
+        assert policy.next_count(2, 2.0) == 2 and policy.state == "STABLE"
+    assert policy.next_count(2, 2.0) == 2 and policy.state == "SCALING"
 
 
 def test_cachew_scaling_down_stops_when_the_loss_exceeds_3_percent():
@@ -181,6 +269,77 @@ def test_autoplacement_stops_adding_local_workers_when_throughput_drops():
     assert policy.decide(3, 2, 1.2) == (3, 1) and policy.state == DECREASING_REMOTE
 
 
+def test_policy_thresholds_are_strict():
+    # thresholds of 25% so that the batch times give the equality exactly
+    up = CachewAutoscaler(up_threshold=0.25)
+    assert up.next_count(1, 1.0) == 2
+    assert up.next_count(2, 0.75) == 1 and up.converged == (1, 1.0)  # exactly 25% better is not better enough
+    down = CachewAutoscaler(down_threshold=0.25, target=4, history=[(5, 1.0)])
+    assert down.next_count(4, 1.25) == 5 and down.state == "STABLE"  # exactly 25% worse is too much
+    regrow = CachewAutoscaler(regrowth=1.5, stable_decisions=0, scaling=False, target=2, converged=(2, 2.0))
+    assert regrow.next_count(2, 3.0) == 2 and regrow.state == "STABLE"  # exactly +50%: stay
+    assert regrow.next_count(2, 3.01) == 3 and regrow.state == "SCALING"
+    pecan = PecanAutoPlacement(up_threshold=0.25)
+    assert pecan.decide(1, 0, 1.0) == (2, 0)
+    assert pecan.decide(2, 0, 0.75) == (1, 0) and pecan.state == INCREASING_LOCAL
+    local = PecanAutoPlacement(state=INCREASING_LOCAL, remote=2, local=1, local_drop=0.25, reference_batch_time=1.0)
+    assert local.decide(2, 1, 1.25) == (2, 2)  # exactly 25% slower is tolerated
+
+
+def test_cachew_scales_down_to_one_worker_then_returns_to_two():
+    """Scaling down continues while the loss stays under 3% and more than one worker is left;
+    otherwise it reverts to the previous count and converges, so one worker is never the result."""
+    policy = CachewAutoscaler(target=2, history=[(3, 1.0)])
+    assert policy.decide(2, 0, 1.0) == (1, 0)
+    assert policy.decide(1, 0, 1.0) == (2, 0) and policy.state == "STABLE" and policy.converged == (2, 1.0)
+    assert (policy.remote, policy.local) == (2, 0)
+
+
+def test_cachew_regrowth_starts_from_the_converged_count_within_the_cap():
+    policy = CachewAutoscaler(max_workers=3, stable_decisions=0, scaling=False, target=3, converged=(3, 1.0))
+    assert policy.next_count(3, 2.0) == 3 and policy.state == "SCALING"  # at the cap: no fourth worker
+    single = CachewAutoscaler(max_workers=1)
+    assert single.next_count(1, 1.0) == 1
+
+
+def test_autoplacement_at_the_remote_cap_returns_to_one_below_it():
+    """ONLY_REMOTE adds workers while they help and the cap allows; otherwise it goes back to the
+    previous count, so a job that still improves at the cap settles one below it."""
+    policy = PecanAutoPlacement(max_remote=3)
+    assert policy.decide(1, 0, 10.0) == (2, 0)
+    assert policy.decide(2, 0, 5.0) == (3, 0)
+    assert policy.decide(3, 0, 2.0) == (2, 0) and policy.state == INCREASING_LOCAL
+    assert policy.reference_batch_time == 2.0  # the better of the two measurements
+
+
+def test_autoplacement_compares_local_workers_with_the_better_measurement():
+    policy = PecanAutoPlacement()
+    assert policy.decide(1, 0, 10.0) == (2, 0)
+    assert policy.decide(2, 0, 5.0) == (3, 0)
+    assert policy.decide(3, 0, 4.9) == (2, 0) and policy.reference_batch_time == 4.9  # 2% better: revert
+    assert policy.decide(2, 0, 5.0) == (2, 1)
+    assert policy.decide(2, 1, 5.4) == (2, 0) and policy.state == DECREASING_REMOTE  # 5.4 > 4.9 x 1.1
+    assert policy.decide(2, 0, 5.0) == (1, 0)
+
+
+def test_autoplacement_without_local_workers_keeps_adding_them():
+    policy = PecanAutoPlacement(state=INCREASING_LOCAL, remote=1, local=0, reference_batch_time=1.0)
+    assert policy.decide(1, 0, 5.0) == (1, 1)  # slower, but no local worker to blame yet
+    assert policy.decide(0, 0, 5.0) == (1, 1)  # the new placement has not taken effect yet
+    assert policy.state == INCREASING_LOCAL
+
+
+def test_autoplacement_removes_remote_workers_down_to_none_then_stops():
+    policy = PecanAutoPlacement(state=DECREASING_REMOTE, remote=1, local=2, client_cost=1.0, worker_cost=1.0)
+    assert policy.decide(1, 2, 1.0) == (0, 2)  # no previous measurement at a different count: try one fewer
+    assert policy.decide(0, 2, 1.5) == (0, 2) and policy.state == STABLE  # 1.5 < 2.0: cheaper, and none left
+    same = PecanAutoPlacement(state=DECREASING_REMOTE, remote=1, local=0, client_cost=1.0, worker_cost=1.0)
+    assert same.decide(1, 0, 1.0) == (0, 0)
+    assert same.decide(0, 0, 2.0) == (1, 0) and same.state == STABLE  # the same cost per batch: keep the worker
+    assert cost_per_batch(2, 3.0, 4.0, 0.5) == 15.0  # (accelerator + 2 workers) $/h x batch time
+    assert FixedPlacement(5, 3).decide(1, 0, 9.0) == (5, 3)
+
+
 def op(name, **kw):
     return pipelines.Op(name, fn=None, **kw)
 
@@ -192,6 +351,9 @@ def test_autoorder_moves_inflating_elementwise_maps_late_and_respects_constraint
     order, moves = autoorder(ops, inflation)
     assert [o.name for o in order] == ["decode", "crop", "resize", "flip", "to_float", "normalize"]
     assert moves == ["to_float after crop", "to_float after resize", "to_float after flip"]
+    # any inflation counts, however small
+    order, _ = autoorder(ops, {**inflation, "to_float": 1.5})
+    assert [o.name for o in order] == ["decode", "crop", "resize", "flip", "to_float", "normalize"]
     # an inflating op (pad) is not something to move an inflating map past
     inflation.update(resize=1.3)
     order, _ = autoorder(ops, inflation)
@@ -200,6 +362,11 @@ def test_autoorder_moves_inflating_elementwise_maps_late_and_respects_constraint
     quantize = [op("decode", keep_position=True), op("resize"), op("to_half", shape_preserving=True)]
     order, _ = autoorder(quantize, {"decode": 6.0, "resize": 1.0, "to_half": 0.5})
     assert [o.name for o in order] == ["decode", "to_half", "resize"]
+    # a cheaper dtype moves one place per pass: here it takes two passes to reach the decode
+    quantize.insert(2, op("pad"))
+    order, moves = autoorder(quantize, {"decode": 6.0, "resize": 1.0, "pad": 1.0, "to_half": 0.5})
+    assert [o.name for o in order] == ["decode", "to_half", "resize", "pad"]
+    assert moves == ["pad after to_half", "resize after to_half"]
 
 
 # -- calibration and pipelines ----------------------------------------------------------

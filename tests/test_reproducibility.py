@@ -66,6 +66,55 @@ def test_verdict_says_inside_or_by_how_much_outside():
     assert verdict(0.5, 0.9, 1.1) == (False, pytest.approx(-0.4))
 
 
+def test_intervals_follow_the_confidence_asked_for_and_include_their_bounds():
+    mean, low, high = mean_interval([1.0, 2.0, 3.0], confidence=0.5)
+    assert high - mean == pytest.approx(0.8164966 / np.sqrt(3))  # t(0.75, 2 df) x s / sqrt(n)
+    samples = np.random.default_rng(4).normal(10, 2, 30)
+    value, low, high = bootstrap_interval(samples, statistic=np.mean, confidence=0.9, draws=500, seed=5)
+    # the percentile bootstrap: the 5th and 95th percentiles of the statistic over the seeded resamples
+    picks = np.random.default_rng(5).integers(0, 30, (500, 30))
+    assert (low, high) == tuple(np.percentile(samples[picks].mean(axis=1), [5, 95]))
+    assert value == pytest.approx(samples.mean())
+    with pytest.raises(ReproError, match="no samples to bootstrap"):
+        bootstrap_interval([])
+    with pytest.raises(ReproError, match="no values to summarise"):
+        mean_interval([])
+    assert verdict(0.9, 0.9, 1.1) == (True, 0.0) and verdict(1.1, 0.9, 1.1) == (True, 0.0)
+    assert bootstrap_interval(samples) == bootstrap_interval(samples, seed=0)  # seeded by default: reruns agree
+    assert bootstrap_interval([5.0]) == (5.0, 5.0, 5.0)
+    mean, low, high = mean_interval([1.0, 3.0])  # s = sqrt(2)
+    assert (mean, high - mean) == (2.0, pytest.approx(12.7062047 * np.sqrt(2) / np.sqrt(2)))
+    # identical values: zero width, even where the mean is not exactly the value
+    assert mean_interval([0.1, 0.1, 0.1]) == (np.mean([0.1, 0.1, 0.1]),) * 3
+
+
+def test_calibration_statistics_by_hand():
+    assert cal.spread([[4.0, 1.0], [3.0, 2.0]]) == {"median": 2.5, "q1": 1.75, "q3": 3.25, "iqr": 1.5, "n": 4}
+    assert cal.saving(2.0, 1.5) == 0.25
+    ops = PIPELINES["resnet"][:2]
+    passes = np.array([[[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]]])  # one pass, two elements
+    summary = cal.summarize_order(ops, passes, {"decode": [100, 400], "to_float": [400, 1600]}, 2)
+    assert summary["order"] == ["decode", "to_float", "batch"]
+    rows = {row["op"]: row for row in summary["ops"]}
+    assert (rows["decode"]["bytes_in_per_element"], rows["decode"]["bytes_out_per_element"]) == (50, 200)
+    assert rows["to_float"]["inflation"] == 4.0 and rows["to_float"]["cpu_s_per_element"] == 3.0
+    assert (rows["batch"]["bytes_in_per_element"], rows["batch"]["inflation"]) == (800, 1.0)
+    assert summary["bytes_out_per_element"] == 800 and summary["element_cpu_s"] == [6.0, 12.0]
+    assert summary["cpu_s_per_element"] == 9.0 and summary["pass_cpu_s_per_element"] == [9.0]
+    calibration = {"pipeline": "resnet", "autoorder_saving": 0.0,
+                   "declared": {"cpu_s_per_element": 2.0, "element_cpu_s": [1.0, 2.0, 3.0]},
+                   "autoorder": {"cpu_s_per_element": 1.0, "element_cpu_s": [0.5, 1.0, 1.5]}}
+    drawn = cal.resample(calibration, np.random.default_rng(8))
+    picks = np.random.default_rng(8).integers(0, 3, 3)
+    assert drawn["declared"]["cpu_s_per_element"] == pytest.approx(np.mean(np.array([1.0, 2.0, 3.0])[picks]))
+    assert drawn["autoorder_saving"] == pytest.approx(0.5) and calibration["declared"]["cpu_s_per_element"] == 2.0
+    del calibration["declared"]["element_cpu_s"]
+    with pytest.raises(ReproError) as info:
+        cal.resample(calibration, np.random.default_rng(0))
+    assert str(info.value) == ("calibration of 'resnet' has no per-element costs (an older file); "
+                               "measure it again (snakemake --forcerun calibrate)")
+
+
 def test_per_element_minima_ignore_a_disturbed_pass():
     ops = list(PIPELINES["resnet"].ops[:2])
     quiet = np.full((3, 4, 3), 0.001)  # repeats x elements x (ops + batch)

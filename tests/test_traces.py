@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from repro.cli import main
-from repro.errors import TraceError
+from repro.errors import ReproError, TraceError
 from repro.traces import TraceReader, combine, read_trace, summarize, summarize_trace, validate, write_trace
 from repro.traces.events import PHASES
 from repro.traces.summarize import describe
@@ -238,10 +238,11 @@ def test_combine_keeps_processes_of_multi_process_inputs_apart(tmp_path):
     ]
     a, b = dump(tmp_path / "a.json", events), dump(tmp_path / "b.json", events)
     out = tmp_path / "c.json"
-    combine([a, b], out)
+    assert combine([a, b], out)["dropped"] == 0  # process names are replaced, not dropped
     _, combined = read_trace(out)
     names = {e["pid"]: e["args"]["name"] for e in combined if e.get("name") == "process_name"}
     assert names == {1: "a / python", 2: "a / worker", 3: "b / python", 4: "b / worker"}
+    assert {e["tid"] for e in combined if e.get("name") == "process_name"} == {0}
     assert [(e["pid"], e["tid"]) for e in combined if e["ph"] == "X"] == [(1, 1), (2, 1), (3, 1), (4, 1)]
 
 
@@ -255,6 +256,94 @@ def test_combine_skip_first_and_no_partial_output(tmp_path, trims_trace):
     with pytest.raises(TraceError):
         combine([trims_trace, bad], out)
     assert list(tmp_path.glob("c.json*")) == [] and list(tmp_path.glob(".c.json*")) == []
+
+
+def ignored_spans_trace(tmp_path):
+    """Events before, strictly inside, between and after ignored spans, listed out of order: [100, 300]
+    is the union of four overlapping spans, [400, 450] and the empty [470, 470] stand alone."""
+    ignored = {"cat": "ignore", "pid": 1, "tid": 2}
+    events = [
+        {"ph": "i", "name": "start", "ts": 50, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "X", "name": "gc", "ts": 160, "dur": 20, **ignored},  # inside [100, 200]
+        {"ph": "X", "name": "gc", "ts": 100, "dur": 100, **ignored},
+        {"ph": "X", "name": "inside", "ts": 120, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "warmup", "cat": "ignore", "ts": 150, "pid": 1, "tid": 3},
+        {"ph": "B", "name": "request", "cat": "work", "ts": 155, "pid": 1, "tid": 4},  # another thread's span
+        {"ph": "E", "ts": 300, "pid": 1, "tid": 3},
+        {"ph": "X", "name": "gc", "ts": 250, "dur": 10, **ignored},  # inside [150, 300], beyond [100, 200]
+        {"ph": "E", "cat": "ignore", "ts": 310, "pid": 1, "tid": 4},  # its begin is kept, so it is kept
+        {"ph": "i", "name": "between", "ts": 350, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "X", "name": "sleep", "ts": 400, "dur": 50, **ignored},
+        {"ph": "i", "name": "in_sleep", "ts": 420, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "X", "name": "mark", "ts": 470, **ignored},  # no duration: nothing to cut
+        {"ph": "i", "name": "end", "ts": 500, "pid": 1, "tid": 1, "s": "t"},
+    ]
+    return dump(tmp_path / "spans.json", events)
+
+
+@pytest.mark.parametrize("options", [None, CHUNKED], ids=["whole", "chunked"])
+def test_combine_cuts_ignored_spans_out_of_timestamps_inside_and_after_them(tmp_path, options):
+    """A timestamp inside an ignored span moves to where the span began, one after it moves back by
+    the span's length."""
+    out = tmp_path / "c.json"
+    report = combine([ignored_spans_trace(tmp_path)], out, reader_options=options)
+    stamps = [(e["ph"], e.get("name"), e["ts"]) for e in read_trace(out)[1] if e["ph"] != "M"]
+    assert stamps == [("i", "start", 0), ("X", "inside", 50), ("B", "request", 50), ("E", None, 60),
+                      ("i", "between", 100), ("i", "in_sleep", 150), ("i", "end", 200)]
+    assert report == {"inputs": 1, "events": 8, "skipped": 0, "dropped": 7}
+
+
+@pytest.mark.parametrize("options", [None, CHUNKED], ids=["whole", "chunked"])
+def test_combine_leaves_metadata_timestamps_alone(tmp_path, options):
+    events = [{"ph": "M", "name": "thread_name", "ts": 1000, "pid": 1, "tid": 1, "args": {"name": "main"}},
+              {"ph": "i", "name": "a", "ts": 100, "pid": 1, "tid": 1, "s": "t"},
+              {"ph": "i", "name": "b", "ts": 150, "pid": 1, "tid": 1, "s": "t"}]
+    combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json", reader_options=options)
+    assert [(e["name"], e["ts"]) for e in read_trace(tmp_path / "c.json")[1] if "ts" in e] == \
+        [("thread_name", 1000), ("a", 0), ("b", 50)]
+
+
+def test_lenient_combine_counts_every_skipped_event_of_every_input(tmp_path):
+    bad = dump(tmp_path / "bad.json", [{"ph": "i", "ts": 1}, {"ts": 2}, {"ph": "i", "ts": "x"}])
+    unmatched = dump(tmp_path / "unmatched.json", [{"ph": "E", "ts": 1, "pid": 1, "tid": 1}, {"ph": "i", "ts": 2, "pid": 1}])
+    report = combine([bad, unmatched], tmp_path / "c.json", strict=False)
+    assert report == {"inputs": 2, "events": 4, "skipped": 3, "dropped": 0}
+    with pytest.raises(TraceError, match=r"unmatched\.json: event 0: 'E' event without a matching 'B'"):
+        combine([unmatched], tmp_path / "d.json")
+    # strays in several chunks of one input
+    events = [{"ph": "E", "ts": 0, "pid": 1, "tid": 1}] + [{"ph": "i", "ts": t, "pid": 1} for t in range(1, 20)]
+    strays = dump(tmp_path / "strays.json", events + [{"ph": "E", "ts": 20, "pid": 1, "tid": 2}])
+    assert combine([strays], tmp_path / "e.json", strict=False, reader_options=CHUNKED)["skipped"] == 2
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_combine_errors_give_the_events_index_in_its_file(tmp_path, options):
+    events = [{"ph": "i", "name": "fine", "ts": i, "pid": 1, "tid": 1} for i in range(6)] + [{"ph": "i", "ts": "late"}]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError, match=r"t\.json: event 6: 'ts' must be a number"):
+        combine([dump(tmp_path / "first.json", events[:3]), path], tmp_path / "c.json", reader_options=options)
+
+
+def test_process_names_come_from_run_fields_names_or_the_file(tmp_path):
+    from repro.traces.combine import run_label
+
+    assert run_label("t.json", {"model_name": "m"}, {}) == "m original"
+    assert run_label("t.json", {"model_name": "m", "hostname": "h", "upr_enabled": True, "iteration": 0}, {}) == \
+        "m h shared iteration 0"
+    assert run_label("t.json", {"run_id": "r", "name": ""}, {"name": "n"}) == "n"
+    assert run_label("t.json", {"run_id": "r", "name": 5}, {}) == "r"
+    assert run_label("t.json", {"run_id": "r"}, {"trace_name": "x"}) == "r"
+    assert run_label("dir/t.json", {"name": ""}, {}) == "t"
+    first = dump(tmp_path / "a.json", [{"ph": "i", "ts": 1}])
+    second = dump(tmp_path / "b.json", {"traceEvents": [{"ph": "i", "ts": 1}], "displayTimeUnit": "ns", "k": "v",
+                                        "otherData": {"x": 1}})
+    combine([first, second], tmp_path / "c.json")
+    meta = read_trace(tmp_path / "c.json")[0]
+    assert meta["displayTimeUnit"] == "ns"
+    assert [(i["label"], i["pids"], i["metadata"]) for i in meta["otherData"]["inputs"]] == [("a", [1], {}),
+                                                                                            ("b", [2], {"k": "v"})]
+    combine([first], tmp_path / "d.json")
+    assert read_trace(tmp_path / "d.json")[0]["displayTimeUnit"] == "ms"
 
 
 # -- summarize --------------------------------------------------------------------------
@@ -271,13 +360,14 @@ def test_summary_of_one_trace(trims_trace):
     assert summary["init_time"] == 0
 
 
-def test_init_time_counts_runtime_initialisation_in_any_category(tmp_path):
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_init_time_counts_runtime_initialisation_in_any_category(tmp_path, options):
     events = [
         {"ph": "X", "name": "runtime_init", "cat": "ignore", "ts": 0, "dur": 70, "pid": 1, "tid": 1},
         {"ph": "X", "name": "wait_runtime_init", "cat": "prediction", "ts": 100, "dur": 5, "pid": 1, "tid": 1},
         {"ph": "X", "name": "forward_predict", "cat": "prediction", "ts": 105, "dur": 20, "pid": 1, "tid": 1},
     ]
-    summary = summarize_trace(dump(tmp_path / "t.json", events))
+    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
     assert summary["init_time"] == 75
     assert (summary["end_to_end_time"], summary["end_to_end_process_time"]) == (25, 125)
 
@@ -291,6 +381,103 @@ def test_describe_matches_hand_computed_values():
     half = 2.7764451 * 3.5355339 / 5**0.5  # t(0.975, 4) * s / sqrt(n)
     assert d["ci95"] == pytest.approx([4 - half, 4 + half], rel=1e-6)
     assert describe([7])["ci95"] is None and describe([7])["std"] == 0
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_summary_counts_totals_and_means_each_name_and_spans_nested_events(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "setup", "cat": "ignore", "ts": -50, "dur": 20, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "request", "cat": "work", "ts": 0, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "read", "ts": 10, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "read", "ts": 30, "dur": 30, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "flush", "ts": 90, "dur": 60, "pid": 1, "tid": 2},  # overlaps the end of the request
+        {"ph": "X", "ts": 95, "dur": 1, "pid": 1, "tid": 3},
+        {"ph": "B", "name": "x", "ts": 200, "pid": 1, "tid": 5},  # three threads' spans, interleaved
+        {"ph": "B", "name": "p", "ts": 205, "pid": 2, "tid": 5},  # the same tid in another process
+        {"ph": "B", "name": "y", "ts": 210, "pid": 1, "tid": 6},
+        {"ph": "E", "ts": 220, "pid": 1, "tid": 5},
+        {"ph": "E", "ts": 250, "pid": 2, "tid": 5},
+        {"ph": "E", "ts": 300, "pid": 1, "tid": 6},
+        {"ph": "X", "name": "mark", "cat": "work", "ts": 260, "pid": 1, "tid": 8},  # no duration
+    ]
+    summary = summarize_trace(dump(tmp_path / "t.json", {"traceEvents": events, "otherData": {
+        "model_name": "m", "note": "n", "sizes": [1, 2]}}), detailed=True, reader_options=options)
+    assert summary["events"]["read"] == {"count": 2, "total": 40, "mean": 20.0}
+    assert summary["events"]["request"] == {"count": 1, "total": 100, "mean": 100.0}
+    assert summary["events"][""] == {"count": 1, "total": 1, "mean": 1.0}
+    assert "setup" not in summary["events"]
+    assert [summary["events"][name]["total"] for name in ("x", "p", "y", "mark")] == [20, 45, 90, 0]
+    assert all(type(entry["count"]) is int for entry in summary["events"].values())  # JSON shows 2, not 2.0
+    assert {"name": "request", "cat": "work", "start": 0, "duration": 100, "pid": 1, "tid": 1} in summary["detailed_events"]
+    assert summary["end_to_end_time"] == 300  # first begin 0 (the outer request) to last end 300
+    assert summary["end_to_end_process_time"] == 350  # from the ignored setup at -50
+    assert summary["file"] == str(tmp_path / "t.json")
+    assert summary["model_name"] == "m" and summary["note"] == "n" and "sizes" not in summary
+    assert summary["run_id"] is None and "skipped_events" not in summary
+    assert summary["detailed_events"][0] == {"name": "read", "cat": None, "start": 10, "duration": 10, "pid": 1, "tid": 1}
+    stray = events + [{"ph": "E", "ts": 400, "pid": 1, "tid": 7}]
+    with pytest.raises(TraceError, match=r"t2\.json: event 14: 'E' event without a matching 'B'"):
+        summarize_trace(dump(tmp_path / "t2.json", stray), reader_options=options)
+
+
+def test_summary_document_defaults(tmp_path):
+    path = dump(tmp_path / "t.json", [{"ph": "E", "ts": 1, "pid": 1, "tid": 1}, {"ph": "i", "ts": 2, "pid": 1}])
+    with pytest.raises(TraceError, match="without a matching 'B'"):
+        summarize([path])  # strict unless asked otherwise
+    doc = summarize([path], strict=False)
+    assert (doc["time_unit"], doc["group_by"]) == ("us", ["model_name", "upr_enabled"])
+    trace = doc["traces"][0]
+    assert (trace["end_to_end_time"], trace["end_to_end_process_time"], trace["skipped_events"]) == (0.0, 0.0, 1)
+    assert "detailed_events" not in trace and "detailed_events" not in summarize_trace(path, strict=False)
+    assert summarize([path], strict=False, detailed=True)["traces"][0]["detailed_events"] == []
+
+
+def test_describe_identical_and_two_values():
+    same = describe([3.0, 3.0, 3.0])
+    assert (same["std"], same["ci95"], same["p99"]) == (0.0, [3.0, 3.0], 3.0)
+    assert describe([3.0, 3.0])["ci95"] == [3.0, 3.0]
+    close = describe([1.0, 2.0])  # a spread under 1 still gives the t-interval
+    assert close["ci95"] == pytest.approx([1.5 - 12.7062047 / 2, 1.5 + 12.7062047 / 2], rel=1e-6)
+    two = describe([1.0, 3.0])
+    assert (two["count"], two["mean"], two["median"], two["min"], two["max"]) == (2, 2.0, 2.0, 1.0, 3.0)
+    assert two["std"] == pytest.approx(2**0.5)
+    assert two["p90"] == pytest.approx(2.8) and two["p99"] == pytest.approx(2.98)
+    half = 12.7062047 * 2**0.5 / 2**0.5  # t(0.975, 1) x s / sqrt(n)
+    assert two["ci95"] == pytest.approx([2 - half, 2 + half], rel=1e-6)
+    with pytest.raises(ValueError) as info:
+        describe([])
+    assert str(info.value) == "no values to describe"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the overflow under test
+def test_group_statistics_that_overflow_name_the_group():
+    from repro.traces.summarize import aggregate
+
+    huge = [{"model_name": "a", "end_to_end_time": 1.7e308, "events": {}} for _ in range(2)]
+    with pytest.raises(ReproError) as info:
+        aggregate(huge, ["model_name"])
+    assert str(info.value) == ("group {'model_name': 'a'}: statistics of end_to_end_time are not finite numbers "
+                               "(durations too large)")
+    events = [{"model_name": "a", "end_to_end_time": 1, "events": {"x": {"total": 1.7e308}}} for _ in range(2)]
+    with pytest.raises(ReproError, match="statistics of x are not finite"):
+        aggregate(events, ["model_name"])
+
+
+def test_trace_search_skips_hidden_files_and_names_missing_inputs(tmp_path):
+    from repro.traces.summarize import find_traces
+
+    (tmp_path / "runs").mkdir()
+    for name in ("b.json", "a.json", ".partial.json", "compared-a.json", "notes.txt"):
+        (tmp_path / "runs" / name).write_text("[]")
+    assert find_traces([tmp_path / "runs"]) == [tmp_path / "runs" / "a.json", tmp_path / "runs" / "b.json"]
+    with pytest.raises(TraceError) as info:
+        find_traces([tmp_path / "nope.json"])
+    assert str(info.value) == f"{tmp_path / 'nope.json'}: no such file or directory"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceError) as info:
+        find_traces([tmp_path / "empty"])
+    assert str(info.value) == f"{tmp_path / 'empty'}: directory holds no trace files (*.json)"
 
 
 def test_summarize_directories_groups_and_skips_own_outputs(tmp_path):

@@ -1,5 +1,9 @@
+import hashlib
 import json
+import math
+import os
 import time
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +102,154 @@ def test_a_load_waits_for_a_model_in_use_to_be_released(tmp_path):
     store.close()
 
 
+def test_a_model_larger_than_one_read_chunk_is_loaded_whole(tmp_path):
+    from repro.trims.store import _CHUNK
+
+    size = 2 * _CHUNK + 12345
+    data = np.random.default_rng(0).integers(0, 256, size, np.uint8).tobytes()
+    fake_models(tmp_path, {"big": 0})
+    (tmp_path / "big" / "model.params").write_bytes(data)
+    manifest = json.loads((tmp_path / "big" / "manifest.json").read_text())
+    manifest.update(params_bytes=size, sha256={"model.params": hashlib.sha256(data).hexdigest()})
+    (tmp_path / "big" / "manifest.json").write_text(json.dumps(manifest))
+    store = ModelStore(tmp_path, size)  # a model exactly the size of the budget fits
+    handle, loaded, hit = store.acquire("big")
+    segment = shared_memory.SharedMemory(name=handle["shm"])
+    try:
+        assert handle["device"] == "cpu" and (loaded, hit) == (size, False) and bytes(segment.buf[:size]) == data
+    finally:
+        segment.close()
+        store.close()
+
+
+def test_a_model_held_by_two_clients_stays_until_both_release_it(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 500, "b": 500, "c": 500}), 1000, wait_s=0.1)
+    assert store.acquire("a")[2] is False and store.acquire("a")[2] is True
+    store.acquire("a")
+    store.release("a")
+    store.acquire("b")
+    store.release("b")  # two models of 500 fill the budget of 1000 exactly: nothing evicted so far
+    assert store.evictions == 0
+    store.release("a")
+    store.acquire("c")  # a is still held by one client: b goes
+    assert set(store.entries) == {"a", "c"}
+    assert store.status()["models"]["a"] == {"bytes": 500, "refs": 1, "uses": 3, "hits": 2}
+    store.release("a")
+    with pytest.raises(ReproError, match="model 'a' is not held by anyone"):
+        store.release("a")
+    store.release("c")
+    store.acquire("c")
+    store.flush()  # c is in use: only a goes
+    assert set(store.entries) == {"c"} and store.evictions == 2 and store.used_bytes == 500
+    status = store.status()
+    assert (status["policy"], status["device"], status["budget_bytes"], status["used_bytes"]) == ("lru", "cpu", 1000, 500)
+    assert (status["pid"], status["evictions"]) == (os.getpid(), 2)
+    store.close()
+    assert store.entries == {}
+
+
+def test_store_messages_give_sizes_in_mib(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 3 << 20, "b": 3 << 20, "big": 5 << 20}), 4 << 20, wait_s=0.05)
+    with pytest.raises(ReproError, match=r"model 'big' needs 5 MiB, more than the store's budget of 4 MiB"):
+        store.acquire("big")
+    store.acquire("a")
+    started = time.monotonic()
+    with pytest.raises(ReproError, match=r"model 'b' needs 3 MiB but every resident model stayed in use for 0 s "
+                                         r"\(3 of 4 MiB\)"):
+        store.acquire("b")
+    assert time.monotonic() - started < 0.9  # waits wait_s (0.05 s), not longer
+    for name in ("", None, 5):
+        with pytest.raises(ReproError, match="model name must be a non-empty string"):
+            store.acquire(name)
+    for name in ("../x", "."):
+        with pytest.raises(ReproError, match="outside the store's base path"):
+            store.acquire(name)
+    with open(tmp_path / "a" / "model.params", "r+b") as fh:  # a truncated model file
+        fh.truncate(1 << 20)
+    store.release("a")
+    store.flush()
+    with pytest.raises(ReproError, match="model.params: checksum mismatch"):
+        store.acquire("a")
+    assert store.used_bytes == 0
+    for bad, message in (({"policy": "mru"}, "unknown eviction policy 'mru'"), ({"device": "tpu"}, "unknown store device")):
+        with pytest.raises(ReproError, match=message):
+            ModelStore(tmp_path, 1, **bad)
+    store.close()
+
+
+def test_host_segments_are_named_after_the_server_and_stale_ones_removed(tmp_path, monkeypatch):
+    from repro.processes import describe
+    from repro.trims import store as store_module
+
+    prefix = store_module.segment_prefix(tmp_path / "a.sock")
+    assert prefix == store_module.segment_prefix(tmp_path / "." / "a.sock") != store_module.segment_prefix(tmp_path / "b.sock")
+    assert prefix.startswith("repro_trims_") and prefix.endswith("_") and len(prefix) == len("repro_trims_") + 17
+    store = ModelStore(fake_models(tmp_path, {"a": 10}), 100, segment_prefix=prefix)
+    me = describe(os.getpid(), "x")
+    name = store.acquire("a")[0]["shm"]
+    assert name == f"{prefix}{me['pid']}_{me['start_ticks']}_0"
+    monkeypatch.setattr(store_module, "SHM_DIR", tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    # gone: a dead pid, and a live pid that started at another time (reused); kept: ours, and other names
+    stale = [f"{prefix}999999999_{me['start_ticks']}_0", f"{prefix}{me['pid']}_1_0"]
+    for segment in (name, *stale, f"{prefix}0junk", "other_1_2_3"):
+        (tmp_path / "shm" / segment).touch()
+    assert store_module.remove_stale_segments(prefix) == sorted(stale)
+    assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == sorted([name, f"{prefix}0junk", "other_1_2_3"])
+    store.close()
+
+
+class FakeDriver:
+    """Device memory as a bytearray: what the GPU store asks of the CUDA driver."""
+
+    def __init__(self, fail_export=False):
+        self.memory, self.freed, self.fail_export = {}, [], fail_export
+
+    def allocate(self, size):
+        pointer = 1 << 20 * (len(self.memory) + 1)
+        self.memory[pointer] = bytearray(size)
+        return pointer
+
+    def export(self, pointer):
+        if self.fail_export:
+            raise ReproError("no IPC")
+        return f"ipc-{pointer}"
+
+    def copy_to_device(self, address, buffer, length):
+        base = max(p for p in self.memory if p <= address)
+        self.memory[base][address - base : address - base + length] = bytes(buffer[:length])
+
+    def free(self, pointer):
+        self.freed.append(pointer)
+
+
+def test_gpu_store_copies_every_chunk_to_its_place(tmp_path, monkeypatch):
+    from repro.trims import cuda
+    from repro.trims.store import _CHUNK, GpuMemory
+
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda, "driver", lambda: fake)
+    size = _CHUNK + 1000
+    data = np.random.default_rng(1).integers(0, 256, size, np.uint8).tobytes()
+    fake_models(tmp_path, {"m": 0})
+    (tmp_path / "m" / "model.params").write_bytes(data)
+    (tmp_path / "m" / "manifest.json").write_text(json.dumps(
+        {"params_bytes": size, "tensors": [], "sha256": {"model.params": hashlib.sha256(data).hexdigest()}}))
+    store = ModelStore(tmp_path, size, device="gpu")
+    handle, _, _ = store.acquire("m")
+    (pointer, device_bytes), = fake.memory.items()
+    assert handle == {"device": "gpu", "ipc": f"ipc-{pointer}"} and bytes(device_bytes) == data
+    assert store.entries["m"].memory.buffer is None  # the host staging buffer is dropped once loaded
+    store.release("m")
+    store.close()
+    assert fake.freed == [pointer]
+    failing = FakeDriver(fail_export=True)
+    monkeypatch.setattr(cuda, "driver", lambda: failing)
+    with pytest.raises(ReproError, match="no IPC"):
+        GpuMemory(10)
+    assert failing.freed == list(failing.memory)
+
+
 # -- workloads --------------------------------------------------------------------------
 
 
@@ -118,6 +270,54 @@ def test_model_iterations_caps_each_model_and_ends_early():
     assert len(plan) == 12 and all(sum(m == x for m, _ in plan) == 4 for x in "abc")
     assert plan_requests(["a", "b"], 3) == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)]
     assert len(plan_requests(["a", "b"], 3, model_iterations=1)) == 2
+
+
+def test_a_cap_changes_nothing_until_a_model_reaches_it():
+    """Under --model-iterations the draws keep following popularity; a model drops out once capped."""
+    models = ["a", "b", "c", "d"]
+    free = plan_requests(models, 60, "pareto", [1, 1.0], seed=7)
+    capped = plan_requests(models, 60, "pareto", [1, 1.0], model_iterations=10, seed=7)
+    counts = dict.fromkeys(models, 0)
+    for n, (model, _) in enumerate(free):
+        counts[model] += 1
+        if counts[model] > 10:
+            break
+    assert capped[:n] == free[:n] and n >= 10
+    assert max(sum(m == x for m, _ in capped) for x in models) == 10
+    assert plan_requests(models, 60, "pareto", [1, 1.0]) == plan_requests(models, 60, "pareto", [1, 1.0], seed=0)
+    # only c is popular (Poisson draws 0, 0, 1 for this seed); once it is capped the others share evenly
+    plan = plan_requests(["a", "b", "c"], 10, "poisson", [0.4], model_iterations=1, seed=2)
+    assert plan[0] == ("c", 0) and sorted(m for m, _ in plan) == ["a", "b", "c"]
+
+
+def test_popularity_weights_and_distribution_laws():
+    from repro.trims.workload import check_params, popularity
+
+    weights = popularity(["a", "b", "c"], "pareto", [1, 1.5], np.random.default_rng(2))
+    assert weights.sum() == pytest.approx(1.0) and len(set(weights.tolist())) == 3
+    small = popularity(["a", "b", "c"], "uniform", [0, 0.1], np.random.default_rng(2))  # draws summing under 1
+    assert small.sum() == pytest.approx(1.0) and len(set(small.tolist())) == 3
+    nothing = popularity(["a", "b"], "poisson", [1e-12], np.random.default_rng(0))  # every draw is 0
+    assert nothing.tolist() == [0.5, 0.5]
+    assert distribution("exponential", [4.0]).mean() == pytest.approx(0.25)
+    assert distribution("uniform", [2.0, 5.0]).support() == (2.0, 5.0)
+    assert distribution("pareto", [2.0, 3.0]).mean() == pytest.approx(3.0)  # alpha xm / (alpha - 1)
+    assert distribution("weibull", [2.0, 3.0]).mean() == pytest.approx(3.0 * math.gamma(1.5))  # lambda G(1 + 1/k)
+    assert distribution("poisson", [2.5]).mean() == pytest.approx(2.5)
+    assert check_params("pareto") == [1.0, 1.5] and check_params("pareto", []) == [1.0, 1.5]
+    assert check_params("uniform", [0, 0.5]) == [0, 0.5]  # a range may start at 0
+
+
+def test_plans_refuse_nothing_to_run_and_a_cap_of_zero_plans_nothing():
+    with pytest.raises(ReproError, match="no models to run"):
+        plan_requests([], 3)
+    with pytest.raises(ReproError, match="--iterations must be at least 1, got 0"):
+        plan_requests(["a"], 0)
+    assert plan_requests(["a"], 1) == [("a", 0)]
+    assert plan_requests(["a"], 3, model_iterations=0) == []
+    assert plan_requests(["a"], 3, "uniform", None, model_iterations=0) == []
+    assert plan_requests(["a", "b"], 2, model_iterations=None) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert [i for _, i in plan_requests(["a", "b"], 5, "uniform", None)] == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,9 @@ BATCH_FOR_MEASURE = 16  # stacking cost is measured on small batches and reporte
 WARMUP_PASSES = 1  # per order, before anything is recorded
 
 
+# `make mutation` scores the statistics (spread, summarize_order, saving, resample), not the measuring
+# itself (clocks, the machine, the record's fields), which the calibration tests run end to end.
+# pragma: no mutate start
 def measure_pass(runs, seed, flip=False):
     """One pass over every run in `runs` ({name: (ops, elements)}, the same number of elements each).
 
@@ -66,6 +69,7 @@ def measure_pass(runs, seed, flip=False):
     return {name: (cpu[name], sizes[name]) for name in runs}
 
 
+# pragma: no mutate end
 def spread(samples):
     """Median, quartiles, IQR and count of a sample (the calibration JSON's record of the spread)."""
     samples = np.asarray(samples, float).ravel()
@@ -102,6 +106,7 @@ def summarize_order(ops, passes, sizes, n):
     }
 
 
+# pragma: no mutate start
 def calibrate(pipeline, elements=32, seed=0, repeats=10):
     """Measure `pipeline` in its declared and AutoOrder orders (see the module docstring)."""
     return calibrate_together([pipeline], elements=elements, seed=seed, repeats=repeats)[pipeline]
@@ -158,6 +163,7 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
     return results
 
 
+# pragma: no mutate end
 def saving(declared, autoorder_cost):
     return 1.0 - autoorder_cost / declared
 
