@@ -166,8 +166,10 @@ def test_the_deployment_is_the_last_worker_set_seen_three_times_in_a_row(tmp_pat
 
 def test_log_errors_give_the_line_number(tmp_path):
     cases = {
-        "1.0 examples/second\nX] --> ClientHeartbeat: Normal Tasks\nX] End Printing\nX] End Printing\n": "t.log:4: deployment block without its 'ClientHeartbeat'",
-        "1.0 examples/second\nX] --> ClientHeartbeat: Current Tasks\nX] Worker Address: a:1; T\n": "t.log:2: deployment block without its 'End Printing'",
+        "1.0 examples/second\nX] --> ClientHeartbeat: Normal Tasks\nX] End Printing\nX] End Printing\n":
+            "t.log:4: deployment block without its 'ClientHeartbeat'",
+        "1.0 examples/second\nX] --> ClientHeartbeat: Current Tasks\nX] Worker Address: a:1; T\n":
+            "t.log:2: deployment block without its 'End Printing'",
         "1.0 examples/second\nX] Worker Address: a:1; T\nX] End Printing\n": "t.log:3: truncated deployment block",
         "0.0 examples/second\n": "every throughput sample is 0",
     }
