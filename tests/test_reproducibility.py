@@ -91,7 +91,7 @@ def test_intervals_follow_the_confidence_asked_for_and_include_their_bounds():
 def test_calibration_statistics_by_hand():
     assert cal.spread([[4.0, 1.0], [3.0, 2.0]]) == {"median": 2.5, "q1": 1.75, "q3": 3.25, "iqr": 1.5, "n": 4}
     assert cal.saving(2.0, 1.5) == 0.25
-    ops = PIPELINES["resnet"][:2]
+    ops = list(PIPELINES["resnet"].ops[:2])
     passes = np.array([[[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]]])  # one pass, two elements
     summary = cal.summarize_order(ops, passes, {"decode": [100, 400], "to_float": [400, 1600]}, 2)
     assert summary["order"] == ["decode", "to_float", "batch"]

@@ -103,7 +103,7 @@ def test_a_load_waits_for_a_model_in_use_to_be_released(tmp_path):
 
 
 def test_a_model_larger_than_one_read_chunk_is_loaded_whole(tmp_path):
-    from repro.trims.store import _CHUNK
+    from repro.trims.modelstore import _CHUNK
 
     size = 2 * _CHUNK + 12345
     data = np.random.default_rng(0).integers(0, 256, size, np.uint8).tobytes()
@@ -179,7 +179,7 @@ def test_store_messages_give_sizes_in_mib(tmp_path):
 
 def test_host_segments_are_named_after_the_server_and_stale_ones_removed(tmp_path, monkeypatch):
     from repro.processes import describe
-    from repro.trims import store as store_module
+    from repro.trims import modelstore as store_module
 
     prefix = store_module.segment_prefix(tmp_path / "a.sock")
     assert prefix == store_module.segment_prefix(tmp_path / "." / "a.sock") != store_module.segment_prefix(tmp_path / "b.sock")
@@ -225,7 +225,7 @@ class FakeDriver:
 
 def test_gpu_store_copies_every_chunk_to_its_place(tmp_path, monkeypatch):
     from repro.trims import cuda
-    from repro.trims.store import _CHUNK, GpuMemory
+    from repro.trims.modelstore import _CHUNK, GpuMemory
 
     fake = FakeDriver()
     monkeypatch.setattr(cuda, "driver", lambda: fake)
