@@ -5,6 +5,7 @@ TensorFlow is an optional dependency (the 'tfdata' extra); it is imported here, 
 the engine runs, so the default install and the cluster model never need it.
 """
 
+import importlib.util
 import os
 
 from repro.errors import ReproError
@@ -21,3 +22,13 @@ def tensorflow():
     except ImportError as exc:
         raise ReproError(f"{EXTRA_HINT}: cannot import tensorflow ({exc})") from None
     return tf
+
+
+def require_tensorflow():
+    """A ReproError naming the extra unless TensorFlow is installed (without importing it)."""
+    try:
+        found = importlib.util.find_spec("tensorflow") is not None
+    except ImportError:
+        found = False
+    if not found:
+        raise ReproError(f"{EXTRA_HINT}: tensorflow is not installed")

@@ -44,8 +44,10 @@ def add_commands(psub):
 
 
 def _start(args):
+    from repro.pecan.tfdata import require_tensorflow
     from repro.pecan.tfdata.service import Service, print_checks
 
+    require_tensorflow()  # the dispatcher's process imports it
     if args.workers < 0 or args.threads < 1:
         raise ReproError("--workers must be 0 or more and --threads at least 1")
     service = Service.start(args.state_dir, port=args.port)

@@ -29,6 +29,7 @@ from repro.processes import describe, matches, read_record, terminate
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
 STATUS_FRESH_S = 3.0  # a status file older than this belongs to a process that no longer reports
 PROBE_TIMEOUT_S = 60
+REGISTER_WAIT_S = 10  # a worker that has just started registers with the dispatcher in the background
 HOSTS = {"local": "localhost", "remote": "127.0.0.1"}
 
 
@@ -217,7 +218,11 @@ class Service:
         lines.append((True, f"dispatcher answers at {self.address}"))
         self.prune()
         expected = len(self.state["workers"]) if expect_workers is None else expect_workers
-        registered = status["workers"]
+        deadline = time.monotonic() + REGISTER_WAIT_S
+        while status and status["workers"] < expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+            status = self.dispatcher_status()
+        registered = status["workers"] if status else 0
         lines.append((registered >= expected, f"{registered} worker(s) registered, {expected} expected"))
         if probe:
             lines.append(self.probe())
