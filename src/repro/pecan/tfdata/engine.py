@@ -1,9 +1,10 @@
 """One mode's run on the tf.data engine: a training client reads real batches and writes the
 artifact's log from what happened.
 
-The client reads the pipeline's batches (in-process for collocated; through
+The client reads the pipeline's batches (in-process for collocated, every thread of the client
+pinned to `collocated_threads` CPUs: the host's budget; through
 `distribute(processing_mode="parallel_epochs")` from the service's WorkerServer processes
-otherwise) and emulates the accelerator by sleeping its step time after each batch (no CPU spent);
+otherwise, uncompressed: on loopback compression would only spend the CPUs the workers need) and emulates the accelerator by sleeping its step time after each batch (no CPU spent);
 the next batch is prefetched meanwhile, as a TPU host's infeed does.
 
 Miniature scale: the accelerator's step time is the real one times TIME_SCALE,
@@ -20,7 +21,9 @@ cluster model uses them) decides the next deployment, which the engine starts or
 processes. A window in which the worker set changed is logged but not shown to the policy.
 """
 
+import contextlib
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -158,6 +161,28 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, **miniatu
         max_windows=settings["max_windows"], images=settings["images"], seed=seed)
 
 
+@contextlib.contextmanager
+def process_cpus(count):
+    """Run the block with every thread of this process on the first `count` CPUs it may use.
+
+    Affinity is per thread, and TensorFlow's pools may exist already: each thread is pinned
+    (threads created later inherit it), and the previous affinity is restored afterwards.
+    """
+    previous = sorted(os.sched_getaffinity(0))
+    chosen = previous[:count]
+
+    def pin(cpus):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):  # a thread that has exited meanwhile
+                os.sched_setaffinity(int(tid), cpus)
+
+    pin(chosen)
+    try:
+        yield chosen
+    finally:
+        pin(previous)
+
+
 def client_dataset(spec, manifest, service):
     order = "autoorder" if spec.autoorder else "declared"
     threads = spec.collocated_threads if service is None else spec.worker_threads
@@ -165,7 +190,7 @@ def client_dataset(spec, manifest, service):
     if service is not None:
         dataset = dataset.apply(tf.data.experimental.service.distribute(
             processing_mode="parallel_epochs", service=f"grpc://{service.address}",
-            job_name=f"{spec.experiment}-{spec.mode}"))
+            job_name=f"{spec.experiment}-{spec.mode}", compression=None))
     return dataset.prefetch(2), names
 
 
@@ -247,15 +272,18 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
         else:
             service, own_service = Service.start(out / "service"), True
     deployment = Deployment(service, spec.worker_threads) if service else None
+    # collocated: the host's thread budget is its CPUs; with the service the client is not pinned
+    budget = process_cpus(spec.collocated_threads) if service is None else contextlib.nullcontext()
     try:
         if deployment:
             deployment.apply(policy.remote, policy.local)
-        dataset, names = client_dataset(spec, manifest, service)
-        iterator = iter(dataset)
-        for _ in range(spec.decision_steps):  # warm-up, not logged: graph set-up, the job's creation
-            next(iterator)
-        started = datetime.now()
-        windows, decisions = train(spec, iterator, service, policy, deployment, on_window)
+        with budget:
+            dataset, names = client_dataset(spec, manifest, service)
+            iterator = iter(dataset)
+            for _ in range(spec.decision_steps):  # warm-up, not logged: graph set-up, the job's creation
+                next(iterator)
+            started = datetime.now()
+            windows, decisions = train(spec, iterator, service, policy, deployment, on_window)
     finally:
         if own_service:
             service.stop()

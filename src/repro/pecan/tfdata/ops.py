@@ -190,7 +190,8 @@ def ordered_ops(manifest, order):
 
 def dataset(manifest, order, batch_size, threads):
     """The endless, batched pipeline (images only, plus boxes for RetinaNet) on a private threadpool
-    of `threads` threads, each map `threads`-way parallel. Returns (dataset, op names in order)."""
+    of `threads` threads, each map `threads`-way parallel and each op at most `threads`-way
+    parallel inside. Returns (dataset, op names in order)."""
     ops, _ = ordered_ops(manifest, order)
     ds = _source(manifest).repeat().enumerate().map(_read)
     for op in ops:
@@ -199,5 +200,6 @@ def dataset(manifest, order, batch_size, threads):
     ds = ds.batch(batch_size, drop_remainder=True).prefetch(1)
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
+    options.threading.max_intra_op_parallelism = threads  # decode and resize kernels would use every core
     options.autotune.cpu_budget = threads
     return ds.with_options(options), [op.name for op in ops]
