@@ -70,6 +70,7 @@ def _stop(args):
 
 
 def _run(args):
+    import signal
     from pathlib import Path
 
     from repro.config import load_config
@@ -86,6 +87,8 @@ def _run(args):
               f"{window.steps * spec.batch_size / window.seconds:.0f} examples/s, workers {window.workers_after}",
               file=sys.stderr)
 
+    # a terminated run still stops the workers it started (the `finally` in run)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     metrics = run(spec, args.out, args.data or Path(args.out).parent / "data", args.service_dir, on_window=progress)
     print(f"{args.out}: {metrics['remote_workers']} remote + {metrics['local_workers']} local workers, "
           f"{metrics['throughput']:.0f} examples/s (miniature bound {metrics['accelerator_bound_miniature']:.0f}), "

@@ -11,6 +11,7 @@ maps are chained in that order. Random ops are stateless, seeded by the element'
 the (repeated) stream and the op, so both orders draw the same crops and flips.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -18,7 +19,8 @@ import numpy as np
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, write_json
-from repro.pecan.pipelines import IMAGENET_MEAN, IMAGENET_STD, Op, synthetic_jpegs
+from repro.pecan.pipelines import IMAGENET_MEAN, IMAGENET_STD, synthetic_jpegs
+from repro.pecan.pipelines import PIPELINES as PILLOW_PIPELINES
 from repro.pecan.policies import autoorder
 from repro.pecan.tfdata import tensorflow
 
@@ -121,23 +123,11 @@ def resize_and_pad_640(element, side=640):
     return {**element, "image": padded, "boxes": boxes}
 
 
-TF_PIPELINES = {
-    "resnet": [
-        Op("decode", decode, keep_position=True),
-        Op("to_float", to_float, shape_preserving=True),
-        Op("random_resized_crop", random_resized_crop),
-        Op("resize_224", resize_224),
-        Op("random_flip", random_flip, shape_preserving=True),
-        Op("normalize", normalize, shape_preserving=True, requires=("to_float",)),
-    ],
-    "retinanet": [
-        Op("decode", decode, keep_position=True),
-        Op("to_float", to_float, shape_preserving=True),
-        Op("random_flip", random_flip, shape_preserving=True),
-        Op("resize_and_pad_640", resize_and_pad_640),
-        Op("normalize", normalize, shape_preserving=True, requires=("to_float",)),
-    ],
-}
+# The same ops, constraints and declared order as the Pillow pipelines, each with its TF function.
+TF_OPS = {f.__name__: f for f in (decode, to_float, random_resized_crop, resize_224, random_flip, normalize,
+                                  resize_and_pad_640)}
+TF_PIPELINES = {name: [dataclasses.replace(op, fn=TF_OPS[op.name]) for op in PILLOW_PIPELINES[name]]
+                for name in PIPELINES}
 
 
 # -- orders and datasets --------------------------------------------------------------------
