@@ -133,12 +133,12 @@ def test_service_starts_answers_a_probe_job_and_stops_every_process(tf, tmp_path
     from repro.pecan.tfdata.service import Service
 
     state = tmp_path / "service"
-    started = subprocess.run([str(REPRO), "pecan", "tfdata", "start", "--state-dir", str(state), "--workers", "1"],
-                             capture_output=True, text=True, timeout=300)
-    assert started.returncode == 0, started.stderr
-    service = Service(state)
-    records = [service.state["dispatcher"], *service.state["workers"]]
     try:
+        started = subprocess.run([str(REPRO), "pecan", "tfdata", "start", "--state-dir", str(state), "--workers", "1"],
+                                 capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout + started.stderr
+        service = Service(state)
+        records = [service.state["dispatcher"], *service.state["workers"]]
         assert all(matches(r) for r in records) and len(records) == 2
         assert (state / "work_dir").is_dir()  # the fault-tolerant journal
         result = _status(state)
@@ -221,6 +221,9 @@ def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_
 
 @pytest.mark.fault
 def test_a_worker_killed_mid_run_leaves_the_run_going_on_the_others(tf, tmp_path, pecan_config, data):
+    """On a service started beforehand (as the workflow's cluster_start will): the run starts its
+    workers there, one is killed, the run goes on; afterwards the dispatcher still runs and the
+    run's workers are gone."""
     from repro.pecan.tfdata.engine import run
     from repro.pecan.tfdata.service import Service
 
@@ -231,13 +234,18 @@ def test_a_worker_killed_mid_run_leaves_the_run_going_on_the_others(tf, tmp_path
 
     def kill_one(window):
         if len(window.workers_after) == 2 and not killed:
-            service = Service(tmp_path / "run" / "service")
-            victim = service.state["workers"][0]
+            victim = Service(tmp_path / "service").state["workers"][0]
             assert matches(victim)
             os.kill(victim["pid"], signal.SIGKILL)
             killed.append(victim)
 
-    metrics = run(spec, tmp_path / "run", data, on_window=kill_one)
+    service = Service.start(tmp_path / "service")
+    try:
+        metrics = run(spec, tmp_path / "run", data, service_dir=tmp_path / "service", on_window=kill_one)
+        after = Service(tmp_path / "service")
+        assert after.dispatcher_running() and after.state["workers"] == []
+    finally:
+        service.stop()
     assert killed, "both workers never served together"
     assert len(metrics["windows"]) == 12  # the run went on to its end
     parsed = parse_log(tmp_path / "run" / "run.log")
