@@ -158,6 +158,25 @@ def test_service_starts_answers_a_probe_job_and_stops_every_process(tf, tmp_path
 
 
 @pytest.mark.fault
+def test_a_dispatcher_that_died_restarts_from_its_journal_and_its_worker_comes_back(tf, tmp_path):
+    from repro.pecan.tfdata.service import Service
+
+    service = Service.start(tmp_path / "service")
+    try:
+        worker = service.add_worker("remote", 1)
+        address = service.address
+        os.kill(service.state["dispatcher"]["pid"], signal.SIGKILL)
+        service._children[service.state["dispatcher"]["pid"]].wait()
+        assert not Service(tmp_path / "service").checks(probe=False)[0][0]
+        service = Service.start(tmp_path / "service")
+        assert service.address == address and service.state["workers"][0]["pid"] == worker["pid"]
+        lines = service.checks()
+        assert all(ok for ok, _ in lines), lines
+    finally:
+        service.stop()
+
+
+@pytest.mark.fault
 def test_a_dispatcher_port_in_use_is_a_clear_error(tf, tmp_path):
     from repro.pecan.tfdata.service import Service
 

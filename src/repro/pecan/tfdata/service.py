@@ -34,7 +34,10 @@ HOSTS = {"local": "localhost", "remote": "127.0.0.1"}
 
 
 def port_free(port):
+    """Whether a server can listen on `port` (connections of a stopped one in TIME_WAIT do not count,
+    as gRPC servers bind with SO_REUSEADDR)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
         except OSError:
@@ -75,18 +78,27 @@ class Service:
 
     @classmethod
     def start(cls, directory, port=0):
-        """Start a dispatcher (fault-tolerant, journal in `directory`/work_dir) unless one runs there."""
+        """Start a dispatcher (fault-tolerant, journal in `directory`/work_dir) unless one runs there.
+
+        A dispatcher that died is restarted on its recorded port (when free) from its journal: the
+        workers still running reconnect to it and its jobs go on.
+        """
         service = cls(directory)
         if service.dispatcher_running():
             return service
+        workers = []
+        if service.state and service.state.get("dispatcher"):
+            recorded = int(service.address.rsplit(":", 1)[1])
+            port = port or (recorded if port_free(recorded) else 0)
+            workers = [w for w in service.state.get("workers", []) if matches(w)]
         if port and not port_free(port):
             raise ReproError(f"--port {port}: port in use; choose another port or 0 (any free port)")
         service.directory.mkdir(parents=True, exist_ok=True)
         status = service.directory / "dispatcher.status.json"
         record = service._spawn("dispatcher", ["--port", str(port), "--work-dir", str(service.directory / "work_dir"),
                                                "--status", str(status)], status, "dispatcher.log")
-        service.state = {"dispatcher": {**record, "address": read_record(status)["address"], "status": str(status)},
-                         "workers": []}
+        service.state = {**(service.state or {}), "workers": workers,
+                         "dispatcher": {**record, "address": read_record(status)["address"], "status": str(status)}}
         service._save()
         return service
 
