@@ -41,15 +41,20 @@ from repro.pecan.tfdata.service import Service
 tf = tensorflow()
 
 # Per pipeline, from benchmarks/tfdata.py on this 2-core machine under the load of other work
-# (load average ~7-11): ResNet one 1-vCPU worker 130 examples/s, two 205, so 3234 examples/s (v2-8)
-# / 18 = 180 lies between them; RetinaNet one worker 31, two 36 (78 MB batches over loopback:
-# the transfer, not the pipeline, limits two workers), so 196 / 6 = 33. The benchmark prints the
-# factor midway between one and two workers on the machine at hand; --time-scale sets it.
+# (load average 5-11, so rates moved by up to a third between runs): ResNet one 1-vCPU worker
+# 130-192 examples/s, two 205-236, so 3234 examples/s (v2-8) / 18 = 180 lies between them;
+# RetinaNet one worker 29-31, two 36-41 (78 MB batches over loopback: the transfer, not the
+# pipeline, limits two workers), so 196 / 6 = 33. The benchmark prints the factor midway between
+# one and two workers on the machine at hand; --time-scale sets it.
 TIME_SCALE = {"resnet": 18.0, "retinanet": 6.0}
+# A policy decision per window of about WINDOW_S of training (at least MIN_WINDOW_STEPS steps):
+# 16 steps for ResNet, 4 for RetinaNet at the default scales.
+WINDOW_S = 1.4
+MIN_WINDOW_STEPS = 4
 # Miniature defaults: on 2 cores, three remote and two local workers are already more than the
-# cores (the policies find the limit), and each window is about a second of training.
-MINIATURE = {"batch_size": 16, "decision_steps": 16, "worker_threads": 1, "collocated_threads": 1,
-             "max_remote_workers": 3, "max_local_workers": 2, "settle_windows": 3, "max_windows": 80, "images": 64}
+# cores (the policies find the limit).
+MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": 3,
+             "max_local_workers": 2, "settle_windows": 3, "max_windows": 80, "images": 64}
 STOPPED = ("STABLE", "FIXED")  # policy states after which the deployment no longer changes
 
 
@@ -134,7 +139,7 @@ class Deployment:
                 self.service.add_worker(kind, self.threads, wait=False)
 
 
-def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, **miniature):
+def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_steps=None, **miniature):
     """The EngineSpec of experiment x mode from the `pecan` config section and miniature settings."""
     exp = lookup(pecan["experiments"], experiment, "experiment")
     model = lookup(pecan["models"], exp["model"], "model")
@@ -148,13 +153,18 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, **miniatu
     time_scale = TIME_SCALE[model["pipeline"]] if time_scale is None else time_scale
     if not time_scale > 0:
         raise ReproError(f"--time-scale {time_scale}: expected a positive number")
+    accelerator = lookup(accel["max_batches_per_s"], exp["model"], "model for this accelerator") * model["batch_size"]
+    if decision_steps is None:
+        step_time_s = settings["batch_size"] * time_scale / accelerator
+        decision_steps = max(MIN_WINDOW_STEPS, round(WINDOW_S / step_time_s))
+    elif decision_steps < 1:
+        raise ReproError(f"--decision-steps {decision_steps}: expected a positive whole number")
     max_local = min(mode_cfg.get("max_local_workers", cluster["max_local_workers"]), settings["max_local_workers"])
     max_remote = min(cluster["max_remote_workers"], settings["max_remote_workers"])
     return EngineSpec(
         experiment=experiment, mode=mode, placement=mode_cfg["placement"], autoorder=mode_cfg["autoorder"],
-        pipeline=model["pipeline"], batch_size=settings["batch_size"], decision_steps=settings["decision_steps"],
-        accelerator_examples_per_s=lookup(accel["max_batches_per_s"], exp["model"], "model for this accelerator")
-        * model["batch_size"],
+        pipeline=model["pipeline"], batch_size=settings["batch_size"], decision_steps=decision_steps,
+        accelerator_examples_per_s=accelerator,
         time_scale=float(time_scale), worker_threads=settings["worker_threads"],
         collocated_threads=settings["collocated_threads"], max_remote_workers=max_remote,
         max_local_workers=max_local, fixed_remote_workers=min(mode_cfg.get("remote_workers", 0), max_remote),
