@@ -95,7 +95,6 @@ def main():
     service = Service.start(work / "service")
     try:
         service.add_worker("remote", MINIATURE["worker_threads"])
-        wait_serving(service, 0)
         iterator = through_service(manifest, "declared", service.address, "bench")
         wait_serving(service, 1)
         one, _ = best(iterator, args.batches, args.rounds)

@@ -270,3 +270,18 @@ def test_a_worker_killed_mid_run_leaves_the_run_going_on_the_others(tf, tmp_path
     parsed = parse_log(tmp_path / "run" / "run.log")
     assert (parsed.remote_workers, parsed.local_workers) == (1, 0)
     assert metrics["windows"][-1]["workers_after"] != []
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("flag, value, message", [
+    ("--batch-size", "0", "--batch-size 0: expected a positive whole number"),
+    ("--max-windows", "0", "--max-windows 0: expected a positive whole number"),
+    ("--time-scale", "-1", "--time-scale -1.0: expected a positive number"),
+    ("--mode", "no-such-mode", "unknown mode 'no-such-mode'"),
+])
+def test_bad_run_settings_are_one_line_errors_and_write_nothing(tf, tmp_path, flag, value, message):
+    arguments = {"--experiment": "ResNet50_v2-8", "--mode": "collocated", "--out": str(tmp_path / "run"), flag: value}
+    result = subprocess.run([str(REPRO), "pecan", "tfdata", "run", *[x for kv in arguments.items() for x in kv]],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1 and f"repro: error: {message}" in result.stderr
+    assert not (tmp_path / "run").exists()

@@ -48,9 +48,10 @@ tf = tensorflow()
 # one and two workers on the machine at hand; --time-scale sets it.
 TIME_SCALE = {"resnet": 18.0, "retinanet": 6.0}
 # A policy decision per window of about WINDOW_S of training (at least MIN_WINDOW_STEPS steps):
-# 16 steps for ResNet, 4 for RetinaNet at the default scales.
+# 16 steps for ResNet, 8 for RetinaNet at the default scales (fewer batches per window let noise
+# reach the policies' 3-10% thresholds).
 WINDOW_S = 1.4
-MIN_WINDOW_STEPS = 4
+MIN_WINDOW_STEPS = 8
 # Miniature defaults: on 2 cores, three remote and two local workers are already more than the
 # cores (the policies find the limit).
 MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": 3,
@@ -147,7 +148,8 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
     mode_cfg = lookup(pecan["modes"], mode, "mode")
     cluster = pecan["cluster"]
     settings = {**MINIATURE, **{k: v for k, v in miniature.items() if v is not None}}
-    bad = [k for k, v in settings.items() if not isinstance(v, int) or v < (0 if k.startswith("max_") else 1)]
+    bad = [k for k, v in settings.items()
+           if not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1)]
     if bad:
         raise ReproError(f"--{bad[0].replace('_', '-')} {settings[bad[0]]}: expected a positive whole number")
     time_scale = TIME_SCALE[model["pipeline"]] if time_scale is None else time_scale
@@ -235,6 +237,12 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
                 policy.state, *target):
             decisions.append({"time_s": time.monotonic() - start, "state": policy.state, "remote": target[0],
                               "local": target[1]})
+        if target == (0, 0):
+            # Pecan's DECREASING_REMOTE can remove the last remote worker when no local one runs
+            # (a noisy window told INCREASING_LOCAL that local workers hurt); a data-service job
+            # without workers would wait forever, so the run ends at the deployment it has
+            decisions[-1]["note"] = "the policy asked for no workers: not applied, the run ends"
+            break
         if target != deployment.target:  # a worker that died is not replaced: the run goes on without it
             settled = 0
             deployment.apply(*target)
@@ -278,13 +286,13 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
     wall = time.monotonic()
     if spec.placement != "collocated":
         if service_dir is not None:
-            service = Service(service_dir)
+            service = Service(service_dir, owned=True)  # the run's workers; the dispatcher stays
             if not service.dispatcher_running():
                 raise ReproError(f"{service.state_path}: [FAILED] no dispatcher running; no run started "
                                  "(repro pecan tfdata start)")
         else:
             Service(out / "service").stop()  # what an interrupted run here left running
-            service, own_service = Service.start(out / "service"), True
+            service, own_service = Service.start(out / "service", owned=True), True
     deployment = Deployment(service, spec.worker_threads) if service else None
     # collocated: the host's thread budget is its CPUs; with the service the client is not pinned
     budget = process_cpus(spec.collocated_threads) if service is None else contextlib.nullcontext()

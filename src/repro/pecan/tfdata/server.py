@@ -11,6 +11,7 @@ pipeline's own private threadpool has the same size (repro.pecan.tfdata.ops.data
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -59,6 +60,16 @@ def worker(args):
         time.sleep(REPORT_INTERVAL_S)
 
 
+def exit_with(parent):
+    """Have the kernel send SIGTERM when the process that started this one ends (PR_SET_PDEATHSIG):
+    a run's workers must not outlive a run killed while it waited inside TensorFlow."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before the request took effect
+        sys.exit(0)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m repro.pecan.tfdata.server")
     sub = parser.add_subparsers(dest="role", required=True)
@@ -74,7 +85,11 @@ def main(argv=None):
     w.add_argument("--cpus", required=True, help="comma-separated CPU numbers this worker may run on")
     w.add_argument("--status", required=True)
     w.set_defaults(func=worker)
+    for role in (d, w):
+        role.add_argument("--parent", type=int, help="exit when this process (the one that started it) ends")
     args = parser.parse_args(argv)
+    if args.parent:
+        exit_with(args.parent)
     args.func(args)
 
 

@@ -63,8 +63,9 @@ def _log_tail(path, lines=5):
 class Service:
     """The dispatcher and workers recorded in `directory`/state.json."""
 
-    def __init__(self, directory):
-        self.directory = Path(directory)
+    def __init__(self, directory, owned=False):
+        """owned: the processes it starts end with this process (a run's own service)."""
+        self.directory, self.owned = Path(directory), owned
         self.state_path = self.directory / "state.json"
         self._children = {}  # pid -> Popen, to reap the processes this object started
         try:
@@ -77,13 +78,13 @@ class Service:
     # -- starting and stopping -------------------------------------------------------------
 
     @classmethod
-    def start(cls, directory, port=0):
+    def start(cls, directory, port=0, owned=False):
         """Start a dispatcher (fault-tolerant, journal in `directory`/work_dir) unless one runs there.
 
         A dispatcher that died is restarted on its recorded port (when free) from its journal: the
         workers still running reconnect to it and its jobs go on.
         """
-        service = cls(directory)
+        service = cls(directory, owned)
         if service.dispatcher_running():
             return service
         workers = []
@@ -105,7 +106,8 @@ class Service:
     def _spawn(self, role, arguments, status, log_name, wait=True):
         log = open(self.directory / log_name, "w")
         with log:
-            proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", role, *arguments],
+            parent = ["--parent", str(os.getpid())] if self.owned else []
+            proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", role, *arguments, *parent],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         self._children[proc.pid] = proc
