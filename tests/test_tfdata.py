@@ -285,3 +285,30 @@ def test_bad_run_settings_are_one_line_errors_and_write_nothing(tf, tmp_path, fl
                             capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 1 and f"repro: error: {message}" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.fault
+def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
+    """SIGKILL gives the run no chance to clean up: its service's processes end with it (the
+    kernel's parent-death signal), and nothing half-written is left under the final names."""
+    import time
+
+    from repro.pecan.tfdata.service import Service
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([str(REPRO), "pecan", "tfdata", "run", "--experiment", "ResNet50_v2-8", "--mode", "cachew",
+                             "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not Service(out / "service").serving():
+            time.sleep(0.2)
+        records = [Service(out / "service").state["dispatcher"], *Service(out / "service").state["workers"]]
+        assert len(records) >= 2, "no worker served within 120 s"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(matches(r) for r in records):
+        time.sleep(0.2)
+    assert not any(matches(r) for r in records)
+    assert not (out / "run.log").exists() and not (out / "metrics.json").exists()

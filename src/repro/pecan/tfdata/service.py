@@ -201,6 +201,8 @@ class Service:
 
     def serving(self):
         """Addresses of running workers that report a task (that serve the job now)."""
+        if not self.state:
+            return []
         self.prune()
         names = []
         for entry in self.state["workers"]:
