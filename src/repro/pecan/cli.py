@@ -1,4 +1,4 @@
-"""`repro pecan ...` subcommands: calibrate, run, costs, plot, compare-results."""
+"""`repro pecan ...` subcommands: calibrate, run, costs, plot, compare-results, tfdata."""
 
 import argparse
 import json
@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 from repro.errors import ReproError
+from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
 
 
 def add_commands(sub):
     from repro.pecan.pipelines import PIPELINES
 
     pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
-    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,plot,compare-results}")
+    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,plot,compare-results,tfdata}")
 
     cal = psub.add_parser("calibrate", help="measure preprocessing pipelines on this machine",
                           description="Measure the pipelines in one interleaved loop (their cost ratio then holds "
@@ -80,6 +81,8 @@ def add_commands(sub):
     same.add_argument("--figure", nargs="+", help="figures to compare (default: reproducibility.figures)")
     same.add_argument("-o", "--output", help="CSV file (default: standard output)")
     same.set_defaults(func=_compare_results)
+
+    add_tfdata_commands(psub)
 
 
 def _calibrate(args):

@@ -1,0 +1,95 @@
+"""`repro pecan tfdata ...`: the tf.data service engine's commands (TensorFlow imported only when run)."""
+
+import sys
+
+from repro.errors import ReproError
+
+
+def add_commands(psub):
+    tfdata = psub.add_parser("tfdata", help="run Pecan's modes on a real tf.data service (the 'tfdata' extra)")
+    tsub = tfdata.add_subparsers(dest="tfdata_command", required=True, metavar="{start,status,stop,run}")
+
+    start = tsub.add_parser("start", help="start a tf.data service dispatcher (and workers) on this machine")
+    start.add_argument("--state-dir", required=True, help="directory of the service's records, logs and journal")
+    start.add_argument("--port", type=int, default=0, help="dispatcher port (default 0: any free port)")
+    start.add_argument("--workers", type=int, default=0, help="remote workers to start with it (default 0)")
+    start.add_argument("--threads", type=int, default=1, help="threads (and CPUs) per worker (default 1)")
+    start.set_defaults(func=_start)
+
+    status = tsub.add_parser("status", help="check the service: dispatcher, registered workers, a probe job")
+    status.add_argument("--state-dir", required=True)
+    status.add_argument("--expect-workers", type=int, help="workers that must be registered (default: those recorded)")
+    status.set_defaults(func=_status)
+
+    stop = tsub.add_parser("stop", help="stop every worker and the dispatcher recorded in --state-dir")
+    stop.add_argument("--state-dir", required=True)
+    stop.set_defaults(func=_stop)
+
+    run = tsub.add_parser("run", help="one experiment x mode as a real run at miniature scale",
+                          description="Train against the real pipeline with an emulated accelerator; the policies "
+                                      "start and stop real WorkerServer processes; writes run.log (the artifact's "
+                                      "format) and metrics.json into --out.")
+    run.add_argument("--config", default="config/config.yaml")
+    run.add_argument("--experiment", required=True)
+    run.add_argument("--mode", required=True)
+    run.add_argument("--out", required=True, help="run directory")
+    run.add_argument("--data", help="where the generated JPEGs are written once (default: <out>/../data)")
+    run.add_argument("--service-dir", help="use the service started there (default: start one for this run)")
+    run.add_argument("--time-scale", type=float, help="accelerator step-time factor (default per pipeline)")
+    run.add_argument("--seed", type=int, default=0)
+    for name in ("batch-size", "decision-steps", "worker-threads", "collocated-threads", "max-remote-workers",
+                 "max-local-workers", "settle-windows", "max-windows", "images"):
+        run.add_argument(f"--{name}", type=int)
+    run.set_defaults(func=_run)
+
+
+def _start(args):
+    from repro.pecan.tfdata import require_tensorflow
+    from repro.pecan.tfdata.service import Service, print_checks
+
+    require_tensorflow()  # the dispatcher's process imports it
+    if args.workers < 0 or args.threads < 1:
+        raise ReproError("--workers must be 0 or more and --threads at least 1")
+    service = Service.start(args.state_dir, port=args.port)
+    for _ in range(args.workers):
+        service.add_worker("remote", args.threads)
+    print(f"{args.state_dir}: dispatcher at {service.address}")
+    return 0 if print_checks(service.checks(probe=False)) else 1
+
+
+def _status(args):
+    from repro.pecan.tfdata.service import Service, print_checks
+
+    return 0 if print_checks(Service(args.state_dir).checks(args.expect_workers)) else 1
+
+
+def _stop(args):
+    from repro.pecan.tfdata.service import Service
+
+    print(f"{args.state_dir}: stopped {Service(args.state_dir).stop()} process(es)")
+
+
+def _run(args):
+    import signal
+    from pathlib import Path
+
+    from repro.config import load_config
+    from repro.pecan.tfdata.engine import run, spec_from_config
+
+    miniature = {key: getattr(args, key) for key in ("batch_size", "decision_steps", "worker_threads",
+                                                     "collocated_threads", "max_remote_workers", "max_local_workers",
+                                                     "settle_windows", "max_windows", "images")}
+    spec = spec_from_config(load_config(args.config)["pecan"], args.experiment, args.mode, seed=args.seed,
+                            time_scale=args.time_scale, **miniature)
+
+    def progress(window):
+        print(f"  steps {window.first_step}-{window.first_step + window.steps}: "
+              f"{window.steps * spec.batch_size / window.seconds:.0f} examples/s, workers {window.workers_after}",
+              file=sys.stderr)
+
+    # a terminated run still stops the workers it started (the `finally` in run)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    metrics = run(spec, args.out, args.data or Path(args.out).parent / "data", args.service_dir, on_window=progress)
+    print(f"{args.out}: {metrics['remote_workers']} remote + {metrics['local_workers']} local workers, "
+          f"{metrics['throughput']:.0f} examples/s (miniature bound {metrics['accelerator_bound_miniature']:.0f}), "
+          f"{metrics['wall_s']:.0f} s")

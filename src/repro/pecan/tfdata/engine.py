@@ -1,0 +1,334 @@
+"""One mode's run on the tf.data engine: a training client reads real batches and writes the
+artifact's log from what happened.
+
+The client reads the pipeline's batches: in-process for collocated, every thread of the client
+pinned to `collocated_threads` CPUs (the host's budget); otherwise through
+`distribute(processing_mode="parallel_epochs")` from the service's WorkerServer processes,
+uncompressed (on loopback, compression would only spend the CPUs the workers need). It emulates
+the accelerator by sleeping its step time after each batch (no CPU spent); the next batch is
+prefetched meanwhile, as a TPU host's infeed does.
+
+Miniature scale: the accelerator's step time is the real one times one factor per pipeline,
+    step_time_s = batch_size x time_scale / accelerator examples per second
+(the accelerator's bound is the config's max_batches_per_s x the model's batch size). The default
+factor (TIME_SCALE) puts the miniature bound between what one 1-vCPU worker and two deliver here,
+so collocated (one host CPU) and one worker are input-bound and two workers reach the
+accelerator; every log and metrics.json records the factor and the step time.
+
+Every `decision_steps` steps is one window: its measured batch time is logged as a `TimeHistory`
+line, the workers that served it (the processes that run, report a task and whose record still
+matches) as a `ClientHeartbeat` block, and the placement policy (repro.pecan.policies, as the
+cluster model uses them) decides the next deployment, which the engine starts or stops as real
+processes. A window in which the worker set changed is logged but not shown to the policy.
+"""
+
+import contextlib
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from repro.errors import ReproError
+from repro.fsutil import atomic_path, write_json
+from repro.pecan.cluster import JobSpec, make_policy
+from repro.pecan.costs import lookup
+from repro.pecan.logs import LogWriter, parse_log
+from repro.pecan.tfdata import ops, tensorflow
+from repro.pecan.tfdata.service import Service
+
+tf = tensorflow()
+
+# Per pipeline, from benchmarks/tfdata.py on this 2-core machine under the load of other work
+# (load average 5-11, so rates moved by up to a third between runs): ResNet one 1-vCPU worker
+# 130-192 examples/s, two 205-236, so 3234 examples/s (v2-8) / 18 = 180 lies between them;
+# RetinaNet one worker 29-31, two 36-41 (78 MB batches over loopback: the transfer, not the
+# pipeline, limits two workers), so 196 / 6 = 33. The benchmark prints the factor midway between
+# one and two workers on the machine at hand; --time-scale sets it.
+TIME_SCALE = {"resnet": 18.0, "retinanet": 6.0}
+# A policy decision per window of about WINDOW_S of training (at least MIN_WINDOW_STEPS steps):
+# 16 steps for ResNet, 8 for RetinaNet at the default scales (fewer batches per window let noise
+# reach the policies' 3-10% thresholds).
+WINDOW_S = 1.4
+MIN_WINDOW_STEPS = 8
+# Miniature defaults: on 2 cores, three remote and two local workers are already more than the
+# cores (the policies find the limit).
+MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": 3,
+             "max_local_workers": 2, "settle_windows": 3, "max_windows": 80, "images": 64}
+STOPPED = ("STABLE", "FIXED")  # policy states after which the deployment no longer changes
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything one engine run depends on (recorded in its metrics.json)."""
+
+    experiment: str
+    mode: str
+    placement: str  # collocated, cachew, autoplacement or fixed
+    autoorder: bool
+    pipeline: str
+    batch_size: int
+    decision_steps: int
+    accelerator_examples_per_s: float  # full scale
+    time_scale: float
+    worker_threads: int  # each worker's vCPU share
+    collocated_threads: int  # the host's thread budget for the pipeline in collocated mode
+    max_remote_workers: int
+    max_local_workers: int
+    fixed_remote_workers: int
+    fixed_local_workers: int
+    cachew_threshold_up: float
+    client_cost: float
+    worker_cost: float
+    settle_windows: int  # windows at the final deployment before the run ends (the parser needs 3)
+    max_windows: int
+    images: int  # distinct generated JPEGs, repeated endlessly
+    seed: int
+
+    @property
+    def step_time_s(self):
+        return self.batch_size * self.time_scale / self.accelerator_examples_per_s
+
+
+def policy_for(spec):
+    """The same policy objects the cluster model makes (repro.pecan.cluster.make_policy)."""
+    model_spec = JobSpec(
+        experiment=spec.experiment, mode=spec.mode, placement=spec.placement, autoorder=spec.autoorder,
+        batch_size=spec.batch_size, steps_per_epoch=0, epochs=0, steps_per_loop=spec.decision_steps,
+        accelerator_batches_per_s=0.0, cost_per_element=0.0, bytes_per_element=0.0, collocated_vcpus=0.0,
+        remote_worker_vcpus=spec.worker_threads, local_worker_vcpus=spec.worker_threads,
+        max_remote_workers=spec.max_remote_workers, max_local_workers=spec.max_local_workers,
+        fixed_remote_workers=spec.fixed_remote_workers, fixed_local_workers=spec.fixed_local_workers,
+        network_gbps=0.0, decision_steps=spec.decision_steps, noise_cv=0.0,
+        cachew_threshold_up=spec.cachew_threshold_up, client_cost=spec.client_cost, worker_cost=spec.worker_cost,
+        seed=spec.seed)
+    return make_policy(model_spec)
+
+
+@dataclass
+class Window:
+    start_s: float
+    first_step: int
+    steps: int
+    seconds: float
+    workers: list  # serving at the window's start
+    workers_after: list  # serving at its end
+
+    @property
+    def counts(self):
+        local = sum("localhost" in name for name in self.workers)
+        return len(self.workers) - local, local
+
+
+class Deployment:
+    """Brings the service's running workers to the (remote, local) counts the policy asks for."""
+
+    def __init__(self, service, threads):
+        self.service, self.threads, self.target = service, threads, (0, 0)
+
+    def running(self, kind):
+        return sum(1 for w in self.service.state["workers"] if w["kind"] == kind)
+
+    def apply(self, remote, local):
+        self.target = remote, local
+        self.service.prune()
+        for kind, target in (("remote", remote), ("local", local)):
+            while self.running(kind) > target:
+                self.service.remove_worker(kind)
+            while self.running(kind) < target:
+                self.service.add_worker(kind, self.threads, wait=False)
+
+
+def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_steps=None, **miniature):
+    """The EngineSpec of experiment x mode from the `pecan` config section and miniature settings."""
+    exp = lookup(pecan["experiments"], experiment, "experiment")
+    model = lookup(pecan["models"], exp["model"], "model")
+    accel = lookup(pecan["accelerators"], exp["accelerator"], "accelerator")
+    mode_cfg = lookup(pecan["modes"], mode, "mode")
+    cluster = pecan["cluster"]
+    settings = {**MINIATURE, **{k: v for k, v in miniature.items() if v is not None}}
+    bad = [k for k, v in settings.items()
+           if not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1)]
+    if bad:
+        raise ReproError(f"--{bad[0].replace('_', '-')} {settings[bad[0]]}: expected a positive whole number")
+    time_scale = TIME_SCALE[model["pipeline"]] if time_scale is None else time_scale
+    if not time_scale > 0:
+        raise ReproError(f"--time-scale {time_scale}: expected a positive number")
+    accelerator = lookup(accel["max_batches_per_s"], exp["model"], "model for this accelerator") * model["batch_size"]
+    if decision_steps is None:
+        step_time_s = settings["batch_size"] * time_scale / accelerator
+        decision_steps = max(MIN_WINDOW_STEPS, round(WINDOW_S / step_time_s))
+    elif decision_steps < 1:
+        raise ReproError(f"--decision-steps {decision_steps}: expected a positive whole number")
+    max_local = min(mode_cfg.get("max_local_workers", cluster["max_local_workers"]), settings["max_local_workers"])
+    max_remote = min(cluster["max_remote_workers"], settings["max_remote_workers"])
+    return EngineSpec(
+        experiment=experiment, mode=mode, placement=mode_cfg["placement"], autoorder=mode_cfg["autoorder"],
+        pipeline=model["pipeline"], batch_size=settings["batch_size"], decision_steps=decision_steps,
+        accelerator_examples_per_s=accelerator,
+        time_scale=float(time_scale), worker_threads=settings["worker_threads"],
+        collocated_threads=settings["collocated_threads"], max_remote_workers=max_remote,
+        max_local_workers=max_local, fixed_remote_workers=min(mode_cfg.get("remote_workers", 0), max_remote),
+        fixed_local_workers=min(mode_cfg.get("local_workers", 0), max_local),
+        cachew_threshold_up=cluster["cachew_threshold_up"], client_cost=cluster["policy_prices"]["client_cost"],
+        worker_cost=cluster["policy_prices"]["worker_cost"], settle_windows=settings["settle_windows"],
+        max_windows=settings["max_windows"], images=settings["images"], seed=seed)
+
+
+@contextlib.contextmanager
+def process_cpus(count):
+    """Run the block with every thread of this process on the first `count` CPUs it may use.
+
+    Affinity is per thread, and TensorFlow's pools may exist already: each thread is pinned
+    (threads created later inherit it), and the previous affinity is restored afterwards.
+    """
+    previous = sorted(os.sched_getaffinity(0))
+    chosen = previous[:count]
+
+    def pin(cpus):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):  # a thread that has exited meanwhile
+                os.sched_setaffinity(int(tid), cpus)
+
+    pin(chosen)
+    try:
+        yield chosen
+    finally:
+        pin(previous)
+
+
+def client_dataset(spec, manifest, service):
+    order = "autoorder" if spec.autoorder else "declared"
+    threads = spec.collocated_threads if service is None else spec.worker_threads
+    dataset, names = ops.dataset(manifest, order, spec.batch_size, threads)
+    if service is not None:
+        dataset = dataset.apply(tf.data.experimental.service.distribute(
+            processing_mode="parallel_epochs", service=f"grpc://{service.address}",
+            job_name=f"{spec.experiment}-{spec.mode}", compression=None))
+    return dataset.prefetch(2), names
+
+
+def train(spec, iterator, service, policy, deployment, on_window=None):
+    """Run windows until the deployment settles (or max_windows); return (windows, decisions)."""
+    serving = service.serving if service is not None else list
+    windows, decisions = [], []
+    step, start, settled = 0, time.monotonic(), 0
+    while len(windows) < spec.max_windows and settled < spec.settle_windows:
+        before = serving()
+        window_start = time.monotonic()
+        for _ in range(spec.decision_steps):
+            next(iterator)
+            time.sleep(spec.step_time_s)
+        window = Window(window_start - start, step, spec.decision_steps, time.monotonic() - window_start,
+                        before, serving())
+        windows.append(window)
+        step += spec.decision_steps
+        if on_window:
+            on_window(window)
+        if policy is None:
+            settled += 1
+            continue
+        if sorted(window.workers) != sorted(window.workers_after):
+            settled = 0
+            continue
+        target = policy.decide(*window.counts, window.seconds / window.steps)
+        if not decisions or (decisions[-1]["state"], decisions[-1]["remote"], decisions[-1]["local"]) != (
+                policy.state, *target):
+            decisions.append({"time_s": time.monotonic() - start, "state": policy.state, "remote": target[0],
+                              "local": target[1]})
+        if target == (0, 0):
+            # Pecan's DECREASING_REMOTE can remove the last remote worker when no local one runs
+            # (a noisy window told INCREASING_LOCAL that local workers hurt); a data-service job
+            # without workers would wait forever, so the run ends at the deployment it has
+            decisions[-1]["note"] = "the policy asked for no workers: not applied, the run ends"
+            break
+        if target != deployment.target:  # a worker that died is not replaced: the run goes on without it
+            settled = 0
+            deployment.apply(*target)
+        elif target != window.counts:
+            settled = 0
+        elif policy.state in STOPPED:
+            settled += 1
+    return windows, decisions
+
+
+def write_log(spec, windows, path, started, order_names):
+    """The artifact's log format: a heartbeat block per window (the workers that served it), then its
+    TimeHistory line."""
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        writer = LogWriter(fh, start=started)
+        writer.info(0.0, f"repro tfdata engine: experiment={spec.experiment} mode={spec.mode} "
+                         f"placement={spec.placement} autoorder={spec.autoorder} time_scale={spec.time_scale} "
+                         f"step_time_s={spec.step_time_s:.4f} batch_size={spec.batch_size} "
+                         f"order={','.join(order_names)}")
+        for window in windows:
+            if spec.placement != "collocated":
+                writer.heartbeat(window.start_s, window.workers_after)
+            end = window.start_s + window.seconds
+            writer.time_history(end, window.seconds, window.steps * spec.batch_size / window.seconds,
+                                window.first_step, window.first_step + window.steps)
+        last = windows[-1]
+        writer.info(last.start_s + last.seconds, f"Training finished: {len(windows)} windows")
+
+
+def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
+    """Run `spec` into out_dir (run.log, metrics.json); return the metrics.
+
+    Data-service modes use the service recorded in `service_dir` when its dispatcher runs (and
+    leave the dispatcher running), else start one in out_dir/service and stop it afterwards.
+    Every worker the run started is stopped when it ends, however it ends.
+    """
+    out = Path(out_dir)
+    manifest = ops.write_data(spec.pipeline, spec.images, data_dir, seed=spec.seed)
+    policy = policy_for(spec)
+    service, own_service = None, False
+    wall = time.monotonic()
+    if spec.placement != "collocated":
+        if service_dir is not None:
+            service = Service(service_dir, owned=True)  # the run's workers; the dispatcher stays
+            if not service.dispatcher_running():
+                raise ReproError(f"{service.state_path}: [FAILED] no dispatcher running; no run started "
+                                 "(repro pecan tfdata start)")
+        else:
+            Service(out / "service").stop()  # what an interrupted run here left running
+            service, own_service = Service.start(out / "service", owned=True), True
+    deployment = Deployment(service, spec.worker_threads) if service else None
+    # collocated: the host's thread budget is its CPUs; with the service the client is not pinned
+    budget = process_cpus(spec.collocated_threads) if service is None else contextlib.nullcontext()
+    try:
+        if deployment:
+            deployment.apply(policy.remote, policy.local)
+        with budget:
+            dataset, names = client_dataset(spec, manifest, service)
+            iterator = iter(dataset)
+            for _ in range(spec.decision_steps):  # warm-up, not logged: graph set-up, the job's creation
+                next(iterator)
+            started = datetime.now()
+            windows, decisions = train(spec, iterator, service, policy, deployment, on_window)
+    finally:
+        if own_service:
+            service.stop()
+        elif deployment:
+            deployment.apply(0, 0)
+    write_log(spec, windows, out / "run.log", started, names)
+    parsed = parse_log(out / "run.log")
+    metrics = {
+        "engine": "tfdata",
+        "experiment": spec.experiment,
+        "mode": spec.mode,
+        "spec": dataclasses.asdict(spec),
+        "step_time_s": spec.step_time_s,
+        "accelerator_bound_miniature": spec.accelerator_examples_per_s / spec.time_scale,
+        "order": names,
+        "wall_s": time.monotonic() - wall,
+        "windows": [{**dataclasses.asdict(w), "examples_per_s": w.steps * spec.batch_size / w.seconds}
+                    for w in windows],
+        "decisions": decisions,
+        "throughput": parsed.throughput,
+        "remote_workers": parsed.remote_workers,
+        "local_workers": parsed.local_workers,
+        "converged": parsed.converged,
+    }
+    write_json(out / "metrics.json", metrics)
+    return metrics

@@ -1,0 +1,97 @@
+"""The service's processes: `python -m repro.pecan.tfdata.server dispatcher|worker ...`.
+
+Each process reports what its server itself knows, every REPORT_INTERVAL_S, in a JSON status file
+(written atomically): the dispatcher its bound address and registered workers, a worker its
+address and the tasks it runs. repro.pecan.tfdata.service starts them and reads those files.
+
+A worker's vCPU share: the process is pinned to its CPUs (os.sched_setaffinity, before TensorFlow
+starts its thread pools) and TensorFlow's intra- and inter-op pools get that many threads; the
+pipeline's own private threadpool has the same size (repro.pecan.tfdata.ops.dataset).
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from repro.processes import write_record
+
+REPORT_INTERVAL_S = 0.25
+# Miniature-scale timing: a worker that joins mid-job gets its task at its next heartbeat, and a
+# stopped worker's task is given up after the dispatcher's timeout (TensorFlow's defaults: 30 s, 10 s).
+WORKER_HEARTBEAT_MS = 500
+WORKER_TIMEOUT_MS = 3000
+
+
+def _report(path, fields):
+    write_record(path, {**fields, "pid": os.getpid(), "at": time.time()})
+
+
+def dispatcher(args):
+    from repro.pecan.tfdata import tensorflow
+
+    tf = tensorflow()
+    config = tf.data.experimental.service.DispatcherConfig(
+        port=args.port, work_dir=args.work_dir, fault_tolerant_mode=True, worker_timeout_ms=WORKER_TIMEOUT_MS)
+    server = tf.data.experimental.service.DispatchServer(config)
+    port = server._server.bound_port()
+    while True:
+        _report(args.status, {"role": "dispatcher", "address": f"localhost:{port}", "workers": server._num_workers()})
+        time.sleep(REPORT_INTERVAL_S)
+
+
+def worker(args):
+    cpus = [int(c) for c in args.cpus.split(",")]
+    os.sched_setaffinity(0, cpus)
+    from repro.pecan.tfdata import tensorflow
+
+    tf = tensorflow()
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    config = tf.data.experimental.service.WorkerConfig(
+        dispatcher_address=args.dispatcher, worker_address=f"{args.host}:%port%",
+        heartbeat_interval_ms=WORKER_HEARTBEAT_MS)
+    server = tf.data.experimental.service.WorkerServer(config)
+    address = f"{args.host}:{server._server.bound_port()}"
+    while True:
+        _report(args.status, {"role": "worker", "address": address, "tasks": server._num_tasks(), "cpus": cpus,
+                              "threads": args.threads})
+        time.sleep(REPORT_INTERVAL_S)
+
+
+def exit_with(parent):
+    """Have the kernel send SIGTERM when the process that started this one ends (PR_SET_PDEATHSIG):
+    a run's workers must not outlive a run killed while it waited inside TensorFlow."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before the request took effect
+        sys.exit(0)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m repro.pecan.tfdata.server")
+    sub = parser.add_subparsers(dest="role", required=True)
+    d = sub.add_parser("dispatcher")
+    d.add_argument("--port", type=int, required=True)
+    d.add_argument("--work-dir", required=True, help="fault-tolerant journal of the dispatcher's state")
+    d.add_argument("--status", required=True)
+    d.set_defaults(func=dispatcher)
+    w = sub.add_parser("worker")
+    w.add_argument("--dispatcher", required=True, help="host:port")
+    w.add_argument("--host", required=True, help="the name this worker registers under (localhost: a local worker)")
+    w.add_argument("--threads", type=int, required=True)
+    w.add_argument("--cpus", required=True, help="comma-separated CPU numbers this worker may run on")
+    w.add_argument("--status", required=True)
+    w.set_defaults(func=worker)
+    for role in (d, w):
+        role.add_argument("--parent", type=int, help="exit when this process (the one that started it) ends")
+    args = parser.parse_args(argv)
+    if args.parent:
+        exit_with(args.parent)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""A tf.data service on this machine: one dispatcher and WorkerServer processes, by process record.
+
+The service lives in a state directory: state.json (the process records, written atomically
+after every change), each process's status file and log, and the dispatcher's fault-tolerant
+work_dir (its journal: a restarted dispatcher recovers its jobs and workers from it).
+Processes are only ever signalled through repro.processes records (pid + start ticks + boot id).
+
+The servers are addressed over loopback (localhost). Local workers register as
+`localhost:<port>` and remote ones as `127.0.0.1:<port>`: the artifact's log parser counts names
+with 'localhost' as workers on the accelerator host.
+
+vCPU share: each worker has `threads` threads and runs on CPUs slot*threads ... slot*threads +
+threads-1 (modulo the CPUs this process may use), slot being the lowest number no running worker
+holds; see repro.pecan.tfdata.server.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from repro.errors import ReproError
+from repro.fsutil import write_json
+from repro.processes import describe, matches, read_record, terminate
+
+START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
+STATUS_FRESH_S = 3.0  # a status file older than this belongs to a process that no longer reports
+PROBE_TIMEOUT_S = 60
+REGISTER_WAIT_S = 10  # a worker that has just started registers with the dispatcher in the background
+HOSTS = {"local": "localhost", "remote": "127.0.0.1"}
+
+
+def port_free(port):
+    """Whether a server can listen on `port` (connections of a stopped one in TIME_WAIT do not count,
+    as gRPC servers bind with SO_REUSEADDR)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def _fresh(status_path, pid):
+    """The status a process reported within STATUS_FRESH_S, or None."""
+    status = read_record(status_path)
+    if not status or status.get("pid") != pid or time.time() - status.get("at", 0) > STATUS_FRESH_S:
+        return None
+    return status
+
+
+def _log_tail(path, lines=5):
+    try:
+        return " | ".join(Path(path).read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class Service:
+    """The dispatcher and workers recorded in `directory`/state.json."""
+
+    def __init__(self, directory, owned=False):
+        """owned: the processes it starts end with this process (a run's own service)."""
+        self.directory, self.owned = Path(directory), owned
+        self.state_path = self.directory / "state.json"
+        self._children = {}  # pid -> Popen, to reap the processes this object started
+        try:
+            self.state = json.loads(self.state_path.read_text())
+        except OSError:
+            self.state = None
+        except ValueError:
+            raise ReproError(f"{self.state_path}: not a tf.data service state file (not JSON)") from None
+
+    # -- starting and stopping -------------------------------------------------------------
+
+    @classmethod
+    def start(cls, directory, port=0, owned=False):
+        """Start a dispatcher (fault-tolerant, journal in `directory`/work_dir) unless one runs there.
+
+        A dispatcher that died is restarted on its recorded port (when free) from its journal: the
+        workers still running reconnect to it and its jobs go on.
+        """
+        service = cls(directory, owned)
+        if service.dispatcher_running():
+            return service
+        workers = []
+        if service.state and service.state.get("dispatcher"):
+            recorded = int(service.address.rsplit(":", 1)[1])
+            port = port or (recorded if port_free(recorded) else 0)
+            workers = [w for w in service.state.get("workers", []) if matches(w)]
+        if port and not port_free(port):
+            raise ReproError(f"--port {port}: port in use; choose another port or 0 (any free port)")
+        service.directory.mkdir(parents=True, exist_ok=True)
+        status = service.directory / "dispatcher.status.json"
+        record = service._spawn("dispatcher", ["--port", str(port), "--work-dir", str(service.directory / "work_dir"),
+                                               "--status", str(status)], status, "dispatcher.log")
+        service.state = {**(service.state or {}), "workers": workers,
+                         "dispatcher": {**record, "address": read_record(status)["address"], "status": str(status)}}
+        service._save()
+        return service
+
+    def _spawn(self, role, arguments, status, log_name, wait=True):
+        log = open(self.directory / log_name, "w")
+        with log:
+            parent = ["--parent", str(os.getpid())] if self.owned else []
+            proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", role, *arguments, *parent],
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self._children[proc.pid] = proc
+        record = {**describe(proc.pid, f"tfdata {role}"), "log": str(self.directory / log_name)}
+        if not wait:
+            return record
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ReproError(f"tf.data {role} exited with status {proc.returncode} before serving: "
+                                 f"{_log_tail(self.directory / log_name)}")
+            if _fresh(status, proc.pid):
+                return record
+            time.sleep(0.1)
+        terminate(record)
+        raise ReproError(f"tf.data {role} did not report within {START_TIMEOUT_S} s: {_log_tail(self.directory / log_name)}")
+
+    def _save(self):
+        write_json(self.state_path, self.state)
+
+    def dispatcher_running(self):
+        return bool(self.state) and matches(self.state.get("dispatcher"))
+
+    @property
+    def address(self):
+        return self.state["dispatcher"]["address"]
+
+    def add_worker(self, kind, threads, wait=True):
+        """Start a WorkerServer process of `kind` (local or remote) with `threads` threads; return its entry.
+
+        With wait=False it returns once the process runs; it serves once it has imported TensorFlow
+        and registered (serving() tells), and one that fails to start drops out of the records.
+        """
+        if kind not in HOSTS:
+            raise ReproError(f"worker kind {kind!r}; expected one of {list(HOSTS)}")
+        if not self.dispatcher_running():
+            raise ReproError(f"{self.state_path}: no dispatcher running; start the service first")
+        self.prune()
+        used = {w["slot"] for w in self.state["workers"]}
+        slot = next(i for i in range(len(used) + 1) if i not in used)
+        available = sorted(os.sched_getaffinity(0))
+        cpus = [available[(slot * threads + j) % len(available)] for j in range(threads)]
+        number = self.state.setdefault("started", 0)
+        self.state["started"] = number + 1
+        status = self.directory / f"worker-{number}.status.json"
+        record = self._spawn("worker", ["--dispatcher", self.address, "--host", HOSTS[kind], "--threads", str(threads),
+                                        "--cpus", ",".join(map(str, cpus)), "--status", str(status)],
+                             status, f"worker-{number}.log", wait)
+        entry = {**record, "kind": kind, "slot": slot, "cpus": cpus, "threads": threads, "status": str(status)}
+        self.state["workers"].append(entry)
+        self._save()
+        return entry
+
+    def remove_worker(self, kind):
+        """Stop the most recently started running worker of `kind`; return its entry (None if none runs)."""
+        self.prune()
+        for entry in reversed(self.state["workers"]):
+            if entry["kind"] == kind:
+                self._stop(entry)
+                self.state["workers"].remove(entry)
+                self._save()
+                return entry
+        return None
+
+    def _stop(self, record):
+        terminate(record)
+        proc = self._children.pop(record["pid"], None)
+        if proc is not None:
+            proc.wait()
+
+    def prune(self):
+        """Forget workers that are no longer running (killed or crashed), reaping those this object started."""
+        for proc in self._children.values():
+            proc.poll()
+        self.state["workers"] = [w for w in self.state["workers"] if matches(w)]
+
+    def stop(self):
+        """Stop every worker, then the dispatcher; returns how many processes were stopped."""
+        if not self.state:
+            return 0
+        stopped = 0
+        for record in self.state.get("workers", []) + [self.state.get("dispatcher")]:
+            if record and matches(record):
+                self._stop(record)
+                stopped += 1
+        self.state = None
+        self.state_path.unlink(missing_ok=True)
+        return stopped
+
+    # -- what is running -------------------------------------------------------------------
+
+    def serving(self):
+        """Addresses of running workers that report a task (that serve the job now)."""
+        if not self.state:
+            return []
+        self.prune()
+        names = []
+        for entry in self.state["workers"]:
+            status = _fresh(entry["status"], entry["pid"])
+            if status and status["tasks"] > 0:
+                names.append(status["address"])
+        return names
+
+    def dispatcher_status(self):
+        return _fresh(self.state["dispatcher"]["status"], self.state["dispatcher"]["pid"]) if self.state else None
+
+    def checks(self, expect_workers=None, probe=True):
+        """[(ok, text)] in the order the artifact's checks print: process, answer, workers, probe job."""
+        if not self.state:
+            return [(False, f"no tf.data service recorded in {self.state_path}")]
+        record = self.state["dispatcher"]
+        if not matches(record):
+            return [(False, f"dispatcher (pid {record['pid']}) is not running")]
+        lines = [(True, f"dispatcher running (pid {record['pid']})")]
+        port = int(self.address.rsplit(":", 1)[1])
+        status = self.dispatcher_status()
+        try:
+            socket.create_connection(("localhost", port), timeout=2).close()
+            answers = status is not None
+        except OSError:
+            answers = False
+        if not answers:
+            return lines + [(False, f"dispatcher does not answer at {self.address}")]
+        lines.append((True, f"dispatcher answers at {self.address}"))
+        self.prune()
+        expected = len(self.state["workers"]) if expect_workers is None else expect_workers
+        deadline = time.monotonic() + REGISTER_WAIT_S
+        while status and status["workers"] < expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+            status = self.dispatcher_status()
+        registered = status["workers"] if status else 0
+        lines.append((registered >= expected, f"{registered} worker(s) registered, {expected} expected"))
+        if probe:
+            lines.append(self.probe())
+        return lines
+
+    def probe(self):
+        """Run a small job through the service in a separate client process; (ok, text)."""
+        code = ("import sys; from repro.pecan.tfdata import tensorflow; tf = tensorflow(); "
+                "ds = tf.data.Dataset.range(8).apply(tf.data.experimental.service.distribute("
+                "processing_mode='parallel_epochs', service='grpc://' + sys.argv[1])); "
+                "print(sorted(set(int(x) for x in ds.take(8).as_numpy_iterator())))")
+        try:
+            result = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
+                                    timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return False, f"probe job returned no elements within {PROBE_TIMEOUT_S} s (no worker serves it)"
+        values = result.stdout.strip().splitlines()[-1:] if result.returncode == 0 else []
+        if not values or values[0] == "[]":
+            return False, f"probe job failed: {(result.stderr.strip().splitlines() or ['no output'])[-1]}"
+        return True, f"probe job returned elements {values[0]}"
+
+
+def print_checks(lines, out=sys.stdout):
+    for ok, text in lines:
+        print(("[ OK ] " if ok else "[FAILED] ") + text, file=out)
+    return all(ok for ok, _ in lines)

@@ -1,0 +1,314 @@
+"""The tf.data service engine (repro.pecan.tfdata): TF pipelines, real dispatcher and worker
+processes, miniature runs whose logs the artifact's parser reads.
+
+Needs the 'tfdata' extra (TensorFlow); without it these tests are skipped, unless
+REPRO_REQUIRE_TFDATA=1 (as in CI), where that is a failure.
+"""
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from repro.errors import ReproError
+from repro.pecan.logs import parse_log
+from repro.pecan.pipelines import IMAGENET_MEAN, IMAGENET_STD
+from repro.processes import alive, matches
+
+REPO = Path(__file__).resolve().parents[1]
+REPRO = Path(sys.executable).parent / "repro"
+
+
+@pytest.fixture(scope="module")
+def tf():
+    if importlib.util.find_spec("tensorflow") is None:
+        hint = "pip install -e '.[tfdata]'"
+        if os.environ.get("REPRO_REQUIRE_TFDATA") == "1":
+            raise RuntimeError(f"REPRO_REQUIRE_TFDATA=1 but tensorflow is not installed ({hint})")
+        pytest.skip(f"tensorflow is not installed ({hint})")
+    from repro.pecan.tfdata import tensorflow
+
+    return tensorflow()
+
+
+@pytest.fixture(scope="module")
+def pecan_config():
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.mark.fault
+def test_without_tensorflow_the_engine_names_the_extra(tmp_path):
+    code = ("import sys\nfrom importlib.abc import MetaPathFinder\n"
+            "class Missing(MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
+            "            raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, Missing())\n"
+            "from repro.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    for command in (["start", "--state-dir", str(tmp_path / "service")],
+                    ["run", "--experiment", "ResNet50_v2-8", "--mode", "collocated", "--out", str(tmp_path / "run")]):
+        result = subprocess.run([sys.executable, "-c", code, "pecan", "tfdata", *command], capture_output=True,
+                                text=True, cwd=REPO)
+        assert result.returncode == 1, command
+        assert "needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr, command
+    assert not (tmp_path / "service").exists() and not (tmp_path / "run").exists()
+
+
+# -- pipelines ---------------------------------------------------------------------------------
+
+
+def _batches(manifest, order, count=2):
+    from repro.pecan.tfdata import ops
+
+    dataset, names = ops.dataset(manifest, order, 4, threads=1)
+    return [b for b in dataset.take(count).as_numpy_iterator()], names
+
+
+def test_resnet_pipeline_in_both_orders_gives_the_same_images(tf, data):
+    from repro.pecan.tfdata import ops
+
+    manifest = ops.write_data("resnet", 8, data)
+    declared, declared_names = _batches(manifest, "declared")
+    reordered, autoorder_names = _batches(manifest, "autoorder")
+    assert declared_names == ["decode", "to_float", "random_resized_crop", "resize_224", "random_flip", "normalize"]
+    # the float conversion moves after the crop and resize: a different graph
+    assert autoorder_names.index("to_float") > autoorder_names.index("resize_224")
+    for a, b in zip(declared, reordered):
+        assert a["image"].shape == (4, 224, 224, 3) and a["image"].dtype == np.float32
+        # same crops and flips (seeded per element); the resize rounds to uint8 in the AutoOrder
+        # order, so pixels differ by at most about one grey level (1/255 / std ~ 0.02)
+        assert np.abs(a["image"] - b["image"]).max() < 0.05
+        assert np.abs(a["image"]).max() > 1.0  # normalised, not still in [0, 1]
+
+
+def test_retinanet_pipeline_flips_and_scales_the_boxes(tf, data):
+    from repro.pecan.tfdata import ops
+
+    manifest = ops.write_data("retinanet", 8, data)
+    (batch, *_), names = _batches(manifest, "autoorder", count=1)
+    assert batch["image"].shape == (4, 640, 640, 3) and batch["boxes"].shape == (4, 4, 4)
+    assert names.index("to_float") < names.index("resize_and_pad_640")  # resize-and-pad inflates: to_float stays before
+    source = np.array(manifest["boxes"][:4], np.float32)
+    heights = source[:, :, 2] - source[:, :, 0]
+    # 640x480 images: the long side fills 640, the short side 480/640 of it
+    assert np.allclose(batch["boxes"][:, :, 2] - batch["boxes"][:, :, 0], heights * 0.75, atol=1e-5)
+    # the padding (zeros, then normalised) sits below the image
+    assert np.allclose(batch["image"][:, 480:], -IMAGENET_MEAN / IMAGENET_STD, atol=1e-5)
+    assert not np.allclose(batch["image"][:, 479], -IMAGENET_MEAN / IMAGENET_STD, atol=1e-5)
+
+
+def test_generated_data_is_written_once_and_deterministic(tf, data):
+    from repro.pecan.tfdata import ops
+
+    first = ops.write_data("resnet", 3, data / "again", seed=5)
+    mtime = Path(first["files"][0]).stat().st_mtime_ns
+    assert ops.write_data("resnet", 3, data / "again", seed=5) == first
+    assert Path(first["files"][0]).stat().st_mtime_ns == mtime
+    other = ops.write_data("resnet", 3, data / "other", seed=5)
+    assert [Path(f).read_bytes() for f in other["files"]] == [Path(f).read_bytes() for f in first["files"]]
+
+
+# -- the service -------------------------------------------------------------------------------
+
+
+def _status(state_dir):
+    return subprocess.run([str(REPRO), "pecan", "tfdata", "status", "--state-dir", str(state_dir)],
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_service_starts_answers_a_probe_job_and_stops_every_process(tf, tmp_path):
+    from repro.pecan.tfdata.service import Service
+
+    state = tmp_path / "service"
+    try:
+        started = subprocess.run([str(REPRO), "pecan", "tfdata", "start", "--state-dir", str(state), "--workers", "1"],
+                                 capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout + started.stderr
+        service = Service(state)
+        records = [service.state["dispatcher"], *service.state["workers"]]
+        assert all(matches(r) for r in records) and len(records) == 2
+        assert (state / "work_dir").is_dir()  # the fault-tolerant journal
+        result = _status(state)
+        assert result.returncode == 0, result.stdout + result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith("[ OK ] dispatcher running")
+        assert "[ OK ] dispatcher answers at localhost:" in result.stdout
+        assert "[ OK ] 1 worker(s) registered, 1 expected" in result.stdout
+        assert "[ OK ] probe job returned elements [0, 1, 2, 3, 4, 5, 6, 7]" in result.stdout
+    finally:
+        stopped = subprocess.run([str(REPRO), "pecan", "tfdata", "stop", "--state-dir", str(state)],
+                                 capture_output=True, text=True, timeout=120)
+    assert "stopped 2 process(es)" in stopped.stdout
+    assert not any(alive(r["pid"]) and matches(r) for r in records)
+    down = _status(state)
+    assert down.returncode == 1 and "[FAILED]" in down.stdout
+
+
+@pytest.mark.fault
+def test_a_dispatcher_that_died_restarts_from_its_journal_and_its_worker_comes_back(tf, tmp_path):
+    from repro.pecan.tfdata.service import Service
+
+    service = Service.start(tmp_path / "service")
+    try:
+        worker = service.add_worker("remote", 1)
+        address = service.address
+        os.kill(service.state["dispatcher"]["pid"], signal.SIGKILL)
+        service._children[service.state["dispatcher"]["pid"]].wait()
+        assert not Service(tmp_path / "service").checks(probe=False)[0][0]
+        service = Service.start(tmp_path / "service")
+        assert service.address == address and service.state["workers"][0]["pid"] == worker["pid"]
+        lines = service.checks()
+        assert all(ok for ok, _ in lines), lines
+    finally:
+        service.stop()
+
+
+@pytest.mark.fault
+def test_a_dispatcher_port_in_use_is_a_clear_error(tf, tmp_path):
+    from repro.pecan.tfdata.service import Service
+
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ReproError, match=f"--port {port}: port in use"):
+            Service.start(tmp_path / "service", port=port)
+    assert not (tmp_path / "service" / "state.json").exists()
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+
+def _spec(pecan_config, mode, **overrides):
+    from repro.pecan.tfdata.engine import spec_from_config
+
+    settings = {"decision_steps": 8, "settle_windows": 3, "max_windows": 40, "images": 16, **overrides}
+    return spec_from_config(pecan_config, "ResNet50_v2-8", mode, **settings)
+
+
+@pytest.mark.fault
+def test_a_run_against_a_stopped_dispatcher_does_not_start(tf, tmp_path, pecan_config, data):
+    from repro.pecan.tfdata.engine import run
+
+    with pytest.raises(ReproError, match=r"\[FAILED\] no dispatcher running; no run started"):
+        run(_spec(pecan_config, "cachew"), tmp_path / "run", data, service_dir=tmp_path / "no-service")
+    assert not (tmp_path / "run" / "run.log").exists()
+
+
+def test_collocated_run_writes_the_artifacts_log(tf, tmp_path, pecan_config, data):
+    from repro.pecan.tfdata.engine import run
+
+    spec = _spec(pecan_config, "collocated", settle_windows=4)
+    metrics = run(spec, tmp_path / "run", data)
+    parsed = parse_log(tmp_path / "run" / "run.log")
+    assert (parsed.remote_workers, parsed.local_workers, parsed.samples) == (0, 0, 4)
+    # the emulated accelerator bounds it: never faster than one step per step time
+    assert 0 < parsed.throughput <= spec.batch_size / spec.step_time_s * 1.05
+    assert metrics["throughput"] == parsed.throughput
+    assert "ClientHeartbeat" not in (tmp_path / "run" / "run.log").read_text()
+
+
+def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_path, pecan_config, data):
+    from repro.pecan.tfdata.engine import run
+
+    metrics = run(_spec(pecan_config, "cachew", max_remote_workers=2), tmp_path / "run", data)
+    log = (tmp_path / "run" / "run.log").read_text()
+    parsed = parse_log(tmp_path / "run" / "run.log")
+    # Cachew scales up from one worker: a second one joins, with its own address
+    assert metrics["decisions"][0]["remote"] == 2
+    assert len({line.split("Worker Address: ")[1].split(";")[0] for line in log.splitlines()
+                if "Worker Address" in line}) >= 2
+    assert parsed.converged and parsed.remote_workers in (1, 2) and parsed.local_workers == 0
+    assert metrics["remote_workers"] == parsed.remote_workers
+    # every worker the run started has been stopped
+    service_log_dir = tmp_path / "run" / "service"
+    assert not (service_log_dir / "state.json").exists()
+
+
+@pytest.mark.fault
+def test_a_worker_killed_mid_run_leaves_the_run_going_on_the_others(tf, tmp_path, pecan_config, data):
+    """On a service started beforehand (as the workflow's cluster_start will): the run starts its
+    workers there, one is killed, the run goes on; afterwards the dispatcher still runs and the
+    run's workers are gone."""
+    from repro.pecan.tfdata.engine import run
+    from repro.pecan.tfdata.service import Service
+
+    spec = _spec(pecan_config, "short", max_remote_workers=2, max_local_workers=0, max_windows=12,
+                 settle_windows=12)
+    assert (spec.fixed_remote_workers, spec.fixed_local_workers) == (2, 0)
+    killed = []
+
+    def kill_one(window):
+        if len(window.workers_after) == 2 and not killed:
+            victim = Service(tmp_path / "service").state["workers"][0]
+            assert matches(victim)
+            os.kill(victim["pid"], signal.SIGKILL)
+            killed.append(victim)
+
+    service = Service.start(tmp_path / "service")
+    try:
+        metrics = run(spec, tmp_path / "run", data, service_dir=tmp_path / "service", on_window=kill_one)
+        after = Service(tmp_path / "service")
+        assert after.dispatcher_running() and after.state["workers"] == []
+    finally:
+        service.stop()
+    assert killed, "both workers never served together"
+    assert len(metrics["windows"]) == 12  # the run went on to its end
+    parsed = parse_log(tmp_path / "run" / "run.log")
+    assert (parsed.remote_workers, parsed.local_workers) == (1, 0)
+    assert metrics["windows"][-1]["workers_after"] != []
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("flag, value, message", [
+    ("--batch-size", "0", "--batch-size 0: expected a positive whole number"),
+    ("--max-windows", "0", "--max-windows 0: expected a positive whole number"),
+    ("--time-scale", "-1", "--time-scale -1.0: expected a positive number"),
+    ("--mode", "no-such-mode", "unknown mode 'no-such-mode'"),
+])
+def test_bad_run_settings_are_one_line_errors_and_write_nothing(tf, tmp_path, flag, value, message):
+    arguments = {"--experiment": "ResNet50_v2-8", "--mode": "collocated", "--out": str(tmp_path / "run"), flag: value}
+    result = subprocess.run([str(REPRO), "pecan", "tfdata", "run", *[x for kv in arguments.items() for x in kv]],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1 and f"repro: error: {message}" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.fault
+def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
+    """SIGKILL gives the run no chance to clean up: its service's processes end with it (the
+    kernel's parent-death signal), and nothing half-written is left under the final names."""
+    import time
+
+    from repro.pecan.tfdata.service import Service
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([str(REPRO), "pecan", "tfdata", "run", "--experiment", "ResNet50_v2-8", "--mode", "cachew",
+                             "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not Service(out / "service").serving():
+            time.sleep(0.2)
+        records = [Service(out / "service").state["dispatcher"], *Service(out / "service").state["workers"]]
+        assert len(records) >= 2, "no worker served within 120 s"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(matches(r) for r in records):
+        time.sleep(0.2)
+    assert not any(matches(r) for r in records)
+    assert not (out / "run.log").exists() and not (out / "metrics.json").exists()
