@@ -239,7 +239,7 @@ def test_compare_results_checks_two_clones_number_by_number(calibrations, tmp_pa
     assert rows["fig8_ResNet50_v2-8 pecan worker_cost $"]["second"] == "0.31"
     assert main(["pecan", "compare-results", str(first), str(moved), "--figure", "fig8_ResNet50_v2-8"]) == 1
     out, err = capsys.readouterr()
-    assert "fig8_ResNet50_v2-8 pecan worker_cost $,0.3,0.45,0.15,±5% or $0.05,no" in out
+    assert "fig8_ResNet50_v2-8 pecan worker_cost $,0.3,0.45,0.15,±5% or $0.06,no" in out
     assert "9 of 10 numbers within tolerance" in err
     assert main(["pecan", "compare-results", str(first), str(tmp_path / "nowhere"), "--figure", "fig8_ResNet50_v2-8"]) == 1
     assert "nowhere: not a finished workflow's results directory" in capsys.readouterr().err
