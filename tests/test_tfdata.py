@@ -17,10 +17,13 @@ import numpy as np
 import pytest
 import yaml
 
+from repro.config import validate_config
 from repro.errors import ReproError
 from repro.pecan.logs import parse_log
 from repro.pecan.pipelines import IMAGENET_MEAN, IMAGENET_STD
 from repro.processes import alive, matches
+
+from support import TINY, copy_workflow, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 REPRO = Path(sys.executable).parent / "repro"
@@ -48,16 +51,18 @@ def data(tmp_path_factory):
     return tmp_path_factory.mktemp("data")
 
 
+# Python code that makes `import tensorflow` fail, as where the extra is not installed
+HIDE_TENSORFLOW = ("import sys\nfrom importlib.abc import MetaPathFinder\n"
+                   "class Missing(MetaPathFinder):\n"
+                   "    def find_spec(self, name, path=None, target=None):\n"
+                   "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
+                   "            raise ModuleNotFoundError(name)\n"
+                   "sys.meta_path.insert(0, Missing())\n")
+
+
 @pytest.mark.fault
 def test_without_tensorflow_the_engine_names_the_extra(tmp_path):
-    code = ("import sys\nfrom importlib.abc import MetaPathFinder\n"
-            "class Missing(MetaPathFinder):\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
-            "            raise ModuleNotFoundError(name)\n"
-            "sys.meta_path.insert(0, Missing())\n"
-            "from repro.cli import main\n"
-            "sys.exit(main(sys.argv[1:]))\n")
+    code = HIDE_TENSORFLOW + "from repro.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     for command in (["start", "--state-dir", str(tmp_path / "service")],
                     ["run", "--experiment", "ResNet50_v2-8", "--mode", "collocated", "--out", str(tmp_path / "run")]):
         result = subprocess.run([sys.executable, "-c", code, "pecan", "tfdata", *command], capture_output=True,
@@ -65,6 +70,26 @@ def test_without_tensorflow_the_engine_names_the_extra(tmp_path):
         assert result.returncode == 1, command
         assert "needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr, command
     assert not (tmp_path / "service").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.fault
+def test_engine_tfdata_without_tensorflow_fails_at_config_check(tmp_path):
+    """Snakemake's parse (the Snakefile's config check) names the extra; nothing runs."""
+    copy_workflow(tmp_path)
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_TENSORFLOW)
+    result = snakemake(tmp_path, "--dry-run", "--configfile", str(TINY), "--config", "pecan={engine: tfdata}",
+                       check=False, env={"PYTHONPATH": str(tmp_path / "hide")})
+    assert result.returncode != 0
+    assert "config: pecan.engine: needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr + result.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_engine_is_checked_against_the_registry(pecan_config):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["pecan"]["engine"] = "simulator"
+    with pytest.raises(ReproError, match=r"config: pecan.engine: 'simulator' is not one of \['model', 'tfdata'\]"):
+        validate_config(config)
 
 
 # -- pipelines ---------------------------------------------------------------------------------

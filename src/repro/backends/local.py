@@ -61,10 +61,11 @@ class LocalBackend(Backend):
         return checks
 
     def run(self, request: RunRequest, state):
-        from repro.pecan.run import load_calibrations, run_mode
+        from repro.pecan.engines import run_engine
+        from repro.pecan.run import load_calibrations
 
-        return run_mode(request.settings, request.experiment, request.mode,
-                        load_calibrations(request.calibration_paths), request.run_dir)
+        return run_engine(request.settings, request.experiment, request.mode,
+                          load_calibrations(request.calibration_paths), request.run_dir)
 
     def stop(self, state):
         return {"stopped": []}

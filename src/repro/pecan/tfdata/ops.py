@@ -126,7 +126,7 @@ def resize_and_pad_640(element, side=640):
 # The same ops, constraints and declared order as the Pillow pipelines, each with its TF function.
 TF_OPS = {f.__name__: f for f in (decode, to_float, random_resized_crop, resize_224, random_flip, normalize,
                                   resize_and_pad_640)}
-TF_PIPELINES = {name: [dataclasses.replace(op, fn=TF_OPS[op.name]) for op in PILLOW_PIPELINES[name]]
+TF_PIPELINES = {name: [dataclasses.replace(op, fn=TF_OPS[op.name]) for op in PILLOW_PIPELINES[name].ops]
                 for name in PIPELINES}
 
 
