@@ -6,6 +6,7 @@ REPRO_REQUIRE_TFDATA=1 (as in CI), where that is a failure.
 """
 
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -337,3 +338,26 @@ def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
         time.sleep(0.2)
     assert not any(matches(r) for r in records)
     assert not (out / "run.log").exists() and not (out / "metrics.json").exists()
+
+
+@pytest.mark.workflow
+def test_workflow_builds_a_figure_from_engine_runs(tf, tmp_path):
+    """`pecan.engine: tfdata`: the same rules make fig8 from real runs at miniature scale."""
+    copy_workflow(tmp_path)
+    engine = tmp_path / "engine.yaml"
+    engine.write_text(yaml.safe_dump({"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, "images": 16}}}))
+    snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json",
+              "--configfile", str(TINY), str(engine), timeout=400)
+    assert (tmp_path / "plots" / "fig8_ResNet50_v2-8.png").stat().st_size > 1000
+    for mode in ("collocated", "cachew", "pecan"):
+        run = tmp_path / "results" / "runs" / "ResNet50_v2-8" / mode
+        assert "repro tfdata engine" in (run / "run.log").read_text().splitlines()[0]
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["engine"] == "tfdata" and metrics["spec"]["time_scale"] == 18.0
+        assert metrics["throughput"] > 0 and len(metrics["windows"]) <= 6
+        for status in (run / "service").glob("*.status.json"):  # the run stopped every process it started
+            assert not alive(json.loads(status.read_text())["pid"]), status
+    table = (tmp_path / "results" / "tables" / "ResNet50_v2-8.csv").read_text().splitlines()
+    assert len(table) == 4
+    settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
+    assert "engine tfdata" in settings["figure"]["engine_caption"] and "x18" in settings["figure"]["engine_caption"]
