@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from repro.pecan.logs import parse_log
 from repro.pecan.pipelines import IMAGENET_MEAN, IMAGENET_STD
 from repro.processes import alive, matches
 
-from support import TINY, copy_workflow, snakemake
+from support import TINY, copy_workflow, snakemake, stop_clusters
 
 REPO = Path(__file__).resolve().parents[1]
 REPRO = Path(sys.executable).parent / "repro"
@@ -342,8 +343,23 @@ def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
 
 @pytest.mark.workflow
 def test_workflow_builds_a_figure_from_engine_runs(tf, tmp_path):
-    """`pecan.engine: tfdata`: the same rules make fig8 from real runs at miniature scale."""
+    """`pecan.engine: tfdata`: cluster_start starts the dispatcher, the same rules make fig8 from real
+    runs at miniature scale, a dispatcher that is down fails the status and no run starts, and
+    cluster_stop stops it."""
+    from repro.pecan.tfdata.service import Service
+
     copy_workflow(tmp_path)
+    try:
+        _build_fig8_on_the_engine(tmp_path)
+    finally:
+        stop_clusters(tmp_path)
+    service = json.loads((tmp_path / "results" / "cluster" / "local" / "state.json").read_text())["engine_service"]
+    assert not Service(tmp_path / service["directory"]).state  # cluster_stop stopped the dispatcher and forgot it
+
+
+def _build_fig8_on_the_engine(tmp_path):
+    from repro.pecan.tfdata.service import Service
+
     engine = tmp_path / "engine.yaml"
     engine.write_text(yaml.safe_dump({"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, "images": 16}}}))
     snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json",
@@ -361,3 +377,18 @@ def test_workflow_builds_a_figure_from_engine_runs(tf, tmp_path):
     assert len(table) == 4
     settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
     assert "engine tfdata" in settings["figure"]["engine_caption"] and "x18" in settings["figure"]["engine_caption"]
+    status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
+    assert "[ OK ] tf.data service (results/cluster/local/tfdata): probe job returned elements" in status
+
+    service_dir = tmp_path / "results" / "cluster" / "local" / "tfdata"
+    dispatcher = Service(service_dir).state["dispatcher"]
+    os.kill(dispatcher["pid"], signal.SIGKILL)  # the dispatcher dies between runs
+    while alive(dispatcher["pid"]):
+        time.sleep(0.1)
+    failed = snakemake(tmp_path, "results/runs/ResNet50_v2-8/pecan/metrics.json", "--forcerun", "run",
+                       "--configfile", str(TINY), str(engine), check=False)
+    assert failed.returncode != 0
+    assert "localrule run:" not in failed.stdout + failed.stderr  # no run started
+    status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
+    assert f"[FAILED] tf.data service (results/cluster/local/tfdata): dispatcher (pid {dispatcher['pid']}) is not running" \
+        in status

@@ -15,8 +15,13 @@ def calibrated_pipelines(config):
 
 
 def cluster_settings(config):
-    """What `cluster_start` reads: the backend, the trace store and the backend's own section."""
+    """What `cluster_start` reads: the backend, the trace store, the backend's own section and the engine
+    when it has a service to start."""
+    from repro.pecan.engines import ENGINES
+
     settings = {"backend": config["backend"], "trace_store": config["trace_store"]}
+    if ENGINES[config["pecan"]["engine"]].start_service:  # the cluster runs the engine's service
+        settings["engine"] = config["pecan"]["engine"]
     if config["backend"] in config:
         settings[config["backend"]] = config[config["backend"]]
     return settings

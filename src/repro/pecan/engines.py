@@ -21,6 +21,11 @@ class Engine:
     extra: tuple | None = None  # (extra, module it provides) in pyproject.toml, checked at config load
     section: str | None = None  # the `pecan` key of its own settings, passed to its runs only
     caption: Callable | None = None  # (pecan config, experiment) -> what a figure says produced its bars
+    # a service `cluster_start` starts on the local backend (directory -> what its state records),
+    # its status checks (that record -> [{'name', 'ok', 'detail'}]) and its stop (record -> processes stopped)
+    start_service: Callable | None = None
+    service_checks: Callable | None = None
+    stop_service: Callable | None = None
 
 
 def _run_model(settings, experiment, mode, calibrations, out_dir, backend, service_dir):
@@ -35,6 +40,27 @@ def _run_tfdata(settings, experiment, mode, calibrations, out_dir, backend, serv
     return run_for_workflow(settings, experiment, mode, out_dir, backend, service_dir)
 
 
+def _start_tfdata(directory):
+    from repro.pecan.tfdata import require_tensorflow
+    from repro.pecan.tfdata.service import Service
+
+    require_tensorflow()
+    return {"engine": "tfdata", "directory": str(directory), "address": Service.start(directory).address}
+
+
+def _tfdata_checks(record):
+    from repro.pecan.tfdata.service import workflow_checks
+
+    return [{"name": f"tf.data service ({record['directory']}): {text}", "ok": ok, "detail": "" if ok else "see above"}
+            for ok, text in workflow_checks(record["directory"])]
+
+
+def _stop_tfdata(record):
+    from repro.pecan.tfdata.service import Service
+
+    return Service(record["directory"]).stop()
+
+
 def _tfdata_caption(pecan, experiment):
     from repro.pecan.tfdata import TIME_SCALE
 
@@ -47,7 +73,8 @@ def _tfdata_caption(pecan, experiment):
 ENGINES = {
     "model": Engine("the cluster model fed by the calibrated pipelines", _run_model),
     "tfdata": Engine("real runs on a tf.data service at miniature scale", _run_tfdata,
-                     extra=("tfdata", "tensorflow"), section="tfdata", caption=_tfdata_caption),
+                     extra=("tfdata", "tensorflow"), section="tfdata", caption=_tfdata_caption,
+                     start_service=_start_tfdata, service_checks=_tfdata_checks, stop_service=_stop_tfdata),
 }
 
 
@@ -57,6 +84,24 @@ def engine_of(settings):
     if name not in ENGINES:
         raise ReproError(f"pecan.engine: unknown engine {name!r}; expected one of {sorted(ENGINES)}")
     return name
+
+
+def start_engine_service(settings, state_path):
+    """Start the service of the engine the cluster settings name, next to the state; its record or None."""
+    engine = settings.get("engine")
+    if engine is None or ENGINES[engine].start_service is None:
+        return None
+    return ENGINES[engine].start_service(Path(state_path).parent / engine)
+
+
+def engine_service_checks(state):
+    record = state.get("engine_service")
+    return ENGINES[record["engine"]].service_checks(record) if record else []
+
+
+def stop_engine_service(state):
+    record = state.get("engine_service")
+    return ENGINES[record["engine"]].stop_service(record) if record else 0
 
 
 def run_engine(settings, experiment, mode, calibrations, out_dir, backend="local", service_dir=None):

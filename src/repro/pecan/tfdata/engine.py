@@ -36,7 +36,7 @@ from repro.pecan.cluster import JobSpec, make_policy
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
 from repro.pecan.tfdata import TIME_SCALE, ops, tensorflow
-from repro.pecan.tfdata.service import Service
+from repro.pecan.tfdata.service import Service, exclusive
 
 tf = tensorflow()
 
@@ -339,7 +339,8 @@ def run_for_workflow(settings, experiment, mode, out_dir, backend="local", servi
     spec = spec_from_config(settings["pecan"], experiment, mode, seed=settings["seed"],
                             time_scale=miniature.pop("time_scale", None),
                             decision_steps=miniature.pop("decision_steps", None), **miniature)
-    metrics = run(spec, out, out / "data", service_dir)
+    with exclusive(service_dir) if service_dir else contextlib.nullcontext():  # one run at a time on a shared one
+        metrics = run(spec, out, out / "data", service_dir)
     windows = [(w["start_s"], w["seconds"], w["first_step"], w["steps"], *Window(**{
         k: w[k] for k in ("start_s", "first_step", "steps", "seconds", "workers", "workers_after")}).counts)
         for w in metrics["windows"]]
