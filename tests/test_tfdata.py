@@ -5,6 +5,7 @@ Needs the 'tfdata' extra (TensorFlow); without it these tests are skipped, unles
 REPRO_REQUIRE_TFDATA=1 (as in CI), where that is a failure.
 """
 
+import csv
 import importlib.util
 import json
 import os
@@ -85,6 +86,14 @@ def test_engine_tfdata_without_tensorflow_fails_at_config_check(tmp_path):
     assert result.returncode != 0
     assert "config: pecan.engine: needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr + result.stdout
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.fault
+def test_validation_refuses_runs_of_the_model(tmp_path):
+    from repro.pecan.validation import validation_rows
+
+    with pytest.raises(ReproError, match=r"m.json: not a tf.data engine run \(engine 'model'\); .*pecan.engine: tfdata"):
+        validation_rows({"experiment": "E", "mode": "pecan"}, {}, 32, "m.json")
 
 
 def test_engine_is_checked_against_the_registry(pecan_config):
@@ -363,7 +372,7 @@ def _build_fig8_on_the_engine(tmp_path):
     engine = tmp_path / "engine.yaml"
     engine.write_text(yaml.safe_dump({"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, "images": 16}}}))
     snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json",
-              "--configfile", str(TINY), str(engine), timeout=400)
+              "plots/validation_ResNet50_v2-8.pdf", "--configfile", str(TINY), str(engine), timeout=400)
     assert (tmp_path / "plots" / "fig8_ResNet50_v2-8.png").stat().st_size > 1000
     for mode in ("collocated", "cachew", "pecan"):
         run = tmp_path / "results" / "runs" / "ResNet50_v2-8" / mode
@@ -377,6 +386,14 @@ def _build_fig8_on_the_engine(tmp_path):
     assert len(table) == 4
     settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
     assert "engine tfdata" in settings["figure"]["engine_caption"] and "x18" in settings["figure"]["engine_caption"]
+    with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
+        validation = list(csv.DictReader(fh))
+    assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan"}
+    for row in validation:  # the model's prediction for the deployment the engine measured, and the gap
+        measured, predicted = float(row["engine_examples_per_s"]), float(row["model_examples_per_s"])
+        assert measured > 0 and predicted > 0
+        assert float(row["model_vs_engine"]) == pytest.approx(predicted / measured - 1, abs=1e-3)
+    assert (tmp_path / "plots" / "validation_ResNet50_v2-8.png").stat().st_size > 1000
     status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
     assert "[ OK ] tf.data service (results/cluster/local/tfdata): probe job returned elements" in status
 
@@ -391,4 +408,4 @@ def _build_fig8_on_the_engine(tmp_path):
     assert "localrule run:" not in failed.stdout + failed.stderr  # no run started
     status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
     assert f"[FAILED] tf.data service (results/cluster/local/tfdata): dispatcher (pid {dispatcher['pid']}) is not running" \
-        in status
+        in status, failed.stdout[-3000:] + failed.stderr[-3000:]
