@@ -51,7 +51,8 @@ def _start_tfdata(directory):
 def _tfdata_checks(record):
     from repro.pecan.tfdata.service import workflow_checks
 
-    return [{"name": f"tf.data service ({record['directory']}): {text}", "ok": ok, "detail": "" if ok else "see above"}
+    where = f"tf.data service ({record['directory']})"
+    return [{"name": f"{where}: {text}", "ok": True, "detail": ""} if ok else {"name": where, "ok": False, "detail": text}
             for ok, text in workflow_checks(record["directory"])]
 
 
