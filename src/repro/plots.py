@@ -181,8 +181,8 @@ def plot_validation(rows, outputs, title, caption, style):
                label="model (predicted)" if x == 0 else None)
         ax.text(x + 0.2, row["model_examples_per_s"], f"{row['model_vs_engine']:+.0%}", ha="center", va="bottom",
                 fontsize=max(5, style["font_size"] - 2))
-    labels = [f"{LABELS.get(r['mode'], r['mode'])}\n{r['remote_workers']}r+{r['local_workers']}l" for r in rows]
-    ax.set_xticks(range(len(rows)), labels, fontsize=max(5, style["font_size"] - 2))
+    labels = [f"{LABELS.get(r['mode'], r['mode'])} {r['remote_workers']}r+{r['local_workers']}l" for r in rows]
+    ax.set_xticks(range(len(rows)), labels, fontsize=max(5, style["font_size"] - 2), rotation=35, ha="right")
     ax.set_ylabel("examples/s (miniature scale)")
     ax.set_title(title)
     top = max(max(r["engine_examples_per_s"], r["model_examples_per_s"]) for r in rows)
