@@ -1,5 +1,6 @@
 localrules:
     plot,
+    validation,
     provenance,
 
 
@@ -45,3 +46,30 @@ rule provenance:
         settings=lambda wildcards: provenance_settings(config, wildcards.any_figure),
     script:
         "../workflow/scripts/provenance.py"
+
+
+# The engine's runs (pecan.engine: tfdata) against the cluster model's predictions for the same
+# deployments, calibration and scale.
+rule validation:
+    input:
+        metrics=lambda wildcards: expand(
+            "results/runs/{{experiment}}/{mode}/metrics.json",
+            mode=modes_of(wildcards.experiment),
+        ),
+        calibration=CALIBRATIONS,
+    output:
+        pdf="plots/validation_{experiment}.pdf",
+        png="plots/validation_{experiment}.png",
+        table="results/validation/{experiment}.csv",
+    log:
+        "results/logs/validation/{experiment}.log",
+    conda:
+        "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        network_gbps=config["pecan"]["cluster"]["network_gbps"],
+        style=config["plots"]["style"],
+    script:
+        "../workflow/scripts/validation.py"

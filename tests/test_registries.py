@@ -14,6 +14,7 @@ from support import BIN, REPO, TINY, copy_workflow, path_env
 from repro.backends import Backend, backend_names, get_backend
 from repro.config import load_config, schema
 from repro.errors import ReproError
+from repro.pecan.engines import ENGINES
 from repro.pecan.pipelines import PIPELINES
 from repro.trims.eviction import POLICIES
 from repro.trims.workload import DISTRIBUTIONS
@@ -144,6 +145,7 @@ def test_the_schema_names_come_from_the_registries():
     assert properties["backend"]["enum"] == backend_names() == ["local", "ssh"]
     pipeline = properties["pecan"]["properties"]["models"]["additionalProperties"]["properties"]["pipeline"]
     assert pipeline["enum"] == list(PIPELINES)
+    assert properties["pecan"]["properties"]["engine"]["enum"] == list(ENGINES)
     trims = properties["trims"]["properties"]
     assert trims["server"]["properties"]["eviction"]["enum"] == list(POLICIES)
     assert trims["distributions"]["properties"]["runs"]["propertyNames"]["enum"] == list(DISTRIBUTIONS)
@@ -152,7 +154,7 @@ def test_the_schema_names_come_from_the_registries():
 def test_the_config_documentation_lists_the_registered_names():
     rows = {line.split("|")[1].strip(): line for line in (REPO / "config" / "README.md").read_text().splitlines()
             if line.startswith("| `")}
-    for key, names in (("`backend`", backend_names()), ("`pecan.models.<m>`", PIPELINES),
+    for key, names in (("`backend`", backend_names()), ("`pecan.models.<m>`", PIPELINES), ("`pecan.engine`", ENGINES),
                        ("`trims.server`", POLICIES), ("`trims.distributions`", DISTRIBUTIONS)):
         assert all(name in rows[key] for name in names), (key, list(names))
 

@@ -5,22 +5,28 @@ Needs the 'tfdata' extra (TensorFlow); without it these tests are skipped, unles
 REPRO_REQUIRE_TFDATA=1 (as in CI), where that is a failure.
 """
 
+import csv
 import importlib.util
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from repro.config import validate_config
 from repro.errors import ReproError
 from repro.pecan.logs import parse_log
 from repro.pecan.pipelines import IMAGENET_MEAN, IMAGENET_STD
 from repro.processes import alive, matches
+
+from support import TINY, copy_workflow, snakemake, stop_clusters
 
 REPO = Path(__file__).resolve().parents[1]
 REPRO = Path(sys.executable).parent / "repro"
@@ -48,16 +54,18 @@ def data(tmp_path_factory):
     return tmp_path_factory.mktemp("data")
 
 
+# Python code that makes `import tensorflow` fail, as where the extra is not installed
+HIDE_TENSORFLOW = ("import sys\nfrom importlib.abc import MetaPathFinder\n"
+                   "class Missing(MetaPathFinder):\n"
+                   "    def find_spec(self, name, path=None, target=None):\n"
+                   "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
+                   "            raise ModuleNotFoundError(name)\n"
+                   "sys.meta_path.insert(0, Missing())\n")
+
+
 @pytest.mark.fault
 def test_without_tensorflow_the_engine_names_the_extra(tmp_path):
-    code = ("import sys\nfrom importlib.abc import MetaPathFinder\n"
-            "class Missing(MetaPathFinder):\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
-            "            raise ModuleNotFoundError(name)\n"
-            "sys.meta_path.insert(0, Missing())\n"
-            "from repro.cli import main\n"
-            "sys.exit(main(sys.argv[1:]))\n")
+    code = HIDE_TENSORFLOW + "from repro.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     for command in (["start", "--state-dir", str(tmp_path / "service")],
                     ["run", "--experiment", "ResNet50_v2-8", "--mode", "collocated", "--out", str(tmp_path / "run")]):
         result = subprocess.run([sys.executable, "-c", code, "pecan", "tfdata", *command], capture_output=True,
@@ -65,6 +73,34 @@ def test_without_tensorflow_the_engine_names_the_extra(tmp_path):
         assert result.returncode == 1, command
         assert "needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr, command
     assert not (tmp_path / "service").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.fault
+def test_engine_tfdata_without_tensorflow_fails_at_config_check(tmp_path):
+    """Snakemake's parse (the Snakefile's config check) names the extra; nothing runs."""
+    copy_workflow(tmp_path)
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_TENSORFLOW)
+    result = snakemake(tmp_path, "--dry-run", "--configfile", str(TINY), "--config", "pecan={engine: tfdata}",
+                       check=False, env={"PYTHONPATH": str(tmp_path / "hide")})
+    assert result.returncode != 0
+    assert "config: pecan.engine: needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr + result.stdout
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.fault
+def test_validation_refuses_runs_of_the_model(tmp_path):
+    from repro.pecan.validation import validation_rows
+
+    with pytest.raises(ReproError, match=r"m.json: not a tf.data engine run \(engine 'model'\); .*pecan.engine: tfdata"):
+        validation_rows({"experiment": "E", "mode": "pecan"}, {}, 32, "m.json")
+
+
+def test_engine_is_checked_against_the_registry(pecan_config):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["pecan"]["engine"] = "simulator"
+    with pytest.raises(ReproError, match=r"config: pecan.engine: 'simulator' is not one of \['model', 'tfdata'\]"):
+        validate_config(config)
 
 
 # -- pipelines ---------------------------------------------------------------------------------
@@ -312,3 +348,64 @@ def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
         time.sleep(0.2)
     assert not any(matches(r) for r in records)
     assert not (out / "run.log").exists() and not (out / "metrics.json").exists()
+
+
+@pytest.mark.workflow
+def test_workflow_builds_a_figure_from_engine_runs(tf, tmp_path):
+    """`pecan.engine: tfdata`: cluster_start starts the dispatcher, the same rules make fig8 from real
+    runs at miniature scale, a dispatcher that is down fails the status and no run starts, and
+    cluster_stop stops it."""
+    from repro.pecan.tfdata.service import Service
+
+    copy_workflow(tmp_path)
+    try:
+        _build_fig8_on_the_engine(tmp_path)
+    finally:
+        stop_clusters(tmp_path)
+    service = json.loads((tmp_path / "results" / "cluster" / "local" / "state.json").read_text())["engine_service"]
+    assert not Service(tmp_path / service["directory"]).state  # cluster_stop stopped the dispatcher and forgot it
+
+
+def _build_fig8_on_the_engine(tmp_path):
+    from repro.pecan.tfdata.service import Service
+
+    engine = tmp_path / "engine.yaml"
+    engine.write_text(yaml.safe_dump({"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, "images": 16}}}))
+    snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json",
+              "plots/validation_ResNet50_v2-8.pdf", "--configfile", str(TINY), str(engine), timeout=400)
+    assert (tmp_path / "plots" / "fig8_ResNet50_v2-8.png").stat().st_size > 1000
+    for mode in ("collocated", "cachew", "pecan"):
+        run = tmp_path / "results" / "runs" / "ResNet50_v2-8" / mode
+        assert "repro tfdata engine" in (run / "run.log").read_text().splitlines()[0]
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["engine"] == "tfdata" and metrics["spec"]["time_scale"] == 18.0
+        assert metrics["throughput"] > 0 and len(metrics["windows"]) <= 6
+        for status in (run / "service").glob("*.status.json"):  # the run stopped every process it started
+            assert not alive(json.loads(status.read_text())["pid"]), status
+    table = (tmp_path / "results" / "tables" / "ResNet50_v2-8.csv").read_text().splitlines()
+    assert len(table) == 4
+    settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
+    assert "engine tfdata" in settings["figure"]["engine_caption"] and "x18" in settings["figure"]["engine_caption"]
+    with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
+        validation = list(csv.DictReader(fh))
+    assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan"}
+    for row in validation:  # the model's prediction for the deployment the engine measured, and the gap
+        measured, predicted = float(row["engine_examples_per_s"]), float(row["model_examples_per_s"])
+        assert measured > 0 and predicted > 0
+        assert float(row["model_vs_engine"]) == pytest.approx(predicted / measured - 1, abs=1e-3)
+    assert (tmp_path / "plots" / "validation_ResNet50_v2-8.png").stat().st_size > 1000
+    status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
+    assert "[ OK ] tf.data service (results/cluster/local/tfdata): probe job returned elements" in status
+
+    service_dir = tmp_path / "results" / "cluster" / "local" / "tfdata"
+    dispatcher = Service(service_dir).state["dispatcher"]
+    os.kill(dispatcher["pid"], signal.SIGKILL)  # the dispatcher dies between runs
+    while alive(dispatcher["pid"]):
+        time.sleep(0.1)
+    failed = snakemake(tmp_path, "results/runs/ResNet50_v2-8/pecan/metrics.json", "--forcerun", "run",
+                       "--configfile", str(TINY), str(engine), check=False)
+    assert failed.returncode != 0
+    assert "localrule run:" not in failed.stdout + failed.stderr  # no run started
+    status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
+    assert f"[FAILED] tf.data service (results/cluster/local/tfdata): dispatcher (pid {dispatcher['pid']}) is not running" \
+        in status, failed.stdout[-3000:] + failed.stderr[-3000:]

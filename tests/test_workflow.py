@@ -1,5 +1,6 @@
 """End-to-end tests of the Snakemake workflow on a tiny config: dry-run, a real run, partial reruns."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -110,6 +111,23 @@ def test_changing_a_mode_parameter_reruns_that_mode_and_downstream_only(built):
         "costs[ResNet50_v2-8]", "costs[RetinaNet]", "plot[fig8_ResNet50_v2-8]", "plot[RetinaNet]",
         "provenance[fig8_ResNet50_v2-8]", "provenance[RetinaNet]",
     ])
+
+
+def test_switching_the_engine_reruns_the_runs_and_downstream_only(built):
+    if importlib.util.find_spec("tensorflow") is None:  # the config check needs the extra for engine tfdata
+        if os.environ.get("REPRO_REQUIRE_TFDATA") == "1":
+            raise RuntimeError("REPRO_REQUIRE_TFDATA=1 but tensorflow is not installed (pip install -e '.[tfdata]')")
+        pytest.skip("tensorflow is not installed (pip install -e '.[tfdata]')")
+    runs = {"Getting_started": ["short"], "ResNet50_v2-8": ["collocated", "cachew", "pecan"],
+            "RetinaNet": ["collocated", "cachew", "pecan"]}
+    figures = {"Getting_started": "Getting_started", "ResNet50_v2-8": "fig8_ResNet50_v2-8", "RetinaNet": "RetinaNet"}
+    expected = ["all"]
+    for experiment, modes in runs.items():
+        expected += [f"{rule}[{experiment},{mode}]" for mode in modes for rule in ("cluster_status", "run",
+                                                                                 "download_traces")]
+        expected += [f"{rule}[{experiment}]" for rule in ("combine", "summarize", "costs")]
+        expected += [f"{rule}[{figures[experiment]}]" for rule in ("plot", "provenance")]
+    assert planned_jobs(built, *configfiles(built, {"pecan": {"engine": "tfdata"}})) == sorted(expected)
 
 
 def test_changing_plot_style_reruns_only_plotting(built):

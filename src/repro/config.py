@@ -30,8 +30,9 @@ _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 def schema():
     """The config schema, shipped inside the package, with the names of registered things (backends,
-    pipelines, request distributions, eviction policies, calibration presets) filled in from their registries."""
+    engines, pipelines, request distributions, eviction policies, calibration presets) filled in from their registries."""
     from repro.backends import backend_names
+    from repro.pecan.engines import ENGINES
     from repro.pecan.pipelines import PIPELINES
     from repro.pecan.presets import PRESETS
     from repro.trims.eviction import POLICIES
@@ -42,6 +43,7 @@ def schema():
     properties = tree["properties"]
     properties["backend"]["enum"] = backend_names()
     properties["calibration"]["properties"]["preset"]["enum"] = list(PRESETS)
+    properties["pecan"]["properties"]["engine"]["enum"] = list(ENGINES)
     properties["pecan"]["properties"]["models"]["additionalProperties"]["properties"]["pipeline"]["enum"] = list(PIPELINES)
     trims = properties["trims"]["properties"]
     trims["server"]["properties"]["eviction"]["enum"] = list(POLICIES)
@@ -168,6 +170,11 @@ def check_references(config, source="config"):
                              f"expected one of {sorted(REFERENCE_PLOTS)}")
     if backend.extra:
         _require_extra(source, "backend", *backend.extra)
+    from repro.pecan.engines import ENGINES
+
+    engine = ENGINES[pecan["engine"]]
+    if engine.extra:
+        _require_extra(source, "pecan.engine", *engine.extra)
     for key, value in (("trace_store", config.get("trace_store")), ("trims.asset_store", trims.get("asset_store"))):
         if str(value).startswith("gs://"):
             _require_extra(source, key, "gcs", "google.cloud.storage")

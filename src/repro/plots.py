@@ -167,3 +167,29 @@ def plot_distributions(rows, outputs, caption, style):
         axis.set_xticks(sorted({r["concurrency"] for r in rows}))
     fig.suptitle("TrIMS: request distributions and concurrency (shared mode)")
     _save(fig, outputs, caption, style)
+
+
+def plot_validation(rows, outputs, title, caption, style):
+    """Per mode and deployment: the engine's measured examples/s next to the model's prediction."""
+    plt.rcParams.update({"font.size": style["font_size"]})
+    fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
+    for x, row in enumerate(rows):
+        color = COLORS.get(row["mode"], "#7f7f7f")
+        ax.bar(x - 0.2, row["engine_examples_per_s"], 0.4, color=color, edgecolor="black", linewidth=0.6,
+               label="engine (measured)" if x == 0 else None)
+        ax.bar(x + 0.2, row["model_examples_per_s"], 0.4, color="white", edgecolor=color, hatch="//", linewidth=0.8,
+               label="model (predicted)" if x == 0 else None)
+        ax.text(x + 0.2, row["model_examples_per_s"], f"{row['model_vs_engine']:+.0%}", ha="center", va="bottom",
+                fontsize=max(5, style["font_size"] - 2))
+    labels = [f"{LABELS.get(r['mode'], r['mode'])} {r['remote_workers']}r+{r['local_workers']}l" for r in rows]
+    ax.set_xticks(range(len(rows)), labels, fontsize=max(5, style["font_size"] - 2), rotation=35, ha="right")
+    ax.set_ylabel("examples/s (miniature scale)")
+    ax.set_title(title)
+    top = max(max(r["engine_examples_per_s"], r["model_examples_per_s"]) for r in rows)
+    ax.set_ylim(0, top * 1.3)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.legend(loc="upper center", ncol=2, frameon=False, fontsize=max(6, style["font_size"] - 1))
+    converged = "; ".join(f"{LABELS.get(m, m)} engine {e} / model {d}" for m, e, d in dict.fromkeys(
+        (r["mode"], r["engine_converged"], r["model_converged"]) for r in rows))
+    _save(fig, outputs, f"{caption}; converged remote+local workers: {converged}", style)

@@ -15,8 +15,13 @@ def calibrated_pipelines(config):
 
 
 def cluster_settings(config):
-    """What `cluster_start` reads: the backend, the trace store and the backend's own section."""
+    """What `cluster_start` reads: the backend, the trace store, the backend's own section and the engine
+    when it has a service to start."""
+    from repro.pecan.engines import ENGINES
+
     settings = {"backend": config["backend"], "trace_store": config["trace_store"]}
+    if ENGINES[config["pecan"]["engine"]].start_service:  # the cluster runs the engine's service
+        settings["engine"] = config["pecan"]["engine"]
     if config["backend"] in config:
         settings[config["backend"]] = config[config["backend"]]
     return settings
@@ -34,9 +39,16 @@ def settings_digest(settings):
 
 
 def run_settings(config, experiment, mode):
-    """The config subset one Pecan run reads (prices excluded: they only affect cost tables)."""
+    """The config subset one Pecan run reads (prices excluded: they only affect cost tables). The engine
+    is here and in no other rule's settings: switching it reruns the runs and what reads them."""
     pecan = config["pecan"]
     exp = pecan["experiments"][experiment]
+    from repro.pecan.engines import ENGINES
+
+    engine = {"engine": pecan["engine"]}
+    section = ENGINES[pecan["engine"]].section
+    if section:  # an engine's own settings matter to its runs only
+        engine[section] = pecan[section]
     return {
         "seed": config["seed"],
         "repeats": config["repeats"],
@@ -47,6 +59,7 @@ def run_settings(config, experiment, mode):
             "accelerators": {exp["accelerator"]: pecan["accelerators"][exp["accelerator"]]},
             "modes": {mode: pecan["modes"][mode]},
             "cluster": pecan["cluster"],
+            **engine,
         },
     }
 
@@ -64,9 +77,13 @@ def cost_settings(config, experiment):
 
 
 def figure_settings(config, figure):
+    from repro.pecan.engines import ENGINES
+
     spec = config["plots"]["figures"][figure]
+    engine = ENGINES[config["pecan"]["engine"]]
     return {
         "experiment": spec["experiment"],
+        "engine_caption": engine.caption(config["pecan"], spec["experiment"]) if engine.caption else None,
         "reference": spec.get("reference"),
         "style": config["plots"]["style"],
         "backend": config["backend"],
@@ -88,10 +105,13 @@ def provenance_settings(config, figure):
     }
 
 
-def caption(backend, preset, calibrations):
-    """Say what produced the bars: the backend, the calibration preset and where it was measured."""
+def caption(backend, preset, calibrations, engine_caption=None):
+    """Say what produced the bars: the engine when it is not the cluster model, else the backend, the
+    calibration preset and where the pipelines were measured."""
     from repro.backends import get_backend
 
+    if engine_caption:
+        return f"{engine_caption}; backend={backend}"
     machine = next(iter(calibrations.values()))["machine"] if calibrations else {}
     where = f"{machine.get('cpu_model', 'unknown CPU')}, {machine.get('logical_cpus', '?')} CPUs"
     return get_backend(backend).caption(preset, where)

@@ -17,4 +17,5 @@ request = RunRequest(
     receipt=Path(snakemake.output.receipt),
 )
 metrics = get_backend(state["backend"]).execute(request, state)
-print(json.dumps({k: metrics[k] for k in ("throughput", "remote_workers", "local_workers", "simulated_seconds")}))
+print(json.dumps({k: metrics[k] for k in ("throughput", "remote_workers", "local_workers", "simulated_seconds", "wall_s")
+                  if k in metrics}))

@@ -12,7 +12,8 @@ from repro.rulesettings import caption
 sys.stdout = sys.stderr = open(snakemake.log[0], "w")
 settings = snakemake.params.settings
 reference = REFERENCE_PLOTS.get(settings["reference"]) if settings["reference"] else None
-text = caption(settings["backend"], settings["preset"], load_calibrations(snakemake.input.calibration))
+text = caption(settings["backend"], settings["preset"], load_calibrations(snakemake.input.calibration),
+               settings["engine_caption"])
 figures = [snakemake.output.pdf, snakemake.output.png]
 plot_costs(snakemake.input.table, figures, settings["experiment"], text, settings["style"], reference)
 verdicts = reference_verdicts(snakemake.wildcards.figure, read_table(snakemake.input.table), reference)

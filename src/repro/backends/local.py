@@ -44,10 +44,15 @@ class LocalBackend(Backend):
             if path.exists() and not path.is_dir():
                 raise ReproError(f"trace_store: {store} exists and is not a directory")
             path.mkdir(parents=True, exist_ok=True)  # kept as configured: relative to the workflow directory
-        return {"trace_store": store}
+        from repro.pecan.engines import start_engine_service
+
+        service = start_engine_service(settings, state_path)
+        return {"trace_store": store, **({"engine_service": service} if service else {})}
 
     def describe(self, state):
-        return f"local backend: runs on this machine, traces to {state['trace_store']}"
+        service = state.get("engine_service")
+        return (f"local backend: runs on this machine, traces to {state['trace_store']}"
+                + (f"; {service['engine']} service at {service['address']}" if service else ""))
 
     def checks(self, state):
         store = state.get("trace_store", "")
@@ -58,16 +63,24 @@ class LocalBackend(Backend):
             ok = free > MIN_FREE_BYTES
             checks.append({"name": f"free disk space at {store}", "ok": ok,
                            "detail": "" if ok else f"only {free >> 20} MiB free, {MIN_FREE_BYTES >> 20} MiB needed"})
-        return checks
+        from repro.pecan.engines import engine_service_checks
+
+        return checks + engine_service_checks(state)
 
     def run(self, request: RunRequest, state):
-        from repro.pecan.run import load_calibrations, run_mode
+        from repro.pecan.engines import run_engine
+        from repro.pecan.run import load_calibrations
 
-        return run_mode(request.settings, request.experiment, request.mode,
-                        load_calibrations(request.calibration_paths), request.run_dir)
+        service = state.get("engine_service")
+        return run_engine(request.settings, request.experiment, request.mode,
+                          load_calibrations(request.calibration_paths), request.run_dir,
+                          service_dir=service["directory"] if service else None)
 
     def stop(self, state):
-        return {"stopped": []}
+        from repro.pecan.engines import stop_engine_service
+
+        stopped = stop_engine_service(state)
+        return {"stopped": [f"{state['engine_service']['engine']} service: {stopped} process(es)"] if stopped else []}
 
     def caption(self, preset, measured_on):
         return (f"local model (backend=local, calibration={preset}; pipelines measured on {measured_on}); "

@@ -105,7 +105,8 @@ def _calibrate(args):
 
 def _run(args):
     from repro.config import load_config
-    from repro.pecan.run import load_calibrations, run_mode
+    from repro.pecan.engines import engine_of, run_engine
+    from repro.pecan.run import load_calibrations
 
     if args.settings:
         try:
@@ -118,11 +119,10 @@ def _run(args):
                              f"(missing {', '.join(missing)})")
     else:
         config = load_config(args.config)
-    metrics = run_mode(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,
-                       backend=args.backend)
-    epoch = metrics["spec"]["steps_per_epoch"] * metrics["spec"]["batch_size"] / metrics["throughput"]
-    print(f"{args.out}: {metrics['remote_workers']} remote + {metrics['local_workers']} local workers, "
-          f"{metrics['throughput']:.0f} examples/s, {epoch:.1f} s/epoch")
+    metrics = run_engine(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,
+                         backend=args.backend)
+    print(f"{args.out}: {engine_of(config)} engine, {metrics['remote_workers']} remote + "
+          f"{metrics['local_workers']} local workers, {metrics['throughput']:.0f} examples/s")
 
 
 def _costs(args):

@@ -84,15 +84,22 @@ def write_log(sim, path, preset):
 
 def trace_events(sim):
     spec = sim.spec
-    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": f"{spec.experiment} {spec.mode}"}}]
-    for window in sim.windows:
-        ts = window.start_s * 1e6
-        rate = window.steps * spec.batch_size / window.seconds
-        events.append({"ph": "C", "name": "workers", "ts": ts, "pid": 1, "args": {"remote": window.remote, "local": window.local}})
-        events.append({"ph": "C", "name": "throughput", "ts": ts, "pid": 1, "args": {"examples_per_second": rate}})
-        events.append({"ph": "X", "name": "train_steps", "cat": "training", "ts": ts, "dur": window.seconds * 1e6,
-                       "pid": 1, "tid": 1, "args": {"first_step": window.first_step, "steps": window.steps}})
-    for t, state, remote, local in sim.decisions:
+    windows = [(w.start_s, w.seconds, w.first_step, w.steps, w.remote, w.local) for w in sim.windows]
+    return window_events(f"{spec.experiment} {spec.mode}", spec.batch_size, windows, sim.decisions)
+
+
+def window_events(name, batch_size, windows, decisions):
+    """A run's trace: per window (start_s, seconds, first_step, steps, remote, local) its workers,
+    throughput and training span; per decision (time_s, state, remote, local) an instant."""
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": name}}]
+    for start_s, seconds, first_step, steps, remote, local in windows:
+        ts = start_s * 1e6
+        events.append({"ph": "C", "name": "workers", "ts": ts, "pid": 1, "args": {"remote": remote, "local": local}})
+        events.append({"ph": "C", "name": "throughput", "ts": ts, "pid": 1,
+                       "args": {"examples_per_second": steps * batch_size / seconds}})
+        events.append({"ph": "X", "name": "train_steps", "cat": "training", "ts": ts, "dur": seconds * 1e6,
+                       "pid": 1, "tid": 1, "args": {"first_step": first_step, "steps": steps}})
+    for t, state, remote, local in decisions:
         events.append({"ph": "i", "name": "placement_decision", "cat": "policy", "ts": t * 1e6, "pid": 1, "tid": 2,
                        "s": "p", "args": {"state": state, "remote": remote, "local": local}})
     return events

@@ -35,18 +35,11 @@ from repro.fsutil import atomic_path, write_json
 from repro.pecan.cluster import JobSpec, make_policy
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
-from repro.pecan.tfdata import ops, tensorflow
-from repro.pecan.tfdata.service import Service
+from repro.pecan.tfdata import TIME_SCALE, ops, tensorflow
+from repro.pecan.tfdata.service import Service, exclusive
 
 tf = tensorflow()
 
-# Per pipeline, from benchmarks/tfdata.py on this 2-core machine under the load of other work
-# (load average 5-11, so rates moved by up to a third between runs): ResNet one 1-vCPU worker
-# 130-192 examples/s, two 205-236, so 3234 examples/s (v2-8) / 18 = 180 lies between them;
-# RetinaNet one worker 29-31, two 36-41 (78 MB batches over loopback: the transfer, not the
-# pipeline, limits two workers), so 196 / 6 = 33. The benchmark prints the factor midway between
-# one and two workers on the machine at hand; --time-scale sets it.
-TIME_SCALE = {"resnet": 18.0, "retinanet": 6.0}
 # A policy decision per window of about WINDOW_S of training (at least MIN_WINDOW_STEPS steps):
 # 16 steps for ResNet, 8 for RetinaNet at the default scales (fewer batches per window let noise
 # reach the policies' 3-10% thresholds).
@@ -330,5 +323,34 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
         "local_workers": parsed.local_workers,
         "converged": parsed.converged,
     }
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def run_for_workflow(settings, experiment, mode, out_dir, backend="local", service_dir=None):
+    """The `run` rule's job with `pecan.engine: tfdata`: one real run of experiment x mode with the
+    config's miniature settings (`pecan.tfdata`), written as every engine writes it: run.log,
+    metrics.json (with its one run as `repeats`: a real run is not repeated) and the trace."""
+    from repro.pecan.run import window_events
+    from repro.traces import write_trace
+
+    out = Path(out_dir)
+    miniature = dict(settings["pecan"].get("tfdata", {}))
+    spec = spec_from_config(settings["pecan"], experiment, mode, seed=settings["seed"],
+                            time_scale=miniature.pop("time_scale", None),
+                            decision_steps=miniature.pop("decision_steps", None), **miniature)
+    with exclusive(service_dir) if service_dir else contextlib.nullcontext():  # one run at a time on a shared one
+        metrics = run(spec, out, out / "data", service_dir)
+    windows = [(w["start_s"], w["seconds"], w["first_step"], w["steps"], *Window(**{
+        k: w[k] for k in ("start_s", "first_step", "steps", "seconds", "workers", "workers_after")}).counts)
+        for w in metrics["windows"]]
+    decisions = [(d["time_s"], d["state"], d["remote"], d["local"]) for d in metrics["decisions"]]
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    write_trace(out / "traces" / f"{experiment}-{mode}.json",
+                window_events(f"{experiment} {mode}", spec.batch_size, windows, decisions),
+                {"otherData": {"run_id": f"{experiment}-{mode}-seed{spec.seed}", "experiment": experiment, "mode": mode,
+                               "backend": backend, "engine": "tfdata", "time_scale": spec.time_scale}})
+    metrics.update(backend=backend, repeats=[{"repeat": 0, "seed": spec.seed, "log": "run.log", **{
+        key: metrics[key] for key in ("converged", "throughput", "remote_workers", "local_workers")}}])
     write_json(out / "metrics.json", metrics)
     return metrics

@@ -14,6 +14,8 @@ threads-1 (modulo the CPUs this process may use), slot being the lowest number n
 holds; see repro.pecan.tfdata.server.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -259,6 +261,34 @@ class Service:
         if not values or values[0] == "[]":
             return False, f"probe job failed: {(result.stderr.strip().splitlines() or ['no output'])[-1]}"
         return True, f"probe job returned elements {values[0]}"
+
+
+@contextlib.contextmanager
+def exclusive(directory):
+    """Hold the service in `directory` for one user at a time (a run, or a status check's probe
+    worker): a worker that joined would serve another run's job and change what it measures."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    with open(Path(directory) / "use.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
+        yield
+
+
+def workflow_checks(directory):
+    """The status checks of a workflow's service: dispatcher running and answering, then a probe job
+    served by a probe worker (the service holds no workers between runs); [(ok, text)]."""
+    with exclusive(directory):
+        service = Service(directory, owned=True)
+        lines = service.checks(expect_workers=0, probe=False)
+        if not all(ok for ok, _ in lines):
+            return lines
+        try:
+            service.add_worker("remote", 1)
+            return lines + [service.probe()]
+        except ReproError as exc:
+            return lines + [(False, f"probe worker: {exc}")]
+        finally:
+            while service.remove_worker("remote"):
+                pass
 
 
 def print_checks(lines, out=sys.stdout):

@@ -1,0 +1,111 @@
+"""What turns a run's settings into run.log, metrics.json and a trace: the engines registry.
+
+`pecan.engine` names one of ENGINES. `model` is the cluster model (repro.pecan.run); `tfdata` runs
+the mode for real on a tf.data service at miniature scale (repro.pecan.tfdata, the 'tfdata'
+extra). Every engine writes the same files, so the trace, cost and plot rules read either.
+A backend's `run` calls `run_engine`; the cluster a backend starts may hold an engine's
+service (its state's `engine` entry), which the run then uses.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from repro.errors import ReproError
+
+
+@dataclass(frozen=True)
+class Engine:
+    description: str
+    run: Callable  # (settings, experiment, mode, calibrations, out_dir, backend, service_dir) -> metrics
+    extra: tuple | None = None  # (extra, module it provides) in pyproject.toml, checked at config load
+    section: str | None = None  # the `pecan` key of its own settings, passed to its runs only
+    caption: Callable | None = None  # (pecan config, experiment) -> what a figure says produced its bars
+    # a service `cluster_start` starts on the local backend (directory -> what its state records),
+    # its status checks (that record -> [{'name', 'ok', 'detail'}]) and its stop (record -> processes stopped)
+    start_service: Callable | None = None
+    service_checks: Callable | None = None
+    stop_service: Callable | None = None
+
+
+def _run_model(settings, experiment, mode, calibrations, out_dir, backend, service_dir):
+    from repro.pecan.run import run_mode
+
+    return run_mode(settings, experiment, mode, calibrations, out_dir, backend)
+
+
+def _run_tfdata(settings, experiment, mode, calibrations, out_dir, backend, service_dir):
+    from repro.pecan.tfdata.engine import run_for_workflow
+
+    return run_for_workflow(settings, experiment, mode, out_dir, backend, service_dir)
+
+
+def _start_tfdata(directory):
+    from repro.pecan.tfdata import require_tensorflow
+    from repro.pecan.tfdata.service import Service
+
+    require_tensorflow()
+    return {"engine": "tfdata", "directory": str(directory), "address": Service.start(directory).address}
+
+
+def _tfdata_checks(record):
+    from repro.pecan.tfdata.service import workflow_checks
+
+    where = f"tf.data service ({record['directory']})"
+    return [{"name": f"{where}: {text}", "ok": True, "detail": ""} if ok else {"name": where, "ok": False, "detail": text}
+            for ok, text in workflow_checks(record["directory"])]
+
+
+def _stop_tfdata(record):
+    from repro.pecan.tfdata.service import Service
+
+    return Service(record["directory"]).stop()
+
+
+def _tfdata_caption(pecan, experiment):
+    from repro.pecan.tfdata import TIME_SCALE
+
+    pipeline = pecan["models"][pecan["experiments"][experiment]["model"]]["pipeline"]
+    scale = pecan["tfdata"].get("time_scale", TIME_SCALE[pipeline])
+    return (f"engine tfdata: real runs on a tf.data service on this machine at miniature scale (accelerator step "
+            f"time x{scale:g}; dollars from the miniature run's workers and throughput; one run per mode)")
+
+
+ENGINES = {
+    "model": Engine("the cluster model fed by the calibrated pipelines", _run_model),
+    "tfdata": Engine("real runs on a tf.data service at miniature scale", _run_tfdata,
+                     extra=("tfdata", "tensorflow"), section="tfdata", caption=_tfdata_caption,
+                     start_service=_start_tfdata, service_checks=_tfdata_checks, stop_service=_stop_tfdata),
+}
+
+
+def engine_of(settings):
+    """The engine a run's (or the config's) settings name; `model` where they name none."""
+    name = settings["pecan"].get("engine", "model")
+    if name not in ENGINES:
+        raise ReproError(f"pecan.engine: unknown engine {name!r}; expected one of {sorted(ENGINES)}")
+    return name
+
+
+def start_engine_service(settings, state_path):
+    """Start the service of the engine the cluster settings name, next to the state; its record or None."""
+    engine = settings.get("engine")
+    if engine is None or ENGINES[engine].start_service is None:
+        return None
+    return ENGINES[engine].start_service(Path(state_path).parent / engine)
+
+
+def engine_service_checks(state):
+    record = state.get("engine_service")
+    return ENGINES[record["engine"]].service_checks(record) if record else []
+
+
+def stop_engine_service(state):
+    record = state.get("engine_service")
+    return ENGINES[record["engine"]].stop_service(record) if record else 0
+
+
+def run_engine(settings, experiment, mode, calibrations, out_dir, backend="local", service_dir=None):
+    """Run experiment x mode with the settings' engine into out_dir; return the metrics."""
+    name = engine_of(settings)
+    return ENGINES[name].run(settings, experiment, mode, calibrations, Path(out_dir), backend, service_dir)
