@@ -3,11 +3,13 @@ the workflow, in order (later commands see what earlier ones built).
 
 Snakemake commands get the tiny test config through a Snakemake profile named by SNAKEMAKE_PROFILE
 (the commands themselves are not changed). A block may be marked in the README, on the line before
-it, with `<!-- readme-test: dry-run: REASON -->` (it needs a cluster, a GPU or minutes of work):
+it, with `<!-- readme-test: dry-run: REASON -->` (it needs a cluster, a GPU or minutes of work)
+or `<!-- readme-test: tfdata: REASON -->` (the same, and without the 'tfdata' extra it must fail naming it):
 its commands are then only checked to plan (`snakemake --dry-run`, `make -n`) or to parse (the
 `repro` argument parser, `bash -n`).
 """
 
+import importlib.util
 import re
 import shlex
 import shutil
@@ -25,7 +27,10 @@ from repro.pecan.run import run_mode
 
 BLOCK = re.compile(r"(?:<!-- readme-test: (?P<mode>[\w-]+): (?P<reason>[^>]*) -->\n)?```(?:sh|bash)\n(?P<body>.*?)```",
                    re.S)
-MODES = ("dry-run",)
+# tfdata: a dry-run where TensorFlow is installed (the 'tfdata' extra); without it the command
+# must fail at the config check, naming the extra
+MODES = ("dry-run", "tfdata")
+TFDATA_MISSING = importlib.util.find_spec("tensorflow") is None
 
 
 def readme_commands(text):
@@ -102,8 +107,11 @@ def test_every_readme_command_runs_as_written(fresh_copy):
         script = command if mode == "run" else _checked(command)
         proc = subprocess.run(["bash", "-c", f"export PATH={shlex.quote(str(work / '.venv' / 'bin'))}:$PATH; {script}"],
                               cwd=work, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, (f"README command failed ({mode}): {command}\n"
-                                      f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        if mode == "tfdata" and TFDATA_MISSING:  # the documented refusal, naming the extra
+            assert proc.returncode != 0 and "needs the 'tfdata' extra" in proc.stdout + proc.stderr, command
+        else:
+            assert proc.returncode == 0, (f"README command failed ({mode}): {command}\n"
+                                          f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         (ran if mode == "run" else checked).append(command)
     print(f"README: {len(ran)} commands run, {len(checked)} checked by dry-run/parse only")
     assert len(ran) >= 10 and (work / "plots" / "fig8_ResNet50_v2-8.pdf").exists()
