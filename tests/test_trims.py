@@ -229,6 +229,14 @@ def test_host_segments_are_named_after_the_server_and_stale_ones_removed(tmp_pat
     for segment in (name, *stale, f"{prefix}0junk", "other_1_2_3"):
         (tmp_path / "shm" / segment).touch()
     assert store_module.remove_stale_segments(prefix) == sorted(stale)
+    gone = tmp_path / "shm" / stale[0]  # another server removed it between the listing and the unlink
+
+    class Listing:
+        def glob(self, pattern):
+            return [gone]
+
+    monkeypatch.setattr(store_module, "SHM_DIR", Listing())
+    assert store_module.remove_stale_segments(prefix) == [stale[0]]
     assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == sorted([name, f"{prefix}0junk", "other_1_2_3"])
     store.close()
 
@@ -362,12 +370,18 @@ def test_the_host_tier_keeps_what_fits_its_budget_dropping_the_oldest_copies(tmp
 
 
 def test_only_models_that_fit_the_host_tier_are_kept(tmp_path):
-    store = ModelStore(fake_models(tmp_path, {"fits": 500, "larger": 501, "empty": 0}), 1000, persist_bytes=500)
+    store = ModelStore(fake_models(tmp_path, {"fits": 500, "larger": 501, "empty": 0, "one": 1}), 1000,
+                       persist_bytes=501)
     for model in ("empty", "larger", "fits"):
         store.acquire(model)
         store.release(model)
     store.flush()
-    assert list(store.tier) == ["fits"] and store.evictions == 3
+    assert list(store.tier) == ["fits"] and store.evictions == 3  # larger fit the store, not the tier
+    store.persist_bytes = 1
+    store.acquire("one")
+    store.release("one")
+    store.flush()  # fits is dropped for it
+    assert list(store.tier) == ["one"] and store.evictions == 4
 
 
 def test_a_regenerated_model_is_read_from_its_file_not_the_host_tier(tmp_path):
@@ -425,6 +439,9 @@ def test_gpu_store_keeps_evicted_weights_in_the_host_tier(tmp_path, monkeypatch)
     handle, _, _ = store.acquire("a")  # promoted chunk by chunk into new device memory
     pointer = int(handle["ipc"].removeprefix("ipc-"))
     assert bytes(fake.memory[pointer]) == weights and store.status()["tiers"]["gpu"]["evictions"] == 2
+    store.release("a")
+    store.acquire("b")  # the second promotion
+    assert (store.promotions, store.file_loads) == (2, 2)
     store.close()
     empty = GpuMemory(0)  # the driver is given at least one byte
     assert empty.copy_out(0) == bytearray() and fake.copied_out[-1] == (empty.pointer, 1)
