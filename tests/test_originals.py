@@ -5,7 +5,6 @@ Each test runs the real `trims-tools` command in a fresh HOME holding the origin
 real model store server started with `trims-tools server run -d`.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -13,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import time
-from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,6 @@ import yaml
 from support import BIN
 from test_trims import fake_models
 
-from repro.errors import ReproError
 from repro.trims.models import generate
 from repro.trims.originals import COMMANDS, parse_flags, translate
 from repro.trims.modelstore import ModelStore
@@ -293,25 +290,6 @@ def test_download_assets_generates_every_model_into_base_path(tmp_path, monkeypa
 # -- the original's eviction policies ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("policy", ["flush", "all"])
-def test_flush_and_all_evict_every_unused_model(tmp_path, policy):
-    store = ModelStore(fake_models(tmp_path, {"a": 300, "b": 300, "c": 300, "d": 300}), 1000, policy)
-    for model in ("a", "b", "c"):
-        store.acquire(model)
-        store.release(model)
-    store.acquire("d")
-    assert set(store.entries) == {"d"} and store.evictions == 3
-
-
-def test_never_evicts_nothing_and_refuses_what_does_not_fit(tmp_path):
-    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, "never")
-    store.acquire("a")
-    store.release("a")
-    with pytest.raises(ReproError, match="eviction 'never'"):
-        store.acquire("b")
-    assert set(store.entries) == {"a"} and store.evictions == 0
-
-
 def test_lcu_is_least_commonly_used(tmp_path):
     assert ModelStore(fake_models(tmp_path, {"a": 1}), 1000, "lcu").policy == "lfu"
     assert shutil.which("trims-tools", path=str(BIN))
@@ -373,54 +351,6 @@ def test_pecan_plot_redraws_a_figure_from_fig8_py_inputs(tmp_path):
 
 
 # -- the store's tiers (TrIMS's persist_cpu) ----------------------------------------------------
-
-
-def test_an_evicted_model_stays_in_the_host_tier_and_comes_back_without_its_file(tmp_path):
-    base = fake_models(tmp_path, {"a": 600, "b": 600})
-    weights = bytes(range(256)) * 2 + bytes(88)  # not all zeros: the promoted bytes are worth comparing
-    (base / "a" / "model.params").write_bytes(weights)
-    manifest = json.loads((base / "a" / "manifest.json").read_text())
-    manifest["sha256"]["model.params"] = hashlib.sha256(weights).hexdigest()
-    (base / "a" / "manifest.json").write_text(json.dumps(manifest))
-    store = ModelStore(base, 1000, "lru", persist_bytes=1000)
-    for model in ("a", "b"):  # b evicts a from the store into the host tier
-        store.acquire(model)
-        store.release(model)
-    assert "a" not in store.entries and list(store.tier) == ["a"]
-    (base / "a" / "model.params").unlink()  # the file is not read again
-    handle, size, hit = store.acquire("a")  # promoted, evicting b into the tier
-    segment = shared_memory.SharedMemory(name=handle["shm"])
-    resource_tracker.unregister(segment._name, "shared_memory")  # the store owns the segment
-    assert bytes(segment.buf[:size]) == weights
-    segment.close()
-    store.release("a")
-    tiers = store.status()["tiers"]
-    assert tiers["host"]["promotions"] == 1 and tiers["file"]["loads"] == 2 and tiers["host"]["models"] == ["b"]
-    assert tiers["cpu"]["evictions"] == 2 and not hit
-    store.close()
-
-
-def test_the_host_tier_drops_its_oldest_copy_when_full(tmp_path):
-    store = ModelStore(fake_models(tmp_path, {"a": 400, "b": 400, "c": 400}), 400, "fifo", persist_bytes=800)
-    for model in ("a", "b", "c", "a"):
-        store.acquire(model)
-        store.release(model)
-    tiers = store.status()["tiers"]
-    # a, then b went to the tier; a came back (promoted), c went in; nothing dropped until now
-    assert tiers["host"]["promotions"] == 1 and tiers["host"]["models"] == ["b", "c"]
-    store.acquire("b")  # promoted; a joins the tier
-    store.release("b")
-    assert sorted(store.tier) == ["a", "c"] and store.tier_evictions == 0
-    store.close()
-
-
-def test_without_a_host_tier_evicted_models_are_read_again(tmp_path):
-    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, "lru")
-    for model in ("a", "b", "a"):
-        store.acquire(model)
-        store.release(model)
-    assert store.status()["tiers"]["file"]["loads"] == 3 and not store.tier
-    store.close()
 
 
 def test_server_host_tier_through_the_command_line(tmp_path):

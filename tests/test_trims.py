@@ -3,8 +3,9 @@ import json
 import math
 import os
 import time
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort
@@ -16,7 +17,8 @@ from repro.traces import summarize, validate
 from repro.trims.client import Client, ClientOptions
 from repro.trims.models import generate, load_manifest
 from repro.trims.server import StoreConnection, serve
-from repro.trims.modelstore import ModelStore
+from repro.trims.eviction import POLICIES, POLICY_ALIASES
+from repro.trims.modelstore import _CHUNK, GpuMemory, ModelStore
 from repro.trims.workload import distribution, plan_requests
 
 # -- models -----------------------------------------------------------------------------
@@ -51,18 +53,52 @@ def test_corrupt_model_file_is_named(models, tmp_path):
 # -- the store's policies ---------------------------------------------------------------
 
 
-def fake_models(tmp_path, sizes):
-    """Tiny model directories of given params sizes (the store only reads params and manifest)."""
-    import hashlib
+def write_model(base, name, data):
+    """A model directory whose params are `data` (the store only reads params and manifest)."""
+    directory = base / name
+    directory.mkdir(exist_ok=True)
+    (directory / "model.params").write_bytes(data)
+    (directory / "manifest.json").write_text(json.dumps(
+        {"params_bytes": len(data), "tensors": [], "sha256": {"model.params": hashlib.sha256(data).hexdigest()}}))
 
+
+def fake_models(tmp_path, sizes):
+    """Tiny model directories of given params sizes, all zeros."""
     for name, size in sizes.items():
-        directory = tmp_path / name
-        directory.mkdir()
-        data = bytes(size)
-        (directory / "model.params").write_bytes(data)
-        (directory / "manifest.json").write_text(json.dumps(
-            {"params_bytes": size, "tensors": [], "sha256": {"model.params": hashlib.sha256(data).hexdigest()}}))
+        write_model(tmp_path, name, bytes(size))
     return tmp_path
+
+
+def random_bytes(size, seed=0):
+    """Weights worth comparing after a copy (not all zeros)."""
+    return np.random.default_rng(seed).integers(0, 256, size, np.uint8).tobytes()
+
+
+def resident_bytes(handle, size):
+    """What a client mapping the host segment in `handle` reads."""
+    segment = shared_memory.SharedMemory(name=handle["shm"])
+    resource_tracker.unregister(segment._name, "shared_memory")  # the store owns the segment
+    try:
+        return bytes(segment.buf[:size])
+    finally:
+        segment.close()
+
+
+def test_each_policy_picks_its_victims_when_called():
+    def entry(model, last_used, uses, order):
+        return SimpleNamespace(model=model, last_used=last_used, uses=uses, order=order)
+
+    recent, rare, first = entry("recent", 1.0, 5, 2), entry("rare", 3.0, 1, 1), entry("first", 2.0, 9, 0)
+    unused = [recent, rare, first]
+    picked = {name: [e.model for e in policy(unused)] for name, policy in POLICIES.items()}
+    assert picked == {"lru": ["recent"], "lfu": ["rare"], "fifo": ["first"], "never": [],
+                      "flush": ["recent", "rare", "first"], "all": ["recent", "rare", "first"]}
+    assert all(policy([]) == [] for policy in POLICIES.values())
+    # ties: lru by load order; lfu by recency, then load order
+    assert POLICIES["lru"]([entry("late", 1.0, 1, 4), entry("early", 1.0, 2, 3)])[0].model == "early"
+    assert POLICIES["lfu"]([entry("newer", 2.0, 1, 0), entry("older", 1.0, 1, 5)])[0].model == "older"
+    assert POLICIES["lfu"]([entry("late", 1.0, 1, 4), entry("early", 1.0, 1, 3)])[0].model == "early"
+    assert POLICY_ALIASES == {"lcu": "lfu"} and ModelStore(Path("."), 1, "lcu").policy == "lfu"
 
 
 @pytest.mark.parametrize("policy, evicted", [("lru", "b"), ("lfu", "a"), ("fifo", "a")])
@@ -103,8 +139,6 @@ def test_a_load_waits_for_a_model_in_use_to_be_released(tmp_path):
 
 
 def test_a_model_larger_than_one_read_chunk_is_loaded_whole(tmp_path):
-    from repro.trims.modelstore import _CHUNK
-
     size = 2 * _CHUNK + 12345
     data = np.random.default_rng(0).integers(0, 256, size, np.uint8).tobytes()
     fake_models(tmp_path, {"big": 0})
@@ -195,6 +229,14 @@ def test_host_segments_are_named_after_the_server_and_stale_ones_removed(tmp_pat
     for segment in (name, *stale, f"{prefix}0junk", "other_1_2_3"):
         (tmp_path / "shm" / segment).touch()
     assert store_module.remove_stale_segments(prefix) == sorted(stale)
+    gone = tmp_path / "shm" / stale[0]  # another server removed it between the listing and the unlink
+
+    class Listing:
+        def glob(self, pattern):
+            return [gone]
+
+    monkeypatch.setattr(store_module, "SHM_DIR", Listing())
+    assert store_module.remove_stale_segments(prefix) == [stale[0]]
     assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == sorted([name, f"{prefix}0junk", "other_1_2_3"])
     store.close()
 
@@ -203,7 +245,7 @@ class FakeDriver:
     """Device memory as a bytearray: what the GPU store asks of the CUDA driver."""
 
     def __init__(self, fail_export=False):
-        self.memory, self.freed, self.fail_export = {}, [], fail_export
+        self.memory, self.freed, self.fail_export, self.copied_out = {}, [], fail_export, []
 
     def allocate(self, size):
         pointer = 1 << 20 * (len(self.memory) + 1)
@@ -219,13 +261,16 @@ class FakeDriver:
         base = max(p for p in self.memory if p <= address)
         self.memory[base][address - base : address - base + length] = bytes(buffer[:length])
 
+    def copy_to_host(self, buffer, pointer, length):
+        self.copied_out.append((pointer, length))
+        buffer[:length] = self.memory[pointer][:length]
+
     def free(self, pointer):
         self.freed.append(pointer)
 
 
 def test_gpu_store_copies_every_chunk_to_its_place(tmp_path, monkeypatch):
     from repro.trims import cuda
-    from repro.trims.modelstore import _CHUNK, GpuMemory
 
     fake = FakeDriver()
     monkeypatch.setattr(cuda, "driver", lambda: fake)
@@ -248,6 +293,159 @@ def test_gpu_store_copies_every_chunk_to_its_place(tmp_path, monkeypatch):
     with pytest.raises(ReproError, match="no IPC"):
         GpuMemory(10)
     assert failing.freed == list(failing.memory)
+
+
+@pytest.mark.parametrize("policy", ["flush", "all"])
+def test_flush_and_all_evict_every_unused_model(tmp_path, policy):
+    store = ModelStore(fake_models(tmp_path, {"a": 300, "b": 300, "c": 300, "d": 300}), 1000, policy)
+    for model in ("a", "b", "c"):
+        store.acquire(model)
+        store.release(model)
+    store.acquire("a")  # held: stays
+    store.acquire("d")
+    assert set(store.entries) == {"a", "d"} and store.evictions == 2
+    store.close()
+
+
+def test_never_evicts_nothing_and_refuses_what_does_not_fit(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 3 << 20, "b": 3 << 20}), 4 << 20, "never", wait_s=5)
+    store.acquire("a")
+    store.release("a")
+    started = time.monotonic()
+    with pytest.raises(ReproError, match=r"^model 'b' needs 3 MiB but the store \(eviction 'never'\) has 1 of 4 MiB free$"):
+        store.acquire("b")
+    assert set(store.entries) == {"a"} and store.evictions == 0 and time.monotonic() - started < 4  # no waiting
+    store.close()
+
+
+# -- the store's tiers (TrIMS's persist_cpu) ----------------------------------------------------
+
+
+def test_an_evicted_model_is_promoted_from_the_host_tier_without_its_file(tmp_path):
+    size = 2 * _CHUNK + 12345  # promoted chunk by chunk
+    weights = random_bytes(size)
+    write_model(tmp_path, "a", weights)
+    write_model(tmp_path, "b", random_bytes(size, seed=1))
+    store = ModelStore(tmp_path, size + 7, "lru", persist_bytes=size + 3)
+    for model in ("a", "b"):  # b evicts a from the store into the host tier
+        store.acquire(model)
+        store.release(model)
+    assert list(store.tier) == ["a"] and store.tier["a"] == weights
+    (tmp_path / "a" / "model.params").unlink()  # the file is not read again
+    handle, loaded, hit = store.acquire("a")  # promoted, evicting b into the tier
+    assert (loaded, hit) == (size, False) and resident_bytes(handle, size) == weights
+    store.release("a")
+    for _ in range(2):
+        assert store.acquire("a")[2] is True
+        store.release("a")
+    assert store.status() == {
+        "pid": os.getpid(), "policy": "lru", "device": "cpu", "budget_bytes": size + 7, "used_bytes": size,
+        "evictions": 2,
+        "tiers": {
+            "cpu": {"hits": 2, "evictions": 2, "used_bytes": size, "budget_bytes": size + 7},
+            "host": {"promotions": 1, "evictions": 0, "models": ["b"], "used_bytes": size, "budget_bytes": size + 3},
+            "file": {"loads": 2},
+        },
+        "models": {"a": {"bytes": size, "refs": 0, "uses": 3, "hits": 2}},
+    }
+    store.close()
+
+
+def test_the_host_tier_keeps_what_fits_its_budget_dropping_the_oldest_copies(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 400, "b": 400, "c": 400, "d": 400}), 400, "fifo",
+                       persist_bytes=800)
+    for model in ("a", "b", "c"):
+        store.acquire(model)
+        store.release(model)
+    assert list(store.tier) == ["a", "b"] and store.tier_evictions == 0  # 800 of 800: full, nothing dropped
+    segment = store.entries["c"].memory.shm.name
+    store.acquire("d")  # c joins the tier; a, the oldest copy, is dropped
+    store.release("d")
+    assert list(store.tier) == ["b", "c"] and store.tier_evictions == 1 and store.evictions == 3
+    with pytest.raises(FileNotFoundError):  # the evicted model's segment is gone
+        shared_memory.SharedMemory(name=segment)
+    store.acquire("a")  # read from its file again; d joins the tier, b is dropped
+    assert list(store.tier) == ["c", "d"] and store.status()["tiers"]["host"]["evictions"] == 2
+    assert (store.file_loads, store.promotions) == (5, 0)
+    store.close()
+
+
+def test_only_models_that_fit_the_host_tier_are_kept(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"fits": 500, "larger": 501, "empty": 0, "one": 1}), 1000,
+                       persist_bytes=500)
+    for model in ("empty", "larger", "fits"):
+        store.acquire(model)
+        store.release(model)
+    store.flush()
+    assert list(store.tier) == ["fits"] and store.evictions == 3  # larger fit the store, not the tier
+    store.persist_bytes = 1
+    store.acquire("one")
+    store.release("one")
+    store.flush()  # fits is dropped for it
+    assert list(store.tier) == ["one"] and (store.evictions, store.tier_evictions) == (4, 1)
+
+
+def test_a_regenerated_model_is_read_from_its_file_not_the_host_tier(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, persist_bytes=1000)
+    for model in ("a", "b"):
+        store.acquire(model)
+        store.release(model)
+    weights = random_bytes(300)
+    write_model(tmp_path, "a", weights)  # regenerated, another size, while its old copy is in the tier
+    handle, size, _ = store.acquire("a")
+    assert size == 300 and resident_bytes(handle, size) == weights and "a" not in store.tier
+    assert (store.promotions, store.file_loads) == (0, 3)
+    store.close()
+
+
+def test_a_promotion_that_finds_no_room_keeps_the_copy_in_the_host_tier(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, persist_bytes=1000, wait_s=0.05)
+    store.acquire("a")
+    store.release("a")
+    store.acquire("b")  # held: a cannot come back
+    copy = store.tier["a"]
+    with pytest.raises(ReproError, match="every resident model stayed in use"):
+        store.acquire("a")
+    assert store.tier == {"a": copy} and store.promotions == 0
+    with pytest.raises(ReproError, match="unknown model 'c'"):
+        store.acquire("c")
+    store.close()
+
+
+def test_without_a_host_tier_evicted_models_are_read_again(tmp_path):
+    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, "lru")
+    for model in ("a", "b", "a"):
+        store.acquire(model)
+        store.release(model)
+    assert store.status()["tiers"]["file"]["loads"] == 3 and not store.tier
+    store.close()
+
+
+def test_gpu_store_keeps_evicted_weights_in_the_host_tier(tmp_path, monkeypatch):
+    from repro.trims import cuda
+
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda, "driver", lambda: fake)
+    size = _CHUNK + 1000
+    weights = random_bytes(size)
+    write_model(tmp_path, "a", weights)
+    write_model(tmp_path, "b", random_bytes(size, seed=1))
+    store = ModelStore(tmp_path, size, device="gpu", persist_bytes=size)
+    for model in ("a", "b"):
+        store.acquire(model)
+        store.release(model)
+    first = min(fake.memory)
+    assert store.tier == {"a": weights} and fake.copied_out == [(first, size)] and fake.freed == [first]
+    (tmp_path / "a" / "model.params").unlink()
+    handle, _, _ = store.acquire("a")  # promoted chunk by chunk into new device memory
+    pointer = int(handle["ipc"].removeprefix("ipc-"))
+    assert bytes(fake.memory[pointer]) == weights and store.status()["tiers"]["gpu"]["evictions"] == 2
+    store.release("a")
+    store.acquire("b")  # the second promotion
+    assert (store.promotions, store.file_loads) == (2, 2)
+    store.close()
+    empty = GpuMemory(0)  # the driver is given at least one byte
+    assert empty.copy_out(0) == bytearray() and fake.copied_out[-1] == (empty.pointer, 1)
 
 
 # -- workloads --------------------------------------------------------------------------
