@@ -184,7 +184,9 @@ def test_log_errors_give_the_line_number(tmp_path):
 
 def test_written_logs_have_the_artifacts_line_format(tmp_path):
     """The local runs' logs look like the artifact's, so one parser (and extract_costs.py) reads both."""
-    shape = lambda line: re.sub(r"[0-9]+", "N", line)  # noqa: E731
+    def shape(line):
+        return re.sub(r"[0-9]+", "N", line)
+
     artifact = (LOGS / "resnet_pecan.log").read_text().splitlines()
     written = write_log(tmp_path / "w.log", [746.58], [["non-admin-nodes-7zjk:31010", "non-admin-nodes-1cbd:31002"]])
     ours = written.read_text().splitlines()
