@@ -100,7 +100,10 @@ def policy_for(spec):
 
 
 @dataclass
-class Window:
+class MeasuredWindow:
+    """A decision window as the engine measured it, with the serving workers' addresses (the
+    cluster model's repro.pecan.cluster.Window holds only counts)."""
+
     start_s: float
     first_step: int
     steps: int
@@ -213,7 +216,7 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
         for _ in range(spec.decision_steps):
             next(iterator)
             time.sleep(spec.step_time_s)
-        window = Window(window_start - start, step, spec.decision_steps, time.monotonic() - window_start,
+        window = MeasuredWindow(window_start - start, step, spec.decision_steps, time.monotonic() - window_start,
                         before, serving())
         windows.append(window)
         step += spec.decision_steps
@@ -341,7 +344,7 @@ def run_for_workflow(settings, experiment, mode, out_dir, backend="local", servi
                             decision_steps=miniature.pop("decision_steps", None), **miniature)
     with exclusive(service_dir) if service_dir else contextlib.nullcontext():  # one run at a time on a shared one
         metrics = run(spec, out, out / "data", service_dir)
-    windows = [(w["start_s"], w["seconds"], w["first_step"], w["steps"], *Window(**{
+    windows = [(w["start_s"], w["seconds"], w["first_step"], w["steps"], *MeasuredWindow(**{
         k: w[k] for k in ("start_s", "first_step", "steps", "seconds", "workers", "workers_after")}).counts)
         for w in metrics["windows"]]
     decisions = [(d["time_s"], d["state"], d["remote"], d["local"]) for d in metrics["decisions"]]
