@@ -6,8 +6,13 @@ what the two measurements say, not an assumption.
 The estimate has to hold still on a shared, loaded machine:
 * CPU time of the measuring thread, not wall time: time spent descheduled does not count.
 * Warm-up passes first: the first passes over large arrays pay page faults until the allocator
-  keeps those sizes (glibc raises its mmap threshold as large blocks are freed); measured here,
-  RetinaNet's first passes cost 19 ms/element and the warm ones 13 ms.
+  keeps those sizes; measured here, RetinaNet's first passes cost 19 ms/element and the warm ones 13 ms.
+* A steady allocator: left to itself, glibc moves its mmap threshold as large blocks are freed and
+  returns freed heap to the system, so whether an op's 4.9 MB output lands on pages already
+  touched or on fresh ones (a page fault each 4 KiB) depends on the process's history. Measured
+  on an idle machine, RetinaNet's resize-and-pad then cost 1.7 ms/element in one calibration and
+  2.9 ms in the next (its np.zeros), and the pipeline moved 10%. The calibration fixes both
+  thresholds (`steady_allocator`) so every large block is reused: 1.54-1.67 ms in six runs.
 * Per element and op, the minimum over `repeats` interleaved passes: interference (cache, memory
   bandwidth and core sharing with other processes) only ever adds time, so the least-disturbed
   draw estimates the op's own cost. The per-op cost is the mean of these minima over the
@@ -16,6 +21,8 @@ The estimate has to hold still on a shared, loaded machine:
   within a few percent (`python benchmarks/pecan.py` prints the estimate next to the median single pass).
 """
 
+import ctypes
+import ctypes.util
 import os
 import time
 
@@ -28,6 +35,10 @@ from repro.pecan.policies import autoorder
 
 BATCH_FOR_MEASURE = 16  # stacking cost is measured on small batches and reported per element
 WARMUP_PASSES = 1  # per order, before anything is recorded
+# glibc mallopt parameters (malloc.h): blocks below the mmap threshold come from the heap, and
+# freed heap is kept up to the trim threshold; 32 MiB is the largest mmap threshold glibc accepts
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+STEADY_ALLOCATOR = {"mmap_threshold": 32 * 2**20, "trim_threshold": 2**30}
 
 
 # `make mutation` scores the statistics (spread, summarize_order, saving, resample), not the measuring
@@ -67,6 +78,21 @@ def measure_pass(runs, seed, flip=False):
             batch(chunk)
             cpu[name][i : i + len(chunk), -1] = (time.thread_time() - start) / len(chunk)
     return {name: (cpu[name], sizes[name]) for name in runs}
+
+
+def steady_allocator():
+    """Fix glibc's malloc thresholds for this process (see the module docstring); returns what was
+    set, for the calibration record, or None where the C library is not glibc. The workflow runs
+    each calibration in a process of its own, so nothing else inherits the setting."""
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, TypeError, AttributeError):
+        return None
+    for param, key in ((M_MMAP_THRESHOLD, "mmap_threshold"), (M_TRIM_THRESHOLD, "trim_threshold")):
+        if mallopt(param, STEADY_ALLOCATOR[key]) != 1:
+            return None
+    return dict(STEADY_ALLOCATOR)
 
 
 # pragma: no mutate end
@@ -123,6 +149,7 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
     if elements < 1 or repeats < 1:
         raise ReproError("calibration needs at least one element and one repeat")
     pipelines = list(dict.fromkeys(pipelines))
+    allocator = steady_allocator()
     runs, moves, data = {}, {}, {}
     for pipeline in pipelines:
         ops = list(PIPELINES[pipeline].ops)
@@ -147,6 +174,7 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
             "elements": elements,
             "repeats": repeats,
             "warmup_passes": WARMUP_PASSES,
+            "allocator": allocator or "the C library's defaults (not glibc)",
             "statistic": "per element and op the minimum over repeats (thread CPU time), mean over elements",
             "measured_with": pipelines,  # interleaved element by element in one loop
             "seed": seed,
