@@ -330,3 +330,29 @@ def test_tfdata_over_ssh_bad_ports_and_unreachable_worker_hosts_are_clear_errors
         assert not (tmp_path / "service2").exists() and our_pids(tmp_path) == []
     finally:
         hosts[1].start()
+
+
+@pytest.mark.fault
+@needs_tensorflow
+def test_tfdata_run_with_a_worker_host_gone_names_it_and_writes_nothing(cluster, tmp_path):
+    import yaml
+
+    from repro.pecan.tfdata.engine import run, spec_from_config
+
+    root, hosts = cluster
+    backend = ssh_backend.BACKEND("ssh")
+    settings = tfdata_cluster_settings(root, hosts, state_dir=str(tmp_path / "service"),
+                                       worker_dir=str(tmp_path / "workers"))
+    state = backend.start(settings, tmp_path / "state.json")
+    pecan = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]
+    spec = spec_from_config(pecan, "ResNet50_v2-8", "cachew", decision_steps=8, max_windows=6, images=16)
+    hosts[1].stop()
+    try:
+        with pytest.raises(ReproError, match=rf"worker \(root@127.0.0.1:{hosts[1].port}\): unreachable"):
+            run(spec, tmp_path / "run", tmp_path / "data", tmp_path / "service")
+        assert not (tmp_path / "run" / "run.log").exists() and not (tmp_path / "run" / "metrics.json").exists()
+        assert len(our_pids(tmp_path)) == 1  # the dispatcher, which cluster_stop stops
+    finally:
+        hosts[1].start()
+        backend.stop(state)
+    assert our_pids(tmp_path) == []
