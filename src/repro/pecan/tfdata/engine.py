@@ -307,7 +307,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
             service.stop()
         elif deployment:
             try:
-                deployment.apply(0, 0)
+                service.stop_workers()  # on every host it can reach, even when one does not answer
             finally:
                 service.close()
     write_log(spec, windows, out / "run.log", started, names)

@@ -85,9 +85,9 @@ def _poll_command(entries):
     parts = []
     for i, entry in enumerate(entries):
         pid, status = int(entry["pid"]), shlex.quote(entry["status"])
-        parts.append(f"echo W {i} $(sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -d' ' -f1,20)")
-        parts.append(f"echo S {i} $(cat {status} 2>/dev/null)")
-    parts += ["echo T $(date +%s.%N)", "echo B $(cat /proc/sys/kernel/random/boot_id)"]
+        parts.append(f"echo \"W {i} $(sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -d' ' -f1,20)\"")
+        parts.append(f"echo \"S {i} $(cat {status} 2>/dev/null)\"")
+    parts += ['echo "T $(date +%s.%N)"', 'echo "B $(cat /proc/sys/kernel/random/boot_id)"']
     return "; ".join(parts)
 
 

@@ -114,7 +114,7 @@ class Service:
         if service.state and service.state.get("dispatcher"):
             recorded = int(service.address.rsplit(":", 1)[1])
             port = port or (recorded if port_free(recorded) else 0)
-            workers = [w for w in service.state.get("workers", []) if matches(w)]
+            workers = [w for w in service.state.get("workers", []) if "host" in w or matches(w)]  # remote: polled later
         if port and not port_free(port):
             raise ReproError(f"--port {port}: port in use; choose another port or 0 (any free port)")
         service.directory.mkdir(parents=True, exist_ok=True)
@@ -250,26 +250,39 @@ class Service:
         """Stop every worker, then the dispatcher; returns how many processes were stopped."""
         if not self.state:
             return 0
-        stopped, failed = 0, []
+        failed, stopped = None, 0
+        try:
+            stopped = self.stop_workers()
+        except ReproError as exc:
+            failed = exc
+        if matches(self.state.get("dispatcher")):
+            self._stop(self.state["dispatcher"])
+            stopped += 1
+        self.close()
+        if failed:  # the state stays, with the workers left: another stop tries them again
+            raise ReproError(f"{failed} (the dispatcher is stopped; run stop again once the host answers)")
+        self.state = None
+        self.state_path.unlink(missing_ok=True)
+        return stopped
+
+    def stop_workers(self):
+        """Stop every recorded worker, those on worker hosts over ssh; how many were stopped. A worker
+        on a host that does not answer stays recorded, and a ReproError names it after the others stopped."""
+        stopped, failed, left = 0, [], []
         for record in self.state.get("workers", []):
             if "host" in record:
                 try:
                     stopped += self.remote.stop(record)
                 except ReproError as exc:  # stop the others, then say which one is left
                     failed.append(f"worker pid {record['pid']} on {record['host']}: {exc}")
+                    left.append(record)
             elif matches(record):
                 self._stop(record)
                 stopped += 1
-        if matches(self.state.get("dispatcher")):
-            self._stop(self.state["dispatcher"])
-            stopped += 1
-        self.close()
+        self.state["workers"] = left
+        self._save()
         if failed:
-            self.state["workers"] = [w for w in self.state["workers"] if "host" in w]
-            self._save()
-            raise ReproError(f"{self.state_path}: stopped {stopped} process(es); not stopped: {'; '.join(failed)}")
-        self.state = None
-        self.state_path.unlink(missing_ok=True)
+            raise ReproError(f"{self.state_path}: stopped {stopped} worker(s); not stopped: {'; '.join(failed)}")
         return stopped
 
     # -- what is running -------------------------------------------------------------------
