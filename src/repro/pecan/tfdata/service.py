@@ -7,7 +7,10 @@ Processes are only ever signalled through repro.processes records (pid + start t
 
 The servers are addressed over loopback (localhost). Local workers register as
 `localhost:<port>` and remote ones as `127.0.0.1:<port>`: the artifact's log parser counts names
-with 'localhost' as workers on the accelerator host.
+with 'localhost' as workers on the accelerator host. A service started with worker hosts
+(`ssh_workers`, the ssh backend) runs its remote workers there instead, over ssh
+(repro.pecan.tfdata.remote): they register under their host's address, and their records
+(pid, start ticks, boot id of that host) name the host.
 
 vCPU share: each worker has `threads` threads and runs on CPUs slot*threads ... slot*threads +
 threads-1 (modulo the CPUs this process may use), slot being the lowest number no running worker
@@ -208,11 +211,6 @@ class Service:
                 self._save()
                 raise
         return entry
-
-    def add_ssh_workers(self, threads=1):
-        """One worker on every worker host, each started and reporting; their entries."""
-        self.prune()
-        return [self._add_ssh_worker(threads, True, host) for host in self.remote.hosts]
 
     def remove_worker(self, kind):
         """Stop the most recently started running worker of `kind`; return its entry (None if none runs)."""
