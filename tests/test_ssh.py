@@ -5,6 +5,7 @@ skipped, unless REPRO_REQUIRE_SSHD=1 (as in CI), where that is a failure.
 """
 
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -226,3 +227,132 @@ def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster
         assert (remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").exists()
     finally:
         stop_clusters(local, remote)
+
+
+# -- the tf.data engine over ssh: dispatcher on the accelerator host, workers on the worker hosts --
+
+needs_tensorflow = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None and
+                                      os.environ.get("REPRO_REQUIRE_TFDATA") != "1",
+                                      reason="tensorflow is not installed (pip install -e '.[tfdata]')")
+
+
+def our_pids(*roots):
+    """Processes whose command line names one of these directories (this test's remote side), by pid."""
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if any(str(root) in arg for arg in (p.info["cmdline"] or ()) for root in roots)]
+
+
+def tfdata_cluster_settings(root, hosts, **tfdata):
+    config = ssh_config(root, hosts)
+    config["tfdata"] = tfdata
+    return {"backend": "ssh", "trace_store": str(root / "store"), "engine": "tfdata", "ssh": config}
+
+
+@needs_tensorflow
+def test_tfdata_over_ssh_runs_its_workers_on_the_worker_hosts_and_leaves_nothing_running(cluster, tmp_path):
+    root, hosts = cluster
+    workdir, home = tmp_path / "wf", tmp_path / "home"
+    copy_workflow(workdir)
+    engine = {"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, "images": 16}}}
+    args = example_args(workdir, root, hosts, home, engine)
+    env = {"HOME": str(home)}
+    target = "results/runs/ResNet50_v2-8/cachew/metrics.json"
+    worker_dir = root / "remote" / "runs" / "tfdata-workers"
+    try:
+        snakemake(workdir, target, *args, cores=1, env=env, timeout=500)
+        state = json.loads((workdir / "results" / "cluster" / "ssh" / "state.json").read_text())
+        service = state["engine_service"]
+        assert service["host"] == "trainer" and service["worker_hosts"] == ["worker"]
+        status = (workdir / "results/logs/cluster/ssh/status/ResNet50_v2-8/cachew.log").read_text()
+        assert "[ OK ] tf.data service (trainer:" in status
+        assert "1 worker(s) registered, 1 expected, one probe worker on each worker host (worker)" in status
+        assert "probe job returned elements" in status
+        # the run's workers were started over ssh on the worker host: their records and status files are there
+        started = {json.loads(p.read_text())["address"] for p in worker_dir.glob("worker-*.status.json")}
+        log = (workdir / "results/runs/ResNet50_v2-8/cachew/run.log").read_text()
+        addresses = {line.split("Worker Address: ")[1].split(";")[0] for line in log.splitlines()
+                     if "Worker Address: " in line}
+        assert addresses and addresses <= started, (addresses, started)
+        metrics = json.loads((workdir / target).read_text())
+        assert metrics["backend"] == "ssh" and metrics["worker_hosts"] == ["worker"] and metrics["remote_workers"] >= 1
+        # between runs only the dispatcher runs; cluster_stop stops it
+        assert len(our_pids(root / "remote")) == 1
+        snakemake(workdir, "cluster_stop", *args, cores=1, env=env)
+        deadline = time.monotonic() + 10
+        while our_pids(root / "remote") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert our_pids(root / "remote") == []
+    finally:
+        stop_clusters(workdir)
+
+
+@needs_tensorflow
+def test_tfdata_over_ssh_status_fails_for_a_worker_host_that_registers_no_worker(cluster, tmp_path):
+    root, hosts = cluster
+    backend = ssh_backend.BACKEND("ssh")
+    settings = tfdata_cluster_settings(root, hosts, state_dir=str(tmp_path / "service"),
+                                       worker_dir=str(tmp_path / "workers"))
+    state = backend.start(settings, tmp_path / "state.json")
+    try:
+        ok = backend.checks(state)
+        assert all(c["ok"] for c in ok), ok
+        # the worker host's python cannot start a worker: the check names the host, nothing is left
+        service = json.loads((tmp_path / "service" / "state.json").read_text())
+        service["ssh_workers"]["python"] = "/nonexistent/python"
+        (tmp_path / "service" / "state.json").write_text(json.dumps(service))
+        failed = [c for c in backend.checks(state) if not c["ok"]]
+        assert len(failed) == 1 and "0 worker(s) registered, 1 expected" in failed[0]["detail"], failed
+        assert "worker (root@127.0.0.1" in failed[0]["detail"]
+        assert len(our_pids(tmp_path)) == 1  # the dispatcher
+    finally:
+        backend.stop(state)
+    assert our_pids(tmp_path) == []
+
+
+@pytest.mark.fault
+@needs_tensorflow
+def test_tfdata_over_ssh_bad_ports_and_unreachable_worker_hosts_are_clear_errors(cluster, tmp_path):
+    root, hosts = cluster
+    backend = ssh_backend.BACKEND("ssh")
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        settings = tfdata_cluster_settings(root, hosts, state_dir=str(tmp_path / "service"), dispatcher_port=port)
+        with pytest.raises(ReproError, match=rf"accel \(root@127.0.0.1:\d+\): .*--port {port}: port in use"):
+            backend.start(settings, tmp_path / "state.json")
+    assert not (tmp_path / "service" / "state.json").exists() and our_pids(tmp_path) == []
+    hosts[1].stop()
+    try:
+        settings = tfdata_cluster_settings(root, hosts, state_dir=str(tmp_path / "service2"))
+        with pytest.raises(ReproError, match=rf"worker \(root@127.0.0.1:{hosts[1].port}\): unreachable"):
+            backend.start(settings, tmp_path / "state.json")
+        assert not (tmp_path / "service2").exists() and our_pids(tmp_path) == []
+    finally:
+        hosts[1].start()
+
+
+@pytest.mark.fault
+@needs_tensorflow
+def test_tfdata_run_with_a_worker_host_gone_names_it_and_writes_nothing(cluster, tmp_path):
+    import yaml
+
+    from repro.pecan.tfdata.engine import run, spec_from_config
+
+    root, hosts = cluster
+    backend = ssh_backend.BACKEND("ssh")
+    settings = tfdata_cluster_settings(root, hosts, state_dir=str(tmp_path / "service"),
+                                       worker_dir=str(tmp_path / "workers"))
+    state = backend.start(settings, tmp_path / "state.json")
+    pecan = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]
+    spec = spec_from_config(pecan, "ResNet50_v2-8", "cachew", decision_steps=8, max_windows=6, images=16)
+    hosts[1].stop()
+    try:
+        with pytest.raises(ReproError, match=rf"worker \(root@127.0.0.1:{hosts[1].port}\): unreachable"):
+            run(spec, tmp_path / "run", tmp_path / "data", tmp_path / "service")
+        assert not (tmp_path / "run" / "run.log").exists() and not (tmp_path / "run" / "metrics.json").exists()
+        assert len(our_pids(tmp_path)) == 1  # the dispatcher, which cluster_stop stops
+    finally:
+        hosts[1].start()
+        backend.stop(state)
+    assert our_pids(tmp_path) == []

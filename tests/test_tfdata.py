@@ -213,6 +213,29 @@ def test_a_dispatcher_that_died_restarts_from_its_journal_and_its_worker_comes_b
 
 
 @pytest.mark.fault
+def test_a_killed_worker_fails_the_registered_check(tf, tmp_path):
+    from repro.pecan.tfdata.service import Service, workflow_checks
+
+    service = Service.start(tmp_path / "service")
+    try:
+        # the workflow's check: a probe worker here is expected, registers and serves the probe job
+        lines = workflow_checks(tmp_path / "service")
+        assert all(ok for ok, _ in lines), lines
+        assert lines[2][1] == "1 worker(s) registered, 1 expected, a probe worker on this host"
+        assert service.state["workers"] == [] and Service(tmp_path / "service").state["workers"] == []
+        workers = [service.add_worker("remote", 1) for _ in range(2)]
+        assert "[ OK ] 2 worker(s) registered, 2 expected" in _status(tmp_path / "service").stdout
+        os.kill(workers[0]["pid"], signal.SIGKILL)
+        service._children[workers[0]["pid"]].wait()
+        result = _status(tmp_path / "service")
+        assert result.returncode == 1
+        assert (f"[FAILED] 1 worker(s) registered, 2 expected: worker pid {workers[0]['pid']} (this host) is not "
+                "running") in result.stdout
+    finally:
+        service.stop()
+
+
+@pytest.mark.fault
 def test_a_dispatcher_port_in_use_is_a_clear_error(tf, tmp_path):
     from repro.pecan.tfdata.service import Service
 

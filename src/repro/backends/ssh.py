@@ -5,6 +5,13 @@ Config (`ssh:` section, see config/examples/ssh-cluster.yaml): hosts by role (`c
 start/stop commands per role; status checks (a name, a role, a command: exit 0 is OK); and the run
 command template executed on the accelerator host. Host keys are verified against known_hosts;
 unknown keys are refused unless `accept_new_host_keys` is set (then logged).
+
+With `pecan.engine: tfdata` the cluster is a tf.data service (docs/TFDATA.md): `start` starts its
+dispatcher on the accelerator host (`repro pecan tfdata start`, state in `ssh.tfdata.state_dir`
+there) after checking that every worker host answers; the runs use it (`--service-dir`), and the
+policies start and stop their remote workers on the worker hosts over ssh from the accelerator
+host (repro.pecan.tfdata.remote); `checks` adds the service's checks with a probe worker on every
+worker host; `stop` stops every worker and the dispatcher by their records.
 """
 
 import json
@@ -97,14 +104,21 @@ class SshBackend(Backend):
                  ("hosts", "workers", "*", "key_file"))
 
     def start(self, settings, state_path):
-        """Run the configured start commands (they must be idempotent) and return what ran."""
+        """Run the configured start commands (they must be idempotent), then start the engine's
+        service when the settings name one; return what ran."""
         ssh = settings["ssh"]
         started = _run_commands(ssh, ssh["start_commands"])
-        return {"ssh": ssh, "trace_store": settings["trace_store"], "started": started}
+        state = {"ssh": ssh, "trace_store": settings["trace_store"], "started": started}
+        if settings.get("engine") == "tfdata":
+            state["engine_service"] = _start_tfdata(ssh)
+        return state
 
     def describe(self, state):
         hosts = [h["name"] for hosts in hosts_by_role(state["ssh"]).values() for h in hosts]
-        return f"ssh backend on {', '.join(hosts)}: {len(state.get('started', []))} start command(s) run"
+        service = state.get("engine_service")
+        return (f"ssh backend on {', '.join(hosts)}: {len(state.get('started', []))} start command(s) run"
+                + (f"; tf.data dispatcher on {service['host']} at {service['address']}, workers on "
+                   f"{', '.join(service['worker_hosts']) or service['host']}" if service else ""))
 
     def checks(self, state):
         """Per host: reachable; then each configured check (exit status 0 is OK)."""
@@ -131,11 +145,17 @@ class SshBackend(Backend):
                     result = connection.run(check["command"], hide=True, warn=True, in_stream=False)
                 checks.append({"name": name, "ok": result.exited == 0,
                                "detail": f"exit {result.exited}: {result.stderr.strip()[-300:]}"})
+        if state.get("engine_service"):
+            checks += _tfdata_checks(ssh, state["engine_service"], reachable)
         return checks
 
     def stop(self, state):
+        """Stop the engine's service (every worker, then the dispatcher), then run the stop commands."""
         ssh = state["ssh"]
-        return {"stopped": _run_commands(ssh, ssh["stop_commands"])}
+        stopped = []
+        if state.get("engine_service"):
+            stopped.append(_stop_tfdata(ssh, state["engine_service"]))
+        return {"stopped": stopped + _run_commands(ssh, ssh["stop_commands"])}
 
     def run(self, request: RunRequest, state):
         """One per-mode run on the accelerator host: send inputs, run, stream output, fetch results."""
@@ -154,6 +174,8 @@ class SshBackend(Backend):
                  "settings": f"{remote}/settings.json",
                  "calibration": " ".join(shlex.quote(f"{remote}/{Path(p).name}") for p in calibration_paths)}
         command = run["command"].format(**{k: v if k == "calibration" else shlex.quote(str(v)) for k, v in words.items()})
+        if state.get("engine_service"):  # the run takes the cluster's service
+            command += f" --service-dir {shlex.quote(state['engine_service']['directory'])}"
         command = _with_env(env, command)
         with _open(host, ssh) as connection:
             connection.run(f"rm -rf {shlex.quote(remote)} && mkdir -p {shlex.quote(remote)}", hide=True, in_stream=False)
@@ -174,6 +196,89 @@ class SshBackend(Backend):
 
 
 BACKEND = SshBackend
+
+
+# -- the tf.data engine's service ------------------------------------------------------------------
+
+def tfdata_settings(ssh):
+    """`ssh.tfdata` with its defaults: paths on the accelerator host and on the worker hosts."""
+    run, own = ssh["run"], ssh.get("tfdata", {})
+    base = run["remote_dir"].rstrip("/")
+    return {"python": own.get("python", run["python"]), "state_dir": own.get("state_dir", f"{base}/tfdata"),
+            "worker_dir": own.get("worker_dir", f"{base}/tfdata-workers"), "dispatcher_port": own.get("dispatcher_port", 0),
+            "known_hosts": own.get("known_hosts", ssh["known_hosts"]), "key_file": own.get("key_file")}
+
+
+def _worker_hosts(ssh):
+    """What the accelerator host's service needs to reach the worker hosts (SshWorkers' config)."""
+    tfdata = tfdata_settings(ssh)
+    hosts = [{**host, **({"key_file": tfdata["key_file"]} if tfdata["key_file"] else {})}
+             for host in hosts_by_role(ssh).get("workers", [])]
+    return {"hosts": hosts, "known_hosts": tfdata["known_hosts"], "accept_new_host_keys": ssh["accept_new_host_keys"],
+            "connect_timeout_s": ssh["connect_timeout_s"], "python": tfdata["python"],
+            "worker_dir": tfdata["worker_dir"], "dispatcher_host": hosts_by_role(ssh)["accelerator"][0]["address"]}
+
+
+def _start_tfdata(ssh):
+    """Check every worker host (it answers, its worker directory can be made), then start the
+    dispatcher on the accelerator host; return the service's record for the cluster state."""
+    tfdata = tfdata_settings(ssh)
+    workers = _worker_hosts(ssh)
+    for host in workers["hosts"]:
+        with _open(host, ssh) as connection:
+            result = connection.run(f"mkdir -p {shlex.quote(tfdata['worker_dir'])}", hide=True, warn=True, in_stream=False)
+            if result.exited != 0:
+                raise ReproError(f"{_describe(host)}: cannot make {tfdata['worker_dir']}: {result.stderr.strip()[-300:]}")
+    accelerator = hosts_by_role(ssh)["accelerator"][0]
+    directory = tfdata["state_dir"]
+    with _open(accelerator, ssh) as connection:
+        connection.run(f"mkdir -p {shlex.quote(directory)}", hide=True, in_stream=False)
+        hosts_file = f"{directory}/worker-hosts.json"
+        with connection.sftp().open(hosts_file, "w") as fh:
+            fh.write(json.dumps(workers, indent=1))
+        words = [ssh["run"]["python"], "-m", "repro.cli", "pecan", "tfdata", "start", "--state-dir", directory,
+                 "--port", str(tfdata["dispatcher_port"])] + (["--worker-hosts", hosts_file] if workers["hosts"] else [])
+        result = connection.run(" ".join(shlex.quote(w) for w in words), hide=True, warn=True, in_stream=False)
+        found = re.search(r"dispatcher at \S+:(\d+)", result.stdout)
+        if result.exited != 0 or not found:
+            raise ReproError(f"{_describe(accelerator)}: the tf.data dispatcher did not start: "
+                             f"{(result.stderr.strip() or result.stdout.strip())[-500:]}")
+    return {"engine": "tfdata", "host": accelerator["name"], "directory": directory,
+            "address": f"{accelerator['address']}:{found.group(1)}", "worker_hosts": [h["name"] for h in workers["hosts"]]}
+
+
+def _tfdata_checks(ssh, service, reachable):
+    """The service's checks on the accelerator host: dispatcher running and answering, a probe worker
+    registering from every worker host, a probe job served by them."""
+    accelerator = hosts_by_role(ssh)["accelerator"][0]
+    where = f"tf.data service ({service['host']}:{service['directory']})"
+    if not reachable.get(accelerator["name"]):
+        return [{"name": where, "ok": False, "detail": "accelerator host unreachable"}]
+    words = [ssh["run"]["python"], "-m", "repro.cli", "pecan", "tfdata", "status", "--state-dir", service["directory"],
+             "--probe-workers"]
+    with _open(accelerator, ssh) as connection:
+        result = connection.run(" ".join(shlex.quote(w) for w in words), hide=True, warn=True, in_stream=False)
+    checks = []
+    for line in result.stdout.splitlines():
+        if line.startswith("[ OK ] "):
+            checks.append({"name": f"{where}: {line[7:]}", "ok": True, "detail": ""})
+        elif line.startswith("[FAILED] "):
+            checks.append({"name": where, "ok": False, "detail": line[9:]})
+    if result.exited != 0 and all(c["ok"] for c in checks):
+        checks.append({"name": where, "ok": False, "detail": f"status exited with {result.exited}: "
+                                                              f"{result.stderr.strip()[-300:]}"})
+    return checks
+
+
+def _stop_tfdata(ssh, service):
+    accelerator = hosts_by_role(ssh)["accelerator"][0]
+    words = [ssh["run"]["python"], "-m", "repro.cli", "pecan", "tfdata", "stop", "--state-dir", service["directory"]]
+    with _open(accelerator, ssh) as connection:
+        result = connection.run(" ".join(shlex.quote(w) for w in words), hide=True, warn=True, in_stream=False)
+    if result.exited != 0:
+        raise ReproError(f"{_describe(accelerator)}: stopping the tf.data service failed: "
+                         f"{(result.stderr.strip() or result.stdout.strip())[-500:]}")
+    return {"host": accelerator["name"], "command": result.stdout.strip()}
 
 
 def _with_env(env, command):

@@ -34,6 +34,8 @@ def add_commands(sub):
                      help="calibration JSON files: one per pipeline the experiment or the preset fit needs")
     run.add_argument("--out", required=True, help="run directory to create")
     run.add_argument("--backend", default="local", help="where this run executes, recorded in its metrics (default local)")
+    run.add_argument("--service-dir", help="the engine's service to run on (tf.data: its state directory; default: "
+                                           "a service of the run's own)")
     run.set_defaults(func=_run)
 
     costs = psub.add_parser("costs", help="cost table (the artifact's CSV columns) from training logs")
@@ -121,7 +123,7 @@ def _run(args):
     else:
         config = load_config(args.config)
     metrics = run_engine(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,
-                         backend=args.backend)
+                         backend=args.backend, service_dir=args.service_dir)
     print(f"{args.out}: {engine_of(config)} engine, {metrics['remote_workers']} remote + "
           f"{metrics['local_workers']} local workers, {metrics['throughput']:.0f} examples/s")
 

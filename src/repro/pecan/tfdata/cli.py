@@ -14,11 +14,16 @@ def add_commands(psub):
     start.add_argument("--port", type=int, default=0, help="dispatcher port (default 0: any free port)")
     start.add_argument("--workers", type=int, default=0, help="remote workers to start with it (default 0)")
     start.add_argument("--threads", type=int, default=1, help="threads (and CPUs) per worker (default 1)")
+    start.add_argument("--worker-hosts", metavar="JSON",
+                       help="run remote workers on these hosts over ssh (repro.pecan.tfdata.remote.SshWorkers)")
     start.set_defaults(func=_start)
 
     status = tsub.add_parser("status", help="check the service: dispatcher, registered workers, a probe job")
     status.add_argument("--state-dir", required=True)
     status.add_argument("--expect-workers", type=int, help="workers that must be registered (default: those recorded)")
+    status.add_argument("--probe-workers", action="store_true",
+                        help="the workflow's check: start a probe worker on every worker host (or one here), expect "
+                             "each to register, run the probe job through them, stop them")
     status.set_defaults(func=_status)
 
     stop = tsub.add_parser("stop", help="stop every worker and the dispatcher recorded in --state-dir")
@@ -50,7 +55,16 @@ def _start(args):
     require_tensorflow()  # the dispatcher's process imports it
     if args.workers < 0 or args.threads < 1:
         raise ReproError("--workers must be 0 or more and --threads at least 1")
-    service = Service.start(args.state_dir, port=args.port)
+    ssh_workers = None
+    if args.worker_hosts:
+        import json
+        from pathlib import Path
+
+        try:
+            ssh_workers = json.loads(Path(args.worker_hosts).read_text())
+        except (OSError, ValueError) as exc:
+            raise ReproError(f"--worker-hosts {args.worker_hosts}: cannot read it ({exc})") from None
+    service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers)
     for _ in range(args.workers):
         service.add_worker("remote", args.threads)
     print(f"{args.state_dir}: dispatcher at {service.address}")
@@ -58,9 +72,15 @@ def _start(args):
 
 
 def _status(args):
-    from repro.pecan.tfdata.service import Service, print_checks
+    from repro.pecan.tfdata.service import Service, print_checks, workflow_checks
 
-    return 0 if print_checks(Service(args.state_dir).checks(args.expect_workers)) else 1
+    if args.probe_workers:
+        return 0 if print_checks(workflow_checks(args.state_dir)) else 1
+    service = Service(args.state_dir)
+    try:
+        return 0 if print_checks(service.checks(args.expect_workers)) else 1
+    finally:
+        service.close()
 
 
 def _stop(args):

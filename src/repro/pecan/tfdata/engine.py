@@ -306,7 +306,10 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
         if own_service:
             service.stop()
         elif deployment:
-            deployment.apply(0, 0)
+            try:
+                service.stop_workers()  # on every host it can reach, even when one does not answer
+            finally:
+                service.close()
     write_log(spec, windows, out / "run.log", started, names)
     parsed = parse_log(out / "run.log")
     metrics = {
@@ -325,6 +328,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
         "remote_workers": parsed.remote_workers,
         "local_workers": parsed.local_workers,
         "converged": parsed.converged,
+        "worker_hosts": [h["name"] for h in service.remote.hosts] if service and service.remote else [],
     }
     write_json(out / "metrics.json", metrics)
     return metrics

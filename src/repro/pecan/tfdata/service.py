@@ -7,7 +7,10 @@ Processes are only ever signalled through repro.processes records (pid + start t
 
 The servers are addressed over loopback (localhost). Local workers register as
 `localhost:<port>` and remote ones as `127.0.0.1:<port>`: the artifact's log parser counts names
-with 'localhost' as workers on the accelerator host.
+with 'localhost' as workers on the accelerator host. A service started with worker hosts
+(`ssh_workers`, the ssh backend) runs its remote workers there instead, over ssh
+(repro.pecan.tfdata.remote): they register under their host's address, and their records
+(pid, start ticks, boot id of that host) name the host.
 
 vCPU share: each worker has `threads` threads and runs on CPUs slot*threads ... slot*threads +
 threads-1 (modulo the CPUs this process may use), slot being the lowest number no running worker
@@ -70,6 +73,7 @@ class Service:
         self.directory, self.owned = Path(directory), owned
         self.state_path = self.directory / "state.json"
         self._children = {}  # pid -> Popen, to reap the processes this object started
+        self._remote = None
         try:
             self.state = json.loads(self.state_path.read_text())
         except OSError:
@@ -77,23 +81,43 @@ class Service:
         except ValueError:
             raise ReproError(f"{self.state_path}: not a tf.data service state file (not JSON)") from None
 
+    @property
+    def remote(self):
+        """The worker hosts its remote workers run on (repro.pecan.tfdata.remote.SshWorkers), or None."""
+        if self._remote is None and self.state and self.state.get("ssh_workers"):
+            from repro.pecan.tfdata.remote import SshWorkers
+
+            self._remote = SshWorkers(self.state["ssh_workers"])
+        return self._remote
+
+    def close(self):
+        """Close the connections to the worker hosts (the processes go on)."""
+        if self._remote is not None:
+            self._remote.close()
+
     # -- starting and stopping -------------------------------------------------------------
 
     @classmethod
-    def start(cls, directory, port=0, owned=False):
+    def start(cls, directory, port=0, owned=False, ssh_workers=None):
         """Start a dispatcher (fault-tolerant, journal in `directory`/work_dir) unless one runs there.
+
+        ssh_workers: the worker hosts its remote workers run on, over ssh (see
+        repro.pecan.tfdata.remote.SshWorkers), recorded in its state.
 
         A dispatcher that died is restarted on its recorded port (when free) from its journal: the
         workers still running reconnect to it and its jobs go on.
         """
         service = cls(directory, owned)
         if service.dispatcher_running():
+            if ssh_workers is not None and service.state.get("ssh_workers") != ssh_workers:
+                service.state["ssh_workers"] = ssh_workers
+                service._save()
             return service
         workers = []
         if service.state and service.state.get("dispatcher"):
             recorded = int(service.address.rsplit(":", 1)[1])
             port = port or (recorded if port_free(recorded) else 0)
-            workers = [w for w in service.state.get("workers", []) if matches(w)]
+            workers = [w for w in service.state.get("workers", []) if "host" in w or matches(w)]  # remote: polled later
         if port and not port_free(port):
             raise ReproError(f"--port {port}: port in use; choose another port or 0 (any free port)")
         service.directory.mkdir(parents=True, exist_ok=True)
@@ -101,6 +125,7 @@ class Service:
         record = service._spawn("dispatcher", ["--port", str(port), "--work-dir", str(service.directory / "work_dir"),
                                                "--status", str(status)], status, "dispatcher.log")
         service.state = {**(service.state or {}), "workers": workers,
+                         **({"ssh_workers": ssh_workers} if ssh_workers is not None else {}),
                          "dispatcher": {**record, "address": read_record(status)["address"], "status": str(status)}}
         service._save()
         return service
@@ -148,7 +173,9 @@ class Service:
         if not self.dispatcher_running():
             raise ReproError(f"{self.state_path}: no dispatcher running; start the service first")
         self.prune()
-        used = {w["slot"] for w in self.state["workers"]}
+        if kind == "remote" and self.remote:
+            return self._add_ssh_worker(threads, wait)
+        used = {w["slot"] for w in self.state["workers"] if "host" not in w}
         slot = next(i for i in range(len(used) + 1) if i not in used)
         available = sorted(os.sched_getaffinity(0))
         cpus = [available[(slot * threads + j) % len(available)] for j in range(threads)]
@@ -163,6 +190,28 @@ class Service:
         self._save()
         return entry
 
+    def _add_ssh_worker(self, threads, wait, host=None):
+        """A remote worker on a worker host (`host`, or the one running fewest), started over ssh."""
+        ours = [w for w in self.state["workers"] if "host" in w]
+        host = host or self.remote.choose(ours)
+        used = {w["slot"] for w in ours if w["host"] == host["name"]}
+        slot = next(i for i in range(len(used) + 1) if i not in used)
+        number = self.state.setdefault("started", 0)
+        self.state["started"] = number + 1
+        port = int(self.address.rsplit(":", 1)[1])
+        record = self.remote.start(host, port, threads, slot, number)
+        entry = {**record, "kind": "remote", "slot": slot, "threads": threads}
+        self.state["workers"].append(entry)
+        self._save()
+        if wait:
+            try:
+                self.remote.wait_started(entry, STATUS_FRESH_S)
+            except ReproError:
+                self.state["workers"].remove(entry)
+                self._save()
+                raise
+        return entry
+
     def remove_worker(self, kind):
         """Stop the most recently started running worker of `kind`; return its entry (None if none runs)."""
         self.prune()
@@ -175,6 +224,9 @@ class Service:
         return None
 
     def _stop(self, record):
+        if "host" in record:
+            self.remote.stop(record)
+            return
         terminate(record)
         proc = self._children.pop(record["pid"], None)
         if proc is not None:
@@ -184,19 +236,51 @@ class Service:
         """Forget workers that are no longer running (killed or crashed), reaping those this object started."""
         for proc in self._children.values():
             proc.poll()
-        self.state["workers"] = [w for w in self.state["workers"] if matches(w)]
+        polled = self._poll_remote()
+        self.state["workers"] = [w for w in self.state["workers"]
+                                 if (polled[id(w)][0] if "host" in w else matches(w))]
+
+    def _poll_remote(self):
+        remote = [w for w in self.state["workers"] if "host" in w]
+        return self.remote.poll(remote, STATUS_FRESH_S) if remote else {}
 
     def stop(self):
         """Stop every worker, then the dispatcher; returns how many processes were stopped."""
         if not self.state:
             return 0
-        stopped = 0
-        for record in self.state.get("workers", []) + [self.state.get("dispatcher")]:
-            if record and matches(record):
-                self._stop(record)
-                stopped += 1
+        failed, stopped = None, 0
+        try:
+            stopped = self.stop_workers()
+        except ReproError as exc:
+            failed = exc
+        if matches(self.state.get("dispatcher")):
+            self._stop(self.state["dispatcher"])
+            stopped += 1
+        self.close()
+        if failed:  # the state stays, with the workers left: another stop tries them again
+            raise ReproError(f"{failed} (the dispatcher is stopped; run stop again once the host answers)")
         self.state = None
         self.state_path.unlink(missing_ok=True)
+        return stopped
+
+    def stop_workers(self):
+        """Stop every recorded worker, those on worker hosts over ssh; how many were stopped. A worker
+        on a host that does not answer stays recorded, and a ReproError names it after the others stopped."""
+        stopped, failed, left = 0, [], []
+        for record in self.state.get("workers", []):
+            if "host" in record:
+                try:
+                    stopped += self.remote.stop(record)
+                except ReproError as exc:  # stop the others, then say which one is left
+                    failed.append(f"worker pid {record['pid']} on {record['host']}: {exc}")
+                    left.append(record)
+            elif matches(record):
+                self._stop(record)
+                stopped += 1
+        self.state["workers"] = left
+        self._save()
+        if failed:
+            raise ReproError(f"{self.state_path}: stopped {stopped} worker(s); not stopped: {'; '.join(failed)}")
         return stopped
 
     # -- what is running -------------------------------------------------------------------
@@ -205,10 +289,14 @@ class Service:
         """Addresses of running workers that report a task (that serve the job now)."""
         if not self.state:
             return []
-        self.prune()
+        for proc in self._children.values():
+            proc.poll()
+        polled = self._poll_remote()  # one ssh command per worker host: whether each runs, and its status
+        self.state["workers"] = [w for w in self.state["workers"]
+                                 if (polled[id(w)][0] if "host" in w else matches(w))]
         names = []
         for entry in self.state["workers"]:
-            status = _fresh(entry["status"], entry["pid"])
+            status = polled[id(entry)][1] if "host" in entry else _fresh(entry["status"], entry["pid"])
             if status and status["tasks"] > 0:
                 names.append(status["address"])
         return names
@@ -216,7 +304,7 @@ class Service:
     def dispatcher_status(self):
         return _fresh(self.state["dispatcher"]["status"], self.state["dispatcher"]["pid"]) if self.state else None
 
-    def checks(self, expect_workers=None, probe=True):
+    def checks(self, expect_workers=None, probe=True, workers=True):
         """[(ok, text)] in the order the artifact's checks print: process, answer, workers, probe job."""
         if not self.state:
             return [(False, f"no tf.data service recorded in {self.state_path}")]
@@ -234,17 +322,39 @@ class Service:
         if not answers:
             return lines + [(False, f"dispatcher does not answer at {self.address}")]
         lines.append((True, f"dispatcher answers at {self.address}"))
-        self.prune()
-        expected = len(self.state["workers"]) if expect_workers is None else expect_workers
-        deadline = time.monotonic() + REGISTER_WAIT_S
-        while status and status["workers"] < expected and time.monotonic() < deadline:
-            time.sleep(0.2)
-            status = self.dispatcher_status()
-        registered = status["workers"] if status else 0
-        lines.append((registered >= expected, f"{registered} worker(s) registered, {expected} expected"))
+        if workers:
+            lines.append(self.registered_check(expect_workers))
         if probe:
             lines.append(self.probe())
         return lines
+
+    def registered_check(self, expect_workers=None):
+        """(ok, text): the workers it expects run and are registered with the dispatcher.
+
+        Expected: `expect_workers`, else every worker recorded (one recorded that no longer runs
+        is missing). Registered: the dispatcher's count, at most the recorded workers that run
+        (a worker killed a moment ago stays registered until its heartbeat times out).
+        """
+        recorded = list(self.state["workers"])
+        try:
+            self.prune()
+        except ReproError as exc:  # a worker host that does not answer
+            return False, f"workers not checked: {exc}"
+        gone = [w for w in recorded if w not in self.state["workers"]]
+        running = len(self.state["workers"])
+        expected = len(recorded) if expect_workers is None else expect_workers
+        status = self.dispatcher_status()
+        deadline = time.monotonic() + REGISTER_WAIT_S
+        while status and min(status["workers"], running) < expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+            status = self.dispatcher_status()
+        registered = min(status["workers"] if status else 0, running)
+        text = f"{registered} worker(s) registered, {expected} expected"
+        if gone:
+            text += ": " + "; ".join(f"worker pid {w['pid']} ({w.get('host', 'this host')}) is not running" for w in gone)
+        if registered < expected and not gone:
+            text += f" (the dispatcher has {status['workers'] if status else 0}, {running} recorded run)"
+        return registered >= expected, text
 
     def probe(self):
         """Run a small job through the service in a separate client process; (ok, text)."""
@@ -274,21 +384,43 @@ def exclusive(directory):
 
 
 def workflow_checks(directory):
-    """The status checks of a workflow's service: dispatcher running and answering, then a probe job
-    served by a probe worker (the service holds no workers between runs); [(ok, text)]."""
+    """The status checks of a workflow's service; [(ok, text)]: dispatcher running and answering,
+    then the workers it expects registered, then a probe job served by them. The service holds no
+    workers between runs, so the workers expected are probe workers the check starts and stops:
+    one on every worker host (over ssh) where the service has worker hosts, else one here."""
     with exclusive(directory):
         service = Service(directory, owned=True)
-        lines = service.checks(expect_workers=0, probe=False)
+        lines = service.checks(probe=False, workers=False)
         if not all(ok for ok, _ in lines):
             return lines
+        failures = []
         try:
-            service.add_worker("remote", 1)
-            return lines + [service.probe()]
-        except ReproError as exc:
-            return lines + [(False, f"probe worker: {exc}")]
+            if service.remote:
+                names = [host["name"] for host in service.remote.hosts]
+                where = f"one probe worker on each worker host ({', '.join(names)})"
+                for host in service.remote.hosts:
+                    try:
+                        service._add_ssh_worker(1, True, host)
+                    except ReproError as exc:
+                        failures.append(str(exc) if host["name"] in str(exc) else f"{host['name']}: {exc}")
+            else:
+                names, where = ["this host"], "a probe worker on this host"
+                try:
+                    service.add_worker("remote", 1)
+                except ReproError as exc:
+                    failures.append(f"probe worker: {exc}")
+            ok, text = service.registered_check(len(names))
+            lines.append((ok and not failures, f"{text}, {where}" + "".join(f"; {f}" for f in failures)))
+            if lines[-1][0]:
+                lines.append(service.probe())
+            return lines
         finally:
-            while service.remove_worker("remote"):
-                pass
+            try:
+                while service.remove_worker("remote"):
+                    pass
+            except ReproError as exc:
+                lines.append((False, f"probe worker not stopped: {exc}"))
+            service.close()
 
 
 def print_checks(lines, out=sys.stdout):
