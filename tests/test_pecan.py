@@ -410,6 +410,14 @@ def spec(**overrides):
     return JobSpec(**{**base, **overrides})
 
 
+def test_a_shared_machine_caps_capacity_at_its_cpus():
+    assert capacity(spec(), 3, 2) == pytest.approx(5 * 8 / 0.05)  # every worker its own CPUs
+    shared = spec(remote_worker_vcpus=1, local_worker_vcpus=1, host_cpus=2)
+    assert [capacity(shared, remote, 0) for remote in range(4)] == pytest.approx([0, 20, 40, 40])
+    assert capacity(shared, 1, 2) == pytest.approx(40)
+    assert capacity(spec(placement="collocated", collocated_vcpus=4, host_cpus=2), 0, 0) == pytest.approx(40)
+
+
 def test_more_workers_never_lower_throughput_and_the_accelerator_bounds_it():
     s = spec()
     bound = s.accelerator_batches_per_s * s.batch_size

@@ -96,6 +96,80 @@ def test_validation_refuses_runs_of_the_model(tmp_path):
         validation_rows({"experiment": "E", "mode": "pecan"}, {}, 32, "m.json")
 
 
+def _engine_metrics(mode="cachew", windows=(), pipeline_cost=True, cpus=2, worker_hosts=()):
+    """A tf.data engine run's metrics.json as the validation reads it (no TensorFlow needed)."""
+    spec = {"experiment": "E", "mode": mode, "placement": "cachew" if mode == "cachew" else "autoplacement",
+            "autoorder": mode == "pecan", "pipeline": "resnet", "batch_size": 10, "decision_steps": 4,
+            "accelerator_examples_per_s": 1000.0, "time_scale": 10.0, "worker_threads": 1, "collocated_threads": 1,
+            "max_remote_workers": 3, "max_local_workers": 2, "fixed_remote_workers": 0, "fixed_local_workers": 0,
+            "cachew_threshold_up": 0.0, "client_cost": 4.96, "worker_cost": 0.43, "max_windows": 20, "seed": 0}
+    metrics = {"engine": "tfdata", "spec": spec, "remote_workers": 2, "local_workers": 0, "worker_hosts": list(worker_hosts),
+               "windows": [{"steps": 4, "seconds": s, "workers": w, "workers_after": a} for w, a, s in windows]}
+    if pipeline_cost:  # 25 ms per element: one 1-CPU worker 40 examples/s, the bound 100
+        metrics.update(cpus=cpus, pipeline_cost={"order": "autoorder" if spec["autoorder"] else "declared",
+                                                 "cpu_s_per_element": 0.025, "bytes_per_element": 1000.0})
+    return metrics
+
+
+# the Pillow calibration: 5 ms per element, so one worker (200 examples/s) reaches the bound (100)
+CALIBRATION = {"resnet": {order: {"cpu_s_per_element": 0.005, "bytes_out_per_element": 1000.0}
+                          for order in ("declared", "autoorder")}}
+ONE, TWO, THREE = ["127.0.0.1:1"], ["127.0.0.1:1", "127.0.0.1:2"], ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+
+
+def test_validation_predicts_each_deployment_from_both_sets_of_inputs():
+    from repro.pecan.validation import validation_rows
+
+    # measured: one worker 40 examples/s, two 80, three 80 (the third has no CPU of its own)
+    metrics = _engine_metrics(windows=[(ONE, ONE, 1.0), (ONE, TWO, 0.7), (TWO, TWO, 0.5), (TWO, TWO, 0.5),
+                                       (THREE, THREE, 0.5)])
+    rows = {(r["remote_workers"], r["local_workers"]): r for r in validation_rows(metrics, CALIBRATION, 32)}
+    assert sorted(rows) == [(1, 0), (2, 0), (3, 0)]  # the window whose worker set changed is left out
+    assert rows[1, 0]["engine_examples_per_s"] == 40 and rows[2, 0]["windows"] == 2
+    # Pillow-fed: every deployment at the bound; engine-fed: 1/0.025 per CPU, at most the machine's 2
+    assert [rows[k]["model_examples_per_s"] for k in sorted(rows)] == [100, 100, 100]
+    assert [rows[k]["model_tf_examples_per_s"] for k in sorted(rows)] == [40, 80, 80]
+    assert rows[1, 0]["model_vs_engine"] == 1.5 and rows[3, 0]["model_tf_vs_engine"] == 0
+    # converged: the Pillow-fed model needs one worker; the engine-fed one stops at the CPUs (Cachew
+    # adds a third, which gains nothing, and steps back)
+    assert rows[1, 0]["model_converged"] == "1+0" and rows[1, 0]["model_tf_converged"] == "2+0"
+    assert rows[1, 0]["engine_converged"] == "2+0"
+
+
+def test_validation_caps_by_the_machines_cpus_only_where_the_workers_share_it():
+    from repro.pecan.validation import engine_job
+
+    local = engine_job(_engine_metrics(cpus=2), CALIBRATION["resnet"], 32)
+    assert local.host_cpus == 2 and local.cost_per_element == 0.025
+    assert engine_job(_engine_metrics(worker_hosts=["w1"]), CALIBRATION["resnet"], 32).host_cpus == 0
+
+
+def test_validation_of_a_run_without_its_measured_pipeline_asks_for_a_rerun():
+    from repro.pecan.validation import validation_rows
+
+    with pytest.raises(ReproError, match=r"m.json: no pipeline_cost .* run it again"):
+        validation_rows(_engine_metrics(pipeline_cost=False, windows=[(ONE, ONE, 1.0)]), CALIBRATION, 32, "m.json")
+
+
+def test_validation_summary_and_caption_count_each_model_column(tmp_path):
+    from repro.pecan.validation import caption_text, summary, validation_rows
+    from repro.plots import plot_validation
+
+    runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 0.5)]),
+            _engine_metrics("pecan", windows=[(TWO, TWO, 0.5)])]
+    rows = [row for metrics in runs for row in validation_rows(metrics, CALIBRATION, 32)]
+    assert summary(rows, model="model").startswith("0 of 3 deployments within ±15%; largest gap +150% (cachew")
+    tf_summary = summary(rows, model="model_tf")
+    assert tf_summary.startswith("3 of 3 deployments within ±15%; largest gap +0%")
+    assert tf_summary.endswith("converged within ±1 worker in 2 of 2 modes")
+    caption = caption_text(rows, runs)
+    assert "Pillow calibration, a CPU per worker: 0 of 3" in caption
+    assert "one CPU (autoorder 25.00, declared 25.00 ms CPU per element) and the 2 CPUs" in caption
+    plot_validation(rows, [tmp_path / "v.png"], "Validation", caption,
+                    {"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 80})
+    assert (tmp_path / "v.png").stat().st_size > 1000
+
+
 def test_engine_is_checked_against_the_registry(pecan_config):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["pecan"]["engine"] = "simulator"
@@ -278,6 +352,13 @@ def test_collocated_run_writes_the_artifacts_log(tf, tmp_path, pecan_config, dat
     assert 0 < parsed.throughput <= spec.batch_size / spec.step_time_s * 1.05
     assert metrics["throughput"] == parsed.throughput
     assert "ClientHeartbeat" not in (tmp_path / "run" / "run.log").read_text()
+    # the run measured its own pipeline before it started: the model's inputs for this run
+    cost = metrics["pipeline_cost"]
+    assert cost["order"] == "declared" and cost["ops"] == metrics["order"] and cost["threads"] == 1
+    assert cost["cpu_s"]["n"] == cost["batches"] and cost["cpu_s"]["q1"] <= cost["cpu_s_per_element"] <= cost["cpu_s"]["q3"]
+    assert 0 < cost["cpu_s_min"] <= cost["cpu_s_per_element"] < 1
+    assert cost["bytes_per_element"] == 224 * 224 * 3 * 4  # a float32 image
+    assert metrics["cpus"] == len(os.sched_getaffinity(0))
 
 
 def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_path, pecan_config, data):
@@ -416,6 +497,9 @@ def _build_fig8_on_the_engine(tmp_path):
         measured, predicted = float(row["engine_examples_per_s"]), float(row["model_examples_per_s"])
         assert measured > 0 and predicted > 0
         assert float(row["model_vs_engine"]) == pytest.approx(predicted / measured - 1, abs=1e-3)
+        engine_fed = float(row["model_tf_examples_per_s"])  # fed what the run measured of itself
+        assert float(row["model_tf_vs_engine"]) == pytest.approx(engine_fed / measured - 1, abs=1e-3)
+        assert row["model_tf_converged"].count("+") == 1
     assert (tmp_path / "plots" / "validation_ResNet50_v2-8.png").stat().st_size > 1000
     status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
     assert "[ OK ] tf.data service (results/cluster/local/tfdata): probe job returned elements" in status

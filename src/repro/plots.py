@@ -169,27 +169,39 @@ def plot_distributions(rows, outputs, caption, style):
     _save(fig, outputs, caption, style)
 
 
-def plot_validation(rows, outputs, title, caption, style):
-    """Per mode and deployment: the engine's measured examples/s next to the model's prediction."""
+def plot_validation(rows, outputs, title, caption, style,
+                    models=(("model", "model, Pillow calibration"), ("model_tf", "model, engine-measured"))):
+    """Per mode and deployment: the engine's measured examples/s next to each model column's
+    prediction (`models`: (column prefix, legend label); a prefix the rows lack is left out)."""
+    models = [(name, label) for name, label in models if rows and f"{name}_examples_per_s" in rows[0]]
     plt.rcParams.update({"font.size": style["font_size"]})
     fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
+    width = 0.8 / (1 + len(models))
+    hatches = ("//", "..", "xx")
+    small = max(5, style["font_size"] - 3)
     for x, row in enumerate(rows):
         color = COLORS.get(row["mode"], "#7f7f7f")
-        ax.bar(x - 0.2, row["engine_examples_per_s"], 0.4, color=color, edgecolor="black", linewidth=0.6,
+        left = x - 0.4 + width / 2
+        ax.bar(left, row["engine_examples_per_s"], width, color=color, edgecolor="black", linewidth=0.6,
                label="engine (measured)" if x == 0 else None)
-        ax.bar(x + 0.2, row["model_examples_per_s"], 0.4, color="white", edgecolor=color, hatch="//", linewidth=0.8,
-               label="model (predicted)" if x == 0 else None)
-        ax.text(x + 0.2, row["model_examples_per_s"], f"{row['model_vs_engine']:+.0%}", ha="center", va="bottom",
-                fontsize=max(5, style["font_size"] - 2))
+        for k, (name, label) in enumerate(models, start=1):
+            value = row[f"{name}_examples_per_s"]
+            ax.bar(left + k * width, value, width, color="white", edgecolor=color, hatch=hatches[(k - 1) % 3],
+                   linewidth=0.8, label=label if x == 0 else None)
+            ax.text(left + k * width, value, f"{row[f'{name}_vs_engine']:+.0%}", ha="center", va="bottom",
+                    fontsize=small, rotation=90)
     labels = [f"{LABELS.get(r['mode'], r['mode'])} {r['remote_workers']}r+{r['local_workers']}l" for r in rows]
     ax.set_xticks(range(len(rows)), labels, fontsize=max(5, style["font_size"] - 2), rotation=35, ha="right")
     ax.set_ylabel("examples/s (miniature scale)")
     ax.set_title(title)
-    top = max(max(r["engine_examples_per_s"], r["model_examples_per_s"]) for r in rows)
-    ax.set_ylim(0, top * 1.3)
+    top = max(max([r["engine_examples_per_s"]] + [r[f"{name}_examples_per_s"] for name, _ in models]) for r in rows)
+    ax.set_ylim(0, top * 1.4)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.legend(loc="upper center", ncol=2, frameon=False, fontsize=max(6, style["font_size"] - 1))
-    converged = "; ".join(f"{LABELS.get(m, m)} engine {e} / model {d}" for m, e, d in dict.fromkeys(
-        (r["mode"], r["engine_converged"], r["model_converged"]) for r in rows))
+    ax.legend(loc="upper center", ncol=1 + len(models), frameon=False, fontsize=max(6, style["font_size"] - 2))
+    by_mode = {r["mode"]: [r["engine_converged"]] + [r[f"{name}_converged"] for name, _ in models] for r in rows}
+    converged = "; ".join(
+        f"{LABELS.get(mode, mode)} engine {values[0]}"
+        + "".join(f" / {label} {value}" for (_, label), value in zip(models, values[1:], strict=True))
+        for mode, values in by_mode.items())
     _save(fig, outputs, f"{caption}; converged remote+local workers: {converged}", style)

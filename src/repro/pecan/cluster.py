@@ -5,6 +5,8 @@ Time advances in decision windows of `decision_steps` training steps. In each wi
       collocated: the host's effective preprocessing vCPUs;
       data service: remote workers x remote vCPUs + local workers x local vCPUs, the remote part
       also limited by the accelerator host's network (preprocessed bytes per element);
+      where the job runs on one machine of `host_cpus` CPUs (the tf.data engine's miniature
+      cluster), no deployment preprocesses on more CPUs than that machine has;
   throughput = min(accelerator bound, capacity) x seeded log-normal noise.
 The placement policy observes the window's batch time and picks the next deployment, which takes
 effect in the next window. The run is written as the artifact's log, a Chrome trace and metrics.
@@ -50,6 +52,9 @@ class JobSpec:
     client_cost: float
     worker_cost: float
     seed: int
+    # CPUs that every worker and the client share (one machine); 0: every worker has CPUs of its
+    # own (the artifact's cluster), and capacity grows with every worker added
+    host_cpus: float = 0.0
 
 
 @dataclass
@@ -75,11 +80,12 @@ class Simulation:
 
 def capacity(spec, remote, local):
     """Examples per second the preprocessing side can deliver with this deployment."""
+    cap = spec.host_cpus / spec.cost_per_element if spec.host_cpus > 0 else math.inf
     if spec.placement == "collocated":
-        return spec.collocated_vcpus / spec.cost_per_element
+        return min(spec.collocated_vcpus / spec.cost_per_element, cap)
     remote_rate = remote * spec.remote_worker_vcpus / spec.cost_per_element
     network_rate = spec.network_gbps * 1e9 / 8 / spec.bytes_per_element
-    return local * spec.local_worker_vcpus / spec.cost_per_element + min(remote_rate, network_rate)
+    return min(local * spec.local_worker_vcpus / spec.cost_per_element + min(remote_rate, network_rate), cap)
 
 
 def make_policy(spec):

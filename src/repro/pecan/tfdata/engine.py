@@ -50,6 +50,9 @@ MIN_WINDOW_STEPS = 8
 MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": 3,
              "max_local_workers": 2, "settle_windows": 3, "max_windows": 80, "images": 64}
 STOPPED = ("STABLE", "FIXED")  # policy states after which the deployment no longer changes
+# Before every run, its pipeline's own cost (measure_pipeline_cost): batches read and discarded
+# first (the graph's first runs, allocations), then batches each measured on its own.
+COST_WARMUP_BATCHES, COST_BATCHES = 2, 6
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,45 @@ def process_cpus(count):
         pin(previous)
 
 
+def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=COST_BATCHES):
+    """The run's own pipeline (its TF ops, in the run's order) in this process on one CPU: CPU
+    seconds and bytes per element, what the cluster model needs to predict this run.
+
+    The dataset is the one a worker with one thread runs (ops.dataset, one-thread pool), and every
+    thread of the process is pinned to one CPU while it runs, so the process's CPU time between
+    two batches is the CPU one worker spends on one batch (the pipeline's maps, the tf.data
+    machinery, batching). Process CPU time, not wall time: time spent descheduled by other work
+    on the machine does not count. The estimate is the median over the measured batches (what a
+    worker running batch after batch typically pays on this machine as loaded now; interference
+    with other processes' caches and memory is in it, as it is in the engine's workers); the
+    spread (quartiles) and the minimum are recorded with it. Bytes per element: the batch's
+    tensors (images and boxes) over its size, what a worker sends per element.
+    """
+    from repro.pecan.calibrate import spread
+
+    order = "autoorder" if spec.autoorder else "declared"
+    cpu, wall, started = [], [], time.monotonic()
+    with process_cpus(1):
+        dataset, names = ops.dataset(manifest, order, spec.batch_size, 1)
+        iterator = iter(dataset)
+        for _ in range(warmup):
+            next(iterator)
+        for _ in range(batches):
+            cpu_start, wall_start = time.process_time(), time.perf_counter()
+            batch = next(iterator)
+            cpu.append((time.process_time() - cpu_start) / spec.batch_size)
+            wall.append((time.perf_counter() - wall_start) / spec.batch_size)
+        del iterator
+    nbytes = sum(int(tensor.numpy().nbytes) for tensor in batch.values()) / spec.batch_size
+    cpu_spread = spread(cpu)
+    return {"pipeline": spec.pipeline, "order": order, "ops": names, "threads": 1, "batch_size": spec.batch_size,
+            "warmup_batches": warmup, "batches": batches,
+            "statistic": "median over batches of the process's CPU seconds per element, pinned to one CPU",
+            "cpu_s_per_element": cpu_spread["median"], "cpu_s": cpu_spread, "cpu_s_min": min(cpu),
+            "wall_s_per_element": spread(wall)["median"], "bytes_per_element": nbytes,
+            "load_average": list(os.getloadavg()), "seconds": time.monotonic() - started}
+
+
 def client_dataset(spec, manifest, service):
     order = "autoorder" if spec.autoorder else "declared"
     threads = spec.collocated_threads if service is None else spec.worker_threads
@@ -277,6 +319,8 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
     """
     out = Path(out_dir)
     manifest = ops.write_data(spec.pipeline, spec.images, data_dir, seed=spec.seed)
+    # the model's inputs for this run, measured before any of the service's processes run
+    pipeline_cost = measure_pipeline_cost(spec, manifest)
     policy = policy_for(spec)
     service, own_service = None, False
     wall = time.monotonic()
@@ -329,6 +373,10 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
         "local_workers": parsed.local_workers,
         "converged": parsed.converged,
         "worker_hosts": [h["name"] for h in service.remote.hosts] if service and service.remote else [],
+        "pipeline_cost": pipeline_cost,
+        # the CPUs this process may use: on the local backend, the ones the client, the dispatcher and
+        # every worker share (workers are pinned among them, service.py)
+        "cpus": len(os.sched_getaffinity(0)),
     }
     write_json(out / "metrics.json", metrics)
     return metrics
