@@ -94,10 +94,11 @@ def plot_costs(table, outputs, title, caption, style, reference=None):
     _save(fig, outputs, caption, style)
 
 
-def _save(fig, outputs, caption, style):
+def _save(fig, outputs, caption, style, line=0.035):
+    """`line`: the figure's height one caption line takes (0.035 of the style's height)."""
     wrapped = textwrap.fill(caption, width=int(style["width_in"] * 19))
     fig.text(0.01, 0.01, wrapped, fontsize=max(5, style["font_size"] - 3), ha="left", va="bottom", style="italic")
-    fig.tight_layout(rect=(0, 0.03 + 0.035 * wrapped.count("\n") + 0.04, 1, 1))
+    fig.tight_layout(rect=(0, 0.03 + line * wrapped.count("\n") + 0.04, 1, 1))
     for output in outputs:
         with atomic_path(output) as tmp:
             fig.savefig(tmp, format=str(output).rsplit(".", 1)[-1], dpi=style["dpi"])
@@ -170,12 +171,14 @@ def plot_distributions(rows, outputs, caption, style):
 
 
 def plot_validation(rows, outputs, title, caption, style,
-                    models=(("model", "model, Pillow calibration"), ("model_tf", "model, engine-measured"))):
+                    models=(("model", "model (Pillow-fed)"), ("model_tf", "model (engine-fed)"))):
     """Per mode and deployment: the engine's measured examples/s next to each model column's
     prediction (`models`: (column prefix, legend label); a prefix the rows lack is left out)."""
     models = [(name, label) for name, label in models if rows and f"{name}_examples_per_s" in rows[0]]
     plt.rcParams.update({"font.size": style["font_size"]})
-    fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
+    # taller than the other figures: the caption says per model column what agrees and why not
+    taller = 1.8
+    fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"] * taller))
     width = 0.8 / (1 + len(models))
     hatches = ("//", "..", "xx")
     small = max(5, style["font_size"] - 3)
@@ -195,13 +198,11 @@ def plot_validation(rows, outputs, title, caption, style,
     ax.set_ylabel("examples/s (miniature scale)")
     ax.set_title(title)
     top = max(max([r["engine_examples_per_s"]] + [r[f"{name}_examples_per_s"] for name, _ in models]) for r in rows)
-    ax.set_ylim(0, top * 1.4)
+    ax.set_ylim(0, top * 1.5)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.legend(loc="upper center", ncol=1 + len(models), frameon=False, fontsize=max(6, style["font_size"] - 2))
+    ax.legend(loc="upper left", ncol=1 + len(models), frameon=False, fontsize=max(5, style["font_size"] - 3))
     by_mode = {r["mode"]: [r["engine_converged"]] + [r[f"{name}_converged"] for name, _ in models] for r in rows}
-    converged = "; ".join(
-        f"{LABELS.get(mode, mode)} engine {values[0]}"
-        + "".join(f" / {label} {value}" for (_, label), value in zip(models, values[1:], strict=True))
-        for mode, values in by_mode.items())
-    _save(fig, outputs, f"{caption}; converged remote+local workers: {converged}", style)
+    converged = "; ".join(f"{LABELS.get(mode, mode)} {' / '.join(values)}" for mode, values in by_mode.items())
+    order = " / ".join(["engine"] + [label for _, label in models])
+    _save(fig, outputs, f"{caption}. Converged remote+local workers ({order}): {converged}", style, 0.035 / taller)
