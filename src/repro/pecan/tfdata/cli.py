@@ -112,4 +112,5 @@ def _run(args):
     metrics = run(spec, args.out, args.data or Path(args.out).parent / "data", args.service_dir, on_window=progress)
     print(f"{args.out}: {metrics['remote_workers']} remote + {metrics['local_workers']} local workers, "
           f"{metrics['throughput']:.0f} examples/s (miniature bound {metrics['accelerator_bound_miniature']:.0f}), "
-          f"{metrics['wall_s']:.0f} s")
+          f"{metrics['wall_s']:.0f} s; its pipeline {metrics['pipeline_cost']['cpu_s_per_element'] * 1e3:.2f} ms CPU "
+          f"per element on one CPU ({metrics['pipeline_cost']['order']} order)")
