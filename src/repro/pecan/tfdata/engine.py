@@ -319,7 +319,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
     """
     out = Path(out_dir)
     manifest = ops.write_data(spec.pipeline, spec.images, data_dir, seed=spec.seed)
-    # the model's inputs for this run, measured before any of the service's processes run
+    # the model's inputs for this run, measured before any of its workers start
     pipeline_cost = measure_pipeline_cost(spec, manifest)
     policy = policy_for(spec)
     service, own_service = None, False
