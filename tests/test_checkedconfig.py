@@ -90,7 +90,8 @@ def test_the_extras_a_reused_config_needs_are_checked_at_every_start(tmp_path, m
 def test_a_damaged_or_unwritable_keep_only_means_validating_again(tmp_path):
     checked_config(raw(), "config", tmp_path)
     (kept,) = tmp_path.glob("config-*.json")
-    kept.write_text("{not json")
-    assert checked_config(raw(), "config", tmp_path) == validate_config(raw())
+    for damaged in ("{not json", '{"config": [], "extras": []}', '{"config": {}}'):
+        kept.write_text(damaged)
+        assert checked_config(raw(), "config", tmp_path) == validate_config(raw())
     (tmp_path / "a-file").write_text("")
     assert checked_config(raw(), "config", tmp_path / "a-file" / "kept") == validate_config(raw())

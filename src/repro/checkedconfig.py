@@ -35,6 +35,8 @@ def checked_config(config, source, cache_dir):
     try:
         kept = json.loads(path.read_text())
         checked, extras = kept["config"], kept["extras"]
+        if not isinstance(checked, dict) or not isinstance(extras, list):
+            raise ValueError(f"{path}: not a kept config")
     except (OSError, ValueError, KeyError, TypeError):
         _validate(config, source)
         _keep(path, config)
