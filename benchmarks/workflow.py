@@ -15,6 +15,19 @@ to it, interleaved and repeated (medians, since other work on the machine adds n
 Run it from the default install (`make setup`): extras such as [slurm] or [gcs] add their
 plugins' import time to every start. Goals: start-up and dry-run <= 1.3x the floor, no-op <= 1.5x.
 
+Measured 2026-12-01 on 2 shared cores (load 3-4 from other work; floor 0.74 s): start-up 1.10x,
+full dry-run 1.48x (1.51x with the config validated afresh), no-op rerun 1.28x; the bare
+workflow with the dry-run's 83 jobs 1.28x. The full dry-run misses its goal, and not in the rules:
+  - this environment: numpy and Pillow are installed (the package needs them), and Snakemake's own
+    yte and docutils import them at every start (about 0.1 s, the start-up row);
+  - Snakemake's per-job work (the bare workflow's row: already 1.28x at 83 jobs);
+  - `script:` rules: to plan a job, Snakemake reads its script and imports nbformat (and jsonschema
+    with it) to tell the script's language, about 0.05 s once per invocation; the no-op rerun
+    plans no job and skips it. The remaining 0.1x is parsing 9 rule files (about 0.02 s) and the
+    rules' larger jobs (logs, benchmarks, conda environments, several outputs).
+The Snakefile's config check keeps its result under .snakemake/repro/ (repro.checkedconfig), so a
+start with an unchanged config imports no jsonschema and validates nothing (about 0.05 s).
+
     python benchmarks/workflow.py [--repeats 5]
 """
 
