@@ -1,6 +1,6 @@
 from snakemake.utils import min_version
 
-from repro.config import validate_config
+from repro.checkedconfig import checked_config
 
 min_version("9.0")
 
@@ -9,7 +9,8 @@ configfile: "config/config.yaml"
 
 
 # config/config.yaml, then --configfile, then --config: checked once, with defaults, paths expanded
-validate_config(config, "config")
+# (repro.config.validate_config; its result is reused while the config and the package are unchanged)
+checked_config(config, "config", ".snakemake/repro")
 
 
 include: "rules/common.smk"

@@ -52,6 +52,20 @@ def modes_of(experiment):
     return config["pecan"]["experiments"][experiment]["modes"]
 
 
+def per_mode(pattern):
+    """An input function: `pattern` filled in for each mode of the job's experiment (a plain
+    str.format per mode: it runs once per job, and expand() costs ten times as much)."""
+
+    def files(wildcards):
+        experiment = wildcards.experiment
+        return [
+            pattern.format(experiment=experiment, mode=mode)
+            for mode in modes_of(experiment)
+        ]
+
+    return files
+
+
 def run_targets():
     """Every run's metrics: requested directly, so a deleted run directory is redone."""
     return [

@@ -4,14 +4,8 @@ localrules:
 
 rule costs:
     input:
-        logs=lambda wildcards: expand(
-            "results/runs/{{experiment}}/{mode}/run.log",
-            mode=modes_of(wildcards.experiment),
-        ),
-        metrics=lambda wildcards: expand(
-            "results/runs/{{experiment}}/{mode}/metrics.json",
-            mode=modes_of(wildcards.experiment),
-        ),
+        logs=per_mode("results/runs/{experiment}/{mode}/run.log"),
+        metrics=per_mode("results/runs/{experiment}/{mode}/metrics.json"),
         summary="results/summary/{experiment}.json",
         combined="results/traces/{experiment}/combined.json",
     output:

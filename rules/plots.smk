@@ -52,10 +52,7 @@ rule provenance:
 # deployments, calibration and scale.
 rule validation:
     input:
-        metrics=lambda wildcards: expand(
-            "results/runs/{{experiment}}/{mode}/metrics.json",
-            mode=modes_of(wildcards.experiment),
-        ),
+        metrics=per_mode("results/runs/{experiment}/{mode}/metrics.json"),
         calibration=CALIBRATIONS,
     output:
         pdf="plots/validation_{experiment}.pdf",

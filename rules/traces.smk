@@ -18,10 +18,7 @@ rule download_traces:
 
 rule combine:
     input:
-        lambda wildcards: expand(
-            "results/traces/{{experiment}}/{mode}/{{experiment}}-{mode}.json",
-            mode=modes_of(wildcards.experiment),
-        ),
+        per_mode("results/traces/{experiment}/{mode}/{experiment}-{mode}.json"),
     output:
         "results/traces/{experiment}/combined.json",
     log:
@@ -37,10 +34,7 @@ rule combine:
 
 rule summarize:
     input:
-        lambda wildcards: expand(
-            "results/traces/{{experiment}}/{mode}/{{experiment}}-{mode}.json",
-            mode=modes_of(wildcards.experiment),
-        ),
+        per_mode("results/traces/{experiment}/{mode}/{experiment}-{mode}.json"),
     output:
         "results/summary/{experiment}.json",
     log:

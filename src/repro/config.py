@@ -1,7 +1,8 @@
 """Loading and checking the workflow configuration: the one place a config is validated.
 
 The Snakefile calls `validate_config` on Snakemake's merged config (config/config.yaml, then
-`--configfile`, then `--config`), so every rule sees the same checked, defaulted and expanded values.
+`--configfile`, then `--config`), so every rule sees the same checked, defaulted and expanded values
+(through `repro.checkedconfig`, which reuses a result while nothing it depends on changes).
 """
 
 import importlib.util
@@ -11,7 +12,6 @@ import re
 from importlib.resources import files
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from repro.backends import backend_names, get_backend
@@ -53,6 +53,8 @@ def schema():
 
 def _with_defaults(validator_class):
     """A validator that fills in each property's `default` (as snakemake.utils.validate does)."""
+    import jsonschema
+
     validate_properties = validator_class.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -69,7 +71,9 @@ def validate_config(config, source="config"):
     """Check `config` in place: finite numbers, the schema (defaults filled in), `~` and `$VAR` in
     paths expanded, cross-key references. Raise ReproError naming the key at fault."""
     _reject_non_finite(config, source, [])
-    validator = _with_defaults(jsonschema.Draft202012Validator)(schema())
+    from jsonschema import Draft202012Validator  # here: a Snakefile start that reuses a checked config skips it
+
+    validator = _with_defaults(Draft202012Validator)(schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
@@ -168,16 +172,27 @@ def check_references(config, source="config"):
         if figure.get("reference") and figure["reference"] not in REFERENCE_PLOTS:
             raise ReproError(f"{source}: plots.figures.{name}.reference: unknown reference {figure['reference']!r}; "
                              f"expected one of {sorted(REFERENCE_PLOTS)}")
-    if backend.extra:
-        _require_extra(source, "backend", *backend.extra)
+    for key, extra, module in needed_extras(config):
+        _require_extra(source, key, extra, module)
+
+
+def needed_extras(config):
+    """[key, extra, module] for each optional part of the install (pyproject.toml's extras) that
+    a setting of this (checked) config needs."""
     from repro.pecan.engines import ENGINES
 
-    engine = ENGINES[pecan["engine"]]
+    needed = []
+    backend = get_backend(config["backend"])
+    if backend.extra:
+        needed.append(["backend", *backend.extra])
+    engine = ENGINES[config["pecan"]["engine"]]
     if engine.extra:
-        _require_extra(source, "pecan.engine", *engine.extra)
-    for key, value in (("trace_store", config.get("trace_store")), ("trims.asset_store", trims.get("asset_store"))):
+        needed.append(["pecan.engine", *engine.extra])
+    for key, value in (("trace_store", config.get("trace_store")),
+                       ("trims.asset_store", config["trims"].get("asset_store"))):
         if str(value).startswith("gs://"):
-            _require_extra(source, key, "gcs", "google.cloud.storage")
+            needed.append([key, "gcs", "google.cloud.storage"])
+    return needed
 
 
 def _require_extra(source, key, extra, module):

@@ -32,7 +32,8 @@ from repro.errors import ReproError
 
 def _artifact_facts():
     """src/repro/pecan/artifact.yaml: the artifact's runs per pipeline and its reference plots."""
-    facts = yaml.safe_load(files("repro.pecan").joinpath("artifact.yaml").read_text())
+    text = files("repro.pecan").joinpath("artifact.yaml").read_text()
+    facts = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: read at every Snakefile start
     for run in facts["runs"].values():
         source = run.pop("accelerator_bound_from", None)
         if source:  # accelerator-bound in every mode: the collocated epoch time gives the bound

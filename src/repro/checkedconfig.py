@@ -1,0 +1,91 @@
+"""The Snakefile's config check, done once per distinct config: `repro.config.validate_config`'s
+result is kept under .snakemake/ and reused while nothing it depends on changes.
+
+Every Snakemake invocation (a dry-run, a no-op rerun, each cluster job) parses the Snakefile, and
+validating there imports jsonschema and the registries (about 0.05 s of a 1 s start). The kept
+result is keyed by what validation reads: the merged config itself, the environment variables its
+paths name (and HOME, for `~`), and the package's source files (the schema, the registries and
+the checks), by name, size and modification time. Any change there validates afresh; only a config
+that passed is kept. What the installed packages provide (the extras a setting needs) is checked
+again at every start, since installing or removing one leaves all of that unchanged.
+
+This module imports nothing beyond the standard library until it has to validate.
+"""
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+_ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")  # as repro.config expands them
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def checked_config(config, source, cache_dir):
+    """Validate `config` in place (schema defaults filled in, paths expanded, references checked)
+    as `repro.config.validate_config` does, reusing a result kept in `cache_dir` for the same inputs."""
+    try:
+        text = json.dumps(config, allow_nan=False)  # in order: the rules' params keep the config's key order
+    except (TypeError, ValueError):  # not plain JSON data (e.g. NaN, which validation refuses): no keeping
+        text = None
+    if text is None or json.loads(text) != config:  # tuples, non-string keys: keep nothing
+        return _validate(config, source)
+    path = Path(cache_dir) / f"config-{_key(text)}.json"
+    try:
+        kept = json.loads(path.read_text())
+        checked, extras = kept["config"], kept["extras"]
+        if not isinstance(checked, dict) or not isinstance(extras, list):
+            raise ValueError(f"{path}: not a kept config")
+    except (OSError, ValueError, KeyError, TypeError):
+        _validate(config, source)
+        _keep(path, config)
+        return config
+    config.clear()
+    config.update(checked)
+    if extras:
+        from repro.config import _require_extra
+
+        for key, extra, module in extras:
+            _require_extra(source, key, extra, module)
+    return config
+
+
+def _validate(config, source):
+    from repro.config import validate_config
+
+    return validate_config(config, source)
+
+
+def _key(text):
+    names = sorted({match.group(1).strip("{}") for match in _ENV_VAR.finditer(text)} | {"HOME"})
+    digest = hashlib.sha256(text.encode())
+    digest.update(json.dumps({name: os.environ.get(name) for name in names}).encode())
+    sources = []
+    for folder, dirs, files in os.walk(_PACKAGE):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        sources += [os.path.join(folder, name) for name in files if name.endswith((".py", ".yaml", ".json"))]
+    for source in sorted(sources):
+        stat = os.stat(source)
+        digest.update(f"{source}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def _keep(path, config):
+    """Write the checked config (and the extras it needs) atomically; drop older ones."""
+    from repro.config import needed_extras
+
+    record = {"config": config, "extras": needed_extras(config)}
+    text = json.dumps(record)  # not sorted: a reused config has the key order validation gave it
+    if json.loads(text)["config"] != config:  # validation added what JSON cannot hold: keep nothing
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob("config-*.json"):
+            if old != path:
+                old.unlink(missing_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text)
+        os.replace(partial, path)
+    except OSError:  # a read-only working directory: validate every time
+        pass

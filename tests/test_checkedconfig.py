@@ -1,0 +1,97 @@
+"""The Snakefile's config check reuses a validated config only while nothing validation reads changes."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro import checkedconfig, config as config_module
+from repro.checkedconfig import checked_config
+from repro.config import validate_config
+from repro.errors import ReproError
+
+REPO = Path(__file__).resolve().parents[1]
+RAW = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def raw():
+    return copy.deepcopy(RAW)
+
+
+def refuse_validation(monkeypatch):
+    def validate(config, source="config"):
+        raise AssertionError("validated again")
+
+    monkeypatch.setattr(config_module, "validate_config", validate)
+
+
+def test_the_first_check_validates_and_the_next_reuses_the_same_result(tmp_path, monkeypatch):
+    first = checked_config(raw(), "config", tmp_path)
+    assert json.dumps(first) == json.dumps(validate_config(raw()))
+    assert len(list(tmp_path.glob("config-*.json"))) == 1
+    refuse_validation(monkeypatch)
+    again = raw()
+    assert checked_config(again, "config", tmp_path) is again
+    assert json.dumps(again) == json.dumps(first)  # the key order too: the rules' params compare it
+
+
+def test_a_changed_config_is_validated_afresh_and_an_invalid_one_refused(tmp_path):
+    checked_config(raw(), "config", tmp_path)
+    bad = raw()
+    bad["pecan"]["prices"]["worker"] = -0.1
+    with pytest.raises(ReproError, match="pecan.prices.worker"):
+        checked_config(bad, "config", tmp_path)
+    changed = raw()
+    changed["seed"] = 7
+    assert checked_config(changed, "config", tmp_path)["seed"] == 7
+    assert len(list(tmp_path.glob("config-*.json"))) == 1  # the older result is dropped
+
+
+def test_an_environment_variable_a_path_names_is_part_of_the_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPRO_TEST_STORE", str(tmp_path / "a"))
+    with_var = raw()
+    with_var["trace_store"] = "$REPRO_TEST_STORE/traces"
+    assert checked_config(copy.deepcopy(with_var), "config", tmp_path)["trace_store"] == f"{tmp_path}/a/traces"
+    monkeypatch.setenv("REPRO_TEST_STORE", str(tmp_path / "b"))
+    assert checked_config(copy.deepcopy(with_var), "config", tmp_path)["trace_store"] == f"{tmp_path}/b/traces"
+    monkeypatch.delenv("REPRO_TEST_STORE")
+    with pytest.raises(ReproError, match=r"trace_store: environment variable \$REPRO_TEST_STORE is not set"):
+        checked_config(copy.deepcopy(with_var), "config", tmp_path)
+
+
+def test_a_changed_package_file_is_validated_afresh(tmp_path, monkeypatch):
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "schema.yaml").write_text("a")
+    monkeypatch.setattr(checkedconfig, "_PACKAGE", package)
+    checked_config(raw(), "config", tmp_path / "kept")
+    (package / "schema.yaml").write_text("ab")
+    refuse_validation(monkeypatch)
+    with pytest.raises(AssertionError, match="validated again"):
+        checked_config(raw(), "config", tmp_path / "kept")
+
+
+def test_the_extras_a_reused_config_needs_are_checked_at_every_start(tmp_path, monkeypatch):
+    in_gcs = raw()
+    in_gcs["trace_store"] = "gs://bucket/traces"
+    real_find_spec = config_module.importlib.util.find_spec
+    monkeypatch.setattr(config_module.importlib.util, "find_spec",
+                        lambda name, package=None: object() if name == "google.cloud.storage" else real_find_spec(name, package))
+    checked_config(copy.deepcopy(in_gcs), "config", tmp_path)
+    monkeypatch.setattr(config_module.importlib.util, "find_spec",
+                        lambda name, package=None: None if name == "google.cloud.storage" else real_find_spec(name, package))
+    refuse_validation(monkeypatch)
+    with pytest.raises(ReproError, match=r"config: trace_store: needs the 'gcs' extra"):
+        checked_config(copy.deepcopy(in_gcs), "config", tmp_path)
+
+
+def test_a_damaged_or_unwritable_keep_only_means_validating_again(tmp_path):
+    checked_config(raw(), "config", tmp_path)
+    (kept,) = tmp_path.glob("config-*.json")
+    for damaged in ("{not json", '{"config": [], "extras": []}', '{"config": {}}'):
+        kept.write_text(damaged)
+        assert checked_config(raw(), "config", tmp_path) == validate_config(raw())
+    (tmp_path / "a-file").write_text("")
+    assert checked_config(raw(), "config", tmp_path / "a-file" / "kept") == validate_config(raw())
