@@ -79,7 +79,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "project"
         work.mkdir()
-        for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
+        for item in ("Snakefile", "rules", "config", "envs", "profiles"):
             source = REPO / item
             (shutil.copytree if source.is_dir() else shutil.copy)(source, work / item)
         for target in args.jobs:

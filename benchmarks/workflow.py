@@ -88,7 +88,7 @@ def bare_workflow(workdir, jobs):
 
 def copy_workflow(target):
     target.mkdir()
-    for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
+    for item in ("Snakefile", "rules", "config", "envs", "profiles"):
         source = REPO / item
         (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
     return target

@@ -2,6 +2,7 @@ import re
 import time
 
 from repro.rulesettings import (
+    Settings,
     calibrated_pipelines,
     cluster_settings,
     cost_settings,
@@ -46,6 +47,14 @@ wildcard_constraints:
     model=one_of(TRIMS_MODELS, "no-models"),
     distribution=one_of(TRIMS_DISTRIBUTIONS, "no-distributions"),
     concurrency=r"\d+",
+
+
+def untracked(value):
+    """A param that Snakemake leaves out of the params rerun trigger: a function of the job's output
+    is a derived param, whose changes the output's own triggers catch. For the settings a service
+    starts with: changing them must not restart it; the status checks compare their digest.
+    """
+    return lambda wildcards, output: value
 
 
 def modes_of(experiment):
