@@ -18,8 +18,8 @@ rule costs:
         mem_mb=500,
         runtime=5,
     params:
-        settings=lambda wildcards: cost_settings(config, wildcards.experiment),
-        modes=lambda wildcards: modes_of(wildcards.experiment),
+        settings=per_job(lambda wildcards: cost_settings(config, wildcards.experiment)),
+        modes=per_job(lambda wildcards: modes_of(wildcards.experiment)),
     shell:
         "repro pecan cost-table --settings {params.settings:q} --mode {params.modes:q}"
         " --log {input.logs:q} --metrics {input.metrics:q} --summary {input.summary:q}"

@@ -43,10 +43,12 @@ rule run:
         mem_mb=500,
         runtime=10,
     params:
-        settings=lambda wildcards: run_settings(
-            config, wildcards.experiment, wildcards.mode
+        settings=per_job(
+            lambda wildcards: run_settings(
+                config, wildcards.experiment, wildcards.mode
+            )
         ),
-        run_dir=lambda wildcards, output: os.path.dirname(output.log),
+        run_dir=per_job(lambda wildcards, output: os.path.dirname(output.log)),
     shell:
         "repro cluster run --state {input.state:q} --settings {params.settings:q}"
         " --experiment {wildcards.experiment:q} --mode {wildcards.mode:q}"

@@ -12,7 +12,7 @@ rule download_traces:
         runtime=5,
     params:
         store=config["trace_store"],
-        into=lambda wildcards, output: os.path.dirname(output[0]),
+        into=per_job(lambda wildcards, output: os.path.dirname(output[0])),
     shell:
         "repro trace download {input.receipt:q} --store {params.store:q}"
         " -o {params.into:q} > {log:q} 2>&1"
