@@ -60,7 +60,8 @@ wildcard_constraints:
 
 def per_job(func):
     """`func`, an input or params function, with its signature inspected once: Snakemake would call
-    inspect.signature on it several times for every job it plans."""
+    inspect.signature on it several times for every job it plans. Used where the jobs are many
+    (one per run or per experiment)."""
     overwrite_function_params(func, inspect.signature(func).parameters)
     return func
 
