@@ -203,6 +203,18 @@ def _workflow_commands(tsub):
     plot.set_defaults(func=_plot)
 
 
+def _store_state(path):
+    """The state `trims store start` wrote, or one line naming the file."""
+    try:
+        state = json.loads(Path(path).read_text())
+    except ValueError as exc:
+        raise ReproError(f"{path}: not a model store state ({exc}); run trims store start first") from None
+    if not isinstance(state, dict) or not {"base_path", "socket"} <= set(state):
+        raise ReproError(f"{path}: not a model store state (expected a JSON object with base_path and socket); "
+                         "run trims store start first")
+    return state
+
+
 def _store_start(args):
     from repro.trims import service
 
@@ -216,8 +228,7 @@ def _store_status(args):
     from repro.fsutil import write_json
     from repro.trims import service
 
-    state = json.loads(Path(args.state).read_text())
-    checks = service.status(state, args.expect)
+    checks = service.status(_store_state(args.state), args.expect)
     print(format_checks(checks))
     failed = [c["name"] for c in checks if not c["ok"]]
     if failed:
@@ -235,7 +246,7 @@ def _fetch(args):
 def _experiment_compare(args):
     from repro.trims.experiments import run_compare
 
-    store = json.loads(Path(args.store).read_text())
+    store = _store_state(args.store)
     run_compare(args.model, args.settings, store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
 
@@ -243,7 +254,7 @@ def _experiment_compare(args):
 def _experiment_distribution(args):
     from repro.trims.experiments import run_distribution
 
-    store = json.loads(Path(args.store).read_text())
+    store = _store_state(args.store)
     run_distribution(args.distribution, args.params, args.concurrency, args.settings, args.models,
                      store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
