@@ -9,14 +9,18 @@ pairs run one after the other). Goals: at most 1.5x the bare
 workflow at 1,000 jobs, and growing linearly to 5,000 (last column near 1). Each size's first
 dry-run validates its new config (the Snakefile's config check keeps the result for the second).
 
-Measured 2026-12-01 on 2 shared cores (load 3-4 from other work; repeats 2): 1.66x, 1.82x and
-2.02x the bare workflow at 999, 2,499 and 4,995 jobs (the previous rules in the same hour: 1.76x,
-1.58x, 2.22x; pairs of single runs, so +-0.2x is noise), 2.2-2.9 ms per job, linear in the number
-of jobs. The 1,000-job goal is missed in Snakemake's per-job work for these jobs, not in the rules'
-Python (their input functions and params take about 1% of it, cProfile): a job here has 3-4 outputs,
-a log and a benchmark file, a conda environment and a `script:` whose file Snakemake reads
-per job through its source cache, where the bare job has one output and a shell command; and the
-bare workflow's fixed start-up weighs less per job as it grows, so the ratio rises with the size.
+Measured 2026-12-01 on 2 shared cores (one run, repeats 3, load 2.7-3.1 from other work): 1.55x,
+1.70x and 2.17x the bare workflow at 999, 2,499 and 4,995 jobs, 2.8-4.6 ms per job (the load
+inflates these), growing no faster than the number of jobs; the rules before they ran `repro`
+commands, just before: 1.63x, 1.76x and 2.30x. The 1,000-job goal is still missed, in Snakemake's
+per-job work for these jobs rather than in the rules' Python: a job here has several inputs and
+outputs (a run: 4 and 4), a log, a benchmark file and a conda environment where the bare job has
+one output; removing the conda environments, the benchmark files or the logs from every rule
+changed the dry-run's CPU time by less than the noise (about 3%). What was the project's own is
+cut: the rules' input and params functions (their signature, which Snakemake inspects several
+times per job, is inspected once: per_job in rules/common.smk) and the nbformat import that
+`script:` rules cost. The bare workflow's fixed start-up weighs less per job as it grows, so the
+ratio rises with the size.
 
     python benchmarks/dag_scale.py [--jobs 1000 2500 5000] [--repeats 2]
 """
@@ -79,7 +83,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "project"
         work.mkdir()
-        for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
+        for item in ("Snakefile", "rules", "config", "envs", "profiles"):
             source = REPO / item
             (shutil.copytree if source.is_dir() else shutil.copy)(source, work / item)
         for target in args.jobs:

@@ -15,21 +15,24 @@ to it, interleaved and repeated (medians, since other work on the machine adds n
 Run it from the default install (`make setup`): extras such as [slurm] or [gcs] add their
 plugins' import time to every start. Goals: start-up and dry-run <= 1.3x the floor, no-op <= 1.5x.
 
-Measured 2026-12-01 on 2 shared cores (load 3-4 from other work; floor 0.74 s): start-up 1.10x,
-full dry-run 1.48x (1.51x with the config validated afresh), no-op rerun 1.28x; the bare
-workflow with the dry-run's 83 jobs 1.28x. The full dry-run misses its goal, and not in the rules:
+Measured 2026-12-01 on 2 shared cores (one run, --repeats 7, load 2.8-2.9 from other work; floor
+1.39 s): start-up 1.09x, full dry-run 1.29x (1.38x with the config validated afresh), no-op rerun
+1.10x; the bare workflow with the dry-run's 83 jobs 1.20x. The rules before they ran `repro`
+commands, measured just before on the same machine (load 1.8-2.8; floor 1.17 s): 1.12x, 1.54x
+(1.60x), 1.40x and 1.19x. Where the time over the floor goes:
   - this environment: numpy and Pillow are installed (the package needs them), and Snakemake's own
-    yte and docutils import them at every start (about 0.1 s, the start-up row);
-  - Snakemake's per-job work (the bare workflow's row: already 1.28x at 83 jobs);
-  - `script:` rules: to plan a job, Snakemake reads its script and imports nbformat (and jsonschema
-    with it) to tell the script's language, once per invocation; the no-op rerun plans no job and
-    skips it. The same dry-run with every `script:` made a `shell:` command measured 0.13x less
-    (1.44x against 1.57x, one run, 10 rounds). The rest is parsing 9 rule files (about 0.02 s)
-    and the rules' larger jobs (logs, benchmarks, conda environments, several outputs).
-The Snakefile's config check keeps its result under .snakemake/repro/ (repro.checkedconfig), so a
-start with an unchanged config imports no jsonschema and validates nothing (about 0.05 s: the
-no-op rerun measured 1.28x, 1.46x with validation at every start in the same hour; the full
-dry-run gains less, about 0.03x, since nbformat imports jsonschema there anyway).
+    yte and docutils import them at every start (yte's value handler imports numpy, about 0.14 s
+    with -X importtime; the start-up row);
+  - Snakemake's per-job work (the bare workflow's row);
+  - the workflow's definition, about 0.08 s: parsing the Snakefile and 9 rule files (0.03 s),
+    loading config/config.yaml (Snakemake reads YAML with the pure-Python loader, 0.01 s), the
+    package modules the rules import (0.01 s), and defining the rules;
+  - the rules' larger jobs (logs, benchmarks, conda environments, several outputs).
+Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
+and import nbformat (and jsonschema with it) to tell the script's language, once per invocation
+that plans one. The Snakefile's config check keeps its result under .snakemake/repro/
+(repro.checkedconfig), so a start with an unchanged config imports no jsonschema and validates
+nothing (the "config unkept" row validates afresh).
 
     python benchmarks/workflow.py [--repeats 5]
 """
@@ -88,7 +91,7 @@ def bare_workflow(workdir, jobs):
 
 def copy_workflow(target):
     target.mkdir()
-    for item in ("Snakefile", "rules", "workflow", "config", "envs", "profiles"):
+    for item in ("Snakefile", "rules", "config", "envs", "profiles"):
         source = REPO / item
         (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
     return target

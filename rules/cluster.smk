@@ -4,9 +4,9 @@ localrules:
     cluster_stop,
 
 
-# The backend, started with the effective config's cluster settings (read by the script, not
-# params: a settings change must not silently restart a running cluster). The state records their
-# digest; the status checks refuse a state started for other settings and say how to restart.
+# The backend, started with the effective config's cluster settings (untracked: a settings change
+# must not silently restart a running cluster). The state records their digest; the status checks
+# refuse a state started for other settings and say how to restart.
 rule cluster_start:
     output:
         STATE,
@@ -17,8 +17,10 @@ rule cluster_start:
     resources:
         mem_mb=500,
         runtime=5,
-    script:
-        "../workflow/scripts/cluster_start.py"
+    params:
+        settings=untracked(CLUSTER_SETTINGS),
+    shell:
+        "repro cluster start --settings {params.settings:q} --state {output:q} > {log:q} 2>&1"
 
 
 # One temp() status file per run: the checks run again whenever that run has to execute,

@@ -1,7 +1,9 @@
+import inspect
 import re
 import time
 
 from repro.rulesettings import (
+    Settings,
     calibrated_pipelines,
     cluster_settings,
     cost_settings,
@@ -14,6 +16,14 @@ from repro.rulesettings import (
     trims_store_settings,
 )
 from repro.trims.service import stop_store_started_since
+
+try:
+    from snakemake.common import overwrite_function_params
+except ImportError:  # another Snakemake: it inspects the signature at every call
+
+    def overwrite_function_params(func, params):
+        pass
+
 
 INVOCATION_STARTED = time.time()
 BACKEND = config["backend"]
@@ -48,6 +58,22 @@ wildcard_constraints:
     concurrency=r"\d+",
 
 
+def per_job(func):
+    """`func`, an input or params function, with its signature inspected once: Snakemake would call
+    inspect.signature on it several times for every job it plans. Used where the jobs are many
+    (one per run or per experiment)."""
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
+
+
+def untracked(value):
+    """A param that Snakemake leaves out of the params rerun trigger: a function of the job's output
+    is a derived param, whose changes the output's own triggers catch. For the settings a service
+    starts with: changing them must not restart it; the status checks compare their digest.
+    """
+    return per_job(lambda wildcards, output: value)
+
+
 def modes_of(experiment):
     return config["pecan"]["experiments"][experiment]["modes"]
 
@@ -63,7 +89,7 @@ def per_mode(pattern):
             for mode in modes_of(experiment)
         ]
 
-    return files
+    return per_job(files)
 
 
 def run_targets():

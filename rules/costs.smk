@@ -18,10 +18,12 @@ rule costs:
         mem_mb=500,
         runtime=5,
     params:
-        settings=lambda wildcards: cost_settings(config, wildcards.experiment),
-        modes=lambda wildcards: modes_of(wildcards.experiment),
-    script:
-        "../workflow/scripts/cost_table.py"
+        settings=per_job(lambda wildcards: cost_settings(config, wildcards.experiment)),
+        modes=per_job(lambda wildcards: modes_of(wildcards.experiment)),
+    shell:
+        "repro pecan cost-table --settings {params.settings:q} --mode {params.modes:q}"
+        " --log {input.logs:q} --metrics {input.metrics:q} --summary {input.summary:q}"
+        " -o {output:q} > {log:q} 2>&1"
 
 
 # `snakemake cost_estimate` before launching on a real cluster: the cluster model's estimate.
@@ -38,8 +40,10 @@ rule cost_estimate:
         mem_mb=500,
         runtime=5,
     params:
-        pecan=config["pecan"],
+        pecan=Settings(config["pecan"]),
         seed=config["seed"],
         preset=config["calibration"]["preset"],
-    script:
-        "../workflow/scripts/cost_estimate.py"
+    shell:
+        "repro pecan estimate --pecan {params.pecan:q} --seed {params.seed:q}"
+        " --preset {params.preset:q} --calibration {input.calibration:q}"
+        " -o {output:q} > {log:q} 2>&1"

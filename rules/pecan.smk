@@ -43,8 +43,14 @@ rule run:
         mem_mb=500,
         runtime=10,
     params:
-        settings=lambda wildcards: run_settings(
-            config, wildcards.experiment, wildcards.mode
+        settings=per_job(
+            lambda wildcards: run_settings(
+                config, wildcards.experiment, wildcards.mode
+            )
         ),
-    script:
-        "../workflow/scripts/pecan_run.py"
+        run_dir=per_job(lambda wildcards, output: os.path.dirname(output.log)),
+    shell:
+        "repro cluster run --state {input.state:q} --settings {params.settings:q}"
+        " --experiment {wildcards.experiment:q} --mode {wildcards.mode:q}"
+        " --calibration {input.calibration:q} --run-dir {params.run_dir:q}"
+        " --receipt {output.receipt:q} > {log:q} 2>&1"

@@ -23,8 +23,11 @@ rule plot:
         runtime=5,
     params:
         settings=lambda wildcards: figure_settings(config, wildcards.figure),
-    script:
-        "../workflow/scripts/plot.py"
+    shell:
+        "repro pecan figure {wildcards.figure:q} --table {input.table:q}"
+        " --calibration {input.calibration:q} --settings {params.settings:q}"
+        " --output {output.pdf:q} {output.png:q} --verdicts {output.verdicts:q}"
+        " > {log:q} 2>&1"
 
 
 # What produced a figure: its inputs (with checksums), the settings it depends on, the commit,
@@ -44,8 +47,9 @@ rule provenance:
         runtime=5,
     params:
         settings=lambda wildcards: provenance_settings(config, wildcards.any_figure),
-    script:
-        "../workflow/scripts/provenance.py"
+    shell:
+        "repro provenance {input.figure:q} {input.data:q} --settings {params.settings:q}"
+        " -o {output:q} > {log:q} 2>&1"
 
 
 # The engine's runs (pecan.engine: tfdata) against the cluster model's predictions for the same
@@ -67,6 +71,9 @@ rule validation:
         runtime=5,
     params:
         network_gbps=config["pecan"]["cluster"]["network_gbps"],
-        style=config["plots"]["style"],
-    script:
-        "../workflow/scripts/validation.py"
+        style=Settings(config["plots"]["style"]),
+    shell:
+        "repro pecan validation {wildcards.experiment:q} --metrics {input.metrics:q}"
+        " --calibration {input.calibration:q} --network-gbps {params.network_gbps:q}"
+        " --style {params.style:q} --output {output.pdf:q} {output.png:q}"
+        " --table {output.table:q} > {log:q} 2>&1"

@@ -19,5 +19,7 @@ rule reproducibility_check:
         runtime=20,
     params:
         scratch="results/reproducibility/scratch",
-    script:
-        "../workflow/scripts/reproducibility_check.py"
+        config=untracked(Settings(config)),
+    shell:
+        "repro pecan check-reproducibility --settings {params.config:q} --scratch {params.scratch:q}"
+        " -o {output:q} > {log:q} 2>&1"

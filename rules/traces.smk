@@ -12,8 +12,10 @@ rule download_traces:
         runtime=5,
     params:
         store=config["trace_store"],
-    script:
-        "../workflow/scripts/download_traces.py"
+        into=per_job(lambda wildcards, output: os.path.dirname(output[0])),
+    shell:
+        "repro trace download {input.receipt:q} --store {params.store:q}"
+        " -o {params.into:q} > {log:q} 2>&1"
 
 
 rule combine:

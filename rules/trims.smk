@@ -24,8 +24,11 @@ rule trims_store_start:
     resources:
         mem_mb=500,
         runtime=5,
-    script:
-        "../workflow/scripts/trims_store_start.py"
+    params:
+        settings=untracked(TRIMS_STORE_SETTINGS),
+    shell:
+        "repro trims store start --settings {params.settings:q} --state {output:q}"
+        " > {log:q} 2>&1"
 
 
 # Like cluster_status: one temp() file per TrIMS run that has to execute.
@@ -43,8 +46,9 @@ rule trims_status:
         runtime=5,
     params:
         digest=settings_digest(TRIMS_STORE_SETTINGS),
-    script:
-        "../workflow/scripts/trims_status.py"
+    shell:
+        "repro trims store status --state {input.store:q} --expect {params.digest:q}"
+        " -o {output:q} > {log:q} 2>&1"
 
 
 rule trims_generate:
@@ -85,8 +89,10 @@ rule trims_fetch:
         runtime=5,
     params:
         asset_store=config["trims"]["asset_store"],
-    script:
-        "../workflow/scripts/trims_fetch.py"
+        base_path=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
+    shell:
+        "repro trims fetch {wildcards.model:q} --asset-store {params.asset_store:q}"
+        " --base-path {params.base_path:q} > {log:q} 2>&1"
 
 
 # TrIMS runs measure latency: each takes every core so no other job disturbs it.
@@ -109,8 +115,10 @@ rule trims_compare:
         runtime=20,
     params:
         settings=lambda wildcards: trims_client_settings(config, "compare"),
-    script:
-        "../workflow/scripts/trims_run.py"
+        out=lambda wildcards, output: os.path.dirname(output[0]),
+    shell:
+        "repro trims experiment compare {wildcards.model:q} --store {input.store:q}"
+        " --settings {params.settings:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule trims_distribution:
@@ -138,8 +146,12 @@ rule trims_distribution:
         settings=lambda wildcards: trims_client_settings(config, "distributions"),
         params=lambda wildcards: TRIMS_DISTRIBUTIONS[wildcards.distribution],
         models=TRIMS_MODELS,
-    script:
-        "../workflow/scripts/trims_run.py"
+        out=lambda wildcards, output: os.path.dirname(output[0]),
+    shell:
+        "repro trims experiment distribution {wildcards.distribution:q}"
+        " --params {params.params:q} --concurrency {wildcards.concurrency:q}"
+        " --models {params.models:q} --store {input.store:q}"
+        " --settings {params.settings:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule trims_combine:
@@ -185,8 +197,9 @@ rule trims_summary:
     resources:
         mem_mb=500,
         runtime=5,
-    script:
-        "../workflow/scripts/trims_summary.py"
+    shell:
+        "repro trims summary --compare {input.compare:q}"
+        " --distributions {input.distributions:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule trims_plot:
@@ -205,6 +218,7 @@ rule trims_plot:
         mem_mb=500,
         runtime=5,
     params:
-        style=config["plots"]["style"],
-    script:
-        "../workflow/scripts/trims_plot.py"
+        style=Settings(config["plots"]["style"]),
+    shell:
+        "repro trims plot {wildcards.figure:q} --summary {input:q} --style {params.style:q}"
+        " --output {output.pdf:q} {output.png:q} > {log:q} 2>&1"

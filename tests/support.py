@@ -15,7 +15,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-WORKFLOW_FILES = ("Snakefile", "rules", "workflow", "config", "envs", "profiles", "report")
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "profiles", "report")
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
 
 

@@ -471,3 +471,18 @@ def test_pipeline_costs_reject_unknown_presets(config, calibrations):
     pecan = config["pecan"]
     with pytest.raises(ReproError, match="preset 'cloud'"):
         pipeline_costs("cloud", pecan["cluster"], calibrations)
+
+
+def test_rule_settings_reach_a_shell_command_as_json_and_keep_their_rerun_trigger(config):
+    import argparse
+    import shlex
+
+    from repro.rulesettings import run_settings, settings_argument
+
+    settings = run_settings(config, "ResNet50_v2-8", "pecan")
+    assert repr(settings) == repr(dict(settings))  # what Snakemake's params trigger records
+    passed = shlex.split(f"--settings {shlex.quote(format(settings))}")[1]  # {params.settings:q}
+    assert settings_argument(passed) == settings
+    for text, message in (("[1, 2]", "expected a JSON object"), ("{'seed': 1}", "not JSON")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            settings_argument(text)

@@ -11,11 +11,12 @@ import sys
 
 from repro.errors import ReproError
 from repro.fsutil import write_json
+from repro.rulesettings import settings_argument
 
 
 def _trace_commands(sub):
     trace = sub.add_parser("trace", help="Chrome trace tools: combine, summarize, validate")
-    tsub = trace.add_subparsers(dest="trace_command", required=True, metavar="{combine,summarize,validate}")
+    tsub = trace.add_subparsers(dest="trace_command", required=True, metavar="{combine,summarize,validate,download}")
 
     combine = tsub.add_parser("combine", help="combine traces into one, one process row per input")
     combine.add_argument("inputs", nargs="+", help="trace files or directories")
@@ -50,6 +51,12 @@ def _trace_commands(sub):
     val = tsub.add_parser("validate", help="check that files are well-formed Chrome traces")
     val.add_argument("inputs", nargs="+", help="trace files")
     val.set_defaults(func=_validate)
+
+    down = tsub.add_parser("download", help="fetch the traces a run's upload receipt lists, checksums verified")
+    down.add_argument("receipt", help="the run's upload receipt (upload.json)")
+    down.add_argument("--store", required=True, help="the trace store: a directory or gs://bucket/prefix")
+    down.add_argument("-o", "--output-dir", required=True, help="directory to put the traces in")
+    down.set_defaults(func=_download)
 
 
 def _combine(args):
@@ -109,12 +116,21 @@ def _validate(args):
         raise SystemExit(1)
 
 
+def _download(args):
+    from repro.tracestore import download_traces, open_store
+
+    for entry in download_traces(open_store(args.store), args.receipt, args.output_dir):
+        print(f"{entry['key']}: sha256 {entry['sha256']} verified")
+
+
 def _cluster_commands(sub):
     cluster = sub.add_parser("cluster", help="start, check and stop the backend's services")
-    csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{start,status,stop}")
+    csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{start,status,run,stop}")
     start = csub.add_parser("start", help="start the backend (idempotent) and write its state JSON")
-    start.add_argument("--config", default="config/config.yaml",
-                       help="config file (the workflow passes its merged config instead; default: config/config.yaml)")
+    where = start.add_mutually_exclusive_group()
+    where.add_argument("--config", default="config/config.yaml", help="config file (default: config/config.yaml)")
+    where.add_argument("--settings", type=settings_argument,
+                       help="the cluster settings as JSON, instead of --config (the workflow passes its merged config's)")
     start.add_argument("--state", required=True, help="state JSON to write")
     start.set_defaults(func=_cluster_start)
     status = csub.add_parser("status", help="run the status checks; exit 1 if any FAILED")
@@ -124,6 +140,16 @@ def _cluster_commands(sub):
     status.add_argument("--calibration", nargs="*", default=[], help="calibration files that must exist")
     status.add_argument("-o", "--output", help="status JSON to write when every check passes")
     status.set_defaults(func=_cluster_status)
+    run = csub.add_parser("run", help="run one experiment x mode on the started backend")
+    run.add_argument("--state", required=True, help="the backend's state JSON (from cluster start)")
+    run.add_argument("--settings", required=True, type=settings_argument,
+                     help="the run's settings as JSON (repro.rulesettings.run_settings, as the workflow passes them)")
+    run.add_argument("--experiment", required=True)
+    run.add_argument("--mode", required=True)
+    run.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
+    run.add_argument("--run-dir", required=True, help="directory for the run's log, metrics and traces")
+    run.add_argument("--receipt", required=True, help="upload receipt JSON to write")
+    run.set_defaults(func=_cluster_run)
     stop = csub.add_parser("stop", help="stop what start started, and the model store this directory started")
     stop.add_argument("--state", required=True)
     stop.set_defaults(func=_cluster_stop)
@@ -155,7 +181,8 @@ def _cluster_start(args):
     from repro.config import load_config
     from repro.rulesettings import cluster_settings
 
-    state = start_cluster(cluster_settings(load_config(args.config)), args.state)
+    settings = args.settings if args.settings is not None else cluster_settings(load_config(args.config))
+    state = start_cluster(settings, args.state)
     print(get_backend(state["backend"]).describe(state))
 
 
@@ -173,6 +200,36 @@ def _cluster_status(args):
         raise ReproError(f"cluster status: {len(failed)} check(s) FAILED: {'; '.join(failed)}")
     if args.output:
         write_json(args.output, {"backend": state["backend"], "checks": checks})
+
+
+def _cluster_run(args):
+    from pathlib import Path
+
+    from repro.backends import RunRequest, get_backend
+
+    state = _read_state(args.state)
+    request = RunRequest(settings=args.settings, experiment=args.experiment, mode=args.mode,
+                         calibration_paths=tuple(args.calibration), run_dir=Path(args.run_dir),
+                         receipt=Path(args.receipt))
+    metrics = get_backend(state["backend"]).execute(request, state)
+    print(json.dumps({k: metrics[k] for k in ("throughput", "remote_workers", "local_workers", "simulated_seconds",
+                                              "wall_s") if k in metrics}))
+
+
+def _provenance_command(sub):
+    prov = sub.add_parser("provenance", help="what produced a figure: inputs with checksums, settings, commit, "
+                          "machine and package versions")
+    prov.add_argument("inputs", nargs="+", help="the figure and the files it was drawn from")
+    prov.add_argument("--settings", required=True, type=settings_argument,
+                      help="the settings the figure depends on, as JSON (repro.rulesettings.provenance_settings)")
+    prov.add_argument("-o", "--output", required=True, help="provenance JSON to write")
+    prov.set_defaults(func=_provenance)
+
+
+def _provenance(args):
+    from repro.provenance import describe_figure
+
+    write_json(args.output, describe_figure(args.inputs, args.settings))
 
 
 def _cluster_stop(args):
@@ -195,6 +252,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     _trace_commands(sub)
     _cluster_commands(sub)
+    _provenance_command(sub)
     from repro.pecan.cli import add_commands as pecan_commands
 
     pecan_commands(sub)

@@ -170,6 +170,26 @@ def plot_distributions(rows, outputs, caption, style):
     _save(fig, outputs, caption, style)
 
 
+def plot_trims(figure, summary, outputs, style):
+    """A TrIMS figure (trims_model_load or trims_distributions) from the TrIMS summary, captioned with
+    this machine and the number of requests behind each bar or point."""
+    from repro.machine import machine_description
+
+    machine = machine_description()
+    caption = (f"local backend: onnxruntime on {machine['cpu_model']}, {machine['logical_cpus']} CPUs; "
+               "weights shared through POSIX shared memory by the model store; whiskers: 95% percentile-bootstrap "
+               "intervals over the requests")
+    if figure == "trims_model_load":
+        rows = summary["compare"]
+        counts = sorted({r[f"{mode}_requests"] for r in rows for mode in ("original", "shared")})
+        caption += f" (N={'/'.join(map(str, counts))} per bar; shared excludes the request that loads the store)"
+        plot_model_load(rows, outputs, caption, style)
+    else:
+        rows = summary["distributions"]
+        caption += f" (N={'/'.join(map(str, sorted({r['requests'] for r in rows})))} per point)"
+        plot_distributions(rows, outputs, caption, style)
+
+
 def plot_validation(rows, outputs, title, caption, style,
                     models=(("model", "model (Pillow-fed)"), ("model_tf", "model (engine-fed)"))):
     """Per mode and deployment: the engine's measured examples/s next to each model column's

@@ -1,10 +1,31 @@
 """The settings each Snakemake rule passes as `params`: exactly those its output depends on, so
-Snakemake reruns a job when, and only when, a setting it uses changes.
+Snakemake reruns a job when, and only when, a setting it uses changes. A rule hands them to the
+`repro` command as JSON text (`--settings {params.settings:q}`, read back by `settings_argument`).
 """
 
+import argparse
 import copy
 import hashlib
 import json
+
+
+class Settings(dict):
+    """A dict that a shell command shows as JSON: Snakemake keeps the dict's repr as the params'
+    rerun trigger (the same as a plain dict's), and `{params.settings:q}` formats it with str()."""
+
+    def __str__(self):
+        return json.dumps(self, separators=(",", ":"))
+
+
+def settings_argument(text):
+    """argparse type: a JSON object given on the command line (as a rule passes `Settings`)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def calibrated_pipelines(config):
@@ -19,7 +40,7 @@ def cluster_settings(config):
     when it has a service to start."""
     from repro.pecan.engines import ENGINES
 
-    settings = {"backend": config["backend"], "trace_store": config["trace_store"]}
+    settings = Settings(backend=config["backend"], trace_store=config["trace_store"])
     if ENGINES[config["pecan"]["engine"]].start_service:  # the cluster runs the engine's service
         settings["engine"] = config["pecan"]["engine"]
     if config["backend"] in config:
@@ -29,7 +50,7 @@ def cluster_settings(config):
 
 def trims_store_settings(config):
     """What the TrIMS model store is started with."""
-    return {"base_path": config["trims"]["base_path"], "server": config["trims"]["server"]}
+    return Settings(base_path=config["trims"]["base_path"], server=config["trims"]["server"])
 
 
 def settings_digest(settings):
@@ -49,7 +70,7 @@ def run_settings(config, experiment, mode):
     section = ENGINES[pecan["engine"]].section
     if section:  # an engine's own settings matter to its runs only
         engine[section] = pecan[section]
-    return {
+    return Settings({
         "seed": config["seed"],
         "repeats": config["repeats"],
         "calibration": {"preset": config["calibration"]["preset"]},
@@ -61,19 +82,19 @@ def run_settings(config, experiment, mode):
             "cluster": pecan["cluster"],
             **engine,
         },
-    }
+    })
 
 
 def cost_settings(config, experiment):
     pecan = config["pecan"]
     exp = pecan["experiments"][experiment]
     accel = pecan["accelerators"][exp["accelerator"]]
-    return {
+    return Settings({
         "model_name": exp["model"],
         "model": pecan["models"][exp["model"]],
         "tpu_price": pecan["prices"]["tpu"][accel["tpu_type"]],
         "worker_price": pecan["prices"]["worker"],
-    }
+    })
 
 
 def figure_settings(config, figure):
@@ -81,28 +102,28 @@ def figure_settings(config, figure):
 
     spec = config["plots"]["figures"][figure]
     engine = ENGINES[config["pecan"]["engine"]]
-    return {
+    return Settings({
         "experiment": spec["experiment"],
         "engine_caption": engine.caption(config["pecan"], spec["experiment"]) if engine.caption else None,
         "reference": spec.get("reference"),
         "style": config["plots"]["style"],
         "backend": config["backend"],
         "preset": config["calibration"]["preset"],
-    }
+    })
 
 
 def provenance_settings(config, figure):
     """Every setting a figure depends on, for its provenance record (and so its rerun trigger)."""
     if figure not in config["plots"]["figures"]:
-        return {"trims": config["trims"], "backend": config["backend"], "style": config["plots"]["style"]}
+        return Settings(trims=config["trims"], backend=config["backend"], style=config["plots"]["style"])
     experiment = config["plots"]["figures"][figure]["experiment"]
-    return {
+    return Settings({
         "figure": figure_settings(config, figure),
         "calibration": config["calibration"],
         "costs": cost_settings(config, experiment),
         "runs": {mode: run_settings(config, experiment, mode)
                  for mode in config["pecan"]["experiments"][experiment]["modes"]},
-    }
+    })
 
 
 def caption(backend, preset, calibrations, engine_caption=None):
@@ -126,6 +147,6 @@ def trims_models(config):
 def trims_client_settings(config, experiment):
     """What a TrIMS client run reads: client flags, seed and the experiment's request counts."""
     trims = config["trims"]
-    settings = {**trims["client"], "seed": trims["seed"], "server": trims["server"]}
+    settings = Settings({**trims["client"], "seed": trims["seed"], "server": trims["server"]})
     settings["iterations"] = trims[experiment]["iterations"]
     return settings

@@ -1,4 +1,5 @@
-"""`repro pecan ...` subcommands: calibrate, run, costs, plot, compare-results, tfdata."""
+"""`repro pecan ...` subcommands: calibrate, run, costs, plot, compare-results, tfdata; and the steps
+the workflow's rules run: cost-table, figure, validation, estimate, check-reproducibility."""
 
 import argparse
 import json
@@ -8,13 +9,15 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
+from repro.rulesettings import settings_argument
 
 
 def add_commands(sub):
     from repro.pecan.pipelines import PIPELINES
 
     pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
-    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,plot,compare-results,tfdata}")
+    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,plot,compare-results,tfdata,"
+                                  "cost-table,figure,validation,estimate,check-reproducibility}")
 
     cal = psub.add_parser("calibrate", help="measure preprocessing pipelines on this machine",
                           description="Measure the pipelines in one interleaved loop (their cost ratio then holds "
@@ -86,6 +89,63 @@ def add_commands(sub):
     same.set_defaults(func=_compare_results)
 
     add_tfdata_commands(psub)
+    _workflow_commands(psub)
+
+
+def _workflow_commands(psub):
+    """The steps the workflow's rules run, with the settings the rules pass as JSON."""
+    table = psub.add_parser("cost-table", help="an experiment's cost table with the spread over repeats, "
+                            "from each mode's training log and metrics")
+    table.add_argument("--settings", required=True, type=settings_argument,
+                       help="prices and model as JSON (repro.rulesettings.cost_settings)")
+    table.add_argument("--mode", nargs="+", required=True, dest="modes", help="the experiment's modes")
+    table.add_argument("--log", nargs="+", required=True, dest="logs", help="each mode's run.log, in --mode order")
+    table.add_argument("--metrics", nargs="+", required=True, help="each mode's metrics.json, in --mode order")
+    table.add_argument("--summary", required=True, help="the experiment's trace summary (every mode must be in it)")
+    table.add_argument("-o", "--output", required=True, help="CSV file to write")
+    table.set_defaults(func=_cost_table)
+
+    figure = psub.add_parser("figure", help="a configured figure of cost per epoch per mode, and the reference "
+                             "values' verdicts")
+    figure.add_argument("figure", help="the figure's name (plots.figures)")
+    figure.add_argument("--table", required=True, help="the experiment's cost table")
+    figure.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
+    figure.add_argument("--settings", required=True, type=settings_argument,
+                        help="the figure's settings as JSON (repro.rulesettings.figure_settings)")
+    figure.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    figure.add_argument("--verdicts", required=True, help="CSV of the reference values' verdicts to write")
+    figure.set_defaults(func=_figure)
+
+    valid = psub.add_parser("validation", help="the engine's measured throughput per deployment next to the "
+                            "cluster model's (repro.pecan.validation)")
+    valid.add_argument("experiment")
+    valid.add_argument("--metrics", nargs="+", required=True, help="the experiment's runs' metrics.json")
+    valid.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
+    valid.add_argument("--network-gbps", type=float, required=True, help="pecan.cluster.network_gbps")
+    valid.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
+    valid.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    valid.add_argument("--table", required=True, help="CSV file to write")
+    valid.set_defaults(func=_validation)
+
+    est = psub.add_parser("estimate", help="hours, worker-hours and dollars the configured experiments would cost "
+                          "on the real cluster (the cluster model's estimate)")
+    est.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
+    est.add_argument("--pecan", type=settings_argument, help="the pecan section as JSON, with --seed and --preset "
+                     "instead of --config (the workflow passes its merged config's)")
+    est.add_argument("--seed", type=int)
+    est.add_argument("--preset")
+    est.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
+    est.add_argument("-o", "--output", help="text file to write (also printed)")
+    est.set_defaults(func=_estimate)
+
+    check = psub.add_parser("check-reproducibility", help="the figures' chains run twice from empty scratch "
+                            "directories, every plotted number compared within reproducibility.tolerance")
+    check.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
+    check.add_argument("--settings", type=settings_argument,
+                       help="the whole checked config as JSON, instead of --config (the workflow passes its own)")
+    check.add_argument("--scratch", required=True, help="directory for the two chains (emptied first)")
+    check.add_argument("-o", "--output", required=True, help="CSV file to write")
+    check.set_defaults(func=_check_reproducibility)
 
 
 def _calibrate(args):
@@ -214,3 +274,81 @@ def _compare_results(args):
     outside = [r["number"] for r in rows if r["within"] != "yes"]
     print(f"{len(rows) - len(outside)} of {len(rows)} numbers within tolerance", file=sys.stderr)
     return 1 if outside else 0
+
+
+def _cost_table(args):
+    from repro.pecan.costs import COLUMNS
+    from repro.pecan.costtable import SPREAD_COLUMNS, cost_table, write_table
+
+    rows = cost_table(args.settings, args.modes, args.logs, args.metrics, args.summary)
+    write_table(rows, args.output, COLUMNS + SPREAD_COLUMNS)
+    print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
+
+
+def _figure(args):
+    from repro.pecan.costtable import write_table
+    from repro.pecan.presets import REFERENCE_PLOTS
+    from repro.pecan.reproducibility import VERDICT_COLUMNS, reference_verdicts
+    from repro.pecan.run import load_calibrations
+    from repro.plots import plot_costs, read_table
+    from repro.rulesettings import caption
+
+    settings = args.settings
+    reference = REFERENCE_PLOTS.get(settings["reference"]) if settings["reference"] else None
+    text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
+                   settings["engine_caption"])
+    plot_costs(args.table, args.output, settings["experiment"], text, settings["style"], reference)
+    verdicts = reference_verdicts(args.figure, read_table(args.table), reference)
+    write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
+    print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
+          "reference values inside the measured 95% interval")
+
+
+def _validation(args):
+    from repro.pecan.costtable import write_table
+    from repro.pecan.run import load_calibrations
+    from repro.pecan.validation import COLUMNS, caption_text, validation_rows
+    from repro.plots import plot_validation
+
+    calibrations = load_calibrations(args.calibration)
+    rows, runs = [], []
+    for path in args.metrics:
+        metrics = json.loads(Path(path).read_text())
+        runs.append(metrics)
+        rows += validation_rows(metrics, calibrations, args.network_gbps, path)
+    write_table(rows, args.table, COLUMNS)
+    text = caption_text(rows, runs)
+    plot_validation(rows, args.output, f"Validation: {args.experiment}", text, args.style)
+    print(text)
+
+
+def _estimate(args):
+    from repro.config import load_config
+    from repro.fsutil import write_text
+    from repro.pecan.estimate import estimate, format_estimate
+    from repro.pecan.run import load_calibrations
+
+    given = [args.pecan is not None, args.seed is not None, args.preset is not None]
+    if any(given) and not all(given):
+        raise ReproError("pecan estimate: give --pecan, --seed and --preset together (or --config)")
+    if all(given):
+        config = {"pecan": args.pecan, "seed": args.seed, "calibration": {"preset": args.preset}}
+    else:
+        config = load_config(args.config)
+    table = format_estimate(estimate(config, load_calibrations(args.calibration)))
+    if args.output:
+        write_text(args.output, table + "\n")
+    print(table)
+
+
+def _check_reproducibility(args):
+    from repro.config import load_config
+    from repro.pecan.costtable import write_table
+    from repro.pecan.reproducibility import CHECK_COLUMNS, check
+
+    config = args.settings if args.settings is not None else load_config(args.config)
+    rows = check(config, config["reproducibility"]["figures"], args.scratch)
+    write_table(rows, args.output, CHECK_COLUMNS)
+    for row in rows:
+        print(", ".join(str(row[c]) for c in CHECK_COLUMNS))
+    print(f"{sum(r['within'] == 'yes' for r in rows)} of {len(rows)} numbers within tolerance")

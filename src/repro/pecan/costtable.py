@@ -2,11 +2,15 @@
 mean and 95% interval over the run's repeats (repro.stats.mean_interval)."""
 
 import csv
+import json
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
+from repro.errors import ReproError
 from repro.fsutil import atomic_path
 from repro.pecan.costs import COLUMNS, cost_row
+from repro.pecan.logs import parse_log
 from repro.stats import mean_interval
 
 SPREAD_OF = ["tpu_cost", "worker_cost", "total_cost", "remote_workers", "local_workers", "epoch_time", "batches_sec"]
@@ -23,6 +27,31 @@ def with_spread(row, repeats, mode, model_name, model, tpu_price, worker_price):
         spread[f"{column}_mean"], spread[f"{column}_ci_low"], spread[f"{column}_ci_high"] = mean_interval(
             [r[column] for r in rows])
     return {**row, **spread}
+
+
+def mode_row(log, metrics, mode, settings):
+    """One mode's row with spread, from its training log and metrics.json, priced by `settings`
+    (repro.rulesettings.cost_settings)."""
+    prices = (settings["model_name"], settings["model"], settings["tpu_price"], settings["worker_price"])
+    repeats = json.loads(Path(metrics).read_text()).get("repeats")
+    if not repeats:
+        raise ReproError(f"{metrics}: no 'repeats' list (written by an older version; rerun the run)")
+    return with_spread(cost_row(parse_log(log), mode, *prices), repeats, mode, *prices)
+
+
+def cost_table(settings, modes, logs, metrics, summary):
+    """The rows of an experiment's cost table, one per mode (the modes' logs and metrics in the same
+    order), each mode checked to have a trace in the experiment's trace `summary`."""
+    summarized = {trace.get("mode") for trace in json.loads(Path(summary).read_text())["traces"]}
+    if not len(modes) == len(logs) == len(metrics):
+        raise ReproError(f"cost table: {len(modes)} modes, {len(logs)} logs and {len(metrics)} metrics files; "
+                         "expected one of each per mode, in the same order")
+    rows = []
+    for mode, log, metrics_path in zip(modes, logs, metrics):
+        if mode not in summarized:
+            raise ReproError(f"{summary}: no summarized trace for mode {mode!r}")
+        rows.append(mode_row(log, metrics_path, mode, settings))
+    return rows
 
 
 def write_table(rows, output, columns=COLUMNS, header=True):

@@ -17,11 +17,9 @@ from pathlib import Path
 from repro.errors import ReproError
 from repro.fsutil import write_json
 from repro.pecan.calibrate import calibrate_together
-from repro.pecan.costs import cost_row
-from repro.pecan.costtable import with_spread
-from repro.pecan.logs import parse_log
+from repro.pecan.costtable import mode_row
 from repro.pecan.run import run_mode
-from repro.rulesettings import calibrated_pipelines
+from repro.rulesettings import calibrated_pipelines, cost_settings
 from repro.stats import verdict
 
 CHECK_COLUMNS = ["number", "first", "second", "difference", "tolerance", "within"]
@@ -32,16 +30,9 @@ PLOTTED = ("tpu_cost", "worker_cost")  # the two segments of each bar, labelled 
 
 def cost_rows(config, experiment, run_dirs):
     """The cost table's rows (with spread) for `experiment` from its run directories {mode: dir}."""
-    pecan = config["pecan"]
-    exp = pecan["experiments"][experiment]
-    accel = pecan["accelerators"][exp["accelerator"]]
-    prices = (exp["model"], pecan["models"][exp["model"]], pecan["prices"]["tpu"][accel["tpu_type"]],
-              pecan["prices"]["worker"])
-    rows = []
-    for mode, run_dir in run_dirs.items():
-        repeats = json.loads((Path(run_dir) / "metrics.json").read_text())["repeats"]
-        rows.append(with_spread(cost_row(parse_log(Path(run_dir) / "run.log"), mode, *prices), repeats, mode, *prices))
-    return rows
+    settings = cost_settings(config, experiment)
+    return [mode_row(Path(run_dir) / "run.log", Path(run_dir) / "metrics.json", mode, settings)
+            for mode, run_dir in run_dirs.items()]
 
 
 def plotted_numbers(figures, calibrations, rows_by_figure):

@@ -1,4 +1,5 @@
-"""`repro trims ...`: models, server, client run / compare.
+"""`repro trims ...`: models, server, client run / compare; and the steps the workflow's rules run:
+store start / status, fetch, experiment compare / distribution, summary, plot.
 
 Defaults come from the `micro18` section of ~/.carml_config.yml (or --config FILE), as in the
 original tools; flags override them. Keys: base_path, server_socket, server_eviction,
@@ -21,6 +22,7 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError
+from repro.rulesettings import settings_argument
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.workload import DISTRIBUTIONS
 
@@ -88,7 +90,8 @@ def _expand_paths(config, path):
 
 def add_commands(sub):
     trims = sub.add_parser("trims", help="TrIMS model sharing: models, model store server, clients")
-    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client,memory,config}")
+    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client,memory,config,"
+                                 "store,fetch,experiment,summary,plot}")
 
     models = tsub.add_parser("models", help="generate model files (graph + model.params + checksums)")
     models.add_argument("models", nargs="+", help="model names")
@@ -146,6 +149,128 @@ def add_commands(sub):
     config = tsub.add_parser("config", help="print the effective tool config (YAML)")
     config.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
     config.set_defaults(func=_print_config)
+    _workflow_commands(tsub)
+
+
+def _workflow_commands(tsub):
+    """The steps the workflow's rules run, with the settings the rules pass as JSON."""
+    store = tsub.add_parser("store", help="the model store the workflow's TrIMS runs share")
+    stsub = store.add_subparsers(dest="store_command", required=True, metavar="{start,status}")
+    start = stsub.add_parser("start", help="start it with these settings unless it already runs with them")
+    start.add_argument("--settings", required=True, type=settings_argument,
+                       help="base_path and server settings as JSON (repro.rulesettings.trims_store_settings)")
+    start.add_argument("--state", required=True, help="state JSON to write")
+    start.set_defaults(func=_store_start)
+    status = stsub.add_parser("status", help="check it runs, with the expected settings; exit 1 if not")
+    status.add_argument("--state", required=True, help="the state JSON store start wrote")
+    status.add_argument("--expect", required=True, metavar="DIGEST", help="digest of the settings it must run with")
+    status.add_argument("-o", "--output", required=True, help="status JSON to write when every check passes")
+    status.set_defaults(func=_store_status)
+
+    fetch = tsub.add_parser("fetch", help="copy a model from an asset store into the base path, checksums verified")
+    fetch.add_argument("model")
+    fetch.add_argument("--asset-store", required=True, help="a directory or gs://bucket/prefix")
+    fetch.add_argument("--base-path", required=True, help="directory to copy <model>/ into")
+    fetch.set_defaults(func=_fetch)
+
+    exp = tsub.add_parser("experiment", help="a TrIMS experiment's clients against the running model store")
+    esub = exp.add_subparsers(dest="experiment_command", required=True, metavar="{compare,distribution}")
+    compare = esub.add_parser("compare", help="one model, original then shared")
+    compare.add_argument("model")
+    dist = esub.add_parser("distribution", help="requests drawn from a distribution over the models")
+    dist.add_argument("distribution")
+    dist.add_argument("--params", required=True, nargs="+", type=float, help="the distribution's parameters")
+    dist.add_argument("--concurrency", required=True, type=int, help="requests in flight")
+    dist.add_argument("--models", required=True, nargs="+", help="the models to draw from")
+    for parser, func in ((compare, _experiment_compare), (dist, _experiment_distribution)):
+        parser.add_argument("--store", required=True, help="the running store's state JSON")
+        parser.add_argument("--settings", required=True, type=settings_argument,
+                            help="client settings as JSON (repro.rulesettings.trims_client_settings)")
+        parser.add_argument("--out", required=True, help="directory for the report and traces")
+        parser.set_defaults(func=func)
+
+    summ = tsub.add_parser("summary", help="the tables the TrIMS figures show, from the experiments' reports")
+    summ.add_argument("--compare", nargs="+", required=True, help="compare reports (report.json)")
+    summ.add_argument("--distributions", nargs="+", required=True, help="distribution reports (report.json)")
+    summ.add_argument("-o", "--output", required=True, help="summary JSON to write")
+    summ.set_defaults(func=_summary)
+
+    plot = tsub.add_parser("plot", help="a TrIMS figure from the summary")
+    plot.add_argument("figure", choices=["trims_model_load", "trims_distributions"])
+    plot.add_argument("--summary", required=True, help="the summary JSON (trims summary)")
+    plot.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
+    plot.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    plot.set_defaults(func=_plot)
+
+
+def _store_state(path):
+    """The state `trims store start` wrote, or one line naming the file."""
+    try:
+        state = json.loads(Path(path).read_text())
+    except ValueError as exc:
+        raise ReproError(f"{path}: not a model store state ({exc}); run trims store start first") from None
+    if not isinstance(state, dict) or not {"base_path", "socket"} <= set(state):
+        raise ReproError(f"{path}: not a model store state (expected a JSON object with base_path and socket); "
+                         "run trims store start first")
+    return state
+
+
+def _store_start(args):
+    from repro.trims import service
+
+    record = service.start(args.settings, args.state)
+    print(f"model store pid {record['process']['pid']} on {record['socket']}"
+          + (" (found running)" if record.get("reused") else ""))
+
+
+def _store_status(args):
+    from repro.backends import format_checks
+    from repro.fsutil import write_json
+    from repro.trims import service
+
+    checks = service.status(_store_state(args.state), args.expect)
+    print(format_checks(checks))
+    failed = [c["name"] for c in checks if not c["ok"]]
+    if failed:
+        raise ReproError(f"model store status: {len(failed)} check(s) FAILED: {'; '.join(failed)}")
+    write_json(args.output, {"checks": checks})
+
+
+def _fetch(args):
+    from repro.trims.experiments import fetch_model
+
+    manifest = fetch_model(args.asset_store, args.model, args.base_path)
+    print(f"{manifest['model']}: {manifest['params_bytes']} bytes of weights, checksums verified")
+
+
+def _experiment_compare(args):
+    from repro.trims.experiments import run_compare
+
+    store = _store_state(args.store)
+    run_compare(args.model, args.settings, store["base_path"], store["socket"], Path(args.out))
+    print(f"wrote {Path(args.out) / 'report.json'}")
+
+
+def _experiment_distribution(args):
+    from repro.trims.experiments import run_distribution
+
+    store = _store_state(args.store)
+    run_distribution(args.distribution, args.params, args.concurrency, args.settings, args.models,
+                     store["base_path"], store["socket"], Path(args.out))
+    print(f"wrote {Path(args.out) / 'report.json'}")
+
+
+def _summary(args):
+    from repro.fsutil import write_json
+    from repro.trims.experiments import summary
+
+    write_json(args.output, summary(args.compare, args.distributions))
+
+
+def _plot(args):
+    from repro.plots import plot_trims
+
+    plot_trims(args.figure, json.loads(Path(args.summary).read_text()), args.output, args.style)
 
 
 def _server_flags(parser):

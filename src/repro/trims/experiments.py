@@ -161,6 +161,22 @@ def compare_table(reports):
     return rows
 
 
+def summary(compare_paths, distribution_paths):
+    """What the TrIMS figures show: the compare and distribution tables of these runs' reports, and the
+    statistics of the compare runs' traces (under each report's traces/)."""
+    from repro.traces import summarize
+
+    def load(path):
+        return json.loads(Path(path).read_text())
+
+    traces = summarize([Path(p).parent / "traces" for p in compare_paths], group_by=("model_name", "upr_enabled"))
+    return {
+        "compare": compare_table([load(p) for p in compare_paths]),
+        "distributions": distribution_table([load(p) for p in distribution_paths]),
+        "trace_statistics": traces["groups"],
+    }
+
+
 def distribution_table(reports):
     """Per distribution and concurrency: latency percentiles (ms) with 95% percentile-bootstrap intervals
     over the requests, requests/s and store hit rate (with its interval)."""
