@@ -324,6 +324,20 @@ def test_combine_errors_give_the_events_index_in_its_file(tmp_path, options):
         combine([dump(tmp_path / "first.json", events[:3]), path], tmp_path / "c.json", reader_options=options)
 
 
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_combine_names_the_input_whose_args_nest_too_deep_to_write(tmp_path, capsys, options):
+    deep = '{"a":' * 300 + "{}" + "}" * 300  # orjson reads up to 1024 levels but writes at most 254
+    path = tmp_path / "deep.json"
+    path.write_text('[{"ph":"i","name":"ok","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"args":%s}]' % deep)
+    out = tmp_path / "c.json"
+    with pytest.raises(TraceError, match=r"deep\.json: cannot write an event .*254 levels"):
+        combine([path], out, reader_options=options)
+    assert not out.exists()
+    if not options:
+        assert main(["trace", "combine", "-o", str(out), str(path)]) == 1
+        assert "deep.json: cannot write an event" in capsys.readouterr().err
+
+
 def test_process_names_come_from_run_fields_names_or_the_file(tmp_path):
     from repro.traces.combine import run_label
 

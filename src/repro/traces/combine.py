@@ -175,6 +175,16 @@ def _without(columns, drops):
     return tuple(list(compress(column, keep)) for column in columns)
 
 
+def _dumps(events, path):
+    """The events as comma-separated JSON, or a TraceError naming the input when orjson cannot
+    write one (it writes at most 254 levels of nested objects and lists)."""
+    try:
+        return orjson.dumps(events)[1:-1]
+    except orjson.JSONEncodeError as exc:
+        raise TraceError(path, f"cannot write an event of this input: {exc} (an event's 'args' nest deeper "
+                               "than the 254 levels a combined trace may hold)") from None
+
+
 def _rewrite(columns, pid_map, new_stamps=None):
     """Give events their new pid and, with `new_stamps` (a function of the timestamps giving their
     replacements), new timestamps for every event that has one; metadata events keep theirs absent.
@@ -227,7 +237,7 @@ class _Spool:
             return
         markers = repeat(self.marker_value)
         stamps = _rewrite(columns, pid_map, (lambda _: markers) if self.adjust else None)
-        self.chunks.append((orjson.dumps(columns[0])[1:-1], len(columns[0]), stamps, first, dropped))
+        self.chunks.append((_dumps(columns[0], self.path), len(columns[0]), stamps, first, dropped))
 
     def leave_out(self, dangling):
         """Leave out the begins never closed (lenient), known only once the input is read."""
@@ -249,7 +259,7 @@ class _Spool:
                 timed = compress(range(len(events)), [e.get("ts") == self.marker_value for e in events])
                 stamps = [ts for ts, position in zip(stamps, timed) if position not in gone]
             events = [e for position, e in enumerate(events) if position not in gone]
-            self.chunks[n] = (orjson.dumps(events)[1:-1], len(events), stamps, first, dropped)
+            self.chunks[n] = (_dumps(events, self.path), len(events), stamps, first, dropped)
 
     def write(self, writer, pid_map, shift):
         """Write every chunk with its new pids and adjusted timestamps; return the event count."""
@@ -258,7 +268,7 @@ class _Spool:
             chunk = self.chunks.popleft()
             if not self.serialise:
                 _rewrite(chunk, pid_map, None if shift is None else shift.shifted)
-                writer.write_events(chunk[0])
+                writer.write_serialized(_dumps(chunk[0], self.path), len(chunk[0]))
                 written += len(chunk[0])
                 continue
             body, count, stamps, _, _ = chunk
