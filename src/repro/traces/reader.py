@@ -90,6 +90,7 @@ class Event(msgspec.Struct, gc=False):
 
 _EVENT_LIST = msgspec.json.Decoder(list[Event])
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _INT64_MIN, _UINT64_END = -(2**63), 2**64  # orjson reads a larger integer as a float, msgspec as an int
 
 
@@ -139,6 +140,35 @@ def _compact_columns(events):
         if not (math.isfinite(min(starts) + min(durations)) and math.isfinite(max(starts) + max(durations))):
             raise NotCompact
     return columns
+
+
+class EventTexts:
+    """The JSON texts of a chunk's events, within the chunk's JSON array ``[e0,e1,...]``; NotCompact
+    unless the events follow each other with one comma and no whitespace, as orjson writes them."""
+
+    def __init__(self, listed):
+        lengths = np.fromiter(map(len, _RAW_LIST.decode(listed)), np.int64)
+        self.ends = np.cumsum(lengths + 1)  # each event and the comma (or '[') before it
+        self.starts = self.ends - lengths
+        if (self.ends[-1] + 1 if lengths.size else 2) != len(listed):
+            raise NotCompact
+        self.listed, self.lengths = listed, lengths
+
+    def __len__(self):
+        return self.lengths.size
+
+    def __getitem__(self, i):
+        return self.listed[self.starts[i] : self.ends[i]]
+
+    def joined(self, positions):
+        """The texts of the events at `positions` (ascending), comma-separated."""
+        if len(positions) == self.lengths.size:
+            return self.listed[1:-1]
+        positions = np.asarray(positions, np.int64)
+        gap = np.flatnonzero(np.diff(positions) != 1)  # runs of neighbours are copied in one piece
+        first, last = positions[np.concatenate([[0], gap + 1])], positions[np.append(gap, positions.size - 1)]
+        take = self.listed.__getitem__
+        return b",".join(map(take, map(slice, self.starts[first].tolist(), self.ends[last].tolist())))
 
 
 class TraceReader:
@@ -202,34 +232,38 @@ class TraceReader:
         for chunk in self.chunks():
             yield from chunk
 
-    def compact_chunks(self):
+    def compact_chunks(self, with_json=False):
         """Yield (events, columns) per chunk like column_chunks, strictly checked, with the events
-        as Event structs and `columns` holding ph, ts, pid and tid. Raises NotCompact (possibly
-        after some chunks) where column_chunks must read the file instead."""
+        as Event structs and `columns` holding ph, ts, pid and tid; `with_json` adds a third item,
+        the events' own JSON texts (EventTexts). Raises NotCompact (possibly after some chunks)
+        where column_chunks must read the file instead."""
         if not self.strict:
             raise NotCompact  # lenient reading drops bad events: the general reader knows how
         if self.whole:
             data = self._read_bytes()
             first = data[: min(len(data), 4096)].lstrip(_SPACE)[:1]
             if first == b"[":
-                events, metadata = _compact_events(data), {}
+                listed, metadata = data, {}
             elif first == b"{":
                 try:
                     top = _TOP_LEVEL.decode(data)
                     listed = top.get("traceEvents")
                     if listed is None or bytes(listed)[:1] != b"[":
                         raise NotCompact
-                    events = _compact_events(bytes(listed))
+                    listed = bytes(listed)
                     metadata = {k: orjson.loads(bytes(v)) for k, v in top.items() if k != "traceEvents"}
                 except (msgspec.DecodeError, orjson.JSONDecodeError, RecursionError):
                     raise NotCompact from None
             else:
                 raise NotCompact
             self._metadata = metadata
-            yield events, _compact_columns(events)
-            return
-        for events in self._scan(parse_events=True, decode=_compact_events):
-            yield events, _compact_columns(events)
+            sources = [listed]
+        else:
+            sources = self._scan(parse_events=True, decode=bytes)
+        for listed in sources:
+            events = _compact_events(listed)
+            columns = _compact_columns(events)
+            yield (events, columns, EventTexts(listed.strip(_SPACE))) if with_json else (events, columns)
 
     # -- internals ----------------------------------------------------------------------
     def _read_bytes(self):
