@@ -5,6 +5,14 @@ processes, its ``ignore`` spans, its first timestamp), then go out with new pids
 timestamps. A file parsed in chunks waits serialised, each timestamp replaced by a marker that
 a byte-level substitution fills in at the end, so its memory stays near its size on disk. One
 input is held at a time and the output is streamed, so peak memory follows the largest input.
+
+An input in the compact form orjson writes is neither built into dicts nor serialised again: its
+events are decoded into small structs for the checks and the pairing (reader.compact_chunks),
+and their JSON texts are copied through with only each pid and each adjusted ts rewritten in the
+bytes (_CompactSpool), giving the bytes the general path writes. The copy keeps an event's other
+fields as the input spells them: a number orjson would write otherwise (``1.50``, ``1E5``) or a
+repeated key stays as it is, where the general path writes orjson's form; inputs with whitespace
+between tokens, escapes or anything else the copy cannot vouch for take the general path.
 """
 
 import math
