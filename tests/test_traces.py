@@ -324,6 +324,20 @@ def test_combine_errors_give_the_events_index_in_its_file(tmp_path, options):
         combine([dump(tmp_path / "first.json", events[:3]), path], tmp_path / "c.json", reader_options=options)
 
 
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_combine_names_the_input_whose_args_nest_too_deep_to_write(tmp_path, capsys, options):
+    deep = '{"a":' * 300 + "{}" + "}" * 300  # orjson reads up to 1024 levels but writes at most 254
+    path = tmp_path / "deep.json"
+    path.write_text('[{"ph":"i","name":"ok","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"args":%s}]' % deep)
+    out = tmp_path / "c.json"
+    with pytest.raises(TraceError, match=r"deep\.json: cannot write an event .*254 levels"):
+        combine([path], out, reader_options=options)
+    assert not out.exists()
+    if not options:
+        assert main(["trace", "combine", "-o", str(out), str(path)]) == 1
+        assert "deep.json: cannot write an event" in capsys.readouterr().err
+
+
 def test_process_names_come_from_run_fields_names_or_the_file(tmp_path):
     from repro.traces.combine import run_label
 
@@ -754,3 +768,98 @@ def test_span_matcher_agrees_with_a_stack_whatever_the_chunks(phases, cuts):
         strays += [start + int(at) for at in matched.strays]
     dangling = [index for index, _ in matcher.finish()]
     assert (sorted(pairs), strays, dangling) == _matched_by_stack(events)
+
+
+# -- compact reading: the msgspec structs and copied-through JSON texts -------------------
+
+
+def _general_only(monkeypatch):
+    """Make every reading take the general (orjson) path."""
+    from repro.traces.reader import NotCompact
+
+    def refuse(self, with_json=False):
+        raise NotCompact
+
+    monkeypatch.setattr(TraceReader, "compact_chunks", refuse)
+
+
+def rich_trace():
+    """Most of what combine and summarize treat apart: metadata with and without ts, process
+    names, several pids (one a string), nested pairs, complete events, ignored spans and events,
+    int and float timestamps, and args holding lists of objects."""
+    return [
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "server"}},
+        {"ph": "M", "name": "thread_name", "ts": 0, "pid": 7, "tid": 1, "args": {"name": "main"}},
+        {"ph": "B", "name": "warmup", "cat": "ignore", "ts": 100, "pid": 7, "tid": 1},
+        {"ph": "E", "ts": 150.5, "pid": 7, "tid": 1},
+        {"ph": "B", "name": "outer", "cat": "c", "ts": 160, "pid": 7, "tid": 1, "args": {"l": [{"a": 1}, {"b": [2]}]}},
+        {"ph": "X", "name": "sleep", "cat": "ignore", "ts": 170, "dur": 5, "pid": "worker", "tid": 2},
+        {"ph": "B", "name": "inner", "cat": "c", "ts": 180.25, "pid": 7, "tid": 1},
+        {"ph": "X", "name": "runtime_init", "ts": 181, "dur": 2.5, "pid": "worker", "tid": 2},
+        {"ph": "E", "ts": 190, "pid": 7, "tid": 1},
+        {"ph": "i", "name": "mark", "ts": 195, "pid": 8, "tid": 1, "s": "t"},
+        {"ph": "E", "name": "outer", "ts": 1e3, "pid": 7, "tid": 1},
+        {"ph": "C", "name": "ctr", "ts": 1001, "pid": 8, "args": {"v": 1.5}},
+    ]
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 200}], ids=["whole", "chunked"])
+@pytest.mark.parametrize("adjust", [True, False])
+def test_compact_reading_writes_and_summarises_what_the_general_one_does(tmp_path, monkeypatch, options, adjust):
+    events = rich_trace()
+    paths = [dump(tmp_path / "a.json", {"traceEvents": events, "otherData": {"model_name": "m"}}),
+             dump(tmp_path / "b.json", events[2:]),
+             dump(tmp_path / "c.json", [dict(e, pid=1) for e in events if e["ph"] != "M"])]
+    import repro.traces.reader as reader_module
+    from repro.traces.combine import _CompactSpool
+
+    copied, decoded = [], []  # the compact reading is taken for every input
+    monkeypatch.setattr(_CompactSpool, "write", lambda self, *a, f=_CompactSpool.write: copied.append(1) or f(self, *a))
+    monkeypatch.setattr(reader_module, "_compact_columns", lambda ev, f=reader_module._compact_columns: decoded.append(1) or f(ev))
+    compact = combine(paths, tmp_path / "compact.json", adjust=adjust, reader_options=options)
+    assert len(copied) == (len(paths) if options else 0)  # a file parsed in one piece is rewritten as dicts
+    summaries = [summarize_trace(p, detailed=True, reader_options=options) for p in paths]
+    assert len(decoded) >= len(paths) * (2 if options else 1)
+    with monkeypatch.context() as m:
+        _general_only(m)
+        general = combine(paths, tmp_path / "general.json", adjust=adjust, reader_options=options)
+        assert [summarize_trace(p, detailed=True, reader_options=options) for p in paths] == summaries
+    assert compact == general
+    assert (tmp_path / "compact.json").read_bytes() == (tmp_path / "general.json").read_bytes()
+
+
+NOT_COMPACT = {  # inputs the compact reading leaves to the general one
+    "pretty": lambda events: json.dumps({"traceEvents": events}, indent=1).encode(),
+    "spaced": lambda events: json.dumps(events).encode(),
+    "escapes": lambda events: orjson.dumps([dict(e, name='a "quoted" \\ name') for e in events]),
+    "unicode escapes": lambda events: json.dumps([dict(e, name="caf\u00e9") for e in events], separators=(",", ":")).encode(),
+    "nested ts": lambda events: orjson.dumps([dict(e, args={"ts": 1, "pid": 2}) for e in events]),
+    "no pid": lambda events: orjson.dumps([{k: v for k, v in e.items() if k != "pid"} for e in events]),
+    "null ts": lambda events: orjson.dumps([dict(events[0], ts=None), *events[1:]]),
+    "float pid": lambda events: orjson.dumps([dict(e, pid=7.0) for e in events]),
+    "huge int ts": lambda events: orjson.dumps(events).replace(b'"ts":160,', b'"ts":18446744073709551616160,'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_COMPACT))
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 200}], ids=["whole", "chunked"])
+def test_inputs_the_compact_reading_cannot_vouch_for_read_as_before(tmp_path, monkeypatch, name, options):
+    path = tmp_path / "t.json"
+    path.write_bytes(NOT_COMPACT[name](rich_trace()))
+    compact = combine([path], tmp_path / "compact.json", reader_options=options)
+    summary = summarize_trace(path, reader_options=options)
+    with monkeypatch.context() as m:
+        _general_only(m)
+        assert combine([path], tmp_path / "general.json", reader_options=options) == compact
+        assert summarize_trace(path, reader_options=options) == summary
+    assert (tmp_path / "compact.json").read_bytes() == (tmp_path / "general.json").read_bytes()
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_invalid_utf8_anywhere_is_an_error_as_before(tmp_path, options):
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'[{"ph":"i","ts":1,"pid":1,"tid":1,"args":{"s":"\xff"}}]')
+    for tool in (lambda: summarize_trace(path, reader_options=options),
+                 lambda: combine([path], tmp_path / "c.json", reader_options=options)):
+        with pytest.raises(TraceError, match=r"bad\.json: invalid JSON"):
+            tool()

@@ -5,6 +5,15 @@ processes, its ``ignore`` spans, its first timestamp), then go out with new pids
 timestamps. A file parsed in chunks waits serialised, each timestamp replaced by a marker that
 a byte-level substitution fills in at the end, so its memory stays near its size on disk. One
 input is held at a time and the output is streamed, so peak memory follows the largest input.
+
+An input read in chunks, in the compact form orjson writes, is neither built into dicts nor
+serialised again (there both cost most: the markers mean a second parse). Its events are decoded
+into small structs for the checks and the pairing (reader.compact_chunks), and their JSON texts
+are copied through with only each pid and each adjusted ts rewritten in the bytes
+(_CompactSpool), giving the bytes the general path writes. The copy keeps an event's other
+fields as the input spells them: a number orjson would write otherwise (``1.50``, ``1E5``) or a
+repeated key stays as it is, where the general path writes orjson's form; inputs with whitespace
+between tokens, escapes or anything else the copy cannot vouch for take the general path.
 """
 
 import math
@@ -12,16 +21,17 @@ import secrets
 from bisect import bisect_left
 from collections import deque
 from itertools import chain, compress, repeat
-from operator import and_, is_not, ne, sub
+from operator import and_, is_not, itemgetter, ne, sub
 from pathlib import Path
 
 import numpy as np
 import orjson
 
 from repro.errors import TraceError
-from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions, values
+from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions
+from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher
-from repro.traces.reader import TraceReader, cycle_collection_paused
+from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values
 from repro.traces.writer import TraceWriter
 
 
@@ -53,19 +63,22 @@ class _InputPlan:
         self.dangling = []  # (index, event) of the 'B' events never closed (lenient)
 
 
-def _kept_chunks(reader, plan, adjust, strict):
+def _kept_chunks(reader, plan, adjust, strict, compact=False):
     """Yield each chunk's kept (events, phases, stamps, pids) with its first index and the
     positions dropped from it, learning the input's pids and process names, ignored events and
-    spans, and first timestamp into `plan` on the way.
+    spans, and first timestamp into `plan` on the way. With `compact` the chunks come from the
+    reader's compact_chunks and the kept events are their JSON texts.
 
     The per-chunk work runs over columns (each field read once, in C); Python loops only over
     the events that are dropped.
     """
     matcher = SpanMatcher(reader.path, strict)
     index = 0
-    for chunk in reader.chunks():
-        columns = {}
-        if strict:  # lenient: the reader has dropped the bad events already
+    values = field_values if compact else dict_values
+    for chunk, columns, texts in reader.compact_chunks(with_json=True) if compact else _dict_chunks(reader):
+        if compact:
+            columns["cat"] = values(chunk, "cat")
+        elif strict:  # lenient: the reader has dropped the bad events already
             bad = first_bad_event(chunk, columns)
             if bad is not None:
                 check_event(chunk[bad], reader.path, index + bad)
@@ -80,15 +93,17 @@ def _kept_chunks(reader, plan, adjust, strict):
         if "M" in phases:
             for i in positions(phases, "M"):
                 if chunk[i].get("name") == "process_name":
-                    args = chunk[i].get("args")
+                    args = (orjson.loads(texts[i]) if compact else chunk[i]).get("args")
                     plan.pids[chunk[i].get("pid")] = args.get("name") if isinstance(args, dict) else None
                     drops.append(i)
                     plan.renamed += 1
         if adjust:
-            drops += _ignored(chunk, phases, stamps, columns["cat"], matched, plan.spans)
+            drops += _ignored(chunk, phases, stamps, columns["cat"], matched, plan.spans, values)
         drops = list(dict.fromkeys(drops))  # an ignored process_name is listed twice
         plan.dropped += len(drops) - matched.strays.size
-        kept = _without((chunk, phases, stamps, pids), drops)
+        kept = _without((list(range(len(chunk))) if compact else chunk, phases, stamps, pids), drops)
+        if compact:  # the positions of the kept events, and the texts they are at
+            kept = ((texts, kept[0]), *kept[1:])
         _, kept_phases, kept_stamps, _ = kept
         origin = min(compress(kept_stamps, map(ne, kept_phases, repeat("M"))), default=None)
         if origin is not None and (plan.origin is None or origin < plan.origin):
@@ -99,7 +114,12 @@ def _kept_chunks(reader, plan, adjust, strict):
     plan.unmatched += len(plan.dangling)
 
 
-def _ignored(chunk, phases, stamps, categories, matched, spans):
+def _dict_chunks(reader):
+    for chunk in reader.chunks():
+        yield chunk, {}, None
+
+
+def _ignored(chunk, phases, stamps, categories, matched, spans, values=dict_values):
     """Positions of the chunk's ignored events, adding their spans to `spans`: events of category
     'ignore' (an 'E' goes with its 'B': it is dropped when, and only when, its 'B' is ignored)."""
     drops = []
@@ -175,6 +195,16 @@ def _without(columns, drops):
     return tuple(list(compress(column, keep)) for column in columns)
 
 
+def _dumps(events, path):
+    """The events as comma-separated JSON, or a TraceError naming the input when orjson cannot
+    write one (it writes at most 254 levels of nested objects and lists)."""
+    try:
+        return orjson.dumps(events)[1:-1]
+    except orjson.JSONEncodeError as exc:
+        raise TraceError(path, f"cannot write an event of this input: {exc} (an event's 'args' nest deeper "
+                               "than the 254 levels a combined trace may hold)") from None
+
+
 def _rewrite(columns, pid_map, new_stamps=None):
     """Give events their new pid and, with `new_stamps` (a function of the timestamps giving their
     replacements), new timestamps for every event that has one; metadata events keep theirs absent.
@@ -227,7 +257,7 @@ class _Spool:
             return
         markers = repeat(self.marker_value)
         stamps = _rewrite(columns, pid_map, (lambda _: markers) if self.adjust else None)
-        self.chunks.append((orjson.dumps(columns[0])[1:-1], len(columns[0]), stamps, first, dropped))
+        self.chunks.append((_dumps(columns[0], self.path), len(columns[0]), stamps, first, dropped))
 
     def leave_out(self, dangling):
         """Leave out the begins never closed (lenient), known only once the input is read."""
@@ -249,7 +279,7 @@ class _Spool:
                 timed = compress(range(len(events)), [e.get("ts") == self.marker_value for e in events])
                 stamps = [ts for ts, position in zip(stamps, timed) if position not in gone]
             events = [e for position, e in enumerate(events) if position not in gone]
-            self.chunks[n] = (orjson.dumps(events)[1:-1], len(events), stamps, first, dropped)
+            self.chunks[n] = (_dumps(events, self.path), len(events), stamps, first, dropped)
 
     def write(self, writer, pid_map, shift):
         """Write every chunk with its new pids and adjusted timestamps; return the event count."""
@@ -258,7 +288,7 @@ class _Spool:
             chunk = self.chunks.popleft()
             if not self.serialise:
                 _rewrite(chunk, pid_map, None if shift is None else shift.shifted)
-                writer.write_events(chunk[0])
+                writer.write_serialized(_dumps(chunk[0], self.path), len(chunk[0]))
                 written += len(chunk[0])
                 continue
             body, count, stamps, _, _ = chunk
@@ -273,6 +303,143 @@ class _Spool:
         return written
 
 
+_QUOTE = ord('"')
+_VALUE_ENDS = {ord(","), ord("}")}
+_DEEP_TEXT = 2 * 200  # an event this long may nest deeper than orjson writes
+
+
+def _check_depth(texts):
+    """NotCompact where an event nests deeper than orjson writes: the general spool names the input."""
+    for text in texts:
+        try:
+            orjson.dumps([orjson.loads(text)])
+        except orjson.JSONEncodeError:
+            raise NotCompact from None
+
+
+class _CompactSpool:
+    """One input's kept events as their own JSON texts, copied through: only each pid and each
+    timestamp to adjust are rewritten, in the bytes, so no event is built or serialised.
+
+    The text is copied only where it is what orjson writes for the event, so the combined trace is
+    the one the general spool writes: one event per JSON text, in compact form (no whitespace
+    between tokens), no escapes, each event's pid once and each number-valued ts once. Anything
+    else is NotCompact, and the input is read with orjson instead.
+    """
+
+    _PID, _TS = b'"pid":', b'"ts":'
+
+    def __init__(self, path, adjust):
+        self.path, self.adjust = path, adjust
+        # (JSON of the events, their count, that JSON cut around its timestamps to adjust, and
+        # (those timestamps, which of them to adjust: None for all)); without cuts, the JSON is whole
+        self.chunks = deque()
+
+    def add(self, columns, pid_map, first, dropped):
+        (texts, positions), phases, stamps, pids = columns
+        if not positions:
+            return
+        if texts.lengths.max() >= _DEEP_TEXT:
+            _check_depth(texts[int(i)] for i in np.flatnonzero(texts.lengths >= _DEEP_TEXT))
+        body = texts.joined(positions)
+        if b"\\" in body:
+            raise NotCompact  # escapes: orjson may write them otherwise
+        view = np.frombuffer(body, np.uint8)
+        blank = np.flatnonzero(view <= 32)  # raw control characters are invalid inside strings
+        if blank.size and not (np.searchsorted(np.flatnonzero(view == _QUOTE), blank) % 2).all():
+            raise NotCompact  # whitespace between tokens
+        body = self._new_pids(body, pids, pid_map)
+        cuts = numbered = None
+        if self.adjust:
+            cuts, numbered = self._timestamps(body, phases, stamps)
+            if cuts:
+                body = None  # the cuts hold it
+        self.chunks.append((body, len(positions), cuts, numbered))
+
+    def _new_pids(self, body, pids, pid_map):
+        """The body with every event's pid replaced by its new one."""
+        distinct = list(dict.fromkeys(pids))
+        if None in distinct:
+            raise NotCompact  # an event without a pid (or a null one) is given one at its end
+        # every event has a pid: as many "pid":<old> as events means one each, and none nested
+        if len(distinct) == 1:  # the common case: split at the one pid, join with its new one
+            old, new = self._PID + orjson.dumps(distinct[0]), self._PID + orjson.dumps(pid_map[distinct[0]])
+            found = 0
+            for end in (b",", b"}"):  # the pid is followed by the next field, or ends the event
+                if found < len(pids):
+                    parts = body.split(old + end)
+                    found += len(parts) - 1
+                    body = (new + end).join(parts)
+            if found != len(pids):
+                raise NotCompact  # a pid written otherwise than orjson writes it
+            return body
+        olds = [self._PID + orjson.dumps(pid) for pid in distinct]
+        if sum(body.count(old + end) for old in olds for end in (b",", b"}")) != len(pids):
+            raise NotCompact
+        for n, old in enumerate(olds):  # through placeholders, so that no new pid is taken for an old one
+            body = body.replace(old + b",", b"\x00%d\x00," % n).replace(old + b"}", b"\x00%d\x00}" % n)
+        for n, pid in enumerate(distinct):
+            body = body.replace(b"\x00%d\x00" % n, self._PID + orjson.dumps(pid_map[pid]))
+        return body
+
+    def _timestamps(self, body, phases, stamps):
+        """The body cut around the numbers of its "ts" fields, and those numbers (None for the
+        metadata events' ones, which stay as they are)."""
+        numbered = [ts for ts in stamps if ts is not None] if None in stamps else stamps
+        if not numbered:
+            return None, None
+        pieces = body.split(self._TS)
+        if len(pieces) - 1 != len(numbered):
+            raise NotCompact  # a ts of null, an event with two, or a nested "ts" key
+        texts = orjson.dumps(numbered)[1:-1].split(b",")
+        # each number is orjson's own text, followed by the end of its value
+        if not all(map(bytes.startswith, pieces[1:], texts)):
+            raise NotCompact
+        rests = list(map(bytes.__getitem__, pieces[1:], map(slice, map(len, texts), repeat(None))))
+        if not set(map(itemgetter(0), rests)) <= _VALUE_ENDS:
+            raise NotCompact
+        timed = None
+        if "M" in phases:  # metadata events keep their timestamps
+            timed = list(map(ne, compress(phases, map(is_not, stamps, repeat(None))), repeat("M")))
+        return [pieces[0] + self._TS, *map(bytes.__add__, rests[:-1], repeat(self._TS)), rests[-1]], (numbered, timed)
+
+    def write(self, writer, pid_map, shift):
+        written = 0
+        while self.chunks:
+            body, count, cuts, stamps = self.chunks.popleft()
+            if cuts:
+                stamps, timed = stamps
+                if timed is None:
+                    stamps = shift.shifted(stamps)
+                else:  # metadata events' timestamps stay as they are
+                    moved = iter(shift.shifted(list(compress(stamps, timed))))
+                    stamps = [next(moved) if keep else ts for ts, keep in zip(stamps, timed)]
+                texts = orjson.dumps(stamps)[1:-1].split(b",")
+                body = b"".join(chain.from_iterable(zip(cuts, texts))) + cuts[-1]
+            writer.write_serialized(body, count)
+            written += count
+        return written
+
+
+def _read_input(path, next_pid, adjust, strict, reader_options, compact):
+    """Read one input into its spool: (reader, plan, spool, pid map). With `compact` the events
+    are copied through as their JSON texts (_CompactSpool), or NotCompact is raised."""
+    # strict: each event is validated here; lenient: the reader drops bad events
+    reader = TraceReader(path, strict=strict, check=not strict, **(reader_options or {}))
+    if compact and reader.whole:  # parsed in one piece, orjson's dicts are rewritten in place as fast
+        raise NotCompact
+    plan, pid_map = _InputPlan(), {}
+    spool = _CompactSpool(path, adjust) if compact else _Spool(path, adjust, serialise=not reader.whole)
+    for kept, first, dropped in _kept_chunks(reader, plan, adjust, strict, compact):
+        for pid in plan.pids:  # numbered in order of first appearance
+            pid_map.setdefault(pid, next_pid + len(pid_map))
+        spool.add(kept, pid_map, first, dropped)
+    kept = None  # only the spool keeps the events: freed as written, before the next input is parsed
+    if plan.dangling:
+        spool.leave_out(plan.dangling)
+    return reader, plan, spool, pid_map
+
+
 def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_options=None):
     """Write the combined trace of `inputs` to `output`; return a small report dict."""
     inputs = [Path(p) for p in inputs][1 if skip_first else 0 :]
@@ -282,16 +449,10 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
     display_unit = None
     with TraceWriter(output) as writer, cycle_collection_paused():
         for path in inputs:
-            # strict: each event is validated here; lenient: the reader drops bad events
-            reader = TraceReader(path, strict=strict, check=not strict, **(reader_options or {}))
-            plan, spool, pid_map = _InputPlan(), _Spool(path, adjust, serialise=not reader.whole), {}
-            for kept, first, dropped in _kept_chunks(reader, plan, adjust, strict):
-                for pid in plan.pids:  # numbered in order of first appearance
-                    pid_map.setdefault(pid, next_pid + len(pid_map))
-                spool.add(kept, pid_map, first, dropped)
-            kept = None  # only the spool keeps the events: freed as written, before the next input is parsed
-            if plan.dangling:
-                spool.leave_out(plan.dangling)
+            try:
+                reader, plan, spool, pid_map = _read_input(path, next_pid, adjust, strict, reader_options, True)
+            except NotCompact:  # read with orjson: the same output, or the same error, as ever
+                reader, plan, spool, pid_map = _read_input(path, next_pid, adjust, strict, reader_options, False)
             metadata, other = reader.metadata, reader.other_data
             display_unit = display_unit or metadata.get("displayTimeUnit")
             label = run_label(path, other, metadata)

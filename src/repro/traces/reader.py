@@ -5,19 +5,27 @@ JSON array of events. Files up to ``whole_file_limit`` bytes are parsed in one `
 call. Larger files are memory-mapped and split into chunks of whole events by a vectorised scan
 of the JSON structure (quotes, braces, brackets), and each chunk is parsed on its own, so peak
 memory follows the chunk size instead of the file size.
+
+Tools that read only the fields every event shares (``compact_chunks``) decode them with msgspec
+into small structs, skipping the rest of each event, instead of building a dict per event; a
+file this cannot vouch for (see ``NotCompact``) is read again the general way.
 """
 
 import gc
+import math
 import mmap
 import os
 from contextlib import contextmanager
+from itertools import compress, repeat
+from operator import attrgetter, eq, is_
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import orjson
 
 from repro.errors import TraceError
-from repro.traces.events import check_event, first_bad_event
+from repro.traces.events import PHASES, PHASES_WITHOUT_TS, check_event, first_bad_event
 
 WHOLE_FILE_LIMIT = 64 << 20
 CHUNK_BYTES = 4 << 20
@@ -55,6 +63,112 @@ def _root_metadata(doc, path):
     raise TraceError(
         path, "not a Chrome trace: expected a JSON array of events or an object with a 'traceEvents' list"
     )
+
+
+class NotCompact(Exception):
+    """The msgspec reading cannot vouch for a file (it is not valid JSON, has an event the checks
+    reject, or holds something orjson reads otherwise); the caller reads it with orjson instead,
+    which gives the same result or the same error as before."""
+
+
+class Event(msgspec.Struct, gc=False):
+    """The fields of an event the tools read, with the types the checks allow (see
+    events.check_event: a value of another type fails the decoding); the other fields are skipped,
+    never built. Absent fields read as dict.get gives them (None, and 0 for ``dur``)."""
+
+    ph: str | None = None
+    ts: int | float | None = None
+    pid: int | float | str | None = None
+    tid: int | float | str | None = None
+    name: str | None = None
+    cat: str | None = None
+    dur: int | float = 0
+
+    def get(self, key, default=None):
+        return getattr(self, key, default)
+
+
+_EVENT_LIST = msgspec.json.Decoder(list[Event])
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_INT64_MIN, _UINT64_END = -(2**63), 2**64  # orjson reads a larger integer as a float, msgspec as an int
+
+
+def field_values(events, key):
+    """events[i].key for a list of Event structs (the columns of a compact chunk)."""
+    return list(map(attrgetter(key), events))
+
+
+def _compact_events(data):
+    """The Event structs of a JSON array of events, or NotCompact."""
+    if not data.isascii():
+        try:
+            str(data, "utf-8")  # orjson refuses invalid UTF-8 anywhere; msgspec only where it decodes
+        except UnicodeDecodeError:
+            raise NotCompact from None
+    try:
+        return _EVENT_LIST.decode(data)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError (a field's type) is a DecodeError
+        raise NotCompact from None
+
+
+def _within_64_bits(found):
+    if int in set(map(type, found)):
+        ints = [v for v in found if type(v) is int]
+        if min(ints) < _INT64_MIN or max(ints) >= _UINT64_END:
+            raise NotCompact
+
+
+def _compact_columns(events):
+    """The columns ph, ts, pid and tid, after the checks of events.first_bad_event that the field
+    types have not made already; NotCompact if one fails."""
+    columns = {key: field_values(events, key) for key in ("ph", "ts", "pid", "tid")}
+    phases, stamps = columns["ph"], columns["ts"]
+    if not set(phases) <= PHASES:
+        raise NotCompact
+    if None in stamps:  # only metadata may lack a ts
+        if not set(compress(phases, map(is_, stamps, repeat(None)))) <= PHASES_WITHOUT_TS:
+            raise NotCompact
+        _within_64_bits([ts for ts in stamps if ts is not None])
+    else:
+        _within_64_bits(stamps)
+    _within_64_bits(set(columns["pid"]) | set(columns["tid"]))
+    if "X" in phases:
+        complete = list(compress(events, map(eq, phases, repeat("X"))))
+        starts, durations = field_values(complete, "ts"), field_values(complete, "dur")
+        _within_64_bits(durations)
+        if not (math.isfinite(min(starts) + min(durations)) and math.isfinite(max(starts) + max(durations))):
+            raise NotCompact
+    return columns
+
+
+class EventTexts:
+    """The JSON texts of a chunk's events, within the chunk's JSON array ``[e0,e1,...]``; NotCompact
+    unless the events follow each other with one comma and no whitespace, as orjson writes them."""
+
+    def __init__(self, listed):
+        lengths = np.fromiter(map(len, _RAW_LIST.decode(listed)), np.int64)
+        self.ends = np.cumsum(lengths + 1)  # each event and the comma (or '[') before it
+        self.starts = self.ends - lengths
+        if (self.ends[-1] + 1 if lengths.size else 2) != len(listed):
+            raise NotCompact
+        self.listed, self.lengths = listed, lengths
+
+    def __len__(self):
+        return self.lengths.size
+
+    def __getitem__(self, i):
+        return self.listed[self.starts[i] : self.ends[i]]
+
+    def joined(self, positions):
+        """The texts of the events at `positions` (ascending), comma-separated."""
+        if len(positions) == self.lengths.size:
+            return self.listed[1:-1]
+        positions = np.asarray(positions, np.int64)
+        gap = np.flatnonzero(np.diff(positions) != 1)  # runs of neighbours are copied in one piece
+        first, last = positions[np.concatenate([[0], gap + 1])], positions[np.append(gap, positions.size - 1)]
+        take = self.listed.__getitem__
+        return b",".join(map(take, map(slice, self.starts[first].tolist(), self.ends[last].tolist())))
 
 
 class TraceReader:
@@ -118,6 +232,39 @@ class TraceReader:
         for chunk in self.chunks():
             yield from chunk
 
+    def compact_chunks(self, with_json=False):
+        """Yield (events, columns) per chunk like column_chunks, strictly checked, with the events
+        as Event structs and `columns` holding ph, ts, pid and tid; `with_json` adds a third item,
+        the events' own JSON texts (EventTexts). Raises NotCompact (possibly after some chunks)
+        where column_chunks must read the file instead."""
+        if not self.strict:
+            raise NotCompact  # lenient reading drops bad events: the general reader knows how
+        if self.whole:
+            data = self._read_bytes()
+            first = data[: min(len(data), 4096)].lstrip(_SPACE)[:1]
+            if first == b"[":
+                listed, metadata = data, {}
+            elif first == b"{":
+                try:
+                    top = _TOP_LEVEL.decode(data)
+                    listed = top.get("traceEvents")
+                    if listed is None or bytes(listed)[:1] != b"[":
+                        raise NotCompact
+                    listed = bytes(listed)
+                    metadata = {k: orjson.loads(bytes(v)) for k, v in top.items() if k != "traceEvents"}
+                except (msgspec.DecodeError, orjson.JSONDecodeError, RecursionError):
+                    raise NotCompact from None
+            else:
+                raise NotCompact
+            self._metadata = metadata
+            sources = [listed]
+        else:
+            sources = self._scan(parse_events=True, decode=bytes)
+        for listed in sources:
+            events = _compact_events(listed)
+            columns = _compact_columns(events)
+            yield (events, columns, EventTexts(listed.strip(_SPACE))) if with_json else (events, columns)
+
     # -- internals ----------------------------------------------------------------------
     def _read_bytes(self):
         try:
@@ -158,11 +305,11 @@ class TraceReader:
                 raise TraceError(self.path, "empty file")
             return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
-    def _scan(self, parse_events):
+    def _scan(self, parse_events, decode=None):
         """Yield raw event lists of about chunk_bytes each; set self._metadata at the end."""
         mm = self._open_map()
         try:
-            yield from _ChunkScanner(mm, self.path, self.chunk_bytes, parse_events, self)
+            yield from _ChunkScanner(mm, self.path, self.chunk_bytes, parse_events, self, decode)
         finally:
             mm.close()
 
@@ -175,9 +322,10 @@ class _ChunkScanner:
     one (rare in traces, so done in Python).
     """
 
-    def __init__(self, mm, path, chunk_bytes, parse_events, owner):
+    def __init__(self, mm, path, chunk_bytes, parse_events, owner, decode=None):
         self.mm, self.path, self.chunk_bytes = mm, path, chunk_bytes
         self.parse_events, self.owner = parse_events, owner
+        self.decode = decode or (lambda data: _loads(data, path))  # a JSON array of events -> events
         self.first_slice = True
         self.released = 0
 
@@ -297,7 +445,7 @@ class _ChunkScanner:
             body = body[1:]
             if not body.strip(_SPACE):
                 raise TraceError(self.path, "invalid JSON (trailing ',' in the event list)")
-        return _loads(b"[" + body + b"]", self.path)
+        return self.decode(b"[" + body + b"]")
 
     def _release(self, upto):
         """Drop the mapped pages already parsed, so the mapping does not grow the RSS to the file size."""

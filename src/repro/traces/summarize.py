@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError, TraceError
-from repro.traces.events import IGNORE_CATEGORY, column, values
+from repro.traces.events import IGNORE_CATEGORY, column
+from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher, phase_codes
-from repro.traces.reader import TraceReader, cycle_collection_paused
+from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values
 
 _X = ord("X")
 
@@ -61,7 +62,16 @@ def find_traces(inputs):
 
 def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     """Summary of one trace: run metadata, end_to_end_time and per-event-name durations."""
+    try:
+        return _summary(path, detailed, strict, reader_options, compact=True)
+    except NotCompact:  # read with orjson: the same summary, or the same error, as ever
+        return _summary(path, detailed, strict, reader_options, compact=False)
+
+
+def _summary(path, detailed, strict, reader_options, compact):
+    """summarize_trace over the reader's compact chunks (Event structs) or its dict chunks."""
     reader = TraceReader(path, strict=strict, **(reader_options or {}))
+    chunks, values = (reader.compact_chunks(), field_values) if compact else (reader.column_chunks(), dict_values)
     matcher = SpanMatcher(path, strict)
     names = {}  # event name -> small int, in order of first completion
     counts, totals = np.zeros(0, np.int64), np.zeros(0)
@@ -69,7 +79,7 @@ def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     first_begin = last_end = process_first = process_last = None
     init_time = 0
     index = 0
-    for chunk, columns in reader.column_chunks():
+    for chunk, columns in chunks:
         phases = column(chunk, columns, "ph")
         codes = phase_codes(phases)
         matched = matcher.feed(chunk, phases, index, codes=codes, pids=column(chunk, columns, "pid"),
