@@ -103,9 +103,46 @@ def spread(samples):
     return {"median": float(median), "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "n": int(samples.size)}
 
 
-def summarize_order(ops, passes, sizes, n):
-    """The order's estimate from its passes (repeats x elements x ops+1 CPU seconds)."""
-    minima = passes.min(axis=0)  # elements x ops+1: each element's least-disturbed draw per op
+def shared_columns(declared, autoorder, sizes):
+    """Which columns (the ops, then batch) do the same work in both orders, so that their draws
+    measure one cost: the ops before AutoOrder's first move (the identical data in both orders),
+    and those after its last that get and give the same bytes in both orders (the same op on
+    data of the same size; stacking counts as an op here). `declared`, `autoorder`: the op names
+    in each order; `sizes`: {order: {op: [bytes in, bytes out]}}. A list of bools, one per column.
+    """
+    final = {order: sizes[order][names[-1]][1] for order, names in (("declared", declared), ("autoorder", autoorder))}
+    columns = [(a, b, sizes["declared"][a], sizes["autoorder"][b]) for a, b in zip(declared, autoorder)]
+    columns.append(("batch", "batch", [final["declared"]] * 2, [final["autoorder"]] * 2))
+    shared = [False] * len(columns)
+    for j, (a, b, _, _) in enumerate(columns):  # the common start: identical data, draw for draw
+        if a != b:
+            break
+        shared[j] = True
+    for j in range(len(columns) - 1, -1, -1):  # the common end: the same op on the same bytes
+        a, b, size_a, size_b = columns[j]
+        if a != b or list(size_a) != list(size_b):
+            break
+        shared[j] = True
+    return shared
+
+
+def order_minima(declared, autoorder, shared):
+    """Per element and column the minimum over repeats (elements x columns), for each order's passes
+    (repeats x elements x columns). A shared column takes the minimum over both orders' draws: the
+    two orders then carry the same cost for it, and its noise cancels in the AutoOrder saving,
+    which rests on the columns AutoOrder changed alone."""
+    minima = {"declared": declared.min(axis=0), "autoorder": autoorder.min(axis=0)}
+    pooled = np.minimum(minima["declared"], minima["autoorder"])
+    for order in minima:
+        minima[order][:, shared] = pooled[:, shared]
+    return minima
+
+
+def summarize_order(ops, passes, sizes, n, minima=None, shared=None):
+    """The order's estimate from its passes (repeats x elements x ops+1 CPU seconds) and its per-element
+    minima (`order_minima`; by default this order's own)."""
+    minima = passes.min(axis=0) if minima is None else minima  # elements x ops+1: each element's least-disturbed draw per op
+    shared = [False] * passes.shape[2] if shared is None else shared
     names = [op.name for op in ops] + ["batch"]
     rows = []
     for j, name in enumerate(names):
@@ -114,8 +151,9 @@ def summarize_order(ops, passes, sizes, n):
         rows.append({
             "op": name,
             "cpu_s_per_element": float(minima[:, j].mean()),
-            "cpu_s": spread(passes[:, :, j]),  # every draw, disturbed ones included
+            "cpu_s": spread(passes[:, :, j]),  # every draw of this order, disturbed ones included
             "cpu_s_minima": spread(minima[:, j]),
+            "shared": bool(shared[j]),  # minima taken over both orders' draws
             "bytes_in_per_element": bytes_in / n,
             "bytes_out_per_element": bytes_out / n,
             "inflation": bytes_out / bytes_in,
@@ -175,15 +213,22 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
             "repeats": repeats,
             "warmup_passes": WARMUP_PASSES,
             "allocator": allocator or "the C library's defaults (not glibc)",
-            "statistic": "per element and op the minimum over repeats (thread CPU time), mean over elements",
+            "statistic": "per element and op the minimum over repeats (thread CPU time), mean over elements; "
+                         "the shared ops' minima over both orders' draws",
             "measured_with": pipelines,  # interleaved element by element in one loop
             "seed": seed,
             "load_average": load,  # other work on the machine while measuring (1, 5, 15 min)
             "image_bytes_per_element": sum(len(e["image"]) for e in data[pipeline]) / elements,
         }
-        for order in ("declared", "autoorder"):
-            name = (pipeline, order)
-            result[order] = summarize_order(runs[name][0], np.array(passes[name]), run_sizes[name], elements)
+        names = {order: [op.name for op in runs[pipeline, order][0]] for order in ("declared", "autoorder")}
+        shared = shared_columns(names["declared"], names["autoorder"],
+                                {order: run_sizes[pipeline, order] for order in names})
+        drawn = {order: np.array(passes[pipeline, order]) for order in names}
+        minima = order_minima(drawn["declared"], drawn["autoorder"], shared)
+        result["shared_ops"] = [name for name, same in zip([*names["declared"], "batch"], shared) if same]
+        for order in names:
+            result[order] = summarize_order(runs[pipeline, order][0], drawn[order], run_sizes[pipeline, order],
+                                            elements, minima[order], shared)
         result["autoorder"]["moves"] = moves[pipeline]
         result["autoorder_saving"] = saving(result["declared"]["cpu_s_per_element"],
                                             result["autoorder"]["cpu_s_per_element"])
