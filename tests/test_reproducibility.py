@@ -14,6 +14,7 @@ from support import configfiles, copy_workflow, snakemake, stop_clusters
 from repro.cli import main
 from repro.config import load_config
 from repro.errors import ReproError
+from repro.machine import other_work
 from repro.pecan import calibrate as cal
 from repro.pecan.costs import COLUMNS, cost_row
 from repro.pecan.costtable import SPREAD_COLUMNS, with_spread
@@ -194,6 +195,14 @@ def test_summaries_of_shared_ops_agree_in_both_orders_and_resample_in_pairs():
         assert drawn["autoorder_saving"] == pytest.approx(1 - expect["autoorder"] / expect["declared"])
 
 
+def test_other_work_is_the_machine_s_busy_time_less_this_process_s_own():
+    before, after = {"busy": 100.0, "steal": 1.0}, {"busy": 130.0, "steal": 2.0}
+    assert other_work(before, after, own_cpu_s=10.0, seconds=20.0) == {
+        "other_processes_cpus": 1.0, "steal_cpus": 0.05, "seconds": 20.0}
+    assert other_work(before, {"busy": 105.0, "steal": 1.0}, own_cpu_s=5.5, seconds=5.0)["other_processes_cpus"] == 0.0
+    assert other_work(None, after, 1.0, 1.0) is None and other_work(before, after, 1.0, 0.0) is None
+
+
 def test_pipelines_calibrated_together_are_measured_element_by_element_in_turn():
     """Interleaving is what keeps the pipelines' cost ratio still under changing load."""
     calls = []
@@ -214,6 +223,9 @@ def test_calibration_records_the_spread_and_resamples_in_pairs(calibrations):
     assert calibrations["retinanet"]["load_average"] == calibrations["resnet"]["load_average"]
     resnet = calibrations["resnet"]
     assert resnet["repeats"] == 2 and resnet["warmup_passes"] >= 1 and len(resnet["load_average"]) == 3
+    if platform.system() == "Linux":  # what else ran during the passes, measured over them
+        work = resnet["other_work"]
+        assert work["seconds"] > 0 and work["other_processes_cpus"] >= 0 and work["steal_cpus"] >= 0
     if platform.libc_ver()[0] == "glibc":  # large blocks reused, whatever the process did before
         assert resnet["allocator"] == {"mmap_threshold": 32 * 2**20, "trim_threshold": 2**30}
     for order in ("declared", "autoorder"):

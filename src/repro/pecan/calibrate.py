@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from repro.errors import ReproError
-from repro.machine import machine_description
+from repro.machine import cpu_seconds, machine_description, other_work
 from repro.pecan.pipelines import PIPELINES, batch, element_bytes, synthetic_jpegs
 from repro.pecan.policies import autoorder
 
@@ -200,9 +200,11 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
     for _ in range(WARMUP_PASSES):
         measure_pass(runs, seed)
     passes, run_sizes = {name: [] for name in runs}, {}
+    machine_before, own_before, started = cpu_seconds(), time.process_time(), time.monotonic()
     for r in range(repeats):
         for name, (cpu, run_sizes[name]) in measure_pass(runs, seed, flip=r % 2 == 1).items():
             passes[name].append(cpu)
+    others = other_work(machine_before, cpu_seconds(), time.process_time() - own_before, time.monotonic() - started)
     machine, load = machine_description(), list(os.getloadavg())
     results = {}
     for pipeline in pipelines:
@@ -218,6 +220,7 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
             "measured_with": pipelines,  # interleaved element by element in one loop
             "seed": seed,
             "load_average": load,  # other work on the machine while measuring (1, 5, 15 min)
+            "other_work": others,  # ... and measured over the passes themselves (None where not Linux)
             "image_bytes_per_element": sum(len(e["image"]) for e in data[pipeline]) / elements,
         }
         names = {order: [op.name for op in runs[pipeline, order][0]] for order in ("declared", "autoorder")}
