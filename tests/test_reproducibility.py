@@ -97,6 +97,7 @@ def test_calibration_statistics_by_hand():
     passes = np.array([[[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]]])  # one pass, two elements
     summary = cal.summarize_order(ops, passes, {"decode": [100, 400], "to_float": [400, 1600]}, 2)
     assert summary["order"] == ["decode", "to_float", "batch"]
+    assert not any(row["shared"] for row in summary["ops"])  # on its own an order shares nothing
     rows = {row["op"]: row for row in summary["ops"]}
     assert (rows["decode"]["bytes_in_per_element"], rows["decode"]["bytes_out_per_element"]) == (50, 200)
     assert rows["to_float"]["inflation"] == 4.0 and rows["to_float"]["cpu_s_per_element"] == 3.0

@@ -23,19 +23,19 @@ The estimate has to hold still on a shared, loaded machine:
   difference of two sums whose terms are mostly the same work: the ops before AutoOrder's first
   move get the identical data in both orders, those after its last the same op on the same bytes
   (ResNet: decode, normalize and stacking, 58% of its cost; RetinaNet: all but to_float and the
-  flip, 88%). Taken per order, their minima differ by noise and by the loop's neighbours (an op
-  run right after a RetinaNet element, whose 5 MB arrays evict the caches, costs more: decode
-  0.1 ms/element), and the difference went whole into the saving: over 40 fresh processes here,
-  ResNet's decode alone moved its saving over 1.8 points, RetinaNet's decode and
-  resize-and-pad each over 0.8. Now a shared op's per-element minimum is taken over both orders' draws, so both orders
-  carry one cost for it and the saving rests on the ops AutoOrder changed: on the same 40
-  processes' passes, ResNet's saving 12.3-14.3% (was 12.0-14.4%, sd 0.52 against 0.63 points),
-  RetinaNet's 0.7-1.8% (0.8-2.0%; sd 0.21 against 0.27), and in 24 later calibrations under
-  steady load 1.5-1.8% (0.9-2.0%). What remains is the machine's: other work's memory traffic
-  slows the declared order's float ops more than AutoOrder's uint8 ones (ResNet's declared
-  to_float 0.171 ms/element with the second CPU idle, 0.187 with it busy), so the saving rises
-  with the load: ResNet 12.4-12.7% in three idle runs, 12.3-14.3% with other work. The record's
-  `other_work` says how busy the machine was over the passes.
+  flip, 88%). Taken per order, their minima differ by noise and by the loop's neighbours (an op run
+  right after a RetinaNet element, whose 5 MB arrays evict the caches, costs more: decode 0.1
+  ms/element), and the difference goes whole into the saving: over 40 fresh processes here,
+  ResNet's decode alone moved a saving of per-order minima over 1.8 points, RetinaNet's decode and
+  resize-and-pad each over 0.8. So a shared op's per-element minimum is taken over both orders'
+  draws: both orders carry one cost for it, and the saving rests on the ops AutoOrder changed. On
+  the same 40 processes' passes ResNet's saving is then 12.3-14.3% (per-order minima: 12.0-14.4%;
+  sd 0.52 against 0.63 points), RetinaNet's 0.7-1.8% (0.8-2.0%; sd 0.21 against 0.27), and 1.5-1.8%
+  (0.9-2.0%) in the 24 of them under steady load. What remains is the machine's: other work's
+  memory traffic slows the declared order's float ops more than AutoOrder's uint8 ones (ResNet's
+  declared to_float 0.171 ms/element with the second CPU idle, 0.187 with it busy), so the saving
+  rises with the load: ResNet 12.4-12.7% in three idle runs, 12.3-14.3% with other work. The
+  record's `other_work` says how busy the machine was over the passes.
 """
 
 import ctypes
@@ -135,7 +135,7 @@ def shared_columns(declared, autoorder, sizes):
         if a != b:
             break
         shared[j] = True
-    for j in range(len(columns) - 1, -1, -1):  # the common end: the same op on the same bytes
+    for j in reversed(range(len(columns))):  # the common end: the same op on the same bytes
         a, b, size_a, size_b = columns[j]
         if a != b or list(size_a) != list(size_b):
             break
