@@ -29,13 +29,14 @@ The estimate has to hold still on a shared, loaded machine:
   ResNet's decode alone moved a saving of per-order minima over 1.8 points, RetinaNet's decode and
   resize-and-pad each over 0.8. So a shared op's per-element minimum is taken over both orders'
   draws: both orders carry one cost for it, and the saving rests on the ops AutoOrder changed. On
-  the same 40 processes' passes ResNet's saving is then 12.3-14.3% (per-order minima: 12.0-14.4%;
-  sd 0.52 against 0.63 points), RetinaNet's 0.7-1.8% (0.8-2.0%; sd 0.21 against 0.27), and 1.5-1.8%
-  (0.9-2.0%) in the 24 of them under steady load. What remains is the machine's: other work's
-  memory traffic slows the declared order's float ops more than AutoOrder's uint8 ones (ResNet's
-  declared to_float 0.171 ms/element with the second CPU idle, 0.187 with it busy), so the saving
-  rises with the load: ResNet 12.4-12.7% in three idle runs, 12.3-14.3% with other work. The
-  record's `other_work` says how busy the machine was over the passes.
+  the passes of 66 fresh processes ResNet's saving is then 12.1-14.4% (per-order minima:
+  12.0-15.0%; sd 0.57 against 0.71 points) and RetinaNet's 0.7-2.0% (0.8-2.6%; sd 0.19 against
+  0.33). What remains is the machine's: memory traffic from other work, in this machine or beside
+  it, slows the declared order's float ops more than AutoOrder's uint8 ones, and no minimum removes
+  it while it lasts. ResNet's declared to_float cost 0.171 ms/element on average with the second
+  CPU idle and 0.187 with it busy, and 0.168-0.243 in idle runs minutes apart (neither load average
+  nor steal time showed why); its saving follows, 12.4-14.4% in those runs. The record's
+  `other_work` says how busy the machine was over the passes.
 """
 
 import ctypes
