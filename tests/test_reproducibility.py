@@ -14,6 +14,7 @@ from support import configfiles, copy_workflow, snakemake, stop_clusters
 from repro.cli import main
 from repro.config import load_config
 from repro.errors import ReproError
+from repro.machine import other_work
 from repro.pecan import calibrate as cal
 from repro.pecan.costs import COLUMNS, cost_row
 from repro.pecan.costtable import SPREAD_COLUMNS, with_spread
@@ -96,6 +97,7 @@ def test_calibration_statistics_by_hand():
     passes = np.array([[[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]]])  # one pass, two elements
     summary = cal.summarize_order(ops, passes, {"decode": [100, 400], "to_float": [400, 1600]}, 2)
     assert summary["order"] == ["decode", "to_float", "batch"]
+    assert not any(row["shared"] for row in summary["ops"])  # on its own an order shares nothing
     rows = {row["op"]: row for row in summary["ops"]}
     assert (rows["decode"]["bytes_in_per_element"], rows["decode"]["bytes_out_per_element"]) == (50, 200)
     assert rows["to_float"]["inflation"] == 4.0 and rows["to_float"]["cpu_s_per_element"] == 3.0
@@ -132,6 +134,76 @@ def test_per_element_minima_ignore_a_disturbed_pass():
     assert cal.summarize_order(ops, disturbed, sizes, 4)["pass_cpu_s_per_element"][1] == pytest.approx(0.009)
 
 
+RESNET_ORDERS = (["decode", "to_float", "random_resized_crop", "resize_224", "random_flip", "normalize"],
+                 ["decode", "random_resized_crop", "resize_224", "random_flip", "to_float", "normalize"])
+
+
+def test_shared_columns_are_the_common_start_and_the_common_end_on_the_same_bytes():
+    declared, autoorder = RESNET_ORDERS
+    sizes = {"declared": {"decode": [1, 9], "to_float": [9, 36], "random_resized_crop": [36, 20], "resize_224": [20, 12],
+                          "random_flip": [12, 12], "normalize": [12, 12]},
+             "autoorder": {"decode": [1, 9], "random_resized_crop": [9, 5], "resize_224": [5, 3], "random_flip": [3, 3],
+                           "to_float": [3, 12], "normalize": [12, 12]}}
+    # decode sees the identical data; normalize and stacking the same bytes; the rest is what AutoOrder changed
+    assert cal.shared_columns(declared, autoorder, sizes) == [True, False, False, False, False, True, True]
+    # the same op on different bytes is not the same work, and ends the common end there
+    sizes["autoorder"]["normalize"] = [12, 24]
+    assert cal.shared_columns(declared, autoorder, sizes) == [True, False, False, False, False, False, False]
+    # nothing moved: every column is shared
+    same = {"declared": sizes["declared"], "autoorder": sizes["declared"]}
+    assert cal.shared_columns(declared, declared, same) == [True] * 7
+
+
+def test_shared_ops_take_one_minimum_over_both_orders_so_their_noise_leaves_the_saving():
+    """Two elements, two repeats; columns: decode (shared), the moved op, batch (shared)."""
+    declared = np.array([[[1.0, 2.0, 0.1], [1.2, 3.0, 0.2]],
+                         [[1.1, 2.5, 0.1], [1.4, 2.0, 0.3]]])  # repeats x elements x columns
+    autoorder = np.array([[[0.9, 1.0, 0.2], [1.6, 1.5, 0.2]],
+                          [[1.3, 1.2, 0.1], [1.5, 1.0, 0.2]]])
+    minima = cal.order_minima(declared, autoorder, [True, False, True])
+    assert minima["declared"].tolist() == [[0.9, 2.0, 0.1], [1.2, 2.0, 0.2]]
+    assert minima["autoorder"].tolist() == [[0.9, 1.0, 0.1], [1.2, 1.0, 0.2]]
+    # per element the two orders differ by the moved op alone (1.0 each): the saving is 1.0 over the declared cost
+    totals = {order: minima[order].sum(axis=1).mean() for order in minima}
+    assert cal.saving(totals["declared"], totals["autoorder"]) == pytest.approx(1.0 / 3.2)
+    # each order's own minima would have put decode's noise (1.0 and 1.2 against 0.9 and 1.5) into it
+    own = 1 - autoorder.min(axis=0).sum(axis=1).mean() / declared.min(axis=0).sum(axis=1).mean()
+    assert own == pytest.approx(1 - 2.35 / 3.25)
+    # a slower pass of a shared op (an order run first after the other pipeline) changes neither order's cost
+    slower = declared.copy()
+    slower[1, :, 0] += 0.5
+    assert np.array_equal(cal.order_minima(slower, autoorder, [True, False, True])["declared"], minima["declared"])
+
+
+def test_summaries_of_shared_ops_agree_in_both_orders_and_resample_in_pairs():
+    ops = {"declared": list(PIPELINES["resnet"].ops[:2]), "autoorder": list(PIPELINES["resnet"].ops[:2])[::-1]}
+    sizes = {"decode": [100, 400], "to_float": [400, 1600]}
+    declared = np.array([[[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]], [[2.0, 2.5, 3.5], [2.0, 4.5, 4.0]]])
+    autoorder = declared[:, :, ::-1] * 0.5  # the other order's draws
+    shared = [False, False, True]
+    minima = cal.order_minima(declared, autoorder, shared)
+    summary = {o: cal.summarize_order(ops[o], {"declared": declared, "autoorder": autoorder}[o], sizes, 2, minima[o], shared)
+               for o in ops}
+    assert [row["shared"] for row in summary["declared"]["ops"]] == shared
+    assert summary["declared"]["ops"][2]["cpu_s_per_element"] == summary["autoorder"]["ops"][2]["cpu_s_per_element"] == 0.75
+    assert summary["declared"]["ops"][2]["cpu_s"]["n"] == 4  # the spread of this order's own draws
+    assert summary["declared"]["element_cpu_s"] == [3.0 + 0.5, 6.0 + 1.0]
+    calibration = {"pipeline": "resnet", **summary}
+    for seed in range(5):
+        drawn = cal.resample(calibration, np.random.default_rng(seed))
+        picks = np.random.default_rng(seed).integers(0, 2, 2)
+        expect = {o: np.mean(np.array(summary[o]["element_cpu_s"])[picks]) for o in ops}
+        assert drawn["autoorder_saving"] == pytest.approx(1 - expect["autoorder"] / expect["declared"])
+
+
+def test_other_work_is_the_machine_s_busy_time_less_this_process_s_own():
+    before, after = {"busy": 100.0, "steal": 1.0}, {"busy": 130.0, "steal": 2.0}
+    assert other_work(before, after, own_cpu_s=10.0, seconds=20.0) == {
+        "other_processes_cpus": 1.0, "steal_cpus": 0.05, "seconds": 20.0}
+    assert other_work(before, {"busy": 105.0, "steal": 1.0}, own_cpu_s=5.5, seconds=5.0)["other_processes_cpus"] == 0.0
+    assert other_work(None, after, 1.0, 1.0) is None and other_work(before, after, 1.0, 0.0) is None
+
+
 def test_pipelines_calibrated_together_are_measured_element_by_element_in_turn():
     """Interleaving is what keeps the pipelines' cost ratio still under changing load."""
     calls = []
@@ -152,6 +224,9 @@ def test_calibration_records_the_spread_and_resamples_in_pairs(calibrations):
     assert calibrations["retinanet"]["load_average"] == calibrations["resnet"]["load_average"]
     resnet = calibrations["resnet"]
     assert resnet["repeats"] == 2 and resnet["warmup_passes"] >= 1 and len(resnet["load_average"]) == 3
+    if platform.system() == "Linux":  # what else ran during the passes, measured over them
+        work = resnet["other_work"]
+        assert work["seconds"] > 0 and work["other_processes_cpus"] >= 0 and work["steal_cpus"] >= 0
     if platform.libc_ver()[0] == "glibc":  # large blocks reused, whatever the process did before
         assert resnet["allocator"] == {"mmap_threshold": 32 * 2**20, "trim_threshold": 2**30}
     for order in ("declared", "autoorder"):
@@ -160,6 +235,15 @@ def test_calibration_records_the_spread_and_resamples_in_pairs(calibrations):
             assert row["cpu_s"]["n"] == 8 and row["cpu_s"]["iqr"] >= 0 and row["cpu_s_minima"]["n"] == 4
             assert row["cpu_s"]["q1"] <= row["cpu_s"]["median"] <= row["cpu_s"]["q3"]
     assert resnet["declared"]["cpu_s_per_element"] == pytest.approx(np.mean(resnet["declared"]["element_cpu_s"]))
+    # the work both orders share is measured once: its cost is the same in both
+    assert resnet["shared_ops"] == ["decode", "normalize", "batch"]
+    assert calibrations["retinanet"]["shared_ops"] == ["decode", "resize_and_pad_640", "normalize", "batch"]
+    for c in calibrations.values():
+        rows = {order: {row["op"]: row for row in c[order]["ops"]} for order in ("declared", "autoorder")}
+        for op, row in rows["declared"].items():
+            assert row["shared"] == rows["autoorder"][op]["shared"] == (op in c["shared_ops"])
+            if row["shared"]:
+                assert row["cpu_s_per_element"] == rows["autoorder"][op]["cpu_s_per_element"]
     drawn = [cal.resample(resnet, np.random.default_rng(seed)) for seed in range(20)]
     assert len({d["declared"]["cpu_s_per_element"] for d in drawn}) > 1
     for d in drawn:  # the same elements in both orders: the saving follows from the two drawn costs

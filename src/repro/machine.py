@@ -21,3 +21,29 @@ def machine_description():
         "numpy": version("numpy"),
         "pillow": version("pillow"),
     }
+
+
+def cpu_seconds():
+    """CPU seconds all of the machine's CPUs have spent busy, and those the hypervisor gave to
+    others while a virtual CPU wanted to run (steal), from Linux's /proc/stat; None elsewhere."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is counted in user already)
+    ticks = [int(v) for v in fields[1:9]] + [0] * (9 - len(fields))
+    hz = os.sysconf("SC_CLK_TCK")
+    return {"busy": (sum(ticks) - ticks[3] - ticks[4] - ticks[7]) / hz, "steal": ticks[7] / hz}
+
+
+def other_work(before, after, own_cpu_s, seconds):
+    """What else ran while this process measured for `seconds` (spending `own_cpu_s` itself), in
+    CPUs busy on average: other processes, and the hypervisor's steal; None without /proc/stat."""
+    if before is None or after is None or seconds <= 0:
+        return None
+    return {"other_processes_cpus": max(0.0, (after["busy"] - before["busy"] - own_cpu_s) / seconds),
+            "steal_cpus": (after["steal"] - before["steal"]) / seconds,
+            "seconds": seconds}

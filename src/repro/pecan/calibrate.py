@@ -19,6 +19,24 @@ The estimate has to hold still on a shared, loaded machine:
   elements (elements differ in real work: crop sizes, flips). Measured here, one pass's total
   sits 5-35% above these minima and varies pass to pass; the minima agree between fresh runs
   within a few percent (`python benchmarks/pecan.py` prints the estimate next to the median single pass).
+* One cost for the work both orders share (`shared_columns`, `order_minima`). The saving is a
+  difference of two sums whose terms are mostly the same work: the ops before AutoOrder's first
+  move get the identical data in both orders, those after its last the same op on the same bytes
+  (ResNet: decode, normalize and stacking, 58% of its cost; RetinaNet: all but to_float and the
+  flip, 88%). Taken per order, their minima differ by noise and by the loop's neighbours (an op run
+  right after a RetinaNet element, whose 5 MB arrays evict the caches, costs more: decode 0.1
+  ms/element), and the difference goes whole into the saving: over 40 fresh processes here,
+  ResNet's decode alone moved a saving of per-order minima over 1.8 points, RetinaNet's decode and
+  resize-and-pad each over 0.8. So a shared op's per-element minimum is taken over both orders'
+  draws: both orders carry one cost for it, and the saving rests on the ops AutoOrder changed. On
+  the passes of 66 fresh processes ResNet's saving is then 12.1-14.4% (per-order minima:
+  12.0-15.0%; sd 0.57 against 0.71 points) and RetinaNet's 0.7-2.0% (0.8-2.6%; sd 0.19 against
+  0.33). What remains is the machine's: memory traffic from other work, in this machine or beside
+  it, slows the declared order's float ops more than AutoOrder's uint8 ones, and no minimum removes
+  it while it lasts. ResNet's declared to_float cost 0.171 ms/element on average with the second
+  CPU idle and 0.187 with it busy, and 0.168-0.243 in idle runs minutes apart (neither load average
+  nor steal time showed why); its saving follows, 12.4-14.4% in those runs. The record's
+  `other_work` says how busy the machine was over the passes.
 """
 
 import ctypes
@@ -29,7 +47,7 @@ import time
 import numpy as np
 
 from repro.errors import ReproError
-from repro.machine import machine_description
+from repro.machine import cpu_seconds, machine_description, other_work
 from repro.pecan.pipelines import PIPELINES, batch, element_bytes, synthetic_jpegs
 from repro.pecan.policies import autoorder
 
@@ -103,9 +121,46 @@ def spread(samples):
     return {"median": float(median), "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "n": int(samples.size)}
 
 
-def summarize_order(ops, passes, sizes, n):
-    """The order's estimate from its passes (repeats x elements x ops+1 CPU seconds)."""
-    minima = passes.min(axis=0)  # elements x ops+1: each element's least-disturbed draw per op
+def shared_columns(declared, autoorder, sizes):
+    """Which columns (the ops, then batch) do the same work in both orders, so that their draws
+    measure one cost: the ops before AutoOrder's first move (the identical data in both orders),
+    and those after its last that get and give the same bytes in both orders (the same op on
+    data of the same size; stacking counts as an op here). `declared`, `autoorder`: the op names
+    in each order; `sizes`: {order: {op: [bytes in, bytes out]}}. A list of bools, one per column.
+    """
+    final = {order: sizes[order][names[-1]][1] for order, names in (("declared", declared), ("autoorder", autoorder))}
+    columns = [(a, b, sizes["declared"][a], sizes["autoorder"][b]) for a, b in zip(declared, autoorder)]
+    columns.append(("batch", "batch", [final["declared"]] * 2, [final["autoorder"]] * 2))
+    shared = [False] * len(columns)
+    for j, (a, b, _, _) in enumerate(columns):  # the common start: identical data, draw for draw
+        if a != b:
+            break
+        shared[j] = True
+    for j in reversed(range(len(columns))):  # the common end: the same op on the same bytes
+        a, b, size_a, size_b = columns[j]
+        if a != b or list(size_a) != list(size_b):
+            break
+        shared[j] = True
+    return shared
+
+
+def order_minima(declared, autoorder, shared):
+    """Per element and column the minimum over repeats (elements x columns), for each order's passes
+    (repeats x elements x columns). A shared column takes the minimum over both orders' draws: the
+    two orders then carry the same cost for it, and its noise cancels in the AutoOrder saving,
+    which rests on the columns AutoOrder changed alone."""
+    minima = {"declared": declared.min(axis=0), "autoorder": autoorder.min(axis=0)}
+    pooled = np.minimum(minima["declared"], minima["autoorder"])
+    for order in minima:
+        minima[order][:, shared] = pooled[:, shared]
+    return minima
+
+
+def summarize_order(ops, passes, sizes, n, minima=None, shared=None):
+    """The order's estimate from its passes (repeats x elements x ops+1 CPU seconds) and its per-element
+    minima (`order_minima`; by default this order's own)."""
+    minima = passes.min(axis=0) if minima is None else minima  # elements x ops+1: each element's least-disturbed draw per op
+    shared = [False] * passes.shape[2] if shared is None else shared
     names = [op.name for op in ops] + ["batch"]
     rows = []
     for j, name in enumerate(names):
@@ -114,8 +169,9 @@ def summarize_order(ops, passes, sizes, n):
         rows.append({
             "op": name,
             "cpu_s_per_element": float(minima[:, j].mean()),
-            "cpu_s": spread(passes[:, :, j]),  # every draw, disturbed ones included
+            "cpu_s": spread(passes[:, :, j]),  # every draw of this order, disturbed ones included
             "cpu_s_minima": spread(minima[:, j]),
+            "shared": bool(shared[j]),  # minima taken over both orders' draws
             "bytes_in_per_element": bytes_in / n,
             "bytes_out_per_element": bytes_out / n,
             "inflation": bytes_out / bytes_in,
@@ -162,9 +218,11 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
     for _ in range(WARMUP_PASSES):
         measure_pass(runs, seed)
     passes, run_sizes = {name: [] for name in runs}, {}
+    machine_before, own_before, started = cpu_seconds(), time.process_time(), time.monotonic()
     for r in range(repeats):
         for name, (cpu, run_sizes[name]) in measure_pass(runs, seed, flip=r % 2 == 1).items():
             passes[name].append(cpu)
+    others = other_work(machine_before, cpu_seconds(), time.process_time() - own_before, time.monotonic() - started)
     machine, load = machine_description(), list(os.getloadavg())
     results = {}
     for pipeline in pipelines:
@@ -175,15 +233,23 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
             "repeats": repeats,
             "warmup_passes": WARMUP_PASSES,
             "allocator": allocator or "the C library's defaults (not glibc)",
-            "statistic": "per element and op the minimum over repeats (thread CPU time), mean over elements",
+            "statistic": "per element and op the minimum over repeats (thread CPU time), mean over elements; "
+                         "the shared ops' minima over both orders' draws",
             "measured_with": pipelines,  # interleaved element by element in one loop
             "seed": seed,
             "load_average": load,  # other work on the machine while measuring (1, 5, 15 min)
+            "other_work": others,  # ... and measured over the passes themselves (None where not Linux)
             "image_bytes_per_element": sum(len(e["image"]) for e in data[pipeline]) / elements,
         }
-        for order in ("declared", "autoorder"):
-            name = (pipeline, order)
-            result[order] = summarize_order(runs[name][0], np.array(passes[name]), run_sizes[name], elements)
+        names = {order: [op.name for op in runs[pipeline, order][0]] for order in ("declared", "autoorder")}
+        shared = shared_columns(names["declared"], names["autoorder"],
+                                {order: run_sizes[pipeline, order] for order in names})
+        drawn = {order: np.array(passes[pipeline, order]) for order in names}
+        minima = order_minima(drawn["declared"], drawn["autoorder"], shared)
+        result["shared_ops"] = [name for name, same in zip([*names["declared"], "batch"], shared) if same]
+        for order in names:
+            result[order] = summarize_order(runs[pipeline, order][0], drawn[order], run_sizes[pipeline, order],
+                                            elements, minima[order], shared)
         result["autoorder"]["moves"] = moves[pipeline]
         result["autoorder_saving"] = saving(result["declared"]["cpu_s_per_element"],
                                             result["autoorder"]["cpu_s_per_element"])
