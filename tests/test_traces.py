@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 
 import orjson
 import pytest
@@ -863,3 +864,93 @@ def test_invalid_utf8_anywhere_is_an_error_as_before(tmp_path, options):
                  lambda: combine([path], tmp_path / "c.json", reader_options=options)):
         with pytest.raises(TraceError, match=r"bad\.json: invalid JSON"):
             tool()
+
+
+# -- summaries: edge cases of the per-chunk arithmetic ----------------------------------
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_lenient_summary_skips_bad_events_and_counts_the_rest(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "a", "ts": "late", "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "b", "ts": 20, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 26, "pid": 1, "tid": 1},
+    ]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError, match="event 1"):
+        summarize_trace(path, reader_options=options)
+    summary = summarize_trace(path, strict=False, reader_options=options)
+    assert summary["skipped_events"] == 1
+    assert summary["events"] == {"a": {"count": 1, "total": 10, "mean": 10}, "b": {"count": 1, "total": 6, "mean": 6}}
+    assert summary["end_to_end_time"] == 26
+
+
+@pytest.mark.parametrize("pretty", [False, True], ids=["compact", "pretty"])
+def test_summary_reads_with_the_reader_options_given(tmp_path, monkeypatch, pretty):
+    events = [{"ph": "X", "name": "a", "ts": 0, "dur": 10, "pid": 1, "tid": 1}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events, indent=1) if pretty else json.dumps(events, separators=(",", ":")))
+    given = []
+    monkeypatch.setattr(sys.modules["repro.traces.summarize"], "TraceReader", lambda p, **kw: given.append(kw) or TraceReader(p, **kw))
+    summarize_trace(path, reader_options=CHUNKED)
+    assert given and all(kw == dict(CHUNKED, strict=True) for kw in given)
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_complete_events_without_dur_last_no_time_and_int_times_stay_ints(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "a", "ts": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 7, "dur": 3, "pid": 1, "tid": 1},
+    ]
+    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
+    assert summary["events"]["a"] == {"count": 1, "total": 0, "mean": 0}
+    assert summary["end_to_end_time"] == 5 and type(summary["end_to_end_time"]) is int
+    assert type(summary["end_to_end_process_time"]) is int
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_timestamps_beyond_64_bits_give_float_times(tmp_path, options):
+    path = tmp_path / "t.json"
+    path.write_bytes(b'[{"ph":"B","name":"a","ts":10,"pid":1,"tid":1},{"ph":"E","ts":%d,"pid":1,"tid":1}]' % 2**70)
+    summary = summarize_trace(path, reader_options=options)
+    assert summary["end_to_end_time"] == float(2**70 - 10) and type(summary["end_to_end_time"]) is float
+    assert summary["events"]["a"]["total"] == float(2**70 - 10)
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_summary_names_the_event_whose_duration_overflows(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "b", "ts": -1.5e308, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 1.5e308, "pid": 1, "tid": 1},
+    ]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError) as error:
+        summarize_trace(path, reader_options=options)
+    assert str(error.value) == f"{path}: event 2: duration is not a finite number (timestamps too far apart)"
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_summary_refuses_an_end_to_end_time_that_overflows(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "a", "ts": -1.5e308, "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "a", "ts": 1.5e308, "dur": 1, "pid": 1, "tid": 1},
+    ]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError) as error:
+        summarize_trace(path, reader_options=options)
+    assert str(error.value) == f"{path}: end_to_end_time is not a finite number (timestamps too far apart)"
+
+
+def test_summary_over_chunks_keeps_extremes_and_counts_of_earlier_chunks(tmp_path):
+    events = [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 1000, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 10, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "c", "ts": 15, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "a", "ts": 20, "dur": 1, "pid": 1, "tid": 1},
+    ]
+    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=CHUNKED)
+    assert summary["events"] == {"a": {"count": 2, "total": 1001, "mean": 500.5},
+                                 "b": {"count": 1, "total": 5, "mean": 5}, "c": {"count": 1, "total": 2, "mean": 2}}
+    assert (summary["end_to_end_time"], summary["end_to_end_process_time"]) == (1000, 1000)
