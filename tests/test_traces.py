@@ -348,6 +348,7 @@ def test_process_names_come_from_run_fields_names_or_the_file(tmp_path):
     assert run_label("t.json", {"run_id": "r", "name": ""}, {"name": "n"}) == "n"
     assert run_label("t.json", {"run_id": "r", "name": 5}, {}) == "r"
     assert run_label("t.json", {"run_id": "r"}, {"trace_name": "x"}) == "r"
+    assert run_label("t.json", {}, {"trace_name": "x"}) == "x"
     assert run_label("dir/t.json", {"name": ""}, {}) == "t"
     first = dump(tmp_path / "a.json", [{"ph": "i", "ts": 1}])
     second = dump(tmp_path / "b.json", {"traceEvents": [{"ph": "i", "ts": 1}], "displayTimeUnit": "ns", "k": "v",
@@ -804,7 +805,7 @@ def rich_trace():
         {"ph": "i", "name": "mark", "ts": 195, "pid": 8, "tid": 1, "s": "t"},
         {"ph": "i", "name": "two words", "s": "t", "tid": 1, "pid": 7, "ts": 196},
         {"ph": "E", "name": "outer", "ts": 1e3, "pid": 7, "tid": 1},
-        {"ph": "C", "name": "ctr", "ts": 1001, "args": {"v": 1.5}, "pid": 8},
+        {"ph": "C", "name": "ctr", "ts": 1001, "args": {"v": 1.5, "unset": None}, "pid": 8},
     ]
 
 
@@ -998,3 +999,22 @@ def test_combine_refuses_an_event_holding_its_timestamp_marker(tmp_path, monkeyp
     with pytest.raises(TraceError) as error:
         combine([path], tmp_path / "c.json", reader_options=CHUNKED)
     assert str(error.value) == f"{path}: an event contains the combiner's timestamp marker; combine it again"
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_a_process_name_without_an_args_object_names_no_process(tmp_path, options):
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": ["server"]},
+              {"ph": "i", "name": "a", "ts": 1, "pid": 1, "tid": 1, "s": "t"},
+              {"ph": "i", "name": "b", "ts": 2, "pid": 2, "tid": 1, "s": "t"}]
+    report = combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json", reader_options=options)
+    names = [e["args"]["name"] for e in read_trace(tmp_path / "c.json")[1] if e["ph"] == "M"]
+    assert names == ["t", "t"] and report["events"] == 4
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_a_file_read_in_chunks_waits_serialised_one_read_whole_as_events(tmp_path, options):
+    from repro.traces.combine import _read_input
+
+    events = [{"ph": "i", "name": "a", "ts": 1, "pid": 1, "tid": 1, "s": "t"}]
+    spool = _read_input(dump(tmp_path / "t.json", events), 1, True, True, options, False)[2]
+    assert spool.serialise is bool(options)
