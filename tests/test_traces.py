@@ -911,6 +911,9 @@ def test_complete_events_without_dur_last_no_time_and_int_times_stay_ints(tmp_pa
     ]
     summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
     assert summary["events"]["a"] == {"count": 1, "total": 0, "mean": 0}
+    pretty = tmp_path / "pretty.json"  # read as dicts, not the compact reading's structs
+    pretty.write_text(json.dumps(events, indent=1))
+    assert summarize_trace(pretty, reader_options=options)["events"]["a"] == {"count": 1, "total": 0, "mean": 0}
     assert summary["end_to_end_time"] == 5 and type(summary["end_to_end_time"]) is int
     assert type(summary["end_to_end_process_time"]) is int
 
@@ -954,11 +957,13 @@ def test_summary_over_chunks_keeps_extremes_and_counts_of_earlier_chunks(tmp_pat
         {"ph": "X", "name": "a", "ts": 0, "dur": 1000, "pid": 1, "tid": 1},
         {"ph": "X", "name": "b", "ts": 10, "dur": 5, "pid": 1, "tid": 1},
         {"ph": "X", "name": "c", "ts": 15, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "d", "ts": 16, "dur": 2, "pid": 1, "tid": 1},
         {"ph": "X", "name": "a", "ts": 20, "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 22, "dur": 1, "pid": 1, "tid": 1},
     ]
     summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=CHUNKED)
-    assert summary["events"] == {"a": {"count": 2, "total": 1001, "mean": 500.5},
-                                 "b": {"count": 1, "total": 5, "mean": 5}, "c": {"count": 1, "total": 2, "mean": 2}}
+    assert summary["events"] == {"a": {"count": 2, "total": 1001, "mean": 500.5}, "b": {"count": 2, "total": 6, "mean": 3},
+                                 "c": {"count": 1, "total": 2, "mean": 2}, "d": {"count": 1, "total": 2, "mean": 2}}
     assert (summary["end_to_end_time"], summary["end_to_end_process_time"]) == (1000, 1000)
 
 
