@@ -911,9 +911,8 @@ def test_complete_events_without_dur_last_no_time_and_int_times_stay_ints(tmp_pa
     ]
     summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
     assert summary["events"]["a"] == {"count": 1, "total": 0, "mean": 0}
-    pretty = tmp_path / "pretty.json"  # read as dicts, not the compact reading's structs
-    pretty.write_text(json.dumps(events, indent=1))
-    assert summarize_trace(pretty, reader_options=options)["events"]["a"] == {"count": 1, "total": 0, "mean": 0}
+    lenient = summarize_trace(tmp_path / "t.json", strict=False, reader_options=options)  # read as dicts
+    assert lenient["events"]["a"] == {"count": 1, "total": 0, "mean": 0}
     assert summary["end_to_end_time"] == 5 and type(summary["end_to_end_time"]) is int
     assert type(summary["end_to_end_process_time"]) is int
 
