@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 
 import orjson
 import pytest
@@ -293,7 +294,7 @@ def test_combine_cuts_ignored_spans_out_of_timestamps_inside_and_after_them(tmp_
     assert report == {"inputs": 1, "events": 8, "skipped": 0, "dropped": 7}
 
 
-@pytest.mark.parametrize("options", [None, CHUNKED], ids=["whole", "chunked"])
+@pytest.mark.parametrize("options", [None, CHUNKED, {"whole_file_limit": 0}], ids=["whole", "chunked", "one chunk"])
 def test_combine_leaves_metadata_timestamps_alone(tmp_path, options):
     events = [{"ph": "M", "name": "thread_name", "ts": 1000, "pid": 1, "tid": 1, "args": {"name": "main"}},
               {"ph": "i", "name": "a", "ts": 100, "pid": 1, "tid": 1, "s": "t"},
@@ -330,7 +331,7 @@ def test_combine_names_the_input_whose_args_nest_too_deep_to_write(tmp_path, cap
     path = tmp_path / "deep.json"
     path.write_text('[{"ph":"i","name":"ok","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"args":%s}]' % deep)
     out = tmp_path / "c.json"
-    with pytest.raises(TraceError, match=r"deep\.json: cannot write an event .*254 levels"):
+    with pytest.raises(TraceError, match=r"deep\.json: cannot write an event .*254 levels a combined trace may hold\)$"):
         combine([path], out, reader_options=options)
     assert not out.exists()
     if not options:
@@ -347,6 +348,7 @@ def test_process_names_come_from_run_fields_names_or_the_file(tmp_path):
     assert run_label("t.json", {"run_id": "r", "name": ""}, {"name": "n"}) == "n"
     assert run_label("t.json", {"run_id": "r", "name": 5}, {}) == "r"
     assert run_label("t.json", {"run_id": "r"}, {"trace_name": "x"}) == "r"
+    assert run_label("t.json", {}, {"trace_name": "x"}) == "x"
     assert run_label("dir/t.json", {"name": ""}, {}) == "t"
     first = dump(tmp_path / "a.json", [{"ph": "i", "ts": 1}])
     second = dump(tmp_path / "b.json", {"traceEvents": [{"ph": "i", "ts": 1}], "displayTimeUnit": "ns", "k": "v",
@@ -634,11 +636,12 @@ def test_lenient_combine_leaves_out_begins_never_closed_whatever_the_chunking(tm
             events.append({"ph": "E", "ts": 10 * i + 5, "pid": 1, "tid": i % 3})
     path = dump(tmp_path / "t.json", {"traceEvents": events})
     outputs = []
-    for name, options in (("whole", {}), ("chunked", {"whole_file_limit": 0, "chunk_bytes": 128})):
+    for name, options in (("whole", {}), ("chunked", {"whole_file_limit": 0, "chunk_bytes": 128}),
+                          ("large chunks", {"whole_file_limit": 0, "chunk_bytes": 1024})):
         report = combine([path], tmp_path / f"{name}.json", adjust=adjust, strict=False, reader_options=options)
         assert validate(tmp_path / f"{name}.json")["events"] > 0
         outputs.append((report["skipped"], read_trace(tmp_path / f"{name}.json")[1]))
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]
     skipped, written = outputs[0]
     assert skipped == 8 and sum(e["ph"] == "B" for e in written) == sum(e["ph"] == "E" for e in written)
 
@@ -797,9 +800,12 @@ def rich_trace():
         {"ph": "B", "name": "inner", "cat": "c", "ts": 180.25, "pid": 7, "tid": 1},
         {"ph": "X", "name": "runtime_init", "ts": 181, "dur": 2.5, "pid": "worker", "tid": 2},
         {"ph": "E", "ts": 190, "pid": 7, "tid": 1},
+        {"ph": "M", "name": "thread_name", "ts": 191, "pid": 7, "tid": 3, "args": {"name": "side"}},
+        {"ph": "M", "name": "thread_sort_index", "tid": 3, "args": {"sort_index": 1}, "pid": 7},
         {"ph": "i", "name": "mark", "ts": 195, "pid": 8, "tid": 1, "s": "t"},
+        {"ph": "i", "name": "two words", "s": "t", "tid": 1, "pid": 7, "ts": 196},
         {"ph": "E", "name": "outer", "ts": 1e3, "pid": 7, "tid": 1},
-        {"ph": "C", "name": "ctr", "ts": 1001, "pid": 8, "args": {"v": 1.5}},
+        {"ph": "C", "name": "ctr", "ts": 1001, "args": {"v": 1.5, "unset": None}, "pid": 8},
     ]
 
 
@@ -837,6 +843,7 @@ NOT_COMPACT = {  # inputs the compact reading leaves to the general one
     "no pid": lambda events: orjson.dumps([{k: v for k, v in e.items() if k != "pid"} for e in events]),
     "null ts": lambda events: orjson.dumps([dict(events[0], ts=None), *events[1:]]),
     "float pid": lambda events: orjson.dumps([dict(e, pid=7.0) for e in events]),
+    "space after a comma": lambda events: orjson.dumps(events).replace(b',"tid"', b', "tid"'),
     "huge int ts": lambda events: orjson.dumps(events).replace(b'"ts":160,', b'"ts":18446744073709551616160,'),
 }
 
@@ -863,3 +870,155 @@ def test_invalid_utf8_anywhere_is_an_error_as_before(tmp_path, options):
                  lambda: combine([path], tmp_path / "c.json", reader_options=options)):
         with pytest.raises(TraceError, match=r"bad\.json: invalid JSON"):
             tool()
+
+
+# -- summaries: edge cases of the per-chunk arithmetic ----------------------------------
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_lenient_summary_skips_bad_events_and_counts_the_rest(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "a", "ts": "late", "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "b", "ts": 20, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 26, "pid": 1, "tid": 1},
+    ]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError, match="event 1"):
+        summarize_trace(path, reader_options=options)
+    summary = summarize_trace(path, strict=False, reader_options=options)
+    assert summary["skipped_events"] == 1
+    assert summary["events"] == {"a": {"count": 1, "total": 10, "mean": 10}, "b": {"count": 1, "total": 6, "mean": 6}}
+    assert summary["end_to_end_time"] == 26
+
+
+@pytest.mark.parametrize("pretty", [False, True], ids=["compact", "pretty"])
+def test_summary_reads_with_the_reader_options_given(tmp_path, monkeypatch, pretty):
+    events = [{"ph": "X", "name": "a", "ts": 0, "dur": 10, "pid": 1, "tid": 1}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events, indent=1) if pretty else json.dumps(events, separators=(",", ":")))
+    given = []
+    monkeypatch.setattr(sys.modules["repro.traces.summarize"], "TraceReader", lambda p, **kw: given.append(kw) or TraceReader(p, **kw))
+    summarize_trace(path, reader_options=CHUNKED)
+    assert given and all(kw == dict(CHUNKED, strict=True) for kw in given)
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_complete_events_without_dur_last_no_time_and_int_times_stay_ints(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "a", "ts": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 7, "dur": 3, "pid": 1, "tid": 1},
+    ]
+    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
+    assert summary["events"]["a"] == {"count": 1, "total": 0, "mean": 0}
+    lenient = summarize_trace(tmp_path / "t.json", strict=False, reader_options=options)  # read as dicts
+    assert lenient["events"]["a"] == {"count": 1, "total": 0, "mean": 0}
+    assert summary["end_to_end_time"] == 5 and type(summary["end_to_end_time"]) is int
+    assert type(summary["end_to_end_process_time"]) is int
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_timestamps_beyond_64_bits_give_float_times(tmp_path, options):
+    path = tmp_path / "t.json"
+    path.write_bytes(b'[{"ph":"B","name":"a","ts":10,"pid":1,"tid":1},{"ph":"E","ts":%d,"pid":1,"tid":1}]' % 2**70)
+    summary = summarize_trace(path, reader_options=options)
+    assert summary["end_to_end_time"] == float(2**70 - 10) and type(summary["end_to_end_time"]) is float
+    assert summary["events"]["a"]["total"] == float(2**70 - 10)
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_summary_names_the_event_whose_duration_overflows(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "b", "ts": -1.5e308, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 1.5e308, "pid": 1, "tid": 1},
+    ]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError) as error:
+        summarize_trace(path, reader_options=options)
+    assert str(error.value) == f"{path}: event 2: duration is not a finite number (timestamps too far apart)"
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_summary_refuses_an_end_to_end_time_that_overflows(tmp_path, options):
+    events = [
+        {"ph": "X", "name": "a", "ts": -1.5e308, "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "a", "ts": 1.5e308, "dur": 1, "pid": 1, "tid": 1},
+    ]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError) as error:
+        summarize_trace(path, reader_options=options)
+    assert str(error.value) == f"{path}: end_to_end_time is not a finite number (timestamps too far apart)"
+
+
+def test_summary_over_chunks_keeps_extremes_and_counts_of_earlier_chunks(tmp_path):
+    events = [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 1000, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 10, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "c", "ts": 15, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "d", "ts": 16, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "a", "ts": 20, "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 22, "dur": 1, "pid": 1, "tid": 1},
+    ]
+    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=CHUNKED)
+    assert summary["events"] == {"a": {"count": 2, "total": 1001, "mean": 500.5}, "b": {"count": 2, "total": 6, "mean": 3},
+                                 "c": {"count": 1, "total": 2, "mean": 2}, "d": {"count": 1, "total": 2, "mean": 2}}
+    assert (summary["end_to_end_time"], summary["end_to_end_process_time"]) == (1000, 1000)
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_combine_zero_origin_and_a_timestamp_just_inside_an_ignored_span(tmp_path, options):
+    events = [
+        {"ph": "i", "name": "a", "ts": 0, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "X", "name": "gc", "cat": "ignore", "ts": 10, "dur": 10, "pid": 1, "tid": 2},
+        {"ph": "i", "name": "b", "ts": 11, "pid": 1, "tid": 1, "s": "t"},
+        {"ph": "i", "name": "c", "ts": 25, "pid": 1, "tid": 1, "s": "t"},
+    ]
+    combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json", reader_options=options)
+    assert [(e["name"], e["ts"]) for e in read_trace(tmp_path / "c.json")[1] if e["ph"] != "M"] == \
+        [("a", 0), ("b", 10), ("c", 15)]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+@pytest.mark.parametrize("span", [False, True], ids=["no span", "span"])
+def test_combine_refuses_adjusted_timestamps_that_overflow(tmp_path, options, span):
+    events = [{"ph": "i", "name": "a", "ts": -1.5e308, "pid": 1, "tid": 1, "s": "t"},
+              {"ph": "i", "name": "b", "ts": 1.5e308, "pid": 1, "tid": 1, "s": "t"}]
+    if span:
+        events.append({"ph": "X", "name": "gc", "cat": "ignore", "ts": 0, "dur": 1, "pid": 1, "tid": 2})
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError) as error:
+        combine([path], tmp_path / "c.json", reader_options=options)
+    assert str(error.value) == (f"{path}: adjusted timestamp is not a finite number (timestamps too far apart; "
+                                "try --no-adjust)")
+
+
+def test_combine_refuses_an_event_holding_its_timestamp_marker(tmp_path, monkeypatch):
+    combine_module = sys.modules["repro.traces.combine"]
+    monkeypatch.setattr(combine_module.secrets, "token_hex", lambda n=None: "0" * 16)
+    marker = combine_module._Spool(tmp_path, True, True).marker_value
+    events = [{"ph": "i", "name": marker, "ts": 1, "pid": 1, "tid": 1, "s": "t"}]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError) as error:
+        combine([path], tmp_path / "c.json", reader_options=CHUNKED)
+    assert str(error.value) == f"{path}: an event contains the combiner's timestamp marker; combine it again"
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_a_process_name_without_an_args_object_names_no_process(tmp_path, options):
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": ["server"]},
+              {"ph": "i", "name": "a", "ts": 1, "pid": 1, "tid": 1, "s": "t"},
+              {"ph": "i", "name": "b", "ts": 2, "pid": 2, "tid": 1, "s": "t"}]
+    report = combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json", reader_options=options)
+    names = [e["args"]["name"] for e in read_trace(tmp_path / "c.json")[1] if e["ph"] == "M"]
+    assert names == ["t", "t"] and report["events"] == 4
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_a_file_read_in_chunks_waits_serialised_one_read_whole_as_events(tmp_path, options):
+    from repro.traces.combine import _read_input
+
+    events = [{"ph": "i", "name": "a", "ts": 1, "pid": 1, "tid": 1, "s": "t"}]
+    spool = _read_input(dump(tmp_path / "t.json", events), 1, True, True, options, False)[2]
+    assert spool.serialise is bool(options)
