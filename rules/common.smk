@@ -7,6 +7,7 @@ from repro.rulesettings import (
     calibrated_pipelines,
     cluster_settings,
     cost_settings,
+    estimate_settings,
     figure_settings,
     provenance_settings,
     run_settings,

@@ -40,10 +40,7 @@ rule cost_estimate:
         mem_mb=500,
         runtime=5,
     params:
-        pecan=Settings(config["pecan"]),
-        seed=config["seed"],
-        preset=config["calibration"]["preset"],
+        settings=estimate_settings(config),
     shell:
-        "repro pecan estimate --pecan {params.pecan:q} --seed {params.seed:q}"
-        " --preset {params.preset:q} --calibration {input.calibration:q}"
+        "repro pecan estimate --settings {params.settings:q} --calibration {input.calibration:q}"
         " -o {output:q} > {log:q} 2>&1"

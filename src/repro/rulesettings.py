@@ -112,6 +112,11 @@ def figure_settings(config, figure):
     })
 
 
+def estimate_settings(config):
+    """What the cluster model's cost estimate reads: the pecan section, the seed and the preset."""
+    return Settings(pecan=config["pecan"], seed=config["seed"], calibration={"preset": config["calibration"]["preset"]})
+
+
 def provenance_settings(config, figure):
     """Every setting a figure depends on, for its provenance record (and so its rerun trigger)."""
     if figure not in config["plots"]["figures"]:

@@ -129,11 +129,10 @@ def _workflow_commands(psub):
 
     est = psub.add_parser("estimate", help="hours, worker-hours and dollars the configured experiments would cost "
                           "on the real cluster (the cluster model's estimate)")
-    est.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
-    est.add_argument("--pecan", type=settings_argument, help="the pecan section as JSON, with --seed and --preset "
-                     "instead of --config (the workflow passes its merged config's)")
-    est.add_argument("--seed", type=int)
-    est.add_argument("--preset")
+    where = est.add_mutually_exclusive_group()
+    where.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
+    where.add_argument("--settings", type=settings_argument, help="pecan, seed and calibration.preset as JSON, "
+                     "instead of --config (repro.rulesettings.estimate_settings; the workflow passes its merged config's)")
     est.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     est.add_argument("-o", "--output", help="text file to write (also printed)")
     est.set_defaults(func=_estimate)
@@ -328,13 +327,7 @@ def _estimate(args):
     from repro.pecan.estimate import estimate, format_estimate
     from repro.pecan.run import load_calibrations
 
-    given = [args.pecan is not None, args.seed is not None, args.preset is not None]
-    if any(given) and not all(given):
-        raise ReproError("pecan estimate: give --pecan, --seed and --preset together (or --config)")
-    if all(given):
-        config = {"pecan": args.pecan, "seed": args.seed, "calibration": {"preset": args.preset}}
-    else:
-        config = load_config(args.config)
+    config = args.settings if args.settings is not None else load_config(args.config)
     table = format_estimate(estimate(config, load_calibrations(args.calibration)))
     if args.output:
         write_text(args.output, table + "\n")
