@@ -21,10 +21,10 @@ The estimate has to hold still on a shared, loaded machine:
   within a few percent (`python benchmarks/pecan.py` prints the estimate next to the median single pass).
 * Twenty passes (`REPEATS`): on a busy machine ten do not reach every element's floor, and what
   is left moves the whole estimate from one calibration to the next. Measured here (2026-12-01,
-  other processes busy on 0.4-1.4 of the 2 CPUs) on the passes of 35 calibrations in 9 fresh
-  processes, taking the first 5, 10 or 20 passes: ResNet's declared ms/element had a spread (sd
+  other processes busy on 0.9-1.4 of the 2 CPUs) on the passes of 31 calibrations in 9 fresh
+  processes, taking 5 or 10 passes of one calibration or the 20 of two in a row: ResNet's declared ms/element had a spread (sd
   between calibrations) of 4.9-8.2% with 5 passes, 3.2-4.5% with 10 and 1.3-2.1% with 20,
-  RetinaNet's 3.6-4.7%, 2.6-3.4% and 1.8-2.0%; the minima fell by 3% from 10 passes to 20. A
+  RetinaNet's 3.6-4.7%, 2.6-3.4% and 1.8-2.0%; the minima fell by 2.5-4% from 10 passes to 20. A
   first calibration in a process is not slower than the next ones in it: over 19 fresh processes
   with 3-4 calibrations each, ResNet's first one came out from 8.5% below to 14% above the mean
   of the later ones, on average 0.0% (the warm-up pass takes the first-touch page faults: 75,000,
