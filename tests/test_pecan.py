@@ -1,6 +1,7 @@
 import copy
 import csv
 import dataclasses
+import inspect
 import json
 import re
 from pathlib import Path
@@ -386,6 +387,24 @@ def test_calibration_measures_both_orders(calibrations):
     assert resnet["autoorder"]["bytes_out_per_element"] == 224 * 224 * 3 * 4
     assert resnet["image_bytes_per_element"] > 20_000  # textured JPEGs, not flat colour
     assert resnet["machine"]["logical_cpus"] >= 1
+
+
+def test_calibration_passes_are_one_setting_everywhere():
+    """The workflow's config, the schema's default, `repro pecan calibrate` and the functions all
+    measure the same number of passes (the module docstring of repro.pecan.calibrate says why)."""
+    from repro.cli import build_parser
+    from repro.pecan.calibrate import REPEATS, calibrate_together
+
+    assert REPEATS == 20
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert raw["calibration"]["repeats"] == REPEATS
+    del raw["calibration"]["repeats"]
+    validate_config(raw)
+    assert raw["calibration"]["repeats"] == REPEATS
+    args = build_parser().parse_args(["pecan", "calibrate", "--pipeline", "resnet", "-o", "resnet.json"])
+    assert args.repeats == REPEATS
+    for fn in (calibrate, calibrate_together):
+        assert inspect.signature(fn).parameters["repeats"].default == REPEATS
 
 
 def test_pipelines_produce_model_inputs():

@@ -19,6 +19,16 @@ The estimate has to hold still on a shared, loaded machine:
   elements (elements differ in real work: crop sizes, flips). Measured here, one pass's total
   sits 5-35% above these minima and varies pass to pass; the minima agree between fresh runs
   within a few percent (`python benchmarks/pecan.py` prints the estimate next to the median single pass).
+* Twenty passes (`REPEATS`): on a busy machine ten do not reach every element's floor, and what
+  is left moves the whole estimate from one calibration to the next. Measured here (2026-12-01,
+  other processes busy on 0.9-1.4 of the 2 CPUs) on the passes of 31 calibrations in 9 fresh
+  processes, taking 5 or 10 passes of one calibration or the 20 of two in a row: ResNet's declared ms/element had a spread (sd
+  between calibrations) of 4.9-8.2% with 5 passes, 3.2-4.5% with 10 and 1.3-2.1% with 20,
+  RetinaNet's 3.6-4.7%, 2.6-3.4% and 1.8-2.0%; the minima fell by 2.5-4% from 10 passes to 20. A
+  first calibration in a process is not slower than the next ones in it: over 19 fresh processes
+  with 3-4 calibrations each, ResNet's first one came out from 8.5% below to 14% above the mean
+  of the later ones, on average 0.0% (the warm-up pass takes the first-touch page faults: 75,000,
+  and the measured passes 1,200 or 3,200 each, the same in every calibration).
 * One cost for the work both orders share (`shared_columns`, `order_minima`). The saving is a
   difference of two sums whose terms are mostly the same work: the ops before AutoOrder's first
   move get the identical data in both orders, those after its last the same op on the same bytes
@@ -53,6 +63,7 @@ from repro.pecan.policies import autoorder
 
 BATCH_FOR_MEASURE = 16  # stacking cost is measured on small batches and reported per element
 WARMUP_PASSES = 1  # per order, before anything is recorded
+REPEATS = 20  # measured passes over both orders (the module docstring says why this many)
 # glibc mallopt parameters (malloc.h): blocks below the mmap threshold come from the heap, and
 # freed heap is kept up to the trim threshold; 32 MiB is the largest mmap threshold glibc accepts
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -189,12 +200,12 @@ def summarize_order(ops, passes, sizes, n, minima=None, shared=None):
 
 
 # pragma: no mutate start
-def calibrate(pipeline, elements=32, seed=0, repeats=10):
+def calibrate(pipeline, elements=32, seed=0, repeats=REPEATS):
     """Measure `pipeline` in its declared and AutoOrder orders (see the module docstring)."""
     return calibrate_together([pipeline], elements=elements, seed=seed, repeats=repeats)[pipeline]
 
 
-def calibrate_together(pipelines, elements=32, seed=0, repeats=10):
+def calibrate_together(pipelines, elements=32, seed=0, repeats=REPEATS):
     """Measure several pipelines, each in its declared and AutoOrder orders, element by element
     in one interleaved loop: the ratio of their costs then holds still while the machine's load
     changes (measured separately, minutes apart, it moved by up to 15% here). {pipeline: result}.

@@ -13,6 +13,7 @@ from repro.rulesettings import settings_argument
 
 
 def add_commands(sub):
+    from repro.pecan.calibrate import REPEATS
     from repro.pecan.pipelines import PIPELINES
 
     pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
@@ -24,7 +25,8 @@ def add_commands(sub):
                                       "still under changing load) and write one calibration JSON per pipeline.")
     cal.add_argument("--pipeline", required=True, nargs="+", choices=list(PIPELINES))
     cal.add_argument("--elements", type=int, default=32, help="synthetic JPEGs to measure (default 32)")
-    cal.add_argument("--repeats", type=int, default=10, help="passes over both orders; per element and op the fastest is kept (default 10)")
+    cal.add_argument("--repeats", type=int, default=REPEATS,
+                     help=f"passes over both orders; per element and op the fastest is kept (default {REPEATS})")
     cal.add_argument("-o", "--output", required=True, nargs="+", help="calibration JSON to write, one per --pipeline")
     cal.set_defaults(func=_calibrate)
 
