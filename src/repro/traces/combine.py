@@ -21,7 +21,7 @@ import secrets
 from bisect import bisect_left
 from collections import deque
 from itertools import chain, compress, repeat
-from operator import and_, is_not, itemgetter, ne, sub
+from operator import and_, is_not, ne, sub
 from pathlib import Path
 
 import numpy as np
@@ -303,8 +303,8 @@ class _Spool:
         return written
 
 
-_QUOTE = ord('"')
-_VALUE_ENDS = {ord(","), ord("}")}
+_QUOTE, _COMMA = ord('"'), ord(",")
+_VALUE_ENDS = np.array([_COMMA, ord("}")], np.uint8)
 _DEEP_TEXT = 2 * 200  # an event this long may nest deeper than orjson writes
 
 
@@ -331,8 +331,8 @@ class _CompactSpool:
 
     def __init__(self, path, adjust):
         self.path, self.adjust = path, adjust
-        # (JSON of the events, their count, that JSON cut around its timestamps to adjust, and
-        # (those timestamps, which of them to adjust: None for all)); without cuts, the JSON is whole
+        # (JSON of the events, their count, the offsets where its timestamps to adjust start and
+        # end, and (those timestamps, which of them to adjust: None for all)))
         self.chunks = deque()
 
     def add(self, columns, pid_map, first, dropped):
@@ -352,8 +352,6 @@ class _CompactSpool:
         cuts = numbered = None
         if self.adjust:
             cuts, numbered = self._timestamps(body, phases, stamps)
-            if cuts:
-                body = None  # the cuts hold it
         self.chunks.append((body, len(positions), cuts, numbered))
 
     def _new_pids(self, body, pids, pid_map):
@@ -383,25 +381,32 @@ class _CompactSpool:
         return body
 
     def _timestamps(self, body, phases, stamps):
-        """The body cut around the numbers of its "ts" fields, and those numbers (None for the
-        metadata events' ones, which stay as they are)."""
+        """Where the numbers of the body's "ts" fields are (starts and ends, as arrays of offsets),
+        and those numbers (None for the metadata events' ones, which stay as they are); the checks
+        run over whole arrays, so no event is visited in Python."""
         numbered = [ts for ts in stamps if ts is not None] if None in stamps else stamps
         if not numbered:
             return None, None
-        pieces = body.split(self._TS)
-        if len(pieces) - 1 != len(numbered):
+        keys = np.fromiter(map(len, body.split(self._TS)), np.int64)
+        if keys.size - 1 != len(numbered):
             raise NotCompact  # a ts of null, an event with two, or a nested "ts" key
-        texts = orjson.dumps(numbered)[1:-1].split(b",")
-        # each number is orjson's own text, followed by the end of its value
-        if not all(map(bytes.startswith, pieces[1:], texts)):
+        starts = np.cumsum(keys[:-1] + len(self._TS))  # each number follows its key
+        # each number must be orjson's own text, followed by the end of its value
+        texts = np.frombuffer(orjson.dumps(numbered), np.uint8)[1:-1]  # n0,n1,...: no number holds a comma
+        digits = texts != _COMMA
+        lengths = np.diff(np.flatnonzero(np.concatenate([[True], ~digits, [True]]))) - 1
+        ends = starts + lengths
+        view = np.frombuffer(body, np.uint8)
+        if ends[-1] >= view.size or not np.isin(view[ends], _VALUE_ENDS).all():
             raise NotCompact
-        rests = list(map(bytes.__getitem__, pieces[1:], map(slice, map(len, texts), repeat(None))))
-        if not set(map(itemgetter(0), rests)) <= _VALUE_ENDS:
+        # the offset in the body of every digit of the texts, number by number
+        at = np.arange(int(lengths.sum())) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        if not np.array_equal(view[at], texts[digits]):
             raise NotCompact
         timed = None
         if "M" in phases:  # metadata events keep their timestamps
             timed = list(map(ne, compress(phases, map(is_not, stamps, repeat(None))), repeat("M")))
-        return [pieces[0] + self._TS, *map(bytes.__add__, rests[:-1], repeat(self._TS)), rests[-1]], (numbered, timed)
+        return (starts, ends), (numbered, timed)
 
     def write(self, writer, pid_map, shift):
         written = 0
@@ -415,7 +420,9 @@ class _CompactSpool:
                     moved = iter(shift.shifted(list(compress(stamps, timed))))
                     stamps = [next(moved) if keep else ts for ts, keep in zip(stamps, timed)]
                 texts = orjson.dumps(stamps)[1:-1].split(b",")
-                body = b"".join(chain.from_iterable(zip(cuts, texts))) + cuts[-1]
+                starts, ends = cuts
+                pieces = map(body.__getitem__, map(slice, [0, *ends.tolist()], [*starts.tolist(), len(body)]))
+                body = b"".join(chain.from_iterable(zip(pieces, texts))) + body[int(ends[-1]) :]
             writer.write_serialized(body, count)
             written += count
         return written
