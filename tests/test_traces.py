@@ -823,7 +823,7 @@ def test_compact_reading_writes_and_summarises_what_the_general_one_does(tmp_pat
     monkeypatch.setattr(_CompactSpool, "write", lambda self, *a, f=_CompactSpool.write: copied.append(1) or f(self, *a))
     monkeypatch.setattr(reader_module, "_compact_columns", lambda ev, f=reader_module._compact_columns: decoded.append(1) or f(ev))
     compact = combine(paths, tmp_path / "compact.json", adjust=adjust, reader_options=options)
-    assert len(copied) == (len(paths) if options else 0)  # a file parsed in one piece is rewritten as dicts
+    assert len(copied) == len(paths)
     summaries = [summarize_trace(p, detailed=True, reader_options=options) for p in paths]
     assert len(decoded) >= len(paths) * (2 if options else 1)
     with monkeypatch.context() as m:

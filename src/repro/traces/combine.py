@@ -6,8 +6,9 @@ timestamps. A file parsed in chunks waits serialised, each timestamp replaced by
 a byte-level substitution fills in at the end, so its memory stays near its size on disk. One
 input is held at a time and the output is streamed, so peak memory follows the largest input.
 
-An input read in chunks, in the compact form orjson writes, is neither built into dicts nor
-serialised again (there both cost most: the markers mean a second parse). Its events are decoded
+An input in the compact form orjson writes, parsed whole or in chunks, is neither built into
+dicts nor serialised again (these cost most; in chunks the markers mean a second parse). Its
+events are decoded
 into small structs for the checks and the pairing (reader.compact_chunks), and their JSON texts
 are copied through with only each pid and each adjusted ts rewritten in the bytes
 (_CompactSpool), giving the bytes the general path writes. The copy keeps an event's other
@@ -433,8 +434,6 @@ def _read_input(path, next_pid, adjust, strict, reader_options, compact):
     are copied through as their JSON texts (_CompactSpool), or NotCompact is raised."""
     # strict: each event is validated here; lenient: the reader drops bad events
     reader = TraceReader(path, strict=strict, check=not strict, **(reader_options or {}))
-    if compact and reader.whole:  # parsed in one piece, orjson's dicts are rewritten in place as fast
-        raise NotCompact
     plan, pid_map = _InputPlan(), {}
     spool = _CompactSpool(path, adjust) if compact else _Spool(path, adjust, serialise=not reader.whole)
     for kept, first, dropped in _kept_chunks(reader, plan, adjust, strict, compact):
