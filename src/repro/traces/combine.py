@@ -304,8 +304,7 @@ class _Spool:
         return written
 
 
-_QUOTE, _COMMA = ord('"'), ord(",")
-_VALUE_ENDS = np.array([_COMMA, ord("}")], np.uint8)
+_QUOTE, _COMMA, _BRACE = ord('"'), ord(","), ord("}")
 _DEEP_TEXT = 2 * 200  # an event this long may nest deeper than orjson writes
 
 
@@ -382,28 +381,23 @@ class _CompactSpool:
         return body
 
     def _timestamps(self, body, phases, stamps):
-        """Where the numbers of the body's "ts" fields are (starts and ends, as arrays of offsets),
-        and those numbers (None for the metadata events' ones, which stay as they are); the checks
-        run over whole arrays, so no event is visited in Python."""
+        """Where the numbers of the body's "ts" fields start and end (arrays of offsets), and those
+        numbers (None for the metadata events' ones, which are written again as they are).
+
+        As many "ts" keys as numbered timestamps means one key each, and none nested; each number
+        follows its key (no whitespace between tokens) and ends at the first comma or brace, which
+        no number holds. Every number is written anew, in orjson's form, as the general path does.
+        """
         numbered = [ts for ts in stamps if ts is not None] if None in stamps else stamps
         if not numbered:
             return None, None
         keys = np.fromiter(map(len, body.split(self._TS)), np.int64)
         if keys.size - 1 != len(numbered):
             raise NotCompact  # a ts of null, an event with two, or a nested "ts" key
-        starts = np.cumsum(keys[:-1] + len(self._TS))  # each number follows its key
-        # each number must be orjson's own text, followed by the end of its value
-        texts = np.frombuffer(orjson.dumps(numbered), np.uint8)[1:-1]  # n0,n1,...: no number holds a comma
-        digits = texts != _COMMA
-        lengths = np.diff(np.flatnonzero(np.concatenate([[True], ~digits, [True]]))) - 1
-        ends = starts + lengths
+        starts = np.cumsum(keys[:-1] + len(self._TS))
         view = np.frombuffer(body, np.uint8)
-        if ends[-1] >= view.size or not np.isin(view[ends], _VALUE_ENDS).all():
-            raise NotCompact
-        # the offset in the body of every digit of the texts, number by number
-        at = np.arange(int(lengths.sum())) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        if not np.array_equal(view[at], texts[digits]):
-            raise NotCompact
+        value_ends = np.flatnonzero((view == _COMMA) | (view == _BRACE))
+        ends = value_ends[np.searchsorted(value_ends, starts)]  # a number ends the body never: a brace does
         timed = None
         if "M" in phases:  # metadata events keep their timestamps
             timed = list(map(ne, compress(phases, map(is_not, stamps, repeat(None))), repeat("M")))

@@ -251,8 +251,11 @@ class TraceReader:
         if self.whole:
             data = self._read_bytes()
             first = data[: min(len(data), 4096)].lstrip(_SPACE)[:1]
+            end = self._list_end(data, len(_LISTED_HEAD)) if data.startswith(_LISTED_HEAD) else None
             if first == b"[":
                 listed, metadata = data, {}
+            elif end is not None:  # as orjson writes it: the list is found without decoding the rest
+                listed, metadata = data[len(_LISTED_HEAD) - 1 : end + 1], self._metadata
             elif first == b"{":
                 try:
                     top = _TOP_LEVEL.decode(data)
@@ -330,8 +333,9 @@ class TraceReader:
             mm.close()
 
     def _list_end(self, mm, start):
-        """The offset of the event list's closing bracket, where the rest of the document reads
-        with an empty list in its place (and sets the metadata), or None."""
+        """The offset of the event list's closing bracket in `mm` (the file's bytes or its map), where
+        the rest of the document reads with an empty list in its place (and sets the metadata), or
+        None."""
         if start == 1:  # a bare array: it ends the file
             end = mm.rfind(b"]")
             if end < start or mm[end + 1 :].strip(_SPACE):
