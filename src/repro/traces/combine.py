@@ -319,7 +319,8 @@ def _check_depth(texts):
 
 class _CompactSpool:
     """One input's kept events as their own JSON texts, copied through: only each pid and each
-    timestamp to adjust are rewritten, in the bytes, so no event is built or serialised.
+    timestamp are rewritten, in the bytes, so no event is built or serialised. Every timestamp is
+    written anew in orjson's form, adjusted or not, as the general spool writes it.
 
     The text is copied only where it is what orjson writes for the event, so the combined trace is
     the one the general spool writes: one event per JSON text, in compact form (no whitespace
@@ -331,8 +332,8 @@ class _CompactSpool:
 
     def __init__(self, path, adjust):
         self.path, self.adjust = path, adjust
-        # (JSON of the events, their count, the offsets where its timestamps to adjust start and
-        # end, and (those timestamps, which of them to adjust: None for all)))
+        # (JSON of the events, their count, the offsets where its timestamps start and end, and
+        # (those timestamps, which of them to adjust: None for all))
         self.chunks = deque()
 
     def add(self, columns, pid_map, first, dropped):
@@ -349,10 +350,7 @@ class _CompactSpool:
         if blank.size and not (np.searchsorted(np.flatnonzero(view == _QUOTE), blank) % 2).all():
             raise NotCompact  # whitespace between tokens
         body = self._new_pids(body, pids, pid_map)
-        cuts = numbered = None
-        if self.adjust:
-            cuts, numbered = self._timestamps(body, phases, stamps)
-        self.chunks.append((body, len(positions), cuts, numbered))
+        self.chunks.append((body, len(positions), *self._timestamps(body, phases, stamps)))
 
     def _new_pids(self, body, pids, pid_map):
         """The body with every event's pid replaced by its new one."""
@@ -399,7 +397,7 @@ class _CompactSpool:
         value_ends = np.flatnonzero((view == _COMMA) | (view == _BRACE))
         ends = value_ends[np.searchsorted(value_ends, starts)]  # a number ends the body never: a brace does
         timed = None
-        if "M" in phases:  # metadata events keep their timestamps
+        if self.adjust and "M" in phases:  # metadata events keep their timestamps
             timed = list(map(ne, compress(phases, map(is_not, stamps, repeat(None))), repeat("M")))
         return (starts, ends), (numbered, timed)
 
@@ -409,9 +407,9 @@ class _CompactSpool:
             body, count, cuts, stamps = self.chunks.popleft()
             if cuts:
                 stamps, timed = stamps
-                if timed is None:
+                if shift is not None and timed is None:
                     stamps = shift.shifted(stamps)
-                else:  # metadata events' timestamps stay as they are
+                elif shift is not None:  # metadata events' timestamps stay as they are
                     moved = iter(shift.shifted(list(compress(stamps, timed))))
                     stamps = [next(moved) if keep else ts for ts, keep in zip(stamps, timed)]
                 texts = orjson.dumps(stamps)[1:-1].split(b",")
