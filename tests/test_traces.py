@@ -1,4 +1,5 @@
 import json
+import mmap
 import os
 import sys
 
@@ -888,10 +889,11 @@ def _scan_spy(monkeypatch):
 
 @pytest.mark.parametrize("form", ["object", "array"])
 def test_large_compact_files_are_cut_where_the_scan_cuts_them_without_scanning(tmp_path, monkeypatch, form):
-    events = rich_trace() * 3  # args holding lists of objects: "},{" inside events
+    events = rich_trace() * 10  # args holding lists of objects: "},{" inside events; pages of the map released
     other = {"model_name": "m", "gpus": [0, 1]}  # a bracket after the list's own
     path = dump(tmp_path / "t.json", {"traceEvents": events, "otherData": other} if form == "object" else events)
-    for chunk in range(1, 400, 7):
+    assert path.stat().st_size > 2 * mmap.PAGESIZE
+    for chunk in [*range(1, 400, 7), 5000]:
         scanned = list(TraceReader(path, whole_file_limit=0, chunk_bytes=chunk)._scan(parse_events=True, decode=bytes))
         scans = []
         with monkeypatch.context() as m:
