@@ -1,4 +1,5 @@
 import json
+import mmap
 import os
 import sys
 
@@ -823,7 +824,7 @@ def test_compact_reading_writes_and_summarises_what_the_general_one_does(tmp_pat
     monkeypatch.setattr(_CompactSpool, "write", lambda self, *a, f=_CompactSpool.write: copied.append(1) or f(self, *a))
     monkeypatch.setattr(reader_module, "_compact_columns", lambda ev, f=reader_module._compact_columns: decoded.append(1) or f(ev))
     compact = combine(paths, tmp_path / "compact.json", adjust=adjust, reader_options=options)
-    assert len(copied) == (len(paths) if options else 0)  # a file parsed in one piece is rewritten as dicts
+    assert len(copied) == len(paths)
     summaries = [summarize_trace(p, detailed=True, reader_options=options) for p in paths]
     assert len(decoded) >= len(paths) * (2 if options else 1)
     with monkeypatch.context() as m:
@@ -860,6 +861,167 @@ def test_inputs_the_compact_reading_cannot_vouch_for_read_as_before(tmp_path, mo
         assert combine([path], tmp_path / "general.json", reader_options=options) == compact
         assert summarize_trace(path, reader_options=options) == summary
     assert (tmp_path / "compact.json").read_bytes() == (tmp_path / "general.json").read_bytes()
+
+
+def _same_as_general(tmp_path, monkeypatch, path, options, compact=True):
+    """Combine and summarise `path` as ever, and as the general reading does: the same bytes, the
+    same summaries; `compact`: whether combine copied the input through."""
+    from repro.traces.combine import _CompactSpool
+
+    copied = []
+    monkeypatch.setattr(_CompactSpool, "write", lambda self, *a, f=_CompactSpool.write: copied.append(1) or f(self, *a))
+    report = combine([path], tmp_path / "compact.json", reader_options=options)
+    summary = summarize_trace(path, detailed=True, reader_options=options)
+    assert bool(copied) == compact
+    with monkeypatch.context() as m:
+        _general_only(m)
+        assert combine([path], tmp_path / "general.json", reader_options=options) == report
+        assert summarize_trace(path, detailed=True, reader_options=options) == summary
+    assert (tmp_path / "compact.json").read_bytes() == (tmp_path / "general.json").read_bytes()
+
+
+def _scan_spy(monkeypatch):
+    """The number of times a reader scans a file's structure."""
+    scans = []
+    monkeypatch.setattr(TraceReader, "_scan", lambda self, *a, f=TraceReader._scan, **k: scans.append(1) or f(self, *a, **k))
+    return scans
+
+
+@pytest.mark.parametrize("form", ["object", "array"])
+def test_large_compact_files_are_cut_where_the_scan_cuts_them_without_scanning(tmp_path, monkeypatch, form):
+    events = rich_trace() * 10  # args holding lists of objects: "},{" inside events; pages of the map released
+    other = {"model_name": "m", "gpus": [0, 1]}  # a bracket after the list's own
+    path = dump(tmp_path / "t.json", {"traceEvents": events, "otherData": other} if form == "object" else events)
+    assert path.stat().st_size > 2 * mmap.PAGESIZE
+    for chunk in [*range(1, 400, 7), 5000]:
+        scanned = list(TraceReader(path, whole_file_limit=0, chunk_bytes=chunk)._scan(parse_events=True, decode=bytes))
+        scans = []
+        with monkeypatch.context() as m:
+            m.setattr(TraceReader, "_scan", lambda *a, **k: scans.append(1) or iter(()))
+            reader = TraceReader(path, whole_file_limit=0, chunk_bytes=chunk)
+            cut = [listed for listed, _ in reader._split()]
+            metadata = reader.metadata
+        assert cut == scanned and not scans
+        assert metadata == ({"otherData": other} if form == "object" else {})
+        assert [len(events) for _, events in TraceReader(path, whole_file_limit=0, chunk_bytes=chunk)._split()] == [
+            len(orjson.loads(listed)) for listed in scanned]
+    _same_as_general(tmp_path, monkeypatch, path, {"whole_file_limit": 0, "chunk_bytes": 150})
+
+
+def test_compact_timestamps_written_otherwise_than_orjson_writes_them_are_written_anew(tmp_path, monkeypatch):
+    events = [*rich_trace(), {"ph": "i", "name": "last", "pid": 7, "tid": 1, "ts": 1000}]
+    text = orjson.dumps(events).replace(b'"ts":160,', b'"ts":1.6e2,').replace(b'"ts":0,', b'"ts":-0,')
+    text = text.replace(b'"ts":150.5,', b'"ts":150.50,').replace(b'"ts":1000}]', b'"ts":1E3}]')
+    assert text.count(b"1E3}]") == 1 and b"-0," in text and b"1.6e2" in text and b"150.50" in text
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    for options in ({}, {"whole_file_limit": 0, "chunk_bytes": 100}):
+        for adjust in (True, False):
+            combine([path], tmp_path / "c.json", adjust=adjust, reader_options=options)
+            with monkeypatch.context() as m:
+                _general_only(m)
+                combine([path], tmp_path / "g.json", adjust=adjust, reader_options=options)
+            assert (tmp_path / "c.json").read_bytes() == (tmp_path / "g.json").read_bytes()
+        _same_as_general(tmp_path, monkeypatch, path, options)
+
+
+SCANNED = {  # large files the compact reading cannot cut without a scan, but reads all the same
+    "other keys first": lambda events: orjson.dumps({"otherData": {"model_name": "m"}, "traceEvents": events}),
+    "brackets after the list": lambda events: orjson.dumps({"traceEvents": events})[:-1]
+    + b',"otherData":{"deep":' + b"[" * 9 + b"1" + b"]" * 9 + b"}}",
+    "spaced": lambda events: json.dumps(events).encode(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCANNED))
+def test_large_files_not_cut_compactly_are_scanned(tmp_path, monkeypatch, name):
+    import repro.traces.reader as reader_module
+
+    monkeypatch.setattr(reader_module, "_LONGEST_EVENT", 400)  # "spaced": no cut near the start
+    path = tmp_path / "t.json"
+    path.write_bytes(SCANNED[name](rich_trace() * 3))
+    scans = _scan_spy(monkeypatch)
+    options = {"whole_file_limit": 0, "chunk_bytes": 150}
+    chunks = list(TraceReader(path, **options).compact_chunks())
+    assert scans and sum(map(len, (events for events, _ in chunks))) == len(list(TraceReader(path, **options).events()))
+    _same_as_general(tmp_path, monkeypatch, path, options, compact=name != "spaced")
+    _same_as_general(tmp_path, monkeypatch, path, {}, compact=name != "spaced")  # whole
+
+
+NOT_CUT = {  # large files the compact reading leaves to the general one
+    "spaced after the start": lambda events: orjson.dumps(events[:4])[:-1] + b", " + json.dumps(events[4:])[1:].encode(),
+    "many lists of objects": lambda events: orjson.dumps(  # more cuts inside one event than are tried
+        [dict(events[0], args={"name": "server", "l": [{"a": n} for n in range(30)]}), *events[1:]]),
+    "repeated list key": lambda events: orjson.dumps({"traceEvents": events})[:-1] + b',"traceEvents":'
+    + orjson.dumps(events[2:4]) + b"}",
+    "a list after the list": lambda events: orjson.dumps({"traceEvents": events})[:-1] + b',"gpus":[0,1],"n":1}',
+    "a bad type": lambda events: orjson.dumps([*events[:9], dict(events[9], name=["x"]), *events[10:]]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_CUT))
+def test_large_files_the_compact_cuts_cannot_vouch_for_read_as_before(tmp_path, monkeypatch, name):
+    import repro.traces.reader as reader_module
+    from repro.traces.reader import NotCompact
+
+    monkeypatch.setattr(reader_module, "_LONGEST_EVENT", 400)
+    path = tmp_path / "t.json"
+    path.write_bytes(NOT_CUT[name](rich_trace()))
+    options = {"whole_file_limit": 0, "chunk_bytes": 100}
+    scans = _scan_spy(monkeypatch)
+    with pytest.raises(NotCompact):
+        list(TraceReader(path, **options).compact_chunks())
+    assert not scans
+    if name == "a bad type":
+        for tool in (lambda: summarize_trace(path, reader_options=options),
+                     lambda: combine([path], tmp_path / "c.json", reader_options=options)):
+            with pytest.raises(TraceError, match=r"t\.json: event 9: 'name' must be a string"):
+                tool()
+        return
+    _same_as_general(tmp_path, monkeypatch, path, options, compact=False)
+
+
+def test_a_list_key_repeated_after_the_list_reads_as_before(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps({"traceEvents": rich_trace()})[:-1] + b',"traceEvents":{"x":1}}')
+    scans = _scan_spy(monkeypatch)
+    for options in ({}, {"whole_file_limit": 0, "chunk_bytes": 150}):
+        for tool in (lambda: summarize_trace(path, reader_options=options),
+                     lambda: combine([path], tmp_path / "c.json", reader_options=options)):
+            with pytest.raises(TraceError, match="not a Chrome trace"):  # the last one counts
+                tool()
+    assert scans  # chunked: the scan finds the repeated key
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+@pytest.mark.parametrize("doc", [{"traceEvents": [], "otherData": {"model_name": "m"}}, [],
+                                 [{"ph": "M", "name": "thread_name", "pid": 3, "tid": 1, "args": {"name": "t"}}]],
+                         ids=["empty list", "empty array", "no timestamps"])
+def test_compact_inputs_without_events_or_timestamps_read_as_before(tmp_path, monkeypatch, options, doc):
+    _same_as_general(tmp_path, monkeypatch, dump(tmp_path / "t.json", doc), options)
+
+
+@pytest.mark.parametrize("text", [b'{"otherData":{},"traceEvents":{}}', b'"traceEvents"'])
+def test_whole_files_that_are_no_trace_are_errors_as_before(tmp_path, text):
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    for tool in (lambda: summarize_trace(path), lambda: combine([path], tmp_path / "c.json")):
+        with pytest.raises(TraceError, match=r"t\.json: not a Chrome trace"):
+            tool()
+
+
+@pytest.mark.parametrize("text, error", [
+    (b'{"traceEvents":[{"ph":"i","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"tid":1}', "truncated"),
+    (b'[{"ph":"i","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"tid":1}] x', "data after the event array"),
+    (b'[{"ph":"i","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"tid":1}', "not closed|unbalanced"),
+])
+def test_large_files_cut_short_are_errors_as_before(tmp_path, text, error):
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    for tool in (lambda: summarize_trace(path, reader_options=CHUNKED),
+                 lambda: combine([path], tmp_path / "c.json", reader_options=CHUNKED)):
+        with pytest.raises(TraceError, match=rf"t\.json: .*({error})"):
+            tool()
 
 
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])

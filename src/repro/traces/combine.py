@@ -6,8 +6,9 @@ timestamps. A file parsed in chunks waits serialised, each timestamp replaced by
 a byte-level substitution fills in at the end, so its memory stays near its size on disk. One
 input is held at a time and the output is streamed, so peak memory follows the largest input.
 
-An input read in chunks, in the compact form orjson writes, is neither built into dicts nor
-serialised again (there both cost most: the markers mean a second parse). Its events are decoded
+An input in the compact form orjson writes, parsed whole or in chunks, is neither built into
+dicts nor serialised again (these cost most; in chunks the markers mean a second parse). Its
+events are decoded
 into small structs for the checks and the pairing (reader.compact_chunks), and their JSON texts
 are copied through with only each pid and each adjusted ts rewritten in the bytes
 (_CompactSpool), giving the bytes the general path writes. The copy keeps an event's other
@@ -21,7 +22,7 @@ import secrets
 from bisect import bisect_left
 from collections import deque
 from itertools import chain, compress, repeat
-from operator import and_, is_not, itemgetter, ne, sub
+from operator import and_, is_not, ne, sub
 from pathlib import Path
 
 import numpy as np
@@ -303,8 +304,7 @@ class _Spool:
         return written
 
 
-_QUOTE = ord('"')
-_VALUE_ENDS = {ord(","), ord("}")}
+_QUOTE, _COMMA, _BRACE = ord('"'), ord(","), ord("}")
 _DEEP_TEXT = 2 * 200  # an event this long may nest deeper than orjson writes
 
 
@@ -319,7 +319,8 @@ def _check_depth(texts):
 
 class _CompactSpool:
     """One input's kept events as their own JSON texts, copied through: only each pid and each
-    timestamp to adjust are rewritten, in the bytes, so no event is built or serialised.
+    timestamp are rewritten, in the bytes, so no event is built or serialised. Every timestamp is
+    written anew in orjson's form, adjusted or not, as the general spool writes it.
 
     The text is copied only where it is what orjson writes for the event, so the combined trace is
     the one the general spool writes: one event per JSON text, in compact form (no whitespace
@@ -331,8 +332,8 @@ class _CompactSpool:
 
     def __init__(self, path, adjust):
         self.path, self.adjust = path, adjust
-        # (JSON of the events, their count, that JSON cut around its timestamps to adjust, and
-        # (those timestamps, which of them to adjust: None for all)); without cuts, the JSON is whole
+        # (JSON of the events, their count, the offsets where its timestamps start and end, and
+        # (those timestamps, which of them to adjust: None for all))
         self.chunks = deque()
 
     def add(self, columns, pid_map, first, dropped):
@@ -349,12 +350,7 @@ class _CompactSpool:
         if blank.size and not (np.searchsorted(np.flatnonzero(view == _QUOTE), blank) % 2).all():
             raise NotCompact  # whitespace between tokens
         body = self._new_pids(body, pids, pid_map)
-        cuts = numbered = None
-        if self.adjust:
-            cuts, numbered = self._timestamps(body, phases, stamps)
-            if cuts:
-                body = None  # the cuts hold it
-        self.chunks.append((body, len(positions), cuts, numbered))
+        self.chunks.append((body, len(positions), *self._timestamps(body, phases, stamps)))
 
     def _new_pids(self, body, pids, pid_map):
         """The body with every event's pid replaced by its new one."""
@@ -383,25 +379,27 @@ class _CompactSpool:
         return body
 
     def _timestamps(self, body, phases, stamps):
-        """The body cut around the numbers of its "ts" fields, and those numbers (None for the
-        metadata events' ones, which stay as they are)."""
+        """Where the numbers of the body's "ts" fields start and end (arrays of offsets), and those
+        numbers (None for the metadata events' ones, which are written again as they are).
+
+        As many "ts" keys as numbered timestamps means one key each, and none nested; each number
+        follows its key (no whitespace between tokens) and ends at the first comma or brace, which
+        no number holds. Every number is written anew, in orjson's form, as the general path does.
+        """
         numbered = [ts for ts in stamps if ts is not None] if None in stamps else stamps
         if not numbered:
             return None, None
-        pieces = body.split(self._TS)
-        if len(pieces) - 1 != len(numbered):
+        keys = np.fromiter(map(len, body.split(self._TS)), np.int64)
+        if keys.size - 1 != len(numbered):
             raise NotCompact  # a ts of null, an event with two, or a nested "ts" key
-        texts = orjson.dumps(numbered)[1:-1].split(b",")
-        # each number is orjson's own text, followed by the end of its value
-        if not all(map(bytes.startswith, pieces[1:], texts)):
-            raise NotCompact
-        rests = list(map(bytes.__getitem__, pieces[1:], map(slice, map(len, texts), repeat(None))))
-        if not set(map(itemgetter(0), rests)) <= _VALUE_ENDS:
-            raise NotCompact
+        starts = np.cumsum(keys[:-1] + len(self._TS))
+        view = np.frombuffer(body, np.uint8)
+        value_ends = np.flatnonzero((view == _COMMA) | (view == _BRACE))
+        ends = value_ends[np.searchsorted(value_ends, starts)]  # a number ends the body never: a brace does
         timed = None
-        if "M" in phases:  # metadata events keep their timestamps
+        if self.adjust and "M" in phases:  # metadata events keep their timestamps
             timed = list(map(ne, compress(phases, map(is_not, stamps, repeat(None))), repeat("M")))
-        return [pieces[0] + self._TS, *map(bytes.__add__, rests[:-1], repeat(self._TS)), rests[-1]], (numbered, timed)
+        return (starts, ends), (numbered, timed)
 
     def write(self, writer, pid_map, shift):
         written = 0
@@ -409,13 +407,15 @@ class _CompactSpool:
             body, count, cuts, stamps = self.chunks.popleft()
             if cuts:
                 stamps, timed = stamps
-                if timed is None:
+                if shift is not None and timed is None:
                     stamps = shift.shifted(stamps)
-                else:  # metadata events' timestamps stay as they are
+                elif shift is not None:  # metadata events' timestamps stay as they are
                     moved = iter(shift.shifted(list(compress(stamps, timed))))
                     stamps = [next(moved) if keep else ts for ts, keep in zip(stamps, timed)]
                 texts = orjson.dumps(stamps)[1:-1].split(b",")
-                body = b"".join(chain.from_iterable(zip(cuts, texts))) + cuts[-1]
+                starts, ends = cuts
+                pieces = map(body.__getitem__, map(slice, [0, *ends.tolist()], [*starts.tolist(), len(body)]))
+                body = b"".join(chain.from_iterable(zip(pieces, texts))) + body[int(ends[-1]) :]
             writer.write_serialized(body, count)
             written += count
         return written
@@ -426,8 +426,6 @@ def _read_input(path, next_pid, adjust, strict, reader_options, compact):
     are copied through as their JSON texts (_CompactSpool), or NotCompact is raised."""
     # strict: each event is validated here; lenient: the reader drops bad events
     reader = TraceReader(path, strict=strict, check=not strict, **(reader_options or {}))
-    if compact and reader.whole:  # parsed in one piece, orjson's dicts are rewritten in place as fast
-        raise NotCompact
     plan, pid_map = _InputPlan(), {}
     spool = _CompactSpool(path, adjust) if compact else _Spool(path, adjust, serialise=not reader.whole)
     for kept, first, dropped in _kept_chunks(reader, plan, adjust, strict, compact):

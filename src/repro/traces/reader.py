@@ -33,6 +33,9 @@ _WINDOW = 4 << 20
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
 _SPACE = b" \t\r\n"
+_LISTED_HEAD = b'{"traceEvents":['
+_CUT_TRIES = 8  # places tried for a cut before the file is left to the general reading
+_LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the latest
 
 
 @contextmanager
@@ -99,13 +102,19 @@ def field_values(events, key):
     return list(map(attrgetter(key), events))
 
 
-def _compact_events(data):
-    """The Event structs of a JSON array of events, or NotCompact."""
+def _check_utf8(data):
+    """NotCompact unless `data` is valid UTF-8: orjson refuses invalid UTF-8 anywhere, msgspec only
+    where it decodes."""
     if not data.isascii():
         try:
-            str(data, "utf-8")  # orjson refuses invalid UTF-8 anywhere; msgspec only where it decodes
+            str(data, "utf-8")
         except UnicodeDecodeError:
             raise NotCompact from None
+
+
+def _compact_events(data):
+    """The Event structs of a JSON array of events, or NotCompact."""
+    _check_utf8(data)
     try:
         return _EVENT_LIST.decode(data)
     except (msgspec.DecodeError, RecursionError):  # ValidationError (a field's type) is a DecodeError
@@ -242,8 +251,11 @@ class TraceReader:
         if self.whole:
             data = self._read_bytes()
             first = data[: min(len(data), 4096)].lstrip(_SPACE)[:1]
+            end = self._list_end(data, len(_LISTED_HEAD)) if data.startswith(_LISTED_HEAD) else None
             if first == b"[":
                 listed, metadata = data, {}
+            elif end is not None:  # as orjson writes it: the list is found without decoding the rest
+                listed, metadata = data[len(_LISTED_HEAD) - 1 : end + 1], self._metadata
             elif first == b"{":
                 try:
                     top = _TOP_LEVEL.decode(data)
@@ -257,15 +269,95 @@ class TraceReader:
             else:
                 raise NotCompact
             self._metadata = metadata
-            sources = [listed]
+            sources = [(listed, _compact_events(listed))]
         else:
-            sources = self._scan(parse_events=True, decode=bytes)
-        for listed in sources:
-            events = _compact_events(listed)
+            sources = self._split()
+        for listed, events in sources:
             columns = _compact_columns(events)
             yield (events, columns, EventTexts(listed.strip(_SPACE))) if with_json else (events, columns)
 
     # -- internals ----------------------------------------------------------------------
+    def _split(self):
+        """(JSON array, Event structs) of each chunk of a large file, for compact_chunks.
+
+        A file that starts as orjson writes one (``{"traceEvents":[`` or ``[``) is cut without a
+        scan of its structure: after the first ``},{`` past every chunk_bytes whose piece decodes (a
+        cut inside an event leaves a bracket or a string open, which no decoding accepts), and at
+        the list's end, the last ``]`` after which the rest of the document reads. Every piece
+        decoding, and the document with an empty list, vouch for the whole file. Other files go
+        through the scan.
+        """
+        mm = self._open_map()
+        try:
+            head = mm[: len(_LISTED_HEAD)]
+            start = len(head) if head == _LISTED_HEAD else 1 if head[:1] == b"[" else None
+            end = None if start is None else self._list_end(mm, start)
+            if end is not None and end - start > _LONGEST_EVENT and mm.find(b"},{", start, start + _LONGEST_EVENT) < 0:
+                end = None  # not written compactly: cuts would not be found
+            if end is None:
+                mm.close()
+                for listed in self._scan(parse_events=True, decode=bytes):
+                    yield listed, _compact_events(listed)
+                return
+            released, begun = 0, start  # a chunk after the first begins at the comma before its first event
+            while start < end:
+                target = begun + self.chunk_bytes - 1  # the cuts of the scan
+                limit = min(end, target + max(self.chunk_bytes, _LONGEST_EVENT))
+                for _ in range(_CUT_TRIES):
+                    cut = mm.find(b"},{", target, limit)
+                    last = cut < 0
+                    if last and limit < end:
+                        raise NotCompact  # no cut where one was due: whitespace between events
+                    listed = b"[" + mm[start : end if last else cut + 1] + b"]"
+                    _check_utf8(listed)
+                    try:
+                        events = _EVENT_LIST.decode(listed)
+                        break
+                    except msgspec.ValidationError:
+                        raise NotCompact from None
+                    except (msgspec.DecodeError, RecursionError):
+                        if last:
+                            raise NotCompact from None
+                        target = cut + 1  # the cut was inside an event: try the next one
+                else:
+                    raise NotCompact
+                yield listed, events
+                if last:
+                    break
+                begun, start = cut + 1, cut + 2
+                page = start - start % mmap.PAGESIZE
+                if page > released:  # drop the pages read, so the mapping does not grow the RSS
+                    mm.madvise(mmap.MADV_DONTNEED, released, page - released)
+                    released = page
+        finally:
+            mm.close()
+
+    def _list_end(self, mm, start):
+        """The offset of the event list's closing bracket in `mm` (the file's bytes or its map), where
+        the rest of the document reads with an empty list in its place (and sets the metadata), or
+        None."""
+        if start == 1:  # a bare array: it ends the file
+            end = mm.rfind(b"]")
+            if end < start or mm[end + 1 :].strip(_SPACE):
+                return None
+            self._metadata = {}
+            return end
+        end = len(mm)
+        for _ in range(_CUT_TRIES):
+            end = mm.rfind(b"]", start, end)
+            if end < 0:
+                return None
+            rest = mm[end + 1 :]
+            if b'"traceEvents"' in rest:
+                return None  # a repeated key: orjson takes the last one
+            try:
+                doc = orjson.loads(_LISTED_HEAD + b"]" + rest)
+            except orjson.JSONDecodeError:
+                continue
+            self._metadata = _root_metadata(doc, self.path)
+            return end
+        return None
+
     def _read_bytes(self):
         try:
             return self.path.read_bytes()
