@@ -34,26 +34,27 @@ that plans one. The Snakefile's config check keeps its result under .snakemake/r
 (repro.checkedconfig), so a start with an unchanged config imports no jsonschema and validates
 nothing (the "config unkept" row validates afresh).
 
-    python benchmarks/workflow.py [--repeats 5]
+    python benchmarks/workflow.py [--rounds 15]
 """
 
 import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from importlib.metadata import version
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, load, ratios, rounds, spread, timed, verdict
+
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
-GOALS = {"start-up (empty Snakefile)": 1.3, "full --dry-run": 1.3, "no-op rerun of fig8": 1.5}
+STARTUP, DRY, NOOP = "start-up (empty Snakefile)", "full --dry-run", "no-op rerun of fig8"
+COLD, REFERENCE = "full --dry-run, config unkept", "bare workflow, same jobs"
+GOALS = {STARTUP: 1.3, DRY: 1.3, NOOP: 1.5}
 
 
 def floor_snakemake():
@@ -68,38 +69,13 @@ def floor_snakemake():
     return str(FLOOR_VENV / "bin" / "snakemake")
 
 
-def timed(snakemake, args, cwd):
-    start = time.perf_counter()
-    subprocess.run([snakemake, *args], cwd=cwd, check=True, capture_output=True, env=ENV)
-    return time.perf_counter() - start
-
-
-def job_count(snakemake, args, cwd):
-    done = subprocess.run([snakemake, *args], cwd=cwd, check=True, capture_output=True, text=True, env=ENV)
-    return int(re.search(r"^total\s+(\d+)", done.stdout, re.MULTILINE).group(1))
-
-
-def bare_workflow(workdir, jobs):
-    """One rule with jobs - 1 independent jobs, plus `all`."""
-    workdir.mkdir()
-    (workdir / "Snakefile").write_text(
-        f"rule all:\n    input: expand('out/{{i}}.txt', i=range({jobs - 1}))\n\n"
-        "rule one:\n    output: 'out/{i}.txt'\n    shell: 'touch {output}'\n"
-    )
-    return workdir
-
-
-def copy_workflow(target):
-    target.mkdir()
-    for item in ("Snakefile", "rules", "config", "envs", "profiles"):
-        source = REPO / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
-    return target
+def job_count(stdout):
+    return int(re.search(r"^total\s+(\d+)", stdout, re.MULTILINE).group(1))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     bare = floor_snakemake()
     project = str(BIN / "snakemake")
@@ -111,40 +87,50 @@ def main():
         empty.mkdir()
         (empty / "Snakefile").write_text("rule all:\n    input: []\n")
         work, clean = copy_workflow(tmp / "workflow"), copy_workflow(tmp / "clean")
-        jobs = job_count(project, dry, clean)
+        jobs = job_count(timed([project, *dry], clean, ENV)[1])  # also keeps the checked config
         same_size = bare_workflow(tmp / "bare", jobs)
-        reference = f"bare workflow, {jobs} jobs"
-        cold = "full --dry-run, config unkept"
+
+        def run(snakemake, arguments, cwd):
+            return lambda: timed([snakemake, *arguments], cwd, ENV)[0]
+
+        def cold():
+            shutil.rmtree(clean / ".snakemake" / "repro", ignore_errors=True)
+            return timed([project, *dry], clean, ENV)[0]
+
+        measurements = {
+            "floor": run(bare, dry, empty),
+            STARTUP: run(project, dry, empty),
+            DRY: run(project, dry, clean),
+            NOOP: run(project, fig8, work),
+            COLD: cold,  # after it, the config is kept again for the next round's DRY
+            REFERENCE: run(project, dry, same_size),
+        }
+        loads = [load()]
         try:
-            first = timed(project, fig8, work)
-            samples = {"floor": [], **{name: [] for name in GOALS}, cold: [], reference: []}
-            for _ in range(args.repeats):  # interleaved, so load from elsewhere hits all alike
-                samples["floor"].append(timed(bare, dry, empty))
-                samples["start-up (empty Snakefile)"].append(timed(project, dry, empty))
-                samples["full --dry-run"].append(timed(project, dry, clean))
-                samples["no-op rerun of fig8"].append(timed(project, fig8, work))
-                samples[reference].append(timed(project, dry, same_size))
-                shutil.rmtree(clean / ".snakemake" / "repro", ignore_errors=True)
-                samples[cold].append(timed(project, dry, clean))
+            first = timed([project, *fig8], work, ENV)[0]
+            timed([project, *fig8], work, ENV)  # a first no-op, untimed (it writes Snakemake's metadata caches)
+            samples = rounds(measurements, args.rounds)
         finally:
+            loads.append(load())
             state = work / "results" / "cluster" / "local" / "state.json"
             if state.exists():
                 subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
-    floor = statistics.median(samples["floor"])
-    print(f"snakemake {version('snakemake')}; medians of {args.repeats}; floor: bare Snakemake, empty Snakefile")
-    print(f"{'measurement':<30}{'seconds':>9}{'x floor':>9}{'goal':>7}")
-    print(f"{'floor':<30}{floor:>9.2f}{1:>9.2f}")
-    notes = {cold: "(validated afresh)", reference: "(reference: Snakemake's own DAG work)"}
-    for name in [*GOALS, cold, reference]:
-        seconds = statistics.median(samples[name])
-        # each round's ratio to that round's floor, then their median: load that hits a round hits both
-        ratio = statistics.median(s / f for s, f in zip(samples[name], samples["floor"]))
-        if name in GOALS:
-            verdict = "ok" if ratio <= GOALS[name] else "MISSED"
-            print(f"{name:<30}{seconds:>9.2f}{ratio:>9.2f}{GOALS[name]:>7.1f}  {verdict}")
-        else:
-            print(f"{name:<30}{seconds:>9.2f}{ratio:>9.2f}      -  {notes[name]}")
-    print(f"{'fig8 from a clean results/':<30}{first:>9.2f}{first / floor:>9.2f}")
+    floor = spread([wall for wall, _ in samples["floor"]])[0]
+    floor_cpu = spread([cpu for _, cpu in samples["floor"]])[0]
+    print(f"snakemake {version('snakemake')}; {args.rounds} rounds; {jobs} jobs in the full dry-run")
+    print(f"load before: {loads[0]}; after: {loads[1]}")
+    print("ratios: median [quartiles] (min-max) of the per-round ratios; verdict on the quartiles")
+    print(f"{'x floor':<31}{'wall s':>7} {'wall ratio':<30}{'cpu ratio':<30}{'goal':>5}  verdict wall/cpu")
+    print(f"{'floor: bare Snakemake':<31}{floor:>7.2f} {'(cpu ' + format(floor_cpu, '.2f') + ' s)':<30}")
+    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE]]
+    rows += [(DRY, REFERENCE, None)]  # what the rules add over Snakemake's own work on as many jobs
+    for name, over, goal in rows:
+        wall, cpu = ratios(samples[name], samples[over], 0), ratios(samples[name], samples[over], 1)
+        seconds = spread([w for w, _ in samples[name]])[0]
+        label = name if over == "floor" else f"{name} / bare"
+        judged = f"{goal:>5.1f}  {verdict(wall, goal)}/{verdict(cpu, goal)}" if goal else f"{'-':>5}"
+        print(f"{label:<31}{seconds:>7.2f} {fmt_ratio(wall):<30}{fmt_ratio(cpu):<30}{judged}")
+    print(f"{'fig8 from a clean results/':<31}{first[0]:>7.2f} {first[0] / floor:5.2f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,101 @@
+"""Side-by-side timing of Snakemake invocations, for benchmarks/workflow.py and dag_scale.py.
+
+Every measurement runs once per round, the rounds one after the other, the order within a round
+rotated from round to round (so no measurement always runs first, or always right after the
+heaviest). A ratio is taken within each round (a measurement over its reference in the same
+round, seconds apart, so load from other work that hits a round hits both) and summarised over
+the rounds: the median, the quartiles and the extremes. A goal holds beyond noise when the upper
+quartile of its ratios is under it, and is missed beyond noise when the lower quartile is over it.
+
+Each invocation is timed twice over: wall-clock seconds, and CPU seconds (user + system, of the
+process and the processes it waited for). On a machine shared with other work the CPU time moves
+much less than the wall clock, which also counts the time spent waiting for a core; on an idle
+machine the two agree, as a Snakemake dry-run is one busy process.
+"""
+
+import resource
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW = ("Snakefile", "rules", "config", "envs", "profiles", "report")
+
+
+def timed(command, cwd, env):
+    """(wall seconds, CPU seconds) of `command`, which must succeed; and its stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(map(str, command))} in {cwd} failed:\n{done.stdout}{done.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (wall, cpu), done.stdout
+
+
+def rounds(measurements, count):
+    """{name: [(wall, cpu), ...]}: each measurement (a callable returning (wall, cpu)) once per
+    round, `count` rounds, the order rotated by one each round."""
+    names = list(measurements)
+    samples = {name: [] for name in names}
+    for index in range(count):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(measurements[name]())
+    return samples
+
+
+def ratios(samples, reference, which):
+    """Per-round ratios of `samples` over `reference`; `which` 0 for wall, 1 for CPU seconds."""
+    return [s[which] / r[which] for s, r in zip(samples, reference)]
+
+
+def spread(values):
+    """(median, lower quartile, upper quartile, min, max)."""
+    if len(values) > 1:
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    else:
+        q1 = q3 = values[0]
+    return statistics.median(values), q1, q3, min(values), max(values)
+
+
+def verdict(values, goal):
+    """ok / MISSED when the quartiles of the per-round ratios lie on one side of the goal."""
+    _, q1, q3, _, _ = spread(values)
+    if q3 <= goal:
+        return "ok"
+    if q1 > goal:
+        return "MISSED"
+    return "~goal"  # the goal lies between the quartiles: not decided beyond noise
+
+
+def fmt_ratio(values):
+    median, q1, q3, low, high = spread(values)
+    return f"{median:5.2f} [{q1:.2f}-{q3:.2f}] ({low:.2f}-{high:.2f})"
+
+
+def load():
+    """The 1-, 5- and 15-minute load averages, as uptime shows them."""
+    return "load average " + ", ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def copy_workflow(target):
+    target.mkdir()
+    for item in WORKFLOW:
+        source = REPO / item
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
+    return target
+
+
+def bare_workflow(workdir, jobs):
+    """One rule with jobs - 1 independent jobs, plus `all`: Snakemake's own work on a DAG that size."""
+    workdir.mkdir(exist_ok=True)
+    (workdir / "Snakefile").write_text(
+        f"rule all:\n    input: expand('out/{{i}}.txt', i=range({jobs - 1}))\n\n"
+        "rule one:\n    output: 'out/{i}.txt'\n    shell: 'touch {output}'\n"
+    )
+    return workdir
