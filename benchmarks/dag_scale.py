@@ -22,35 +22,30 @@ times per job, is inspected once: per_job in rules/common.smk) and the nbformat 
 `script:` rules cost. The bare workflow's fixed start-up weighs less per job as it grows, so the
 ratio rises with the size.
 
-    python benchmarks/dag_scale.py [--jobs 1000 2500 5000] [--repeats 2]
+    python benchmarks/dag_scale.py [--jobs 1000 2500 5000] [--rounds 5]
 """
 
 import argparse
 import os
 import re
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
+from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, load, ratios, rounds, timed, verdict
 
-REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 JOBS_PER_EXPERIMENT = 12  # 3 modes x (run, cluster_status, download_traces) + combine, summarize, costs
+GOAL = 1.5  # x bare at the first size
 
 
 def dry_run(workdir, targets=("all",)):
-    """Seconds of a --dry-run of `targets`, and the job count Snakemake reports."""
-    start = time.perf_counter()
-    done = subprocess.run([SNAKEMAKE, "--dry-run", "--cores", "1", *targets], cwd=workdir, env=ENV, check=True,
-                          capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    return seconds, int(re.search(r"^total\s+(\d+)", done.stdout, re.MULTILINE).group(1))
+    """(wall, CPU) seconds of a --dry-run of `targets`, and the job count Snakemake reports."""
+    seconds, stdout = timed([SNAKEMAKE, "--dry-run", "--cores", "1", *targets], workdir, ENV)
+    return seconds, int(re.search(r"^total\s+(\d+)", stdout, re.MULTILINE).group(1))
 
 
 def project_matrix(workdir, jobs):
@@ -66,45 +61,39 @@ def project_matrix(workdir, jobs):
     return ["all", *(f"results/tables/{name}.csv" for name in pecan["experiments"])]
 
 
-def bare_workflow(workdir, jobs):
-    workdir.mkdir(exist_ok=True)
-    (workdir / "Snakefile").write_text(
-        f"rule all:\n    input: expand('out/{{i}}.txt', i=range({jobs - 1}))\n\n"
-        "rule one:\n    output: 'out/{i}.txt'\n    shell: 'touch {output}'\n"
-    )
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 2500, 5000])
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     rows = []
+    loads = [load()]
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp) / "project"
-        work.mkdir()
-        for item in ("Snakefile", "rules", "config", "envs", "profiles"):
-            source = REPO / item
-            (shutil.copytree if source.is_dir() else shutil.copy)(source, work / item)
+        work = copy_workflow(Path(tmp) / "project")
         for target in args.jobs:
             targets = project_matrix(work, target)
-            project, bare = [], []
-            for _ in range(args.repeats):  # interleaved, so load from elsewhere hits both alike
-                seconds, jobs = dry_run(work, targets)
-                project.append(seconds)
-                bare_workflow(Path(tmp) / f"bare{jobs}", jobs)
-                seconds, bare_jobs = dry_run(Path(tmp) / f"bare{jobs}")
-                bare.append(seconds)
-            assert bare_jobs == jobs, (bare_jobs, jobs)
-            # the ratio of each side-by-side pair, then their median: load that hits a pair hits both
-            ratio = statistics.median(p / b for p, b in zip(project, bare))
-            rows.append((jobs, statistics.median(project), statistics.median(bare), ratio))
-    first_jobs, first_s, _, _ = rows[0]
-    print(f"{'jobs':>6}{'project s':>11}{'bare s':>9}{'x bare':>8}{'ms per job':>12}{'x time / x jobs':>17}")
-    for jobs, seconds, bare, ratio in rows:
+            _, jobs = dry_run(work, targets)  # validates the new config and keeps it
+            bare = bare_workflow(Path(tmp) / f"bare{jobs}", jobs)
+            assert dry_run(bare)[1] == jobs
+            samples = rounds({"project": lambda: dry_run(work, targets)[0], "bare": lambda: dry_run(bare)[0]},
+                             args.rounds)
+            rows.append((jobs, samples))
+    loads.append(load())
+    first_jobs, first = rows[0]
+    first_s = statistics.median(wall for wall, _ in first["project"])
+    print(f"{args.rounds} rounds per size; load before: {loads[0]}; after: {loads[1]}")
+    print("x bare: median [95% interval of the median] (min-max) of the per-round ratios")
+    print(f"{'jobs':>6}{'project s':>10}{'bare s':>8} {'x bare, wall':<30}{'x bare, cpu':<30}{'ms/job':>7}{'growth':>8}")
+    for jobs, samples in rows:
+        seconds = statistics.median(wall for wall, _ in samples["project"])
+        bare = statistics.median(wall for wall, _ in samples["bare"])
+        wall, cpu = ratios(samples["project"], samples["bare"], 0), ratios(samples["project"], samples["bare"], 1)
         growth = (seconds / first_s) / (jobs / first_jobs)
-        print(f"{jobs:>6}{seconds:>11.2f}{bare:>9.2f}{ratio:>8.2f}{1000 * seconds / jobs:>12.2f}{growth:>17.2f}")
-    print("goals: x bare <= 1.5 at 1,000 jobs; the last column near 1 (or below) means linear growth")
+        judged = f"  goal {GOAL}: {verdict(wall, GOAL)}/{verdict(cpu, GOAL)}" if jobs == first_jobs else ""
+        print(f"{jobs:>6}{seconds:>10.2f}{bare:>8.2f} {fmt_ratio(wall):<30}{fmt_ratio(cpu):<30}"
+              f"{1000 * seconds / jobs:>7.2f}{growth:>8.2f}{judged}")
+    print(f"goals: x bare <= {GOAL} at the first size (verdict wall/cpu on the interval); growth (x time / x jobs "
+          "against the first size) near 1 or below means linear growth")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@ Every measurement runs once per round, the rounds one after the other, the order
 rotated from round to round (so no measurement always runs first, or always right after the
 heaviest). A ratio is taken within each round (a measurement over its reference in the same
 round, seconds apart, so load from other work that hits a round hits both) and summarised over
-the rounds: the median, the quartiles and the extremes. A goal holds beyond noise when the upper
-quartile of its ratios is under it, and is missed beyond noise when the lower quartile is over it.
+the rounds: the median, a 95% confidence interval of the median (distribution-free: from the
+order statistics of the per-round ratios, as in Conover, Practical Nonparametric Statistics,
+ch. 3.2) and the extremes. A goal holds beyond noise when the whole interval is under it
+("ok"), is missed beyond noise when the whole interval is over it ("MISSED"), and is undecided
+("~goal") when the interval straddles it: more rounds, or a quieter machine, then decide.
 
 Each invocation is timed twice over: wall-clock seconds, and CPU seconds (user + system, of the
 process and the processes it waited for). On a machine shared with other work the CPU time moves
@@ -13,6 +16,7 @@ much less than the wall clock, which also counts the time spent waiting for a co
 machine the two agree, as a Snakemake dry-run is one busy process.
 """
 
+import math
 import resource
 import shutil
 import statistics
@@ -54,28 +58,32 @@ def ratios(samples, reference, which):
     return [s[which] / r[which] for s, r in zip(samples, reference)]
 
 
-def spread(values):
-    """(median, lower quartile, upper quartile, min, max)."""
-    if len(values) > 1:
-        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    else:
-        q1 = q3 = values[0]
-    return statistics.median(values), q1, q3, min(values), max(values)
+def median_interval(values, level=0.95):
+    """(low, high): the order statistics X(k), X(n+1-k) that hold the median with probability at
+    least `level` (k the largest with P(Binomial(n, 1/2) < k) <= (1 - level) / 2); the extremes
+    when there are too few values for that."""
+    ordered, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n and tail + math.comb(n, k) / 2**n <= (1 - level) / 2:
+        tail += math.comb(n, k) / 2**n
+        k += 1
+    k = max(k, 1)
+    return ordered[k - 1], ordered[n - k]
 
 
 def verdict(values, goal):
-    """ok / MISSED when the quartiles of the per-round ratios lie on one side of the goal."""
-    _, q1, q3, _, _ = spread(values)
-    if q3 <= goal:
+    """ok / MISSED when the median's confidence interval lies on one side of the goal."""
+    low, high = median_interval(values)
+    if high <= goal:
         return "ok"
-    if q1 > goal:
+    if low > goal:
         return "MISSED"
-    return "~goal"  # the goal lies between the quartiles: not decided beyond noise
+    return "~goal"  # the goal lies within the interval: not decided beyond noise
 
 
 def fmt_ratio(values):
-    median, q1, q3, low, high = spread(values)
-    return f"{median:5.2f} [{q1:.2f}-{q3:.2f}] ({low:.2f}-{high:.2f})"
+    low, high = median_interval(values)
+    return f"{statistics.median(values):5.2f} [{low:.2f}-{high:.2f}] ({min(values):.2f}-{max(values):.2f})"
 
 
 def load():

@@ -41,13 +41,14 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, load, ratios, rounds, spread, timed, verdict
+from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, load, ratios, rounds, timed, verdict
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -115,18 +116,18 @@ def main():
             state = work / "results" / "cluster" / "local" / "state.json"
             if state.exists():
                 subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
-    floor = spread([wall for wall, _ in samples["floor"]])[0]
-    floor_cpu = spread([cpu for _, cpu in samples["floor"]])[0]
+    floor = statistics.median(wall for wall, _ in samples["floor"])
+    floor_cpu = statistics.median(cpu for _, cpu in samples["floor"])
     print(f"snakemake {version('snakemake')}; {args.rounds} rounds; {jobs} jobs in the full dry-run")
     print(f"load before: {loads[0]}; after: {loads[1]}")
-    print("ratios: median [quartiles] (min-max) of the per-round ratios; verdict on the quartiles")
+    print("ratios: median [95% interval of the median] (min-max) of the per-round ratios; verdict on the interval")
     print(f"{'x floor':<31}{'wall s':>7} {'wall ratio':<30}{'cpu ratio':<30}{'goal':>5}  verdict wall/cpu")
     print(f"{'floor: bare Snakemake':<31}{floor:>7.2f} {'(cpu ' + format(floor_cpu, '.2f') + ' s)':<30}")
     rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE]]
     rows += [(DRY, REFERENCE, None)]  # what the rules add over Snakemake's own work on as many jobs
     for name, over, goal in rows:
         wall, cpu = ratios(samples[name], samples[over], 0), ratios(samples[name], samples[over], 1)
-        seconds = spread([w for w, _ in samples[name]])[0]
+        seconds = statistics.median(w for w, _ in samples[name])
         label = name if over == "floor" else f"{name} / bare"
         judged = f"{goal:>5.1f}  {verdict(wall, goal)}/{verdict(cpu, goal)}" if goal else f"{'-':>5}"
         print(f"{label:<31}{seconds:>7.2f} {fmt_ratio(wall):<30}{fmt_ratio(cpu):<30}{judged}")
