@@ -9,6 +9,8 @@ order statistics of the per-round ratios, as in Conover, Practical Nonparametric
 ch. 3.2) and the extremes. A goal holds beyond noise when the whole interval is under it
 ("ok"), is missed beyond noise when the whole interval is over it ("MISSED"), and is undecided
 ("~goal") when the interval straddles it: more rounds, or a quieter machine, then decide.
+Next to it, the ratio of the fastest runs ("best"): other work only ever adds time, so that is
+the nearest to an idle machine, but it rests on two single runs.
 
 Each invocation is timed twice over: wall-clock seconds, and CPU seconds (user + system, of the
 process and the processes it waited for). On a machine shared with other work the CPU time moves
@@ -79,6 +81,12 @@ def verdict(values, goal):
     if low > goal:
         return "MISSED"
     return "~goal"  # the goal lies within the interval: not decided beyond noise
+
+
+def best(samples, reference, which=0):
+    """The fastest run over the fastest reference run: noise from other work only ever adds time,
+    so the minimums come nearest to what each costs on an idle machine."""
+    return min(s[which] for s in samples) / min(r[which] for r in reference)
 
 
 def fmt_ratio(values):
