@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from sidebyside import REPO, bare_workflow, best, copy_workflow, fmt_ratio, load, ratios, rounds, timed, verdict
+from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, load, ratios, rounds, timed, verdict
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -83,15 +83,14 @@ def main():
     first_s = statistics.median(wall for wall, _ in first["project"])
     print(f"{args.rounds} rounds per size; load before: {loads[0]}; after: {loads[1]}")
     print("x bare: median [95% interval of the median] (min-max) of the per-round ratios")
-    print(f"{'jobs':>6}{'project s':>10}{'bare s':>8} {'x bare, wall':<30}{'best':>5} {'x bare, cpu':<30}{'ms/job':>7}{'growth':>8}")
+    print(f"{'jobs':>6}{'project s':>10}{'bare s':>8} {'x bare, wall':<30}{'x bare, cpu':<30}{'ms/job':>7}{'growth':>8}")
     for jobs, samples in rows:
         seconds = statistics.median(wall for wall, _ in samples["project"])
         bare = statistics.median(wall for wall, _ in samples["bare"])
         wall, cpu = ratios(samples["project"], samples["bare"], 0), ratios(samples["project"], samples["bare"], 1)
         growth = (seconds / first_s) / (jobs / first_jobs)
         judged = f"  goal {GOAL}: {verdict(wall, GOAL)}/{verdict(cpu, GOAL)}" if jobs == first_jobs else ""
-        fastest = best(samples["project"], samples["bare"])
-        print(f"{jobs:>6}{seconds:>10.2f}{bare:>8.2f} {fmt_ratio(wall):<30}{fastest:>5.2f} {fmt_ratio(cpu):<30}"
+        print(f"{jobs:>6}{seconds:>10.2f}{bare:>8.2f} {fmt_ratio(wall):<30}{fmt_ratio(cpu):<30}"
               f"{1000 * seconds / jobs:>7.2f}{growth:>8.2f}{judged}")
     print(f"goals: x bare <= {GOAL} at the first size (verdict wall/cpu on the interval); growth (x time / x jobs "
           "against the first size) near 1 or below means linear growth")

@@ -9,8 +9,11 @@ order statistics of the per-round ratios, as in Conover, Practical Nonparametric
 ch. 3.2) and the extremes. A goal holds beyond noise when the whole interval is under it
 ("ok"), is missed beyond noise when the whole interval is over it ("MISSED"), and is undecided
 ("~goal") when the interval straddles it: more rounds, or a quieter machine, then decide.
-Next to it, the ratio of the fastest runs ("best"): other work only ever adds time, so that is
-the nearest to an idle machine, but it rests on two single runs.
+
+Where the machine is too busy for that (the interval straddles the goal), `instructions` counts
+what an invocation executes under valgrind's callgrind: the same count whatever else runs, so one
+run each decides, at about 40x the time (a minute per invocation); it counts work, not waiting on
+files or memory, so it is a check of the CPU-bound part, next to the timed ratios.
 
 Each invocation is timed twice over: wall-clock seconds, and CPU seconds (user + system, of the
 process and the processes it waited for). On a machine shared with other work the CPU time moves
@@ -19,6 +22,7 @@ machine the two agree, as a Snakemake dry-run is one busy process.
 """
 
 import math
+import re
 import resource
 import shutil
 import statistics
@@ -41,6 +45,16 @@ def timed(command, cwd, env):
         raise RuntimeError(f"{' '.join(map(str, command))} in {cwd} failed:\n{done.stdout}{done.stderr}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return (wall, cpu), done.stdout
+
+
+def instructions(command, cwd, env):
+    """Instructions executed by `command` (a Python program, run as `python -m ...`), counted by
+    valgrind's callgrind."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+                          cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(map(str, command))} in {cwd} failed:\n{done.stdout}{done.stderr}")
+    return int(re.search(r"Collected : (\d+)", done.stderr).group(1))
 
 
 def rounds(measurements, count):
@@ -81,12 +95,6 @@ def verdict(values, goal):
     if low > goal:
         return "MISSED"
     return "~goal"  # the goal lies within the interval: not decided beyond noise
-
-
-def best(samples, reference, which=0):
-    """The fastest run over the fastest reference run: noise from other work only ever adds time,
-    so the minimums come nearest to what each costs on an idle machine."""
-    return min(s[which] for s in samples) / min(r[which] for r in reference)
 
 
 def fmt_ratio(values):

@@ -48,7 +48,7 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from sidebyside import REPO, bare_workflow, best, copy_workflow, fmt_ratio, load, ratios, rounds, timed, verdict
+from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, instructions, load, ratios, rounds, timed, verdict
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -74,9 +74,26 @@ def job_count(stdout):
     return int(re.search(r"^total\s+(\d+)", stdout, re.MULTILINE).group(1))
 
 
+def print_timed(samples, rows, count):
+    floor = statistics.median(wall for wall, _ in samples["floor"])
+    floor_cpu = statistics.median(cpu for _, cpu in samples["floor"])
+    print(f"{count} rounds; ratios: median [95% interval of the median] (min-max) of the per-round ratios; "
+          "verdict on the interval")
+    print(f"{'x floor':<31}{'wall s':>7} {'wall ratio':<30}{'cpu ratio':<30}{'goal':>5}  verdict wall/cpu")
+    print(f"{'floor: bare Snakemake':<31}{floor:>7.2f} {'(cpu ' + format(floor_cpu, '.2f') + ' s)':<30}")
+    for name, over, goal in rows:
+        wall, cpu = ratios(samples[name], samples[over], 0), ratios(samples[name], samples[over], 1)
+        seconds = statistics.median(w for w, _ in samples[name])
+        label = name if over == "floor" else f"{name} / bare"
+        judged = f"{goal:>5.1f}  {verdict(wall, goal)}/{verdict(cpu, goal)}" if goal else f"{'-':>5}"
+        print(f"{label:<31}{seconds:>7.2f} {fmt_ratio(wall):<30}{fmt_ratio(cpu):<30}{judged}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=15, help="timed rounds (0: none)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each invocation's instructions once, under valgrind (minutes)")
     args = parser.parse_args()
     bare = floor_snakemake()
     project = str(BIN / "snakemake")
@@ -94,9 +111,9 @@ def main():
         def run(snakemake, arguments, cwd):
             return lambda: timed([snakemake, *arguments], cwd, ENV)[0]
 
-        def cold():
+        def cold(measure=lambda command, cwd: timed(command, cwd, ENV)[0], snakemake=(project,)):
             shutil.rmtree(clean / ".snakemake" / "repro", ignore_errors=True)
-            return timed([project, *dry], clean, ENV)[0]
+            return measure([*snakemake, *dry], clean)
 
         measurements = {
             "floor": run(bare, dry, empty),
@@ -111,27 +128,34 @@ def main():
             first = timed([project, *fig8], work, ENV)[0]
             timed([project, *fig8], work, ENV)  # a first no-op, untimed (it writes Snakemake's metadata caches)
             samples = rounds(measurements, args.rounds)
+            if args.instructions:  # python -m snakemake: valgrind runs a program, not a script
+                python, floor_python = [sys.executable, "-m", "snakemake"], [str(FLOOR_VENV / "bin" / "python"), "-m", "snakemake"]
+                counted = {
+                    "floor": instructions([*floor_python, *dry], empty, ENV),
+                    STARTUP: instructions([*python, *dry], empty, ENV),
+                    DRY: instructions([*python, *dry], clean, ENV),
+                    NOOP: instructions([*python, *fig8], work, ENV),
+                    COLD: cold(lambda command, cwd: instructions(command, cwd, ENV), python),
+                    REFERENCE: instructions([*python, *dry], same_size, ENV),
+                }
         finally:
             loads.append(load())
             state = work / "results" / "cluster" / "local" / "state.json"
             if state.exists():
                 subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
-    floor = statistics.median(wall for wall, _ in samples["floor"])
-    floor_cpu = statistics.median(cpu for _, cpu in samples["floor"])
-    print(f"snakemake {version('snakemake')}; {args.rounds} rounds; {jobs} jobs in the full dry-run")
-    print(f"load before: {loads[0]}; after: {loads[1]}")
-    print("ratios: median [95% interval of the median] (min-max) of the per-round ratios; verdict on the interval")
-    print(f"{'x floor':<31}{'wall s':>7} {'wall ratio':<30}{'best':>5} {'cpu ratio':<30}{'goal':>5}  verdict wall/cpu")
-    print(f"{'floor: bare Snakemake':<31}{floor:>7.2f} {'(cpu ' + format(floor_cpu, '.2f') + ' s)':<30}")
+    print(f"snakemake {version('snakemake')}; {jobs} jobs in the full dry-run; load before: {loads[0]}; after: {loads[1]}")
     rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE]]
     rows += [(DRY, REFERENCE, None)]  # what the rules add over Snakemake's own work on as many jobs
-    for name, over, goal in rows:
-        wall, cpu = ratios(samples[name], samples[over], 0), ratios(samples[name], samples[over], 1)
-        seconds = statistics.median(w for w, _ in samples[name])
-        label = name if over == "floor" else f"{name} / bare"
-        judged = f"{goal:>5.1f}  {verdict(wall, goal)}/{verdict(cpu, goal)}" if goal else f"{'-':>5}"
-        fastest = best(samples[name], samples[over])
-        print(f"{label:<31}{seconds:>7.2f} {fmt_ratio(wall):<30}{fastest:>5.2f} {fmt_ratio(cpu):<30}{judged}")
+    if args.rounds:
+        print_timed(samples, rows, args.rounds)
+    if args.instructions:
+        print(f"instructions executed (valgrind callgrind, one run each); floor {counted['floor'] / 1e9:.2f} billion")
+        for name, over, goal in rows:
+            label = name if over == "floor" else f"{name} / bare"
+            ratio = counted[name] / counted[over]
+            judged = f"goal {goal:.1f}  {'ok' if ratio <= goal else 'MISSED'}" if goal else ""
+            print(f"{label:<31}{counted[name] / 1e9:>7.2f} {ratio:>5.2f}  {judged}")
+    floor = statistics.median(wall for wall, _ in samples["floor"]) if args.rounds else float("nan")
     print(f"{'fig8 from a clean results/':<31}{first[0]:>7.2f} {first[0] / floor:5.2f}")
 
 
