@@ -2,7 +2,9 @@
 
 The floor is a bare Snakemake: a virtualenv holding only snakemake, the version installed here
 (created once under benchmarks/out/floor-venv), dry-running an empty Snakefile. Measured next
-to it, interleaved and repeated (medians, since other work on the machine adds noise):
+to it, in rounds (benchmarks/sidebyside.py: the order rotated each round, each ratio taken within
+a round, then its median, a 95% interval of that median and the extremes; a verdict only where the
+interval lies on one side of the goal):
   - start-up: this environment's Snakemake on the same empty Snakefile (installed plugins cost here);
   - full --dry-run of the default config from a clean results/ (the Snakefile's config check
     reuses its kept result under .snakemake/, as at every start after the first one); and, without
@@ -12,29 +14,39 @@ to it, interleaved and repeated (medians, since other work on the machine adds n
     shape benchmarks/dag_scale.py uses), in this environment: what Snakemake itself spends on a
     DAG of that size here, so the full dry-run's ratio splits into the environment, Snakemake's own
     per-job work and the project's rules.
+Wall-clock and CPU seconds both; on a busy machine neither holds still (at a load of 3 on 2 cores
+the full dry-run's interval spans 1.3-1.6), so --instructions also counts what each invocation
+executes, once, under valgrind's callgrind: the same count however busy the machine, the ratio of
+the CPU-bound work (it leaves out waiting on files, which a dry-run hardly does).
 Run it from the default install (`make setup`): extras such as [slurm] or [gcs] add their
 plugins' import time to every start. Goals: start-up and dry-run <= 1.3x the floor, no-op <= 1.5x.
 
-Measured 2026-12-01 on 2 shared cores (one run, --repeats 7, load 2.8-2.9 from other work; floor
-1.39 s): start-up 1.09x, full dry-run 1.29x (1.38x with the config validated afresh), no-op rerun
-1.10x; the bare workflow with the dry-run's 83 jobs 1.20x. The rules before they ran `repro`
-commands, measured just before on the same machine (load 1.8-2.8; floor 1.17 s): 1.12x, 1.54x
-(1.60x), 1.40x and 1.19x. Where the time over the floor goes:
-  - this environment: numpy and Pillow are installed (the package needs them), and Snakemake's own
-    yte and docutils import them at every start (yte's value handler imports numpy, about 0.14 s
-    with -X importtime; the start-up row);
-  - Snakemake's per-job work (the bare workflow's row);
-  - the workflow's definition, about 0.08 s: parsing the Snakefile and 9 rule files (0.03 s),
-    loading config/config.yaml (Snakemake reads YAML with the pure-Python loader, 0.01 s), the
-    package modules the rules import (0.01 s), and defining the rules;
-  - the rules' larger jobs (logs, benchmarks, conda environments, several outputs).
+Measured 2026-12-01 on 2 shared cores, --rounds 15 at load 2.8-3.1 from other work (floor 1.83 s
+wall, 1.10 s CPU), wall ratios, median [95% interval]: start-up 1.21x [0.89-1.43], full dry-run
+1.48x [1.27-1.65] (CPU 1.53x [1.37-1.67]), no-op rerun 1.18x [1.08-1.42], config validated afresh
+1.46x [1.37-1.66], the bare workflow with the dry-run's 83 jobs 1.09x [1.07-1.37]. Instructions
+(--rounds 0 --instructions, load 3-5): floor 2.86 billion; start-up 1.13x, full dry-run 1.53x
+(missed beyond doubt), no-op 1.31x, config validated afresh 1.64x, bare 83 jobs 1.27x. Where the
+full dry-run's 1.52 billion instructions over the floor go (callgrind, one run each):
+  - this environment, 0.37 billion (the start-up row): numpy and Pillow are installed (the package
+    needs them), and Snakemake's own yte and docutils import them at every start (yte's value
+    handler imports numpy, about 0.14 s with -X importtime);
+  - the workflow's definition, 0.43 billion (`snakemake -n cluster_stop`, one job, over the
+    start-up): parsing the Snakefile and 8 rule files, Snakemake reading config/config.yaml with
+    the pure-Python YAML loader, defining 24 rules, the package modules the rules import (about
+    0.015 s with -X importtime), the workflow profile (profiles/default makes Snakemake parse its
+    arguments twice: 0.03 billion, 1%); the config check itself reuses its kept result (0.002 s);
+  - the other 82 jobs, 0.72 billion, 8.8 million each where a bare job costs 4.9 million (the bare
+    workflow's row): Snakemake's work on larger jobs (several inputs and outputs, a log, resources,
+    a conda environment, a shell command formatted three times per job in a dry-run); the rules'
+    own input and params functions take under 0.01 s of it (cProfile).
+The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
+names, and validating; it is paid once per changed config (repro.checkedconfig).
 Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
 and import nbformat (and jsonschema with it) to tell the script's language, once per invocation
-that plans one. The Snakefile's config check keeps its result under .snakemake/repro/
-(repro.checkedconfig), so a start with an unchanged config imports no jsonschema and validates
-nothing (the "config unkept" row validates afresh).
+that plans one.
 
-    python benchmarks/workflow.py [--rounds 15]
+    python benchmarks/workflow.py [--rounds 15] [--instructions]
 """
 
 import argparse
