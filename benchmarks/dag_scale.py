@@ -11,10 +11,11 @@ and CPU seconds. Goals: at most 1.5x the bare workflow at 1,000 jobs, and growin
 5,000 (the growth column, x time / x jobs against the first size, near 1 or below). Each size's
 config is validated and kept before the timed runs.
 
-Measured 2026-12-01 on 2 shared cores (--rounds 5, load 2.8-4.2 from other work): 1.58x
-[1.18-1.83] the bare workflow at 999 jobs (CPU 1.59x [1.45-1.77]), 1.93x [1.44-2.17] at 2,499
-(CPU 1.60x) and 1.83x [1.43-2.00] at 4,995 (CPU 1.82x), 3.8-6.1 ms per job, growing no faster than
-the number of jobs: the 1,000-job goal is not met beyond noise. The ratio rises with the size
+Measured 2026-12-01 on 2 shared cores (--rounds 5, load 1.4-1.5 from other work): 1.43x
+[1.23-1.49] the bare workflow at 999 jobs (CPU 1.42x [1.22-1.42]), 1.71x [1.56-1.83] at 2,499 and
+1.78x [1.60-1.98] at 4,995, 4.5, 3.8 and 3.2 ms per job, growing slower than the number of jobs
+(0.72); the 1,000-job goal is met, by little (at load 2.8-4.2 the same run gave 1.58x
+[1.18-1.83], undecided). The ratio rises with the size
 because the bare workflow's fixed start-up weighs less per job as it grows: the ratio tends to the
 ratio of the per-job costs. The rest is Snakemake's per-job work on these jobs rather than the
 rules' Python (cProfile: the rules' input and params functions take about 0.02 s of a 1,000-job

@@ -21,10 +21,10 @@ the CPU-bound work (it leaves out waiting on files, which a dry-run hardly does)
 Run it from the default install (`make setup`): extras such as [slurm] or [gcs] add their
 plugins' import time to every start. Goals: start-up and dry-run <= 1.3x the floor, no-op <= 1.5x.
 
-Measured 2026-12-01 on 2 shared cores, --rounds 15 at load 2.8-3.1 from other work (floor 1.83 s
-wall, 1.10 s CPU), wall ratios, median [95% interval]: start-up 1.21x [0.89-1.43], full dry-run
-1.48x [1.27-1.65] (CPU 1.53x [1.37-1.67]), no-op rerun 1.18x [1.08-1.42], config validated afresh
-1.46x [1.37-1.66], the bare workflow with the dry-run's 83 jobs 1.09x [1.07-1.37]. Instructions
+Measured 2026-12-01 on 2 shared cores, --rounds 15 at load 1.4-1.8 from other work (floor 1.24 s
+wall, 1.21 s CPU), wall ratios, median [95% interval]: start-up 1.12x [1.07-1.22], full dry-run
+1.41x [1.29-1.53] (CPU 1.51x [1.36-1.66]), no-op rerun 1.20x [1.13-1.38], config validated afresh
+1.50x [1.32-1.56], the bare workflow with the dry-run's 83 jobs 1.20x [1.15-1.35]. Instructions
 (--rounds 0 --instructions, load 3-5): floor 2.86 billion; start-up 1.13x, full dry-run 1.53x
 (missed beyond doubt), no-op 1.31x, config validated afresh 1.64x, bare 83 jobs 1.27x. Where the
 full dry-run's 1.52 billion instructions over the floor go (callgrind, one run each):
