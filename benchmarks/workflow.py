@@ -2,7 +2,9 @@
 
 The floor is a bare Snakemake: a virtualenv holding only snakemake, the version installed here
 (created once under benchmarks/out/floor-venv), dry-running an empty Snakefile. Measured next
-to it, interleaved and repeated (medians, since other work on the machine adds noise):
+to it, in rounds (benchmarks/sidebyside.py: the order rotated each round, each ratio taken within
+a round, then its median, a 95% interval of that median and the extremes; a verdict only where the
+interval lies on one side of the goal):
   - start-up: this environment's Snakemake on the same empty Snakefile (installed plugins cost here);
   - full --dry-run of the default config from a clean results/ (the Snakefile's config check
     reuses its kept result under .snakemake/, as at every start after the first one); and, without
@@ -12,29 +14,39 @@ to it, interleaved and repeated (medians, since other work on the machine adds n
     shape benchmarks/dag_scale.py uses), in this environment: what Snakemake itself spends on a
     DAG of that size here, so the full dry-run's ratio splits into the environment, Snakemake's own
     per-job work and the project's rules.
+Wall-clock and CPU seconds both; on a busy machine neither holds still (at a load of 3 on 2 cores
+the full dry-run's interval spans 1.3-1.6), so --instructions also counts what each invocation
+executes, once, under valgrind's callgrind: the same count however busy the machine, the ratio of
+the CPU-bound work (it leaves out waiting on files, which a dry-run hardly does).
 Run it from the default install (`make setup`): extras such as [slurm] or [gcs] add their
 plugins' import time to every start. Goals: start-up and dry-run <= 1.3x the floor, no-op <= 1.5x.
 
-Measured 2026-12-01 on 2 shared cores (one run, --repeats 7, load 2.8-2.9 from other work; floor
-1.39 s): start-up 1.09x, full dry-run 1.29x (1.38x with the config validated afresh), no-op rerun
-1.10x; the bare workflow with the dry-run's 83 jobs 1.20x. The rules before they ran `repro`
-commands, measured just before on the same machine (load 1.8-2.8; floor 1.17 s): 1.12x, 1.54x
-(1.60x), 1.40x and 1.19x. Where the time over the floor goes:
-  - this environment: numpy and Pillow are installed (the package needs them), and Snakemake's own
-    yte and docutils import them at every start (yte's value handler imports numpy, about 0.14 s
-    with -X importtime; the start-up row);
-  - Snakemake's per-job work (the bare workflow's row);
-  - the workflow's definition, about 0.08 s: parsing the Snakefile and 9 rule files (0.03 s),
-    loading config/config.yaml (Snakemake reads YAML with the pure-Python loader, 0.01 s), the
-    package modules the rules import (0.01 s), and defining the rules;
-  - the rules' larger jobs (logs, benchmarks, conda environments, several outputs).
+Measured 2026-12-01 on 2 shared cores, --rounds 15 at load 1.4-1.8 from other work (floor 1.24 s
+wall, 1.21 s CPU), wall ratios, median [95% interval]: start-up 1.12x [1.07-1.22], full dry-run
+1.41x [1.29-1.53] (CPU 1.51x [1.36-1.66]), no-op rerun 1.20x [1.13-1.38], config validated afresh
+1.50x [1.32-1.56], the bare workflow with the dry-run's 83 jobs 1.20x [1.15-1.35]. Instructions
+(--rounds 0 --instructions, load 3-5): floor 2.86 billion; start-up 1.13x, full dry-run 1.53x
+(missed beyond doubt), no-op 1.31x, config validated afresh 1.64x, bare 83 jobs 1.27x. Where the
+full dry-run's 1.52 billion instructions over the floor go (callgrind, one run each):
+  - this environment, 0.37 billion (the start-up row): numpy and Pillow are installed (the package
+    needs them), and Snakemake's own yte and docutils import them at every start (yte's value
+    handler imports numpy, about 0.14 s with -X importtime);
+  - the workflow's definition, 0.43 billion (`snakemake -n cluster_stop`, one job, over the
+    start-up): parsing the Snakefile and 8 rule files, Snakemake reading config/config.yaml with
+    the pure-Python YAML loader, defining 24 rules, the package modules the rules import (about
+    0.015 s with -X importtime), the workflow profile (profiles/default makes Snakemake parse its
+    arguments twice: 0.03 billion, 1%); the config check itself reuses its kept result (0.002 s);
+  - the other 82 jobs, 0.72 billion, 8.8 million each where a bare job costs 4.9 million (the bare
+    workflow's row): Snakemake's work on larger jobs (several inputs and outputs, a log, resources,
+    a conda environment, a shell command formatted three times per job in a dry-run); the rules'
+    own input and params functions take under 0.01 s of it (cProfile).
+The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
+names, and validating; it is paid once per changed config (repro.checkedconfig).
 Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
 and import nbformat (and jsonschema with it) to tell the script's language, once per invocation
-that plans one. The Snakefile's config check keeps its result under .snakemake/repro/
-(repro.checkedconfig), so a start with an unchanged config imports no jsonschema and validates
-nothing (the "config unkept" row validates afresh).
+that plans one.
 
-    python benchmarks/workflow.py [--repeats 5]
+    python benchmarks/workflow.py [--rounds 15] [--instructions]
 """
 
 import argparse
@@ -45,15 +57,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from importlib.metadata import version
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, instructions, load, ratios, rounds, timed, verdict
+
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
-GOALS = {"start-up (empty Snakefile)": 1.3, "full --dry-run": 1.3, "no-op rerun of fig8": 1.5}
+STARTUP, DRY, NOOP = "start-up (empty Snakefile)", "full --dry-run", "no-op rerun of fig8"
+COLD, REFERENCE = "full --dry-run, config unkept", "bare workflow, same jobs"
+GOALS = {STARTUP: 1.3, DRY: 1.3, NOOP: 1.5}
 
 
 def floor_snakemake():
@@ -68,38 +82,30 @@ def floor_snakemake():
     return str(FLOOR_VENV / "bin" / "snakemake")
 
 
-def timed(snakemake, args, cwd):
-    start = time.perf_counter()
-    subprocess.run([snakemake, *args], cwd=cwd, check=True, capture_output=True, env=ENV)
-    return time.perf_counter() - start
+def job_count(stdout):
+    return int(re.search(r"^total\s+(\d+)", stdout, re.MULTILINE).group(1))
 
 
-def job_count(snakemake, args, cwd):
-    done = subprocess.run([snakemake, *args], cwd=cwd, check=True, capture_output=True, text=True, env=ENV)
-    return int(re.search(r"^total\s+(\d+)", done.stdout, re.MULTILINE).group(1))
-
-
-def bare_workflow(workdir, jobs):
-    """One rule with jobs - 1 independent jobs, plus `all`."""
-    workdir.mkdir()
-    (workdir / "Snakefile").write_text(
-        f"rule all:\n    input: expand('out/{{i}}.txt', i=range({jobs - 1}))\n\n"
-        "rule one:\n    output: 'out/{i}.txt'\n    shell: 'touch {output}'\n"
-    )
-    return workdir
-
-
-def copy_workflow(target):
-    target.mkdir()
-    for item in ("Snakefile", "rules", "config", "envs", "profiles"):
-        source = REPO / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, target / item)
-    return target
+def print_timed(samples, rows, count):
+    floor = statistics.median(wall for wall, _ in samples["floor"])
+    floor_cpu = statistics.median(cpu for _, cpu in samples["floor"])
+    print(f"{count} rounds; ratios: median [95% interval of the median] (min-max) of the per-round ratios; "
+          "verdict on the interval")
+    print(f"{'x floor':<31}{'wall s':>7} {'wall ratio':<30}{'cpu ratio':<30}{'goal':>5}  verdict wall/cpu")
+    print(f"{'floor: bare Snakemake':<31}{floor:>7.2f} {'(cpu ' + format(floor_cpu, '.2f') + ' s)':<30}")
+    for name, over, goal in rows:
+        wall, cpu = ratios(samples[name], samples[over], 0), ratios(samples[name], samples[over], 1)
+        seconds = statistics.median(w for w, _ in samples[name])
+        label = name if over == "floor" else f"{name} / bare"
+        judged = f"{goal:>5.1f}  {verdict(wall, goal)}/{verdict(cpu, goal)}" if goal else f"{'-':>5}"
+        print(f"{label:<31}{seconds:>7.2f} {fmt_ratio(wall):<30}{fmt_ratio(cpu):<30}{judged}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=15, help="timed rounds (0: none)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each invocation's instructions once, under valgrind (minutes)")
     args = parser.parse_args()
     bare = floor_snakemake()
     project = str(BIN / "snakemake")
@@ -111,40 +117,58 @@ def main():
         empty.mkdir()
         (empty / "Snakefile").write_text("rule all:\n    input: []\n")
         work, clean = copy_workflow(tmp / "workflow"), copy_workflow(tmp / "clean")
-        jobs = job_count(project, dry, clean)
+        jobs = job_count(timed([project, *dry], clean, ENV)[1])  # also keeps the checked config
         same_size = bare_workflow(tmp / "bare", jobs)
-        reference = f"bare workflow, {jobs} jobs"
-        cold = "full --dry-run, config unkept"
+
+        def run(snakemake, arguments, cwd):
+            return lambda: timed([snakemake, *arguments], cwd, ENV)[0]
+
+        def cold(measure=lambda command, cwd: timed(command, cwd, ENV)[0], snakemake=(project,)):
+            shutil.rmtree(clean / ".snakemake" / "repro", ignore_errors=True)
+            return measure([*snakemake, *dry], clean)
+
+        measurements = {
+            "floor": run(bare, dry, empty),
+            STARTUP: run(project, dry, empty),
+            DRY: run(project, dry, clean),
+            NOOP: run(project, fig8, work),
+            COLD: cold,  # after it, the config is kept again for the next round's DRY
+            REFERENCE: run(project, dry, same_size),
+        }
+        loads = [load()]
         try:
-            first = timed(project, fig8, work)
-            samples = {"floor": [], **{name: [] for name in GOALS}, cold: [], reference: []}
-            for _ in range(args.repeats):  # interleaved, so load from elsewhere hits all alike
-                samples["floor"].append(timed(bare, dry, empty))
-                samples["start-up (empty Snakefile)"].append(timed(project, dry, empty))
-                samples["full --dry-run"].append(timed(project, dry, clean))
-                samples["no-op rerun of fig8"].append(timed(project, fig8, work))
-                samples[reference].append(timed(project, dry, same_size))
-                shutil.rmtree(clean / ".snakemake" / "repro", ignore_errors=True)
-                samples[cold].append(timed(project, dry, clean))
+            first = timed([project, *fig8], work, ENV)[0]
+            timed([project, *fig8], work, ENV)  # a first no-op, untimed (it writes Snakemake's metadata caches)
+            samples = rounds(measurements, args.rounds)
+            if args.instructions:  # python -m snakemake: valgrind runs a program, not a script
+                python, floor_python = [sys.executable, "-m", "snakemake"], [str(FLOOR_VENV / "bin" / "python"), "-m", "snakemake"]
+                counted = {
+                    "floor": instructions([*floor_python, *dry], empty, ENV),
+                    STARTUP: instructions([*python, *dry], empty, ENV),
+                    DRY: instructions([*python, *dry], clean, ENV),
+                    NOOP: instructions([*python, *fig8], work, ENV),
+                    COLD: cold(lambda command, cwd: instructions(command, cwd, ENV), python),
+                    REFERENCE: instructions([*python, *dry], same_size, ENV),
+                }
         finally:
+            loads.append(load())
             state = work / "results" / "cluster" / "local" / "state.json"
             if state.exists():
                 subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
-    floor = statistics.median(samples["floor"])
-    print(f"snakemake {version('snakemake')}; medians of {args.repeats}; floor: bare Snakemake, empty Snakefile")
-    print(f"{'measurement':<30}{'seconds':>9}{'x floor':>9}{'goal':>7}")
-    print(f"{'floor':<30}{floor:>9.2f}{1:>9.2f}")
-    notes = {cold: "(validated afresh)", reference: "(reference: Snakemake's own DAG work)"}
-    for name in [*GOALS, cold, reference]:
-        seconds = statistics.median(samples[name])
-        # each round's ratio to that round's floor, then their median: load that hits a round hits both
-        ratio = statistics.median(s / f for s, f in zip(samples[name], samples["floor"]))
-        if name in GOALS:
-            verdict = "ok" if ratio <= GOALS[name] else "MISSED"
-            print(f"{name:<30}{seconds:>9.2f}{ratio:>9.2f}{GOALS[name]:>7.1f}  {verdict}")
-        else:
-            print(f"{name:<30}{seconds:>9.2f}{ratio:>9.2f}      -  {notes[name]}")
-    print(f"{'fig8 from a clean results/':<30}{first:>9.2f}{first / floor:>9.2f}")
+    print(f"snakemake {version('snakemake')}; {jobs} jobs in the full dry-run; load before: {loads[0]}; after: {loads[1]}")
+    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE]]
+    rows += [(DRY, REFERENCE, None)]  # what the rules add over Snakemake's own work on as many jobs
+    if args.rounds:
+        print_timed(samples, rows, args.rounds)
+    if args.instructions:
+        print(f"instructions executed (valgrind callgrind, one run each); floor {counted['floor'] / 1e9:.2f} billion")
+        for name, over, goal in rows:
+            label = name if over == "floor" else f"{name} / bare"
+            ratio = counted[name] / counted[over]
+            judged = f"goal {goal:.1f}  {'ok' if ratio <= goal else 'MISSED'}" if goal else ""
+            print(f"{label:<31}{counted[name] / 1e9:>7.2f} {ratio:>5.2f}  {judged}")
+    floor = statistics.median(wall for wall, _ in samples["floor"]) if args.rounds else float("nan")
+    print(f"{'fig8 from a clean results/':<31}{first[0]:>7.2f} {first[0] / floor:5.2f}")
 
 
 if __name__ == "__main__":

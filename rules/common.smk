@@ -17,6 +17,7 @@ from repro.rulesettings import (
     trims_store_settings,
 )
 from repro.trims.service import stop_store_started_since
+from repro.wildcards import one_of
 
 try:
     from snakemake.common import overwrite_function_params
@@ -38,11 +39,6 @@ TRIMS_MODELS = trims_models(config)
 ASSETS_IN_GCS = config["trims"]["asset_store"].startswith("gs://")
 TRIMS_DISTRIBUTIONS = config["trims"]["distributions"]["runs"]
 TRIMS_CONCURRENCY = config["trims"]["distributions"]["concurrency"]
-
-
-def one_of(names, none):
-    """A wildcard constraint matching exactly these names (`none` when there are none)."""
-    return "|".join(re.escape(name) for name in names) or none
 
 
 wildcard_constraints:
