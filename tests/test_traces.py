@@ -687,6 +687,11 @@ OVERFLOWS = {
                        {"ph": "E", "ts": 1e308, "pid": 1, "tid": 1}],
     "far apart events": [{"ph": "i", "name": "x", "ts": -1e308, "pid": 1, "tid": 1},
                          {"ph": "i", "name": "y", "ts": 1e308, "pid": 1, "tid": 1}],
+    "far apart around an ignored span": [
+        {"ph": "i", "name": "x", "ts": -1e308, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "warmup", "cat": "ignore", "ts": 0, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 1, "pid": 1, "tid": 1},
+        {"ph": "i", "name": "y", "ts": 1e308, "pid": 1, "tid": 1}],
 }
 
 
@@ -696,6 +701,7 @@ def _no_constants(name):
 
 @pytest.mark.parametrize("name", sorted(OVERFLOWS))
 @pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # an error message, not numpy's warning besides it
 def test_no_output_holds_infinity_or_nan(tmp_path, capsys, monkeypatch, name, chunked):
     """Timestamps whose sums or differences overflow give a clear error or finite values."""
     path = dump(tmp_path / "t.json", {"traceEvents": OVERFLOWS[name]})

@@ -181,9 +181,10 @@ class _Shift:
         i = np.searchsorted(self.ends, ts, side="right")
         removed = self.before[i]
         inside = i < self.starts.size
-        partial = np.where(inside, ts - self.starts[np.minimum(i, self.starts.size - 1)], 0)
-        removed = removed + np.where(inside & (partial > 0), partial, 0)
-        return ts - removed - self.origin
+        with np.errstate(over="ignore", invalid="ignore"):  # shifted() reports what is not finite
+            partial = np.where(inside, ts - self.starts[np.minimum(i, self.starts.size - 1)], 0)
+            removed = removed + np.where(inside & (partial > 0), partial, 0)
+            return ts - removed - self.origin
 
 
 def _without(columns, drops):
