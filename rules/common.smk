@@ -2,6 +2,7 @@ import inspect
 import re
 import time
 
+from repro.commandpath import put_own_bin_first
 from repro.rulesettings import (
     Settings,
     calibrated_pipelines,
@@ -28,6 +29,7 @@ except ImportError:  # another Snakemake: it inspects the signature at every cal
 
 
 INVOCATION_STARTED = time.time()
+put_own_bin_first()  # the rules run `repro` from this environment, also when it is not on PATH
 BACKEND = config["backend"]
 CLUSTER_SETTINGS = cluster_settings(config)
 PIPELINES = calibrated_pipelines(config)

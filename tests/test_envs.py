@@ -49,7 +49,7 @@ def test_a_non_editable_install_runs_the_workflow(tmp_path):
                            capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
     assert where.startswith(str(site)), where  # the installed copy, not the source tree
     work = copy_workflow(tmp_path / "work")
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # the environment not activated: its repro found all the same
     try:
         proc = subprocess.run([str(venv / "bin" / "python"), "-m", "snakemake", "plots/Getting_started.pdf", "--cores", "1",
                                *configfiles(work)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
@@ -57,3 +57,19 @@ def test_a_non_editable_install_runs_the_workflow(tmp_path):
         assert (work / "plots" / "Getting_started.pdf").stat().st_size > 1000
     finally:
         stop_clusters(work)
+
+
+def test_the_rules_find_repro_in_the_environment_snakemake_runs_from(tmp_path):
+    from repro.commandpath import own_bin_first, put_own_bin_first
+
+    venv_bin, other = tmp_path / "venv" / "bin", tmp_path / "other"
+    venv_bin.mkdir(parents=True)
+    python = venv_bin / "python"
+    assert own_bin_first("/usr/bin:/bin", python) == "/usr/bin:/bin"  # no repro there: PATH as it was
+    (venv_bin / "repro").touch()
+    assert own_bin_first("/usr/bin:/bin", python) == f"{venv_bin}:/usr/bin:/bin"
+    assert own_bin_first(f"{other}:{venv_bin}:/bin", python) == f"{venv_bin}:{other}:/bin"  # first, once
+    assert own_bin_first("", python) == str(venv_bin)
+    environ = {"PATH": "/bin"}
+    put_own_bin_first(environ)  # what the workflow does at start, with its own interpreter
+    assert environ["PATH"].split(":")[0] == str(Path(sys.executable).parent)
