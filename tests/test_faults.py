@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -532,3 +533,13 @@ def test_json_output_never_holds_non_finite_numbers(tmp_path):
     with pytest.raises(ReproError, match=r"out.json: runs\[1\].latency is not a finite number"):
         write_json(target, {"runs": [{"latency": 1.0}, {"latency": float("inf")}]})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_are_readable_as_the_umask_allows(tmp_path):
+    """Written beside the target and renamed, an output still gets the mode open() would give it,
+    not the owner-only mode of its temporary file."""
+    write_json(tmp_path / "out.json", {"ok": 1})
+    (tmp_path / "opened").write_text("")
+    mode = stat.S_IMODE((tmp_path / "opened").stat().st_mode)
+    assert mode & 0o044  # the usual umask lets others read: the comparison below can tell
+    assert stat.S_IMODE((tmp_path / "out.json").stat().st_mode) == mode

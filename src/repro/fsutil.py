@@ -16,6 +16,16 @@ from pathlib import Path
 from repro.errors import ReproError
 
 
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates its file readable by its owner only; the output gets the mode open() would give it
+OUTPUT_MODE = 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_path(target):
     """Yield a temporary path in the target's directory; rename it to `target` on success."""
@@ -30,6 +40,7 @@ def atomic_path(target):
         raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
     try:
         yield Path(tmp)
+        os.chmod(tmp, OUTPUT_MODE)
         os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
