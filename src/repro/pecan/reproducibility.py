@@ -39,8 +39,13 @@ def plotted_numbers(figures, calibrations, rows_by_figure):
     """{name: value}: the calibration results and every figure's plotted costs (bar segment means)."""
     numbers = {}
     for pipeline, calibration in calibrations.items():
+        if "reference_kernel" not in calibration:
+            raise ReproError(f"calibration of {pipeline!r} has no reference kernel (an older file); "
+                             "measure it again (snakemake --forcerun calibrate)")
+        numbers[f"calibration {pipeline} reference kernel ms"] = calibration["reference_kernel"]["cpu_s"] * 1e3
         for order in ("declared", "autoorder"):
             numbers[f"calibration {pipeline} {order} ms/element"] = calibration[order]["cpu_s_per_element"] * 1e3
+            numbers[f"calibration {pipeline} {order} per reference kernel"] = calibration[order]["per_reference_kernel"]
         numbers[f"calibration {pipeline} AutoOrder saving %"] = calibration["autoorder_saving"] * 100
     for figure in figures:
         for row in rows_by_figure[figure]:
@@ -89,23 +94,30 @@ def results_numbers(config, figures, results):
 
 
 def tolerance_of(name, tolerance):
-    """(kind, value) the configured tolerance for one number: relative, or absolute points."""
+    """(kind, value) the configured tolerance for one number: relative, or absolute points; none for
+    absolute CPU times, which follow the machine's speed from minute to minute (the calibration
+    holds its costs per reference kernel instead, timed beside them)."""
     if name.endswith("saving %"):
         return "points", tolerance["saving_points"]
+    if name.endswith((" ms", " ms/element")):
+        return "none", None
     if name.startswith("calibration"):
         return "relative", tolerance["calibration_relative"]
     return "relative_or_dollars", (tolerance["cost_relative"], tolerance["cost_dollars"])
 
 
 def compare(first, second, tolerance):
-    """One row per number: both values, their difference and whether it is within tolerance."""
+    """One row per number: both values, their difference and whether it is within tolerance
+    (`-` for a number shown but not held to one)."""
     rows = []
     for name in first:
         a, b = first[name], second[name]
         kind, limit = tolerance_of(name, tolerance)
         difference = b - a
         scale = max(abs(a), abs(b))
-        if kind == "points":
+        if kind == "none":
+            within, text = None, "none: the machine's speed"
+        elif kind == "points":
             within, text = abs(difference) <= limit, f"±{limit:g} points"
         elif kind == "relative":
             within, text = abs(difference) <= limit * scale, f"±{limit:.0%}"
@@ -113,8 +125,14 @@ def compare(first, second, tolerance):
             within = abs(difference) <= max(limit[0] * scale, limit[1])
             text = f"±{limit[0]:.0%} or ${limit[1]:g}"
         rows.append({"number": name, "first": round(a, 4), "second": round(b, 4), "difference": round(difference, 4),
-                     "tolerance": text, "within": "yes" if within else "no"})
+                     "tolerance": text, "within": "-" if within is None else "yes" if within else "no"})
     return rows
+
+
+def outside(rows):
+    """The numbers held to a tolerance, and those of them outside it: (held, outside) name lists."""
+    held = [r["number"] for r in rows if r["within"] != "-"]
+    return held, [r["number"] for r in rows if r["within"] == "no"]
 
 
 def check(config, figures, scratch_root):
