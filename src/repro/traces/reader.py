@@ -26,6 +26,7 @@ import orjson
 
 from repro.errors import TraceError
 from repro.traces.events import PHASES, PHASES_WITHOUT_TS, check_event, first_bad_event
+from repro.traces.splice import spaced, words
 
 WHOLE_FILE_LIMIT = 64 << 20
 CHUNK_BYTES = 4 << 20
@@ -36,6 +37,7 @@ _SPACE = b" \t\r\n"
 _LISTED_HEAD = b'{"traceEvents":['
 _CUT_TRIES = 8  # places tried for a cut before the file is left to the general reading
 _LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the latest
+_BOUNDARY = int.from_bytes(b'},{"', "little")  # four bytes as splice.words reads them
 
 
 @contextmanager
@@ -152,32 +154,35 @@ def _compact_columns(events):
 
 
 class EventTexts:
-    """The JSON texts of a chunk's events, within the chunk's JSON array ``[e0,e1,...]``; NotCompact
-    unless the events follow each other with one comma and no whitespace, as orjson writes them."""
+    """The JSON texts of a chunk's `count` events, within the chunk's JSON array ``[e0,e1,...]``;
+    NotCompact unless it is written as orjson writes it: no escapes, no whitespace between tokens
+    (so events follow each other with one comma). `view` and `quads` are its bytes (splice.words)."""
 
-    def __init__(self, listed):
-        lengths = np.fromiter(map(len, _RAW_LIST.decode(listed)), np.int64)
-        self.ends = np.cumsum(lengths + 1)  # each event and the comma (or '[') before it
-        self.starts = self.ends - lengths
-        if (self.ends[-1] + 1 if lengths.size else 2) != len(listed):
+    def __init__(self, listed, count):
+        if b"\\" in listed:
+            raise NotCompact  # escapes: orjson may write them otherwise (and an escaped quote would mislead spaced)
+        self.view, self.quads = words(listed)
+        if spaced(self.view):
             raise NotCompact
-        self.listed, self.lengths = listed, lengths
+        # each boundary between two events (objects with a key each) reads '},{"'; where these are
+        # as many as the boundaries, they are the boundaries (a string or an args list may hold one)
+        cuts = np.flatnonzero(self.quads == _BOUNDARY)
+        if count and cuts.size == count - 1 and listed[1:2] == b"{" and listed[-2:] == b"}]":
+            self.starts = np.concatenate([[1], cuts + 2])
+            self.ends = np.append(cuts + 1, len(listed) - 1)
+        else:
+            lengths = np.fromiter(map(len, _RAW_LIST.decode(listed)), np.int64)
+            self.ends = np.cumsum(lengths + 1)  # each event and the comma (or '[') before it
+            self.starts = self.ends - lengths
+            if (self.ends[-1] + 1 if lengths.size else 2) != len(listed):
+                raise NotCompact
+        self.listed, self.lengths = listed, self.ends - self.starts
 
     def __len__(self):
         return self.lengths.size
 
     def __getitem__(self, i):
         return self.listed[self.starts[i] : self.ends[i]]
-
-    def joined(self, positions):
-        """The texts of the events at `positions` (ascending), comma-separated."""
-        if len(positions) == self.lengths.size:
-            return self.listed[1:-1]
-        positions = np.asarray(positions, np.int64)
-        gap = np.flatnonzero(np.diff(positions) != 1)  # runs of neighbours are copied in one piece
-        first, last = positions[np.concatenate([[0], gap + 1])], positions[np.append(gap, positions.size - 1)]
-        take = self.listed.__getitem__
-        return b",".join(map(take, map(slice, self.starts[first].tolist(), self.ends[last].tolist())))
 
 
 class TraceReader:
@@ -274,7 +279,7 @@ class TraceReader:
             sources = self._split()
         for listed, events in sources:
             columns = _compact_columns(events)
-            yield (events, columns, EventTexts(listed.strip(_SPACE))) if with_json else (events, columns)
+            yield (events, columns, EventTexts(listed.strip(_SPACE), len(events))) if with_json else (events, columns)
 
     # -- internals ----------------------------------------------------------------------
     def _split(self):
