@@ -26,7 +26,7 @@ import orjson
 
 from repro.errors import TraceError
 from repro.traces.events import PHASES, PHASES_WITHOUT_TS, check_event, first_bad_event
-from repro.traces.splice import spaced, words
+from repro.traces.splice import find, spaced, words
 
 WHOLE_FILE_LIMIT = 64 << 20
 CHUNK_BYTES = 4 << 20
@@ -37,7 +37,6 @@ _SPACE = b" \t\r\n"
 _LISTED_HEAD = b'{"traceEvents":['
 _CUT_TRIES = 8  # places tried for a cut before the file is left to the general reading
 _LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the latest
-_BOUNDARY = int.from_bytes(b'},{"', "little")  # four bytes as splice.words reads them
 
 
 @contextmanager
@@ -166,7 +165,7 @@ class EventTexts:
             raise NotCompact
         # each boundary between two events (objects with a key each) reads '},{"'; where these are
         # as many as the boundaries, they are the boundaries (a string or an args list may hold one)
-        cuts = np.flatnonzero(self.quads == _BOUNDARY)
+        cuts = find(self.quads, b'},{"')
         if count and cuts.size == count - 1 and listed[1:2] == b"{" and listed[-2:] == b"}]":
             self.starts = np.concatenate([[1], cuts + 2])
             self.ends = np.append(cuts + 1, len(listed) - 1)

@@ -9,15 +9,24 @@ ends where these functions say.
 """
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 _QUOTE, _COMMA, _BRACE = ord('"'), ord(","), ord("}")
+_NO_WORDS = np.zeros(0, "<u4")
+_SPAN = 32  # bytes looked at first for the end of a value: a number's text is shorter
 
 
 def words(text):
-    """The text's bytes as an array, and every 4 bytes from each offset as one integer (a strided
-    view: no copy), for `key_values`."""
-    view = np.frombuffer(text, np.uint8)
-    return view, np.ndarray((max(len(text) - 3, 0),), "<u4", text, strides=(1,))
+    """The text's bytes as an array, and its bytes read four at a time from offsets 0, 1, 2 and 3
+    (integers compared whole, see `find`; views, no copies)."""
+    quads = [np.frombuffer(text, "<u4", (len(text) - k) // 4, k) if len(text) >= k + 4 else _NO_WORDS for k in range(4)]
+    return np.frombuffer(text, np.uint8), quads
+
+
+def find(quads, pattern):
+    """The offsets of every occurrence of the four bytes `pattern` in the text, ascending."""
+    word = int.from_bytes(pattern, "little")
+    return np.sort(np.concatenate([np.flatnonzero(q == word) * 4 + k for k, q in enumerate(quads)]))
 
 
 def spaced(view):
@@ -30,8 +39,8 @@ def spaced(view):
 def key_values(view, quads, key):
     """The offsets of the values of every ``"key":`` in the text (`view`, `quads` from `words`)."""
     pattern = b'"' + key + b'":'
-    at = np.flatnonzero(quads == int.from_bytes(pattern[:4], "little"))
-    at = at[at + len(pattern) <= view.size]  # a value follows every key of valid JSON; this one is cut off
+    at = find(quads, pattern[:4])
+    at = at[at + len(pattern) < view.size]  # a value follows every key of valid JSON; this one is cut off
     for offset in range(4, len(pattern)):
         at = at[view[at + offset] == pattern[offset]]
     return at + len(pattern)
@@ -39,9 +48,20 @@ def key_values(view, quads, key):
 
 def value_ends(view, starts):
     """Where the values at `starts` end (exclusive): a number (or literal) at the next comma or
-    brace, which no number holds; a string after its closing quote."""
-    stops = np.flatnonzero((view == _COMMA) | (view == _BRACE))
-    ends = stops[np.searchsorted(stops, starts)]
+    brace, which no number holds; a string after its closing quote. The next comma or brace is
+    looked for in the few bytes after each start first, over the rest only for the values it is
+    not in."""
+    ends = np.full_like(starts, -1)
+    near = starts <= view.size - _SPAN
+    if near.any():
+        rows = sliding_window_view(view, _SPAN)[starts[near]]
+        stop = (rows == _COMMA) | (rows == _BRACE)
+        ends[near] = np.where(stop.any(axis=1), starts[near] + stop.argmax(axis=1), -1)
+    rest = np.flatnonzero(ends < 0)
+    if rest.size:
+        lo = int(starts[rest].min())
+        stops = lo + np.flatnonzero((view[lo:] == _COMMA) | (view[lo:] == _BRACE))
+        ends[rest] = stops[np.searchsorted(stops, starts[rest])]
     strings = view[starts] == _QUOTE
     if strings.any():
         quotes = np.flatnonzero(view == _QUOTE)
