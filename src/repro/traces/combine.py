@@ -324,12 +324,16 @@ def _check_depth(texts):
             raise NotCompact from None
 
 
-def _one_each(keys, event_ends, kept, wanted):
+def _one_each(keys, texts, kept, wanted):
     """The key (offset) of each kept event that `wanted` says has one, in event order; NotCompact
     unless every kept event holds exactly as many as `wanted` gives it (1 or 0): its own field,
     and no key of that name nested in it (or repeated, or holding null)."""
-    owner = np.searchsorted(event_ends, keys, side="right")  # the event each key lies in
-    if not np.array_equal(np.bincount(owner, minlength=event_ends.size)[kept], wanted):
+    if keys.size == texts.starts.size and wanted is None:  # as many as events: one in each, or not
+        if ((keys >= texts.starts) & (keys < texts.ends)).all():
+            return keys[kept]
+    owner = np.searchsorted(texts.ends, keys, side="right")  # the event each key lies in
+    wanted = np.ones(kept.size, np.int64) if wanted is None else wanted.astype(np.int64)
+    if not np.array_equal(np.bincount(owner, minlength=texts.ends.size)[kept], wanted):
         raise NotCompact
     return keys[np.searchsorted(owner, kept[wanted.astype(bool)])]
 
@@ -363,10 +367,9 @@ class _CompactSpool:
         if None in new_pids:
             raise NotCompact  # an event without a pid (or a null one) is given one at its end
         view, quads, starts, ends = texts.view, texts.quads, texts.starts[kept], texts.ends[kept]
-        each = np.ones(kept.size, np.int64)
-        pid_at = _one_each(key_values(view, quads, b"pid"), texts.ends, kept, each)
+        pid_at = _one_each(key_values(view, quads, b"pid"), texts, kept, None)
         has_ts = np.fromiter(map(is_not, stamps, repeat(None)), bool, kept.size) if None in stamps else None
-        ts_at = _one_each(key_values(view, quads, b"ts"), texts.ends, kept, each if has_ts is None else has_ts.astype(np.int64))
+        ts_at = _one_each(key_values(view, quads, b"ts"), texts, kept, has_ts)
         pid_until, ts_until = np.split(value_ends(view, np.concatenate([pid_at, ts_at])), [pid_at.size])
         gaps = np.flatnonzero(np.diff(kept) > 1)  # the dropped events after these go, with one comma
         at, until, fixed = [ends[gaps]], [starts[gaps + 1]], [b","] * gaps.size
@@ -414,11 +417,9 @@ class _CompactSpool:
 def _next_to_each_other(view, ts_at, ts_until, pid_at, pid_until):
     """The bytes between each event's ts and pid values where these are the same in every event
     (a few), else None: the two values and these bytes can then be written as one."""
-    ts_first = ts_at < pid_at
-    if not ts_first.size or (ts_first != ts_first[0]).any():
-        return None  # the order differs between events
-    first, gap = (ts_until, pid_at - ts_until) if ts_first[0] else (pid_until, ts_at - pid_until)
-    if gap[0] > _NEAR or (gap != gap[0]).any():
+    ts_first = bool(ts_at[0] < pid_at[0])
+    first, gap = (ts_until, pid_at - ts_until) if ts_first else (pid_until, ts_at - pid_until)
+    if gap[0] > _NEAR or (gap != gap[0]).any():  # an event with the values the other way round has gap < 0
         return None
     for k in range(int(gap[0])):
         if (view[first + k] != view[first[0] + k]).any():

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from itertools import compress, repeat
 from operator import attrgetter, eq, is_
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import numpy as np
@@ -75,12 +76,15 @@ class NotCompact(Exception):
     which gives the same result or the same error as before."""
 
 
+_PHASE = Literal[tuple(sorted(PHASES))]
+
+
 class Event(msgspec.Struct, gc=False):
     """The fields of an event the tools read, with the types the checks allow (see
     events.check_event: a value of another type fails the decoding); the other fields are skipped,
     never built. Absent fields read as dict.get gives them (None, and 0 for ``dur``)."""
 
-    ph: str | None = None
+    ph: _PHASE | None = None  # one of the strings themselves, no new one per event
     ts: int | float | None = None
     pid: int | float | str | None = None
     tid: int | float | str | None = None
@@ -134,7 +138,7 @@ def _compact_columns(events):
     types have not made already; NotCompact if one fails."""
     columns = {key: field_values(events, key) for key in ("ph", "ts", "pid", "tid")}
     phases, stamps = columns["ph"], columns["ts"]
-    if not set(phases) <= PHASES:
+    if None in phases:  # any other value not in PHASES failed the decoding
         raise NotCompact
     if None in stamps:  # only metadata may lack a ts
         if not set(compress(phases, map(is_, stamps, repeat(None)))) <= PHASES_WITHOUT_TS:
@@ -161,7 +165,7 @@ class EventTexts:
         if b"\\" in listed:
             raise NotCompact  # escapes: orjson may write them otherwise (and an escaped quote would mislead spaced)
         self.view, self.quads = words(listed)
-        if spaced(self.view):
+        if spaced(listed):
             raise NotCompact
         # each boundary between two events (objects with a key each) reads '},{"'; where these are
         # as many as the boundaries, they are the boundaries (a string or an args list may hold one)
