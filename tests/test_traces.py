@@ -886,6 +886,15 @@ def _same_as_general(tmp_path, monkeypatch, path, options, compact=True):
     assert (tmp_path / "compact.json").read_bytes() == (tmp_path / "general.json").read_bytes()
 
 
+def _combined_as_general(tmp_path, monkeypatch, path, options, adjust=True):
+    """Combine `path` as ever and as the general reading does: the same bytes."""
+    combine([path], tmp_path / "c.json", adjust=adjust, reader_options=options)
+    with monkeypatch.context() as m:
+        _general_only(m)
+        combine([path], tmp_path / "g.json", adjust=adjust, reader_options=options)
+    assert (tmp_path / "c.json").read_bytes() == (tmp_path / "g.json").read_bytes()
+
+
 def _scan_spy(monkeypatch):
     """The number of times a reader scans a file's structure."""
     scans = []
@@ -923,11 +932,7 @@ def test_compact_timestamps_written_otherwise_than_orjson_writes_them_are_writte
     path.write_bytes(text)
     for options in ({}, {"whole_file_limit": 0, "chunk_bytes": 100}):
         for adjust in (True, False):
-            combine([path], tmp_path / "c.json", adjust=adjust, reader_options=options)
-            with monkeypatch.context() as m:
-                _general_only(m)
-                combine([path], tmp_path / "g.json", adjust=adjust, reader_options=options)
-            assert (tmp_path / "c.json").read_bytes() == (tmp_path / "g.json").read_bytes()
+            _combined_as_general(tmp_path, monkeypatch, path, options, adjust)
         _same_as_general(tmp_path, monkeypatch, path, options)
 
 
@@ -1299,15 +1304,8 @@ def test_copied_events_are_the_bytes_the_general_reading_writes(tmp_path, monkey
     path = tmp_path / "t.json"
     path.write_bytes(text)
     for adjust in (True, False):
-        combine([path], tmp_path / "c.json", adjust=adjust, reader_options=options)
-        with monkeypatch.context() as m:
-            _general_only(m)
-            combine([path], tmp_path / "g.json", adjust=adjust, reader_options=options)
-        assert (tmp_path / "c.json").read_bytes() == (tmp_path / "g.json").read_bytes()
+        _combined_as_general(tmp_path, monkeypatch, path, options, adjust)
     _same_as_general(tmp_path, monkeypatch, path, options, compact=copied)
-
-
-KEYS = st.sampled_from(["name", "cat", "ts", "pid", "tid", "args", "s"])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -1327,8 +1325,4 @@ def test_copied_events_whatever_their_keys_order_values_and_args(tmp_path, monke
         trace.append({"ph": "i", "s": "t", **{key: fields[key] for key in order if fields[key] is not None}})
     path = dump(tmp_path / "t.json", trace)
     for options in ({}, {"whole_file_limit": 0, "chunk_bytes": chunk}):
-        combine([path], tmp_path / "c.json", reader_options=options)
-        with monkeypatch.context() as m:
-            _general_only(m)
-            combine([path], tmp_path / "g.json", reader_options=options)
-        assert (tmp_path / "c.json").read_bytes() == (tmp_path / "g.json").read_bytes()
+        _combined_as_general(tmp_path, monkeypatch, path, options)
