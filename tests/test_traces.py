@@ -886,6 +886,15 @@ def _same_as_general(tmp_path, monkeypatch, path, options, compact=True):
     assert (tmp_path / "compact.json").read_bytes() == (tmp_path / "general.json").read_bytes()
 
 
+def _combined_as_general(tmp_path, monkeypatch, path, options, adjust=True):
+    """Combine `path` as ever and as the general reading does: the same bytes."""
+    combine([path], tmp_path / "c.json", adjust=adjust, reader_options=options)
+    with monkeypatch.context() as m:
+        _general_only(m)
+        combine([path], tmp_path / "g.json", adjust=adjust, reader_options=options)
+    assert (tmp_path / "c.json").read_bytes() == (tmp_path / "g.json").read_bytes()
+
+
 def _scan_spy(monkeypatch):
     """The number of times a reader scans a file's structure."""
     scans = []
@@ -923,11 +932,7 @@ def test_compact_timestamps_written_otherwise_than_orjson_writes_them_are_writte
     path.write_bytes(text)
     for options in ({}, {"whole_file_limit": 0, "chunk_bytes": 100}):
         for adjust in (True, False):
-            combine([path], tmp_path / "c.json", adjust=adjust, reader_options=options)
-            with monkeypatch.context() as m:
-                _general_only(m)
-                combine([path], tmp_path / "g.json", adjust=adjust, reader_options=options)
-            assert (tmp_path / "c.json").read_bytes() == (tmp_path / "g.json").read_bytes()
+            _combined_as_general(tmp_path, monkeypatch, path, options, adjust)
         _same_as_general(tmp_path, monkeypatch, path, options)
 
 
@@ -1190,3 +1195,134 @@ def test_a_file_read_in_chunks_waits_serialised_one_read_whole_as_events(tmp_pat
     events = [{"ph": "i", "name": "a", "ts": 1, "pid": 1, "tid": 1, "s": "t"}]
     spool = _read_input(dump(tmp_path / "t.json", events), 1, True, True, options, False)[2]
     assert spool.serialise is bool(options)
+
+
+# -- byte-level edits of compact text: splice -----------------------------------------------
+
+
+def test_find_and_key_values_find_keys_at_every_alignment_and_depth_only_as_keys():
+    import re
+
+    from repro.traces.splice import find, key_values, words
+
+    for pad in range(8):  # every offset modulo the four bytes read at once
+        text = (b'[{"a":"' + b"x" * pad + b'","ts":12,"pid":3},{"ts":-4.5e-3,"b":{"ts":"n"},"xts":1,"tsx":2,'
+                b'"name":"ts","pid":"p,}"},{"pid":0,"ts":7}]')
+        view, quads = words(text)
+        assert find(quads, b'"ts"').tolist() == [m.start() for m in re.finditer(b'"ts"', text)]
+        assert [text[i : i + 3] for i in key_values(view, quads, b"ts")] == [b"12,", b"-4.", b'"n"', b"7}]"]
+        assert [text[i : i + 3] for i in key_values(view, quads, b"pid")] == [b"3},", b'"p,', b'0,"']
+    view, quads = words(b'{"ts":')  # a key with its value cut off, and texts shorter than four bytes
+    assert key_values(view, quads, b"ts").size == 0
+    for text in (b"", b"[", b"[]", b"[1]"):
+        assert find(words(text)[1], b'},{"').size == 0
+
+
+def test_value_ends_of_numbers_strings_long_values_and_values_at_the_end():
+    import numpy as np
+
+    from repro.traces.splice import key_values, value_ends, words
+
+    long = b"1." + b"0" * 60 + b"1"  # longer than the window looked at first
+    text = (b'[{"ts":' + long + b',"pid":"a,b}c"},{"pid":-1e+5,"ts":-0},{"ts":1E3,"pid":"x"},'
+            b'{"pid":2,"args":{"k":[{"a":1},{"b":2}]},"ts":2.5}]')
+    view, quads = words(text)
+    starts = np.concatenate([key_values(view, quads, b"ts"), key_values(view, quads, b"pid")])
+    values = [text[a:b] for a, b in zip(starts, value_ends(view, starts))]
+    assert values == [long, b"-0", b"1E3", b"2.5", b'"a,b}c"', b"-1e+5", b'"x"', b"2"]
+
+
+def test_splice_replaces_each_range_and_copies_the_rest():
+    import numpy as np
+
+    from repro.traces.splice import splice
+
+    text = b"0123456789"
+    edit = np.array([0, 3, 5, 9]), np.array([1, 5, 5, 10])  # at the start, an empty range, at the end
+    assert splice(text, 0, 10, *edit, [b"a", b"", b"<>", b"zz"]) == b"a12<>5678zz"
+    assert splice(text, 2, 8, np.array([3, 4]), np.array([4, 7]), [b"X", b"Y"]) == b"2XY7"
+    assert splice(text, 2, 8, np.zeros(0, int), np.zeros(0, int), []) == b"234567"
+
+
+def _copied_events(events, **spell):
+    """orjson's text of the events, each key:value of `spell` (bytes) written as given instead."""
+    text = orjson.dumps(events)
+    for old, new in spell.items():
+        assert old.encode() in text
+        text = text.replace(old.encode(), new)
+    return text
+
+
+def _ignored_pair(ts, tid=9):
+    return [{"ph": "B", "name": "warmup", "cat": "ignore", "ts": ts, "pid": 1, "tid": tid},
+            {"ph": "E", "ts": ts + 5, "pid": 1, "tid": tid}]
+
+
+def _plain(n, ts=100, **extra):
+    return [dict({"name": f"e{i}", "ph": "i", "ts": ts + i, "pid": 1, "tid": 1, "s": "t"}, **extra) for i in range(n)]
+
+
+COPIED = {  # inputs combine copies through, rewriting pid and ts in the bytes; (text, copied)
+    "ts and pid words in strings": (orjson.dumps([*_plain(2, name="ts", cat="pid"), dict(_plain(1)[0], args={
+        "note": "ts: pid: },{ ", "k": ["ts", "pid"], "tsx": 1, "xpid": 2})]), True),
+    "boundaries in strings and args": (orjson.dumps([dict(e, name="a},{", args={"l": [{"x": 1}, {"y": {"z": 2}}]})
+                                                     for e in _plain(4)]), True),
+    "negative and float timestamps": (orjson.dumps([*_plain(1, ts=-5), *_plain(1, ts=-0.5), *_plain(1, ts=1e-7),
+                                                    *_plain(1, ts=123456789012345678), *_plain(1, ts=2.5e15)]), True),
+    "exponents and other spellings": (_copied_events(_plain(5, ts=0), **{
+        '"ts":0,': b'"ts":-0,', '"ts":1,': b'"ts":1E0,', '"ts":2,': b'"ts":2.0e+0,', '"ts":3,': b'"ts":3.000,',
+        '"ts":4,': b'"ts":4' + b"0" * 40 + b"e-40,"}), True),
+    "nested ts and pid in dropped events only": (orjson.dumps([
+        *_plain(2), dict(_ignored_pair(50)[0], args={"ts": 1, "pid": 2}), _ignored_pair(50)[1], *_plain(2, ts=200)]), True),
+    "nested ts in a kept event": (orjson.dumps([*_plain(2), dict(_plain(1)[0], args={"ts": 1})]), False),
+    "nested pid in a kept event": (orjson.dumps([*_plain(2), dict(_plain(1)[0], args={"pid": 1})]), False),
+    "pid before ts": (orjson.dumps([{"pid": 1, "ts": 100 + i, "ph": "i", "name": "a", "tid": 1} for i in range(4)]), True),
+    "the same bytes between ts and pid": (orjson.dumps([{"ts": 10 + i, "tid": 1, "pid": 1, "ph": "i"} for i in range(4)]), True),
+    "other bytes between ts and pid": (orjson.dumps([{"ts": 10 + i, "tid": i, "pid": 1, "ph": "i"} for i in range(4)]), True),
+    "ts and pid in either order": (orjson.dumps([{"ts": 1, "pid": 1, "ph": "i"}, {"pid": 1, "ts": 2, "ph": "i"}]), True),
+    "string pids with commas and braces": (orjson.dumps([*_plain(2), *(dict(e, pid="a,b}c") for e in _plain(2, ts=300))]), True),
+    "one string pid": (orjson.dumps([dict(e, pid="p}") for e in _plain(3)]), True),
+    "metadata with and without ts": (orjson.dumps([
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "t"}},
+        {"ph": "M", "name": "thread_name", "ts": 5, "pid": 1, "tid": 2, "args": {"name": "u"}}, *_plain(3)]), True),
+    "dropped first, last and between": (orjson.dumps([*_ignored_pair(1), *_ignored_pair(8), *_plain(2, ts=20),
+                                                      *_ignored_pair(30), *_plain(1, ts=40), *_ignored_pair(50)]), True),
+    "everything dropped": (orjson.dumps([*_ignored_pair(1), *_ignored_pair(8)]), True),
+    "space inside strings": (orjson.dumps(_plain(3, name="two words")), True),
+    "space after a colon": (orjson.dumps(_plain(3)).replace(b'"ts":101', b'"ts": 101'), False),
+    "newline between events": (orjson.dumps(_plain(3)).replace(b"},{", b"},\n{", 1), False),
+    "tab inside args": (orjson.dumps([dict(e, args={"a": 1}) for e in _plain(3)]).replace(b'{"a"', b'{\t"a"', 1), False),
+    "an escape in a dropped event": (orjson.dumps([*_plain(2), dict(_ignored_pair(50)[0], name='q"'),
+                                                   _ignored_pair(50)[1]]), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COPIED))
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 60}], ids=["whole", "chunked"])
+def test_copied_events_are_the_bytes_the_general_reading_writes(tmp_path, monkeypatch, name, options):
+    text, copied = COPIED[name]
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    for adjust in (True, False):
+        _combined_as_general(tmp_path, monkeypatch, path, options, adjust)
+    _same_as_general(tmp_path, monkeypatch, path, options, compact=copied)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    events=st.lists(st.tuples(st.permutations(["name", "cat", "ts", "pid", "tid", "args"]), st.booleans(),
+                              st.one_of(st.integers(-10**6, 10**6), st.floats(-1e9, 1e9)), st.sampled_from([1, 2, "p,}"]),
+                              st.sampled_from([None, {}, {"ts": 1}, {"pid": 2}, {"l": [{"a": 1}, {"b": "},{"}]}])),
+                    min_size=1, max_size=12),
+    chunk=st.integers(20, 400),
+)
+def test_copied_events_whatever_their_keys_order_values_and_args(tmp_path, monkeypatch, events, chunk):
+    """Random key orders, ignored events, timestamps and pids of every type, args holding keys of
+    the same names or lists of objects: the combined bytes are the general reading's."""
+    trace = []
+    for order, ignored, ts, pid, args in events:
+        fields = {"name": "a", "cat": "ignore" if ignored else "c", "ts": ts, "pid": pid, "tid": 1, "args": args}
+        trace.append({"ph": "i", "s": "t", **{key: fields[key] for key in order if fields[key] is not None}})
+    path = dump(tmp_path / "t.json", trace)
+    for options in ({}, {"whole_file_limit": 0, "chunk_bytes": chunk}):
+        _combined_as_general(tmp_path, monkeypatch, path, options)

@@ -32,7 +32,8 @@ from repro.errors import TraceError
 from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher
-from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values
+from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values, keep_freed_memory
+from repro.traces.splice import key_values, splice, value_ends
 from repro.traces.writer import TraceWriter
 
 
@@ -102,11 +103,18 @@ def _kept_chunks(reader, plan, adjust, strict, compact=False):
             drops += _ignored(chunk, phases, stamps, columns["cat"], matched, plan.spans, values)
         drops = list(dict.fromkeys(drops))  # an ignored process_name is listed twice
         plan.dropped += len(drops) - matched.strays.size
-        kept = _without((list(range(len(chunk))) if compact else chunk, phases, stamps, pids), drops)
+        keep = None
+        if drops:
+            keep = np.ones(len(chunk), bool)
+            keep[drops] = False
+        kept = _without(([] if compact else chunk, phases, stamps, pids), keep)
         if compact:  # the positions of the kept events, and the texts they are at
-            kept = ((texts, kept[0]), *kept[1:])
+            kept = ((texts, np.arange(len(chunk)) if keep is None else np.flatnonzero(keep)), *kept[1:])
         _, kept_phases, kept_stamps, _ = kept
-        origin = min(compress(kept_stamps, map(ne, kept_phases, repeat("M"))), default=None)
+        if "M" in kept_phases:
+            origin = min(compress(kept_stamps, map(ne, kept_phases, repeat("M"))), default=None)
+        else:
+            origin = min(kept_stamps, default=None)
         if origin is not None and (plan.origin is None or origin < plan.origin):
             plan.origin = origin
         yield kept, index, sorted(drops)
@@ -187,13 +195,11 @@ class _Shift:
             return ts - removed - self.origin
 
 
-def _without(columns, drops):
-    """The chunk's (events, phases, stamps, pids) minus the events at the `drops` positions."""
-    if not drops:
+def _without(columns, keep):
+    """The chunk's (events, phases, stamps, pids) at the positions `keep` (a mask, None: all) marks."""
+    if keep is None:
         return columns
-    keep = [True] * len(columns[0])
-    for position in drops:
-        keep[position] = False
+    keep = keep.tolist()
     return tuple(list(compress(column, keep)) for column in columns)
 
 
@@ -305,8 +311,8 @@ class _Spool:
         return written
 
 
-_QUOTE, _COMMA, _BRACE = ord('"'), ord(","), ord("}")
 _DEEP_TEXT = 2 * 200  # an event this long may nest deeper than orjson writes
+_NEAR = 32  # bytes between an event's ts and pid values, the most written with them as one
 
 
 def _check_depth(texts):
@@ -318,10 +324,24 @@ def _check_depth(texts):
             raise NotCompact from None
 
 
+def _one_each(keys, texts, kept, wanted):
+    """The key (offset) of each kept event that `wanted` says has one, in event order; NotCompact
+    unless every kept event holds exactly as many as `wanted` gives it (1 or 0): its own field,
+    and no key of that name nested in it (or repeated, or holding null)."""
+    if keys.size == texts.starts.size and wanted is None:  # as many as events: one in each, or not
+        if ((keys >= texts.starts) & (keys < texts.ends)).all():
+            return keys[kept]
+    owner = np.searchsorted(texts.ends, keys, side="right")  # the event each key lies in
+    wanted = np.ones(kept.size, np.int64) if wanted is None else wanted.astype(np.int64)
+    if not np.array_equal(np.bincount(owner, minlength=texts.ends.size)[kept], wanted):
+        raise NotCompact
+    return keys[np.searchsorted(owner, kept[wanted.astype(bool)])]
+
+
 class _CompactSpool:
     """One input's kept events as their own JSON texts, copied through: only each pid and each
-    timestamp are rewritten, in the bytes, so no event is built or serialised. Every timestamp is
-    written anew in orjson's form, adjusted or not, as the general spool writes it.
+    timestamp are rewritten, in the bytes (splice), so no event is built or serialised. Every
+    timestamp is written anew in orjson's form, adjusted or not, as the general spool writes it.
 
     The text is copied only where it is what orjson writes for the event, so the combined trace is
     the one the general spool writes: one event per JSON text, in compact form (no whitespace
@@ -329,97 +349,82 @@ class _CompactSpool:
     else is NotCompact, and the input is read with orjson instead.
     """
 
-    _PID, _TS = b'"pid":', b'"ts":'
-
     def __init__(self, path, adjust):
         self.path, self.adjust = path, adjust
-        # (JSON of the events, their count, the offsets where its timestamps start and end, and
-        # (those timestamps, which of them to adjust: None for all))
+        # per chunk: its JSON array and the edits of its kept events (see add), their count, and
+        # (their timestamps, which of them to adjust: None for all)
         self.chunks = deque()
 
     def add(self, columns, pid_map, first, dropped):
-        (texts, positions), phases, stamps, pids = columns
-        if not positions:
+        """Note where the kept events' pids and timestamps are, and what leaving out the dropped
+        events between them takes: one comma in place of each run of them."""
+        (texts, kept), phases, stamps, pids = columns
+        if not kept.size:
             return
         if texts.lengths.max() >= _DEEP_TEXT:
-            _check_depth(texts[int(i)] for i in np.flatnonzero(texts.lengths >= _DEEP_TEXT))
-        body = texts.joined(positions)
-        if b"\\" in body:
-            raise NotCompact  # escapes: orjson may write them otherwise
-        view = np.frombuffer(body, np.uint8)
-        blank = np.flatnonzero(view <= 32)  # raw control characters are invalid inside strings
-        if blank.size and not (np.searchsorted(np.flatnonzero(view == _QUOTE), blank) % 2).all():
-            raise NotCompact  # whitespace between tokens
-        body = self._new_pids(body, pids, pid_map)
-        self.chunks.append((body, len(positions), *self._timestamps(body, phases, stamps)))
-
-    def _new_pids(self, body, pids, pid_map):
-        """The body with every event's pid replaced by its new one."""
-        distinct = list(dict.fromkeys(pids))
-        if None in distinct:
+            _check_depth(texts[int(i)] for i in kept[texts.lengths[kept] >= _DEEP_TEXT])
+        new_pids = {pid: orjson.dumps(pid_map[pid]) for pid in dict.fromkeys(pids)}
+        if None in new_pids:
             raise NotCompact  # an event without a pid (or a null one) is given one at its end
-        # every event has a pid: as many "pid":<old> as events means one each, and none nested
-        if len(distinct) == 1:  # the common case: split at the one pid, join with its new one
-            old, new = self._PID + orjson.dumps(distinct[0]), self._PID + orjson.dumps(pid_map[distinct[0]])
-            found = 0
-            for end in (b",", b"}"):  # the pid is followed by the next field, or ends the event
-                if found < len(pids):
-                    parts = body.split(old + end)
-                    found += len(parts) - 1
-                    body = (new + end).join(parts)
-            if found != len(pids):
-                raise NotCompact  # a pid written otherwise than orjson writes it
-            return body
-        olds = [self._PID + orjson.dumps(pid) for pid in distinct]
-        if sum(body.count(old + end) for old in olds for end in (b",", b"}")) != len(pids):
-            raise NotCompact
-        for n, old in enumerate(olds):  # through placeholders, so that no new pid is taken for an old one
-            body = body.replace(old + b",", b"\x00%d\x00," % n).replace(old + b"}", b"\x00%d\x00}" % n)
-        for n, pid in enumerate(distinct):
-            body = body.replace(b"\x00%d\x00" % n, self._PID + orjson.dumps(pid_map[pid]))
-        return body
-
-    def _timestamps(self, body, phases, stamps):
-        """Where the numbers of the body's "ts" fields start and end (arrays of offsets), and those
-        numbers (None for the metadata events' ones, which are written again as they are).
-
-        As many "ts" keys as numbered timestamps means one key each, and none nested; each number
-        follows its key (no whitespace between tokens) and ends at the first comma or brace, which
-        no number holds. Every number is written anew, in orjson's form, as the general path does.
-        """
-        numbered = [ts for ts in stamps if ts is not None] if None in stamps else stamps
-        if not numbered:
-            return None, None
-        keys = np.fromiter(map(len, body.split(self._TS)), np.int64)
-        if keys.size - 1 != len(numbered):
-            raise NotCompact  # a ts of null, an event with two, or a nested "ts" key
-        starts = np.cumsum(keys[:-1] + len(self._TS))
-        view = np.frombuffer(body, np.uint8)
-        value_ends = np.flatnonzero((view == _COMMA) | (view == _BRACE))
-        ends = value_ends[np.searchsorted(value_ends, starts)]  # a number ends the body never: a brace does
+        view, quads, starts, ends = texts.view, texts.quads, texts.starts[kept], texts.ends[kept]
+        pid_at = _one_each(key_values(view, quads, b"pid"), texts, kept, None)
+        has_ts = np.fromiter(map(is_not, stamps, repeat(None)), bool, kept.size) if None in stamps else None
+        ts_at = _one_each(key_values(view, quads, b"ts"), texts, kept, has_ts)
+        pid_until, ts_until = np.split(value_ends(view, np.concatenate([pid_at, ts_at])), [pid_at.size])
+        gaps = np.flatnonzero(np.diff(kept) > 1)  # the dropped events after these go, with one comma
+        at, until, fixed = [ends[gaps]], [starts[gaps + 1]], [b","] * gaps.size
+        around = None
+        if has_ts is None and len(new_pids) == 1:
+            around = _next_to_each_other(view, ts_at, ts_until, pid_at, pid_until)
+        if around is not None:  # one edit per event: its ts, the bytes between, its pid
+            at.append(np.minimum(ts_at, pid_at))
+            until.append(np.maximum(ts_until, pid_until))
+            new_pid = next(iter(new_pids.values()))
+            around = (new_pid + around, b"") if pid_at[0] < ts_at[0] else (b"", around + new_pid)
+        else:
+            at += [pid_at, ts_at]
+            until += [pid_until, ts_until]
+            fixed += map(new_pids.__getitem__, pids)
+            around = (b"", b"")
+        at, until = np.concatenate(at), np.concatenate(until)
+        order = np.argsort(at, kind="stable")  # into the fixed texts, then the timestamps' ones
+        numbered = stamps if has_ts is None else list(compress(stamps, has_ts))
         timed = None
         if self.adjust and "M" in phases:  # metadata events keep their timestamps
             timed = list(map(ne, compress(phases, map(is_not, stamps, repeat(None))), repeat("M")))
-        return (starts, ends), (numbered, timed)
+        edits = (int(starts[0]), int(ends[-1]), at[order], until[order], order.tolist(), fixed, around)
+        self.chunks.append((texts.listed, edits, kept.size, (numbered, timed) if numbered else None))
 
     def write(self, writer, pid_map, shift):
         written = 0
         while self.chunks:
-            body, count, cuts, stamps = self.chunks.popleft()
-            if cuts:
+            listed, (lo, hi, at, until, order, fixed, (before, after)), count, stamps = self.chunks.popleft()
+            if stamps:
                 stamps, timed = stamps
                 if shift is not None and timed is None:
                     stamps = shift.shifted(stamps)
                 elif shift is not None:  # metadata events' timestamps stay as they are
                     moved = iter(shift.shifted(list(compress(stamps, timed))))
                     stamps = [next(moved) if keep else ts for ts, keep in zip(stamps, timed)]
-                texts = orjson.dumps(stamps)[1:-1].split(b",")
-                starts, ends = cuts
-                pieces = map(body.__getitem__, map(slice, [0, *ends.tolist()], [*starts.tolist(), len(body)]))
-                body = b"".join(chain.from_iterable(zip(pieces, texts))) + body[int(ends[-1]) :]
-            writer.write_serialized(body, count)
+                # each timestamp's text (with what its edit writes before and after it), split in C
+                texts = orjson.dumps(stamps)[1:-1].replace(b",", after + b"\x00" + before)
+                fixed = fixed + (before + texts + after).split(b"\x00")
+            writer.write_serialized(splice(listed, lo, hi, at, until, list(map(fixed.__getitem__, order))), count)
             written += count
         return written
+
+
+def _next_to_each_other(view, ts_at, ts_until, pid_at, pid_until):
+    """The bytes between each event's ts and pid values where these are the same in every event
+    (a few), else None: the two values and these bytes can then be written as one."""
+    ts_first = bool(ts_at[0] < pid_at[0])
+    first, gap = (ts_until, pid_at - ts_until) if ts_first else (pid_until, ts_at - pid_until)
+    if gap[0] > _NEAR or (gap != gap[0]).any():  # an event with the values the other way round has gap < 0
+        return None
+    for k in range(int(gap[0])):
+        if (view[first + k] != view[first[0] + k]).any():
+            return None
+    return view[first[0] : first[0] + gap[0]].tobytes()
 
 
 def _read_input(path, next_pid, adjust, strict, reader_options, compact):
@@ -446,6 +451,7 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
     next_pid = 1
     per_input = []
     display_unit = None
+    keep_freed_memory()
     with TraceWriter(output) as writer, cycle_collection_paused():
         for path in inputs:
             try:

@@ -11,6 +11,7 @@ into small structs, skipping the rest of each event, instead of building a dict 
 file this cannot vouch for (see ``NotCompact``) is read again the general way.
 """
 
+import ctypes
 import gc
 import math
 import mmap
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from itertools import compress, repeat
 from operator import attrgetter, eq, is_
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import numpy as np
@@ -26,6 +28,7 @@ import orjson
 
 from repro.errors import TraceError
 from repro.traces.events import PHASES, PHASES_WITHOUT_TS, check_event, first_bad_event
+from repro.traces.splice import find, spaced, words
 
 WHOLE_FILE_LIMIT = 64 << 20
 CHUNK_BYTES = 4 << 20
@@ -34,6 +37,7 @@ _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
 _SPACE = b" \t\r\n"
 _LISTED_HEAD = b'{"traceEvents":['
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 _CUT_TRIES = 8  # places tried for a cut before the file is left to the general reading
 _LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the latest
 
@@ -49,6 +53,17 @@ def cycle_collection_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def keep_freed_memory():
+    """Have glibc keep freed memory for reuse (up to 256 MiB) instead of handing each large
+    buffer back to the OS: trace tools allocate and free buffers the size of a file or chunk for
+    every input, and each fresh one costs a page fault per 4 KiB touched. Process-wide; where
+    there is no mallopt (not glibc) nothing changes."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: buffers below it come from the heap
+        mallopt(_M_TRIM_THRESHOLD, 256 << 20)
 
 
 def _loads(data, path):
@@ -74,12 +89,15 @@ class NotCompact(Exception):
     which gives the same result or the same error as before."""
 
 
+_PHASE = Literal[tuple(sorted(PHASES))]
+
+
 class Event(msgspec.Struct, gc=False):
     """The fields of an event the tools read, with the types the checks allow (see
     events.check_event: a value of another type fails the decoding); the other fields are skipped,
     never built. Absent fields read as dict.get gives them (None, and 0 for ``dur``)."""
 
-    ph: str | None = None
+    ph: _PHASE | None = None  # one of the strings themselves, no new one per event
     ts: int | float | None = None
     pid: int | float | str | None = None
     tid: int | float | str | None = None
@@ -128,19 +146,26 @@ def _within_64_bits(found):
             raise NotCompact
 
 
+def _numbers_within_64_bits(numbers):
+    """_within_64_bits for a list of numbers: every one in range (the common case) is told by the
+    extremes alone."""
+    if numbers and not (_INT64_MIN <= min(numbers) and max(numbers) < _UINT64_END):
+        _within_64_bits(numbers)
+
+
 def _compact_columns(events):
     """The columns ph, ts, pid and tid, after the checks of events.first_bad_event that the field
     types have not made already; NotCompact if one fails."""
     columns = {key: field_values(events, key) for key in ("ph", "ts", "pid", "tid")}
     phases, stamps = columns["ph"], columns["ts"]
-    if not set(phases) <= PHASES:
+    if None in phases:  # any other value not in PHASES failed the decoding
         raise NotCompact
     if None in stamps:  # only metadata may lack a ts
         if not set(compress(phases, map(is_, stamps, repeat(None)))) <= PHASES_WITHOUT_TS:
             raise NotCompact
-        _within_64_bits([ts for ts in stamps if ts is not None])
+        _numbers_within_64_bits([ts for ts in stamps if ts is not None])
     else:
-        _within_64_bits(stamps)
+        _numbers_within_64_bits(stamps)
     _within_64_bits(set(columns["pid"]) | set(columns["tid"]))
     if "X" in phases:
         complete = list(compress(events, map(eq, phases, repeat("X"))))
@@ -152,32 +177,35 @@ def _compact_columns(events):
 
 
 class EventTexts:
-    """The JSON texts of a chunk's events, within the chunk's JSON array ``[e0,e1,...]``; NotCompact
-    unless the events follow each other with one comma and no whitespace, as orjson writes them."""
+    """The JSON texts of a chunk's `count` events, within the chunk's JSON array ``[e0,e1,...]``;
+    NotCompact unless it is written as orjson writes it: no escapes, no whitespace between tokens
+    (so events follow each other with one comma). `view` and `quads` are its bytes (splice.words)."""
 
-    def __init__(self, listed):
-        lengths = np.fromiter(map(len, _RAW_LIST.decode(listed)), np.int64)
-        self.ends = np.cumsum(lengths + 1)  # each event and the comma (or '[') before it
-        self.starts = self.ends - lengths
-        if (self.ends[-1] + 1 if lengths.size else 2) != len(listed):
+    def __init__(self, listed, count):
+        if b"\\" in listed:
+            raise NotCompact  # escapes: orjson may write them otherwise (and an escaped quote would mislead spaced)
+        self.view, self.quads = words(listed)
+        if spaced(listed):
             raise NotCompact
-        self.listed, self.lengths = listed, lengths
+        # each boundary between two events (objects with a key each) reads '},{"'; where these are
+        # as many as the boundaries, they are the boundaries (a string or an args list may hold one)
+        cuts = find(self.quads, b'},{"')
+        if count and cuts.size == count - 1 and listed[1:2] == b"{" and listed[-2:] == b"}]":
+            self.starts = np.concatenate([[1], cuts + 2])
+            self.ends = np.append(cuts + 1, len(listed) - 1)
+        else:
+            lengths = np.fromiter(map(len, _RAW_LIST.decode(listed)), np.int64)
+            self.ends = np.cumsum(lengths + 1)  # each event and the comma (or '[') before it
+            self.starts = self.ends - lengths
+            if (self.ends[-1] + 1 if lengths.size else 2) != len(listed):
+                raise NotCompact
+        self.listed, self.lengths = listed, self.ends - self.starts
 
     def __len__(self):
         return self.lengths.size
 
     def __getitem__(self, i):
         return self.listed[self.starts[i] : self.ends[i]]
-
-    def joined(self, positions):
-        """The texts of the events at `positions` (ascending), comma-separated."""
-        if len(positions) == self.lengths.size:
-            return self.listed[1:-1]
-        positions = np.asarray(positions, np.int64)
-        gap = np.flatnonzero(np.diff(positions) != 1)  # runs of neighbours are copied in one piece
-        first, last = positions[np.concatenate([[0], gap + 1])], positions[np.append(gap, positions.size - 1)]
-        take = self.listed.__getitem__
-        return b",".join(map(take, map(slice, self.starts[first].tolist(), self.ends[last].tolist())))
 
 
 class TraceReader:
@@ -274,7 +302,7 @@ class TraceReader:
             sources = self._split()
         for listed, events in sources:
             columns = _compact_columns(events)
-            yield (events, columns, EventTexts(listed.strip(_SPACE))) if with_json else (events, columns)
+            yield (events, columns, EventTexts(listed.strip(_SPACE), len(events))) if with_json else (events, columns)
 
     # -- internals ----------------------------------------------------------------------
     def _split(self):
