@@ -12,7 +12,7 @@ The estimate has to hold still on a shared, loaded machine:
   touched or on fresh ones (a page fault each 4 KiB) depends on the process's history. Measured
   on an idle machine, RetinaNet's resize-and-pad then cost 1.7 ms/element in one calibration and
   2.9 ms in the next (its np.zeros), and the pipeline moved 10%. The calibration fixes both
-  thresholds (`steady_allocator`) so every large block is reused: 1.54-1.67 ms in six runs.
+  thresholds (`repro.allocator`) so every large block is reused: 1.54-1.67 ms in six runs.
 * Per element and op, the minimum over `repeats` interleaved passes: interference (cache, memory
   bandwidth and core sharing with other processes) only ever adds time, so the least-disturbed
   draw estimates the op's own cost. The per-op cost is the mean of these minima over the
@@ -61,13 +61,12 @@ The estimate has to hold still on a shared, loaded machine:
   moved 10-14%, and float32 arithmetic over an image (0.34-0.44 ms) moved more than they did.
 """
 
-import ctypes
-import ctypes.util
 import os
 import time
 
 import numpy as np
 
+from repro.allocator import fix_malloc_thresholds
 from repro.errors import ReproError
 from repro.machine import cpu_seconds, machine_description, other_work
 from repro.pecan.pipelines import PIPELINES, Op, batch, decode, element_bytes, synthetic_jpegs
@@ -76,10 +75,6 @@ from repro.pecan.policies import autoorder
 BATCH_FOR_MEASURE = 16  # stacking cost is measured on small batches and reported per element
 WARMUP_PASSES = 1  # per order, before anything is recorded
 REPEATS = 20  # measured passes over both orders (the module docstring says why this many)
-# glibc mallopt parameters (malloc.h): blocks below the mmap threshold come from the heap, and
-# freed heap is kept up to the trim threshold; 32 MiB is the largest mmap threshold glibc accepts
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-STEADY_ALLOCATOR = {"mmap_threshold": 32 * 2**20, "trim_threshold": 2**30}
 # The machine's speed, timed beside every element (the module docstring says why): one fixed
 # synthetic JPEG, ImageNet's typical 500x375, decoded to RGB.
 REFERENCE_KERNEL = {"work": "decoding one fixed 500x375 JPEG (quality 90) to RGB", "pipeline": "resnet", "seed": 2**16}
@@ -122,21 +117,6 @@ def measure_pass(runs, seed, flip=False):
             batch(chunk)
             cpu[name][i : i + len(chunk), -1] = (time.thread_time() - start) / len(chunk)
     return {name: (cpu[name], sizes[name]) for name in runs}
-
-
-def steady_allocator():
-    """Fix glibc's malloc thresholds for this process (see the module docstring); returns what was
-    set, for the calibration record, or None where the C library is not glibc. The workflow runs
-    each calibration in a process of its own, so nothing else inherits the setting."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, TypeError, AttributeError):
-        return None
-    for param, key in ((M_MMAP_THRESHOLD, "mmap_threshold"), (M_TRIM_THRESHOLD, "trim_threshold")):
-        if mallopt(param, STEADY_ALLOCATOR[key]) != 1:
-            return None
-    return dict(STEADY_ALLOCATOR)
 
 
 # pragma: no mutate end
@@ -231,7 +211,7 @@ def calibrate_together(pipelines, elements=32, seed=0, repeats=REPEATS):
     if elements < 1 or repeats < 1:
         raise ReproError("calibration needs at least one element and one repeat")
     pipelines = list(dict.fromkeys(pipelines))
-    allocator = steady_allocator()
+    allocator = fix_malloc_thresholds(trim_threshold=2**30)  # the module docstring says why
     runs, moves, data = {}, {}, {}
     for pipeline in pipelines:
         ops = list(PIPELINES[pipeline].ops)

@@ -28,11 +28,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from repro.allocator import fix_malloc_thresholds
 from repro.errors import TraceError
 from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher
-from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values, keep_freed_memory
+from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values
 from repro.traces.splice import key_values, splice, value_ends
 from repro.traces.writer import TraceWriter
 
@@ -451,7 +452,7 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
     next_pid = 1
     per_input = []
     display_unit = None
-    keep_freed_memory()
+    fix_malloc_thresholds(trim_threshold=256 * 2**20)  # freed buffers reused, not page-faulted afresh per input
     with TraceWriter(output) as writer, cycle_collection_paused():
         for path in inputs:
             try:

@@ -11,7 +11,6 @@ into small structs, skipping the rest of each event, instead of building a dict 
 file this cannot vouch for (see ``NotCompact``) is read again the general way.
 """
 
-import ctypes
 import gc
 import math
 import mmap
@@ -37,7 +36,6 @@ _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
 _SPACE = b" \t\r\n"
 _LISTED_HEAD = b'{"traceEvents":['
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 _CUT_TRIES = 8  # places tried for a cut before the file is left to the general reading
 _LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the latest
 
@@ -53,17 +51,6 @@ def cycle_collection_paused():
     finally:
         if was_enabled:
             gc.enable()
-
-
-def keep_freed_memory():
-    """Have glibc keep freed memory for reuse (up to 256 MiB) instead of handing each large
-    buffer back to the OS: trace tools allocate and free buffers the size of a file or chunk for
-    every input, and each fresh one costs a page fault per 4 KiB touched. Process-wide; where
-    there is no mallopt (not glibc) nothing changes."""
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: buffers below it come from the heap
-        mallopt(_M_TRIM_THRESHOLD, 256 << 20)
 
 
 def _loads(data, path):
