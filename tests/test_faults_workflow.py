@@ -104,13 +104,6 @@ def test_a_name_with_a_dot_matches_only_itself(workdir):
     assert "MissingRuleException" in out and "KeyError" not in out
 
 
-@pytest.mark.workflow
-def test_a_figure_alone_starts_no_process_and_leaves_nothing_running(workdir):
-    snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *configfiles(workdir), cores=1)
-    assert processes.read_record(processes.runtime_dir(workdir) / service.RECORD) is None
-    assert not (workdir / "results" / "cluster" / "local" / "trims-store.json").exists()
-
-
 def _sleeper():
     return subprocess.Popen(["sleep", "60"])
 

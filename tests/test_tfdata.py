@@ -305,6 +305,7 @@ def test_a_killed_worker_fails_the_registered_check(tf, tmp_path):
         assert result.returncode == 1
         assert (f"[FAILED] 1 worker(s) registered, 2 expected: worker pid {workers[0]['pid']} (this host) is not "
                 "running") in result.stdout
+        assert "probe job" not in result.stdout  # no job for the dead worker to hold until its timeout
     finally:
         service.stop()
 

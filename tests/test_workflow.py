@@ -10,7 +10,9 @@ import time
 
 import psutil
 import pytest
+from repro import processes
 from repro.processes import runtime_dir
+from repro.trims import service
 from support import (
     BIN,
     configfiles,
@@ -139,22 +141,17 @@ def test_changing_plot_style_reruns_only_plotting(built):
         "trims_plot[trims_model_load]"]
 
 
-def test_deleting_a_run_recomputes_that_run_and_downstream(built):
+def test_deleting_a_run_recomputes_that_run_and_downstream_and_a_failed_status_check_stops_it_first(built):
     shutil.rmtree(built / "results" / "runs" / "Getting_started")
     jobs = planned_jobs(built, *configfiles(built))
     assert jobs == sorted(["all", "cluster_status[Getting_started,short]", "run[Getting_started,short]",
                            "download_traces[Getting_started,short]",
                            "combine[Getting_started]", "summarize[Getting_started]", "costs[Getting_started]",
                            "plot[Getting_started]", "provenance[Getting_started]"])
-    snakemake(built, *configfiles(built))
-    assert planned_jobs(built, *configfiles(built)) == []
-
-
-def test_failed_status_check_stops_before_any_run(built):
+    # the same rerun with the trace store gone: no run can upload its traces, the status check stops it
     store = built / "results" / "store"
     shutil.rmtree(store)
-    store.write_text("not a directory")  # the trace store is gone: no run can upload its traces
-    shutil.rmtree(built / "results" / "runs" / "Getting_started")
+    store.write_text("not a directory")
     proc = snakemake(built, *configfiles(built), check=False)
     assert proc.returncode != 0
     assert "[FAILED] trace store results/store writable" in proc.stderr + proc.stdout
@@ -163,6 +160,7 @@ def test_failed_status_check_stops_before_any_run(built):
     snakemake(built, "cluster_start", "--forcerun", "cluster_start", *configfiles(built))  # restart, then go on
     snakemake(built, *configfiles(built))
     assert (built / "results" / "runs" / "Getting_started" / "short" / "metrics.json").exists()
+    assert planned_jobs(built, *configfiles(built)) == []
 
 
 def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refused(workdir):
@@ -186,7 +184,9 @@ def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refu
 
 
 def test_the_model_store_takes_its_budget_from_the_config_and_only_trims_targets_start_it(workdir):
-    snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *configfiles(workdir))
+    # a figure alone starts no process and leaves nothing running: no record, no state, no server
+    snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *configfiles(workdir), cores=1)
+    assert processes.read_record(processes.runtime_dir(workdir) / service.RECORD) is None
     assert not (workdir / "results" / "cluster" / "local" / "trims-store.json").exists()
     assert not store_processes(workdir)
     extra = configfiles(workdir, {"trims": {"server": {"memory_mb": 77}}})
@@ -196,9 +196,9 @@ def test_the_model_store_takes_its_budget_from_the_config_and_only_trims_targets
 
 
 def test_interrupted_run_is_redone(workdir):
-    # a long run (many epochs) so the workflow can be killed while it executes; one repeat, so
-    # the rerun after the kill takes one such run, not twenty
-    args = configfiles(workdir, {"repeats": 1, "pecan": {"modes": {"short": {"epochs": 3000}}}})
+    # a long run (many epochs: seconds, the kill comes a second after it starts) so the workflow can
+    # be killed while it executes; one repeat, so the rerun after the kill takes one such run, not twenty
+    args = configfiles(workdir, {"repeats": 1, "pecan": {"modes": {"short": {"epochs": 1000}}}})
     target = "results/runs/Getting_started/short/metrics.json"
     proc = subprocess.Popen([str(SNAKEMAKE), "--cores", "1", target, *args], cwd=workdir, env=path_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

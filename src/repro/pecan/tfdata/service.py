@@ -324,7 +324,7 @@ class Service:
         lines.append((True, f"dispatcher answers at {self.address}"))
         if workers:
             lines.append(self.registered_check(expect_workers))
-        if probe:
+        if probe and lines[-1][0]:  # as workflow_checks: a job for a worker that is gone waits out PROBE_TIMEOUT_S
             lines.append(self.probe())
         return lines
 
@@ -345,7 +345,9 @@ class Service:
         expected = len(recorded) if expect_workers is None else expect_workers
         status = self.dispatcher_status()
         deadline = time.monotonic() + REGISTER_WAIT_S
-        while status and min(status["workers"], running) < expected and time.monotonic() < deadline:
+        # only the dispatcher's count can still grow: with fewer workers running than expected,
+        # waiting cannot change the answer
+        while status and status["workers"] < expected <= running and time.monotonic() < deadline:
             time.sleep(0.2)
             status = self.dispatcher_status()
         registered = min(status["workers"] if status else 0, running)
