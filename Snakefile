@@ -1,11 +1,13 @@
 from snakemake.utils import min_version
 
-from repro.checkedconfig import checked_config
+from repro.checkedconfig import checked_config, json_configfile
 
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# config/config.yaml, handed to Snakemake as a JSON copy kept under .snakemake/repro (the same data,
+# read without Snakemake's pure-Python YAML loader; repro.checkedconfig.json_configfile)
+configfile: json_configfile("config/config.yaml", ".snakemake/repro")
 
 
 # config/config.yaml, then --configfile, then --config: checked once, with defaults, paths expanded

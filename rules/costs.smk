@@ -6,8 +6,8 @@ rule costs:
     input:
         logs=per_mode("results/runs/{experiment}/{mode}/run.log"),
         metrics=per_mode("results/runs/{experiment}/{mode}/metrics.json"),
-        summary="results/summary/{experiment}.json",
-        combined="results/traces/{experiment}/combined.json",
+        summary=rules.summarize.output[0],
+        combined=rules.combine.output[0],
     output:
         "results/tables/{experiment}.csv",
     log:

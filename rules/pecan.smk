@@ -26,7 +26,7 @@ rule run:
     input:
         state=ancient(STATE),
         status=f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json",
-        calibration=CALIBRATIONS,
+        calibration=rules.calibrate.output,
     output:
         log="results/runs/{experiment}/{mode}/run.log",
         metrics="results/runs/{experiment}/{mode}/metrics.json",

@@ -1,6 +1,6 @@
 rule download_traces:
     input:
-        receipt="results/runs/{experiment}/{mode}/upload.json",
+        receipt=rules.run.output.receipt,
     output:
         "results/traces/{experiment}/{mode}/{experiment}-{mode}.json",
     log:

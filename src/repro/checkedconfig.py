@@ -9,7 +9,10 @@ the checks), by name, size and modification time. Any change there validates afr
 that passed is kept. What the installed packages provide (the extras a setting needs) is checked
 again at every start, since installing or removing one leaves all of that unchanged.
 
-This module imports nothing beyond the standard library until it has to validate.
+`json_configfile` spares Snakemake's YAML loader the same way: it hands the Snakefile's `configfile:`
+a JSON copy of config/config.yaml, kept under .snakemake/ for the YAML text it was made from.
+
+This module imports nothing beyond the standard library until it has to validate or convert.
 """
 
 import hashlib
@@ -29,8 +32,11 @@ def checked_config(config, source, cache_dir):
         text = json.dumps(config, allow_nan=False)  # in order: the rules' params keep the config's key order
     except (TypeError, ValueError):  # not plain JSON data (e.g. NaN, which validation refuses): no keeping
         text = None
-    if text is None or json.loads(text) != config:  # tuples, non-string keys: keep nothing
+    plain = None if text is None else json.loads(text)
+    if plain != config:  # tuples, non-string keys: keep nothing
         return _validate(config, source)
+    config.clear()
+    config.update(plain)  # plain dicts where a JSON configfile gave Snakemake OrderedDicts (their repr differs)
     path = Path(cache_dir) / f"config-{_key(text)}.json"
     try:
         kept = json.loads(path.read_text())
@@ -80,12 +86,50 @@ def _keep(path, config):
     if json.loads(text)["config"] != config:  # validation added what JSON cannot hold: keep nothing
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for old in path.parent.glob("config-*.json"):
-            if old != path:
-                old.unlink(missing_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(text)
-        os.replace(partial, path)
+        _write_replacing(path, text, "config-*.json")
     except OSError:  # a read-only working directory: validate every time
         pass
+
+
+def json_configfile(path, cache_dir):
+    """The file for the Snakefile's `configfile:` directive: a JSON copy of the YAML file `path`,
+    the same data, kept in `cache_dir` under the digest of the YAML text; `path` itself where
+    that copy cannot be made or kept (no such file, invalid YAML, YTE templating, data JSON does
+    not hold such as dates, a read-only working directory), so Snakemake reads it and reports
+    its errors as before.
+
+    Snakemake reads a config file as JSON first (the C parser: about 1 ms for config/config.yaml)
+    and falls back to its pure-Python YAML loader (about 40 ms at every start); the copy is made
+    with that same loader, once per YAML text."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return path
+    kept = Path(cache_dir) / f"configfile-{hashlib.sha256(data).hexdigest()[:32]}.json"
+    if kept.exists():
+        return str(kept)
+    import yaml  # Snakemake's own loader (yte.process_yaml: yaml.FullLoader), for the same data
+
+    try:
+        loaded = yaml.load(data, Loader=yaml.FullLoader)
+        text = json.dumps(loaded, allow_nan=False)
+    except (yaml.YAMLError, TypeError, ValueError):
+        return path
+    if not isinstance(loaded, dict) or "__use_yte__" in loaded or json.loads(text) != loaded:
+        return path
+    try:
+        _write_replacing(kept, text, "configfile-*.json")
+    except OSError:
+        return path
+    return str(kept)
+
+
+def _write_replacing(path, text, old):
+    """Write `text` to `path` atomically, removing the other files of `path`'s folder matching `old`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for other in path.parent.glob(old):
+        if other != path:
+            other.unlink(missing_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    os.replace(partial, path)
