@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from repro import checkedconfig, config as config_module
-from repro.checkedconfig import checked_config
+from repro.checkedconfig import checked_config, json_configfile
 from repro.config import validate_config
 from repro.errors import ReproError
 
@@ -95,3 +95,43 @@ def test_a_damaged_or_unwritable_keep_only_means_validating_again(tmp_path):
         assert checked_config(raw(), "config", tmp_path) == validate_config(raw())
     (tmp_path / "a-file").write_text("")
     assert checked_config(raw(), "config", tmp_path / "a-file" / "kept") == validate_config(raw())
+
+
+def snakemake_reads(path):
+    """What Snakemake's `configfile:` gives the Snakefile for `path`."""
+    from snakemake.common.configfile import load_configfile
+
+    return load_configfile(path)
+
+
+def test_the_configfile_snakemake_reads_is_a_json_copy_of_the_same_data(tmp_path):
+    source = REPO / "config" / "config.yaml"
+    copied = json_configfile(source, tmp_path)
+    assert copied != source and Path(copied).parent == tmp_path
+    assert json.loads(Path(copied).read_text()) == snakemake_reads(source)
+    assert list(snakemake_reads(copied)) == list(snakemake_reads(source))  # in order
+    assert json_configfile(source, tmp_path) == copied  # kept for the same text
+    edited = tmp_path / "config.yaml"
+    edited.write_text(source.read_text() + "seed: 7\n")
+    assert snakemake_reads(json_configfile(edited, tmp_path))["seed"] == 7
+    assert len(list(tmp_path.glob("configfile-*.json"))) == 1  # the older copy is dropped
+
+
+@pytest.mark.parametrize("text", ["when: 2026-12-01\n", "1: one\n", "a: [b\n", "- a\n",
+                                  "__use_yte__: true\na: 1\n", "a: !!python/tuple [1, 2]\n"])
+def test_yaml_a_json_copy_cannot_hold_is_read_by_snakemake_itself(tmp_path, text):
+    source = tmp_path / "config.yaml"
+    source.write_text(text)
+    assert json_configfile(source, tmp_path / "kept") == source
+    assert json_configfile(tmp_path / "missing.yaml", tmp_path / "kept") == tmp_path / "missing.yaml"
+    (tmp_path / "a-file").write_text("")
+    assert json_configfile(REPO / "config" / "config.yaml", tmp_path / "a-file") == REPO / "config" / "config.yaml"
+
+
+def test_a_config_from_a_json_configfile_holds_plain_dicts(tmp_path):
+    from collections import OrderedDict
+
+    for first_time in (True, False):  # validated, then reused
+        config = dict(json.loads(json.dumps(raw()), object_pairs_hook=OrderedDict))
+        assert "OrderedDict" in repr(config)
+        assert "OrderedDict" not in repr(checked_config(config, "config", tmp_path))
