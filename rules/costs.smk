@@ -6,8 +6,8 @@ rule costs:
     input:
         logs=per_mode("results/runs/{experiment}/{mode}/run.log"),
         metrics=per_mode("results/runs/{experiment}/{mode}/metrics.json"),
-        summary=rules.summarize.output[0],
-        combined=rules.combine.output[0],
+        summary="results/summary/{experiment}.json",
+        combined="results/traces/{experiment}/combined.json",
     output:
         "results/tables/{experiment}.csv",
     log:
@@ -29,7 +29,7 @@ rule costs:
 # `snakemake cost_estimate` before launching on a real cluster: the cluster model's estimate.
 rule cost_estimate:
     input:
-        calibration=CALIBRATIONS,
+        calibration=rules.calibrate.output,
     output:
         "results/cost_estimate.txt",
     log:

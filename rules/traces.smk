@@ -1,6 +1,6 @@
 rule download_traces:
     input:
-        receipt=rules.run.output.receipt,
+        receipt="results/runs/{experiment}/{mode}/upload.json",
     output:
         "results/traces/{experiment}/{mode}/{experiment}-{mode}.json",
     log:

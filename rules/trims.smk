@@ -34,7 +34,7 @@ rule trims_store_start:
 # Like cluster_status: one temp() file per TrIMS run that has to execute.
 rule trims_status:
     input:
-        store=ancient(TRIMS_STORE),
+        store=ancient(rules.trims_store_start.output[0]),
     output:
         temp(f"results/cluster/{BACKEND}/trims-status/{{trims_job}}.json"),
     log:
@@ -104,7 +104,7 @@ rule trims_fetch:
 # TrIMS runs measure latency: each takes every core so no other job disturbs it.
 rule trims_compare:
     input:
-        store=ancient(TRIMS_STORE),
+        store=ancient(rules.trims_store_start.output[0]),
         status=f"results/cluster/{BACKEND}/trims-status/compare-{{model}}.json",
         model=f"{config['trims']['base_path']}/{{model}}/manifest.json",
     output:
@@ -129,7 +129,7 @@ rule trims_compare:
 
 rule trims_distribution:
     input:
-        store=ancient(TRIMS_STORE),
+        store=ancient(rules.trims_store_start.output[0]),
         status=f"results/cluster/{BACKEND}/trims-status/{{distribution}}-c{{concurrency}}.json",
         models=expand(
             "{base}/{model}/manifest.json",
