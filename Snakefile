@@ -14,6 +14,7 @@ checked_config(config, "config", ".snakemake/repro")
 
 
 include: "rules/common.smk"
+include: "rules/calibration.smk"
 include: "rules/cluster.smk"
 include: "rules/pecan.smk"
 include: "rules/traces.smk"

@@ -26,7 +26,10 @@ several times per job, is inspected once: per_job in rules/common.smk), the nbfo
 `script:` rules cost, and the wildcard constraints' cost with the number of experiments: they
 list the configured names as a trie (repro.wildcards), which compiles in a third of the time of
 a flat alternation and matches in the name's length (16 patterns with 416 experiments: 0.05 s
-against 0.15 s to compile).
+against 0.15 s to compile). Since then: the inputs every run and status check shares (the cluster
+state, the calibrations) name their rules' outputs (rules.X.output), so Snakemake takes the
+producer directly instead of matching the path against every rule's outputs at each job (it
+does so only for outputs without wildcards).
 
     python benchmarks/dag_scale.py [--jobs 1000 2500 5000] [--rounds 5]
 """

@@ -26,10 +26,14 @@ rule cluster_start:
 # One temp() status file per run: the checks run again whenever that run has to execute,
 # and a run that is up to date needs no status at all. ancient(): restarting the cluster
 # (a newer state file) does not make finished runs look stale.
+# The state and the calibrations are named as rules.X.output: for an output without wildcards
+# Snakemake then takes that rule as the producer for every job, where a path would be matched
+# against every rule's outputs once per job. (ancient() marks that shared reference itself:
+# every rule takes the state, and the TrIMS store, as ancient.)
 rule cluster_status:
     input:
-        state=ancient(STATE),
-        calibration=CALIBRATIONS,
+        state=ancient(rules.cluster_start.output[0]),
+        calibration=rules.calibrate.output,
     output:
         temp(f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json"),
     log:

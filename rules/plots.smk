@@ -6,10 +6,12 @@ localrules:
 
 rule plot:
     input:
-        table=lambda wildcards: "results/tables/{}.csv".format(
-            config["plots"]["figures"][wildcards.figure]["experiment"]
+        table=per_job(
+            lambda wildcards: "results/tables/{}.csv".format(
+                config["plots"]["figures"][wildcards.figure]["experiment"]
+            )
         ),
-        calibration=CALIBRATIONS,
+        calibration=rules.calibrate.output,
     output:
         pdf="plots/{figure}.pdf",
         png="plots/{figure}.png",
@@ -22,7 +24,7 @@ rule plot:
         mem_mb=500,
         runtime=5,
     params:
-        settings=lambda wildcards: figure_settings(config, wildcards.figure),
+        settings=per_job(lambda wildcards: figure_settings(config, wildcards.figure)),
     shell:
         "repro pecan figure {wildcards.figure:q} --table {input.table:q}"
         " --calibration {input.calibration:q} --settings {params.settings:q}"
@@ -35,7 +37,7 @@ rule plot:
 rule provenance:
     input:
         figure="plots/{any_figure}.pdf",
-        data=figure_data,
+        data=per_job(figure_data),
     output:
         "results/provenance/{any_figure}.json",
     log:
@@ -46,7 +48,9 @@ rule provenance:
         mem_mb=500,
         runtime=5,
     params:
-        settings=lambda wildcards: provenance_settings(config, wildcards.any_figure),
+        settings=per_job(
+            lambda wildcards: provenance_settings(config, wildcards.any_figure)
+        ),
     shell:
         "repro provenance {input.figure:q} {input.data:q} --settings {params.settings:q}"
         " -o {output:q} > {log:q} 2>&1"
@@ -57,7 +61,7 @@ rule provenance:
 rule validation:
     input:
         metrics=per_mode("results/runs/{experiment}/{mode}/metrics.json"),
-        calibration=CALIBRATIONS,
+        calibration=rules.calibrate.output,
     output:
         pdf="plots/validation_{experiment}.pdf",
         png="plots/validation_{experiment}.png",

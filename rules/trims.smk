@@ -34,7 +34,7 @@ rule trims_store_start:
 # Like cluster_status: one temp() file per TrIMS run that has to execute.
 rule trims_status:
     input:
-        store=ancient(TRIMS_STORE),
+        store=ancient(rules.trims_store_start.output[0]),
     output:
         temp(f"results/cluster/{BACKEND}/trims-status/{{trims_job}}.json"),
     log:
@@ -63,7 +63,9 @@ rule trims_generate:
         runtime=10,
     params:
         seed=config["trims"]["seed"],
-        assets=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
+        assets=per_job(
+            lambda wildcards, output: os.path.dirname(os.path.dirname(output[0]))
+        ),
     shell:
         "repro trims models {wildcards.model:q} --seed {params.seed:q}"
         " --base-path {params.assets:q} > {log:q} 2>&1"
@@ -73,10 +75,12 @@ rule trims_generate:
 # with `repro trims models NAME --publish gs://...`.
 rule trims_fetch:
     input:
-        lambda wildcards: (
-            []
-            if ASSETS_IN_GCS
-            else f"{config['trims']['asset_store']}/{wildcards.model}/manifest.json"
+        per_job(
+            lambda wildcards: (
+                []
+                if ASSETS_IN_GCS
+                else f"{config['trims']['asset_store']}/{wildcards.model}/manifest.json"
+            )
         ),
     output:
         f"{config['trims']['base_path']}/{{model}}/manifest.json",
@@ -89,7 +93,9 @@ rule trims_fetch:
         runtime=5,
     params:
         asset_store=config["trims"]["asset_store"],
-        base_path=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
+        base_path=per_job(
+            lambda wildcards, output: os.path.dirname(os.path.dirname(output[0]))
+        ),
     shell:
         "repro trims fetch {wildcards.model:q} --asset-store {params.asset_store:q}"
         " --base-path {params.base_path:q} > {log:q} 2>&1"
@@ -98,7 +104,7 @@ rule trims_fetch:
 # TrIMS runs measure latency: each takes every core so no other job disturbs it.
 rule trims_compare:
     input:
-        store=ancient(TRIMS_STORE),
+        store=ancient(rules.trims_store_start.output[0]),
         status=f"results/cluster/{BACKEND}/trims-status/compare-{{model}}.json",
         model=f"{config['trims']['base_path']}/{{model}}/manifest.json",
     output:
@@ -114,8 +120,8 @@ rule trims_compare:
         mem_mb=4000,
         runtime=20,
     params:
-        settings=lambda wildcards: trims_client_settings(config, "compare"),
-        out=lambda wildcards, output: os.path.dirname(output[0]),
+        settings=trims_client_settings(config, "compare"),
+        out=per_job(lambda wildcards, output: os.path.dirname(output[0])),
     shell:
         "repro trims experiment compare {wildcards.model:q} --store {input.store:q}"
         " --settings {params.settings:q} --out {params.out:q} > {log:q} 2>&1"
@@ -123,7 +129,7 @@ rule trims_compare:
 
 rule trims_distribution:
     input:
-        store=ancient(TRIMS_STORE),
+        store=ancient(rules.trims_store_start.output[0]),
         status=f"results/cluster/{BACKEND}/trims-status/{{distribution}}-c{{concurrency}}.json",
         models=expand(
             "{base}/{model}/manifest.json",
@@ -143,10 +149,10 @@ rule trims_distribution:
         mem_mb=4000,
         runtime=20,
     params:
-        settings=lambda wildcards: trims_client_settings(config, "distributions"),
-        params=lambda wildcards: TRIMS_DISTRIBUTIONS[wildcards.distribution],
+        settings=trims_client_settings(config, "distributions"),
+        params=per_job(lambda wildcards: TRIMS_DISTRIBUTIONS[wildcards.distribution]),
         models=TRIMS_MODELS,
-        out=lambda wildcards, output: os.path.dirname(output[0]),
+        out=per_job(lambda wildcards, output: os.path.dirname(output[0])),
     shell:
         "repro trims experiment distribution {wildcards.distribution:q}"
         " --params {params.params:q} --concurrency {wildcards.concurrency:q}"
@@ -167,10 +173,12 @@ rule trims_combine:
         mem_mb=500,
         runtime=5,
     params:
-        traces=lambda wildcards, input: [
-            os.path.join(os.path.dirname(input[0]), "traces", mode)
-            for mode in ("original", "shared")
-        ],
+        traces=per_job(
+            lambda wildcards, input: [
+                os.path.join(os.path.dirname(input[0]), "traces", mode)
+                for mode in ("original", "shared")
+            ],
+        ),
     shell:
         "repro trace combine {params.traces:q} -o {output:q} > {log:q} 2>&1"
 
