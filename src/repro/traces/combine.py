@@ -22,7 +22,7 @@ import secrets
 from bisect import bisect_left
 from collections import deque
 from itertools import chain, compress, repeat
-from operator import and_, is_not, ne, sub
+from operator import and_, eq, is_not, ne, sub
 from pathlib import Path
 
 import numpy as np
@@ -132,13 +132,12 @@ def _dict_chunks(reader):
 def _ignored(chunk, phases, stamps, categories, matched, spans, values=dict_values):
     """Positions of the chunk's ignored events, adding their spans to `spans`: events of category
     'ignore' (an 'E' goes with its 'B': it is dropped when, and only when, its 'B' is ignored)."""
-    drops = []
-    for i in positions(categories, IGNORE_CATEGORY):
-        ph = phases[i]
-        if ph == "X":
+    ignored = positions(categories, IGNORE_CATEGORY)
+    ignored_phases = list(map(phases.__getitem__, ignored))
+    if "X" in ignored_phases:
+        for i in compress(ignored, map(eq, ignored_phases, repeat("X"))):
             spans.append((stamps[i], stamps[i] + chunk[i].get("dur", 0)))
-        if ph != "E":
-            drops.append(i)
+    drops = list(compress(ignored, map(ne, ignored_phases, repeat("E"))))
     pairs = positions(values(matched.begins, "cat"), IGNORE_CATEGORY)
     if pairs:
         ends = matched.ends[pairs].tolist()
