@@ -1244,6 +1244,17 @@ def test_splice_replaces_each_range_and_copies_the_rest():
     assert splice(text, 2, 8, np.zeros(0, int), np.zeros(0, int), []) == b"234567"
 
 
+@pytest.mark.parametrize("spans", [[], [(10, 20)], [(10, 20.5), (-(2**40), -(2**39))]], ids=["none", "whole", "float"])
+@pytest.mark.parametrize("stamps", [[0, 5, 15, 2**53 + 1, -7], [0.5, 12.25, 1e16, -0.0, 1.5e-7, 30.1], [3, 4.5, 25]],
+                         ids=["ints", "floats", "mixed"])
+def test_adjusted_timestamps_written_from_an_array_are_orjsons_text_of_the_list(stamps, spans):
+    from repro.traces.combine import _Shift
+
+    shift = _Shift("t.json", 2, spans)
+    assert shift.shifted_json(stamps) == orjson.dumps(shift.shifted(stamps))
+    assert type(shift.shifted(stamps)) is list
+
+
 def _copied_events(events, **spell):
     """orjson's text of the events, each key:value of `spell` (bytes) written as given instead."""
     text = orjson.dumps(events)
