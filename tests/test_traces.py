@@ -547,6 +547,27 @@ def test_cli_exit_codes(tmp_path, trims_trace, capsys):
     assert info.value.code == 2
 
 
+def test_a_command_group_parsed_alone_imports_only_its_own_modules_and_reads_as_the_whole_parser(tmp_path, capsys):
+    import subprocess
+
+    from repro.cli import COMMAND_GROUPS, build_parser
+
+    code = ("import sys\nfrom repro.cli import main\ntry:\n    main(['trace', 'combine', '--help'])\n"
+            "except SystemExit:\n    print([m for m in ('repro.pecan.cli', 'repro.trims.cli') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]"
+    whole = build_parser()
+    for group in COMMAND_GROUPS:
+        alone = build_parser(group)
+        assert alone.format_usage() == whole.format_usage()
+        with pytest.raises(SystemExit):
+            alone.parse_args([group, "--help"])
+        shown = capsys.readouterr().out
+        with pytest.raises(SystemExit):
+            whole.parse_args([group, "--help"])
+        assert capsys.readouterr().out == shown
+
+
 def test_third_party_profiler_traces_validate_and_round_trip(tmp_path):
     """Traces written by viztracer (a real Python profiler) pass validate, combine and round-trip."""
     viztracer = pytest.importorskip("viztracer")
