@@ -547,6 +547,27 @@ def test_cli_exit_codes(tmp_path, trims_trace, capsys):
     assert info.value.code == 2
 
 
+def test_a_command_group_parsed_alone_imports_only_its_own_modules_and_reads_as_the_whole_parser(tmp_path, capsys):
+    import subprocess
+
+    from repro.cli import COMMAND_GROUPS, build_parser
+
+    code = ("import sys\nfrom repro.cli import main\ntry:\n    main(['trace', 'combine', '--help'])\n"
+            "except SystemExit:\n    print([m for m in ('repro.pecan.cli', 'repro.trims.cli') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]"
+    whole = build_parser()
+    for group in COMMAND_GROUPS:
+        alone = build_parser(group)
+        assert alone.format_usage() == whole.format_usage()
+        with pytest.raises(SystemExit):
+            alone.parse_args([group, "--help"])
+        shown = capsys.readouterr().out
+        with pytest.raises(SystemExit):
+            whole.parse_args([group, "--help"])
+        assert capsys.readouterr().out == shown
+
+
 def test_third_party_profiler_traces_validate_and_round_trip(tmp_path):
     """Traces written by viztracer (a real Python profiler) pass validate, combine and round-trip."""
     viztracer = pytest.importorskip("viztracer")
@@ -1242,6 +1263,17 @@ def test_splice_replaces_each_range_and_copies_the_rest():
     assert splice(text, 0, 10, *edit, [b"a", b"", b"<>", b"zz"]) == b"a12<>5678zz"
     assert splice(text, 2, 8, np.array([3, 4]), np.array([4, 7]), [b"X", b"Y"]) == b"2XY7"
     assert splice(text, 2, 8, np.zeros(0, int), np.zeros(0, int), []) == b"234567"
+
+
+@pytest.mark.parametrize("spans", [[], [(10, 20)], [(10, 20.5), (-(2**40), -(2**39))]], ids=["none", "whole", "float"])
+@pytest.mark.parametrize("stamps", [[0, 5, 15, 2**53 + 1, -7], [0.5, 12.25, 1e16, -0.0, 1.5e-7, 30.1], [3, 4.5, 25]],
+                         ids=["ints", "floats", "mixed"])
+def test_adjusted_timestamps_written_from_an_array_are_orjsons_text_of_the_list(stamps, spans):
+    from repro.traces.combine import _Shift
+
+    shift = _Shift("t.json", 2, spans)
+    assert shift.shifted_json(stamps) == orjson.dumps(shift.shifted(stamps))
+    assert type(shift.shifted(stamps)) is list
 
 
 def _copied_events(events, **spell):

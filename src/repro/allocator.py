@@ -8,7 +8,6 @@ the page faults of a fresh buffer for every input.
 """
 
 import ctypes
-import ctypes.util
 
 # mallopt parameters (malloc.h): blocks below the mmap threshold come from the heap, and freed
 # heap is kept up to the trim threshold; 32 MiB is the largest mmap threshold glibc accepts
@@ -19,9 +18,8 @@ LARGEST_MMAP_THRESHOLD = 32 * 2**20
 def fix_malloc_thresholds(trim_threshold, mmap_threshold=LARGEST_MMAP_THRESHOLD):
     """Set both thresholds for this whole process; returns what was set, or None where the C
     library is not glibc (nothing changes there)."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
+    try:  # the symbols the process has loaded, the C library's among them (no search for its file)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, TypeError, AttributeError):
         return None
     for param, value in ((M_MMAP_THRESHOLD, mmap_threshold), (M_TRIM_THRESHOLD, trim_threshold)):

@@ -22,7 +22,7 @@ import secrets
 from bisect import bisect_left
 from collections import deque
 from itertools import chain, compress, repeat
-from operator import and_, is_not, ne, sub
+from operator import and_, eq, is_not, ne, sub
 from pathlib import Path
 
 import numpy as np
@@ -132,13 +132,12 @@ def _dict_chunks(reader):
 def _ignored(chunk, phases, stamps, categories, matched, spans, values=dict_values):
     """Positions of the chunk's ignored events, adding their spans to `spans`: events of category
     'ignore' (an 'E' goes with its 'B': it is dropped when, and only when, its 'B' is ignored)."""
-    drops = []
-    for i in positions(categories, IGNORE_CATEGORY):
-        ph = phases[i]
-        if ph == "X":
+    ignored = positions(categories, IGNORE_CATEGORY)
+    ignored_phases = list(map(phases.__getitem__, ignored))
+    if "X" in ignored_phases:
+        for i in compress(ignored, map(eq, ignored_phases, repeat("X"))):
             spans.append((stamps[i], stamps[i] + chunk[i].get("dur", 0)))
-        if ph != "E":
-            drops.append(i)
+    drops = list(compress(ignored, map(ne, ignored_phases, repeat("E"))))
     pairs = positions(values(matched.begins, "cat"), IGNORE_CATEGORY)
     if pairs:
         ends = matched.ends[pairs].tolist()
@@ -171,6 +170,20 @@ class _Shift:
 
     def shifted(self, stamps):
         """The adjusted timestamps, as a list (ints stay ints when the shift is whole)."""
+        result = self._shifted(stamps)
+        return result if isinstance(result, list) else result.tolist()
+
+    def shifted_json(self, stamps):
+        """orjson's JSON text of shifted(stamps); an array of timestamps is written as it is, without
+        a Python number made for each (orjson writes 64-bit numbers of numpy as it writes Python's)."""
+        result = self._shifted(stamps)
+        if isinstance(result, np.ndarray) and result.dtype in (np.float64, np.int64):
+            return orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(result if isinstance(result, list) else result.tolist())
+
+    def _shifted(self, stamps):
+        """The adjusted timestamps: a list without ignored spans (each number keeps its type), an array
+        with them; a TraceError where one is not finite."""
         if not self.starts.size:
             result = list(map(sub, stamps, repeat(self.origin)))
             # a difference of finite numbers overflows to +-inf, never nan: the extremes tell
@@ -178,7 +191,6 @@ class _Shift:
         else:
             result = self.apply(np.array(stamps))
             finite = bool(np.isfinite(result).all())
-            result = result.tolist()
         if not finite:
             raise TraceError(self.path, "adjusted timestamp is not a finite number (timestamps too far apart; "
                                         "try --no-adjust)")
@@ -393,7 +405,7 @@ class _CompactSpool:
         timed = None
         if self.adjust and "M" in phases:  # metadata events keep their timestamps
             timed = list(map(ne, compress(phases, map(is_not, stamps, repeat(None))), repeat("M")))
-        edits = (int(starts[0]), int(ends[-1]), at[order], until[order], order.tolist(), fixed, around)
+        edits = (int(starts[0]), int(ends[-1]), at[order], until[order], order, fixed, around)
         self.chunks.append((texts.listed, edits, kept.size, (numbered, timed) if numbered else None))
 
     def write(self, writer, pid_map, shift):
@@ -403,14 +415,16 @@ class _CompactSpool:
             if stamps:
                 stamps, timed = stamps
                 if shift is not None and timed is None:
-                    stamps = shift.shifted(stamps)
-                elif shift is not None:  # metadata events' timestamps stay as they are
-                    moved = iter(shift.shifted(list(compress(stamps, timed))))
-                    stamps = [next(moved) if keep else ts for ts, keep in zip(stamps, timed)]
+                    texts = shift.shifted_json(stamps)
+                else:
+                    if shift is not None:  # metadata events' timestamps stay as they are
+                        moved = iter(shift.shifted(list(compress(stamps, timed))))
+                        stamps = [next(moved) if keep else ts for ts, keep in zip(stamps, timed)]
+                    texts = orjson.dumps(stamps)
                 # each timestamp's text (with what its edit writes before and after it), split in C
-                texts = orjson.dumps(stamps)[1:-1].replace(b",", after + b"\x00" + before)
+                texts = texts[1:-1].replace(b",", after + b"\x00" + before)
                 fixed = fixed + (before + texts + after).split(b"\x00")
-            writer.write_serialized(splice(listed, lo, hi, at, until, list(map(fixed.__getitem__, order))), count)
+            writer.write_serialized(splice(listed, lo, hi, at, until, list(map(fixed.__getitem__, order.tolist()))), count)
             written += count
         return written
 
