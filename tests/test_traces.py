@@ -1218,6 +1218,26 @@ def test_find_and_key_values_find_keys_at_every_alignment_and_depth_only_as_keys
         assert find(words(text)[1], b'},{"').size == 0
 
 
+def test_find_sees_a_pattern_that_ends_the_text_at_every_alignment():
+    from repro.traces.splice import find, words
+
+    for pad in range(8):  # the last four bytes are the pattern: the last word read from each offset
+        assert find(words(b"x" * pad + b'"ts"')[1], b'"ts"').tolist() == [pad]
+        assert find(words(b"x" * pad + b'"ts')[1], b'"ts"').size == 0
+
+
+def test_spaced_tells_whitespace_between_tokens_from_whitespace_in_strings():
+    from repro.traces.splice import spaced
+
+    assert not spaced(b'[{"a":1,"b":"x"}]')
+    for blank in (b" ", b"\n", b"\t", b"\r"):
+        assert spaced(b'[{"a":' + blank + b'1}]'), blank  # alone between two tokens
+        assert spaced(b'[{"a":"x' + blank + b'"},' + blank + b'{}]'), blank  # in a string and between
+        assert not spaced(b'[{"a":"x' + blank + b'y","b":"' + blank + b'"}]'), blank  # in strings only
+    assert spaced(b'[{"a":"x\ty",\n"b":\r 1}]')  # every kind of blank in the text, some between tokens
+    assert not spaced(b'[{"a":" \n\t\r"}]')  # every kind, all in a string
+
+
 def test_value_ends_of_numbers_strings_long_values_and_values_at_the_end():
     import numpy as np
 
@@ -1225,11 +1245,11 @@ def test_value_ends_of_numbers_strings_long_values_and_values_at_the_end():
 
     long = b"1." + b"0" * 60 + b"1"  # longer than the window looked at first
     text = (b'[{"ts":' + long + b',"pid":"a,b}c"},{"pid":-1e+5,"ts":-0},{"ts":1E3,"pid":"x"},'
-            b'{"pid":2,"args":{"k":[{"a":1},{"b":2}]},"ts":2.5}]')
+            b'{"pid":2,"args":{"k":[{"a":1},{"b":2}]},"ts":2.5},{"ts":"","pid":""}]')
     view, quads = words(text)
     starts = np.concatenate([key_values(view, quads, b"ts"), key_values(view, quads, b"pid")])
     values = [text[a:b] for a, b in zip(starts, value_ends(view, starts))]
-    assert values == [long, b"-0", b"1E3", b"2.5", b'"a,b}c"', b"-1e+5", b'"x"', b"2"]
+    assert values == [long, b"-0", b"1E3", b"2.5", b'""', b'"a,b}c"', b"-1e+5", b'"x"', b"2", b'""']
 
 
 def test_splice_replaces_each_range_and_copies_the_rest():
