@@ -852,6 +852,13 @@ NOT_COMPACT = {  # inputs the compact reading leaves to the general one
     "float pid": lambda events: orjson.dumps([dict(e, pid=7.0) for e in events]),
     "space after a comma": lambda events: orjson.dumps(events).replace(b',"tid"', b', "tid"'),
     "huge int ts": lambda events: orjson.dumps(events).replace(b'"ts":160,', b'"ts":18446744073709551616160,'),
+    # as many ts keys as events, one of them null (in a kept metadata event) or nested (the one
+    # event without a ts is left out: a process name)
+    "null ts, a ts key in every event": lambda events: orjson.dumps(
+        [dict(e, ts=None if n == 1 else e.get("ts", 0)) for n, e in enumerate(events)]),
+    "nested ts, as many ts keys as events": lambda events: orjson.dumps(
+        [e if n == 0 else dict(e, ts=e.get("ts", 0), args={"ts": 3}) if e.get("name") == "mark"
+         else dict(e, ts=e.get("ts", 0)) for n, e in enumerate(events)]),
 }
 
 
@@ -1262,6 +1269,31 @@ def test_splice_replaces_each_range_and_copies_the_rest():
     assert splice(text, 0, 10, *edit, [b"a", b"", b"<>", b"zz"]) == b"a12<>5678zz"
     assert splice(text, 2, 8, np.array([3, 4]), np.array([4, 7]), [b"X", b"Y"]) == b"2XY7"
     assert splice(text, 2, 8, np.zeros(0, int), np.zeros(0, int), []) == b"234567"
+
+
+def _ts_and_pid(events):
+    """The compact text of `events` and where each one's ts and pid values start and end."""
+    from repro.traces.splice import key_values, value_ends, words
+
+    view, quads = words(orjson.dumps(events))
+    ts_at, pid_at = key_values(view, quads, b"ts"), key_values(view, quads, b"pid")
+    return view, ts_at, value_ends(view, ts_at), pid_at, value_ends(view, pid_at)
+
+
+def test_the_bytes_between_ts_and_pid_only_where_every_event_has_the_same_few():
+    from repro.traces.combine import _NEAR, _next_to_each_other
+
+    def between(events):
+        return _next_to_each_other(*_ts_and_pid(events))
+
+    assert between([{"ts": 1, "pid": 7}, {"ts": 22.5, "pid": 7, "tid": 1}, {"ts": -3, "pid": 8}]) == b',"pid":'
+    assert between([{"ph": "i", "pid": 7, "ts": 1}, {"pid": 17, "ts": 1e3, "s": "t"}]) == b',"ts":'
+    assert between([{"ts": 1, "tid": 1, "pid": 7}, {"ts": 2, "tid": 22, "pid": 7}]) is None  # gaps of two lengths
+    assert between([{"ts": 1, "tid": 1, "pid": 7}, {"ts": 2, "cat": 2, "pid": 7}]) is None  # one length, not the same
+    assert between([{"ts": 1, "pid": 7}, {"pid": 7, "ts": 2}]) is None  # the other way round in one event
+    pad = "x" * (_NEAR - len(',"name":"","pid":'))  # the bytes between: ,"name":"xx...","pid":
+    assert between([{"ts": 1, "name": pad, "pid": 7}] * 2) == b',"name":"' + pad.encode() + b'","pid":'
+    assert between([{"ts": 1, "name": pad + "x", "pid": 7}] * 2) is None  # more than _NEAR bytes
 
 
 def _copied_events(events, **spell):
