@@ -20,7 +20,16 @@ from repro.pecan.costs import COLUMNS, cost_row
 from repro.pecan.costtable import SPREAD_COLUMNS, with_spread
 from repro.pecan.logs import parse_log
 from repro.pecan.pipelines import PIPELINES, Op
-from repro.pecan.reproducibility import CHECK_COLUMNS, VERDICT_COLUMNS, check, compare, outside, reference_verdicts
+from repro.pecan.reproducibility import (
+    CHECK_COLUMNS,
+    VERDICT_COLUMNS,
+    check,
+    compare,
+    outside,
+    plotted_numbers,
+    reference_verdicts,
+    tolerance_of,
+)
 from repro.pecan.run import run_mode
 from repro.stats import bootstrap_interval, mean_interval, verdict
 
@@ -309,6 +318,50 @@ def test_check_table_compares_each_number_within_its_tolerance():
                              ["calibration resnet declared per reference kernel", "fig8 pecan worker_cost $"])
     second["calibration resnet declared per reference kernel"] = 2.62  # within 5% of 2.62
     assert compare(first, second, TOLERANCE)[0]["within"] == "yes"
+
+
+def test_each_number_gets_its_kind_of_tolerance():
+    tolerance = {"cost_relative": 0.1, "cost_dollars": 0.2, "calibration_relative": 0.3, "saving_points": 4}
+    assert tolerance_of("calibration resnet AutoOrder saving %", tolerance) == ("points", 4)
+    for name in ("calibration resnet reference kernel ms", "calibration resnet declared ms/element"):
+        assert tolerance_of(name, tolerance) == ("none", None)
+    assert tolerance_of("calibration resnet autoorder per reference kernel", tolerance) == ("relative", 0.3)
+    assert tolerance_of("fig8 pecan tpu_cost $", tolerance) == ("relative_or_dollars", (0.1, 0.2))
+    assert tolerance_of("fig8 pecan tpu_cost ms $", tolerance)[0] == "relative_or_dollars"  # by the end only
+
+
+def test_check_table_limits_are_inclusive_and_each_kind_uses_its_own():
+    # differences exactly at the limit (binary fractions: no rounding) are within it
+    tolerance = {"cost_relative": 0.5, "cost_dollars": 0.25, "calibration_relative": 0.25, "saving_points": 3}
+    first = {"calibration r AutoOrder saving %": 30.0, "calibration r declared per reference kernel": 3.0,
+             "fig8 a tpu_cost $": 0.125, "fig8 b tpu_cost $": 2.0, "fig8 c tpu_cost $": 2.0}
+    second = {"calibration r AutoOrder saving %": 33.0, "calibration r declared per reference kernel": 4.0,
+              "fig8 a tpu_cost $": 0.375, "fig8 b tpu_cost $": 3.0, "fig8 c tpu_cost $": 4.5}
+    rows = compare(first, second, tolerance)
+    # saving: 3 points; per kernel: 25% of 4; a: $0.25 (above 50% of 0.375); b: 50% of 3 (above $0.25);
+    # c: 2.5, beyond 50% of 4.5
+    assert [r["within"] for r in rows] == ["yes", "yes", "yes", "yes", "no"]
+    assert [r["tolerance"] for r in rows] == ["±3 points", "±25%"] + ["±50% or $0.25"] * 3
+    beyond = dict(second, **{"calibration r AutoOrder saving %": 33.5,
+                             "calibration r declared per reference kernel": 4.0625, "fig8 a tpu_cost $": 0.4375})
+    assert [r["within"] for r in compare(first, beyond, tolerance)][:3] == ["no", "no", "no"]
+    assert outside(rows) == (list(first), ["fig8 c tpu_cost $"])
+    # the table shows four decimals of each value and of the difference
+    row = compare({"fig8 a tpu_cost $": 0.123456}, {"fig8 a tpu_cost $": 0.654321}, tolerance)[0]
+    assert (row["first"], row["second"], row["difference"]) == (0.1235, 0.6543, 0.5309)
+
+
+def test_plotted_numbers_are_the_calibrations_in_ms_and_percent_and_the_bars_in_dollars():
+    calibration = {"reference_kernel": {"cpu_s": 0.0016}, "autoorder_saving": 0.125,
+                   "declared": {"cpu_s_per_element": 0.004, "per_reference_kernel": 2.5},
+                   "autoorder": {"cpu_s_per_element": 0.0035, "per_reference_kernel": 2.1875}}
+    rows = {"fig8": [{"mode": "pecan", "tpu_cost_mean": "0.55", "worker_cost_mean": "0.3"}]}
+    numbers = plotted_numbers(["fig8"], {"resnet": calibration}, rows)
+    assert numbers == pytest.approx({
+        "calibration resnet reference kernel ms": 1.6,
+        "calibration resnet declared ms/element": 4.0, "calibration resnet declared per reference kernel": 2.5,
+        "calibration resnet autoorder ms/element": 3.5, "calibration resnet autoorder per reference kernel": 2.1875,
+        "calibration resnet AutoOrder saving %": 12.5, "fig8 pecan tpu_cost $": 0.55, "fig8 pecan worker_cost $": 0.3})
 
 
 def test_reference_kernel_takes_the_ops_statistic():

@@ -873,6 +873,13 @@ NOT_COMPACT = {  # inputs the compact reading leaves to the general one
     "float pid": lambda events: orjson.dumps([dict(e, pid=7.0) for e in events]),
     "space after a comma": lambda events: orjson.dumps(events).replace(b',"tid"', b', "tid"'),
     "huge int ts": lambda events: orjson.dumps(events).replace(b'"ts":160,', b'"ts":18446744073709551616160,'),
+    # as many ts keys as events, one of them null (in a kept metadata event) or nested (the one
+    # event without a ts is left out: a process name)
+    "null ts, a ts key in every event": lambda events: orjson.dumps(
+        [dict(e, ts=None if n == 1 else e.get("ts", 0)) for n, e in enumerate(events)]),
+    "nested ts, as many ts keys as events": lambda events: orjson.dumps(
+        [e if n == 0 else dict(e, ts=e.get("ts", 0), args={"ts": 3}) if e.get("name") == "mark"
+         else dict(e, ts=e.get("ts", 0)) for n, e in enumerate(events)]),
 }
 
 
@@ -1239,6 +1246,26 @@ def test_find_and_key_values_find_keys_at_every_alignment_and_depth_only_as_keys
         assert find(words(text)[1], b'},{"').size == 0
 
 
+def test_find_sees_a_pattern_that_ends_the_text_at_every_alignment():
+    from repro.traces.splice import find, words
+
+    for pad in range(8):  # the last four bytes are the pattern: the last word read from each offset
+        assert find(words(b"x" * pad + b'"ts"')[1], b'"ts"').tolist() == [pad]
+        assert find(words(b"x" * pad + b'"ts')[1], b'"ts"').size == 0
+
+
+def test_spaced_tells_whitespace_between_tokens_from_whitespace_in_strings():
+    from repro.traces.splice import spaced
+
+    assert not spaced(b'[{"a":1,"b":"x"}]')
+    for blank in (b" ", b"\n", b"\t", b"\r"):
+        assert spaced(b'[{"a":' + blank + b'1}]'), blank  # alone between two tokens
+        assert spaced(b'[{"a":"x' + blank + b'"},' + blank + b'{}]'), blank  # in a string and between
+        assert not spaced(b'[{"a":"x' + blank + b'y","b":"' + blank + b'"}]'), blank  # in strings only
+    assert spaced(b'[{"a":"x\ty",\n"b":\r 1}]')  # every kind of blank in the text, some between tokens
+    assert not spaced(b'[{"a":" \n\t\r"}]')  # every kind, all in a string
+
+
 def test_value_ends_of_numbers_strings_long_values_and_values_at_the_end():
     import numpy as np
 
@@ -1246,11 +1273,11 @@ def test_value_ends_of_numbers_strings_long_values_and_values_at_the_end():
 
     long = b"1." + b"0" * 60 + b"1"  # longer than the window looked at first
     text = (b'[{"ts":' + long + b',"pid":"a,b}c"},{"pid":-1e+5,"ts":-0},{"ts":1E3,"pid":"x"},'
-            b'{"pid":2,"args":{"k":[{"a":1},{"b":2}]},"ts":2.5}]')
+            b'{"pid":2,"args":{"k":[{"a":1},{"b":2}]},"ts":2.5},{"ts":"","pid":""}]')
     view, quads = words(text)
     starts = np.concatenate([key_values(view, quads, b"ts"), key_values(view, quads, b"pid")])
     values = [text[a:b] for a, b in zip(starts, value_ends(view, starts))]
-    assert values == [long, b"-0", b"1E3", b"2.5", b'"a,b}c"', b"-1e+5", b'"x"', b"2"]
+    assert values == [long, b"-0", b"1E3", b"2.5", b'""', b'"a,b}c"', b"-1e+5", b'"x"', b"2", b'""']
 
 
 def test_splice_replaces_each_range_and_copies_the_rest():
@@ -1274,6 +1301,31 @@ def test_adjusted_timestamps_written_from_an_array_are_orjsons_text_of_the_list(
     shift = _Shift("t.json", 2, spans)
     assert shift.shifted_json(stamps) == orjson.dumps(shift.shifted(stamps))
     assert type(shift.shifted(stamps)) is list
+
+
+def _ts_and_pid(events):
+    """The compact text of `events` and where each one's ts and pid values start and end."""
+    from repro.traces.splice import key_values, value_ends, words
+
+    view, quads = words(orjson.dumps(events))
+    ts_at, pid_at = key_values(view, quads, b"ts"), key_values(view, quads, b"pid")
+    return view, ts_at, value_ends(view, ts_at), pid_at, value_ends(view, pid_at)
+
+
+def test_the_bytes_between_ts_and_pid_only_where_every_event_has_the_same_few():
+    from repro.traces.combine import _NEAR, _next_to_each_other
+
+    def between(events):
+        return _next_to_each_other(*_ts_and_pid(events))
+
+    assert between([{"ts": 1, "pid": 7}, {"ts": 22.5, "pid": 7, "tid": 1}, {"ts": -3, "pid": 8}]) == b',"pid":'
+    assert between([{"ph": "i", "pid": 7, "ts": 1}, {"pid": 17, "ts": 1e3, "s": "t"}]) == b',"ts":'
+    assert between([{"ts": 1, "tid": 1, "pid": 7}, {"ts": 2, "tid": 22, "pid": 7}]) is None  # gaps of two lengths
+    assert between([{"ts": 1, "tid": 1, "pid": 7}, {"ts": 2, "cat": 2, "pid": 7}]) is None  # one length, not the same
+    assert between([{"ts": 1, "pid": 7}, {"pid": 7, "ts": 2}]) is None  # the other way round in one event
+    pad = "x" * (_NEAR - len(',"name":"","pid":'))  # the bytes between: ,"name":"xx...","pid":
+    assert between([{"ts": 1, "name": pad, "pid": 7}] * 2) == b',"name":"' + pad.encode() + b'","pid":'
+    assert between([{"ts": 1, "name": pad + "x", "pid": 7}] * 2) is None  # more than _NEAR bytes
 
 
 def _copied_events(events, **spell):
