@@ -30,7 +30,6 @@ class _Libc:
 
 def _with_libc(monkeypatch, libc):
     loaded = []
-    monkeypatch.setattr(ctypes.util, "find_library", {"c": "libc.so.6"}.get)
     monkeypatch.setattr(ctypes, "CDLL", lambda name: loaded.append(name) or libc)
     return loaded
 
@@ -41,7 +40,7 @@ def test_both_thresholds_go_to_the_c_librarys_mallopt_under_their_malloc_h_numbe
     assert fix_malloc_thresholds(trim_threshold=5 * 2**20, mmap_threshold=3 * 2**20) == {
         "mmap_threshold": 3 * 2**20, "trim_threshold": 5 * 2**20}
     assert sorted(libc.calls) == [(M_MMAP_THRESHOLD, 3 * 2**20), (M_TRIM_THRESHOLD, 5 * 2**20)]
-    assert set(loaded) == {"libc.so.6"}  # the library find_library names for "c"
+    assert set(loaded) == {None}  # the symbols the process has loaded, the C library's among them
     libc.calls.clear()
     assert fix_malloc_thresholds(trim_threshold=7) == {"mmap_threshold": 32 * 2**20, "trim_threshold": 7}
     assert LARGEST_MMAP_THRESHOLD == 32 * 2**20  # glibc's largest (HEAP_MAX_SIZE / 2 on 64-bit)
@@ -58,8 +57,8 @@ def test_no_mallopt_or_no_c_library_gives_none(monkeypatch):
     _with_libc(monkeypatch, object())  # a C library without mallopt (not glibc)
     assert fix_malloc_thresholds(trim_threshold=2**30) is None
     monkeypatch.undo()
-    # a C library that cannot be loaded; only the one named for "c" is (the process's own symbols have mallopt)
-    monkeypatch.setattr(ctypes.util, "find_library", {"c": "/nonexistent/libc.so.6"}.get)
+    # symbols that cannot be loaded (ctypes raises OSError)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: ctypes.cdll.LoadLibrary("/nonexistent/libc.so.6"))
     assert fix_malloc_thresholds(trim_threshold=2**30) is None
 
 
