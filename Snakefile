@@ -1,8 +1,7 @@
-from snakemake.utils import min_version
-
 from repro.checkedconfig import checked_config
+from repro.rulefunctions import require_snakemake
 
-min_version("9.0")
+require_snakemake("9.0")
 
 
 configfile: "config/config.yaml"

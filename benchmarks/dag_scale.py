@@ -35,7 +35,6 @@ does so only for outputs without wildcards).
 """
 
 import argparse
-import os
 import re
 import statistics
 import sys
@@ -43,10 +42,10 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, load, ratios, rounds, timed, verdict
+from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_ratio, load, ratios, rounds, timed, verdict
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+ENV = environment(Path(sys.executable).parent)
 JOBS_PER_EXPERIMENT = 12  # 3 modes x (run, cluster_status, download_traces) + combine, summarize, costs
 GOAL = 1.5  # x bare at the first size
 

@@ -50,7 +50,6 @@ that plans one.
 """
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -60,10 +59,10 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, instructions, load, ratios, rounds, timed, verdict
+from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_ratio, instructions, load, ratios, rounds, timed, verdict
 
 BIN = Path(sys.executable).parent
-ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+ENV = environment(BIN)
 FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
 STARTUP, DRY, NOOP = "start-up (empty Snakefile)", "full --dry-run", "no-op rerun of fig8"
 COLD, REFERENCE = "full --dry-run, config unkept", "bare workflow, same jobs"

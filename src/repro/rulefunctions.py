@@ -14,6 +14,7 @@ params rerun trigger, as the output's own triggers cover it.
 
 import inspect
 import os
+import re
 
 try:
     from snakemake.common import overwrite_function_params
@@ -21,6 +22,24 @@ except ImportError:  # another Snakemake: it inspects the signature at every cal
 
     def overwrite_function_params(func, params):
         pass
+
+
+def require_snakemake(minimum):
+    """Snakemake's own min_version check without its import of `packaging` (about 12 million
+    instructions at every start): a WorkflowError unless the running Snakemake's release is at
+    least `minimum` (e.g. "9.0")."""
+    from snakemake.common import __version__
+    from snakemake.exceptions import WorkflowError
+
+    if _release(__version__) < _release(minimum):
+        raise WorkflowError(f"Expecting Snakemake version {minimum} or higher (you are currently using {__version__}).")
+
+
+def _release(version):
+    """(9, 27, 1) for "9.27.1", or for a development version such as "9.27.1.dev3+g1234"; (9, 0, 0)
+    for "9"."""
+    parts = tuple(int(part) for part in re.match(r"\d+(?:\.\d+)*", version).group().split("."))
+    return parts + (0,) * (3 - len(parts))
 
 
 def per_job(func):
