@@ -40,6 +40,24 @@ full dry-run's 1.52 billion instructions over the floor go (callgrind, one run e
     workflow's row): Snakemake's work on larger jobs (several inputs and outputs, a log, resources,
     a conda environment, a shell command formatted three times per job in a dry-run); the rules'
     own input and params functions take under 0.01 s of it (cProfile).
+Since then (callgrind as --instructions counts, `python -m snakemake` run once each with
+PYTHONHASHSEED=0 and the bytecode cache on, 2026-12-01 at load 3-4): floor 2.86 billion, start-up
+1.13x, bare 83 jobs 1.27x, full dry-run 1.524x before and 1.506x after these cuts (4.354 to 4.303
+billion): the rules' input and params functions and the targets moved from rules/common.smk and
+the rule files' lambdas into repro.rulefunctions (0.026 billion: Snakemake parses the rule files
+at every start, about 50,000 instructions a token, where an imported module is compiled once),
+the Snakemake version check without importing packaging (0.012 billion); and the package's
+modules read from the bytecode cache rather than compiled at every start (0.03 billion, which the
+benchmark counted before: this environment sets PYTHONDONTWRITEBYTECODE). The definition is now
+0.37 billion over the start-up (`-n cluster_stop`): parsing the Snakefile and the rule files 0.16
+(24 rules, 2.3 million for even a minimal one), Snakemake's config YAML read 0.08 (its comments
+0.02), defining the rules 0.07, the package imports 0.02. The other 82 jobs cost 8.6 million each
+against 4.9 million for a bare job (Snakemake's per-job work: building the DAG 0.16 billion over
+the bare workflow's, logging the jobs 0.12, of which the logs 0.045, formatting the shell
+commands 0.033, evaluating the params 0.05 and the resources 0.025; printshellcmds changes nothing:
+the job's log record formats the command whether or not it is printed). The goal of 1.3x is out
+of reach without changing the environment or the jobs: the bare workflow with as many jobs is
+1.27x by itself.
 The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
 names, and validating; it is paid once per changed config (repro.checkedconfig).
 Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
