@@ -22,7 +22,7 @@ rules' Python (cProfile: the rules' input and params functions take about 0.02 s
 dry-run): a job here has several inputs and outputs (a run: 4 and 4), a log, resources, a
 benchmark file and a conda environment where the bare job has one output. What was the project's
 own is cut: the rules' input and params functions (their signature, which Snakemake inspects
-several times per job, is inspected once: per_job in rules/common.smk), the nbformat import that
+several times per job, is inspected once: per_job in repro.rulefunctions), the nbformat import that
 `script:` rules cost, and the wildcard constraints' cost with the number of experiments: they
 list the configured names as a trie (repro.wildcards), which compiles in a third of the time of
 a flat alternation and matches in the name's length (16 patterns with 416 experiments: 0.05 s
