@@ -30,4 +30,4 @@ report: "report/workflow.rst"
 rule all:
     default_target: True
     input:
-        all_targets(),
+        all_targets(config, report),

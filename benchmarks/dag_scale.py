@@ -22,7 +22,7 @@ rules' Python (cProfile: the rules' input and params functions take about 0.02 s
 dry-run): a job here has several inputs and outputs (a run: 4 and 4), a log, resources, a
 benchmark file and a conda environment where the bare job has one output. What was the project's
 own is cut: the rules' input and params functions (their signature, which Snakemake inspects
-several times per job, is inspected once: per_job in rules/common.smk), the nbformat import that
+several times per job, is inspected once: per_job in repro.rulefunctions), the nbformat import that
 `script:` rules cost, and the wildcard constraints' cost with the number of experiments: they
 list the configured names as a trie (repro.wildcards), which compiles in a third of the time of
 a flat alternation and matches in the name's length (16 patterns with 416 experiments: 0.05 s
@@ -35,7 +35,6 @@ does so only for outputs without wildcards).
 """
 
 import argparse
-import os
 import re
 import statistics
 import sys
@@ -43,10 +42,10 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, load, ratios, rounds, timed, verdict
+from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_ratio, load, ratios, rounds, timed, verdict
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+ENV = environment(Path(sys.executable).parent)
 JOBS_PER_EXPERIMENT = 12  # 3 modes x (run, cluster_status, download_traces) + combine, summarize, costs
 GOAL = 1.5  # x bare at the first size
 

@@ -22,6 +22,7 @@ machine the two agree, as a Snakemake dry-run is one busy process.
 """
 
 import math
+import os
 import re
 import resource
 import shutil
@@ -32,6 +33,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = ("Snakefile", "rules", "config", "envs", "profiles", "report")
+
+
+def environment(bin_dir):
+    """The measured commands' environment: this one, with `bin_dir` first on PATH and Python's
+    bytecode cache on (PYTHONDONTWRITEBYTECODE dropped). The package is installed editable, its
+    modules compiled by whichever start imports them first; with the cache off they would be
+    compiled again at every start (about 30 million instructions of the full dry-run), which no
+    start after a user's first one pays. The benchmarks' first, untimed invocations write it."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    return env
 
 
 def timed(command, cwd, env):

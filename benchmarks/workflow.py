@@ -40,6 +40,25 @@ full dry-run's 1.52 billion instructions over the floor go (callgrind, one run e
     workflow's row): Snakemake's work on larger jobs (several inputs and outputs, a log, resources,
     a conda environment, a shell command formatted three times per job in a dry-run); the rules'
     own input and params functions take under 0.01 s of it (cProfile).
+Since then (callgrind as --instructions counts, `python -m snakemake` run once each with
+PYTHONHASHSEED=0 and the bytecode cache on, 2026-12-01 at load 3-4): floor 2.86 billion, start-up
+1.13x, bare 83 jobs 1.27x, full dry-run 1.524x before and 1.506x after these cuts (4.354 to 4.303
+billion; about 1.51x with the version check kept, as below): the rules' input and params functions
+and the targets moved from rules/common.smk and the rule files' lambdas into repro.rulefunctions
+(0.026 billion: Snakemake parses the rule files at every start, about 50,000 instructions a token,
+where an imported module is compiled once), a Snakemake version check without importing packaging
+(0.012 billion; not kept: the Snakefile uses Snakemake's own min_version); and the package's modules
+read from the bytecode cache rather than compiled at every start (0.03 billion, which the benchmark
+counted before: this environment sets PYTHONDONTWRITEBYTECODE). The definition is now 0.37 billion
+over the start-up (`-n cluster_stop`): parsing the Snakefile and the rule files 0.16 (24 rules, 2.3
+million for even a minimal one), Snakemake's config YAML read 0.08 (its comments 0.02), defining the
+rules 0.07, the package imports 0.02. The other 82 jobs cost 8.6 million each against 4.9 million
+for a bare job: Snakemake's per-job work, building the DAG 0.16 billion over the bare workflow's and
+logging the jobs 0.12. Taking one directive out of every rule (parsing included) saves: log 0.045,
+params 0.05, resources 0.025, the shell commands' formatting 0.033, conda 0.001; printshellcmds:
+false saves nothing (the job's log record formats the command whether or not it is printed). The
+goal of 1.3x is out of reach without changing the environment or the jobs: the bare workflow with as
+many jobs is 1.27x by itself.
 The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
 names, and validating; it is paid once per changed config (repro.checkedconfig).
 Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
@@ -50,7 +69,6 @@ that plans one.
 """
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -60,10 +78,10 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from sidebyside import REPO, bare_workflow, copy_workflow, fmt_ratio, instructions, load, ratios, rounds, timed, verdict
+from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_ratio, instructions, load, ratios, rounds, timed, verdict
 
 BIN = Path(sys.executable).parent
-ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+ENV = environment(BIN)
 FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
 STARTUP, DRY, NOOP = "start-up (empty Snakefile)", "full --dry-run", "no-op rerun of fig8"
 COLD, REFERENCE = "full --dry-run, config unkept", "bare workflow, same jobs"

@@ -4,8 +4,8 @@ localrules:
 
 rule costs:
     input:
-        logs=per_mode("results/runs/{experiment}/{mode}/run.log"),
-        metrics=per_mode("results/runs/{experiment}/{mode}/metrics.json"),
+        logs=per_mode(config, "results/runs/{experiment}/{mode}/run.log"),
+        metrics=per_mode(config, "results/runs/{experiment}/{mode}/metrics.json"),
         summary="results/summary/{experiment}.json",
         combined="results/traces/{experiment}/combined.json",
     output:
@@ -18,8 +18,8 @@ rule costs:
         mem_mb=500,
         runtime=5,
     params:
-        settings=per_job(lambda wildcards: cost_settings(config, wildcards.experiment)),
-        modes=per_job(lambda wildcards: modes_of(wildcards.experiment)),
+        settings=by_wildcards(cost_settings, config, "experiment"),
+        modes=modes(config),
     shell:
         "repro pecan cost-table --settings {params.settings:q} --mode {params.modes:q}"
         " --log {input.logs:q} --metrics {input.metrics:q} --summary {input.summary:q}"

@@ -19,12 +19,8 @@ rule run:
         mem_mb=500,
         runtime=10,
     params:
-        settings=per_job(
-            lambda wildcards: run_settings(
-                config, wildcards.experiment, wildcards.mode
-            )
-        ),
-        run_dir=per_job(lambda wildcards, output: os.path.dirname(output.log)),
+        settings=by_wildcards(run_settings, config, "experiment", "mode"),
+        run_dir=output_dir("log"),
     shell:
         "repro cluster run --state {input.state:q} --settings {params.settings:q}"
         " --experiment {wildcards.experiment:q} --mode {wildcards.mode:q}"

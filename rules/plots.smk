@@ -6,11 +6,7 @@ localrules:
 
 rule plot:
     input:
-        table=per_job(
-            lambda wildcards: "results/tables/{}.csv".format(
-                config["plots"]["figures"][wildcards.figure]["experiment"]
-            )
-        ),
+        table=figure_table(config),
         calibration=rules.calibrate.output,
     output:
         pdf="plots/{figure}.pdf",
@@ -24,7 +20,7 @@ rule plot:
         mem_mb=500,
         runtime=5,
     params:
-        settings=per_job(lambda wildcards: figure_settings(config, wildcards.figure)),
+        settings=by_wildcards(figure_settings, config, "figure"),
     shell:
         "repro pecan figure {wildcards.figure:q} --table {input.table:q}"
         " --calibration {input.calibration:q} --settings {params.settings:q}"
@@ -37,7 +33,7 @@ rule plot:
 rule provenance:
     input:
         figure="plots/{any_figure}.pdf",
-        data=per_job(figure_data),
+        data=figure_data(config, CALIBRATIONS),
     output:
         "results/provenance/{any_figure}.json",
     log:
@@ -48,9 +44,7 @@ rule provenance:
         mem_mb=500,
         runtime=5,
     params:
-        settings=per_job(
-            lambda wildcards: provenance_settings(config, wildcards.any_figure)
-        ),
+        settings=by_wildcards(provenance_settings, config, "any_figure"),
     shell:
         "repro provenance {input.figure:q} {input.data:q} --settings {params.settings:q}"
         " -o {output:q} > {log:q} 2>&1"
@@ -60,7 +54,7 @@ rule provenance:
 # deployments, calibration and scale.
 rule validation:
     input:
-        metrics=per_mode("results/runs/{experiment}/{mode}/metrics.json"),
+        metrics=per_mode(config, "results/runs/{experiment}/{mode}/metrics.json"),
         calibration=rules.calibrate.output,
     output:
         pdf="plots/validation_{experiment}.pdf",

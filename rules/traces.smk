@@ -12,7 +12,7 @@ rule download_traces:
         runtime=5,
     params:
         store=config["trace_store"],
-        into=per_job(lambda wildcards, output: os.path.dirname(output[0])),
+        into=output_dir(),
     shell:
         "repro trace download {input.receipt:q} --store {params.store:q}"
         " -o {params.into:q} > {log:q} 2>&1"
@@ -20,7 +20,7 @@ rule download_traces:
 
 rule combine:
     input:
-        per_mode("results/traces/{experiment}/{mode}/{experiment}-{mode}.json"),
+        per_mode(config, "results/traces/{experiment}/{mode}/{experiment}-{mode}.json"),
     output:
         "results/traces/{experiment}/combined.json",
     log:
@@ -36,7 +36,7 @@ rule combine:
 
 rule summarize:
     input:
-        per_mode("results/traces/{experiment}/{mode}/{experiment}-{mode}.json"),
+        per_mode(config, "results/traces/{experiment}/{mode}/{experiment}-{mode}.json"),
     output:
         "results/summary/{experiment}.json",
     log:

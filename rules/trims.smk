@@ -7,11 +7,11 @@ localrules:
 # The model store runs only while TrIMS targets are built: an invocation that started it stops it
 # when it ends, so nothing stays running that the user did not start.
 onsuccess:
-    stop_store_started_since(INVOCATION_STARTED, TRIMS_STORE)
+    stop_trims_store(INVOCATION_STARTED, TRIMS_STORE)
 
 
 onerror:
-    stop_store_started_since(INVOCATION_STARTED, TRIMS_STORE)
+    stop_trims_store(INVOCATION_STARTED, TRIMS_STORE)
 
 
 rule trims_store_start:
@@ -63,9 +63,7 @@ rule trims_generate:
         runtime=10,
     params:
         seed=config["trims"]["seed"],
-        assets=per_job(
-            lambda wildcards, output: os.path.dirname(os.path.dirname(output[0]))
-        ),
+        assets=output_dir(levels=2),
     shell:
         "repro trims models {wildcards.model:q} --seed {params.seed:q}"
         " --base-path {params.assets:q} > {log:q} 2>&1"
@@ -75,13 +73,7 @@ rule trims_generate:
 # with `repro trims models NAME --publish gs://...`.
 rule trims_fetch:
     input:
-        per_job(
-            lambda wildcards: (
-                []
-                if ASSETS_IN_GCS
-                else f"{config['trims']['asset_store']}/{wildcards.model}/manifest.json"
-            )
-        ),
+        fetch_source(config, ASSETS_IN_GCS),
     output:
         f"{config['trims']['base_path']}/{{model}}/manifest.json",
     log:
@@ -93,9 +85,7 @@ rule trims_fetch:
         runtime=5,
     params:
         asset_store=config["trims"]["asset_store"],
-        base_path=per_job(
-            lambda wildcards, output: os.path.dirname(os.path.dirname(output[0]))
-        ),
+        base_path=output_dir(levels=2),
     shell:
         "repro trims fetch {wildcards.model:q} --asset-store {params.asset_store:q}"
         " --base-path {params.base_path:q} > {log:q} 2>&1"
@@ -121,7 +111,7 @@ rule trims_compare:
         runtime=20,
     params:
         settings=trims_client_settings(config, "compare"),
-        out=per_job(lambda wildcards, output: os.path.dirname(output[0])),
+        out=output_dir(),
     shell:
         "repro trims experiment compare {wildcards.model:q} --store {input.store:q}"
         " --settings {params.settings:q} --out {params.out:q} > {log:q} 2>&1"
@@ -150,9 +140,9 @@ rule trims_distribution:
         runtime=20,
     params:
         settings=trims_client_settings(config, "distributions"),
-        params=per_job(lambda wildcards: TRIMS_DISTRIBUTIONS[wildcards.distribution]),
+        params=by_wildcards(trims_distribution, config, "distribution"),
         models=TRIMS_MODELS,
-        out=per_job(lambda wildcards, output: os.path.dirname(output[0])),
+        out=output_dir(),
     shell:
         "repro trims experiment distribution {wildcards.distribution:q}"
         " --params {params.params:q} --concurrency {wildcards.concurrency:q}"
@@ -173,12 +163,7 @@ rule trims_combine:
         mem_mb=500,
         runtime=5,
     params:
-        traces=per_job(
-            lambda wildcards, input: [
-                os.path.join(os.path.dirname(input[0]), "traces", mode)
-                for mode in ("original", "shared")
-            ],
-        ),
+        traces=beside_input(("traces", "original"), ("traces", "shared")),
     shell:
         "repro trace combine {params.traces:q} -o {output:q} > {log:q} 2>&1"
 

@@ -143,6 +143,11 @@ def caption(backend, preset, calibrations, engine_caption=None):
     return get_backend(backend).caption(preset, where)
 
 
+def trims_distribution(config, name):
+    """The parameters of the TrIMS request distribution `name`."""
+    return config["trims"]["distributions"]["runs"][name]
+
+
 def trims_models(config):
     """The models of the selected TrIMS model set."""
     trims = config["trims"]

@@ -1,0 +1,145 @@
+"""The rules' input and params functions, and the workflow's targets: rules/*.smk name these.
+
+Snakemake parses the Snakefile and every rule file at each start, token by token, at about
+50,000 instructions a token (callgrind, Snakemake 9.27): a lambda or a helper written in a rule
+file is paid for at every invocation. Written here, it is compiled once into Python's bytecode
+cache and imported. Standard library only (and Snakemake's own helper, when present): the rule
+files import it at every start.
+
+Every input or params function returned here has its signature inspected once (`per_job`):
+Snakemake would otherwise call inspect.signature on it several times for every job it plans.
+A function of the job's `output` (or `input`) is a derived param: Snakemake leaves it out of the
+params rerun trigger, as the output's own triggers cover it.
+"""
+
+import inspect
+import os
+
+try:
+    from snakemake.common import overwrite_function_params
+except ImportError:  # another Snakemake: it inspects the signature at every call
+
+    def overwrite_function_params(func, params):
+        pass
+
+
+def per_job(func):
+    """`func`, an input or params function, with its signature inspected once."""
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
+
+
+def untracked(value):
+    """A param that Snakemake leaves out of the params rerun trigger (a derived param). For the
+    settings a service starts with: changing them must not restart it; the status checks compare
+    their digest."""
+    return per_job(lambda wildcards, output: value)
+
+
+def by_wildcards(settings, config, *names):
+    """A params function: `settings(config, *values)`, the values of the job's wildcards `names`
+    (e.g. `repro.rulesettings.run_settings` of the job's experiment and mode)."""
+    return per_job(lambda wildcards: settings(config, *(getattr(wildcards, name) for name in names)))
+
+
+def output_dir(item=0, levels=1):
+    """A derived param: the directory `levels` up from the job's output `item` (index or name)."""
+
+    def directory(wildcards, output):
+        path = output[item] if isinstance(item, int) else getattr(output, item)
+        for _ in range(levels):
+            path = os.path.dirname(path)
+        return path
+
+    return per_job(directory)
+
+
+def beside_input(*parts_list):
+    """A derived param: for each tuple of path parts, that path joined onto the directory of the
+    job's first input."""
+    return per_job(lambda wildcards, input: [os.path.join(os.path.dirname(input[0]), *parts) for parts in parts_list])
+
+
+def modes_of(config, experiment):
+    return config["pecan"]["experiments"][experiment]["modes"]
+
+
+def modes(config):
+    """A params function: the modes of the job's experiment."""
+    return per_job(lambda wildcards: modes_of(config, wildcards.experiment))
+
+
+def per_mode(config, pattern):
+    """An input function: `pattern` filled in for each mode of the job's experiment (a plain
+    str.format per mode: it runs once per job, and expand() costs ten times as much)."""
+
+    def files(wildcards):
+        experiment = wildcards.experiment
+        return [pattern.format(experiment=experiment, mode=mode) for mode in modes_of(config, experiment)]
+
+    return per_job(files)
+
+
+def figure_table(config):
+    """An input function: the cost table a Pecan figure is drawn from."""
+    return per_job(lambda wildcards: "results/tables/{}.csv".format(config["plots"]["figures"][wildcards.figure]["experiment"]))
+
+
+def figure_data(config, calibrations):
+    """An input function: the data a figure is drawn from, its cost table and the calibrations, or
+    the TrIMS summary."""
+
+    def data(wildcards):
+        spec = config["plots"]["figures"].get(wildcards.any_figure)
+        if spec is None:
+            return ["results/summary/trims.json"]
+        return [f"results/tables/{spec['experiment']}.csv", *calibrations]
+
+    return per_job(data)
+
+
+def fetch_source(config, assets_in_gcs):
+    """An input function: the locally generated model a TrIMS fetch copies, or nothing when the
+    asset store is a GCS bucket filled beforehand."""
+    asset_store = config["trims"]["asset_store"]
+    return per_job(lambda wildcards: [] if assets_in_gcs else f"{asset_store}/{wildcards.model}/manifest.json")
+
+
+def run_targets(config):
+    """Every run's metrics: requested directly, so a deleted run directory is redone."""
+    return [
+        f"results/runs/{experiment}/{mode}/metrics.json"
+        for experiment, spec in config["pecan"]["experiments"].items()
+        for mode in spec["modes"]
+    ]
+
+
+def all_targets(config, report):
+    """Every configured run, figure, table and provenance record; those present are marked for
+    Snakemake's report (`report`, Snakemake's function): `snakemake --report` then shows what has
+    been built (after `make fig8` alone, the fig8 figure, its table and provenance)."""
+    pecan, trims = list(config["plots"]["figures"]), config["plots"]["trims"]
+    experiments = sorted({config["plots"]["figures"][f]["experiment"] for f in pecan})
+    report_items = [(f"plots/{figure}.png", "pecan_figure", "Figures", {"figure": figure}) for figure in pecan]
+    report_items += [(f"plots/{figure}.png", "trims_figure", "Figures", {"figure": figure}) for figure in trims]
+    report_items += [(f"results/tables/{exp}.csv", "cost_table", "Cost tables", {"experiment": exp}) for exp in experiments]
+    report_items += [
+        (f"results/reference/{figure}.csv", "reference_verdicts", "Reference verdicts", {"figure": figure}) for figure in pecan
+    ]
+    report_items += [(f"results/provenance/{figure}.json", "provenance", "Provenance", {"figure": figure}) for figure in pecan + trims]
+    return (
+        run_targets(config)
+        + [f"plots/{figure}.pdf" for figure in pecan + trims]
+        + [
+            report(path, caption=f"report/{caption}.rst", category=category, labels=labels) if os.path.exists(path) else path
+            for path, caption, category, labels in report_items
+        ]
+    )
+
+
+def stop_trims_store(since, state_path):
+    """At the end of an invocation (Snakemake's onsuccess and onerror): stop the TrIMS model store
+    if that invocation started it (repro.trims.service, imported only then)."""
+    from repro.trims.service import stop_store_started_since
+
+    stop_store_started_since(since, state_path)
