@@ -284,11 +284,15 @@ def ignored_spans_trace(tmp_path):
 
 
 @pytest.mark.parametrize("options", [None, CHUNKED], ids=["whole", "chunked"])
-def test_combine_cuts_ignored_spans_out_of_timestamps_inside_and_after_them(tmp_path, options):
+@pytest.mark.parametrize("spaced", [False, True], ids=["compact", "spaced"])
+def test_combine_cuts_ignored_spans_out_of_timestamps_inside_and_after_them(tmp_path, options, spaced):
     """A timestamp inside an ignored span moves to where the span began, one after it moves back by
-    the span's length."""
-    out = tmp_path / "c.json"
-    report = combine([ignored_spans_trace(tmp_path)], out, reader_options=options)
+    the span's length (the empty span of an 'X' without a duration moves nothing), whether the
+    input's events are copied as their texts (compact) or read as dicts (spaced)."""
+    path, out = ignored_spans_trace(tmp_path), tmp_path / "c.json"
+    if spaced:  # whitespace between tokens: not copied, read and written anew
+        path.write_bytes(orjson.dumps(orjson.loads(path.read_bytes()), option=orjson.OPT_INDENT_2))
+    report = combine([path], out, reader_options=options)
     stamps = [(e["ph"], e.get("name"), e["ts"]) for e in read_trace(out)[1] if e["ph"] != "M"]
     assert stamps == [("i", "start", 0), ("X", "inside", 50), ("B", "request", 50), ("E", None, 60),
                       ("i", "between", 100), ("i", "in_sleep", 150), ("i", "end", 200)]
@@ -1181,12 +1185,18 @@ def test_combine_zero_origin_and_a_timestamp_just_inside_an_ignored_span(tmp_pat
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")
+@pytest.mark.filterwarnings("error:invalid value encountered")  # not a finite number: the TraceError tells
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
-@pytest.mark.parametrize("span", [False, True], ids=["no span", "span"])
+@pytest.mark.parametrize("span", [False, True, "long"], ids=["no span", "span", "spans longer than a float"])
 def test_combine_refuses_adjusted_timestamps_that_overflow(tmp_path, options, span):
     events = [{"ph": "i", "name": "a", "ts": -1.5e308, "pid": 1, "tid": 1, "s": "t"},
               {"ph": "i", "name": "b", "ts": 1.5e308, "pid": 1, "tid": 1, "s": "t"}]
-    if span:
+    if span == "long":  # the spans' lengths add up to more than a float holds: origin and ts both -inf, less the cut
+        events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": -1.7e308, "dur": 1.6e308, "pid": 1, "tid": 2},
+                  {"ph": "X", "name": "gc", "cat": "ignore", "ts": 0, "dur": 1.7e308, "pid": 1, "tid": 2},
+                  {"ph": "i", "name": "a", "ts": 1.72e308, "pid": 1, "tid": 1, "s": "t"},
+                  {"ph": "i", "name": "b", "ts": 1.75e308, "pid": 1, "tid": 1, "s": "t"}]
+    elif span:
         events.append({"ph": "X", "name": "gc", "cat": "ignore", "ts": 0, "dur": 1, "pid": 1, "tid": 2})
     path = dump(tmp_path / "t.json", events)
     with pytest.raises(TraceError) as error:
