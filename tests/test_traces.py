@@ -1205,6 +1205,29 @@ def test_combine_refuses_adjusted_timestamps_that_overflow(tmp_path, options, sp
                                 "try --no-adjust)")
 
 
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+@pytest.mark.parametrize("where", ["span", "ts"])
+def test_combine_refuses_integers_from_2_63_on_where_spans_are_cut(tmp_path, options, where):
+    big = 2**63 if where == "span" else 0  # the span there too, or only the instant events beyond it
+    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": big + 20, "dur": 10, "pid": 1, "tid": 2},
+              *({"ph": "i", "name": n, "ts": 2**63 + ts, "pid": 1, "tid": 1, "s": "t"} for n, ts in (("a", 10), ("b", 25), ("c", 100)))]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError) as error:
+        combine([path], tmp_path / "c.json", reader_options=options)
+    assert str(error.value) == (f"{path}: a timestamp or ignored span is an integer of 2**63 or more, beyond what "
+                                "adjusting handles (try --no-adjust)")
+    assert not (tmp_path / "c.json").exists()
+    combine([path], tmp_path / "c.json", adjust=False, reader_options=options)
+    kept = json.loads((tmp_path / "c.json").read_text())["traceEvents"]
+    assert [e["ts"] for e in kept if e["ph"] == "i"] == [2**63 + 10, 2**63 + 25, 2**63 + 100]
+
+
+def test_combine_keeps_integers_from_2_63_on_exact_without_spans(tmp_path):
+    events = [{"ph": "i", "name": n, "ts": 2**63 + ts, "pid": 1, "tid": 1, "s": "t"} for n, ts in (("a", 10), ("b", 25))]
+    combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json")
+    assert [e["ts"] for e in json.loads((tmp_path / "c.json").read_text())["traceEvents"] if e["ph"] == "i"] == [0, 15]
+
+
 def test_combine_refuses_an_event_holding_its_timestamp_marker(tmp_path, monkeypatch):
     combine_module = sys.modules["repro.traces.combine"]
     monkeypatch.setattr(combine_module.secrets, "token_hex", lambda n=None: "0" * 16)

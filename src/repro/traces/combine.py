@@ -158,15 +158,26 @@ def _merge(spans):
     return starts[first], np.maximum.reduceat(ends, first)
 
 
+def _within_int64(path, *arrays):
+    """A TraceError unless each array is numpy's int64 or float64: integers from 2**63 on make an
+    unsigned (or object) array, whose subtractions would wrap around without a word."""
+    if any(array.dtype.kind not in {"i", "f"} for array in arrays):
+        raise TraceError(path, "a timestamp or ignored span is an integer of 2**63 or more, beyond what "
+                               "adjusting handles (try --no-adjust)")
+
+
 class _Shift:
     """Adjusted timestamps: zeroed at the origin, with the ignored spans cut out."""
 
     def __init__(self, path, origin, spans):
         self.path = path
         self.starts, self.ends = _merge(spans)
+        origin = np.array([origin or 0])
+        if self.starts.size:  # without spans the timestamps are shifted as Python's numbers, exactly
+            _within_int64(path, self.starts, self.ends, origin)
         self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
         self.origin = 0
-        self.origin = self.apply(np.array([origin or 0])).tolist()[0]
+        self.origin = self.apply(origin).tolist()[0]
 
     def shifted(self, stamps):
         """The adjusted timestamps, as a list (ints stay ints when the shift is whole)."""
@@ -189,7 +200,9 @@ class _Shift:
             # a difference of finite numbers overflows to +-inf, never nan: the extremes tell
             finite = not result or (math.isfinite(min(result)) and math.isfinite(max(result)))
         else:
-            result = self.apply(np.array(stamps))
+            stamps = np.array(stamps)
+            _within_int64(self.path, stamps)
+            result = self.apply(stamps)
             finite = bool(np.isfinite(result).all())
         if not finite:
             raise TraceError(self.path, "adjusted timestamp is not a finite number (timestamps too far apart; "
