@@ -1205,12 +1205,16 @@ def test_combine_refuses_adjusted_timestamps_that_overflow(tmp_path, options, sp
                                 "try --no-adjust)")
 
 
-@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
-@pytest.mark.parametrize("where", ["span", "ts"])
-def test_combine_refuses_integers_from_2_63_on_where_spans_are_cut(tmp_path, options, where):
-    big = 2**63 if where == "span" else 0  # the span there too, or only the instant events beyond it
-    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": big + 20, "dur": 10, "pid": 1, "tid": 2},
-              *({"ph": "i", "name": n, "ts": 2**63 + ts, "pid": 1, "tid": 1, "s": "t"} for n, ts in (("a", 10), ("b", 25), ("c", 100)))]
+BEYOND_INT64 = {"span": (2**63 + 20, [9.3e18, 9.4e18, 9.5e18]), "ts": (20, [5, 2**63 + 25, 2**63 + 100])}
+
+
+# a whole input's timestamps beyond int64 are read as floats (rounded, never wrapped around)
+@pytest.mark.parametrize("where, options", [("span", {}), ("span", CHUNKED), ("ts", CHUNKED)],
+                         ids=["span-whole", "span-chunked", "ts-chunked"])
+def test_combine_refuses_integers_from_2_63_on_where_spans_are_cut(tmp_path, where, options):
+    span, stamps = BEYOND_INT64[where]
+    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": span, "dur": 10, "pid": 1, "tid": 2},
+              *({"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in stamps)]
     path = dump(tmp_path / "t.json", events)
     with pytest.raises(TraceError) as error:
         combine([path], tmp_path / "c.json", reader_options=options)
@@ -1219,7 +1223,7 @@ def test_combine_refuses_integers_from_2_63_on_where_spans_are_cut(tmp_path, opt
     assert not (tmp_path / "c.json").exists()
     combine([path], tmp_path / "c.json", adjust=False, reader_options=options)
     kept = json.loads((tmp_path / "c.json").read_text())["traceEvents"]
-    assert [e["ts"] for e in kept if e["ph"] == "i"] == [2**63 + 10, 2**63 + 25, 2**63 + 100]
+    assert [e["ts"] for e in kept if e["ph"] == "i"] == stamps
 
 
 def test_combine_keeps_integers_from_2_63_on_exact_without_spans(tmp_path):

@@ -158,10 +158,11 @@ def _merge(spans):
     return starts[first], np.maximum.reduceat(ends, first)
 
 
-def _within_int64(path, *arrays):
-    """A TraceError unless each array is numpy's int64 or float64: integers from 2**63 on make an
-    unsigned (or object) array, whose subtractions would wrap around without a word."""
-    if any(array.dtype.kind not in {"i", "f"} for array in arrays):
+def _within_int64(path, array):
+    """A TraceError unless `array` is numpy's int64 or float64: integers from 2**63 on make an
+    unsigned (or object) array, whose subtractions would wrap around without a word. (The origin is
+    the least timestamp: beyond int64 only where the timestamps are.)"""
+    if array.dtype.kind not in {"i", "f"}:
         raise TraceError(path, "a timestamp or ignored span is an integer of 2**63 or more, beyond what "
                                "adjusting handles (try --no-adjust)")
 
@@ -172,12 +173,11 @@ class _Shift:
     def __init__(self, path, origin, spans):
         self.path = path
         self.starts, self.ends = _merge(spans)
-        origin = np.array([origin or 0])
-        if self.starts.size:  # without spans the timestamps are shifted as Python's numbers, exactly
-            _within_int64(path, self.starts, self.ends, origin)
+        if self.starts.size:  # one array (ends alike); without spans timestamps stay Python's numbers
+            _within_int64(path, self.starts)
         self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
         self.origin = 0
-        self.origin = self.apply(origin).tolist()[0]
+        self.origin = self.apply(np.array([origin or 0])).tolist()[0]
 
     def shifted(self, stamps):
         """The adjusted timestamps, as a list (ints stay ints when the shift is whole)."""
