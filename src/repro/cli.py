@@ -6,6 +6,7 @@ What a user can cause (bad input, an unwritable or missing file) ends in one lin
 
 import argparse
 import contextlib
+import importlib
 import json
 import sys
 
@@ -247,21 +248,14 @@ def _cluster_stop(args):
         print("model store stopped")
 
 
-def _pecan_commands(sub):
-    from repro.pecan.cli import add_commands
-
-    add_commands(sub)
-
-
-def _trims_commands(sub):
-    from repro.trims.cli import add_commands
-
-    add_commands(sub)
+def _imported_group(module):
+    """A command group that `module`'s add_commands adds, imported only when the group is built."""
+    return lambda sub: importlib.import_module(module).add_commands(sub)
 
 
 # the command groups, each added by a function that imports what only its commands need
 COMMAND_GROUPS = {"trace": _trace_commands, "cluster": _cluster_commands, "provenance": _provenance_command,
-                  "pecan": _pecan_commands, "trims": _trims_commands}
+                  "pecan": _imported_group("repro.pecan.cli"), "trims": _imported_group("repro.trims.cli")}
 
 
 def build_parser(group=None):
