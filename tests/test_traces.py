@@ -717,6 +717,12 @@ OVERFLOWS = {
         {"ph": "B", "name": "warmup", "cat": "ignore", "ts": 0, "pid": 1, "tid": 1},
         {"ph": "E", "ts": 1, "pid": 1, "tid": 1},
         {"ph": "i", "name": "y", "ts": 1e308, "pid": 1, "tid": 1}],
+    "ignored spans longer than a float holds": [
+        {"ph": "B", "name": "warmup", "cat": "ignore", "ts": -1e308, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 1e308, "pid": 1, "tid": 1},
+        {"ph": "B", "name": "warmup", "cat": "ignore", "ts": 1.5e308, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 1.7e308, "pid": 1, "tid": 1},
+        {"ph": "i", "name": "y", "ts": 1.79e308, "pid": 1, "tid": 1}],
 }
 
 

@@ -175,7 +175,8 @@ class _Shift:
         self.starts, self.ends = _merge(spans)
         if self.starts.size:  # one array (ends alike); without spans timestamps stay Python's numbers
             _within_int64(path, self.starts)
-        self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
+        with np.errstate(over="ignore", invalid="ignore"):  # shifted() reports what is not finite
+            self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
         self.origin = 0
         self.origin = self.apply(np.array([origin or 0])).tolist()[0]
 
