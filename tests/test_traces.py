@@ -1238,6 +1238,49 @@ def test_combine_keeps_integers_from_2_63_on_exact_without_spans(tmp_path):
     assert [e["ts"] for e in json.loads((tmp_path / "c.json").read_text())["traceEvents"] if e["ph"] == "i"] == [0, 15]
 
 
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_combine_refuses_integer_timestamps_2_63_apart_where_spans_are_cut(tmp_path, options):
+    """int64 arithmetic would wrap around: 9e18 - -9e18 came out as -446744073709551626."""
+    stamps = [-9 * 10**18, 9 * 10**18]
+    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": 0, "dur": 10, "pid": 1, "tid": 2},
+              *({"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in stamps)]
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError) as error:
+        combine([path], tmp_path / "c.json", reader_options=options)
+    assert str(error.value) == (f"{path}: integer timestamps 2**63 or more apart, beyond what adjusting handles "
+                                "(try --no-adjust)")
+    assert not (tmp_path / "c.json").exists()
+    combine([path], tmp_path / "c.json", adjust=False, reader_options=options)
+    kept = json.loads((tmp_path / "c.json").read_text())["traceEvents"]
+    assert [e["ts"] for e in kept if e["ph"] == "i"] == stamps
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_combine_adjusts_integer_timestamps_up_to_2_63_apart_exactly(tmp_path, options):
+    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": 0, "dur": 10, "pid": 1, "tid": 2},
+              *({"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in (-(2**62), 2**62 - 1))]
+    combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json", reader_options=options)
+    kept = json.loads((tmp_path / "c.json").read_text())["traceEvents"]
+    assert [e["ts"] for e in kept if e["ph"] == "i"] == [0, 2**63 - 1 - 10]
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_summarize_takes_durations_of_integers_2_63_apart_as_floats(tmp_path, options):
+    """int64 arithmetic would wrap around: a duration of 1.8e19 came out as -4.5e17, and two
+    initialisations of 5e18 each summed to a negative time."""
+    big = 9 * 10**18
+    events = [{"ph": "B", "name": "load_model", "cat": "prediction", "ts": -big, "pid": 1, "tid": 1},
+              {"ph": "E", "ts": big, "pid": 1, "tid": 1},
+              {"ph": "B", "name": "back", "cat": "prediction", "ts": big, "pid": 1, "tid": 2},
+              {"ph": "E", "ts": -big, "pid": 1, "tid": 2},
+              *({"ph": "X", "name": "runtime_init", "cat": "ignore", "ts": 0, "dur": 5 * 10**18, "pid": 1, "tid": t}
+                for t in (3, 4))]
+    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
+    assert summary["events"]["load_model"]["total"] == 1.8e19
+    assert summary["events"]["back"]["total"] == -1.8e19
+    assert summary["init_time"] == 10**19
+
+
 def test_combine_refuses_an_event_holding_its_timestamp_marker(tmp_path, monkeypatch):
     combine_module = sys.modules["repro.traces.combine"]
     monkeypatch.setattr(combine_module.secrets, "token_hex", lambda n=None: "0" * 16)

@@ -167,6 +167,16 @@ def _within_int64(path, array):
                                "adjusting handles (try --no-adjust)")
 
 
+def _adjusted_within_int64(path, stamps, origin, cut):
+    """A TraceError unless every integer timestamp of `stamps`, less the origin and up to `cut` (all
+    that the ignored spans remove), stays within int64: numpy's int64 arithmetic wraps around
+    without a word (timestamps about 2**63 apart)."""
+    if stamps.dtype.kind == "i" and stamps.size:
+        if int(stamps.max()) - origin >= 2**63 or int(stamps.min()) - origin - cut < -(2**63):
+            raise TraceError(path, "integer timestamps 2**63 or more apart, beyond what adjusting handles "
+                                   "(try --no-adjust)")
+
+
 class _Shift:
     """Adjusted timestamps: zeroed at the origin, with the ignored spans cut out."""
 
@@ -177,6 +187,7 @@ class _Shift:
             _within_int64(path, self.starts)
         with np.errstate(over="ignore", invalid="ignore"):  # shifted() reports what is not finite
             self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
+        self.cut = sum(map(sub, self.ends.tolist(), self.starts.tolist()))  # exact, where numpy's may wrap
         self.origin = 0
         self.origin = self.apply(np.array([origin or 0])).tolist()[0]
 
@@ -203,6 +214,7 @@ class _Shift:
         else:
             stamps = np.array(stamps)
             _within_int64(self.path, stamps)
+            _adjusted_within_int64(self.path, stamps, self.origin, self.cut)
             result = self.apply(stamps)
             finite = bool(np.isfinite(result).all())
         if not finite:

@@ -96,7 +96,7 @@ def _summary(path, detailed, strict, reader_options, compact):
         start = np.asarray(values(begins, "ts"))
         end = np.asarray(list(map(stamps.__getitem__, matched.ends.tolist()))
                          + [stamps[i] + chunk[i].get("dur", 0) for i in complete])
-        if start.dtype.kind not in "if" or end.dtype.kind not in "if":  # integers beyond 64 bits
+        if start.dtype.kind not in "if" or end.dtype.kind not in "if" or _wraps(start, end):
             start, end = start.astype(float), end.astype(float)
         with np.errstate(over="ignore", invalid="ignore"):
             duration = end - start
@@ -116,7 +116,7 @@ def _summary(path, detailed, strict, reader_options, compact):
         process_last = _extreme(max, process_last, end.max())
         init = np.fromiter(map(INIT_EVENTS.__contains__, labels), bool, len(labels))
         if init.any():
-            init_time += duration[init].sum().item()
+            init_time += sum(duration[init].tolist())  # Python's numbers: an int64 sum would wrap around
         if counted.any():
             first_begin = _extreme(min, first_begin, start[counted].min())
             last_end = _extreme(max, last_end, end[counted].max())
@@ -149,6 +149,14 @@ def _summary(path, detailed, strict, reader_options, compact):
     if skipped:
         summary["skipped_events"] = skipped
     return summary
+
+
+def _wraps(start, end):
+    """Whether an int64 `end - start` could wrap around (timestamps 2**63 or more apart): then the
+    durations are taken as floats, as for integers beyond 64 bits."""
+    if not end.dtype.kind == start.dtype.kind == "i":
+        return False
+    return int(end.max()) - int(start.min()) >= 2**63 or int(end.min()) - int(start.max()) < -(2**63)
 
 
 def _extreme(pick, current, value):
