@@ -1238,30 +1238,38 @@ def test_combine_keeps_integers_from_2_63_on_exact_without_spans(tmp_path):
     assert [e["ts"] for e in json.loads((tmp_path / "c.json").read_text())["traceEvents"] if e["ph"] == "i"] == [0, 15]
 
 
+# (kept timestamps, the ignored span's start), adjusted timestamps or None where refused: int64
+# arithmetic would wrap around where timestamps, spans and origin lie 2**63 or more apart (9e18 less
+# -9e18 came out as -446744073709551626)
+APART = {
+    "far apart": (([-9 * 10**18, 9 * 10**18], 0), None),
+    "just within": (([-(2**62), 2**62 - 1], 0), [0, 2**63 - 1 - 10]),
+    "2**63 apart": (([-(2**62), 2**62], 0), None),
+    "a span far below": (([0, 10], -(2**63)), None),
+    "a span far above": (([-1, 10], 2**63 - 11), None),
+    "a span just within": (([0, 10], 2**63 - 11), [0, 10]),
+}
+
+
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
-def test_combine_refuses_integer_timestamps_2_63_apart_where_spans_are_cut(tmp_path, options):
-    """int64 arithmetic would wrap around: 9e18 - -9e18 came out as -446744073709551626."""
-    stamps = [-9 * 10**18, 9 * 10**18]
-    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": 0, "dur": 10, "pid": 1, "tid": 2},
+@pytest.mark.parametrize("case", sorted(APART))
+def test_combine_refuses_integer_timestamps_2_63_apart_where_spans_are_cut(tmp_path, options, case):
+    (stamps, span), adjusted = APART[case]
+    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": span, "dur": 10, "pid": 1, "tid": 2},
               *({"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in stamps)]
     path = dump(tmp_path / "t.json", events)
-    with pytest.raises(TraceError) as error:
+    if adjusted is None:
+        with pytest.raises(TraceError) as error:
+            combine([path], tmp_path / "c.json", reader_options=options)
+        assert str(error.value) == (f"{path}: integer timestamps 2**63 or more apart, beyond what adjusting "
+                                    "handles (try --no-adjust)")
+        assert not (tmp_path / "c.json").exists()
+        combine([path], tmp_path / "c.json", adjust=False, reader_options=options)
+        adjusted = stamps
+    else:
         combine([path], tmp_path / "c.json", reader_options=options)
-    assert str(error.value) == (f"{path}: integer timestamps 2**63 or more apart, beyond what adjusting handles "
-                                "(try --no-adjust)")
-    assert not (tmp_path / "c.json").exists()
-    combine([path], tmp_path / "c.json", adjust=False, reader_options=options)
     kept = json.loads((tmp_path / "c.json").read_text())["traceEvents"]
-    assert [e["ts"] for e in kept if e["ph"] == "i"] == stamps
-
-
-@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
-def test_combine_adjusts_integer_timestamps_up_to_2_63_apart_exactly(tmp_path, options):
-    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": 0, "dur": 10, "pid": 1, "tid": 2},
-              *({"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in (-(2**62), 2**62 - 1))]
-    combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json", reader_options=options)
-    kept = json.loads((tmp_path / "c.json").read_text())["traceEvents"]
-    assert [e["ts"] for e in kept if e["ph"] == "i"] == [0, 2**63 - 1 - 10]
+    assert [e["ts"] for e in kept if e["ph"] == "i"] == adjusted
 
 
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])

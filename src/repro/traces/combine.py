@@ -167,12 +167,12 @@ def _within_int64(path, array):
                                "adjusting handles (try --no-adjust)")
 
 
-def _adjusted_within_int64(path, stamps, origin, cut):
-    """A TraceError unless every integer timestamp of `stamps`, less the origin and up to `cut` (all
-    that the ignored spans remove), stays within int64: numpy's int64 arithmetic wraps around
-    without a word (timestamps about 2**63 apart)."""
+def _within_int64_apart(path, stamps, low, high):
+    """A TraceError unless the integer timestamps of `stamps`, the spans and the origin (from `low`
+    to `high`) lie less than 2**63 apart: numpy's int64 differences would wrap around without a
+    word. Within that, every difference adjusting takes, and every sum of cut spans, fits."""
     if stamps.dtype.kind == "i" and stamps.size:
-        if int(stamps.max()) - origin >= 2**63 or int(stamps.min()) - origin - cut < -(2**63):
+        if max(int(stamps.max()), high) - min(int(stamps.min()), low) >= 2**63:
             raise TraceError(path, "integer timestamps 2**63 or more apart, beyond what adjusting handles "
                                    "(try --no-adjust)")
 
@@ -185,9 +185,9 @@ class _Shift:
         self.starts, self.ends = _merge(spans)
         if self.starts.size:  # one array (ends alike); without spans timestamps stay Python's numbers
             _within_int64(path, self.starts)
+            self.low, self.high = min(self.starts[0].item(), origin or 0), max(self.ends[-1].item(), origin or 0)
         with np.errstate(over="ignore", invalid="ignore"):  # shifted() reports what is not finite
             self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
-        self.cut = sum(map(sub, self.ends.tolist(), self.starts.tolist()))  # exact, where numpy's may wrap
         self.origin = 0
         self.origin = self.apply(np.array([origin or 0])).tolist()[0]
 
@@ -214,7 +214,7 @@ class _Shift:
         else:
             stamps = np.array(stamps)
             _within_int64(self.path, stamps)
-            _adjusted_within_int64(self.path, stamps, self.origin, self.cut)
+            _within_int64_apart(self.path, stamps, self.low, self.high)
             result = self.apply(stamps)
             finite = bool(np.isfinite(result).all())
         if not finite:
