@@ -1289,6 +1289,18 @@ def test_summarize_takes_durations_of_integers_2_63_apart_as_floats(tmp_path, op
     assert summary["init_time"] == 10**19
 
 
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+@pytest.mark.parametrize(("begin", "end", "exact"), [(-(2**62), 2**62 - 1, True), (-(2**62), 2**62, False),
+                                                     (2**62, -(2**62), True), (2**62, -(2**62) - 1, False)])
+def test_summarize_keeps_integer_durations_exact_while_int64_holds_them(tmp_path, options, begin, end, exact):
+    events = [{"ph": "B", "name": "load_model", "cat": "prediction", "ts": begin, "pid": 1, "tid": 1},
+              {"ph": "E", "ts": end, "pid": 1, "tid": 1}]
+    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
+    assert summary["events"]["load_model"]["total"] == float(end - begin)
+    expected = end - begin if exact else float(end - begin)
+    assert summary["end_to_end_time"] == expected and type(summary["end_to_end_time"]) is type(expected)
+
+
 def test_combine_refuses_an_event_holding_its_timestamp_marker(tmp_path, monkeypatch):
     combine_module = sys.modules["repro.traces.combine"]
     monkeypatch.setattr(combine_module.secrets, "token_hex", lambda n=None: "0" * 16)
