@@ -183,13 +183,14 @@ class _Shift:
     def __init__(self, path, origin, spans):
         self.path = path
         self.starts, self.ends = _merge(spans)
+        origin = origin or 0  # None where no event is kept: nothing to shift
         if self.starts.size:  # one array (ends alike); without spans timestamps stay Python's numbers
             _within_int64(path, self.starts)
-            self.low, self.high = min(self.starts[0].item(), origin or 0), max(self.ends[-1].item(), origin or 0)
-        with np.errstate(over="ignore", invalid="ignore"):  # shifted() reports what is not finite
+            self.low, self.high = min(self.starts[0].item(), origin), max(self.ends[-1].item(), origin)
+        with np.errstate(over="ignore"):  # shifted() reports what is not finite
             self.before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
         self.origin = 0
-        self.origin = self.apply(np.array([origin or 0])).tolist()[0]
+        self.origin = self.apply(np.array([origin])).tolist()[0]
 
     def shifted(self, stamps):
         """The adjusted timestamps, as a list (ints stay ints when the shift is whole)."""
