@@ -1301,6 +1301,13 @@ def test_summarize_keeps_integer_durations_exact_while_int64_holds_them(tmp_path
     assert summary["end_to_end_time"] == expected and type(summary["end_to_end_time"]) is type(expected)
 
 
+def test_summarize_keeps_integer_starts_of_mixed_events_exact(tmp_path):
+    events = [{"ph": "B", "name": "a", "cat": "prediction", "ts": 2**60 + 1, "pid": 1, "tid": 1},
+              {"ph": "E", "ts": 2.0**61, "pid": 1, "tid": 1}]
+    summary = summarize_trace(dump(tmp_path / "t.json", events), detailed=True)
+    assert [(e["start"], type(e["start"])) for e in summary["detailed_events"]] == [(2**60 + 1, int)]
+
+
 def test_combine_refuses_an_event_holding_its_timestamp_marker(tmp_path, monkeypatch):
     combine_module = sys.modules["repro.traces.combine"]
     monkeypatch.setattr(combine_module.secrets, "token_hex", lambda n=None: "0" * 16)
