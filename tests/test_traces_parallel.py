@@ -7,7 +7,7 @@ import os
 import orjson
 import pytest
 
-from repro.errors import TraceError
+from repro.errors import ReproError, TraceError
 from repro.pool import Pool, TaskFailed
 from repro.traces import TraceReader, combine
 
@@ -188,3 +188,18 @@ def test_pool_stops_its_workers_on_error(no_children_left):
     with pytest.raises(RuntimeError), Pool(_echo, [1, 2], 2) as pool:
         assert pool.recv(0) == 1
         raise RuntimeError  # the workers wait for a reply: stopped by their pid
+
+
+def test_a_worker_that_cannot_write_the_output_fails_as_one_process_does(tmp_path, paths, monkeypatch, no_children_left):
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(combine_module.TraceWriter, "write_serialized", full)
+        with pytest.raises(ReproError) as one:
+            combine(paths[:3], tmp_path / "out.json", workers=1)
+    monkeypatch.setattr(combine_module, "write_at", full)  # in the workers, forked with it
+    with pytest.raises(ReproError) as more:
+        combine(paths[:3], tmp_path / "out.json", workers=2)
+    assert str(more.value) == str(one.value) == f"{tmp_path / 'out.json'}: cannot write (No space left on device)"
+    assert not list(tmp_path.glob("*out.json*"))

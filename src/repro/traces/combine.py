@@ -15,6 +15,13 @@ are copied through with only each pid and each adjusted ts rewritten in the byte
 fields as the input spells them: a number orjson would write otherwise (``1.50``, ``1E5``) or a
 repeated key stays as it is, where the general path writes orjson's form; inputs with whitespace
 between tokens, escapes or anything else the copy cannot vouch for take the general path.
+
+With more than one usable CPU and inputs large enough together, forked workers read the inputs
+(_Workers): each input in a worker, and a large one in parts read at once. This process merges
+what the parts learn into the input's plan, numbers the pids and sets the shift; the workers
+write the events into the output, each at the place reserved for it in order, so the combined
+trace is the same bytes. Whatever goes wrong in a worker has the input read here instead, the same
+output or the same error.
 """
 
 import math
@@ -38,7 +45,7 @@ from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher
 from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values
 from repro.traces.splice import key_values, splice, value_ends
-from repro.traces.writer import TraceWriter
+from repro.traces.writer import TraceWriter, separated_size, write_at
 
 
 def run_label(path, other_data, metadata):
@@ -527,9 +534,11 @@ class _Bodies:
 
 
 def _read_in_worker(task, conn):
-    """One task of _Workers, in a worker: read an input or a part of one into its spool, send the
-    reader and plan; once the new pids and the shift come back (None: the parent reads the input
-    itself), write it, then send its event counts and its bodies. A failure sends nothing more."""
+    """One task of _Workers, in a worker: read an input or a part of one into its spool and send the
+    reader and plan. Once the new pids and the shift come back (None: the parent reads the input
+    itself), write the bodies in memory and send their event counts and size; once the parent has
+    reserved their place in the output (None: it writes the input itself), write them there and
+    say so (or send the OSError's errno and text). A failure sends nothing more."""
     path, part, last, adjust, reader_options = task
     reader, plan, spool, _ = _read_input(path, 1, adjust, True, reader_options, True, part, last)
     conn.send((reader, plan))
@@ -538,10 +547,16 @@ def _read_in_worker(task, conn):
         return
     bodies = _Bodies()
     spool.write(bodies, *answer)
-    conn.send(bodies.counts)
-    for n in range(len(bodies.bodies)):
-        body, bodies.bodies[n] = bodies.bodies[n], None  # freed as sent
-        conn.send_bytes(body)
+    conn.send((bodies.counts, separated_size(bodies.bodies)))
+    place = conn.recv()
+    if place is None:
+        return
+    try:
+        write_at(*place, bodies.bodies)
+    except OSError as exc:
+        conn.send((exc.errno, exc.strerror))
+    else:
+        conn.send(None)
 
 
 def _merged(plans):
@@ -562,10 +577,10 @@ def _merged(plans):
 
 
 class _Workers:
-    """The inputs read by forked workers (repro.pool) while this process writes: each input is a
-    task, and a large one written as orjson writes it one task per part (TraceReader.parts), so
-    that its parts are read at once; their plans are merged here, where the new pids and the shift
-    are known, and the workers write their parts' bodies for this process to write in order.
+    """The inputs read by forked workers (repro.pool): each input is a task, and a large one written
+    as orjson writes it one task per part (TraceReader.parts), so that its parts are read at once;
+    their plans are merged here, where the new pids and the shift are known, and the workers write
+    their parts into the output at the places reserved for them (_SentSpool).
 
     Anything that goes wrong in a worker has the input read again here, the way it is read
     without workers: the same output or the same error."""
@@ -625,29 +640,36 @@ class _Workers:
 
 
 class _SentSpool:
-    """The spool of an input read by workers: they write it, this process writes what they send."""
+    """The spool of an input read by workers: they write its bodies into the output, at the places
+    this process reserves for them in order."""
 
     def __init__(self, pool, ids, again):
         self.pool, self.ids, self.again = pool, ids, again
 
+    def _answers(self):
+        found = []
+        for i in self.ids:
+            try:
+                found.append(self.pool.recv(i))
+            except TaskFailed:
+                found.append(None)
+        return found
+
     def write(self, writer, pid_map, shift):
         for i in self.ids:
             self.pool.send(i, (pid_map, shift))
-        counts = []
-        for i in self.ids:
-            try:
-                counts.append(self.pool.recv(i))
-            except TaskFailed:
-                counts.append(None)
-        if None in counts:  # nothing of the input is written yet: it is read and written here instead
-            for i, sent in zip(self.ids, counts):
-                for _ in sent or ():
-                    self.pool.recv_bytes(i)
+        sizes = self._answers()
+        if None in sizes:  # nothing of the input is written yet: it is read and written here instead
+            for i, size in zip(self.ids, sizes):
+                if size is not None:
+                    self.pool.send(i, None)
             return self.again().write(writer, pid_map, shift)
-        for i, sent in zip(self.ids, counts):
-            for count in sent:
-                writer.write_serialized(self.pool.recv_bytes(i), count)
-        return sum(map(sum, counts))
+        for i, (counts, size) in zip(self.ids, sizes):
+            self.pool.send(i, writer.reserve(size, sum(counts)))
+        for failed in self._answers():  # a worker gone would leave a hole: TaskFailed
+            if failed:
+                raise OSError(*failed)  # the output cannot be written, as where this process writes it
+        return sum(sum(counts) for counts, _ in sizes)
 
 
 def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_options=None, workers=None):

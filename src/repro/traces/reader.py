@@ -196,7 +196,7 @@ class EventTexts:
         return self.listed[self.starts[i] : self.ends[i]]
 
 
-_PART_CUT_TRIES = 8  # chunk ends looked at for a part's end after an event that begins nothing
+_PART_CUT_TRIES = 8  # chunk ends looked at on either side for a part's end after an event that begins nothing
 _PHASE_KEY = b'"ph":"'
 
 
@@ -214,16 +214,17 @@ def _chunk_ends(mm, start, end, chunk_bytes):
 
 
 def _part_end(mm, cuts, target, start):
-    """Of the chunk ends `cuts`, where a part of the event list ends: the first from `target` on
-    that follows an event whose phase reads other than 'B' (a begin would be open at the cut: the
-    parts are read apart only where none is), or the first from `target` on if none of the next
-    few does; -1 if there is none."""
-    later = cuts[bisect_left(cuts, target) :]
-    for cut in later[:_PART_CUT_TRIES]:
+    """Of the chunk ends `cuts`, where a part of the event list ends: the nearest to `target` that
+    follows an event whose phase reads other than 'B' (a begin would be open at the cut: the parts
+    are read apart only where none is), or the nearest if none of the few near it does; -1 if
+    there is none."""
+    at = bisect_left(cuts, target)
+    near = sorted(cuts[max(at - _PART_CUT_TRIES, 0) : at + _PART_CUT_TRIES], key=lambda cut: abs(cut - target))
+    for cut in near:
         phase = mm.rfind(_PHASE_KEY, max(start, cut - 4096), cut)
         if phase >= 0 and mm[phase + len(_PHASE_KEY)] != ord("B"):
             return cut
-    return later[0] if later else -1
+    return near[0] if near else -1
 
 
 class TraceReader:
