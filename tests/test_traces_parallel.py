@@ -6,6 +6,7 @@ import os
 
 import orjson
 import pytest
+from test_traces import dump
 
 from repro.errors import ReproError, TraceError
 from repro.pool import Pool, TaskFailed
@@ -29,11 +30,6 @@ def no_children_left():
     before = children()
     yield
     assert children() <= before
-
-
-def dump(path, doc):
-    path.write_bytes(orjson.dumps(doc))
-    return path
 
 
 def requests(count, pid=1, start=0.0):
