@@ -4,7 +4,7 @@ the parent through a pipe each.
 With n workers, worker k runs tasks k, k + n, k + 2n, ...: a parent that takes the tasks in order
 waits on one worker at a time while the others work ahead. The workers are forked, so the tasks
 and what the parent holds reach them without pickling; the messages of a task and the parent's
-replies are pickled through its worker's pipe (bytes go as they are, see send_bytes).
+replies are pickled through its worker's pipe.
 
 A task that raises sends a failure in place of its next message, and its worker goes on with its
 next task: the parent's `recv` raises TaskFailed, and the parent decides what to do (it must not
@@ -51,7 +51,7 @@ def _serve(run, tasks, conn):
 
 class Pool:
     """`workers` forked processes running run(task, conn) for each of `tasks`; task i talks with
-    the parent through recv(i), recv_bytes(i) and send(i, message). Use it as a context manager."""
+    the parent through recv(i) and send(i, message). Use it as a context manager."""
 
     def __init__(self, run, tasks, workers):
         context = multiprocessing.get_context("fork")
@@ -83,13 +83,6 @@ class Pool:
         if isinstance(message, str) and message == _FAILED:
             raise TaskFailed
         return message
-
-    def recv_bytes(self, i):
-        """Task i's next message sent with send_bytes (its worker's conn.send_bytes)."""
-        try:
-            return self._conn(i).recv_bytes()
-        except (EOFError, OSError):
-            raise TaskFailed from None
 
     def send(self, i, message):
         try:
