@@ -818,7 +818,7 @@ def _general_only(monkeypatch):
     """Make every reading take the general (orjson) path."""
     from repro.traces.reader import NotCompact
 
-    def refuse(self, with_json=False):
+    def refuse(self, with_json=False, part=None):
         raise NotCompact
 
     monkeypatch.setattr(TraceReader, "compact_chunks", refuse)

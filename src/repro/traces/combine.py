@@ -15,12 +15,21 @@ are copied through with only each pid and each adjusted ts rewritten in the byte
 fields as the input spells them: a number orjson would write otherwise (``1.50``, ``1E5``) or a
 repeated key stays as it is, where the general path writes orjson's form; inputs with whitespace
 between tokens, escapes or anything else the copy cannot vouch for take the general path.
+
+With more than one usable CPU and inputs large enough together, forked workers read the inputs
+(_Workers): each input in a worker, and a large one in parts read at once. This process merges
+what the parts learn into the input's plan, numbers the pids and sets the shift; the workers
+write the events into the output, each at the place reserved for it in order, so the combined
+trace is the same bytes. Whatever goes wrong in a worker has the input read here instead, the same
+output or the same error.
 """
 
 import math
+import os
 import secrets
 from bisect import bisect_left
 from collections import deque
+from contextlib import nullcontext
 from itertools import chain, compress, repeat
 from operator import and_, eq, is_not, ne, sub
 from pathlib import Path
@@ -30,12 +39,13 @@ import orjson
 
 from repro.allocator import fix_malloc_thresholds
 from repro.errors import TraceError
+from repro.pool import Pool, TaskFailed, usable_cpus
 from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher
 from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values
 from repro.traces.splice import key_values, splice, value_ends
-from repro.traces.writer import TraceWriter
+from repro.traces.writer import TraceWriter, separated_size, write_at
 
 
 def run_label(path, other_data, metadata):
@@ -59,6 +69,7 @@ class _InputPlan:
     def __init__(self):
         self.origin = None
         self.pids = {}  # original pid -> process name seen in its metadata (or None)
+        self.named = {}  # the pids that process_name events name, and the name the last gives
         self.dropped = 0  # events left out: ignored spans and process names
         self.spans = []  # (start, end) of ignored spans
         self.renamed = 0  # process_name events, replaced by the combined trace's own
@@ -66,11 +77,13 @@ class _InputPlan:
         self.dangling = []  # (index, event) of the 'B' events never closed (lenient)
 
 
-def _kept_chunks(reader, plan, adjust, strict, compact=False):
+def _kept_chunks(reader, plan, adjust, strict, compact=False, part=None, last=True):
     """Yield each chunk's kept (events, phases, stamps, pids) with its first index and the
     positions dropped from it, learning the input's pids and process names, ignored events and
     spans, and first timestamp into `plan` on the way. With `compact` the chunks come from the
-    reader's compact_chunks and the kept events are their JSON texts.
+    reader's compact_chunks and the kept events are their JSON texts; with `part` only those of
+    one part of the file (reader.parts). A part but the `last` ends where no begin is open (the
+    next part would not know it), else NotCompact: the file is read in one piece instead.
 
     The per-chunk work runs over columns (each field read once, in C); Python loops only over
     the events that are dropped.
@@ -78,7 +91,7 @@ def _kept_chunks(reader, plan, adjust, strict, compact=False):
     matcher = SpanMatcher(reader.path, strict)
     index = 0
     values = field_values if compact else dict_values
-    for chunk, columns, texts in reader.compact_chunks(with_json=True) if compact else _dict_chunks(reader):
+    for chunk, columns, texts in reader.compact_chunks(with_json=True, part=part) if compact else _dict_chunks(reader):
         if compact:
             columns["cat"] = values(chunk, "cat")
         elif strict:  # lenient: the reader has dropped the bad events already
@@ -97,7 +110,8 @@ def _kept_chunks(reader, plan, adjust, strict, compact=False):
             for i in positions(phases, "M"):
                 if chunk[i].get("name") == "process_name":
                     args = (orjson.loads(texts[i]) if compact else chunk[i]).get("args")
-                    plan.pids[chunk[i].get("pid")] = args.get("name") if isinstance(args, dict) else None
+                    name = args.get("name") if isinstance(args, dict) else None
+                    plan.pids[chunk[i].get("pid")] = plan.named[chunk[i].get("pid")] = name
                     drops.append(i)
                     plan.renamed += 1
         if adjust:
@@ -120,6 +134,10 @@ def _kept_chunks(reader, plan, adjust, strict, compact=False):
             plan.origin = origin
         yield kept, index, sorted(drops)
         index += len(chunk)
+    if not last:
+        if matcher.still_open:
+            raise NotCompact
+        return
     plan.dangling = matcher.finish()
     plan.unmatched += len(plan.dangling)
 
@@ -397,14 +415,14 @@ class _CompactSpool:
 
     def add(self, columns, pid_map, first, dropped):
         """Note where the kept events' pids and timestamps are, and what leaving out the dropped
-        events between them takes: one comma in place of each run of them."""
+        events between them takes: one comma in place of each run of them. The new pids are given
+        when written (`pid_map` is not read): a part of a file read on its own does not know them."""
         (texts, kept), phases, stamps, pids = columns
         if not kept.size:
             return
         if texts.lengths.max() >= _DEEP_TEXT:
             _check_depth(texts[int(i)] for i in kept[texts.lengths[kept] >= _DEEP_TEXT])
-        new_pids = {pid: orjson.dumps(pid_map[pid]) for pid in dict.fromkeys(pids)}
-        if None in new_pids:
+        if None in dict.fromkeys(pids):
             raise NotCompact  # an event without a pid (or a null one) is given one at its end
         view, quads, starts, ends = texts.view, texts.quads, texts.starts[kept], texts.ends[kept]
         pid_at = _one_each(key_values(view, quads, b"pid"), texts, kept, None)
@@ -414,31 +432,36 @@ class _CompactSpool:
         gaps = np.flatnonzero(np.diff(kept) > 1)  # the dropped events after these go, with one comma
         at, until, fixed = [ends[gaps]], [starts[gaps + 1]], [b","] * gaps.size
         around = None
-        if has_ts is None and len(new_pids) == 1:
+        if has_ts is None and pids.count(pids[0]) == len(pids):
             around = _next_to_each_other(view, ts_at, ts_until, pid_at, pid_until)
         if around is not None:  # one edit per event: its ts, the bytes between, its pid
             at.append(np.minimum(ts_at, pid_at))
             until.append(np.maximum(ts_until, pid_until))
-            new_pid = next(iter(new_pids.values()))
-            around = (new_pid + around, b"") if pid_at[0] < ts_at[0] else (b"", around + new_pid)
+            pids, around = pids[:1], (around, bool(pid_at[0] < ts_at[0]))
         else:
             at += [pid_at, ts_at]
             until += [pid_until, ts_until]
-            fixed += map(new_pids.__getitem__, pids)
-            around = (b"", b"")
         at, until = np.concatenate(at), np.concatenate(until)
         order = np.argsort(at, kind="stable")  # into the fixed texts, then the timestamps' ones
         numbered = stamps if has_ts is None else list(compress(stamps, has_ts))
         timed = None
         if self.adjust and "M" in phases:  # metadata events keep their timestamps
             timed = list(map(ne, compress(phases, map(is_not, stamps, repeat(None))), repeat("M")))
-        edits = (int(starts[0]), int(ends[-1]), at[order], until[order], order, fixed, around)
+        edits = (int(starts[0]), int(ends[-1]), at[order], until[order], order, fixed, pids, around)
         self.chunks.append((texts.listed, edits, kept.size, (numbered, timed) if numbered else None))
 
     def write(self, writer, pid_map, shift):
         written = 0
         while self.chunks:
-            listed, (lo, hi, at, until, order, fixed, (before, after)), count, stamps = self.chunks.popleft()
+            listed, (lo, hi, at, until, order, fixed, pids, around), count, stamps = self.chunks.popleft()
+            new_pids = {pid: orjson.dumps(pid_map[pid]) for pid in dict.fromkeys(pids)}
+            if around is None:  # every pid's text, then every timestamp's
+                fixed = fixed + list(map(new_pids.__getitem__, pids))
+                before = after = b""
+            else:  # each timestamp's text with the bytes up to the pid and the pid's text (one pid)
+                between, pid_first = around
+                new_pid = new_pids[pids[0]]
+                before, after = (new_pid + between, b"") if pid_first else (b"", between + new_pid)
             if stamps:
                 stamps, timed = stamps
                 if shift is not None and timed is None:
@@ -469,14 +492,15 @@ def _next_to_each_other(view, ts_at, ts_until, pid_at, pid_until):
     return view[first[0] : first[0] + gap[0]].tobytes()
 
 
-def _read_input(path, next_pid, adjust, strict, reader_options, compact):
-    """Read one input into its spool: (reader, plan, spool, pid map). With `compact` the events
-    are copied through as their JSON texts (_CompactSpool), or NotCompact is raised."""
+def _read_input(path, next_pid, adjust, strict, reader_options, compact, part=None, last=True):
+    """Read one input (or with `part` one part of it, see _kept_chunks) into its spool: (reader, plan,
+    spool, pid map). With `compact` the events are copied through as their JSON texts
+    (_CompactSpool), or NotCompact is raised."""
     # strict: each event is validated here; lenient: the reader drops bad events
     reader = TraceReader(path, strict=strict, check=not strict, **(reader_options or {}))
     plan, pid_map = _InputPlan(), {}
     spool = _CompactSpool(path, adjust) if compact else _Spool(path, adjust, serialise=not reader.whole)
-    for kept, first, dropped in _kept_chunks(reader, plan, adjust, strict, compact):
+    for kept, first, dropped in _kept_chunks(reader, plan, adjust, strict, compact, part, last):
         for pid in plan.pids:  # numbered in order of first appearance
             pid_map.setdefault(pid, next_pid + len(pid_map))
         spool.add(kept, pid_map, first, dropped)
@@ -486,20 +510,200 @@ def _read_input(path, next_pid, adjust, strict, reader_options, compact):
     return reader, plan, spool, pid_map
 
 
-def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_options=None):
-    """Write the combined trace of `inputs` to `output`; return a small report dict."""
+def _read_here(index, path, next_pid, adjust, strict, reader_options):
+    """Read one input in this process: copied through where it can be, else with orjson."""
+    try:
+        return _read_input(path, next_pid, adjust, strict, reader_options, True)
+    except NotCompact:  # read with orjson: the same output, or the same error, as ever
+        return _read_input(path, next_pid, adjust, strict, reader_options, False)
+
+
+PARALLEL_BYTES = 16 << 20  # inputs smaller than this together are read in one process: forks cost more
+
+
+def _worker_count(inputs, strict, workers):
+    """How many processes read the inputs: those asked for, else one per usable CPU where the inputs
+    are large enough together; one where they are read leniently (the general reading)."""
+    if not strict:
+        return 1
+    if workers is None:
+        try:
+            size = sum(os.path.getsize(path) for path in inputs)
+        except OSError:
+            size = 0  # a missing input: its error comes in its turn
+        workers = usable_cpus() if size >= PARALLEL_BYTES else 1
+    return workers
+
+
+class _Bodies:
+    """Stands in for the TraceWriter in a worker: keeps the bodies, to be sent to the parent."""
+
+    def __init__(self):
+        self.bodies, self.counts = [], []
+
+    def write_serialized(self, body, count):
+        if count:
+            self.bodies.append(body)
+            self.counts.append(count)
+
+
+def _read_in_worker(task, conn):
+    """One task of _Workers, in a worker: read an input or a part of one into its spool and send the
+    reader and plan. Once the new pids and the shift come back (None: the parent reads the input
+    itself), write the bodies in memory and send their event counts and size; once the parent has
+    reserved their place in the output (None: it writes the input itself), write them there and
+    say so (or send the OSError's errno and text). A failure sends nothing more."""
+    path, part, last, adjust, reader_options = task
+    reader, plan, spool, _ = _read_input(path, 1, adjust, True, reader_options, True, part, last)
+    conn.send((reader, plan))
+    answer = conn.recv()
+    if answer is None:
+        return
+    bodies = _Bodies()
+    spool.write(bodies, *answer)
+    conn.send((bodies.counts, separated_size(bodies.bodies)))
+    place = conn.recv()
+    if place is None:
+        return
+    try:
+        write_at(*place, bodies.bodies)
+    except OSError as exc:
+        conn.send((exc.errno, exc.strerror))
+    else:
+        conn.send(None)
+
+
+def _merged(plans):
+    """The plan of a file read in parts, from theirs, in file order."""
+    plan = plans[0]
+    for other in plans[1:]:
+        if other.origin is not None and (plan.origin is None or other.origin < plan.origin):
+            plan.origin = other.origin
+        for pid in other.pids:
+            plan.pids.setdefault(pid, None)
+        plan.named.update(other.named)
+        plan.spans += other.spans
+        plan.dropped += other.dropped
+        plan.renamed += other.renamed
+        plan.unmatched += other.unmatched
+    plan.pids.update(plan.named)
+    return plan
+
+
+class _Workers:
+    """The inputs read by forked workers (repro.pool): each input is a task, and a large one written
+    as orjson writes it one task per part (TraceReader.parts), so that its parts are read at once;
+    their plans are merged here, where the new pids and the shift are known, and the workers write
+    their parts into the output at the places reserved for them (_SentSpool).
+
+    Anything that goes wrong in a worker has the input read again here, the way it is read
+    without workers: the same output or the same error."""
+
+    def __init__(self, inputs, workers, adjust, reader_options):
+        tasks, self.tasks, self.readers = [], [], []
+        for path in inputs:
+            reader = parts = None
+            try:
+                reader = TraceReader(path, **(reader_options or {}))
+                parts = reader.parts(workers)
+            except TraceError:
+                pass  # raised again in its turn
+            parts = parts or [None]
+            self.tasks.append(range(len(tasks), len(tasks) + len(parts)))
+            self.readers.append(reader if parts[0] else None)  # the metadata of a file read in parts
+            tasks += [(path, part, n == len(parts) - 1, adjust, reader_options) for n, part in enumerate(parts)]
+        self.pool = Pool(_read_in_worker, tasks, min(workers, len(tasks)))
+        self.unheard = []  # tasks whose plans are not waited for: refused when their worker is next heard
+
+    def _recv(self, i):
+        """Task i's first message (its reader and plan), or None where it failed."""
+        for j in [j for j in self.unheard if self.pool.worker(j) == self.pool.worker(i)]:
+            self.unheard.remove(j)
+            if self._recv(j) is not None:
+                self.pool.send(j, None)
+        try:
+            return self.pool.recv(i)
+        except TaskFailed:
+            return None
+
+    def read(self, index, path, next_pid, adjust, strict, reader_options):
+        """_read_here's (reader, plan, spool, pid map) of input `index`, the spool writing what the
+        workers send."""
+        ids, answers = self.tasks[index], {}
+        for i in reversed(ids):  # a part that begins inside a span fails at once: the others are not waited for
+            answers[i] = self._recv(i)
+            if answers[i] is None:
+                break
+        if None in answers.values():
+            for i, answer in answers.items():
+                if answer is not None:
+                    self.pool.send(i, None)
+            self.unheard += [i for i in ids if i not in answers]
+            return _read_here(index, path, next_pid, adjust, strict, reader_options)
+        answers = [answers[i] for i in ids]
+        plan = _merged([plan for _, plan in answers])
+        pid_map = {pid: next_pid + n for n, pid in enumerate(plan.pids)}
+        again = lambda: _read_here(index, path, next_pid, adjust, strict, reader_options)[2]  # noqa: E731
+        return self.readers[index] or answers[0][0], plan, _SentSpool(self.pool, ids, again), pid_map
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self.pool.__exit__(*exc)
+
+
+class _SentSpool:
+    """The spool of an input read by workers: they write its bodies into the output, at the places
+    this process reserves for them in order."""
+
+    def __init__(self, pool, ids, again):
+        self.pool, self.ids, self.again = pool, ids, again
+
+    def _answers(self):
+        found = []
+        for i in self.ids:
+            try:
+                found.append(self.pool.recv(i))
+            except TaskFailed:
+                found.append(None)
+        return found
+
+    def write(self, writer, pid_map, shift):
+        for i in self.ids:
+            self.pool.send(i, (pid_map, shift))
+        sizes = self._answers()
+        if None in sizes:  # nothing of the input is written yet: it is read and written here instead
+            for i, size in zip(self.ids, sizes):
+                if size is not None:
+                    self.pool.send(i, None)
+            return self.again().write(writer, pid_map, shift)
+        for i, (counts, size) in zip(self.ids, sizes):
+            self.pool.send(i, writer.reserve(size, sum(counts)))
+        for failed in self._answers():  # a worker gone would leave a hole: TaskFailed
+            if failed:
+                raise OSError(*failed)  # the output cannot be written, as where this process writes it
+        return sum(sum(counts) for counts, _ in sizes)
+
+
+def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_options=None, workers=None):
+    """Write the combined trace of `inputs` to `output`; return a small report dict. `workers`:
+    how many processes read the inputs (default: see _worker_count)."""
     inputs = [Path(p) for p in inputs][1 if skip_first else 0 :]
     report = {"inputs": len(inputs), "events": 0, "skipped": 0, "dropped": 0}
     next_pid = 1
     per_input = []
     display_unit = None
     fix_malloc_thresholds(trim_threshold=256 * 2**20)  # freed buffers reused, not page-faulted afresh per input
-    with TraceWriter(output) as writer, cycle_collection_paused():
-        for path in inputs:
-            try:
-                reader, plan, spool, pid_map = _read_input(path, next_pid, adjust, strict, reader_options, True)
-            except NotCompact:  # read with orjson: the same output, or the same error, as ever
-                reader, plan, spool, pid_map = _read_input(path, next_pid, adjust, strict, reader_options, False)
+    workers = _worker_count(inputs, strict, workers)
+    with (
+        cycle_collection_paused(),  # before the workers are forked: theirs is paused too
+        _Workers(inputs, workers, adjust, reader_options) if workers > 1 else nullcontext() as parallel,
+        TraceWriter(output) as writer,  # after: no worker holds the output open
+    ):
+        read = parallel.read if parallel else _read_here
+        for index, path in enumerate(inputs):
+            reader, plan, spool, pid_map = read(index, path, next_pid, adjust, strict, reader_options)
             metadata, other = reader.metadata, reader.other_data
             display_unit = display_unit or metadata.get("displayTimeUnit")
             label = run_label(path, other, metadata)

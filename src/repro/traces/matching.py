@@ -131,6 +131,11 @@ class SpanMatcher:
             self._open = [(first_index + last, (pids[-1], tids[-1]), pool[last + carried])]
         return Matched(begins, spans[1:even:2], _NONE)
 
+    @property
+    def still_open(self):
+        """How many begins are open after the chunks fed so far."""
+        return len(self._open)
+
     def finish(self):
         """The (global index, event) of every begin left open, in file order; strict raises on the first."""
         dangling = [(index, event) for index, _, event in self._open]

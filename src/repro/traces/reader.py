@@ -15,6 +15,7 @@ import gc
 import math
 import mmap
 import os
+from bisect import bisect_left
 from contextlib import contextmanager
 from itertools import compress, repeat
 from operator import attrgetter, eq, is_
@@ -195,6 +196,37 @@ class EventTexts:
         return self.listed[self.starts[i] : self.ends[i]]
 
 
+_PART_CUT_TRIES = 8  # chunk ends looked at on either side for a part's end after an event that begins nothing
+_PHASE_KEY = b'"ph":"'
+
+
+def _chunk_ends(mm, start, end, chunk_bytes):
+    """Where _split's chunks of the event list end, as far as a byte search tells (_split also
+    checks that each piece decodes): the ``},{`` each ends at."""
+    cuts, begun = [], start
+    while True:
+        target = begun + chunk_bytes - 1
+        cut = mm.find(b"},{", target, min(end, target + max(chunk_bytes, _LONGEST_EVENT)))
+        if cut < 0:
+            return cuts
+        cuts.append(cut)
+        begun = cut + 1
+
+
+def _part_end(mm, cuts, target, start):
+    """Of the chunk ends `cuts`, where a part of the event list ends: the nearest to `target` that
+    follows an event whose phase reads other than 'B' (a begin would be open at the cut: the parts
+    are read apart only where none is), or the nearest if none of the few near it does; -1 if
+    there is none."""
+    at = bisect_left(cuts, target)
+    near = sorted(cuts[max(at - _PART_CUT_TRIES, 0) : at + _PART_CUT_TRIES], key=lambda cut: abs(cut - target))
+    for cut in near:
+        phase = mm.rfind(_PHASE_KEY, max(start, cut - 4096), cut)
+        if phase >= 0 and mm[phase + len(_PHASE_KEY)] != ord("B"):
+            return cut
+    return near[0] if near else -1
+
+
 class TraceReader:
     """Streams the events of one trace file in chunks; `metadata` holds the other top-level keys.
 
@@ -256,11 +288,12 @@ class TraceReader:
         for chunk in self.chunks():
             yield from chunk
 
-    def compact_chunks(self, with_json=False):
+    def compact_chunks(self, with_json=False, part=None):
         """Yield (events, columns) per chunk like column_chunks, strictly checked, with the events
         as Event structs and `columns` holding ph, ts, pid and tid; `with_json` adds a third item,
         the events' own JSON texts (EventTexts). Raises NotCompact (possibly after some chunks)
-        where column_chunks must read the file instead."""
+        where column_chunks must read the file instead. With `part`, one of parts(), only the
+        events of that part of a large file."""
         if not self.strict:
             raise NotCompact  # lenient reading drops bad events: the general reader knows how
         if self.whole:
@@ -286,14 +319,49 @@ class TraceReader:
             self._metadata = metadata
             sources = [(listed, _compact_events(listed))]
         else:
-            sources = self._split()
+            sources = self._split(part)
         for listed, events in sources:
             columns = _compact_columns(events)
             yield (events, columns, EventTexts(listed.strip(_SPACE), len(events))) if with_json else (events, columns)
 
     # -- internals ----------------------------------------------------------------------
-    def _split(self):
-        """(JSON array, Event structs) of each chunk of a large file, for compact_chunks.
+    def parts(self, count):
+        """Up to `count` pieces of a large file's event list, each one `part` for compact_chunks, so
+        that they can be read at once; None where the file is read whole or not cut as _split cuts.
+
+        A piece ends where a chunk of _split ends (see _part_end), so that it is read in the same
+        chunks (and written with the same line breaks, see TraceWriter) as the whole file; the piece
+        before checks that it does, and a piece that decodes from a boundary between events ends
+        at one (see _split): the pieces vouch for each other's starts, in order, as the chunks do."""
+        if self.whole:
+            return None
+        mm = self._open_map()
+        try:
+            bounds = self._list_bounds(mm)
+            if bounds is None:
+                return None
+            start, end = bounds
+            ends = _chunk_ends(mm, start, end, self.chunk_bytes)
+            cuts = sorted({_part_end(mm, ends, start + (end - start) * k // count, start) for k in range(1, count)} - {-1})
+        finally:
+            mm.close()
+        # (where the piece begins: the comma before its first event but in the first one; its first
+        # event; its end)
+        return [(begun, begun + (begun > start), stop) for begun, stop in zip([start, *(c + 1 for c in cuts)],
+                                                                              [c + 1 for c in cuts] + [end])]
+
+    def _list_bounds(self, mm):
+        """(start, end) of the event list of a file written as orjson writes it, for _split; or None."""
+        head = mm[: len(_LISTED_HEAD)]
+        start = len(head) if head == _LISTED_HEAD else 1 if head[:1] == b"[" else None
+        end = None if start is None else self._list_end(mm, start)
+        if end is not None and end - start > _LONGEST_EVENT and mm.find(b"},{", start, start + _LONGEST_EVENT) < 0:
+            end = None  # not written compactly: cuts would not be found
+        return None if end is None else (start, end)
+
+    def _split(self, part=None):
+        """(JSON array, Event structs) of each chunk of a large file (or of one of its parts), for
+        compact_chunks.
 
         A file that starts as orjson writes one (``{"traceEvents":[`` or ``[``) is cut without a
         scan of its structure: after the first ``},{`` past every chunk_bytes whose piece decodes (a
@@ -304,23 +372,26 @@ class TraceReader:
         """
         mm = self._open_map()
         try:
-            head = mm[: len(_LISTED_HEAD)]
-            start = len(head) if head == _LISTED_HEAD else 1 if head[:1] == b"[" else None
-            end = None if start is None else self._list_end(mm, start)
-            if end is not None and end - start > _LONGEST_EVENT and mm.find(b"},{", start, start + _LONGEST_EVENT) < 0:
-                end = None  # not written compactly: cuts would not be found
-            if end is None:
-                mm.close()
-                for listed in self._scan(parse_events=True, decode=bytes):
-                    yield listed, _compact_events(listed)
-                return
-            released, begun = 0, start  # a chunk after the first begins at the comma before its first event
+            if part is None:
+                bounds = self._list_bounds(mm)
+                if bounds is None:
+                    mm.close()
+                    for listed in self._scan(parse_events=True, decode=bytes):
+                        yield listed, _compact_events(listed)
+                    return
+                begun, (start, end) = bounds[0], bounds
+            else:
+                begun, start, end = part
+            # a chunk after the first begins at the comma before its first event
+            released = begun - begun % mmap.PAGESIZE
             while start < end:
                 target = begun + self.chunk_bytes - 1  # the cuts of the scan
                 limit = min(end, target + max(self.chunk_bytes, _LONGEST_EVENT))
                 for _ in range(_CUT_TRIES):
                     cut = mm.find(b"},{", target, limit)
                     last = cut < 0
+                    if last and mm[end - 1 : end + 2] == b"},{" and mm.find(b"},{", target, end + 2) != end - 1:
+                        raise NotCompact  # a part (see parts) that the next chunk would not end with
                     if last and limit < end:
                         raise NotCompact  # no cut where one was due: whitespace between events
                     listed = b"[" + mm[start : end if last else cut + 1] + b"]"

@@ -1,5 +1,7 @@
 """Streaming Chrome trace writer: events go to disk as they come, the file appears complete or not at all."""
 
+import os
+
 import orjson
 
 from repro.fsutil import atomic_path
@@ -18,10 +20,11 @@ class TraceWriter:
         self.count = 0
         self._ctx = None
         self._fh = None
+        self.temporary = None
 
     def __enter__(self):
         self._ctx = atomic_path(self.path)
-        tmp = self._ctx.__enter__()
+        tmp = self.temporary = self._ctx.__enter__()  # renamed to `path` on success
         self._fh = open(tmp, "wb", buffering=1 << 20)
         self._fh.write(b'{"traceEvents":[')
         return self
@@ -39,6 +42,20 @@ class TraceWriter:
         self._fh.write(body)
         self.count += count
 
+    def reserve(self, size, count):
+        """Leave the place of `count` events, `size` bytes serialised as write_serialized writes
+        them one after the other (see separated_size), for write_at to fill; return (the file
+        written, where they go). Nothing is reserved for no event."""
+        if not count:
+            return self.temporary, 0
+        if self.count:
+            self._fh.write(b",\n")
+        self._fh.flush()
+        at = self._fh.tell()
+        self._fh.seek(at + size)
+        self.count += count
+        return self.temporary, at
+
     def write_event(self, event):
         self.write_events([event])
 
@@ -52,6 +69,26 @@ class TraceWriter:
         finally:
             self._fh.close()
         return self._ctx.__exit__(exc_type, exc, tb)
+
+
+def separated_size(bodies):
+    """The size of `bodies` as TraceWriter writes them one after the other."""
+    return sum(map(len, bodies)) + 2 * max(len(bodies) - 1, 0)
+
+
+def write_at(path, at, bodies):
+    """Write `bodies` at `at` in the file `path`, as TraceWriter writes them one after the other, in
+    a place it has reserved (possibly from another process)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for n, body in enumerate(bodies):
+            for data in (b",\n", body) if n else (body,):
+                view = memoryview(data)
+                while view:
+                    written = os.pwrite(fd, view, at)
+                    view, at = view[written:], at + written
+    finally:
+        os.close(fd)
 
 
 def write_trace(path, events, metadata=None):

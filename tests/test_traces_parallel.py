@@ -1,0 +1,201 @@
+"""trace combine with its inputs read by forked workers (repro.pool): the same bytes and the same
+errors as read in one process, and no worker left behind."""
+
+import importlib
+import os
+
+import orjson
+import pytest
+from test_traces import dump
+
+from repro.errors import ReproError, TraceError
+from repro.pool import Pool, TaskFailed
+from repro.traces import TraceReader, combine
+
+combine_module = importlib.import_module("repro.traces.combine")  # repro.traces.combine is the function
+CHUNKS = {"whole_file_limit": 0, "chunk_bytes": 300}
+
+
+def children():
+    """The pids of this process's living children."""
+    found = set()
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        with open(f"/proc/{os.getpid()}/task/{task}/children") as fh:
+            found |= {int(pid) for pid in fh.read().split()}
+    return found
+
+
+@pytest.fixture
+def no_children_left():
+    before = children()
+    yield
+    assert children() <= before
+
+
+def requests(count, pid=1, start=0.0):
+    """Requests as the benchmark writes them: an ignored warm-up pair, then a pair per phase."""
+    events, ts = [], start
+    for n in range(count):
+        tid = n % 3
+        events += [{"name": "warmup", "cat": "ignore", "ph": "B", "ts": ts, "pid": pid, "tid": tid},
+                   {"name": "warmup", "cat": "ignore", "ph": "E", "ts": ts + 5, "pid": pid, "tid": tid}]
+        ts += 7
+        for phase in ("load", "predict"):
+            events += [{"name": phase, "cat": "p", "ph": "B", "ts": ts, "pid": pid, "tid": tid, "args": {"n": n}},
+                       {"name": phase, "cat": "p", "ph": "E", "ts": ts + 3.5, "pid": pid, "tid": tid}]
+            ts += 4
+    return events
+
+
+def inputs(tmp_path):
+    """Inputs that take the parallel reading every way: whole files, large ones in parts (process
+    names, pids and ignored spans in later parts), and one read with orjson (whitespace)."""
+    late = [{"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "late"}}]
+    return [
+        dump(tmp_path / "a.json", {"traceEvents": requests(3), "otherData": {"model_name": "m"}}),
+        dump(tmp_path / "b.json", requests(40) + requests(40, pid=2, start=1000) + late),
+        dump(tmp_path / "c.json", [{"ph": "X", "name": "x", "ts": n, "dur": 1, "pid": "p", "tid": 1} for n in range(200)]),
+        tmp_path / "d.json",
+    ]
+
+
+@pytest.fixture
+def paths(tmp_path):
+    found = inputs(tmp_path)
+    found[-1].write_text(orjson.dumps({"traceEvents": requests(20)}).decode().replace(",", ", "))
+    return found
+
+
+@pytest.mark.parametrize("options", [None, CHUNKS, {"whole_file_limit": 0, "chunk_bytes": 1}], ids=["whole", "chunks", "tiny"])
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("adjust", [True, False])
+def test_workers_write_the_bytes_one_process_writes(tmp_path, paths, no_children_left, options, workers, adjust):
+    one = combine(paths, tmp_path / "one.json", adjust=adjust, reader_options=options, workers=1)
+    more = combine(paths, tmp_path / "more.json", adjust=adjust, reader_options=options, workers=workers)
+    assert more == one
+    assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+def test_a_large_file_is_read_in_parts_by_the_workers(tmp_path, monkeypatch, no_children_left):
+    path = dump(tmp_path / "t.json", requests(60))
+    parts = TraceReader(path, **CHUNKS).parts(3)
+    assert len(parts) == 3
+    here = []
+    monkeypatch.setattr(combine_module, "_read_here", lambda *a, f=combine_module._read_here: here.append(a) or f(*a))
+    combine([path], tmp_path / "more.json", reader_options=CHUNKS, workers=3)
+    assert not here  # no part failed: nothing read again in this process
+    combine([path], tmp_path / "one.json", reader_options=CHUNKS, workers=1)
+    assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 50, 300, 4096])
+def test_parts_are_read_in_the_chunks_of_the_whole_file(tmp_path, chunk_bytes):
+    path = dump(tmp_path / "t.json", {"traceEvents": requests(30), "otherData": {"x": [1, {"y": "},{"}]}})
+    reader = TraceReader(path, whole_file_limit=0, chunk_bytes=chunk_bytes)
+    whole = [texts.listed for _, _, texts in reader.compact_chunks(with_json=True)]
+    for count in (2, 3, 7):
+        parts = reader.parts(count)
+        assert 1 <= len(parts) <= count
+        pieces = [texts.listed for part in parts for _, _, texts in reader.compact_chunks(with_json=True, part=part)]
+        assert pieces == whole
+
+
+def test_a_part_that_begins_inside_a_span_has_the_file_read_in_one_piece(tmp_path, monkeypatch, no_children_left):
+    """A span open across the cuts: the parts fail, the file is read in this process, as ever."""
+    events = [{"ph": "B", "name": "all", "cat": "c", "ts": 0, "pid": 1, "tid": 9}, *requests(40),
+              {"ph": "E", "ts": 10**6, "pid": 1, "tid": 9}]
+    path = dump(tmp_path / "t.json", events)
+    here = []
+    monkeypatch.setattr(combine_module, "_read_here", lambda *a, f=combine_module._read_here: here.append(a) or f(*a))
+    combine([path, path], tmp_path / "more.json", reader_options=CHUNKS, workers=2)
+    assert len(here) == 2
+    combine([path, path], tmp_path / "one.json", reader_options=CHUNKS, workers=1)
+    assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+BAD = {
+    "invalid JSON": b'{"traceEvents":[{"ph":"B","ts":1,"pid":1,"tid":1},{"ph":',
+    "stray end in a later part": orjson.dumps(requests(30) + [{"ph": "E", "ts": 10**6, "pid": 1, "tid": 1}]),
+    "begin never ended": orjson.dumps(requests(30) + [{"ph": "B", "ts": 10**6, "pid": 1, "tid": 7}]),
+    "bad phase": orjson.dumps(requests(30) + [{"ph": "?", "ts": 1, "pid": 1, "tid": 1}]),
+    "timestamps too far apart": orjson.dumps([{"ph": "i", "ts": -1.7e308, "pid": 1, "tid": 1, "s": "t"},
+                                             *requests(30), {"ph": "i", "ts": 1.7e308, "pid": 1, "tid": 1, "s": "t"}]),
+    "missing": None,
+}
+
+
+@pytest.mark.parametrize("options", [None, CHUNKS], ids=["whole", "chunks"])
+@pytest.mark.parametrize("bad", list(BAD))
+def test_an_error_in_a_worker_is_the_error_of_one_process(tmp_path, paths, no_children_left, bad, options):
+    path = tmp_path / "bad.json"
+    if BAD[bad] is not None:
+        path.write_bytes(BAD[bad])
+    given = [paths[0], path, paths[1]]
+    with pytest.raises(TraceError) as one:
+        combine(given, tmp_path / "one.json", reader_options=options, workers=1)
+    with pytest.raises(TraceError) as more:
+        combine(given, tmp_path / "more.json", reader_options=options, workers=2)
+    assert str(more.value) == str(one.value)
+    assert str(path) in str(more.value)
+    assert not (tmp_path / "more.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(("more", ".more"))]
+
+
+def test_an_interrupt_stops_every_worker_and_writes_nothing(tmp_path, paths, monkeypatch, no_children_left):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(combine_module._SentSpool, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        combine(paths, tmp_path / "more.json", workers=2)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(("more", ".more"))]
+
+
+def test_one_cpu_reads_in_this_process(tmp_path, paths, monkeypatch):
+    monkeypatch.setattr(combine_module, "usable_cpus", lambda: 1)
+    monkeypatch.setattr(combine_module, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(combine_module, "Pool", None)  # never started
+    combine(paths, tmp_path / "one.json")
+
+
+def _echo(task, conn):
+    if task == "fail":
+        raise ValueError(task)
+    conn.send(task)
+    conn.send(conn.recv() * 2)
+
+
+def test_pool_runs_each_workers_share_in_order_and_reports_failures(no_children_left):
+    tasks = [1, "fail", 3, 4, 5]
+    with Pool(_echo, tasks, 2) as pool:
+        assert [pool.worker(i) for i in range(5)] == [0, 1, 0, 1, 0]
+        assert pool.recv(0) == 1
+        with pytest.raises(TaskFailed):
+            pool.recv(1)
+        pool.send(0, 10)
+        assert pool.recv(0) == 20
+        for i in (2, 3, 4):
+            assert pool.recv(i) == tasks[i]
+            pool.send(i, i)
+            assert pool.recv(i) == 2 * i
+
+
+def test_pool_stops_its_workers_on_error(no_children_left):
+    with pytest.raises(RuntimeError), Pool(_echo, [1, 2], 2) as pool:
+        assert pool.recv(0) == 1
+        raise RuntimeError  # the workers wait for a reply: stopped by their pid
+
+
+def test_a_worker_that_cannot_write_the_output_fails_as_one_process_does(tmp_path, paths, monkeypatch, no_children_left):
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(combine_module.TraceWriter, "write_serialized", full)
+        with pytest.raises(ReproError) as one:
+            combine(paths[:3], tmp_path / "out.json", workers=1)
+    monkeypatch.setattr(combine_module, "write_at", full)  # in the workers, forked with it
+    with pytest.raises(ReproError) as more:
+        combine(paths[:3], tmp_path / "out.json", workers=2)
+    assert str(more.value) == str(one.value) == f"{tmp_path / 'out.json'}: cannot write (No space left on device)"
+    assert not list(tmp_path.glob("*out.json*"))
