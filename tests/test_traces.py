@@ -1215,21 +1215,33 @@ BEYOND_INT64 = {"span": (2**63 + 20, [9.3e18, 9.4e18, 9.5e18]), "ts": (20, [5, 2
 
 
 # a whole input's timestamps beyond int64 are read as floats (rounded, never wrapped around)
+def _gc_span_trace(tmp_path, span, stamps):
+    """A trace of instant events at `stamps` and an ignored span of 10 from `span`."""
+    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": span, "dur": 10, "pid": 1, "tid": 2},
+              *({"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in stamps)]
+    return dump(tmp_path / "t.json", events)
+
+
+def _instants(path):
+    return [e["ts"] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "i"]
+
+
+def _refused_then_kept(tmp_path, path, options, message):
+    """combine refuses `path` with `message`, writing nothing; the instants' timestamps with --no-adjust."""
+    with pytest.raises(TraceError) as error:
+        combine([path], tmp_path / "c.json", reader_options=options)
+    assert str(error.value) == f"{path}: {message}"
+    assert not (tmp_path / "c.json").exists()
+    combine([path], tmp_path / "c.json", adjust=False, reader_options=options)
+    return _instants(tmp_path / "c.json")
+
+
 @pytest.mark.parametrize("where, options", [("span", {}), ("span", CHUNKED), ("ts", CHUNKED)],
                          ids=["span-whole", "span-chunked", "ts-chunked"])
 def test_combine_refuses_integers_from_2_63_on_where_spans_are_cut(tmp_path, where, options):
     span, stamps = BEYOND_INT64[where]
-    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": span, "dur": 10, "pid": 1, "tid": 2},
-              *({"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in stamps)]
-    path = dump(tmp_path / "t.json", events)
-    with pytest.raises(TraceError) as error:
-        combine([path], tmp_path / "c.json", reader_options=options)
-    assert str(error.value) == (f"{path}: a timestamp or ignored span is an integer of 2**63 or more, beyond what "
-                                "adjusting handles (try --no-adjust)")
-    assert not (tmp_path / "c.json").exists()
-    combine([path], tmp_path / "c.json", adjust=False, reader_options=options)
-    kept = json.loads((tmp_path / "c.json").read_text())["traceEvents"]
-    assert [e["ts"] for e in kept if e["ph"] == "i"] == stamps
+    message = "a timestamp or ignored span is an integer of 2**63 or more, beyond what adjusting handles (try --no-adjust)"
+    assert _refused_then_kept(tmp_path, _gc_span_trace(tmp_path, span, stamps), options, message) == stamps
 
 
 def test_combine_keeps_integers_from_2_63_on_exact_without_spans(tmp_path):
@@ -1255,21 +1267,13 @@ APART = {
 @pytest.mark.parametrize("case", sorted(APART))
 def test_combine_refuses_integer_timestamps_2_63_apart_where_spans_are_cut(tmp_path, options, case):
     (stamps, span), adjusted = APART[case]
-    events = [{"ph": "X", "name": "gc", "cat": "ignore", "ts": span, "dur": 10, "pid": 1, "tid": 2},
-              *({"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in stamps)]
-    path = dump(tmp_path / "t.json", events)
+    path = _gc_span_trace(tmp_path, span, stamps)
     if adjusted is None:
-        with pytest.raises(TraceError) as error:
-            combine([path], tmp_path / "c.json", reader_options=options)
-        assert str(error.value) == (f"{path}: integer timestamps 2**63 or more apart, beyond what adjusting "
-                                    "handles (try --no-adjust)")
-        assert not (tmp_path / "c.json").exists()
-        combine([path], tmp_path / "c.json", adjust=False, reader_options=options)
-        adjusted = stamps
+        message = "integer timestamps 2**63 or more apart, beyond what adjusting handles (try --no-adjust)"
+        assert _refused_then_kept(tmp_path, path, options, message) == stamps
     else:
         combine([path], tmp_path / "c.json", reader_options=options)
-    kept = json.loads((tmp_path / "c.json").read_text())["traceEvents"]
-    assert [e["ts"] for e in kept if e["ph"] == "i"] == adjusted
+        assert _instants(tmp_path / "c.json") == adjusted
 
 
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
