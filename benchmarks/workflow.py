@@ -64,6 +64,12 @@ collector no longer walks the modules Snakemake and the package imported at each
 collections. Full dry-run 4.314 to 4.141 billion (1.509x to 1.449x the floor; with the collector
 disabled instead, 4.265); a threshold raised besides saves 0.003 more, not kept. The rest of the
 gap is the environment, Snakemake's reading of the workflow and its per-job work, as above.
+Measured after it on an idle fresh clone (2026-12-01, 15 rounds, load 1.1-1.7, floor 1.51 s wall,
+1.48 s CPU): start-up 1.15x [1.12-1.26] (CPU 1.24x [1.19-1.31]), full dry-run 1.24x [1.09-1.34]
+(CPU 1.27x [1.19-1.41]: undecided), no-op rerun 1.08x [1.02-1.13], the bare workflow with as many
+jobs 1.26x, and the full dry-run 0.94x [0.90-1.03] that bare workflow (which pays the collector's
+walks). Instructions on the same clone: floor 2.85 billion; start-up 1.13x, full dry-run 1.45x
+(missed), no-op 1.23x, config validated afresh 1.53x, bare 83 jobs 1.27x.
 The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
 names, and validating; it is paid once per changed config (repro.checkedconfig).
 Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
