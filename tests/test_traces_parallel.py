@@ -20,8 +20,11 @@ def children():
     """The pids of this process's living children."""
     found = set()
     for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children") as fh:
-            found |= {int(pid) for pid in fh.read().split()}
+        try:
+            with open(f"/proc/{os.getpid()}/task/{task}/children") as fh:
+                found |= {int(pid) for pid in fh.read().split()}
+        except FileNotFoundError:
+            pass  # a thread that has ended since the listing: it had no children of the test's
     return found
 
 
