@@ -8,6 +8,7 @@ import orjson
 import pytest
 from test_traces import dump
 
+from repro.cli import main
 from repro.errors import ReproError, TraceError
 from repro.pool import Pool, TaskFailed
 from repro.traces import TraceReader, combine
@@ -151,6 +152,19 @@ def test_an_interrupt_stops_every_worker_and_writes_nothing(tmp_path, paths, mon
     monkeypatch.setattr(combine_module._SentSpool, "write", interrupted)
     with pytest.raises(KeyboardInterrupt):
         combine(paths, tmp_path / "more.json", workers=2)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(("more", ".more"))]
+
+
+def test_an_interrupted_combine_command_says_so_and_leaves_nothing(tmp_path, paths, monkeypatch, capsys,
+                                                                   no_children_left):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(combine_module._SentSpool, "write", interrupted)
+    monkeypatch.setattr(combine_module, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(combine_module, "PARALLEL_BYTES", 0)
+    assert main(["trace", "combine", "-o", str(tmp_path / "more.json"), *map(str, paths)]) == 130
+    assert capsys.readouterr().err == "repro: interrupted\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(("more", ".more"))]
 
 

@@ -288,6 +288,9 @@ def run(args, prog="repro", spell=str):
     except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
         print(f"{prog}: error: {_os_error(exc)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the command has cleaned up on the way out; 128 + SIGINT, as shells do
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
     return code or 0
 
 
