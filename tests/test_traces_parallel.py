@@ -145,11 +145,12 @@ def test_an_error_in_a_worker_is_the_error_of_one_process(tmp_path, paths, no_ch
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(("more", ".more"))]
 
 
-def test_an_interrupt_stops_every_worker_and_writes_nothing(tmp_path, paths, monkeypatch, no_children_left):
-    def interrupted(*args):
-        raise KeyboardInterrupt
+def _interrupted(*args):
+    raise KeyboardInterrupt  # Ctrl-C while the workers are reading
 
-    monkeypatch.setattr(combine_module._SentSpool, "write", interrupted)
+
+def test_an_interrupt_stops_every_worker_and_writes_nothing(tmp_path, paths, monkeypatch, no_children_left):
+    monkeypatch.setattr(combine_module._SentSpool, "write", _interrupted)
     with pytest.raises(KeyboardInterrupt):
         combine(paths, tmp_path / "more.json", workers=2)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(("more", ".more"))]
@@ -157,10 +158,7 @@ def test_an_interrupt_stops_every_worker_and_writes_nothing(tmp_path, paths, mon
 
 def test_an_interrupted_combine_command_says_so_and_leaves_nothing(tmp_path, paths, monkeypatch, capsys,
                                                                    no_children_left):
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(combine_module._SentSpool, "write", interrupted)
+    monkeypatch.setattr(combine_module._SentSpool, "write", _interrupted)
     monkeypatch.setattr(combine_module, "usable_cpus", lambda: 2)
     monkeypatch.setattr(combine_module, "PARALLEL_BYTES", 0)
     assert main(["trace", "combine", "-o", str(tmp_path / "more.json"), *map(str, paths)]) == 130
