@@ -30,6 +30,7 @@ import secrets
 from bisect import bisect_left
 from collections import deque
 from contextlib import nullcontext
+from functools import partial
 from itertools import chain, compress, repeat
 from operator import and_, eq, is_not, ne, sub
 from pathlib import Path
@@ -590,6 +591,14 @@ def _merged(plans):
     return plan
 
 
+def _read_here_instead(pool, answered):
+    """Tell each task that answered ((task, its answer or None where it failed)) that its input is
+    read in this process instead."""
+    for i, answer in answered:
+        if answer is not None:
+            pool.send(i, None)
+
+
 class _Workers:
     """The inputs read by forked workers (repro.pool): each input is a task, and a large one written
     as orjson writes it one task per part (TraceReader.parts), so that its parts are read at once;
@@ -634,17 +643,15 @@ class _Workers:
             answers[i] = self._recv(i)
             if answers[i] is None:
                 break
+        read_here = partial(_read_here, index, path, next_pid, adjust, strict, reader_options)
         if None in answers.values():
-            for i, answer in answers.items():
-                if answer is not None:
-                    self.pool.send(i, None)
+            _read_here_instead(self.pool, answers.items())
             self.unheard += [i for i in ids if i not in answers]
-            return _read_here(index, path, next_pid, adjust, strict, reader_options)
+            return read_here()
         answers = [answers[i] for i in ids]
         plan = _merged([plan for _, plan in answers])
         pid_map = {pid: next_pid + n for n, pid in enumerate(plan.pids)}
-        again = lambda: _read_here(index, path, next_pid, adjust, strict, reader_options)[2]  # noqa: E731
-        return self.readers[index] or answers[0][0], plan, _SentSpool(self.pool, ids, again), pid_map
+        return self.readers[index] or answers[0][0], plan, _SentSpool(self.pool, ids, read_here), pid_map
 
     def __enter__(self):
         return self
@@ -657,8 +664,8 @@ class _SentSpool:
     """The spool of an input read by workers: they write its bodies into the output, at the places
     this process reserves for them in order."""
 
-    def __init__(self, pool, ids, again):
-        self.pool, self.ids, self.again = pool, ids, again
+    def __init__(self, pool, ids, read_here):
+        self.pool, self.ids, self.read_here = pool, ids, read_here
 
     def _answers(self):
         found = []
@@ -674,10 +681,9 @@ class _SentSpool:
             self.pool.send(i, (pid_map, shift))
         sizes = self._answers()
         if None in sizes:  # nothing of the input is written yet: it is read and written here instead
-            for i, size in zip(self.ids, sizes):
-                if size is not None:
-                    self.pool.send(i, None)
-            return self.again().write(writer, pid_map, shift)
+            _read_here_instead(self.pool, zip(self.ids, sizes))
+            _, _, spool, _ = self.read_here()
+            return spool.write(writer, pid_map, shift)
         for i, (counts, size) in zip(self.ids, sizes):
             self.pool.send(i, writer.reserve(size, sum(counts)))
         for failed in self._answers():  # a worker gone would leave a hole: TaskFailed
