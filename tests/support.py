@@ -5,6 +5,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "profiles", "report")
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
+STOP_GRACE_S = 60  # what a stopped workflow's jobs get to clean up before they are killed
 
 
 def configfiles(workdir, *overrides):
@@ -45,10 +47,30 @@ def copy_workflow(target):
     return target
 
 
+def run_stopped_as_by_ctrl_c(command, timeout, **popen):
+    """subprocess.run(command, capture_output=True, text=True, timeout=timeout), in a process group
+    of its own that a timeout or an interrupted test stops as Ctrl-C at a terminal would: SIGINT to
+    the whole group, so Snakemake and its jobs clean up, and SIGKILL only if it still runs after
+    STOP_GRACE_S. subprocess.run would SIGKILL the program alone and leave its jobs running."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **popen)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        for sig, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, None)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)  # the group it leads, ours: the leader is not reaped yet
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=grace)
+                break
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
 def snakemake(workdir, *args, cores=2, check=True, timeout=600, env=None):
     """Run this environment's snakemake in `workdir`; fail with its output tail unless check=False."""
-    proc = subprocess.run([str(BIN / "snakemake"), "--cores", str(cores), *args], cwd=workdir,
-                          env=path_env(**(env or {})), capture_output=True, text=True, timeout=timeout)
+    proc = run_stopped_as_by_ctrl_c([str(BIN / "snakemake"), "--cores", str(cores), *args], timeout, cwd=workdir,
+                                    env=path_env(**(env or {})))
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc

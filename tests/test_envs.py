@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import REPO, configfiles, copy_workflow, stop_clusters
+from support import REPO, configfiles, copy_workflow, run_stopped_as_by_ctrl_c, stop_clusters
 
 # Snakemake writes each environment's file to <workdir>/.snakemake/conda/<hash>_.yaml (its
 # persistence module's conda_env_path; deployment/conda.py) and conda runs pip from that directory.
@@ -51,8 +51,8 @@ def test_a_non_editable_install_runs_the_workflow(tmp_path):
     work = copy_workflow(tmp_path / "work")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # the environment not activated: its repro found all the same
     try:
-        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "snakemake", "plots/Getting_started.pdf", "--cores", "1",
-                               *configfiles(work)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        proc = run_stopped_as_by_ctrl_c([str(venv / "bin" / "python"), "-m", "snakemake", "plots/Getting_started.pdf",
+                                         "--cores", "1", *configfiles(work)], 600, cwd=work, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert (work / "plots" / "Getting_started.pdf").stat().st_size > 1000
     finally:

@@ -1,8 +1,13 @@
 """Process records: only the process that was recorded is ever signalled."""
 
 import subprocess
+import sys
+
+import pytest
 
 from repro import processes
+
+from support import run_stopped_as_by_ctrl_c
 
 
 def _sleeper():
@@ -41,3 +46,17 @@ def test_unreadable_records_read_as_none(tmp_path):
     assert processes.read_record(tmp_path / "old.pid") is None
     assert processes.read_record(tmp_path / "list.json") is None
     assert processes.read_record(tmp_path / "missing") is None
+
+
+def test_a_program_the_tests_time_out_gets_ctrl_c_with_everything_it_started(tmp_path):
+    """The tests' own runner (support.run_stopped_as_by_ctrl_c): a timeout sends SIGINT to the
+    program and to what it started, as a terminal's Ctrl-C does, so they clean up."""
+    script = ("import signal, subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time\\ntry:\\n    time.sleep(60)\\n"
+              "except KeyboardInterrupt:\\n    open(\"child\", \"w\").close()'])\n"
+              "open('started', 'w').close()\n"
+              "try:\n    child.wait()\nexcept KeyboardInterrupt:\n    child.wait(); open('parent', 'w').close()\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_stopped_as_by_ctrl_c([sys.executable, "-c", script], 5, cwd=tmp_path)
+    assert (tmp_path / "started").exists(), "the program did not start in time"
+    assert (tmp_path / "parent").exists() and (tmp_path / "child").exists()

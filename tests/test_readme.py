@@ -13,11 +13,10 @@ import importlib.util
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 
 import pytest
-from support import BIN, REPO, TINY, copy_workflow, path_env, stop_clusters
+from support import BIN, REPO, TINY, copy_workflow, path_env, run_stopped_as_by_ctrl_c, stop_clusters
 
 from repro.config import load_config
 from repro.pecan.calibrate import calibrate
@@ -105,8 +104,9 @@ def test_every_readme_command_runs_as_written(fresh_copy):
         if command.startswith("make test"):
             mode = "dry-run"  # this test runs inside it
         script = command if mode == "run" else _checked(command)
-        proc = subprocess.run(["bash", "-c", f"export PATH={shlex.quote(str(work / '.venv' / 'bin'))}:$PATH; {script}"],
-                              cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        proc = run_stopped_as_by_ctrl_c(
+            ["bash", "-c", f"export PATH={shlex.quote(str(work / '.venv' / 'bin'))}:$PATH; {script}"], 900, cwd=work,
+            env=env)
         if mode == "tfdata" and TFDATA_MISSING:  # the documented refusal, naming the extra
             assert proc.returncode != 0 and "needs the 'tfdata' extra" in proc.stdout + proc.stderr, command
         else:

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from support import BIN, REPO, configfiles, copy_workflow, free_port, path_env, skip_unless_installed, stop_clusters
+from support import (BIN, REPO, configfiles, copy_workflow, free_port, path_env, run_stopped_as_by_ctrl_c,
+                     skip_unless_installed, stop_clusters)
 
 BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch")
 CONF = Path("/etc/slurm/slurm.conf")
@@ -111,8 +112,8 @@ SLURM_FLAGS = ("--profile", "profiles/slurm", "--seconds-between-status-checks",
 
 def snakemake(workdir, *args):
     """Snakemake in `workdir` with the tiny test config (and any override files already written there)."""
-    return subprocess.run([str(BIN / "snakemake"), *args, *configfiles(workdir)], cwd=workdir,
-                          env=path_env(SLURM_PARTITION="debug"), capture_output=True, text=True, timeout=1500)
+    return run_stopped_as_by_ctrl_c([str(BIN / "snakemake"), *args, *configfiles(workdir)], 1500, cwd=workdir,
+                                    env=path_env(SLURM_PARTITION="debug"))
 
 
 def test_fig8_through_slurm_matches_a_local_run(slurm, tmp_path):

@@ -455,6 +455,50 @@ def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
     assert not (out / "run.log").exists() and not (out / "metrics.json").exists()
 
 
+@pytest.mark.fault
+@pytest.mark.parametrize("ending", ["batch timeout", "SIGTERM"])
+def test_a_run_whose_service_died_ends_and_leaves_nothing(tf, tmp_path, ending):
+    """TensorFlow's client waits for ever, deaf to signals, once the service is gone: the run fails
+    after its batch timeout, naming the cause, or ends at once on SIGTERM, with no output and no
+    process left."""
+    from repro.pecan.tfdata.service import Service
+
+    out = tmp_path / "run"
+    timeout = 15 if ending == "batch timeout" else 600
+    # a run that would go on for its 80 windows (about 2 minutes): the service dies during it
+    with open(tmp_path / "stderr", "w") as log:  # a file, not a pipe: TensorFlow writes a lot
+        proc = subprocess.Popen([str(REPRO), "pecan", "tfdata", "run", "--experiment", "ResNet50_v2-8", "--mode",
+                                 "cachew", "--out", str(out), "--settle-windows", "80", "--batch-timeout", str(timeout)],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not Service(out / "service").serving():
+            time.sleep(0.2)
+        service = Service(out / "service").state
+        records = [service["dispatcher"], *service["workers"]]
+        assert len(records) >= 2, "no worker served within 120 s"
+        for record in records:  # the whole service dies under the run
+            if matches(record):
+                os.kill(record["pid"], signal.SIGKILL)
+        if ending == "SIGTERM":
+            time.sleep(3)  # the client waits in TensorFlow by now
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=timeout + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = (tmp_path / "stderr").read_text()
+    if ending == "SIGTERM":
+        assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    else:
+        assert proc.returncode == 1, stderr[-2000:]
+        assert (f"repro: error: no batch within 15 s: the tf.data dispatcher (pid {records[0]['pid']}) is not "
+                "running; the run stops") in stderr
+    assert not (out / "run.log").exists() and not (out / "metrics.json").exists()
+    assert not any(matches(r) for r in records)
+
+
 @pytest.mark.workflow
 def test_workflow_builds_a_figure_from_engine_runs(tf, tmp_path):
     """`pecan.engine: tfdata`: cluster_start starts the dispatcher, the same rules make fig8 from real

@@ -25,6 +25,8 @@ processes. A window in which the worker set changed is logged but not shown to t
 import contextlib
 import dataclasses
 import os
+import queue
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,7 +38,7 @@ from repro.pecan.cluster import JobSpec, make_policy
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
 from repro.pecan.tfdata import TIME_SCALE, ops, tensorflow
-from repro.pecan.tfdata.service import Service, exclusive
+from repro.pecan.tfdata.service import START_TIMEOUT_S, Service, exclusive
 
 tf = tensorflow()
 
@@ -53,6 +55,9 @@ STOPPED = ("STABLE", "FIXED")  # policy states after which the deployment no lon
 # Before every run, its pipeline's own cost (measure_pipeline_cost): batches read and discarded
 # first (the graph's first runs, allocations), then batches each measured on its own.
 COST_WARMUP_BATCHES, COST_BATCHES = 2, 6
+# How long the client waits for one batch before the run fails: the longest wait that is not a
+# failure is the first batch after workers start (each imports TensorFlow before it serves).
+BATCH_TIMEOUT_S = START_TIMEOUT_S + 30
 
 
 @dataclass(frozen=True)
@@ -247,6 +252,54 @@ def client_dataset(spec, manifest, service):
     return dataset.prefetch(2), names
 
 
+class Batches:
+    """The client's iterator, read on a thread of its own so that waiting for a batch has a deadline.
+
+    TensorFlow's data-service client waits without end, and without returning to Python (deaf to
+    Ctrl-C and SIGTERM), once its dispatcher or every worker is gone. Here the main thread waits on
+    a queue instead: after `timeout_s` the run fails with what `diagnose()` tells, and signals reach
+    it meanwhile. Batches are read one at a time as asked, as the iterator itself reads them.
+    """
+
+    def __init__(self, iterator, timeout_s, diagnose):
+        self.timeout_s, self.diagnose = timeout_s, diagnose
+        self._asked, self._answers = queue.Queue(), queue.Queue()
+        threading.Thread(target=self._read, args=(iterator,), daemon=True, name="batches").start()
+
+    def _read(self, iterator):
+        while self._asked.get():
+            try:
+                self._answers.put((next(iterator), None))
+            except BaseException as exc:  # the main thread raises it (StopIteration included)
+                self._answers.put((None, exc))
+
+    def __next__(self):
+        self._asked.put(True)
+        try:
+            batch, error = self._answers.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise ReproError(f"no batch within {self.timeout_s:g} s: {self.diagnose()}; the run stops") from None
+        if error is not None:
+            raise error
+        return batch
+
+    def close(self):
+        """End the reading thread once it is done with the batch it reads (if any)."""
+        self._asked.put(False)
+
+
+def stalled(service):
+    """Why a run's client gets no batch, as far as the service's records tell."""
+    if service is None:
+        return "the pipeline in this process produced none"
+    if not service.dispatcher_running():
+        return f"the tf.data dispatcher (pid {service.state['dispatcher']['pid']}) is not running"
+    service.prune()
+    if not service.state["workers"]:
+        return "none of the run's tf.data workers runs"
+    return f"{len(service.state['workers'])} tf.data worker(s) run, {len(service.serving())} serve the job"
+
+
 def train(spec, iterator, service, policy, deployment, on_window=None):
     """Run windows until the deployment settles (or max_windows); return (windows, decisions)."""
     serving = service.serving if service is not None else list
@@ -310,12 +363,13 @@ def write_log(spec, windows, path, started, order_names):
         writer.info(last.start_s + last.seconds, f"Training finished: {len(windows)} windows")
 
 
-def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
+def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S):
     """Run `spec` into out_dir (run.log, metrics.json); return the metrics.
 
     Data-service modes use the service recorded in `service_dir` when its dispatcher runs (and
     leave the dispatcher running), else start one in out_dir/service and stop it afterwards.
-    Every worker the run started is stopped when it ends, however it ends.
+    Every worker the run started is stopped when it ends, however it ends; a run that gets no
+    batch within `batch_timeout_s` fails (Batches).
     """
     out = Path(out_dir)
     manifest = ops.write_data(spec.pipeline, spec.images, data_dir, seed=spec.seed)
@@ -341,11 +395,14 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None):
             deployment.apply(policy.remote, policy.local)
         with budget:
             dataset, names = client_dataset(spec, manifest, service)
-            iterator = iter(dataset)
-            for _ in range(spec.decision_steps):  # warm-up, not logged: graph set-up, the job's creation
-                next(iterator)
-            started = datetime.now()
-            windows, decisions = train(spec, iterator, service, policy, deployment, on_window)
+            batches = Batches(iter(dataset), batch_timeout_s, lambda: stalled(service))
+            try:
+                for _ in range(spec.decision_steps):  # warm-up, not logged: graph set-up, the job's creation
+                    next(batches)
+                started = datetime.now()
+                windows, decisions = train(spec, batches, service, policy, deployment, on_window)
+            finally:
+                batches.close()
     finally:
         if own_service:
             service.stop()
