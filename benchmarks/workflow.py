@@ -94,21 +94,25 @@ from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_rati
 BIN = Path(sys.executable).parent
 ENV = environment(BIN)
 FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
+DRIVER_VENV = REPO / "benchmarks" / "out" / "snakemake-only-venv"
 STARTUP, DRY, NOOP = "start-up (empty Snakefile)", "full --dry-run", "no-op rerun of fig8"
 COLD, REFERENCE = "full --dry-run, config unkept", "bare workflow, same jobs"
+DRIVER = "full --dry-run, Snakemake-only"
 GOALS = {STARTUP: 1.3, DRY: 1.3, NOOP: 1.5}
 
 
-def floor_snakemake():
-    """The snakemake of a virtualenv that holds nothing else, at this environment's version."""
-    wanted = version("snakemake")
-    stamp = FLOOR_VENV / "snakemake-version"
+def venv_python(venv, *installs):
+    """The python of a virtualenv made once under benchmarks/out with `pip install` of each of
+    `installs` (argument lists), in order; made anew when they change."""
+    wanted = repr(installs)
+    stamp = venv / "installed"
     if not stamp.exists() or stamp.read_text() != wanted:
-        shutil.rmtree(FLOOR_VENV, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(FLOOR_VENV)], check=True)
-        subprocess.run([str(FLOOR_VENV / "bin" / "pip"), "install", "--quiet", f"snakemake=={wanted}"], check=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        for install in installs:
+            subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", *install], check=True)
         stamp.write_text(wanted)
-    return str(FLOOR_VENV / "bin" / "snakemake")
+    return venv / "bin" / "python"
 
 
 def job_count(stdout):
@@ -136,7 +140,12 @@ def main():
     parser.add_argument("--instructions", action="store_true",
                         help="also count each invocation's instructions once, under valgrind (minutes)")
     args = parser.parse_args()
-    bare = floor_snakemake()
+    floor_python = venv_python(FLOOR_VENV, [f"snakemake=={version('snakemake')}"])
+    # the package without its dependencies: what the Snakefile itself imports, none of numpy, Pillow
+    # and Pygments, which Snakemake's report module imports at every start where they are installed
+    driver_python = venv_python(DRIVER_VENV, [f"snakemake=={version('snakemake')}", f"pyyaml=={version('pyyaml')}"],
+                                ["--no-deps", "-e", str(REPO)])
+    bare, driver = str(floor_python.parent / "snakemake"), str(driver_python.parent / "snakemake")
     project = str(BIN / "snakemake")
     dry = ["--dry-run", "--cores", "1"]
     fig8 = ["plots/fig8_ResNet50_v2-8.pdf", "--cores", "1"]
@@ -163,6 +172,7 @@ def main():
             NOOP: run(project, fig8, work),
             COLD: cold,  # after it, the config is kept again for the next round's DRY
             REFERENCE: run(project, dry, same_size),
+            DRIVER: run(driver, dry, clean),  # the config kept by the first DRY (it needs numpy to check one)
         }
         loads = [load()]
         try:
@@ -170,14 +180,15 @@ def main():
             timed([project, *fig8], work, ENV)  # a first no-op, untimed (it writes Snakemake's metadata caches)
             samples = rounds(measurements, args.rounds)
             if args.instructions:  # python -m snakemake: valgrind runs a program, not a script
-                python, floor_python = [sys.executable, "-m", "snakemake"], [str(FLOOR_VENV / "bin" / "python"), "-m", "snakemake"]
+                python = [sys.executable, "-m", "snakemake"]
                 counted = {
-                    "floor": instructions([*floor_python, *dry], empty, ENV),
+                    "floor": instructions([str(floor_python), "-m", "snakemake", *dry], empty, ENV),
                     STARTUP: instructions([*python, *dry], empty, ENV),
                     DRY: instructions([*python, *dry], clean, ENV),
                     NOOP: instructions([*python, *fig8], work, ENV),
                     COLD: cold(lambda command, cwd: instructions(command, cwd, ENV), python),
                     REFERENCE: instructions([*python, *dry], same_size, ENV),
+                    DRIVER: instructions([str(driver_python), "-m", "snakemake", *dry], clean, ENV),
                 }
         finally:
             loads.append(load())
@@ -185,7 +196,7 @@ def main():
             if state.exists():
                 subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
     print(f"snakemake {version('snakemake')}; {jobs} jobs in the full dry-run; load before: {loads[0]}; after: {loads[1]}")
-    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE]]
+    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE, DRIVER]]
     rows += [(DRY, REFERENCE, None)]  # what the rules add over Snakemake's own work on as many jobs
     if args.rounds:
         print_timed(samples, rows, args.rounds)
