@@ -455,6 +455,36 @@ def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
     assert not (out / "run.log").exists() and not (out / "metrics.json").exists()
 
 
+def test_batches_come_as_asked_and_a_wait_has_a_deadline(tf):
+    import threading
+
+    from repro.pecan.tfdata.engine import Batches
+
+    asked = []
+
+    def numbers():
+        for n in range(3):
+            asked.append(n)
+            yield n
+        raise ValueError("broken pipeline")
+
+    batches = Batches(numbers(), 5, lambda: "unused")
+    assert [next(batches), next(batches)] == [0, 1]
+    assert asked == [0, 1]  # read one at a time, none ahead
+    assert next(batches) == 2
+    with pytest.raises(ValueError, match="broken pipeline"):  # raised where the batch was asked for
+        next(batches)
+    batches.close()
+
+    never = threading.Event()
+    stuck = Batches(iter(never.wait, None), 0.2, lambda: "the service is gone")
+    started = time.monotonic()
+    with pytest.raises(ReproError, match=r"^no batch within 0.2 s: the service is gone; the run stops$"):
+        next(stuck)
+    assert time.monotonic() - started < 5
+    never.set()
+
+
 @pytest.mark.fault
 @pytest.mark.parametrize("ending", ["batch timeout", "SIGTERM"])
 def test_a_run_whose_service_died_ends_and_leaves_nothing(tf, tmp_path, ending):

@@ -294,7 +294,10 @@ def stalled(service):
         return "the pipeline in this process produced none"
     if not service.dispatcher_running():
         return f"the tf.data dispatcher (pid {service.state['dispatcher']['pid']}) is not running"
-    service.prune()
+    try:
+        service.prune()
+    except ReproError as exc:  # a worker host that does not answer
+        return f"its workers not checked: {exc}"
     if not service.state["workers"]:
         return "none of the run's tf.data workers runs"
     return f"{len(service.state['workers'])} tf.data worker(s) run, {len(service.serving())} serve the job"
