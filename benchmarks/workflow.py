@@ -13,7 +13,10 @@ interval lies on one side of the goal):
   - for reference, no goal: a bare workflow with as many jobs as the full dry-run (one rule, the
     shape benchmarks/dag_scale.py uses), in this environment: what Snakemake itself spends on a
     DAG of that size here, so the full dry-run's ratio splits into the environment, Snakemake's own
-    per-job work and the project's rules.
+    per-job work and the project's rules; and the same full dry-run from a Snakemake-only
+    virtualenv (benchmarks/out/snakemake-only-venv: snakemake, PyYAML and the package installed
+    without its dependencies, enough to read the workflow with a kept config check), which tells
+    what the environment alone costs.
 Wall-clock and CPU seconds both; on a busy machine neither holds still (at a load of 3 on 2 cores
 the full dry-run's interval spans 1.3-1.6), so --instructions also counts what each invocation
 executes, once, under valgrind's callgrind: the same count however busy the machine, the ratio of
@@ -70,6 +73,15 @@ Measured after it on an idle fresh clone (2026-12-01, 15 rounds, load 1.1-1.7, f
 jobs 1.26x, and the full dry-run 0.94x [0.90-1.03] that bare workflow (which pays the collector's
 walks). Instructions on the same clone: floor 2.85 billion; start-up 1.13x, full dry-run 1.45x
 (missed), no-op 1.23x, config validated afresh 1.53x, bare 83 jobs 1.27x.
+On 2026-12-02, with the Snakemake-only row (idle fresh clone, 25 rounds, load 1.1-1.4, floor 1.56 s
+wall, 1.51 s CPU): start-up 1.10x [1.09-1.17] (CPU 1.18x [1.15-1.21]), full dry-run 1.23x
+[1.13-1.29] (CPU 1.29x [1.22-1.35]: ok on the wall clock, undecided in CPU time), no-op rerun 1.02x
+[0.96-1.12], the bare workflow with as many jobs 1.21x; the same full dry-run from the
+Snakemake-only virtualenv 1.06x [0.99-1.10] (CPU 1.06x [1.00-1.09]). The workflow itself is within
+the goal; what this environment adds, numpy, Pillow and Pygments imported by Snakemake's own report
+module (yte and docutils) at every start, takes it to the edge (the same dry-run in this
+environment with those three imports refused by a wrapper: 1.08x, against 1.25x). Its CPU time
+exceeds its wall time where numpy is imported: OpenBLAS starts a thread per core.
 The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
 names, and validating; it is paid once per changed config (repro.checkedconfig).
 Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
