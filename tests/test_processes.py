@@ -51,12 +51,19 @@ def test_unreadable_records_read_as_none(tmp_path):
 def test_a_program_the_tests_time_out_gets_ctrl_c_with_everything_it_started(tmp_path):
     """The tests' own runner (support.run_stopped_as_by_ctrl_c): a timeout sends SIGINT to the
     program and to what it started, as a terminal's Ctrl-C does, so they clean up."""
-    script = ("import signal, subprocess, sys, time\n"
-              "child = subprocess.Popen([sys.executable, '-c', 'import time\\ntry:\\n    time.sleep(60)\\n"
-              "except KeyboardInterrupt:\\n    open(\"child\", \"w\").close()'])\n"
-              "open('started', 'w').close()\n"
-              "try:\n    child.wait()\nexcept KeyboardInterrupt:\n    child.wait(); open('parent', 'w').close()\n")
-    with pytest.raises(subprocess.TimeoutExpired):
-        run_stopped_as_by_ctrl_c([sys.executable, "-c", script], 5, cwd=tmp_path)
-    assert (tmp_path / "started").exists(), "the program did not start in time"
+    child = ("import time\ntry:\n    open('child-ready', 'w').close()\n    time.sleep(60)\n"
+             "except KeyboardInterrupt:\n    open('child', 'w').close()\n")
+    program = ("import os, subprocess, sys, time\n"
+               f"child = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+               "try:\n"
+               "    while not os.path.exists('child-ready'):\n"
+               "        time.sleep(0.01)\n"
+               "    open('started', 'w').close()\n"
+               "    child.wait()\n"
+               "except KeyboardInterrupt:\n"
+               "    child.wait()\n"
+               "    open('parent', 'w').close()\n")
+    with pytest.raises(subprocess.TimeoutExpired):  # long enough for both to start on a busy machine
+        run_stopped_as_by_ctrl_c([sys.executable, "-c", program], 20, cwd=tmp_path)
+    assert (tmp_path / "started").exists(), "the program and its child did not start within 20 s"
     assert (tmp_path / "parent").exists() and (tmp_path / "child").exists()
