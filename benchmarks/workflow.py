@@ -110,10 +110,10 @@ from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_rati
 BIN = Path(sys.executable).parent
 ENV = environment(BIN)
 FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
-DRIVER_VENV = REPO / "benchmarks" / "out" / "snakemake-only-venv"
+SNAKEMAKE_ONLY_VENV = REPO / "benchmarks" / "out" / "snakemake-only-venv"
 STARTUP, DRY, NOOP = "start-up (empty Snakefile)", "full --dry-run", "no-op rerun of fig8"
 COLD, REFERENCE = "full --dry-run, config unkept", "bare workflow, same jobs"
-DRIVER = "full --dry-run, Snakemake-only"
+SNAKEMAKE_ONLY = "full --dry-run, Snakemake-only"
 GOALS = {STARTUP: 1.3, DRY: 1.3, NOOP: 1.5}
 
 
@@ -159,9 +159,9 @@ def main():
     floor_python = venv_python(FLOOR_VENV, [f"snakemake=={version('snakemake')}"])
     # the package without its dependencies: what the Snakefile itself imports, none of numpy, Pillow
     # and Pygments, which Snakemake's report module imports at every start where they are installed
-    driver_python = venv_python(DRIVER_VENV, [f"snakemake=={version('snakemake')}", f"pyyaml=={version('pyyaml')}"],
+    snakemake_only_python = venv_python(SNAKEMAKE_ONLY_VENV, [f"snakemake=={version('snakemake')}", f"pyyaml=={version('pyyaml')}"],
                                 ["--no-deps", "-e", str(REPO)])
-    bare, driver = str(floor_python.parent / "snakemake"), str(driver_python.parent / "snakemake")
+    bare, snakemake_only = str(floor_python.parent / "snakemake"), str(snakemake_only_python.parent / "snakemake")
     project = str(BIN / "snakemake")
     dry = ["--dry-run", "--cores", "1"]
     fig8 = ["plots/fig8_ResNet50_v2-8.pdf", "--cores", "1"]
@@ -188,7 +188,7 @@ def main():
             NOOP: run(project, fig8, work),
             COLD: cold,  # after it, the config is kept again for the next round's DRY
             REFERENCE: run(project, dry, same_size),
-            DRIVER: run(driver, dry, clean),  # the config kept by the first DRY (it needs numpy to check one)
+            SNAKEMAKE_ONLY: run(snakemake_only, dry, clean),  # the config kept by the first DRY (it needs numpy to check one)
         }
         loads = [load()]
         try:
@@ -204,7 +204,7 @@ def main():
                     NOOP: instructions([*python, *fig8], work, ENV),
                     COLD: cold(lambda command, cwd: instructions(command, cwd, ENV), python),
                     REFERENCE: instructions([*python, *dry], same_size, ENV),
-                    DRIVER: instructions([str(driver_python), "-m", "snakemake", *dry], clean, ENV),
+                    SNAKEMAKE_ONLY: instructions([str(snakemake_only_python), "-m", "snakemake", *dry], clean, ENV),
                 }
         finally:
             loads.append(load())
@@ -212,7 +212,7 @@ def main():
             if state.exists():
                 subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
     print(f"snakemake {version('snakemake')}; {jobs} jobs in the full dry-run; load before: {loads[0]}; after: {loads[1]}")
-    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE, DRIVER]]
+    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE, SNAKEMAKE_ONLY]]
     rows += [(DRY, REFERENCE, None)]  # what the rules add over Snakemake's own work on as many jobs
     if args.rounds:
         print_timed(samples, rows, args.rounds)

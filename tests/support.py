@@ -57,12 +57,15 @@ def run_stopped_as_by_ctrl_c(command, timeout, **popen):
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except BaseException:
-        for sig, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, None)):
+        try:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)  # the group it leads, ours: the leader is not reaped yet
+                os.killpg(proc.pid, signal.SIGINT)  # the group it leads, ours: the leader is not reaped yet
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.communicate(timeout=grace)
-                break
+                proc.communicate(timeout=STOP_GRACE_S)
+        finally:  # also after a second Ctrl-C during the grace
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 

@@ -1,4 +1,5 @@
-"""Process records: only the process that was recorded is ever signalled."""
+"""Process records: only the process that was recorded is ever signalled. And the tests' own way
+of stopping a program they time out."""
 
 import subprocess
 import sys

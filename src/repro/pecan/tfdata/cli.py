@@ -1,8 +1,10 @@
 """`repro pecan tfdata ...`: the tf.data service engine's commands (TensorFlow imported only when run)."""
 
+import math
 import sys
 
 from repro.errors import ReproError
+from repro.pecan.tfdata.service import BATCH_TIMEOUT_S
 
 
 def add_commands(psub):
@@ -42,9 +44,8 @@ def add_commands(psub):
     run.add_argument("--service-dir", help="use the service started there (default: start one for this run)")
     run.add_argument("--time-scale", type=float, help="accelerator step-time factor (default per pipeline)")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--batch-timeout", type=float, metavar="SECONDS",
-                     help="fail when no batch comes for this long, e.g. the service died (default: "
-                          "repro.pecan.tfdata.engine.BATCH_TIMEOUT_S)")
+    run.add_argument("--batch-timeout", type=float, metavar="SECONDS", default=BATCH_TIMEOUT_S,
+                     help=f"fail when no batch comes for this long, e.g. the service died (default {BATCH_TIMEOUT_S})")
     for name in ("batch-size", "decision-steps", "worker-threads", "collocated-threads", "max-remote-workers",
                  "max-local-workers", "settle-windows", "max-windows", "images"):
         run.add_argument(f"--{name}", type=int)
@@ -97,16 +98,15 @@ def _run(args):
     from pathlib import Path
 
     from repro.config import load_config
-    from repro.pecan.tfdata.engine import BATCH_TIMEOUT_S, run, spec_from_config
+    from repro.pecan.tfdata.engine import run, spec_from_config
 
     miniature = {key: getattr(args, key) for key in ("batch_size", "decision_steps", "worker_threads",
                                                      "collocated_threads", "max_remote_workers", "max_local_workers",
                                                      "settle_windows", "max_windows", "images")}
     spec = spec_from_config(load_config(args.config)["pecan"], args.experiment, args.mode, seed=args.seed,
                             time_scale=args.time_scale, **miniature)
-    timeout = BATCH_TIMEOUT_S if args.batch_timeout is None else args.batch_timeout
-    if not timeout > 0:
-        raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive number of seconds")
+    if not (math.isfinite(args.batch_timeout) and args.batch_timeout > 0):
+        raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive, finite number of seconds")
 
     def progress(window):
         print(f"  steps {window.first_step}-{window.first_step + window.steps}: "
@@ -116,7 +116,7 @@ def _run(args):
     # a terminated run still stops the workers it started (the `finally` in run)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     metrics = run(spec, args.out, args.data or Path(args.out).parent / "data", args.service_dir, on_window=progress,
-                  batch_timeout_s=timeout)
+                  batch_timeout_s=args.batch_timeout)
     print(f"{args.out}: {metrics['remote_workers']} remote + {metrics['local_workers']} local workers, "
           f"{metrics['throughput']:.0f} examples/s (miniature bound {metrics['accelerator_bound_miniature']:.0f}), "
           f"{metrics['wall_s']:.0f} s; its pipeline {metrics['pipeline_cost']['cpu_s_per_element'] * 1e3:.2f} ms CPU "

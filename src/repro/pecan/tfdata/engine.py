@@ -38,7 +38,7 @@ from repro.pecan.cluster import JobSpec, make_policy
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
 from repro.pecan.tfdata import TIME_SCALE, ops, tensorflow
-from repro.pecan.tfdata.service import START_TIMEOUT_S, Service, exclusive
+from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
 
 tf = tensorflow()
 
@@ -55,9 +55,6 @@ STOPPED = ("STABLE", "FIXED")  # policy states after which the deployment no lon
 # Before every run, its pipeline's own cost (measure_pipeline_cost): batches read and discarded
 # first (the graph's first runs, allocations), then batches each measured on its own.
 COST_WARMUP_BATCHES, COST_BATCHES = 2, 6
-# How long the client waits for one batch before the run fails: the longest wait that is not a
-# failure is the first batch after workers start (each imports TensorFlow before it serves).
-BATCH_TIMEOUT_S = START_TIMEOUT_S + 30
 
 
 @dataclass(frozen=True)
@@ -253,25 +250,32 @@ def client_dataset(spec, manifest, service):
 
 
 class Batches:
-    """The client's iterator, read on a thread of its own so that waiting for a batch has a deadline.
+    """The client's iterator, made and read on a thread of its own so that waiting has a deadline.
 
     TensorFlow's data-service client waits without end, and without returning to Python (deaf to
-    Ctrl-C and SIGTERM), once its dispatcher or every worker is gone. Here the main thread waits on
-    a queue instead: after `timeout_s` the run fails with what `diagnose()` tells, and signals reach
-    it meanwhile. Batches are read one at a time as asked, as the iterator itself reads them.
+    Ctrl-C and SIGTERM), once its dispatcher or every worker is gone: when it registers the dataset,
+    creates the job or reads a batch. Here the main thread waits on a queue instead: after
+    `timeout_s` the run fails with what `diagnose()` tells, and signals reach it meanwhile.
+    `open_iterator()` runs at the first request; batches are then read one at a time as asked, as
+    the iterator itself reads them.
     """
 
-    def __init__(self, iterator, timeout_s, diagnose):
+    def __init__(self, open_iterator, timeout_s, diagnose):
         self.timeout_s, self.diagnose = timeout_s, diagnose
         self._asked, self._answers = queue.Queue(), queue.Queue()
-        threading.Thread(target=self._read, args=(iterator,), daemon=True, name="batches").start()
+        threading.Thread(target=self._read, args=(open_iterator,), daemon=True, name="batches").start()
 
-    def _read(self, iterator):
+    def _read(self, open_iterator):
+        iterator = None
         while self._asked.get():
             try:
+                iterator = iterator or open_iterator()
                 self._answers.put((next(iterator), None))
             except BaseException as exc:  # the main thread raises it (StopIteration included)
                 self._answers.put((None, exc))
+
+    def __iter__(self):
+        return self
 
     def __next__(self):
         self._asked.put(True)
@@ -295,12 +299,12 @@ def stalled(service):
     if not service.dispatcher_running():
         return f"the tf.data dispatcher (pid {service.state['dispatcher']['pid']}) is not running"
     try:
-        service.prune()
+        serving = service.serving()  # forgets the workers that no longer run
     except ReproError as exc:  # a worker host that does not answer
         return f"its workers not checked: {exc}"
     if not service.state["workers"]:
         return "none of the run's tf.data workers runs"
-    return f"{len(service.state['workers'])} tf.data worker(s) run, {len(service.serving())} serve the job"
+    return f"{len(service.state['workers'])} tf.data worker(s) run, {len(serving)} serve the job"
 
 
 def train(spec, iterator, service, policy, deployment, on_window=None):
@@ -397,8 +401,14 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
         if deployment:
             deployment.apply(policy.remote, policy.local)
         with budget:
-            dataset, names = client_dataset(spec, manifest, service)
-            batches = Batches(iter(dataset), batch_timeout_s, lambda: stalled(service))
+            names = []
+
+            def open_iterator():  # registering the dataset and creating the job wait on the service too
+                dataset, order = client_dataset(spec, manifest, service)
+                names.extend(order)
+                return iter(dataset)
+
+            batches = Batches(open_iterator, batch_timeout_s, lambda: stalled(service))
             try:
                 for _ in range(spec.decision_steps):  # warm-up, not logged: graph set-up, the job's creation
                     next(batches)

@@ -32,6 +32,10 @@ from repro.fsutil import write_json
 from repro.processes import describe, matches, read_record, terminate
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
+# How long a run's client waits for one batch before the run fails: the longest wait that is not a
+# failure is the first batch after workers start (at the start, or when every serving worker is
+# replaced), each importing TensorFlow before it serves.
+BATCH_TIMEOUT_S = START_TIMEOUT_S + 30
 STATUS_FRESH_S = 3.0  # a status file older than this belongs to a process that no longer reports
 PROBE_TIMEOUT_S = 60
 REGISTER_WAIT_S = 10  # a worker that has just started registers with the dispatcher in the background
