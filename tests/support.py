@@ -47,13 +47,20 @@ def copy_workflow(target):
     return target
 
 
+def _ctrl_c_heard():
+    """In the child before it starts: SIGINT does what it does at a terminal, also where the tests
+    themselves run with it ignored (started in the background by a shell, `cmd &`, which passes
+    that on to every program it starts)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_stopped_as_by_ctrl_c(command, timeout, **popen):
     """subprocess.run(command, capture_output=True, text=True, timeout=timeout), in a process group
     of its own that a timeout or an interrupted test stops as Ctrl-C at a terminal would: SIGINT to
     the whole group, so Snakemake and its jobs clean up, and SIGKILL only if it still runs after
     STOP_GRACE_S. subprocess.run would SIGKILL the program alone and leave its jobs running."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **popen)
+                            start_new_session=True, preexec_fn=_ctrl_c_heard, **popen)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except BaseException:
