@@ -429,6 +429,15 @@ def test_bad_run_settings_are_one_line_errors_and_write_nothing(tf, tmp_path, fl
     assert not (tmp_path / "run").exists()
 
 
+def _wait_for_a_serving_worker(service_dir, within_s=120):
+    """Until a worker of the service recorded in `service_dir` serves a job, or `within_s` passed."""
+    from repro.pecan.tfdata.service import Service
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and not Service(service_dir).serving():
+        time.sleep(0.2)
+
+
 @pytest.mark.fault
 def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
     """SIGKILL gives the run no chance to clean up: its service's processes end with it (the
@@ -441,9 +450,7 @@ def test_a_run_killed_midway_leaves_no_process_and_no_log(tf, tmp_path):
     proc = subprocess.Popen([str(REPRO), "pecan", "tfdata", "run", "--experiment", "ResNet50_v2-8", "--mode", "cachew",
                              "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not Service(out / "service").serving():
-            time.sleep(0.2)
+        _wait_for_a_serving_worker(out / "service")
         records = [Service(out / "service").state["dispatcher"], *Service(out / "service").state["workers"]]
         assert len(records) >= 2, "no worker served within 120 s"
     finally:
@@ -503,9 +510,7 @@ def test_a_run_whose_service_died_ends_and_leaves_nothing(tf, tmp_path, ending):
                                  "cachew", "--out", str(out), "--settle-windows", "80", "--batch-timeout", str(timeout)],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not Service(out / "service").serving():
-            time.sleep(0.2)
+        _wait_for_a_serving_worker(out / "service")
         service = Service(out / "service")
         assert service.serving(), "no worker served within 120 s"
         records = [service.state["dispatcher"], *service.state["workers"]]
