@@ -92,7 +92,7 @@ Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakem
 and import nbformat (and jsonschema with it) to tell the script's language, once per invocation
 that plans one.
 
-    python benchmarks/workflow.py [--rounds 15] [--instructions]
+    python benchmarks/workflow.py [--rounds 40] [--instructions]
 """
 
 import argparse
@@ -152,7 +152,8 @@ def print_timed(samples, rows, count):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=15, help="timed rounds (0: none)")
+    parser.add_argument("--rounds", type=int, default=40,
+                        help="timed rounds (0: none); with fewer, the full dry-run's interval can straddle its goal")
     parser.add_argument("--instructions", action="store_true",
                         help="also count each invocation's instructions once, under valgrind (minutes)")
     args = parser.parse_args()
