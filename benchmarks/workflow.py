@@ -86,6 +86,9 @@ the goal; what this environment adds, numpy, Pillow and Pygments imported by Sna
 module (yte and docutils) at every start, takes it to the edge (the same dry-run in this
 environment with those three imports refused by a wrapper: 1.08x, against 1.25x). Its CPU time
 exceeds its wall time where numpy is imported: OpenBLAS starts a thread per core.
+With 40 rounds (the default since), two idle fresh clones on 2026-12-02: full dry-run 1.16x
+[1.14-1.22] and 1.26x [1.17-1.29] on the wall clock, 1.25x [1.22-1.27] and 1.34x [1.24-1.36] in
+CPU time (floors 1.50 and 1.41 s); the Snakemake-only row 1.10x and 1.11x.
 The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
 names, and validating; it is paid once per changed config (repro.checkedconfig).
 Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
