@@ -80,6 +80,25 @@ def test_non_finite_numbers_are_refused_naming_the_key(keys, value):
         validate_config(config)
 
 
+@pytest.mark.workflow
+def test_a_nested_config_value_that_arrives_as_a_string_says_to_use_a_config_file(workdir):
+    """Snakemake passes the values nested in `--config KEY='{...}'` as strings: the error names
+    the key, and says how to set a number there."""
+    proc = snakemake(workdir, "--dry-run", "--config", "calibration={elements: 5}", check=False)
+    assert proc.returncode != 0
+    assert ("calibration.elements: '5' is not of type 'integer' (a value nested in `--config KEY='{...}'` "
+            "reaches the workflow as a string: set it in a file passed with --configfile)") in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("value, hinted", [("5", True), ("five", False), ("true", False), ("0.5", False)])
+def test_the_nested_config_hint_comes_only_where_the_string_reads_as_the_wanted_type(value, hinted):
+    config = default_config()
+    config["calibration"]["elements"] = value  # an integer
+    with pytest.raises(ReproError, match="calibration.elements: ") as raised:
+        validate_config(config)
+    assert ("--configfile" in str(raised.value)) == hinted
+
+
 def test_paths_expand_home_and_variables_and_an_unset_variable_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("REPRO_DATA", str(tmp_path / "data"))

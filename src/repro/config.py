@@ -78,7 +78,7 @@ def validate_config(config, source="config"):
     if errors:
         error = errors[0]
         key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise ReproError(f"{source}: {key}: {error.message}")
+        raise ReproError(f"{source}: {key}: {error.message}{_nested_config_hint(error)}")
     backend = get_backend(config["backend"])
     if backend.needs_section and backend.name not in config:
         raise ReproError(f"{source}: {backend.name}: required when backend is {backend.name} "
@@ -88,6 +88,30 @@ def validate_config(config, source="config"):
         _expand_at(config, keys, [], source)
     check_references(config, source)
     return config
+
+
+def _is_json_type(value, name):
+    if name == "boolean" or isinstance(value, bool):  # a bool is an int to Python, not to the schema
+        return name == "boolean" and isinstance(value, bool)
+    return isinstance(value, {"integer": int, "number": (int, float)}.get(name, ()))
+
+
+def _nested_config_hint(error):
+    """Where a string stands for the number or boolean the schema wants: Snakemake passes the
+    values nested in a `--config KEY='{...}'` as strings, so say how to set them instead."""
+    if error.validator != "type" or len(error.absolute_path) < 2 or not isinstance(error.instance, str):
+        return ""
+    import yaml
+
+    try:
+        value = yaml.safe_load(error.instance)
+    except yaml.YAMLError:
+        return ""
+    wanted = [error.validator_value] if isinstance(error.validator_value, str) else error.validator_value
+    if not any(_is_json_type(value, name) for name in wanted):
+        return ""
+    return (" (a value nested in `--config KEY='{...}'` reaches the workflow as a string: "
+            "set it in a file passed with --configfile)")
 
 
 def _reject_non_finite(value, source, where):
