@@ -75,6 +75,10 @@ def test_verdict_says_inside_or_by_how_much_outside():
     assert verdict(1.0, 0.9, 1.1) == (True, 0.0)
     assert verdict(1.3, 0.9, 1.1) == (False, pytest.approx(0.2))
     assert verdict(0.5, 0.9, 1.1) == (False, pytest.approx(-0.4))
+    # give or take its rounding: inside up to the rounding's edge, and outside only by what is beyond it
+    assert verdict(1.15, 0.9, 1.1, 0.05) == (True, 0.0) and verdict(0.85, 0.9, 1.1, 0.05) == (True, 0.0)
+    assert verdict(1.3, 0.9, 1.1, 0.05) == (False, pytest.approx(0.15))
+    assert verdict(0.5, 0.9, 1.1, 0.05) == (False, pytest.approx(-0.35))
 
 
 def test_intervals_follow_the_confidence_asked_for_and_include_their_bounds():
@@ -425,9 +429,24 @@ def test_reference_verdicts():
     assert [list(v) for v in verdicts] == [VERDICT_COLUMNS] * 3
     by = {v["quantity"]: v for v in verdicts}
     assert by["total_cost"]["verdict"] == "inside" and by["total_cost"]["reference"] == pytest.approx(1.62)
-    assert by["tpu_cost"]["verdict"] == "outside" and by["tpu_cost"]["outside_by"] == pytest.approx(0.01)
-    assert by["tpu_cost"]["outside_by_pct"] == pytest.approx(1.6)
+    # 0.62 is a label in cents: outside by what is left beyond half a cent
+    assert by["tpu_cost"]["verdict"] == "outside" and by["tpu_cost"]["outside_by"] == pytest.approx(0.005)
+    assert by["tpu_cost"]["outside_by_pct"] == pytest.approx(0.8)
+    assert by["tpu_cost"]["reference_rounding"] == 0.005 and by["total_cost"]["reference_rounding"] == 0.01
     assert reference_verdicts("x", [row], None) == []
+
+
+@pytest.mark.parametrize("low, high, verdict, outside_by", [
+    (4.4238, 4.4282, "inside", 0.0),  # the interval ends within half a cent of the label
+    (4.4, 4.42, "outside", 0.005),  # signed: the label lies above the interval
+    (4.44, 4.45, "outside", -0.005),
+    (4.4351, 4.44, "outside", -0.0001),
+])
+def test_a_reference_labelled_in_cents_stands_for_the_half_cent_around_it(low, high, verdict, outside_by):
+    row = {"mode": "collocated", "repeats": 3, "total_cost_mean": (low + high) / 2, "total_cost_ci_low": low,
+           "total_cost_ci_high": high}
+    [judged] = reference_verdicts("fig8", [row], {"collocated": 4.43})
+    assert judged["verdict"] == verdict and judged["outside_by"] == pytest.approx(outside_by, abs=1e-9)
 
 
 @pytest.mark.workflow

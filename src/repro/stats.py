@@ -37,8 +37,9 @@ def bootstrap_interval(samples, statistic=np.median, confidence=CONFIDENCE, draw
     return float(statistic(samples)), float(low), float(high)
 
 
-def verdict(reference, low, high):
-    """Is `reference` inside [low, high]? Returns (inside, distance): how far outside, 0 when inside."""
-    if low <= reference <= high:
+def verdict(reference, low, high, rounding=0.0):
+    """Is `reference`, give or take `rounding` (what rounding it for print may have moved it), inside
+    [low, high]? Returns (inside, distance): how far outside beyond the rounding, 0 when inside."""
+    if low - rounding <= reference <= high + rounding:
         return True, 0.0
-    return False, float(reference - high if reference > high else reference - low)
+    return False, float(reference - rounding - high if reference > high else reference + rounding - low)

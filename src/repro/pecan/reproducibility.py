@@ -23,8 +23,11 @@ from repro.rulesettings import calibrated_pipelines, cost_settings
 from repro.stats import verdict
 
 CHECK_COLUMNS = ["number", "first", "second", "difference", "tolerance", "within"]
-VERDICT_COLUMNS = ["figure", "mode", "quantity", "reference", "mean", "ci_low", "ci_high", "repeats", "verdict",
-                   "outside_by", "outside_by_pct"]
+VERDICT_COLUMNS = ["figure", "mode", "quantity", "reference", "reference_rounding", "mean", "ci_low", "ci_high",
+                   "repeats", "verdict", "outside_by", "outside_by_pct"]
+# The artifact's plots label each cost in cents: a labelled value stands for any within half a cent
+# of it, and a total of two labelled parts for any within a cent.
+LABEL_ROUNDING = 0.005
 PLOTTED = ("tpu_cost", "worker_cost")  # the two segments of each bar, labelled on the figure
 
 
@@ -158,14 +161,16 @@ def reference_verdicts(figure, rows, reference):
         value = reference.get(row["mode"]) if reference else None
         if value is None:
             continue
-        parts = {"total_cost": sum(value)} if isinstance(value, list) else {"total_cost": value}
+        labels = value if isinstance(value, list) else [value]
+        parts = {"total_cost": (sum(labels), len(labels) * LABEL_ROUNDING)}
         if isinstance(value, list):
-            parts.update(tpu_cost=value[0], worker_cost=value[1])
-        for quantity, ref in parts.items():
+            parts.update(tpu_cost=(value[0], LABEL_ROUNDING), worker_cost=(value[1], LABEL_ROUNDING))
+        for quantity, (ref, rounding) in parts.items():
             mean, low, high = (float(row[f"{quantity}_{s}"]) for s in ("mean", "ci_low", "ci_high"))
-            inside, distance = verdict(ref, low, high)
+            inside, distance = verdict(ref, low, high, rounding)
             verdicts.append({
-                "figure": figure, "mode": row["mode"], "quantity": quantity, "reference": ref, "mean": round(mean, 4),
+                "figure": figure, "mode": row["mode"], "quantity": quantity, "reference": round(ref, 4),
+                "reference_rounding": rounding, "mean": round(mean, 4),
                 "ci_low": round(low, 4), "ci_high": round(high, 4), "repeats": row["repeats"],
                 "verdict": "inside" if inside else "outside", "outside_by": round(distance, 4),
                 "outside_by_pct": round(100 * distance / ref, 1) if ref else "",
