@@ -230,6 +230,15 @@ CLI_FAULTS = [
     Fault("tool-config-a-list", _trims_client(config="- 1\n"), r"repro: error: .*/carml.yml: expected a mapping"),
     Fault("tool-config-section-a-list", _trims_client(config="micro18: [1]\n"), r"repro: error: .*/carml.yml: "),
     Fault("trims-unknown-model", _trims_client("--model", "nope"), r"repro: error: --model: unknown model\(s\) \['nope'\]"),
+    Fault("trims-base-path-missing", _trims_client("--base-path", "/nonexistent/models"),
+          r"repro: error: --base-path /nonexistent/models: no such directory \(each model a directory with a manifest.json"),
+    Fault("trims-base-path-empty", lambda ctx: _trims_client("--base-path", str(ctx.dir))(ctx),
+          r"repro: error: --base-path .*: holds no models"),
+    Fault("summarize-group-by-unknown-field",
+          lambda ctx: ["trace", "summarize", _trace(ctx.dir), "--group-by", "model_name,colour", "-o", str(ctx.dir / "s.json")],
+          r"repro: error: group-by field\(s\) \['colour'\]: no trace records them; fields to group by: "
+          r"\['eager_mode', 'eager_mode_async', 'experiment_description', 'file', 'hostname', 'model_name', "
+          r"'run_id', 'server', 'upr_enabled'\]"),
     Fault("profile-output-absolute", _victim("{dir}/victim"), r"repro: error: --profile-output .*victim.*: expected a relative name"),
     Fault("profile-output-parent", _victim("../../victim"), r"repro: error: --profile-output '\.\./\.\./victim': expected a relative name"),
     Fault("profile-output-rerun", _earlier_run("--profile-output", "run1"),

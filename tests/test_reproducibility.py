@@ -412,7 +412,10 @@ def test_compare_results_checks_two_clones_number_by_number(calibrations, tmp_pa
     assert main(["pecan", "compare-results", str(first), str(tmp_path / "nowhere"), "--figure", "fig8_ResNet50_v2-8"]) == 1
     assert "nowhere: not a finished workflow's results directory" in capsys.readouterr().err
     assert main(["pecan", "compare-results", str(first), str(same), "--figure", "fig9"]) == 1
-    assert "unknown figure(s) ['fig9']" in capsys.readouterr().err
+    assert "repro: error: --figure: unknown figure(s) ['fig9']" in capsys.readouterr().err
+    # the flag before the directories, as the usage line shows it
+    assert main(["pecan", "compare-results", "--figure", "fig8_ResNet50_v2-8", str(first), str(same)]) == 0
+    capsys.readouterr()
     older = {p: {k: v for k, v in c.items() if k != "reference_kernel"} for p, c in calibrations.items()}
     _results(tmp_path / "older", older, 0.30)
     assert main(["pecan", "compare-results", str(first), str(tmp_path / "older"), "--figure", "fig8_ResNet50_v2-8"]) == 1

@@ -86,7 +86,8 @@ def add_commands(sub):
     same.add_argument("first", help="a results/ directory")
     same.add_argument("second", help="another results/ directory")
     same.add_argument("--config", default="config/config.yaml")
-    same.add_argument("--figure", nargs="+", help="figures to compare (default: reproducibility.figures)")
+    same.add_argument("--figure", action="append", metavar="NAME",
+                      help="a figure to compare, repeated for more (default: reproducibility.figures)")
     same.add_argument("-o", "--output", help="CSV file (default: standard output)")
     same.set_defaults(func=_compare_results)
 
@@ -271,7 +272,8 @@ def _compare_results(args):
     from repro.pecan.reproducibility import CHECK_COLUMNS, check_figures, compare, outside, results_numbers
 
     config = load_config(args.config)
-    figures = check_figures(config, args.figure or config["reproducibility"]["figures"])
+    figures = (check_figures(config, args.figure, "--figure") if args.figure
+               else check_figures(config, config["reproducibility"]["figures"]))
     first, second = (results_numbers(config, figures, d) for d in (args.first, args.second))
     rows = compare(first, second, config["reproducibility"]["tolerance"])
     write_table(rows, args.output, CHECK_COLUMNS)

@@ -145,11 +145,11 @@ def check(config, figures, scratch_root):
     return compare(first, second, config["reproducibility"]["tolerance"])
 
 
-def check_figures(config, figures):
-    """`figures`, or a clear error naming the unknown ones."""
+def check_figures(config, figures, source="reproducibility.figures"):
+    """`figures`, or a clear error naming the unknown ones and where they were given."""
     unknown = [f for f in figures if f not in config["plots"]["figures"]]
     if unknown:
-        raise ReproError(f"reproducibility.figures: unknown figure(s) {unknown}; "
+        raise ReproError(f"{source}: unknown figure(s) {unknown}; "
                          f"expected some of {sorted(config['plots']['figures'])}")
     return figures
 

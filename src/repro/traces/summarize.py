@@ -35,6 +35,9 @@ RUN_FIELDS = (
     "experiment_description",
 )
 
+# What a trace's summary measures, beside its run fields (no field to group by).
+MEASURED = ("end_to_end_time", "end_to_end_process_time", "init_time", "skipped_events")
+
 # Duration events that are runtime initialisation (the TrIMS client's names).
 INIT_EVENTS = frozenset({"runtime_init", "wait_runtime_init"})
 
@@ -203,6 +206,11 @@ def describe(values):
 
 def aggregate(summaries, group_by):
     """Statistics of end_to_end_time and each event's total duration, per group of `group_by` keys."""
+    known = set(RUN_FIELDS).union(*([k for k, v in summary.items() if not isinstance(v, (dict, list)) and k not in MEASURED]
+                                    for summary in summaries))
+    unknown = [k for k in group_by if k not in known]
+    if unknown:
+        raise ReproError(f"group-by field(s) {unknown}: no trace records them; fields to group by: {sorted(known)}")
     groups = {}
     for summary in summaries:
         key = tuple(summary.get(k) for k in group_by)

@@ -438,6 +438,10 @@ def _client_setup(args):
 
     base = Path(_setting(args, "base_path", "base_path"))
     available = sorted(p.name for p in base.glob("*") if (p / "manifest.json").exists())
+    if not available:
+        given = "--base-path" if getattr(args, "base_path", None) is not None else "the tool config's base_path"
+        raise ReproError(f"{given} {base}: {'holds no models' if base.is_dir() else 'no such directory'} "
+                         "(each model a directory with a manifest.json; `repro trims models` makes them)")
     models = args.models or available
     unknown = sorted(set(models) - set(available))
     if unknown:
