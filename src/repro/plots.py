@@ -86,12 +86,26 @@ def plot_costs(table, outputs, title, caption, style, reference=None):
     swatches = [Patch(facecolor="white", edgecolor="black", linewidth=0.6, label="TPU cost"),
                 Patch(facecolor="white", edgecolor="black", linewidth=0.6, hatch="//", label="Remote worker cost")]
     markers, labels = ax.get_legend_handles_labels()
-    ax.legend(handles=swatches + markers, labels=[s.get_label() for s in swatches] + labels, loc="upper center",
-              ncol=len(swatches) + len(markers), frameon=False, fontsize=max(6, style["font_size"] - 1))
+    fit_columns(ax, lambda columns: ax.legend(handles=swatches + markers, labels=[s.get_label() for s in swatches] + labels,
+                                              loc="upper center", ncol=columns, frameon=False,
+                                              fontsize=max(6, style["font_size"] - 1)),
+                len(swatches) + len(markers))
     repeats = sorted({int(r["repeats"]) for r in rows})
     caption = (f"{caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, whiskers: 95% t-interval of "
                "the mean (total at the top, TPU part at its edge)")
     _save(fig, outputs, caption, style)
+
+
+def fit_columns(ax, make_legend, columns):
+    """The legend `make_legend(ncol)` draws on `ax`, in `columns` or as many fewer as it takes to be
+    no wider than the axes, over whose frame it would run (long labels, a large font). Measured
+    before the final layout, which only widens the axes."""
+    renderer = ax.figure.canvas.get_renderer()
+    legend = make_legend(columns)
+    while columns > 1 and legend.get_window_extent(renderer).width > ax.get_window_extent(renderer).width:
+        columns -= 1
+        legend = make_legend(columns)
+    return legend
 
 
 def _save(fig, outputs, caption, style, line=0.035):
