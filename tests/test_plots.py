@@ -32,3 +32,14 @@ def test_a_legend_wider_than_its_axes_takes_fewer_columns_until_it_fits():
 def test_a_legend_that_fits_keeps_its_columns():
     width, axes_width, rows, drawn = _fitted(["a", "b", "c"])
     assert width <= axes_width and rows == 1 and drawn
+
+
+def test_the_cost_caption_says_what_was_measured_here_under_each_preset():
+    from repro.rulesettings import caption
+
+    calibrations = {"resnet": {"machine": {"cpu_model": "Some CPU", "logical_cpus": 2}}}
+    assert caption("local", "local", calibrations).startswith(
+        "local model (backend=local, calibration=local; pipelines measured on Some CPU, 2 CPUs); ")
+    assert caption("local", "artifact", calibrations).startswith(
+        "local model (backend=local, calibration=artifact; costs fitted to the artifact's runs, "
+        "RetinaNet's AutoOrder saving measured on Some CPU, 2 CPUs); ")

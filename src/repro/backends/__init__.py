@@ -78,8 +78,8 @@ class Backend(ABC):
     def stop(self, state) -> dict:
         """Stop what `start` started."""
 
-    def caption(self, preset, measured_on):
-        """What produced a figure's bars (`measured_on`: the machine the pipelines were measured on)."""
+    def caption(self, preset, measured):
+        """What produced a figure's bars (`measured`: what was measured on which machine)."""
         return f"backend={self.name}, calibration={preset}"
 
     def status(self, state, calibration_paths=()):

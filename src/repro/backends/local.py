@@ -82,8 +82,8 @@ class LocalBackend(Backend):
         stopped = stop_engine_service(state)
         return {"stopped": [f"{state['engine_service']['engine']} service: {stopped} process(es)"] if stopped else []}
 
-    def caption(self, preset, measured_on):
-        return (f"local model (backend=local, calibration={preset}; pipelines measured on {measured_on}); "
+    def caption(self, preset, measured):
+        return (f"local model (backend=local, calibration={preset}; {measured}); "
                 "triangles: the artifact's reference values")
 
 
