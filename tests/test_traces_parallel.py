@@ -3,6 +3,9 @@ errors as read in one process, and no worker left behind."""
 
 import importlib
 import os
+import pickle
+import queue
+import threading
 
 import orjson
 import pytest
@@ -70,12 +73,119 @@ def paths(tmp_path):
     return found
 
 
+_CLOSED, _FAILED, _GONE = object(), object(), object()
+WAIT_S = 60  # far longer than any task here takes: a message that does not come is a deadlock
+
+
+class _ThreadConn:
+    """A worker thread's end of its pipe: messages pickled, as through a pipe; EOFError once closed."""
+
+    def __init__(self, inbox, outbox):
+        self.inbox, self.outbox = inbox, outbox
+
+    def send(self, message):
+        self.outbox.put(pickle.dumps(message))
+
+    def recv(self):
+        message = self.inbox.get()
+        if message is _CLOSED:
+            self.inbox.put(_CLOSED)
+            raise EOFError
+        return pickle.loads(message)
+
+
+class ThreadPool:
+    """repro.pool.Pool with its workers as threads of this process: each worker its share of the
+    tasks in order, the same messages, a failed task reported in place of its next message, a worker
+    that has ended failing every later recv. A message waited for in vain fails the test (where
+    the forked workers would wait for ever)."""
+
+    def __init__(self, run, tasks, workers):
+        self._boxes = [(queue.SimpleQueue(), queue.SimpleQueue()) for _ in range(workers)]  # to the worker, from it
+        self._threads = [threading.Thread(target=self._serve, args=(run, tasks[k::workers], *self._boxes[k]), daemon=True)
+                         for k in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    @staticmethod
+    def _serve(run, tasks, inbox, outbox):
+        conn = _ThreadConn(inbox, outbox)
+        try:
+            for task in tasks:
+                try:
+                    run(task, conn)
+                except EOFError:
+                    raise
+                except Exception:
+                    outbox.put(_FAILED)
+        except EOFError:
+            pass
+        finally:
+            outbox.put(_GONE)
+
+    def worker(self, i):
+        return i % len(self._boxes)
+
+    def recv(self, i):
+        box = self._boxes[self.worker(i)][1]
+        try:
+            message = box.get(timeout=WAIT_S)
+        except queue.Empty:
+            raise AssertionError(f"task {i}: no message came (a deadlock)") from None
+        if message is _GONE:
+            box.put(_GONE)
+        if message is _FAILED or message is _GONE:
+            raise TaskFailed
+        return pickle.loads(message)
+
+    def send(self, i, message):
+        self._boxes[self.worker(i)][0].put(pickle.dumps(message))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for inbox, _ in self._boxes:
+            inbox.put(_CLOSED)
+        for thread in self._threads:
+            thread.join()
+
+
+POOLS = {"forks": Pool, "threads": ThreadPool}
+
+
+@pytest.fixture(params=list(POOLS))
+def pool(request, monkeypatch):
+    """The workers as forked processes (repro.pool.Pool), or as threads of this process (ThreadPool)."""
+    monkeypatch.setattr(combine_module, "Pool", POOLS[request.param])
+    return request.param
+
+
+def read_here_spy(monkeypatch):
+    """The indexes of the inputs combine reads in this process (none where the workers read all)."""
+    here = []
+    monkeypatch.setattr(combine_module, "_read_here", lambda *a, f=combine_module._read_here: here.append(a[0]) or f(*a))
+    return here
+
+
 @pytest.mark.parametrize("options", [None, CHUNKS, {"whole_file_limit": 0, "chunk_bytes": 1}], ids=["whole", "chunks", "tiny"])
 @pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("adjust", [True, False])
 def test_workers_write_the_bytes_one_process_writes(tmp_path, paths, no_children_left, options, workers, adjust):
     one = combine(paths, tmp_path / "one.json", adjust=adjust, reader_options=options, workers=1)
     more = combine(paths, tmp_path / "more.json", adjust=adjust, reader_options=options, workers=workers)
+    assert more == one
+    assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+@pytest.mark.parametrize("options", [None, CHUNKS], ids=["whole", "chunks"])
+@pytest.mark.parametrize("adjust", [True, False])
+def test_workers_read_every_input_they_can_and_write_the_bytes_one_process_writes(tmp_path, paths, monkeypatch, pool,
+                                                                                  no_children_left, options, adjust):
+    one = combine(paths, tmp_path / "one.json", adjust=adjust, reader_options=options, workers=1)
+    here = read_here_spy(monkeypatch)
+    more = combine(paths, tmp_path / "more.json", adjust=adjust, reader_options=options, workers=3)
+    assert here == [3]  # only the input with whitespace between tokens, which the workers do not copy
     assert more == one
     assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
 
@@ -130,7 +240,7 @@ BAD = {
 
 @pytest.mark.parametrize("options", [None, CHUNKS], ids=["whole", "chunks"])
 @pytest.mark.parametrize("bad", list(BAD))
-def test_an_error_in_a_worker_is_the_error_of_one_process(tmp_path, paths, no_children_left, bad, options):
+def test_an_error_in_a_worker_is_the_error_of_one_process(tmp_path, paths, no_children_left, pool, bad, options):
     path = tmp_path / "bad.json"
     if BAD[bad] is not None:
         path.write_bytes(BAD[bad])
@@ -201,7 +311,8 @@ def test_pool_stops_its_workers_on_error(no_children_left):
         raise RuntimeError  # the workers wait for a reply: stopped by their pid
 
 
-def test_a_worker_that_cannot_write_the_output_fails_as_one_process_does(tmp_path, paths, monkeypatch, no_children_left):
+def test_a_worker_that_cannot_write_the_output_fails_as_one_process_does(tmp_path, paths, monkeypatch, no_children_left,
+                                                                         pool):
     def full(*args):
         raise OSError(28, "No space left on device")
 
