@@ -227,6 +227,38 @@ def test_a_part_that_begins_inside_a_span_has_the_file_read_in_one_piece(tmp_pat
     assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
 
 
+def spanned(path, begin, end, count=60):
+    """requests(count) with a span on a thread of its own from `begin` to `end` (fractions of the
+    events): a part that it crosses the end of fails, and the file is read in this process."""
+    events = requests(count)
+    b, e = int(len(events) * begin), int(len(events) * end)
+    events.insert(e, {"ph": "E", "name": "span", "ts": events[e]["ts"], "pid": 1, "tid": 9})
+    events.insert(b, {"ph": "B", "name": "span", "ts": events[b]["ts"], "pid": 1, "tid": 9})
+    return dump(path, events)
+
+
+def span_parts(path):
+    """The parts (of three) that hold the span's begin and its end."""
+    data, parts = path.read_bytes(), TraceReader(path, **CHUNKS).parts(3)
+    assert len(parts) == 3
+    return [sum(start <= data.find(b'{"ph":"%s","name":"span"' % ph) for _, start, _ in parts) - 1 for ph in (b"B", b"E")]
+
+
+def test_workers_whose_parts_failed_read_the_next_inputs_as_ever(tmp_path, monkeypatch, pool, no_children_left):
+    """x fails in a middle part after its last one answered; y in its last one, before the parts
+    ahead of it are waited for: every one of these is told in turn that its input is read here, and
+    the same workers read the next inputs in parts (z, each worker's third task)."""
+    x, y = spanned(tmp_path / "x.json", 0.1, 0.55), spanned(tmp_path / "y.json", 0.45, 0.9)
+    z = dump(tmp_path / "z.json", requests(60))
+    assert span_parts(x) == [0, 1] and span_parts(y) == [1, 2]
+    given = [y, x, z]
+    here = read_here_spy(monkeypatch)
+    more = combine(given, tmp_path / "more.json", reader_options=CHUNKS, workers=3)
+    assert here == [0, 1]
+    assert more == combine(given, tmp_path / "one.json", reader_options=CHUNKS, workers=1)
+    assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
 BAD = {
     "invalid JSON": b'{"traceEvents":[{"ph":"B","ts":1,"pid":1,"tid":1},{"ph":',
     "stray end in a later part": orjson.dumps(requests(30) + [{"ph": "E", "ts": 10**6, "pid": 1, "tid": 1}]),
