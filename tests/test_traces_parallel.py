@@ -14,7 +14,7 @@ from test_traces import dump
 from repro.cli import main
 from repro.errors import ReproError, TraceError
 from repro.pool import Pool, TaskFailed
-from repro.traces import TraceReader, combine
+from repro.traces import TraceReader, combine, read_trace
 
 combine_module = importlib.import_module("repro.traces.combine")  # repro.traces.combine is the function
 CHUNKS = {"whole_file_limit": 0, "chunk_bytes": 300}
@@ -257,6 +257,54 @@ def test_workers_whose_parts_failed_read_the_next_inputs_as_ever(tmp_path, monke
     assert here == [0, 1]
     assert more == combine(given, tmp_path / "one.json", reader_options=CHUNKS, workers=1)
     assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+def test_the_plans_of_the_parts_make_the_plan_of_the_whole_file(tmp_path, monkeypatch, pool, no_children_left):
+    """Process names in every part (the last naming each process), the least timestamp in the last
+    part, and a float equal to the first part's least integer in a later part (the first stays the
+    origin: integer timestamps stay integers)."""
+    named = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+             for pid, name in ((1, "first"), (2, "second"), (1, "last"))]
+    falling = [{"ph": "X", "name": "x", "ts": 1000 - n, "dur": 1, "pid": 1 + n % 2, "tid": 1} for n in range(150)]
+    rising = [{"ph": "X", "name": "x", "ts": 5 + n, "dur": 1, "pid": 1, "tid": 1} for n in range(150)]
+    rising[120]["ts"] = 5.0
+    given = [dump(tmp_path / "falling.json", [named[0], *falling[:75], named[1], *falling[75:], named[2]]),
+             dump(tmp_path / "rising.json", rising)]
+    assert [len(TraceReader(path, **CHUNKS).parts(3)) for path in given] == [3, 3]
+    here = read_here_spy(monkeypatch)
+    more = combine(given, tmp_path / "more.json", reader_options=CHUNKS, workers=3)
+    assert here == []
+    assert more == combine(given, tmp_path / "one.json", reader_options=CHUNKS, workers=1)
+    assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+    events = read_trace(tmp_path / "more.json")[1]
+    assert [e["args"]["name"] for e in events if e["ph"] == "M"] == ["falling / last", "falling / second", "rising"]
+    assert min(e["ts"] for e in events if e["ph"] == "X" and e["pid"] < 3) == 0
+    assert [type(e["ts"]) for e in events if e["ph"] == "X" and e["pid"] == 3].count(float) == 1
+
+
+def test_lenient_combining_reads_in_this_process_even_where_workers_are_asked_for(tmp_path, paths, monkeypatch):
+    monkeypatch.setattr(combine_module, "Pool", None)  # never started
+    combine(paths, tmp_path / "one.json", strict=False, workers=2)
+
+
+def test_inputs_of_parallel_bytes_together_and_more_are_read_by_workers(tmp_path, paths, monkeypatch, no_children_left):
+    started = []
+    monkeypatch.setattr(combine_module, "Pool", lambda *args, f=Pool: started.append(args[2]) or f(*args))
+    monkeypatch.setattr(combine_module, "usable_cpus", lambda: 2)
+    size = sum(path.stat().st_size for path in paths)
+    monkeypatch.setattr(combine_module, "PARALLEL_BYTES", size + 1)
+    combine(paths, tmp_path / "one.json")
+    assert started == []
+    monkeypatch.setattr(combine_module, "PARALLEL_BYTES", size)
+    combine(paths, tmp_path / "more.json")
+    assert started == [2]
+
+
+def test_a_missing_input_is_an_error_of_its_own_where_combine_chooses_the_workers(tmp_path, paths):
+    missing = tmp_path / "missing.json"
+    with pytest.raises(TraceError, match="cannot read") as error:
+        combine([paths[0], missing], tmp_path / "out.json")
+    assert str(error.value).startswith(str(missing))
 
 
 BAD = {
