@@ -162,9 +162,9 @@ def pool(request, monkeypatch):
 
 
 def read_here_spy(monkeypatch):
-    """The indexes of the inputs combine reads in this process (none where the workers read all)."""
+    """The inputs combine reads in this process (none where the workers read all)."""
     here = []
-    monkeypatch.setattr(combine_module, "_read_here", lambda *a, f=combine_module._read_here: here.append(a[0]) or f(*a))
+    monkeypatch.setattr(combine_module, "_read_here", lambda *a, f=combine_module._read_here: here.append(a[1]) or f(*a))
     return here
 
 
@@ -185,7 +185,7 @@ def test_workers_read_every_input_they_can_and_write_the_bytes_one_process_write
     one = combine(paths, tmp_path / "one.json", adjust=adjust, reader_options=options, workers=1)
     here = read_here_spy(monkeypatch)
     more = combine(paths, tmp_path / "more.json", adjust=adjust, reader_options=options, workers=3)
-    assert here == [3]  # only the input with whitespace between tokens, which the workers do not copy
+    assert here == paths[3:]  # only the input with whitespace between tokens, which the workers do not copy
     assert more == one
     assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
 
@@ -237,24 +237,30 @@ def spanned(path, begin, end, count=60):
     return dump(path, events)
 
 
-def span_parts(path):
-    """The parts (of three) that hold the span's begin and its end."""
-    data, parts = path.read_bytes(), TraceReader(path, **CHUNKS).parts(3)
-    assert len(parts) == 3
+def span_parts(path, count):
+    """The parts (of `count`) that hold the span's begin and its end."""
+    data, parts = path.read_bytes(), TraceReader(path, **CHUNKS).parts(count)
+    assert len(parts) == count
     return [sum(start <= data.find(b'{"ph":"%s","name":"span"' % ph) for _, start, _ in parts) - 1 for ph in (b"B", b"E")]
 
 
-def test_workers_whose_parts_failed_read_the_next_inputs_as_ever(tmp_path, monkeypatch, pool, no_children_left):
-    """x fails in a middle part after its last one answered; y in its last one, before the parts
-    ahead of it are waited for: every one of these is told in turn that its input is read here, and
-    the same workers read the next inputs in parts (z, each worker's third task)."""
-    x, y = spanned(tmp_path / "x.json", 0.1, 0.55), spanned(tmp_path / "y.json", 0.45, 0.9)
-    z = dump(tmp_path / "z.json", requests(60))
-    assert span_parts(x) == [0, 1] and span_parts(y) == [1, 2]
-    given = [y, x, z]
+@pytest.mark.parametrize("case", ["a middle part, a last part", "whole-run spans"])
+def test_workers_whose_parts_failed_read_the_next_inputs_as_ever(tmp_path, monkeypatch, pool, no_children_left, case):
+    """x fails in a middle part after its last one answered; y (and each s) in its last one, before
+    the parts ahead of it are waited for: every one of these is told in turn that its input is read
+    here, and the same workers read the next input as ever (z in parts, each worker's third task;
+    `small`, one task, on the worker with two parts left to hear)."""
+    if case == "whole-run spans":
+        given = [spanned(tmp_path / f"s{n}.json", 0, 0.999) for n in (1, 2)]
+        assert [span_parts(s, 2) for s in given] == [[0, 1], [0, 1]]
+        given, workers = [*given, dump(tmp_path / "small.json", requests(3))], 2
+    else:
+        x, y = spanned(tmp_path / "x.json", 0.1, 0.55), spanned(tmp_path / "y.json", 0.45, 0.9)
+        assert span_parts(x, 3) == [0, 1] and span_parts(y, 3) == [1, 2]
+        given, workers = [y, x, dump(tmp_path / "z.json", requests(60))], 3
     here = read_here_spy(monkeypatch)
-    more = combine(given, tmp_path / "more.json", reader_options=CHUNKS, workers=3)
-    assert here == [0, 1]
+    more = combine(given, tmp_path / "more.json", reader_options=CHUNKS, workers=workers)
+    assert here == given[:2]
     assert more == combine(given, tmp_path / "one.json", reader_options=CHUNKS, workers=1)
     assert (tmp_path / "more.json").read_bytes() == (tmp_path / "one.json").read_bytes()
 
