@@ -1190,6 +1190,20 @@ def test_combine_zero_origin_and_a_timestamp_just_inside_an_ignored_span(tmp_pat
         [("a", 0), ("b", 10), ("c", 15)]
 
 
+@pytest.mark.parametrize("options", [{}, CHUNKED, {"whole_file_limit": 0, "chunk_bytes": 1}], ids=["whole", "chunked", "tiny"])
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "general"])
+def test_the_first_of_equal_least_timestamps_is_the_origin_whatever_the_chunking(tmp_path, monkeypatch, options, compact):
+    """An integer least timestamp keeps integer timestamps integers, also where a float equal to
+    it comes later (in a later chunk)."""
+    if not compact:
+        _general_only(monkeypatch)
+    events = [{"ph": "i", "name": "a", "ts": ts, "pid": 1, "tid": 1, "s": "t"} for ts in (7, 5, 9, 5.0, 12)]
+    combine([dump(tmp_path / "t.json", events)], tmp_path / "c.json", reader_options=options)
+    stamps = [e["ts"] for e in read_trace(tmp_path / "c.json")[1] if e["ph"] != "M"]
+    assert stamps == [2, 0, 4, 0, 7]
+    assert [type(ts) for ts in stamps] == [int, int, int, float, int]
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered")
 @pytest.mark.filterwarnings("error:invalid value encountered")  # not a finite number: the TraceError tells
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])

@@ -625,11 +625,15 @@ class _Workers:
         self.unheard = []  # tasks whose plans are not waited for: refused when their worker is next heard
 
     def _recv(self, i):
-        """Task i's first message (its reader and plan), or None where it failed."""
+        """Task i's first message (its reader and plan), or None where it failed; first, in order, that
+        of each task before it on its worker that was not waited for, refused where it answered."""
         for j in [j for j in self.unheard if self.pool.worker(j) == self.pool.worker(i)]:
             self.unheard.remove(j)
-            if self._recv(j) is not None:
-                self.pool.send(j, None)
+            try:
+                self.pool.recv(j)
+            except TaskFailed:
+                continue
+            self.pool.send(j, None)
         try:
             return self.pool.recv(i)
         except TaskFailed:
