@@ -164,6 +164,18 @@ def test_deleting_a_run_recomputes_that_run_and_downstream_and_a_failed_status_c
     assert planned_jobs(built, *configfiles(built)) == []
 
 
+def test_deleting_a_trims_run_redoes_that_run_and_downstream_only(built):
+    shutil.rmtree(built / "results" / "trims" / "runs" / "distribution" / "uniform-c2")
+    jobs = planned_jobs(built, *configfiles(built))
+    assert jobs == sorted(["all", "trims_status[uniform-c2]", "trims_distribution[uniform,2]", "trims_summary",
+                           "trims_plot[trims_distributions]", "trims_plot[trims_model_load]",
+                           "provenance[trims_distributions]", "provenance[trims_model_load]"])
+    snakemake(built, *configfiles(built))
+    assert (built / "results" / "trims" / "runs" / "distribution" / "uniform-c2" / "report.json").exists()
+    assert planned_jobs(built, *configfiles(built)) == []
+    assert not store_processes(built)
+
+
 def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refused(workdir):
     target = "results/runs/Getting_started/short/metrics.json"
     snakemake(workdir, target, *configfiles(workdir), "--config", "trace_store=results/elsewhere")

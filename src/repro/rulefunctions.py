@@ -106,12 +106,23 @@ def fetch_source(config, assets_in_gcs):
 
 
 def run_targets(config):
-    """Every run's metrics: requested directly, so a deleted run directory is redone."""
-    return [
-        f"results/runs/{experiment}/{mode}/metrics.json"
-        for experiment, spec in config["pecan"]["experiments"].items()
-        for mode in spec["modes"]
-    ]
+    """Every run's metrics (Pecan) and report (TrIMS): requested directly, so a deleted run directory
+    is redone."""
+    trims = config["trims"]
+    distributions = trims["distributions"]
+    return (
+        [
+            f"results/runs/{experiment}/{mode}/metrics.json"
+            for experiment, spec in config["pecan"]["experiments"].items()
+            for mode in spec["modes"]
+        ]
+        + [f"results/trims/runs/compare/{model}/report.json" for model in trims["models"][trims["model_set"]]]
+        + [
+            f"results/trims/runs/distribution/{distribution}-c{concurrency}/report.json"
+            for distribution in distributions["runs"]
+            for concurrency in distributions["concurrency"]
+        ]
+    )
 
 
 def all_targets(config, report):
