@@ -1,5 +1,4 @@
 import re
-import time
 
 from repro.commandpath import put_own_bin_first
 from repro.rulefunctions import (
@@ -13,6 +12,7 @@ from repro.rulefunctions import (
     output_dir,
     per_mode,
     stop_trims_store,
+    this_invocation,
     untracked,
 )
 from repro.rulesettings import (
@@ -32,7 +32,7 @@ from repro.rulesettings import (
 )
 from repro.wildcards import one_of
 
-INVOCATION_STARTED = time.time()
+INVOCATION = this_invocation()  # the model store's owner: see repro.trims.service
 put_own_bin_first()  # the rules run `repro` from this environment, also when it is not on PATH
 BACKEND = config["backend"]
 CLUSTER_SETTINGS = cluster_settings(config)

@@ -4,14 +4,16 @@ localrules:
     trims_status,
 
 
-# The model store runs only while TrIMS targets are built: an invocation that started it stops it
-# when it ends, so nothing stays running that the user did not start.
+# The model store runs only while TrIMS targets are built: the invocation that started it (or
+# adopted it from a killed one) stops it when it ends, so nothing stays running that the user did
+# not start; a concurrent invocation leaves it alone. Its state file stays: a TrIMS run that has to
+# execute starts the store again from it, and finished runs are not redone.
 onsuccess:
-    stop_trims_store(INVOCATION_STARTED, TRIMS_STORE)
+    stop_trims_store(INVOCATION)
 
 
 onerror:
-    stop_trims_store(INVOCATION_STARTED, TRIMS_STORE)
+    stop_trims_store(INVOCATION)
 
 
 rule trims_store_start:

@@ -175,3 +175,33 @@ def test_deleting_results_under_a_running_store_does_not_orphan_it(tmp_path, mon
     finally:
         service.stop(tmp_path)
     assert not processes.matches(other["process"])
+
+
+def test_only_the_owning_invocation_stops_the_store_and_an_orphan_is_adopted(tmp_path, monkeypatch):
+    """The store's owner is the invocation whose identity ($REPRO_INVOCATION) started it: another
+    invocation's end leaves it running; once the owner has gone, the next start adopts it."""
+    monkeypatch.chdir(tmp_path)
+    settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
+    state = tmp_path / "trims-store.json"
+    invocations = [_sleeper(), _sleeper()]  # two live processes stand for two Snakemake invocations
+    first, second = (f"{p.pid}:{processes.describe(p.pid, 'x')['start_ticks']}" for p in invocations)
+    try:
+        monkeypatch.setenv(service.INVOCATION_VARIABLE, first)
+        record = service.start(settings, state)
+        assert not service.stop_if_owned(second)  # a concurrent invocation ends: the store stays
+        assert service.running(record)
+        monkeypatch.setenv(service.INVOCATION_VARIABLE, second)
+        assert service.start(settings, state)["reused"]  # its owner still runs: not adopted
+        assert not service.stop_if_owned(second) and service.running(record)
+        invocations[0].kill()  # the owner is killed: its end never comes
+        invocations[0].wait()
+        assert service.ensure(state)["process"] == record["process"]  # found and adopted, not restarted
+        assert service.stop_if_owned(second)
+        assert not processes.matches(record["process"])
+        again = service.ensure(state)  # the state stays: the next run starts the store from it
+        assert service.running(again) and again["process"] != record["process"]
+    finally:
+        service.stop(tmp_path)
+        for process in invocations:
+            process.kill()
+            process.wait()

@@ -1,5 +1,6 @@
 """End-to-end tests of the Snakemake workflow on a tiny config: dry-run, a real run, partial reruns."""
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -91,7 +92,7 @@ def test_full_run_then_nothing_to_do(built):
     assert {(r["distribution"], r["concurrency"]) for r in trims["distributions"]} == {
         (d, c) for d in ("pareto", "uniform", "exponential") for c in (1, 2)}
     assert planned_jobs(built, *configfiles(built)) == []
-    assert not (built / "results" / "cluster" / "local" / "trims-store.json").exists()
+    assert not service.running(json.loads((built / "results" / "cluster" / "local" / "trims-store.json").read_text()))
     assert not store_processes(built)  # the invocation that started the model store stopped it
     snakemake(built, "--report", "report.html", *configfiles(built))
     report = (built / "report.html").read_text(errors="replace")
@@ -163,6 +164,18 @@ def test_deleting_a_run_recomputes_that_run_and_downstream_and_a_failed_status_c
     assert planned_jobs(built, *configfiles(built)) == []
 
 
+def test_deleting_a_trims_run_redoes_that_run_and_downstream_only(built):
+    shutil.rmtree(built / "results" / "trims" / "runs" / "distribution" / "uniform-c2")
+    jobs = planned_jobs(built, *configfiles(built))
+    assert jobs == sorted(["all", "trims_status[uniform-c2]", "trims_distribution[uniform,2]", "trims_summary",
+                           "trims_plot[trims_distributions]", "trims_plot[trims_model_load]",
+                           "provenance[trims_distributions]", "provenance[trims_model_load]"])
+    snakemake(built, *configfiles(built))
+    assert (built / "results" / "trims" / "runs" / "distribution" / "uniform-c2" / "report.json").exists()
+    assert planned_jobs(built, *configfiles(built)) == []
+    assert not store_processes(built)
+
+
 def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refused(workdir):
     target = "results/runs/Getting_started/short/metrics.json"
     snakemake(workdir, target, *configfiles(workdir), "--config", "trace_store=results/elsewhere")
@@ -193,6 +206,135 @@ def test_the_model_store_takes_its_budget_from_the_config_and_only_trims_targets
     snakemake(workdir, "results/trims/runs/compare/squeezenet_1.1/report.json", *extra)
     assert "budget 77 MiB" in (workdir / "results" / "cluster" / "local" / "trims-server.log").read_text()
     assert not store_processes(workdir)
+
+
+def _background(workdir, *args):
+    """A Snakemake invocation in the background, in a process group of its own."""
+    return subprocess.Popen([str(SNAKEMAKE), "--cores", "1", *args], cwd=workdir, env=path_env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _job(invocation, words, ready=lambda: True, timeout=300):
+    """The first process under the Snakemake `invocation` (ours: this test started it) whose command line
+    contains `words`, once `ready()` holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if invocation.poll() is not None:
+            raise AssertionError(f"snakemake ended (rc {invocation.returncode}) before running {words!r}:\n"
+                                 f"{invocation.stdout.read()[-3000:]}")
+        if ready():
+            for child in psutil.Process(invocation.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if words in " ".join(child.cmdline()):
+                        return child
+        time.sleep(0.1)
+    raise AssertionError(f"no {words!r} under snakemake within {timeout} s")
+
+
+def _finish(invocation):
+    """Wait for a background invocation; its output and exit status."""
+    output, _ = invocation.communicate(timeout=600)
+    return invocation.returncode, output
+
+
+@contextlib.contextmanager
+def _stopping_on_failure(*invocations):
+    """Background invocations that a failing test stops as Ctrl-C would (SIGCONT first: a job may be
+    suspended), so that none outlives the test."""
+    try:
+        yield
+    finally:
+        for invocation in invocations:
+            if invocation.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(invocation.pid, signal.SIGCONT)
+                    os.killpg(invocation.pid, signal.SIGINT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    invocation.communicate(timeout=60)
+                if invocation.poll() is None:
+                    os.killpg(invocation.pid, signal.SIGKILL)
+                    invocation.communicate()
+
+
+def _store_record(workdir):
+    return processes.read_record(runtime_dir(workdir) / service.RECORD)
+
+
+def test_a_concurrent_invocation_leaves_the_model_store_of_another_running(workdir):
+    """B starts first and ends while A's TrIMS run still needs the store A started: B must not stop it.
+    Each invocation is held by suspending one of its jobs (SIGSTOP, then SIGCONT), so the order is fixed."""
+    args = configfiles(workdir)
+    b = _background(workdir, "cluster_start", *args)
+    a = None
+    with _stopping_on_failure(b):
+        b_job = _job(b, "cluster start")
+        b_job.suspend()
+        a = _background(workdir, "results/trims/runs/compare/squeezenet_1.1/report.json", *args)
+        with _stopping_on_failure(a):
+            a_job = _job(a, "trims experiment compare")
+            a_job.suspend()
+            record = _store_record(workdir)
+            assert service.running(record)
+            b_job.resume()
+            rc, output = _finish(b)
+            assert rc == 0, output
+            assert processes.matches(record["process"]), "the invocation that ended stopped another one's store"
+            a_job.resume()
+            rc, output = _finish(a)
+            assert rc == 0, output
+    assert not processes.matches(record["process"])  # A, which started it, stopped it when it ended
+    assert not store_processes(workdir)
+
+
+@pytest.mark.parametrize("cluster_stop", [True, False], ids=["cluster_stop", "rerun-only"])
+def test_after_a_killed_trims_run_the_rerun_works_and_leaves_no_store_running(workdir, cluster_stop):
+    """Snakemake killed (SIGKILL) during a TrIMS run: its state and status files stay, its store keeps
+    running. With `snakemake cluster_stop` first, or without, `--unlock` and the rerun succeed, and no
+    store is left running after it."""
+    args = configfiles(workdir)
+    target = "results/trims/runs/compare/squeezenet_1.1/report.json"
+    killed = _background(workdir, target, *args)
+    with _stopping_on_failure(killed):
+        _job(killed, "trims experiment compare")
+        record = _store_record(workdir)
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.communicate()
+    assert processes.matches(record["process"])  # the store has a session of its own: the kill left it
+    assert (workdir / "results" / "cluster" / "local" / "trims-status" / "compare-squeezenet_1.1.json").exists()
+    if cluster_stop:
+        snakemake(workdir, "cluster_stop", *args, cores=1)
+        assert "model store stopped" in (workdir / "results" / "logs" / "cluster" / "local" / "stop.log").read_text()
+        assert not processes.matches(record["process"])
+    snakemake(workdir, "--unlock", *args)
+    proc = snakemake(workdir, target, *args, cores=1)
+    if not cluster_stop:  # the rerun adopted the store the killed invocation left, and says so
+        assert "was left running by an invocation that has ended" in (
+            workdir / "results" / "logs" / "trims" / "compare" / "squeezenet_1.1.log").read_text(), proc.stderr
+    assert json.loads((workdir / target).read_text())
+    assert not processes.matches(record["process"])
+    assert not store_processes(workdir)
+
+
+def test_after_ctrl_c_during_trims_runs_only_the_unfinished_ones_are_redone(workdir):
+    args = configfiles(workdir)
+    reports = {model: workdir / "results" / "trims" / "runs" / "compare" / model / "report.json"
+               for model in ("squeezenet_1.1", "resnet18_v1")}
+    targets = [str(path.relative_to(workdir)) for path in reports.values()]
+    interrupted = _background(workdir, *targets, *args)
+    with _stopping_on_failure(interrupted):
+        # Ctrl-C once the second run has started (the first one finished and recorded before)
+        _job(interrupted, "trims experiment compare", ready=lambda: any(p.exists() for p in reports.values()))
+        done = [model for model, path in reports.items() if path.exists()]
+        todo = next(model for model in reports if model not in done)
+        _job(interrupted, f"trims experiment compare {todo}")
+        os.killpg(interrupted.pid, signal.SIGINT)
+        _finish(interrupted)
+    assert len(done) == 1 and not reports[todo].exists()
+    assert not store_processes(workdir)
+    jobs = planned_jobs(workdir, *targets, *args)
+    assert f"trims_compare[{todo}]" in jobs and f"trims_compare[{done[0]}]" not in jobs, jobs
+    snakemake(workdir, *targets, *args)
+    assert all(path.exists() for path in reports.values()) and not store_processes(workdir)
 
 
 def test_interrupted_run_is_redone(workdir):

@@ -106,12 +106,23 @@ def fetch_source(config, assets_in_gcs):
 
 
 def run_targets(config):
-    """Every run's metrics: requested directly, so a deleted run directory is redone."""
-    return [
-        f"results/runs/{experiment}/{mode}/metrics.json"
-        for experiment, spec in config["pecan"]["experiments"].items()
-        for mode in spec["modes"]
-    ]
+    """Every run's metrics (Pecan) and report (TrIMS): requested directly, so a deleted run directory
+    is redone."""
+    trims = config["trims"]
+    distributions = trims["distributions"]
+    return (
+        [
+            f"results/runs/{experiment}/{mode}/metrics.json"
+            for experiment, spec in config["pecan"]["experiments"].items()
+            for mode in spec["modes"]
+        ]
+        + [f"results/trims/runs/compare/{model}/report.json" for model in trims["models"][trims["model_set"]]]
+        + [
+            f"results/trims/runs/distribution/{distribution}-c{concurrency}/report.json"
+            for distribution in distributions["runs"]
+            for concurrency in distributions["concurrency"]
+        ]
+    )
 
 
 def all_targets(config, report):
@@ -137,9 +148,27 @@ def all_targets(config, report):
     )
 
 
-def stop_trims_store(since, state_path):
-    """At the end of an invocation (Snakemake's onsuccess and onerror): stop the TrIMS model store
-    if that invocation started it (repro.trims.service, imported only then)."""
-    from repro.trims.service import stop_store_started_since
+INVOCATION_VARIABLE = "REPRO_INVOCATION"  # repro.trims.service.INVOCATION_VARIABLE
 
-    stop_store_started_since(since, state_path)
+
+def this_invocation():
+    """This Snakemake invocation, as 'pid:start_ticks' of its main process. The main process sets it
+    in its environment at its first parse; every job, and every Snakemake process spawned for a job
+    (which parses the Snakefile again), inherits that value. The model store records it as its owner."""
+    value = os.environ.get(INVOCATION_VARIABLE)
+    if not value:
+        try:
+            with open("/proc/self/stat") as fh:
+                ticks = fh.read().rsplit(")", 1)[1].split()[19]
+        except (OSError, IndexError):
+            ticks = "0"
+        value = os.environ[INVOCATION_VARIABLE] = f"{os.getpid()}:{ticks}"
+    return value
+
+
+def stop_trims_store(invocation):
+    """At the end of an invocation (Snakemake's onsuccess and onerror): stop the TrIMS model store if
+    that invocation owns it (repro.trims.service, imported only then)."""
+    from repro.trims.service import stop_if_owned
+
+    stop_if_owned(invocation)

@@ -215,6 +215,15 @@ def _store_state(path):
     return state
 
 
+def _running_store(path):
+    """The store the state `path` describes, started again if it no longer runs (after an interrupted
+    invocation, or `snakemake cluster_stop`)."""
+    from repro.trims import service
+
+    _store_state(path)
+    return service.ensure(path)
+
+
 def _store_start(args):
     from repro.trims import service
 
@@ -228,7 +237,10 @@ def _store_status(args):
     from repro.fsutil import write_json
     from repro.trims import service
 
-    checks = service.status(_store_state(args.state), args.expect)
+    state = _store_state(args.state)
+    if state.get("digest") == args.expect:  # started with these settings: running again if it stopped
+        state = service.ensure(args.state)
+    checks = service.status(state, args.expect)
     print(format_checks(checks))
     failed = [c["name"] for c in checks if not c["ok"]]
     if failed:
@@ -246,7 +258,7 @@ def _fetch(args):
 def _experiment_compare(args):
     from repro.trims.experiments import run_compare
 
-    store = _store_state(args.store)
+    store = _running_store(args.store)
     run_compare(args.model, args.settings, store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
 
@@ -254,7 +266,7 @@ def _experiment_compare(args):
 def _experiment_distribution(args):
     from repro.trims.experiments import run_distribution
 
-    store = _store_state(args.store)
+    store = _running_store(args.store)
     run_distribution(args.distribution, args.params, args.concurrency, args.settings, args.models,
                      store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")

@@ -1,8 +1,22 @@
 """The model store as a workflow service: started for TrIMS targets only, found again through a
 private runtime directory keyed by the workflow directory (even after `rm -rf results`), and
 stopped when the invocation that started it ends (or by `snakemake cluster_stop`).
+
+"The invocation" is the main Snakemake process: the Snakefile puts its identity in the environment
+($REPRO_INVOCATION, repro.rulefunctions.this_invocation), every job inherits it, and the store's
+record keeps it as the store's owner. Only the owner stops the store when it ends; a concurrent
+invocation never does. A store whose owner has gone (killed) is adopted by the next invocation that
+uses it, which then stops it when it ends.
+
+The state file (results/cluster/<backend>/trims-store.json, the output of trims_store_start) stays
+when the store stops: it keeps the settings, and a TrIMS run that has to execute starts the store
+again from them (`ensure`, in the status check and in the run itself). The finished runs, which
+take the state as ancient input, are never redone because the store stopped.
 """
 
+import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +26,22 @@ from repro.fsutil import write_json
 from repro.rulesettings import settings_digest
 
 RECORD = "store.json"
+INVOCATION_VARIABLE = "REPRO_INVOCATION"
+
+
+def owner(value=None):
+    """The invocation `value` ('pid:start_ticks', by default $REPRO_INVOCATION) as a process record
+    (processes.describe's keys), or None outside a Snakemake invocation of this workflow."""
+    value = os.environ.get(INVOCATION_VARIABLE) if value is None else value
+    try:
+        pid, ticks = (int(part) for part in str(value).split(":"))
+    except ValueError:
+        return None
+    return {"pid": pid, "start_ticks": ticks, "boot_id": processes._boot_id(), "role": "snakemake invocation"}
+
+
+def _same_invocation(a, b):
+    return bool(a) and bool(b) and all(a.get(key) == b.get(key) for key in ("pid", "start_ticks", "boot_id"))
 
 
 def _record_path(workdir):
@@ -42,9 +72,9 @@ def start(settings, state_path, workdir="."):
     digest = settings_digest(settings)
     record = processes.read_record(record_path)
     if record and record.get("digest") == digest and running(record):
-        record["reused"] = True
-        write_json(state_path, record)
-        return record
+        record = _adopt_if_orphaned(record, record_path)
+        write_json(state_path, {**record, "reused": True})
+        return {**record, "reused": True}
     stop(workdir)  # another incarnation, or one started with other settings
     state_path = Path(state_path)
     state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,10 +86,43 @@ def start(settings, state_path, workdir="."):
     pid = start_daemon(socket_path, base, budget_bytes(megabytes=server["memory_mb"]), server["eviction"],
                        record_path.with_name("trims.pid"), log, resolve_device(server["device"]))
     record = {"process": processes.describe(pid, "model store"), "socket": str(socket_path), "base_path": str(base),
-              **server, "digest": digest, "log": str(log), "started_at": time.time()}
+              **server, "digest": digest, "settings": settings, "log": str(log), "started_at": time.time(),
+              "owner": owner()}
     processes.write_record(record_path, record)
     write_json(state_path, record)
     return record
+
+
+def _adopt_if_orphaned(record, record_path):
+    """A running store whose owning invocation has gone (killed, so its end never came) becomes this
+    invocation's: it stops the store when it ends, instead of leaving it running unnoticed."""
+    me = owner()
+    previous = record.get("owner")
+    if me is None or _same_invocation(previous, me) or (previous and processes.matches(previous)):
+        return record
+    record = {**record, "owner": me}
+    processes.write_record(record_path, record)
+    print(f"model store pid {record['process']['pid']} was left running by an invocation that has ended"
+          f"{' (pid ' + str(previous['pid']) + ')' if previous else ''}; this invocation (pid {me['pid']}) "
+          "stops it when it ends", file=sys.stderr)
+    return record
+
+
+def ensure(state_path, workdir="."):
+    """The store the state file `state_path` describes, running: found (and adopted when orphaned),
+    or started again with the settings the state recorded (it stopped when its invocation ended, or
+    was stopped by `snakemake cluster_stop`). Returns its record; state_path is rewritten."""
+    try:
+        state = json.loads(Path(state_path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ReproError(f"{state_path}: cannot read the model store state ({exc}); start the store with "
+                         "`snakemake trims_store_start --forcerun trims_store_start`") from None
+    settings = state.get("settings") if isinstance(state, dict) else None
+    if not isinstance(settings, dict):
+        raise ReproError(f"{state_path}: the model store state does not record its settings (written by an older "
+                         "version); start the store again with `snakemake trims_store_start --forcerun "
+                         "trims_store_start`")
+    return start(settings, state_path, workdir)
 
 
 def status(state, expected_digest):
@@ -93,10 +156,19 @@ def stop(workdir="."):
     return stopped
 
 
-def stop_store_started_since(since, state_path, workdir="."):
-    """At the end of an invocation: stop the store if that invocation started it (nothing stays running
-    that the user did not start), and remove its state so the next invocation that needs it starts it."""
+def stop_if_owned(invocation, workdir="."):
+    """At the end of the invocation `invocation` ('pid:start_ticks'): stop the store if that invocation
+    owns it (started or adopted it), so nothing stays running that the user did not start. A store
+    another invocation owns is left alone: that one may still be using it. The state file stays (the
+    next run that needs the store starts it again from it)."""
     record = processes.read_record(_record_path(workdir))
-    if record and record.get("started_at", 0) >= since:
-        stop(workdir)
-        Path(state_path).unlink(missing_ok=True)
+    if not record:
+        return False
+    if _same_invocation(record.get("owner"), owner(invocation)):
+        return stop(workdir)
+    previous = record.get("owner")
+    if processes.matches(record.get("process")) and not (previous and processes.matches(previous)):
+        print(f"repro: a model store (pid {record['process']['pid']}) left running by an invocation that has "
+              "ended still runs; the next TrIMS run adopts it, or stop it with `snakemake cluster_stop`",
+              file=sys.stderr)
+    return False
