@@ -29,7 +29,8 @@ rule cluster_start:
 # The state and the calibrations are named as rules.X.output: for an output without wildcards
 # Snakemake then takes that rule as the producer for every job, where a path would be matched
 # against every rule's outputs once per job. (ancient() marks that shared reference itself:
-# every rule takes the state, and the TrIMS store, as ancient.)
+# every rule takes the state, and the TrIMS store, as ancient.) The expected digest is untracked:
+# a settings change (another trace_store) must not redo finished runs, whose status files are gone.
 rule cluster_status:
     input:
         state=ancient(rules.cluster_start.output[0]),
@@ -44,7 +45,7 @@ rule cluster_status:
         mem_mb=500,
         runtime=5,
     params:
-        digest=settings_digest(CLUSTER_SETTINGS),
+        digest=untracked(settings_digest(CLUSTER_SETTINGS)),
     shell:
         "repro cluster status --state {input.state:q} --expect {params.digest:q}"
         " --calibration {input.calibration:q} -o {output:q} > {log:q} 2>&1"

@@ -1,3 +1,5 @@
+# From the store the run's receipt records (where it uploaded), not the configured trace_store:
+# after trace_store changes, finished runs keep their traces where they are.
 rule download_traces:
     input:
         receipt="results/runs/{experiment}/{mode}/upload.json",
@@ -11,11 +13,9 @@ rule download_traces:
         mem_mb=500,
         runtime=5,
     params:
-        store=config["trace_store"],
         into=output_dir(),
     shell:
-        "repro trace download {input.receipt:q} --store {params.store:q}"
-        " -o {params.into:q} > {log:q} 2>&1"
+        "repro trace download {input.receipt:q} -o {params.into:q} > {log:q} 2>&1"
 
 
 rule combine:

@@ -505,3 +505,84 @@ def test_rule_settings_reach_a_shell_command_as_json_and_keep_their_rerun_trigge
     for text, message in (("[1, 2]", "expected a JSON object"), ("{'seed': 1}", "not JSON")):
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             settings_argument(text)
+
+
+# -- the run command and run directories ---------------------------------------------------
+
+
+@pytest.fixture
+def calibration_files(calibrations, tmp_path):
+    from repro.fsutil import write_json
+
+    paths = []
+    for pipeline, calibration in calibrations.items():
+        paths.append(tmp_path / f"{pipeline}.json")
+        write_json(paths[-1], calibration)
+    return [str(p) for p in paths]
+
+
+def test_fewer_repeats_leave_only_that_runs_repeat_logs(config, calibrations, tmp_path):
+    run_dir = tmp_path / "run"
+    run_mode({**config, "repeats": 5}, "ResNet50_v2-8", "pecan", calibrations, run_dir)
+    assert sorted(p.name for p in (run_dir / "repeats").iterdir()) == [f"run-{r}.log" for r in range(1, 5)]
+    metrics = run_mode({**config, "repeats": 3}, "ResNet50_v2-8", "pecan", calibrations, run_dir)
+    assert sorted(p.name for p in (run_dir / "repeats").iterdir()) == ["run-1.log", "run-2.log"]
+    assert [r["log"] for r in metrics["repeats"]] == ["run.log", "repeats/run-1.log", "repeats/run-2.log"]
+    assert all((run_dir / r["log"]).is_file() for r in metrics["repeats"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.json", "repeats", "run.log", "traces"]
+    run_mode({**config, "repeats": 1}, "ResNet50_v2-8", "pecan", calibrations, run_dir)
+    assert not (run_dir / "repeats").exists()
+
+
+def test_a_failed_run_leaves_no_repeats_of_an_earlier_run(config, calibrations, tmp_path, monkeypatch):
+    from repro.pecan import run as run_module
+
+    run_dir = tmp_path / "run"
+    run_mode({**config, "repeats": 4}, "ResNet50_v2-8", "pecan", calibrations, run_dir)
+    real, calls = run_module.simulate, []
+
+    def failing(spec):
+        calls.append(spec)
+        if len(calls) == 3:
+            raise ReproError("simulated failure")
+        return real(spec)
+
+    monkeypatch.setattr(run_module, "simulate", failing)
+    with pytest.raises(ReproError, match="simulated failure"):
+        run_mode({**config, "repeats": 4}, "ResNet50_v2-8", "pecan", calibrations, run_dir)
+    assert not (run_dir / "repeats").exists()
+    assert not [p for p in run_dir.iterdir() if p.name.startswith(".repeats")]
+
+
+def test_run_refuses_a_backend_it_does_not_have(calibration_files, tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main(["pecan", "run", "--experiment", "ResNet50_v2-8", "--mode", "pecan", "--calibration", *calibration_files,
+              "--out", str(out), "--backend", "gcp"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--backend" in err and "'gcp'" in err and "'local'" in err and "'ssh'" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("experiment, mode, message", [
+    ("Nope", "pecan", "unknown experiment 'Nope'"),
+    ("ResNet50_v2-8", "turbo", "unknown mode 'turbo'"),
+    ("ResNet50_v2-8", "short", "experiment 'ResNet50_v2-8' has no mode 'short' (its modes: collocated, cachew, pecan)"),
+])
+def test_run_refuses_an_experiment_or_mode_and_leaves_nothing(calibration_files, tmp_path, capsys, experiment, mode,
+                                                               message):
+    out = tmp_path / "out"
+    code = main(["pecan", "run", "--config", str(REPO / "config" / "config.yaml"), "--experiment", experiment,
+                 "--mode", mode, "--calibration", *calibration_files, "--out", str(out)])
+    assert code == 1
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_run_settings_refuse_a_mode_the_experiment_does_not_list(config):
+    from repro.rulesettings import run_settings
+
+    with pytest.raises(ReproError, match=r"experiment 'ResNet50_v2-8' has no mode 'short' \(its modes: "
+                                         r"collocated, cachew, pecan\)"):
+        run_settings(config, "ResNet50_v2-8", "short")

@@ -71,6 +71,29 @@ def test_a_changed_object_is_detected(tmp_path, request, kind):
     assert not (tmp_path / "down" / "t0.json").exists()
 
 
+def test_download_reads_from_the_store_the_receipt_names(tmp_path, monkeypatch, capsys):
+    """A run's traces are where it uploaded them: after trace_store changes, its receipt still
+    names that store, and the download reads from there, not from the store configured now."""
+    from repro.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    paths = trace_files(tmp_path)
+    upload_traces(open_store("old"), paths, "traces/e/m", tmp_path / "receipt.json")
+    (tmp_path / "new").mkdir()  # the store configured now: empty
+    assert main(["trace", "download", "receipt.json", "-o", "down"]) == 0
+    assert (tmp_path / "down" / "t1.json").read_bytes() == paths[1].read_bytes()
+    # the receipt's store gone: the error names the receipt and the store it records
+    (tmp_path / "old" / "traces/e/m/t0.json").unlink()
+    assert main(["trace", "download", "receipt.json", "-o", "down2"]) == 1
+    err = capsys.readouterr().err
+    assert "receipt.json" in err and "trace store old" in err and "no object 'traces/e/m/t0.json'" in err
+    assert not (tmp_path / "down2").exists() or not list((tmp_path / "down2").iterdir())
+    # a receipt that names no store
+    (tmp_path / "bare.json").write_text(json.dumps({"objects": []}))
+    assert main(["trace", "download", "bare.json", "-o", "down3"]) == 1
+    assert "bare.json: not an upload receipt (expected 'store'" in capsys.readouterr().err
+
+
 class _FlakyProxy(BaseHTTPRequestHandler):
     """Forwards to the emulator, but answers the first `failures` uploads with 503."""
 

@@ -196,6 +196,45 @@ def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refu
     assert list((workdir / "results" / "store" / "traces" / "Getting_started" / "short").glob("*.json"))
 
 
+def test_changing_the_trace_store_as_the_readme_says_ends_with_the_figure_built(workdir):
+    """What a user does after choosing a new trace_store: run, restart the cluster as the README says,
+    run again. Finished runs' traces stay where they were uploaded (their receipts say where), and
+    are downloaded from there; runs that run from then on upload to the new store."""
+    figure = workdir / "plots" / "fig8_ResNet50_v2-8.pdf"
+    snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *configfiles(workdir), cores=1)
+    moved = (*configfiles(workdir), "--config", "trace_store=results/store2")
+    assert planned_jobs(workdir, "plots/fig8_ResNet50_v2-8.pdf", *moved) == []  # finished runs are not redone
+    snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *moved, cores=1)
+    shutil.rmtree(workdir / "results" / "traces")  # the downloads made again, with the new store set
+    snakemake(workdir, "results/traces/ResNet50_v2-8/combined.json", *moved, cores=1)
+    # the README's restart, then the figure again
+    snakemake(workdir, "cluster_start", "--forcerun", "cluster_start", *moved, cores=1)
+    snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *moved, cores=1)
+    assert figure.stat().st_size > 1000
+    assert len(list((workdir / "results" / "traces" / "ResNet50_v2-8").glob("*/*.json"))) == 3
+    assert planned_jobs(workdir, "plots/fig8_ResNet50_v2-8.pdf", *moved) == []
+    # a run made again now uploads to the new store, and its download reads from there
+    shutil.rmtree(workdir / "results" / "runs" / "ResNet50_v2-8" / "pecan")
+    run = "results/runs/ResNet50_v2-8/pecan/metrics.json"  # a figure alone does not look at runs
+    snakemake(workdir, run, "plots/fig8_ResNet50_v2-8.pdf", *moved, cores=1)
+    downloaded = workdir / "results" / "traces" / "ResNet50_v2-8" / "pecan" / "ResNet50_v2-8-pecan.json"
+    assert downloaded.read_bytes() == (workdir / "results" / "runs" / "ResNet50_v2-8" / "pecan" / "traces"
+                                       / "ResNet50_v2-8-pecan.json").read_bytes()
+    receipt = json.loads((workdir / "results" / "runs" / "ResNet50_v2-8" / "pecan" / "upload.json").read_text())
+    assert receipt["store"] == "results/store2"
+    assert (workdir / "results" / "store2" / "traces" / "ResNet50_v2-8" / "pecan" / "ResNet50_v2-8-pecan.json").is_file()
+    assert planned_jobs(workdir, "plots/fig8_ResNet50_v2-8.pdf", *moved) == []
+
+
+def test_a_run_of_a_mode_its_experiment_does_not_list_is_refused_at_planning(workdir):
+    proc = snakemake(workdir, "--dry-run", "results/runs/ResNet50_v2-8/short/metrics.json", *configfiles(workdir),
+                     check=False)
+    assert proc.returncode != 0
+    assert ("experiment 'ResNet50_v2-8' has no mode 'short' (its modes: collocated, cachew, pecan)"
+            in proc.stdout + proc.stderr)
+    assert "rule run:" not in proc.stdout
+
+
 def test_the_model_store_takes_its_budget_from_the_config_and_only_trims_targets_start_it(workdir):
     # a figure alone starts no process and leaves nothing running: no record, no state, no server
     snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *configfiles(workdir), cores=1)

@@ -55,7 +55,8 @@ def _trace_commands(sub):
 
     down = tsub.add_parser("download", help="fetch the traces a run's upload receipt lists, checksums verified")
     down.add_argument("receipt", help="the run's upload receipt (upload.json)")
-    down.add_argument("--store", required=True, help="the trace store: a directory or gs://bucket/prefix")
+    down.add_argument("--store", help="the trace store to read from: a directory or gs://bucket/prefix (default: the "
+                      "one the receipt records, where the run uploaded its traces)")
     down.add_argument("-o", "--output-dir", required=True, help="directory to put the traces in")
     down.set_defaults(func=_download)
 
@@ -120,7 +121,8 @@ def _validate(args):
 def _download(args):
     from repro.tracestore import download_traces, open_store
 
-    for entry in download_traces(open_store(args.store), args.receipt, args.output_dir):
+    store = open_store(args.store) if args.store else None
+    for entry in download_traces(store, args.receipt, args.output_dir):
         print(f"{entry['key']}: sha256 {entry['sha256']} verified")
 
 

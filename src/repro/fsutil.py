@@ -24,6 +24,7 @@ def _umask():
 
 # mkstemp creates its file readable by its owner only; the output gets the mode open() would give it
 OUTPUT_MODE = 0o666 & ~_umask()
+DIRECTORY_MODE = 0o777 & ~_umask()  # and a directory made with mkdtemp (0o700) the mode mkdir would give it
 
 
 @contextlib.contextmanager

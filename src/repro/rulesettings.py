@@ -62,10 +62,11 @@ def settings_digest(settings):
 def run_settings(config, experiment, mode):
     """The config subset one Pecan run reads (prices excluded: they only affect cost tables). The engine
     is here and in no other rule's settings: switching it reruns the runs and what reads them."""
-    pecan = config["pecan"]
-    exp = pecan["experiments"][experiment]
+    from repro.pecan.costs import experiment_mode
     from repro.pecan.engines import ENGINES
 
+    pecan = config["pecan"]
+    exp, _ = experiment_mode(pecan, experiment, mode)  # a mode the experiment does not list: no run
     engine = {"engine": pecan["engine"]}
     section = ENGINES[pecan["engine"]].section
     if section:  # an engine's own settings matter to its runs only

@@ -137,10 +137,31 @@ def upload_traces(store, trace_paths, prefix, receipt):
     return entries
 
 
+def read_receipt(receipt):
+    """The upload receipt's store and objects; ReproError naming the file where it is not one."""
+    try:
+        data = json.loads(Path(receipt).read_text())
+    except OSError as exc:
+        raise ReproError(f"{receipt}: cannot read upload receipt ({exc.strerror})") from None
+    except ValueError:
+        raise ReproError(f"{receipt}: not JSON (expected a run's upload receipt, upload.json)") from None
+    if (not isinstance(data, dict) or not isinstance(data.get("store"), str) or not isinstance(data.get("objects"), list)
+            or not all(isinstance(e, dict) and {"key", "sha256"} <= set(e) for e in data["objects"])):
+        raise ReproError(f"{receipt}: not an upload receipt (expected 'store' and 'objects' with each object's key "
+                         "and sha256, as a run writes upload.json)")
+    return data["store"], data["objects"]
+
+
 def download_traces(store, receipt, destination_dir):
-    """Fetch every object a receipt lists into destination_dir, verifying checksums."""
-    objects = json.loads(Path(receipt).read_text())["objects"]
+    """Fetch every object a receipt lists into destination_dir, verifying checksums. `store` None:
+    the store the receipt records, where the run uploaded them."""
+    recorded, objects = read_receipt(receipt)
+    store = open_store(recorded) if store is None else store
     fetched = []
     for entry in objects:
-        fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name, entry["sha256"]))
+        try:
+            fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name, entry["sha256"]))
+        except ReproError as exc:
+            raise ReproError(f"{receipt}: {exc} (the store the run uploaded to; run it again to upload anew: "
+                             "snakemake --forcerun run)") from None
     return fetched

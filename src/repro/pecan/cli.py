@@ -13,6 +13,7 @@ from repro.rulesettings import settings_argument
 
 
 def add_commands(sub):
+    from repro.backends import backend_names
     from repro.pecan.calibrate import REPEATS
     from repro.pecan.pipelines import PIPELINES
 
@@ -38,7 +39,8 @@ def add_commands(sub):
     run.add_argument("--calibration", nargs="+", required=True,
                      help="calibration JSON files: one per pipeline the experiment or the preset fit needs")
     run.add_argument("--out", required=True, help="run directory to create")
-    run.add_argument("--backend", default="local", help="where this run executes, recorded in its metrics (default local)")
+    run.add_argument("--backend", default="local", choices=backend_names(),
+                     help="where this run executes, recorded in its metrics (default local)")
     run.add_argument("--service-dir", help="the engine's service to run on (tf.data: its state directory; default: "
                                            "a service of the run's own)")
     run.set_defaults(func=_run)

@@ -25,6 +25,15 @@ def lookup(table, key, what):
     return table[key]
 
 
+def experiment_mode(pecan, experiment, mode):
+    """The experiment's and the mode's config of a run; ReproError unless the experiment lists the mode."""
+    exp = lookup(pecan["experiments"], experiment, "experiment")
+    mode_cfg = lookup(pecan["modes"], mode, "mode")
+    if mode not in exp.get("modes", ()):
+        raise ReproError(f"experiment {experiment!r} has no mode {mode!r} (its modes: {', '.join(exp.get('modes', ()))})")
+    return exp, mode_cfg
+
+
 def cost_row(parsed, mode, model_name, model, tpu_price, worker_price, tpu_count=1):
     tpu_price = check_price(tpu_price, "tpu")
     worker_price = check_price(worker_price, "worker")

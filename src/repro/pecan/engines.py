@@ -106,6 +106,10 @@ def stop_engine_service(state):
 
 
 def run_engine(settings, experiment, mode, calibrations, out_dir, backend="local", service_dir=None):
-    """Run experiment x mode with the settings' engine into out_dir; return the metrics."""
+    """Run experiment x mode with the settings' engine into out_dir; return the metrics. An experiment
+    or mode the settings do not have is refused before anything is written."""
+    from repro.pecan.costs import experiment_mode
+
     name = engine_of(settings)
+    experiment_mode(settings["pecan"], experiment, mode)
     return ENGINES[name].run(settings, experiment, mode, calibrations, Path(out_dir), backend, service_dir)

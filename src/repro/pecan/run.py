@@ -2,12 +2,15 @@
 
 import dataclasses
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, write_json
+from repro.fsutil import DIRECTORY_MODE, atomic_path, write_json
 from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
@@ -124,27 +127,44 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     `backend` names where this runs (the ssh backend's command passes `--backend ssh`).
     With `repeats` > 1 the run is repeated with a fresh draw of the calibration and of the model's
     noise each time; repeat 0 writes run.log and the trace, the others repeats/run-<r>.log, and
-    metrics.json lists every repeat's parsed log.
+    metrics.json lists every repeat's parsed log. The repeats are written to a hidden directory
+    beside repeats/ and renamed into place when all are done: repeats/ holds this run's repeats
+    only, and a run that fails leaves none (an earlier run's are removed when this one starts).
     """
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
     out = Path(out_dir)
-    (out / "traces").mkdir(parents=True, exist_ok=True)
+    remove_repeats(out)
     repeats = []
-    for repeat in range(config.get("repeats", 1)):
-        costs = pipeline_costs(preset, pecan["cluster"], repeat_calibrations(calibrations, config["seed"], repeat))
-        spec = job_spec(pecan, experiment, mode, costs, repeat_seed(config["seed"], repeat))
-        sim = simulate(spec)
-        log = out / "run.log" if repeat == 0 else out / "repeats" / f"run-{repeat}.log"
-        log.parent.mkdir(exist_ok=True)
-        write_log(sim, log, preset)
-        parsed = parse_log(log)
-        repeats.append({"repeat": repeat, "seed": spec.seed, "log": str(log.relative_to(out)),
-                        "cost_per_element": spec.cost_per_element, "simulated_seconds": sim.seconds,
-                        "converged": parsed.converged, "throughput": parsed.throughput,
-                        "remote_workers": parsed.remote_workers, "local_workers": parsed.local_workers})
-        if repeat == 0:
-            first, first_sim = repeats[0], sim
+    pending = None  # the hidden directory the repeats go to, made with the first
+    try:
+        for repeat in range(config.get("repeats", 1)):
+            costs = pipeline_costs(preset, pecan["cluster"], repeat_calibrations(calibrations, config["seed"], repeat))
+            spec = job_spec(pecan, experiment, mode, costs, repeat_seed(config["seed"], repeat))
+            sim = simulate(spec)
+            if repeat == 0:
+                log = out / "run.log"
+            else:
+                if pending is None:
+                    out.mkdir(parents=True, exist_ok=True)
+                    pending = Path(tempfile.mkdtemp(prefix=".repeats.", suffix=".tmp", dir=out))
+                log = pending / f"run-{repeat}.log"
+            write_log(sim, log, preset)
+            parsed = parse_log(log)
+            repeats.append({"repeat": repeat, "seed": spec.seed,
+                            "log": "run.log" if repeat == 0 else f"repeats/run-{repeat}.log",
+                            "cost_per_element": spec.cost_per_element, "simulated_seconds": sim.seconds,
+                            "converged": parsed.converged, "throughput": parsed.throughput,
+                            "remote_workers": parsed.remote_workers, "local_workers": parsed.local_workers})
+            if repeat == 0:
+                first, first_sim = repeats[0], sim
+        if pending is not None:
+            os.chmod(pending, DIRECTORY_MODE)
+            os.replace(pending, out / "repeats")
+            pending = None
+    finally:
+        if pending is not None:
+            shutil.rmtree(pending, ignore_errors=True)
     metadata = {"otherData": {"run_id": f"{experiment}-{mode}-seed{config['seed']}", "experiment": experiment,
                               "mode": mode, "backend": backend, "calibration": preset}}
     write_trace(out / "traces" / f"{experiment}-{mode}.json", trace_events(first_sim), metadata)
@@ -162,6 +182,18 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     }
     write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def remove_repeats(run_dir):
+    """Remove an earlier run's repeats/ (and hidden ones a killed run left) from run_dir."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return
+    for path in [run_dir / "repeats", *run_dir.glob(".repeats.*.tmp")]:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 def load_calibrations(paths):
