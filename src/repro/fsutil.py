@@ -77,6 +77,18 @@ def write_json(target, obj):
     write_text(target, text + "\n")
 
 
+def read_json(path, what, label=None):
+    """The JSON in `path`; ReproError naming the file (as `label`, default the path) and `what` it
+    should hold, where it cannot be read or is not JSON."""
+    label = label or str(path)
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ReproError(f"{label}: cannot read ({exc.strerror})") from None
+    except ValueError:
+        raise ReproError(f"{label}: not JSON (expected {what})") from None
+
+
 def sha256_file(path):
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

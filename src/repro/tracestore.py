@@ -5,13 +5,12 @@ Keys are `traces/<experiment>/<mode>/<file>` rather than the original tools'
 replaces its own objects instead of adding new ones.
 """
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, write_json
+from repro.fsutil import atomic_path, read_json, write_json
 from repro.fsutil import sha256_file as sha256
 
 
@@ -139,12 +138,7 @@ def upload_traces(store, trace_paths, prefix, receipt):
 
 def read_receipt(receipt):
     """The upload receipt's store and objects; ReproError naming the file where it is not one."""
-    try:
-        data = json.loads(Path(receipt).read_text())
-    except OSError as exc:
-        raise ReproError(f"{receipt}: cannot read upload receipt ({exc.strerror})") from None
-    except ValueError:
-        raise ReproError(f"{receipt}: not JSON (expected a run's upload receipt, upload.json)") from None
+    data = read_json(receipt, "a run's upload receipt, upload.json")
     if (not isinstance(data, dict) or not isinstance(data.get("store"), str) or not isinstance(data.get("objects"), list)
             or not all(isinstance(e, dict) and {"key", "sha256"} <= set(e) for e in data["objects"])):
         raise ReproError(f"{receipt}: not an upload receipt (expected 'store' and 'objects' with each object's key "

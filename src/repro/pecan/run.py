@@ -1,7 +1,6 @@
 """One per-mode run on the local backend: simulate, write the artifact-format log, trace and metrics."""
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import DIRECTORY_MODE, atomic_path, write_json
+from repro.fsutil import DIRECTORY_MODE, atomic_path, read_json, write_json
 from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
@@ -200,12 +199,7 @@ def load_calibrations(paths):
     """{pipeline: calibration} from `repro pecan calibrate` outputs; ReproError naming a file that is not one."""
     result = {}
     for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ReproError(f"--calibration {path}: cannot read ({exc.strerror})") from None
-        except ValueError:
-            raise ReproError(f"--calibration {path}: not JSON (expected the output of `repro pecan calibrate`)") from None
+        data = read_json(path, "the output of `repro pecan calibrate`", f"--calibration {path}")
         orders = [data.get(order) if isinstance(data, dict) else None for order in ("declared", "autoorder")]
         if (not isinstance(data, dict) or not isinstance(data.get("pipeline"), str)
                 or not isinstance(data.get("autoorder_saving"), (int, float))
