@@ -95,3 +95,25 @@ def test_a_damaged_or_unwritable_keep_only_means_validating_again(tmp_path):
         assert checked_config(raw(), "config", tmp_path) == validate_config(raw())
     (tmp_path / "a-file").write_text("")
     assert checked_config(raw(), "config", tmp_path / "a-file" / "kept") == validate_config(raw())
+
+
+def test_config_files_merge_over_the_base_as_snakemake_merges_them(tmp_path):
+    from snakemake.utils import update_config
+
+    from repro.config import check_config_files, merge_over
+
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text("seed: 9\npecan:\n  experiments:\n    Getting_started:\n      modes: [short]\n")
+    second.write_text("repeats: 3\npecan:\n  prices: {}\n")
+    expected = raw()
+    for path in (first, second):
+        update_config(expected, yaml.safe_load(path.read_text()))
+    merged = raw()
+    for path in (first, second):
+        merged = merge_over(merged, yaml.safe_load(path.read_text()))
+    assert merged == expected
+    assert merged["pecan"]["experiments"]["Getting_started"]["modes"] == ["short"]  # a list is replaced
+    assert merged["pecan"]["experiments"]["Getting_started"]["model"] == RAW["pecan"]["experiments"]["Getting_started"]["model"]
+    checked = check_config_files([first, second], REPO / "config" / "config.yaml")
+    assert checked == validate_config(copy.deepcopy(expected))
+    assert merge_over(RAW, {}) == RAW and merged is not RAW

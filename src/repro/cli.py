@@ -250,6 +250,24 @@ def _cluster_stop(args):
         print("model store stopped")
 
 
+def _config_command(sub):
+    config = sub.add_parser("config", help="check configuration files before a workflow reads them")
+    csub = config.add_subparsers(dest="config_command", required=True, metavar="{check}")
+    check = csub.add_parser("check", help="check --configfile files merged over the base config, as the workflow "
+                            "would (a missing file or invalid YAML named with its line)")
+    check.add_argument("files", nargs="*", help="the files a workflow gets with --configfile, in that order")
+    check.add_argument("--base", default="config/config.yaml", help="the workflow's own config (default %(default)s)")
+    check.set_defaults(func=_config_check)
+
+
+def _config_check(args):
+    from repro.config import check_config_files
+
+    config = check_config_files(args.files, args.base)
+    print(f"{' + '.join([args.base, *args.files])}: ok (backend {config['backend']}, "
+          f"{len(config['pecan']['experiments'])} experiments)")
+
+
 def _imported_group(module):
     """A command group that `module`'s add_commands adds, imported only when the group is built."""
     return lambda sub: importlib.import_module(module).add_commands(sub)
@@ -257,6 +275,7 @@ def _imported_group(module):
 
 # the command groups, each added by a function that imports what only its commands need
 COMMAND_GROUPS = {"trace": _trace_commands, "cluster": _cluster_commands, "provenance": _provenance_command,
+                  "config": _config_command,
                   "pecan": _imported_group("repro.pecan.cli"), "trims": _imported_group("repro.trims.cli")}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from repro.backends import backend_names, get_backend
-from repro.errors import ReproError
+from repro.errors import ReproError, invalid_yaml
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)
@@ -229,16 +229,41 @@ def _require_extra(source, key, extra, module):
         raise ReproError(f"{source}: {key}: needs the '{extra}' extra (pip install -e '.[{extra}]')")
 
 
-def load_config(path):
+def read_config_file(path):
+    """The mapping of config keys in the YAML file `path`, unchecked; ReproError naming the file (and,
+    for invalid YAML, the line) otherwise."""
     path = Path(path)
     try:
-        config = yaml.safe_load(path.read_text())
+        with path.open(encoding="utf-8") as stream:  # an open file: YAML errors name it with the line
+            config = yaml.safe_load(stream)
     except OSError as exc:
         raise ReproError(f"{path}: cannot read config: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ReproError(f"{path}: not a text file (expected a YAML config)") from None
     except yaml.YAMLError as exc:
-        raise ReproError(f"{path}: invalid YAML: {exc}") from None
+        raise invalid_yaml(path, exc) from None
     if not isinstance(config, dict):
         raise ReproError(f"{path}: expected a mapping of config keys")
-    return validate_config(config, str(path))
+    return config
+
+
+def load_config(path):
+    return validate_config(read_config_file(path), str(path))
+
+
+def merge_over(base, override):
+    """`override` merged over `base` as Snakemake merges --configfile files: mappings key by key,
+    any other value replaced."""
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = merge_over(merged[key], value) if isinstance(value, dict) and isinstance(
+            merged.get(key), dict) else value
+    return merged
+
+
+def check_config_files(paths, base="config/config.yaml"):
+    """The config Snakemake makes of `base` and `--configfile paths`, checked as the workflow checks it."""
+    config = read_config_file(base)
+    for path in paths:
+        config = merge_over(config, read_config_file(path))
+    return validate_config(config, " + ".join(str(p) for p in [base, *paths]))

@@ -13,3 +13,12 @@ class TraceError(ReproError):
         self.index = index
         where = f"{self.path}" + (f": event {index}" if index is not None else "")
         super().__init__(f"{where}: {message}")
+
+
+def invalid_yaml(path, exc):
+    """A ReproError for the yaml.YAMLError `exc` reading `path`, in one line: the file, the line and
+    column where the parser stopped, and what it found there."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return ReproError(f"{path}: invalid YAML{where}: {problem}")

@@ -21,7 +21,7 @@ from pathlib import Path, PurePath
 
 import yaml
 
-from repro.errors import ReproError
+from repro.errors import ReproError, invalid_yaml
 from repro.rulesettings import settings_argument
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.workload import DISTRIBUTIONS
@@ -55,7 +55,7 @@ def load_tool_config(path, defaults=None):
     except UnicodeDecodeError:
         raise ReproError(f"{path}: not a text file (expected YAML)") from None
     except yaml.YAMLError as exc:
-        raise ReproError(f"{path}: invalid YAML: {exc}") from None
+        raise invalid_yaml(path, exc) from None
     section = (document.get("micro18") or {}) if isinstance(document, dict) else None
     if not isinstance(section, dict):
         raise ReproError(f"{path}: expected a mapping with a 'micro18' mapping of settings")
