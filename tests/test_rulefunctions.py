@@ -1,5 +1,6 @@
 """repro.rulefunctions: the rules' input and params functions."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from repro.rulefunctions import (
@@ -10,6 +11,7 @@ from repro.rulefunctions import (
     untracked,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 CONFIG = {"pecan": {"experiments": {"E": {"modes": ["a", "b"]}}}}
 
 
@@ -22,3 +24,16 @@ def test_params_functions():
     assert beside_input(("traces", "x"))(wildcards, ["r/c/report.json"]) == ["r/c/traces/x"]
     assert untracked({"k": 1})(wildcards, output) == {"k": 1}
     assert per_mode(CONFIG, "{experiment}-{mode}")(wildcards) == ["E-a", "E-b"]
+
+
+def test_all_asks_for_trims_runs_only_where_trims_figures_are_configured():
+    from repro.config import load_config
+    from repro.rulefunctions import run_targets
+
+    config = load_config(REPO / "config" / "config.yaml")
+    targets = run_targets(config)
+    assert "results/runs/ResNet50_v2-8/pecan/metrics.json" in targets
+    assert "results/trims/runs/distribution/uniform-c1/report.json" in targets
+    assert any(t.startswith("results/trims/runs/compare/") for t in targets)
+    config["plots"]["trims"] = []  # as backends other than local require
+    assert run_targets(config) == [t for t in targets if not t.startswith("results/trims/")]

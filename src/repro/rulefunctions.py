@@ -106,16 +106,20 @@ def fetch_source(config, assets_in_gcs):
 
 
 def run_targets(config):
-    """Every run's metrics (Pecan) and report (TrIMS): requested directly, so a deleted run directory
-    is redone."""
+    """Every run's metrics (Pecan) and, where TrIMS figures are configured (plots.trims), every TrIMS
+    run's report: requested directly, so a deleted run directory is redone. (Without TrIMS figures no
+    TrIMS run is asked for: backends other than local do not run them.)"""
     trims = config["trims"]
     distributions = trims["distributions"]
+    pecan_runs = [
+        f"results/runs/{experiment}/{mode}/metrics.json"
+        for experiment, spec in config["pecan"]["experiments"].items()
+        for mode in spec["modes"]
+    ]
+    if not config["plots"]["trims"]:
+        return pecan_runs
     return (
-        [
-            f"results/runs/{experiment}/{mode}/metrics.json"
-            for experiment, spec in config["pecan"]["experiments"].items()
-            for mode in spec["modes"]
-        ]
+        pecan_runs
         + [f"results/trims/runs/compare/{model}/report.json" for model in trims["models"][trims["model_set"]]]
         + [
             f"results/trims/runs/distribution/{distribution}-c{concurrency}/report.json"
