@@ -32,7 +32,7 @@ from repro.rulesettings import (
 )
 from repro.wildcards import one_of
 
-INVOCATION = this_invocation()  # the model store's owner: see repro.trims.service
+INVOCATION = this_invocation(workflow.is_main_process)  # a model store user: repro.trims.service
 put_own_bin_first()  # the rules run `repro` from this environment, also when it is not on PATH
 BACKEND = config["backend"]
 CLUSTER_SETTINGS = cluster_settings(config)

@@ -4,10 +4,10 @@ localrules:
     trims_status,
 
 
-# The model store runs only while TrIMS targets are built: the invocation that started it (or
+# The model store runs only while TrIMS targets are built: the last invocation that used it (or
 # adopted it from a killed one) stops it when it ends, so nothing stays running that the user did
-# not start; a concurrent invocation leaves it alone. Its state file stays: a TrIMS run that has to
-# execute starts the store again from it, and finished runs are not redone.
+# not start; an invocation another one still uses it for leaves it running. Its state file stays:
+# a TrIMS run that has to execute starts the store again from it, and finished runs are not redone.
 onsuccess:
     stop_trims_store(INVOCATION)
 

@@ -4,6 +4,7 @@ user needs: a clear error naming the key, nothing executed, no foreign process s
 left running."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -177,31 +178,74 @@ def test_deleting_results_under_a_running_store_does_not_orphan_it(tmp_path, mon
     assert not processes.matches(other["process"])
 
 
-def test_only_the_owning_invocation_stops_the_store_and_an_orphan_is_adopted(tmp_path, monkeypatch):
-    """The store's owner is the invocation whose identity ($REPRO_INVOCATION) started it: another
-    invocation's end leaves it running; once the owner has gone, the next start adopts it."""
+def _invocation(process):
+    return f"{process.pid}:{processes.describe(process.pid, 'x')['start_ticks']}"
+
+
+def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_path, monkeypatch, capsys):
+    """The store's users are the invocations ($REPRO_INVOCATION) that started or reused it: one that
+    never used it leaves it running at its end, as does one whose co-user still runs; the last user
+    stops it. A store no live invocation uses is adopted by the next one. Another user still running
+    refuses a start with other settings."""
     monkeypatch.chdir(tmp_path)
     settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
     state = tmp_path / "trims-store.json"
-    invocations = [_sleeper(), _sleeper()]  # two live processes stand for two Snakemake invocations
-    first, second = (f"{p.pid}:{processes.describe(p.pid, 'x')['start_ticks']}" for p in invocations)
+    sleepers = [_sleeper() for _ in range(3)]  # live processes stand for Snakemake invocations
+    first, second, bystander = (_invocation(p) for p in sleepers)
     try:
         monkeypatch.setenv(service.INVOCATION_VARIABLE, first)
         record = service.start(settings, state)
-        assert not service.stop_if_owned(second)  # a concurrent invocation ends: the store stays
-        assert service.running(record)
+        assert not service.leave(bystander) and service.running(record)  # it never used the store
         monkeypatch.setenv(service.INVOCATION_VARIABLE, second)
-        assert service.start(settings, state)["reused"]  # its owner still runs: not adopted
-        assert not service.stop_if_owned(second) and service.running(record)
-        invocations[0].kill()  # the owner is killed: its end never comes
-        invocations[0].wait()
+        assert service.ensure(state)["reused"]  # a co-user, not an adoption
+        assert "left running" not in capsys.readouterr().err
+        with pytest.raises(ReproError, match=rf"runs with other settings for another Snakemake invocation of this "
+                                             rf"workflow \(pid {sleepers[0].pid}\), which still runs"):
+            service.start({**settings, "server": {**settings["server"], "memory_mb": 30}}, state)
+        assert not service.leave(first) and service.running(record)  # the second still uses it
+        assert service.leave(second) and not processes.matches(record["process"])  # the last user stops it
+        monkeypatch.setenv(service.INVOCATION_VARIABLE, first)
+        record = service.ensure(state)  # the state stays: the next run starts the store from it
+        assert service.running(record) and not record.get("reused")
+        sleepers[0].kill()  # its only user is killed: its end never comes
+        sleepers[0].wait()
+        monkeypatch.setenv(service.INVOCATION_VARIABLE, second)
         assert service.ensure(state)["process"] == record["process"]  # found and adopted, not restarted
-        assert service.stop_if_owned(second)
+        assert "was left running by an invocation that has ended" in capsys.readouterr().err
+        assert service.leave(second)
         assert not processes.matches(record["process"])
-        again = service.ensure(state)  # the state stays: the next run starts the store from it
-        assert service.running(again) and again["process"] != record["process"]
     finally:
         service.stop(tmp_path)
-        for process in invocations:
+        for process in sleepers:
             process.kill()
             process.wait()
+
+
+def test_parallel_status_checks_start_one_store(tmp_path, monkeypatch):
+    """Parallel TrIMS jobs each make sure the stopped store runs again: one store starts, all use it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.chdir(tmp_path)
+    settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
+    state = tmp_path / "trims-store.json"
+    first = service.start(settings, state)
+    service.stop(tmp_path)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            records = list(pool.map(lambda _: service.ensure(state), range(4)))
+        assert len({json.dumps(r["process"], sort_keys=True) for r in records}) == 1
+        assert records[0]["process"] != first["process"] and service.running(records[0])
+        assert sum(not r.get("reused") for r in records) == 1
+    finally:
+        service.stop(tmp_path)
+    assert not processes.matches(records[0]["process"])
+
+
+def test_the_main_snakemake_process_is_an_invocation_of_its_own(monkeypatch):
+    from repro.rulefunctions import this_invocation
+
+    monkeypatch.setenv(service.INVOCATION_VARIABLE, "1:1")  # inherited from an outer invocation's job
+    assert this_invocation(main_process=False) == "1:1"  # a job's process belongs to the outer one
+    mine = this_invocation(main_process=True)  # a snakemake started inside a job: its own
+    assert mine != "1:1" and service.owner(mine)["pid"] == os.getpid()
+    assert processes.matches(service.owner(mine))

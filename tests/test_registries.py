@@ -203,3 +203,36 @@ def test_a_backend_module_dropped_into_the_package_is_registered(tmp_path, monke
     assert backend.status({}, [str(path)]) == [{"name": "always", "ok": True, "detail": ""},
                                                {"name": f"calibration {path} present", "ok": True, "detail": ""}]
     assert backend.caption("local", "here") == "backend=recording, calibration=local"
+
+
+def test_a_backends_run_never_leaves_an_earlier_runs_repeats_beside_its_own(tmp_path):
+    """Backend.execute, whatever backend or engine runs: a run that writes no repeats/ (one repeat,
+    the tf.data engine) leaves none from an earlier run in its directory."""
+    from repro.backends import RunRequest
+    from repro.traces import write_trace
+
+    class OneRepeat(Backend):
+        def start(self, settings, state_path):
+            return {}
+
+        def describe(self, state):
+            return "one repeat"
+
+        def checks(self, state):
+            return []
+
+        def run(self, request, state):
+            (request.run_dir / "run.log").write_text("log\n")
+            write_trace(request.run_dir / "traces" / "t.json", [], {})
+            return {"repeats": [{"repeat": 0, "log": "run.log"}]}
+
+        def stop(self, state):
+            return {}
+
+    run_dir = tmp_path / "run"
+    (run_dir / "repeats").mkdir(parents=True)
+    (run_dir / "repeats" / "run-3.log").write_text("an earlier run's\n")
+    request = RunRequest({}, "E", "m", (), run_dir, tmp_path / "upload.json")
+    OneRepeat("one-repeat").execute(request, {"trace_store": str(tmp_path / "store")})
+    assert sorted(p.name for p in run_dir.iterdir()) == ["run.log", "traces"]
+    assert json.loads((tmp_path / "upload.json").read_text())["objects"][0]["key"] == "traces/E/m/t.json"

@@ -198,6 +198,8 @@ def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster
         assert state["backend"] == "ssh" and state["ssh"]["known_hosts"] == str(home / ".ssh" / "known_hosts")
         metrics = json.loads((remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").read_text())
         assert metrics["backend"] == "ssh"  # the run went over ssh, and says so
+        assert len(metrics["repeats"]) > 1  # every repeat's log fetched, as metrics.json lists them
+        assert all((remote / "results/runs/ResNet50_v2-8/pecan" / r["log"]).is_file() for r in metrics["repeats"])
         assert (root / "remote" / "runs" / "ResNet50_v2-8" / "pecan" / "run" / "metrics.json").exists()
         rows = [list(csv.reader(open(w / "results" / "tables" / "ResNet50_v2-8.csv"))) for w in (local, remote)]
         assert rows[0] == rows[1]

@@ -155,12 +155,14 @@ def all_targets(config, report):
 INVOCATION_VARIABLE = "REPRO_INVOCATION"  # repro.trims.service.INVOCATION_VARIABLE
 
 
-def this_invocation():
-    """This Snakemake invocation, as 'pid:start_ticks' of its main process. The main process sets it
-    in its environment at its first parse; every job, and every Snakemake process spawned for a job
-    (which parses the Snakefile again), inherits that value. The model store records it as its owner."""
+def this_invocation(main_process):
+    """This Snakemake invocation, as 'pid:start_ticks' of its main process. The main process
+    (`main_process`: Snakemake's workflow.is_main_process) sets it in its environment when it parses
+    the Snakefile, replacing any value it inherited (a snakemake run inside a job is an invocation of
+    its own); every job, and every Snakemake process spawned for a job (which parses the Snakefile
+    again), inherits that value. The model store lists the invocations that use it."""
     value = os.environ.get(INVOCATION_VARIABLE)
-    if not value:
+    if main_process or not value:
         try:
             with open("/proc/self/stat") as fh:
                 ticks = fh.read().rsplit(")", 1)[1].split()[19]
@@ -171,8 +173,8 @@ def this_invocation():
 
 
 def stop_trims_store(invocation):
-    """At the end of an invocation (Snakemake's onsuccess and onerror): stop the TrIMS model store if
-    that invocation owns it (repro.trims.service, imported only then)."""
-    from repro.trims.service import stop_if_owned
+    """At the end of an invocation (Snakemake's onsuccess and onerror): it leaves the TrIMS model
+    store, which stops unless another invocation still uses it (repro.trims.service, imported only then)."""
+    from repro.trims.service import leave
 
-    stop_if_owned(invocation)
+    leave(invocation)

@@ -91,8 +91,10 @@ class Backend(ABC):
 
     def execute(self, request: RunRequest, state):
         """Run, then put the run's traces in the trace store with a receipt; return the metrics."""
+        from repro.pecan.run import remove_repeats
         from repro.tracestore import open_store, upload_traces
 
+        remove_repeats(request.run_dir)  # an earlier run's repeat logs never pass for this one's, whatever ran it
         metrics = self.run(request, state)
         traces = sorted((Path(request.run_dir) / "traces").glob("*.json"))
         upload_traces(open_store(state["trace_store"]), traces, f"traces/{request.experiment}/{request.mode}",

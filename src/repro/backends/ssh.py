@@ -292,7 +292,8 @@ def _with_env(env, command):
 
 
 def _fetch(connection, remote_dir, run_dir, optional=False):
-    """Copy run.log, metrics.json and traces/*.json back (run.log alone after a failure)."""
+    """Copy run.log, metrics.json, traces/*.json and repeats/ (where there are repeats) back (run.log
+    alone after a failure)."""
     sftp = connection.sftp()
     names = ["run.log"] if optional else ["run.log", "metrics.json"]
     for name in names:
@@ -305,6 +306,14 @@ def _fetch(connection, remote_dir, run_dir, optional=False):
         (Path(run_dir) / "traces").mkdir(parents=True, exist_ok=True)
         for name in sftp.listdir(f"{remote_dir}/traces"):
             connection.get(f"{remote_dir}/traces/{name}", str(Path(run_dir) / "traces" / name))
+        try:
+            repeats = sftp.listdir(f"{remote_dir}/repeats")
+        except FileNotFoundError:  # one repeat, or an engine that does not repeat
+            repeats = []
+        if repeats:
+            (Path(run_dir) / "repeats").mkdir(exist_ok=True)
+        for name in repeats:
+            connection.get(f"{remote_dir}/repeats/{name}", str(Path(run_dir) / "repeats" / name))
 
 
 class _Tail:

@@ -1,12 +1,14 @@
 """The model store as a workflow service: started for TrIMS targets only, found again through a
 private runtime directory keyed by the workflow directory (even after `rm -rf results`), and
-stopped when the invocation that started it ends (or by `snakemake cluster_stop`).
+stopped when the last invocation that used it ends (or by `snakemake cluster_stop`).
 
-"The invocation" is the main Snakemake process: the Snakefile puts its identity in the environment
+"An invocation" is a main Snakemake process: the Snakefile puts its identity in the environment
 ($REPRO_INVOCATION, repro.rulefunctions.this_invocation), every job inherits it, and the store's
-record keeps it as the store's owner. Only the owner stops the store when it ends; a concurrent
-invocation never does. A store whose owner has gone (killed) is adopted by the next invocation that
-uses it, which then stops it when it ends.
+record lists the invocations that use it (`users`). An invocation that ends stops the store only
+if no other user still runs; one that never used it leaves it alone. A store whose users have all
+gone (killed, so their end never came) is adopted by the next invocation that uses it, which then
+stops it when it ends. Starting, adopting and stopping hold a lock in the runtime directory, so
+parallel jobs of one invocation, or two invocations, never start two stores or stop one another's.
 
 The state file (results/cluster/<backend>/trims-store.json, the output of trims_store_start) stays
 when the store stops: it keeps the settings, and a TrIMS run that has to execute starts the store
@@ -14,6 +16,8 @@ again from them (`ensure`, in the status check and in the run itself). The finis
 take the state as ancient input, are never redone because the store stopped.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import sys
@@ -48,6 +52,18 @@ def _record_path(workdir):
     return processes.runtime_dir(workdir) / RECORD
 
 
+@contextlib.contextmanager
+def _locked(workdir):
+    """Hold the store's lock: one start, adoption or stop at a time for this workflow directory."""
+    with open(processes.runtime_dir(workdir) / "store.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def _live(users):
+    return [user for user in users if processes.matches(user)]
+
+
 def _answers(socket_path):
     from repro.trims.server import StoreConnection
 
@@ -64,18 +80,32 @@ def running(record):
 
 
 def start(settings, state_path, workdir="."):
-    """Start the store with `settings` (trims_store_settings) unless the same one already runs; write state_path."""
+    """Start the store with `settings` (trims_store_settings) unless the same one already runs; write
+    state_path. This invocation becomes one of the store's users. A store running with other
+    settings is stopped first, unless another invocation still uses it: that is refused."""
+    with _locked(workdir):
+        return _start(settings, state_path, workdir)
+
+
+def _start(settings, state_path, workdir):
     from repro.trims.runtimes import resolve_device
     from repro.trims.server import budget_bytes, start_daemon
 
     record_path = _record_path(workdir)
     digest = settings_digest(settings)
     record = processes.read_record(record_path)
-    if record and record.get("digest") == digest and running(record):
-        record = _adopt_if_orphaned(record, record_path)
-        write_json(state_path, {**record, "reused": True})
-        return {**record, "reused": True}
-    stop(workdir)  # another incarnation, or one started with other settings
+    me = owner()
+    if record and running(record):
+        if record.get("digest") == digest:
+            record = _join(record, record_path, me)
+            write_json(state_path, {**record, "reused": True})
+            return {**record, "reused": True}
+        others = [user for user in _live(record.get("users", [])) if not _same_invocation(user, me)]
+        if others:
+            raise ReproError(f"the model store (pid {record['process']['pid']}) runs with other settings for another "
+                             f"Snakemake invocation of this workflow (pid {others[0]['pid']}), which still runs: let "
+                             "it end first, or stop the store with `snakemake cluster_stop`")
+    _stop(workdir)  # another incarnation, or one started with other settings
     state_path = Path(state_path)
     state_path.parent.mkdir(parents=True, exist_ok=True)
     base = Path(settings["base_path"]).resolve()
@@ -87,24 +117,25 @@ def start(settings, state_path, workdir="."):
                        record_path.with_name("trims.pid"), log, resolve_device(server["device"]))
     record = {"process": processes.describe(pid, "model store"), "socket": str(socket_path), "base_path": str(base),
               **server, "digest": digest, "settings": settings, "log": str(log), "started_at": time.time(),
-              "owner": owner()}
+              "users": [me] if me else []}
     processes.write_record(record_path, record)
     write_json(state_path, record)
     return record
 
 
-def _adopt_if_orphaned(record, record_path):
-    """A running store whose owning invocation has gone (killed, so its end never came) becomes this
-    invocation's: it stops the store when it ends, instead of leaving it running unnoticed."""
-    me = owner()
-    previous = record.get("owner")
-    if me is None or _same_invocation(previous, me) or (previous and processes.matches(previous)):
+def _join(record, record_path, me):
+    """The running store's record with this invocation (`me`) among its users. A store no live
+    invocation uses (they were killed, so their end never came) is adopted: this invocation stops
+    it when it ends, instead of leaving it running unnoticed."""
+    users = record.get("users", [])
+    if me is None or any(_same_invocation(user, me) for user in users):
         return record
-    record = {**record, "owner": me}
+    live = _live(users)
+    if not live:
+        print(f"model store pid {record['process']['pid']} was left running by an invocation that has ended; "
+              f"this invocation (pid {me['pid']}) stops it when it ends", file=sys.stderr)
+    record = {**record, "users": [*live, me]}
     processes.write_record(record_path, record)
-    print(f"model store pid {record['process']['pid']} was left running by an invocation that has ended"
-          f"{' (pid ' + str(previous['pid']) + ')' if previous else ''}; this invocation (pid {me['pid']}) "
-          "stops it when it ends", file=sys.stderr)
     return record
 
 
@@ -142,6 +173,11 @@ def status(state, expected_digest):
 
 def stop(workdir="."):
     """Stop the store this workflow directory started, if it still runs; forget its record."""
+    with _locked(workdir):
+        return _stop(workdir)
+
+
+def _stop(workdir):
     record_path = _record_path(workdir)
     record = processes.read_record(record_path)
     if not record:
@@ -156,19 +192,25 @@ def stop(workdir="."):
     return stopped
 
 
-def stop_if_owned(invocation, workdir="."):
-    """At the end of the invocation `invocation` ('pid:start_ticks'): stop the store if that invocation
-    owns it (started or adopted it), so nothing stays running that the user did not start. A store
-    another invocation owns is left alone: that one may still be using it. The state file stays (the
-    next run that needs the store starts it again from it)."""
-    record = processes.read_record(_record_path(workdir))
-    if not record:
-        return False
-    if _same_invocation(record.get("owner"), owner(invocation)):
-        return stop(workdir)
-    previous = record.get("owner")
-    if processes.matches(record.get("process")) and not (previous and processes.matches(previous)):
-        print(f"repro: a model store (pid {record['process']['pid']}) left running by an invocation that has "
-              "ended still runs; the next TrIMS run adopts it, or stop it with `snakemake cluster_stop`",
-              file=sys.stderr)
-    return False
+def leave(invocation, workdir="."):
+    """At the end of the invocation `invocation` ('pid:start_ticks'): it no longer uses the store,
+    which stops if no other user still runs, so nothing stays running that the user did not start.
+    A store this invocation never used is left alone. The state file stays (the next run that needs
+    the store starts it again from it). Returns whether the store was stopped."""
+    with _locked(workdir):
+        record_path = _record_path(workdir)
+        record = processes.read_record(record_path)
+        if not record:
+            return False
+        me, users = owner(invocation), record.get("users", [])
+        if not any(_same_invocation(user, me) for user in users):
+            if processes.matches(record.get("process")) and not _live(users):
+                print(f"repro: a model store (pid {record['process']['pid']}) left running by an invocation that "
+                      "has ended still runs; the next TrIMS run adopts it, or stop it with `snakemake cluster_stop`",
+                      file=sys.stderr)
+            return False
+        others = [user for user in _live(users) if not _same_invocation(user, me)]
+        if others:  # still in use
+            processes.write_record(record_path, {**record, "users": others})
+            return False
+        return _stop(workdir)
