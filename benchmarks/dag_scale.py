@@ -38,7 +38,9 @@ rounds): 1.35x [1.30-1.40] the bare workflow at 999 jobs (CPU 1.34x [1.32-1.39])
 beyond noise; 1.59x [1.50-1.77] at 2,499 and 1.65x [1.49-1.91] at 4,995; 4.81, 3.73 and 3.65 ms
 per job (growth 0.78 and 0.76). With --goal-rounds 11 on an idle fresh clone (2026-12-02): 1.38x
 [1.29-1.50] at 999 jobs (CPU 1.37x [1.28-1.46]), 1.56x at 2,499 and 4,995; 4.98, 4.16 and 3.16
-ms per job (growth 0.84 and 0.64).
+ms per job (growth 0.84 and 0.64). Another (2026-12-02, idle fresh clone): 1.31x [1.28-1.36] at
+999 jobs (CPU 1.29x [1.27-1.35]), 1.54x at 2,499 and 1.69x at 4,995; 2.81, 2.31 and 2.21 ms per
+job (growth 0.82 and 0.79).
 
     python benchmarks/dag_scale.py [--jobs 1000 2500 5000] [--goal-rounds 11] [--rounds 5]
 """

@@ -88,7 +88,11 @@ environment with those three imports refused by a wrapper: 1.08x, against 1.25x)
 exceeds its wall time where numpy is imported: OpenBLAS starts a thread per core.
 With 40 rounds (the default since), two idle fresh clones on 2026-12-02: full dry-run 1.16x
 [1.14-1.22] and 1.26x [1.17-1.29] on the wall clock, 1.25x [1.22-1.27] and 1.34x [1.24-1.36] in
-CPU time (floors 1.50 and 1.41 s); the Snakemake-only row 1.10x and 1.11x.
+CPU time (floors 1.50 and 1.41 s); the Snakemake-only row 1.10x and 1.11x. A third (floor
+0.87 s): start-up 1.16x [1.14-1.19], full dry-run 1.24x [1.21-1.26], no-op 1.08x [1.06-1.10] on
+the wall clock; in CPU time 1.29x, 1.37x [1.34-1.39] and 1.21x. That CPU excess is OpenBLAS's
+threads: `python -c "import numpy"` takes 0.15 s of CPU for 0.10 s of wall time, and 0.08 s with
+OPENBLAS_NUM_THREADS=1.
 The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
 names, and validating; it is paid once per changed config (repro.checkedconfig).
 Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
