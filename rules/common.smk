@@ -32,7 +32,8 @@ from repro.rulesettings import (
 )
 from repro.wildcards import one_of
 
-INVOCATION = this_invocation(workflow.is_main_process)  # a model store user: repro.trims.service
+# this invocation, a model store user (repro.trims.service)
+INVOCATION = this_invocation(workflow.is_main_process)
 put_own_bin_first()  # the rules run `repro` from this environment, also when it is not on PATH
 BACKEND = config["backend"]
 CLUSTER_SETTINGS = cluster_settings(config)
