@@ -1,6 +1,7 @@
 """End-to-end tests of the Snakemake workflow on a tiny config: dry-run, a real run, partial reruns."""
 
 import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -270,6 +271,40 @@ def _job(invocation, words, ready=lambda: True, timeout=300):
     raise AssertionError(f"no {words!r} under snakemake within {timeout} s")
 
 
+def _hold(job):
+    """Suspend (SIGSTOP) a job and every process under it (the shell Snakemake runs and the command it
+    starts), the parent first so that it starts nothing unheld; the processes held."""
+    held = [job]
+    job.suspend()
+    while new := [child for child in job.children(recursive=True) if child not in held]:
+        for child in new:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.suspend()
+            held.append(child)
+    return held
+
+
+def _hold_outside_the_store_lock(invocation, words, workdir):
+    """A job of `invocation` held (`_hold`) at a moment it does not hold the model store's lock, which
+    another invocation's end would wait for."""
+    while True:
+        held = _hold(_job(invocation, words))
+        with open(runtime_dir(workdir) / "store.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released as the file closes
+                return held
+            except BlockingIOError:
+                pass
+        _release(held)
+        time.sleep(0.05)
+
+
+def _release(held):
+    for process in held:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.resume()
+
+
 def _finish(invocation):
     """Wait for a background invocation; its output and exit status."""
     output, _ = invocation.communicate(timeout=600)
@@ -306,19 +341,17 @@ def test_a_concurrent_invocation_leaves_the_model_store_of_another_running(workd
     b = _background(workdir, "cluster_start", *args)
     a = None
     with _stopping_on_failure(b):
-        b_job = _job(b, "cluster start")
-        b_job.suspend()
+        b_job = _hold(_job(b, "cluster start"))
         a = _background(workdir, "results/trims/runs/compare/squeezenet_1.1/report.json", *args)
         with _stopping_on_failure(a):
-            a_job = _job(a, "trims experiment compare")
-            a_job.suspend()
+            a_job = _hold_outside_the_store_lock(a, "trims experiment compare", workdir)
             record = _store_record(workdir)
             assert service.running(record)
-            b_job.resume()
+            _release(b_job)
             rc, output = _finish(b)
             assert rc == 0, output
             assert processes.matches(record["process"]), "the invocation that ended stopped another one's store"
-            a_job.resume()
+            _release(a_job)
             rc, output = _finish(a)
             assert rc == 0, output
     assert not processes.matches(record["process"])  # A, which started it, stopped it when it ended
@@ -365,8 +398,11 @@ def test_after_ctrl_c_during_trims_runs_only_the_unfinished_ones_are_redone(work
         _job(interrupted, "trims experiment compare", ready=lambda: any(p.exists() for p in reports.values()))
         done = [model for model, path in reports.items() if path.exists()]
         todo = next(model for model in reports if model not in done)
-        _job(interrupted, f"trims experiment compare {todo}")
+        # held, so that it cannot finish before the Ctrl-C reaches it
+        held = _hold_outside_the_store_lock(interrupted, f"trims experiment compare {todo}", workdir)
+        assert not reports[todo].exists()
         os.killpg(interrupted.pid, signal.SIGINT)
+        _release(held)
         _finish(interrupted)
     assert len(done) == 1 and not reports[todo].exists()
     assert not store_processes(workdir)
