@@ -47,7 +47,7 @@ def copy_workflow(target):
     return target
 
 
-def _ctrl_c_heard():
+def ctrl_c_heard():
     """In the child before it starts: SIGINT does what it does at a terminal, also where the tests
     themselves run with it ignored (started in the background by a shell, `cmd &`, which passes
     that on to every program it starts)."""
@@ -60,7 +60,7 @@ def run_stopped_as_by_ctrl_c(command, timeout, **popen):
     the whole group, so Snakemake and its jobs clean up, and SIGKILL only if it still runs after
     STOP_GRACE_S. subprocess.run would SIGKILL the program alone and leave its jobs running."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_ctrl_c_heard, **popen)
+                            start_new_session=True, preexec_fn=ctrl_c_heard, **popen)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except BaseException:
