@@ -12,7 +12,6 @@ from repro.rulefunctions import (
     output_dir,
     per_mode,
     stop_trims_store,
-    this_invocation,
     untracked,
 )
 from repro.rulesettings import (
@@ -30,6 +29,7 @@ from repro.rulesettings import (
     trims_models,
     trims_store_settings,
 )
+from repro.trims.service import this_invocation
 from repro.wildcards import one_of
 
 # this invocation, a model store user (repro.trims.service)

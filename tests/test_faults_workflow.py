@@ -242,10 +242,8 @@ def test_parallel_status_checks_start_one_store(tmp_path, monkeypatch):
 
 
 def test_the_main_snakemake_process_is_an_invocation_of_its_own(monkeypatch):
-    from repro.rulefunctions import this_invocation
-
     monkeypatch.setenv(service.INVOCATION_VARIABLE, "1:1")  # inherited from an outer invocation's job
-    assert this_invocation(main_process=False) == "1:1"  # a job's process belongs to the outer one
-    mine = this_invocation(main_process=True)  # a snakemake started inside a job: its own
+    assert service.this_invocation(main_process=False) == "1:1"  # a job's process belongs to the outer one
+    mine = service.this_invocation(main_process=True)  # a snakemake started inside a job: its own
     assert mine != "1:1" and service.owner(mine)["pid"] == os.getpid()
     assert processes.matches(service.owner(mine))

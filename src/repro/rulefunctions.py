@@ -152,26 +152,6 @@ def all_targets(config, report):
     )
 
 
-INVOCATION_VARIABLE = "REPRO_INVOCATION"  # repro.trims.service.INVOCATION_VARIABLE
-
-
-def this_invocation(main_process):
-    """This Snakemake invocation, as 'pid:start_ticks' of its main process. The main process
-    (`main_process`: Snakemake's workflow.is_main_process) sets it in its environment when it parses
-    the Snakefile, replacing any value it inherited (a snakemake run inside a job is an invocation of
-    its own); every job, and every Snakemake process spawned for a job (which parses the Snakefile
-    again), inherits that value. The model store lists the invocations that use it."""
-    value = os.environ.get(INVOCATION_VARIABLE)
-    if main_process or not value:
-        try:
-            with open("/proc/self/stat") as fh:
-                ticks = fh.read().rsplit(")", 1)[1].split()[19]
-        except (OSError, IndexError):
-            ticks = "0"
-        value = os.environ[INVOCATION_VARIABLE] = f"{os.getpid()}:{ticks}"
-    return value
-
-
 def stop_trims_store(invocation):
     """At the end of an invocation (Snakemake's onsuccess and onerror): it leaves the TrIMS model
     store, which stops unless another invocation still uses it (repro.trims.service, imported only then)."""

@@ -215,15 +215,6 @@ def _store_state(path):
     return state
 
 
-def _running_store(path):
-    """The store the state `path` describes, started again if it no longer runs (after an interrupted
-    invocation, or `snakemake cluster_stop`)."""
-    from repro.trims import service
-
-    _store_state(path)
-    return service.ensure(path)
-
-
 def _store_start(args):
     from repro.trims import service
 
@@ -256,17 +247,19 @@ def _fetch(args):
 
 
 def _experiment_compare(args):
+    from repro.trims import service
     from repro.trims.experiments import run_compare
 
-    store = _running_store(args.store)
+    store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
     run_compare(args.model, args.settings, store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
 
 
 def _experiment_distribution(args):
+    from repro.trims import service
     from repro.trims.experiments import run_distribution
 
-    store = _running_store(args.store)
+    store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
     run_distribution(args.distribution, args.params, args.concurrency, args.settings, args.models,
                      store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")

@@ -3,7 +3,7 @@ private runtime directory keyed by the workflow directory (even after `rm -rf re
 stopped when the last invocation that used it ends (or by `snakemake cluster_stop`).
 
 "An invocation" is a main Snakemake process: the Snakefile puts its identity in the environment
-($REPRO_INVOCATION, repro.rulefunctions.this_invocation), every job inherits it, and the store's
+($REPRO_INVOCATION, `this_invocation`), every job inherits it, and the store's
 record lists the invocations that use it (`users`). An invocation that ends stops the store only
 if no other user still runs; one that never used it leaves it alone. A store whose users have all
 gone (killed, so their end never came) is adopted by the next invocation that uses it, which then
@@ -31,6 +31,19 @@ from repro.rulesettings import settings_digest
 
 RECORD = "store.json"
 INVOCATION_VARIABLE = "REPRO_INVOCATION"
+
+
+def this_invocation(main_process):
+    """This Snakemake invocation, as 'pid:start_ticks' of its main process. The main process
+    (`main_process`: Snakemake's workflow.is_main_process) sets it in its environment when it parses
+    the Snakefile, replacing any value it inherited (a snakemake run inside a job is an invocation of
+    its own); every job, and every Snakemake process spawned for a job (which parses the Snakefile
+    again), inherits that value."""
+    value = os.environ.get(INVOCATION_VARIABLE)
+    if main_process or not value:
+        me = processes.describe(os.getpid(), "snakemake invocation")
+        value = os.environ[INVOCATION_VARIABLE] = f"{me['pid']}:{me['start_ticks']}"
+    return value
 
 
 def owner(value=None):
