@@ -268,6 +268,24 @@ def _config_check(args):
           f"{len(config['pecan']['experiments'])} experiments)")
 
 
+def _doctor_command(sub):
+    doctor = sub.add_parser("doctor", help="check what a Snakemake profile needs before Snakemake starts with it: "
+                            "its plugins (extras), the environment variables it names, Google credentials")
+    doctor.add_argument("--profile", required=True, help="the profile directory, as given to snakemake --profile")
+    doctor.set_defaults(func=_doctor)
+
+
+def _doctor(args):
+    from repro.doctor import check_profile
+
+    problems, summary = check_profile(args.profile)
+    for problem in problems:
+        print(f"repro: error: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    print(summary)
+
+
 def _imported_group(module):
     """A command group that `module`'s add_commands adds, imported only when the group is built."""
     return lambda sub: importlib.import_module(module).add_commands(sub)
@@ -275,7 +293,7 @@ def _imported_group(module):
 
 # the command groups, each added by a function that imports what only its commands need
 COMMAND_GROUPS = {"trace": _trace_commands, "cluster": _cluster_commands, "provenance": _provenance_command,
-                  "config": _config_command,
+                  "config": _config_command, "doctor": _doctor_command,
                   "pecan": _imported_group("repro.pecan.cli"), "trims": _imported_group("repro.trims.cli")}
 
 

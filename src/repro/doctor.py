@@ -1,0 +1,139 @@
+"""What a Snakemake profile needs before Snakemake starts with it: the plugins it names (the
+package's extras), the environment variables its values name, and credentials where it uses
+Google's services.
+
+Snakemake creates its default storage's client before it reads the Snakefile, so with
+`default-storage-provider: gcs` and no credentials it ends in google-auth's DefaultCredentialsError
+traceback before the workflow can check anything; `repro doctor --profile DIR` names what is
+missing in one line each instead.
+"""
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from repro.errors import ReproError, invalid_yaml
+
+# the executors and storage providers of pyproject.toml's extras: (kind, name) -> extra
+PLUGIN_EXTRAS = {
+    ("executor", "googlebatch"): "googlebatch",
+    ("executor", "slurm"): "slurm",
+    ("executor", "cluster-generic"): "slurm",
+    ("storage", "gcs"): "gcs",
+}
+BUILTIN_EXECUTORS = {"local", "dryrun", "touch"}
+GOOGLE_PLUGINS = {("executor", "googlebatch"), ("storage", "gcs")}
+# as os.path.expandvars, which Snakemake applies to a profile's values, finds them
+_ENV_VAR = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+NO_CREDENTIALS = ("no Google credentials: application default credentials not found (run `gcloud auth "
+                  "application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a key file; on Google Cloud "
+                  "they come from the metadata server); for tests against gcp-storage-emulator set STORAGE_EMULATOR_HOST")
+
+
+def profile_file(directory):
+    """The profile's config file, as Snakemake 9 picks it (config.v8+.yaml before config.yaml)."""
+    directory = Path(directory)
+    for name in ("config.v8+.yaml", "config.yaml"):
+        if (directory / name).is_file():
+            return directory / name
+    raise ReproError(f"{directory}: not a Snakemake profile (expected a directory with config.yaml)")
+
+
+def read_profile(directory):
+    path = profile_file(directory)
+    try:
+        with path.open(encoding="utf-8") as stream:
+            profile = yaml.safe_load(stream)
+    except yaml.YAMLError as exc:
+        raise invalid_yaml(path, exc) from None
+    if not isinstance(profile, dict):
+        raise ReproError(f"{path}: expected a mapping of Snakemake options")
+    return path, profile
+
+
+def plugins(profile):
+    """(kind, name, option) for the executor and default storage the profile names."""
+    found = []
+    executor = profile.get("executor")
+    if executor and str(executor) not in BUILTIN_EXECUTORS:
+        found.append(("executor", str(executor), "executor"))
+    storage = profile.get("default-storage-provider")
+    if storage:
+        found.append(("storage", str(storage), "default-storage-provider"))
+    return found
+
+
+def missing_plugins(path, profile):
+    problems = []
+    for kind, name, option in plugins(profile):
+        module = f"snakemake_{kind}_plugin_{name.replace('-', '_')}"
+        try:
+            installed = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            installed = False
+        if not installed:
+            extra = PLUGIN_EXTRAS.get((kind, name))
+            how = (f"the '{extra}' extra (pip install -e '.[{extra}]')" if extra
+                   else f"snakemake-{kind}-plugin-{name} (pip install snakemake-{kind}-plugin-{name})")
+            problems.append(f"{path}: {option}: {name} needs {how}")
+    return problems
+
+
+def unset_variables(path, profile, environ=os.environ):
+    """One problem per environment variable that the profile's values name and that is not set."""
+    unset = {}
+
+    def walk(value, key):
+        if isinstance(value, dict):
+            for child, item in value.items():
+                walk(item, f"{key}.{child}" if key else str(child))
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, key)
+        elif isinstance(value, str):
+            for match in _ENV_VAR.finditer(value):
+                name = match.group(1) or match.group(2)
+                if name not in environ:
+                    unset.setdefault(name, []).append(key)
+
+    walk(profile, "")
+    return [f"{path}: environment variable ${name} is not set (used by {', '.join(keys)})" for name, keys in unset.items()]
+
+
+def missing_credentials(environ=os.environ):
+    """None where Google's client libraries will find credentials (or an emulator stands in for
+    the bucket), else the one-line reason."""
+    if environ.get("STORAGE_EMULATOR_HOST"):
+        return None
+    try:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+    except ModuleNotFoundError:  # the plugin is missing too, and named
+        return None
+    try:
+        google.auth.default()
+    except DefaultCredentialsError as exc:
+        if environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+            return f"GOOGLE_APPLICATION_CREDENTIALS: {' '.join(str(exc).split())}"
+        return NO_CREDENTIALS
+    return None
+
+
+def check_profile(directory):
+    """Every problem found, one line each (empty: the profile can start), and a summary of it."""
+    path, profile = read_profile(directory)
+    problems = missing_plugins(path, profile) + unset_variables(path, profile)
+    used = {(kind, name) for kind, name, _ in plugins(profile)}
+    if used & GOOGLE_PLUGINS:
+        missing = missing_credentials()
+        if missing:
+            problems.append(f"{path}: {missing}")
+    names = [f"{kind} {name}" for kind, name, _ in plugins(profile)] or ["local execution"]
+    summary = f"{path}: ok ({', '.join(names)})"
+    if used & GOOGLE_PLUGINS and os.environ.get("STORAGE_EMULATOR_HOST"):
+        summary += (f"; storage goes to the emulator at {os.environ['STORAGE_EMULATOR_HOST']}, credentials not checked "
+                    "(a dry-run only: Batch jobs cannot reach it)")
+    return problems, summary
