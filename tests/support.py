@@ -88,7 +88,11 @@ def snakemake(workdir, *args, cores=2, check=True, timeout=600, env=None):
 
 def planned_jobs(workdir, *args, env=None):
     """The jobs a dry-run would execute, as 'rule' or 'rule[wildcard values]' strings."""
-    out = snakemake(workdir, "--dry-run", *args, env=env).stdout
+    return jobs_in_plan(snakemake(workdir, "--dry-run", *args, env=env).stdout)
+
+
+def jobs_in_plan(out):
+    """The jobs in a dry-run's output, as planned_jobs gives them."""
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         match = re.match(r"(?:local)?rule (\w+):", block)

@@ -1,6 +1,8 @@
-"""The conda environment pins the same versions as pyproject.toml, the one place they are set;
-settings that need an extra say which one when it is not installed."""
+"""The conda environment pins the same versions as pyproject.toml, the one place they are set; the
+extras install together; settings that need an extra say which one when it is not installed."""
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -31,6 +33,60 @@ def test_envs_mirror_pyproject_pins():
         listed = pins(line for line in pip if re.fullmatch(PIN, line))
         assert required.items() <= listed.items(), f"{env_file.name} disagrees with pyproject.toml's dependencies"
         assert listed.items() <= known.items(), f"{env_file.name} pins what pyproject.toml does not, or otherwise"
+
+
+def test_extras_that_share_a_package_pin_it_alike():
+    """An extra cannot name another, so one that needs another's packages repeats their pins."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    seen = {}
+    for extra, requirements in project["optional-dependencies"].items():
+        for name, version in pins(requirements).items():
+            other, pinned = seen.setdefault(name, (extra, version))
+            assert pinned == version, f"pyproject.toml: {name} is {pinned} in '{other}' but {version} in '{extra}'"
+
+
+EXTRA_NAMES = re.compile(r"\.\[([\w,-]+)\]")  # .[gcs] or .[ssh,gcs], as the documents write an install
+
+
+def documented_extras():
+    """Every combination of extras the README, docs/ and the CI and Makefile installs name."""
+    texts = [REPO / "README.md", REPO / "Makefile", REPO / ".ci" / "run", *sorted((REPO / "docs").glob("*.md"))]
+    return {tuple(match.group(1).split(",")) for path in texts if path.exists()
+            for match in EXTRA_NAMES.finditer(path.read_text())}
+
+
+def test_documented_extras_exist():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    combinations = documented_extras()
+    assert ("googlebatch",) in combinations
+    for combination in combinations:
+        assert set(combination) <= set(extras), f"documented extras {combination}: pyproject.toml has {sorted(extras)}"
+
+
+@pytest.mark.registry
+def test_every_extra_installs_together(tmp_path):
+    """pip resolves the package with all of its extras at once against the registry (a dry run:
+    nothing is installed). A set of pins that resolves together resolves in every combination, so
+    this covers each combination that documented_extras finds. Where the registry cannot be reached
+    the test is skipped, unless REPRO_REQUIRE_REGISTRY=1 (as in CI)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = ",".join(project["optional-dependencies"])
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                           "--report", str(report), "-e", f"{REPO}[{extras}]"], capture_output=True, text=True,
+                          timeout=600)
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0 and "ResolutionImpossible" not in output and "conflicting dependencies" not in output:
+        if os.environ.get("REPRO_REQUIRE_REGISTRY") != "1":
+            pytest.skip(f"the package registry is not reachable: {output.strip().splitlines()[-1:]}")
+    assert proc.returncode == 0, f"pip cannot install .[{extras}] together:\n{output[-3000:]}"
+    resolved = {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+                for item in json.loads(report.read_text())["install"]}
+    wanted = pins(project["dependencies"])
+    for requirements in project["optional-dependencies"].values():
+        wanted.update(pins(requirements))
+    for name, version in wanted.items():
+        assert resolved.get(name.replace("_", "-")) == version, f"{name}: pinned {version}, resolved {resolved.get(name)}"
 
 
 # Run in a child interpreter whose imports cannot find the extra's module, as on an install without it.

@@ -1,18 +1,22 @@
-"""The README is executable: every command in its shell blocks runs, as written, in a fresh copy of
-the workflow, in order (later commands see what earlier ones built).
+"""The README is executable: every command in its shell blocks, and then in those of docs/*.md (in
+name order), runs as written in a fresh copy of the repository, in order (later commands see what
+earlier ones built).
 
 Snakemake commands get the tiny test config through a Snakemake profile named by SNAKEMAKE_PROFILE
 (the commands themselves are not changed). A block may be marked in the README, on the line before
 it, with `<!-- readme-test: dry-run: REASON -->` (it needs a cluster, a GPU or minutes of work)
 or `<!-- readme-test: tfdata: REASON -->` (the same, and without the 'tfdata' extra it must fail naming it):
-its commands are then only checked to plan (`snakemake --dry-run`, `make -n`) or to parse (the
-`repro` argument parser, `bash -n`).
+its commands are then only checked to plan (`snakemake --dry-run`, `make -n`), to resolve
+(`pip install --dry-run`, against the package registry) or to parse (the `repro` argument parser,
+`bash -n`).
 """
 
 import importlib.util
+import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -46,6 +50,12 @@ def readme_commands(text):
     return commands
 
 
+def documented_commands():
+    """(command, mode, reason, document) for the README's commands, then those of docs/*.md."""
+    documents = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [(*command, path.relative_to(REPO)) for path in documents for command in readme_commands(path.read_text())]
+
+
 def test_the_readme_parser_finds_marked_and_plain_blocks():
     text = ("x\n```sh\nmake fig8    # a comment\nsnakemake a \\\n  --cores 1\n```\n"
             "<!-- readme-test: dry-run: needs SLURM -->\n```sh\n# a comment line\nsnakemake --profile p\n```\n")
@@ -62,6 +72,8 @@ def _checked(command):
         return command + " --dry-run"
     if words[0] == "make":
         return "make -n " + " ".join(shlex.quote(w) for w in words[1:])
+    if words[:2] == ["pip", "install"]:  # resolved, nothing installed
+        return "pip install --dry-run " + " ".join(shlex.quote(w) for w in words[2:])
     if words[0] in _PARSERS:
         return f"{shlex.quote(sys.executable)} -c {shlex.quote(_PARSERS[words[0]])} " + " ".join(
             shlex.quote(w) for w in words[1:])
@@ -74,11 +86,36 @@ _PARSERS = {
 }
 
 
+def test_a_documented_pip_install_is_resolved_instead():
+    assert _checked("pip install -e '.[googlebatch]'") == "pip install --dry-run -e '.[googlebatch]'"
+
+
+@pytest.mark.registry
+def test_the_documented_installs_resolve_as_written():
+    """Each `pip install` line of the README and docs/, as pip resolves it in this environment (with
+    --dry-run: nothing changes here), and with every extra it names. The rest of
+    test_every_readme_command_runs_as_written does the same, among every other command, in its copy."""
+    installs = {}  # each command once, with the first document that gives it
+    for command, _mode, _reason, document in documented_commands():
+        if command.startswith("pip install"):
+            installs.setdefault(command, document)
+    assert any("[googlebatch]" in command for command in installs)
+    for command, document in installs.items():
+        proc = subprocess.run(["bash", "-c", _checked(command)], capture_output=True, text=True, cwd=REPO, timeout=600,
+                              env=path_env())
+        output = proc.stdout + proc.stderr
+        if proc.returncode != 0 and "ResolutionImpossible" not in output and os.environ.get("REPRO_REQUIRE_REGISTRY") != "1":
+            pytest.skip(f"the package registry is not reachable: {output.strip().splitlines()[-1:]}")
+        why = [line for line in output.splitlines() if "ERROR" in line or "does not provide the extra" in line]
+        assert proc.returncode == 0 and "does not provide the extra" not in output, (
+            f"{document}: {command} does not install:\n" + "\n".join(why or output[-3000:].splitlines()))
+
+
 @pytest.fixture
 def fresh_copy(tmp_path):
     """The repository as a user clones it (without results), sharing this environment's virtualenv."""
     work = copy_workflow(tmp_path / "repo")
-    for item in ("Makefile", "pyproject.toml", "README.md", "benchmarks"):
+    for item in ("Makefile", "pyproject.toml", "README.md", "docs", "src", "benchmarks"):
         source = REPO / item
         (shutil.copytree if source.is_dir() else shutil.copy2)(source, work / item)
     stamp = BIN / "repro"
@@ -96,11 +133,11 @@ def fresh_copy(tmp_path):
 @pytest.mark.workflow
 def test_every_readme_command_runs_as_written(fresh_copy):
     work, profile = fresh_copy
-    commands = readme_commands((REPO / "README.md").read_text())
+    commands = documented_commands()
     env = path_env(SNAKEMAKE_PROFILE=str(profile), HOME=str(work.parent / "home"))
     (work.parent / "home").mkdir()
     ran, checked = [], []
-    for command, mode, _reason in commands:
+    for command, mode, _reason, document in commands:
         if command.startswith("make test"):
             mode = "dry-run"  # this test runs inside it
         script = command if mode == "run" else _checked(command)
@@ -110,10 +147,11 @@ def test_every_readme_command_runs_as_written(fresh_copy):
         if mode == "tfdata" and TFDATA_MISSING:  # the documented refusal, naming the extra
             assert proc.returncode != 0 and "needs the 'tfdata' extra" in proc.stdout + proc.stderr, command
         else:
-            assert proc.returncode == 0, (f"README command failed ({mode}): {command}\n"
+            assert proc.returncode == 0, (f"{document} command failed ({mode}): {command}\n"
                                           f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+            assert "does not provide the extra" not in proc.stderr, f"{document}: {command}: {proc.stderr[-2000:]}"
         (ran if mode == "run" else checked).append(command)
-    print(f"README: {len(ran)} commands run, {len(checked)} checked by dry-run/parse only")
+    print(f"README and docs/: {len(ran)} commands run, {len(checked)} checked by dry-run/parse only")
     assert len(ran) >= 10 and (work / "plots" / "fig8_ResNet50_v2-8.pdf").exists()
     assert (work / "report.html").stat().st_size > 100_000
 
