@@ -12,35 +12,16 @@ CPU seconds. Goals: at most 1.5x the bare workflow at 1,000 jobs, and growing li
 5,000 (the growth column, x time / x jobs against the first size, near 1 or below). Each size's
 config is validated and kept before the timed runs.
 
-Measured 2026-12-01 on 2 shared cores (--rounds 5, load 1.4-1.5 from other work): 1.43x
-[1.23-1.49] the bare workflow at 999 jobs (CPU 1.42x [1.22-1.42]), 1.71x [1.56-1.83] at 2,499 and
-1.78x [1.60-1.98] at 4,995, 4.5, 3.8 and 3.2 ms per job, growing slower than the number of jobs
-(0.72); the 1,000-job goal is met, by little (at load 2.8-4.2 the same run gave 1.58x
-[1.18-1.83], undecided). The ratio rises with the size
-because the bare workflow's fixed start-up weighs less per job as it grows: the ratio tends to the
-ratio of the per-job costs. The rest is Snakemake's per-job work on these jobs rather than the
-rules' Python (cProfile: the rules' input and params functions take about 0.02 s of a 1,000-job
-dry-run): a job here has several inputs and outputs (a run: 4 and 4), a log, resources, a
-benchmark file and a conda environment where the bare job has one output. What was the project's
-own is cut: the rules' input and params functions (their signature, which Snakemake inspects
-several times per job, is inspected once: per_job in repro.rulefunctions), the nbformat import that
-`script:` rules cost, and the wildcard constraints' cost with the number of experiments: they
-list the configured names as a trie (repro.wildcards), which compiles in a third of the time of
-a flat alternation and matches in the name's length (16 patterns with 416 experiments: 0.05 s
-against 0.15 s to compile). Since then: the inputs every run and status check shares (the cluster
-state, the calibrations) name their rules' outputs (rules.X.output), so Snakemake takes the
-producer directly instead of matching the path against every rule's outputs at each job (it
-does so only for outputs without wildcards). Then the Snakefile's gc.freeze (see
-benchmarks/workflow.py), counted with callgrind at 999 jobs: 12.61 to 12.40 billion instructions
-against the bare workflow's 8.16 (1.545x to 1.519x); with a raised collection threshold besides,
-12.33 (1.510x; not kept). Timed after it on an idle fresh clone (2026-12-01, load 1.1-1.7, 5
-rounds): 1.35x [1.30-1.40] the bare workflow at 999 jobs (CPU 1.34x [1.32-1.39]), the goal met
-beyond noise; 1.59x [1.50-1.77] at 2,499 and 1.65x [1.49-1.91] at 4,995; 4.81, 3.73 and 3.65 ms
-per job (growth 0.78 and 0.76). With --goal-rounds 11 on an idle fresh clone (2026-12-02): 1.38x
-[1.29-1.50] at 999 jobs (CPU 1.37x [1.28-1.46]), 1.56x at 2,499 and 4,995; 4.98, 4.16 and 3.16
-ms per job (growth 0.84 and 0.64). Another (2026-12-02, idle fresh clone): 1.31x [1.28-1.36] at
-999 jobs (CPU 1.29x [1.27-1.35]), 1.54x at 2,499 and 1.69x at 4,995; 2.81, 2.31 and 2.21 ms per
-job (growth 0.82 and 0.79).
+The ratio rises with the size because the bare workflow's fixed start-up weighs less per job as
+it grows: it tends to the ratio of the per-job costs. What remains is Snakemake's per-job work on
+these larger jobs (a run has 4 inputs and 4 outputs, a log, resources, a benchmark file and a
+conda environment); the rules' input and params functions take about 0.02 s of a 1,000-job
+dry-run (cProfile). The project's own per-job costs are cut: signatures inspected once (per_job
+in repro.rulefunctions), no `script:` rules, inputs shared by every run named as their rules'
+outputs (rules.X.output, so Snakemake takes the producer without matching the path), wildcard
+constraints as a trie (repro.wildcards: 16 patterns for 416 experiments compile in 0.05 s
+against 0.15 s flat), and the Snakefile's gc.freeze (12.61 to 12.40 billion instructions at 999
+jobs). The latest results are in docs/BENCHMARKS.md.
 
     python benchmarks/dag_scale.py [--jobs 1000 2500 5000] [--goal-rounds 11] [--rounds 5]
 """

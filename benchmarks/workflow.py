@@ -24,80 +24,20 @@ the CPU-bound work (it leaves out waiting on files, which a dry-run hardly does)
 Run it from the default install (`make setup`): extras such as [slurm] or [gcs] add their
 plugins' import time to every start. Goals: start-up and dry-run <= 1.3x the floor, no-op <= 1.5x.
 
-Measured 2026-12-01 on 2 shared cores, --rounds 15 at load 1.4-1.8 from other work (floor 1.24 s
-wall, 1.21 s CPU), wall ratios, median [95% interval]: start-up 1.12x [1.07-1.22], full dry-run
-1.41x [1.29-1.53] (CPU 1.51x [1.36-1.66]), no-op rerun 1.20x [1.13-1.38], config validated afresh
-1.50x [1.32-1.56], the bare workflow with the dry-run's 83 jobs 1.20x [1.15-1.35]. Instructions
-(--rounds 0 --instructions, load 3-5): floor 2.86 billion; start-up 1.13x, full dry-run 1.53x
-(missed beyond doubt), no-op 1.31x, config validated afresh 1.64x, bare 83 jobs 1.27x. Where the
-full dry-run's 1.52 billion instructions over the floor go (callgrind, one run each):
-  - this environment, 0.37 billion (the start-up row): numpy and Pillow are installed (the package
-    needs them), and Snakemake's own yte and docutils import them at every start (yte's value
-    handler imports numpy, about 0.14 s with -X importtime);
-  - the workflow's definition, 0.43 billion (`snakemake -n cluster_stop`, one job, over the
-    start-up): parsing the Snakefile and 8 rule files, Snakemake reading config/config.yaml with
-    the pure-Python YAML loader (about 0.04 s), defining 24 rules, the package modules the rules import (about
-    0.015 s with -X importtime), the workflow profile (profiles/default makes Snakemake parse its
-    arguments twice: 0.03 billion, 1%); the config check itself reuses its kept result (0.002 s);
-  - the other 82 jobs, 0.72 billion, 8.8 million each where a bare job costs 4.9 million (the bare
-    workflow's row): Snakemake's work on larger jobs (several inputs and outputs, a log, resources,
-    a conda environment, a shell command formatted three times per job in a dry-run); the rules'
-    own input and params functions take under 0.01 s of it (cProfile).
-Since then (callgrind as --instructions counts, `python -m snakemake` run once each with
-PYTHONHASHSEED=0 and the bytecode cache on, 2026-12-01 at load 3-4): floor 2.86 billion, start-up
-1.13x, bare 83 jobs 1.27x, full dry-run 1.524x before and 1.506x after these cuts (4.354 to 4.303
-billion; about 1.51x with the version check kept, as below): the rules' input and params functions
-and the targets moved from rules/common.smk and the rule files' lambdas into repro.rulefunctions
-(0.026 billion: Snakemake parses the rule files at every start, about 50,000 instructions a token,
-where an imported module is compiled once), a Snakemake version check without importing packaging
-(0.012 billion; not kept: the Snakefile uses Snakemake's own min_version); and the package's modules
-read from the bytecode cache rather than compiled at every start (0.03 billion, which the benchmark
-counted before: this environment sets PYTHONDONTWRITEBYTECODE). The definition is now 0.37 billion
-over the start-up (`-n cluster_stop`): parsing the Snakefile and the rule files 0.16 (24 rules, 2.3
-million for even a minimal one), Snakemake's config YAML read 0.08 (its comments 0.02), defining the
-rules 0.07, the package imports 0.02. The other 82 jobs cost 8.6 million each against 4.9 million
-for a bare job: Snakemake's per-job work, building the DAG 0.16 billion over the bare workflow's and
-logging the jobs 0.12. Taking one directive out of every rule (parsing included) saves: log 0.045,
-params 0.05, resources 0.025, the shell commands' formatting 0.033, conda 0.001; printshellcmds:
-false saves nothing (the job's log record formats the command whether or not it is printed). The
-goal of 1.3x is out of reach without changing the environment or the jobs: the bare workflow with as
-many jobs is 1.27x by itself.
-Then the Snakefile freezes what is built before it is read (gc.freeze): the cyclic garbage
-collector no longer walks the modules Snakemake and the package imported at each of its full
-collections. Full dry-run 4.314 to 4.141 billion (1.509x to 1.449x the floor; with the collector
-disabled instead, 4.265); a threshold raised besides saves 0.003 more, not kept. The rest of the
-gap is the environment, Snakemake's reading of the workflow and its per-job work, as above.
-Measured after it on an idle fresh clone (2026-12-01, 15 rounds, load 1.1-1.7, floor 1.51 s wall,
-1.48 s CPU): start-up 1.15x [1.12-1.26] (CPU 1.24x [1.19-1.31]), full dry-run 1.24x [1.09-1.34]
-(CPU 1.27x [1.19-1.41]: undecided), no-op rerun 1.08x [1.02-1.13], the bare workflow with as many
-jobs 1.26x, and the full dry-run 0.94x [0.90-1.03] that bare workflow (which pays the collector's
-walks). Instructions on the same clone: floor 2.85 billion; start-up 1.13x, full dry-run 1.45x
-(missed), no-op 1.23x, config validated afresh 1.53x, bare 83 jobs 1.27x.
-On 2026-12-02, with the Snakemake-only row (idle fresh clone, 25 rounds, load 1.1-1.4, floor 1.56 s
-wall, 1.51 s CPU): start-up 1.10x [1.09-1.17] (CPU 1.18x [1.15-1.21]), full dry-run 1.23x
-[1.13-1.29] (CPU 1.29x [1.22-1.35]: ok on the wall clock, undecided in CPU time), no-op rerun 1.02x
-[0.96-1.12], the bare workflow with as many jobs 1.21x; the same full dry-run from the
-Snakemake-only virtualenv 1.06x [0.99-1.10] (CPU 1.06x [1.00-1.09]). Instructions on the same clone
-(at load 3, which they do not feel): floor 2.86 billion; start-up 1.13x, full dry-run 1.45x, no-op
-rerun 1.23x, bare 83 jobs 1.27x, the full dry-run from the Snakemake-only virtualenv 1.32x: the
-floor's time holds more than instructions (loading shared libraries, page faults), so its wall
-ratios are lower than its instruction ratios. The workflow itself is within
-the goal; what this environment adds, numpy, Pillow and Pygments imported by Snakemake's own report
-module (yte and docutils) at every start, takes it to the edge (the same dry-run in this
-environment with those three imports refused by a wrapper: 1.08x, against 1.25x). Its CPU time
-exceeds its wall time where numpy is imported: OpenBLAS starts a thread per core.
-With 40 rounds (the default since), two idle fresh clones on 2026-12-02: full dry-run 1.16x
-[1.14-1.22] and 1.26x [1.17-1.29] on the wall clock, 1.25x [1.22-1.27] and 1.34x [1.24-1.36] in
-CPU time (floors 1.50 and 1.41 s); the Snakemake-only row 1.10x and 1.11x. A third (floor
-0.87 s): start-up 1.16x [1.14-1.19], full dry-run 1.24x [1.21-1.26], no-op 1.08x [1.06-1.10] on
-the wall clock; in CPU time 1.29x, 1.37x [1.34-1.39] and 1.21x. That CPU excess is OpenBLAS's
-threads: `python -c "import numpy"` takes 0.15 s of CPU for 0.10 s of wall time, and 0.08 s with
-OPENBLAS_NUM_THREADS=1.
-The config validated afresh adds 0.30 billion: importing jsonschema and the registries the schema
-names, and validating; it is paid once per changed config (repro.checkedconfig).
-Every rule runs a `repro` command (`shell:`): a `script:` rule would make Snakemake read its script
-and import nbformat (and jsonschema with it) to tell the script's language, once per invocation
-that plans one.
+Where the full dry-run's cost over the floor goes, and what each cut it saved (callgrind):
+  - the environment: Snakemake's report module (yte, docutils) imports numpy, Pillow and Pygments
+    at every start, and numpy's OpenBLAS starts a thread per core (its CPU time exceeds its wall
+    time); with those imports refused the dry-run is 1.08x the floor, against 1.25x;
+  - reading the workflow: Snakemake parses the Snakefile and rule files at every start, about
+    50,000 instructions a token, so the rules' functions live in repro.rulefunctions (compiled
+    once; 0.026 billion of the floor's 2.86); the config check is kept (validating afresh adds
+    0.30 billion, repro.checkedconfig); the Snakefile's gc.freeze keeps the collector off the
+    modules imported before it (full dry-run 4.31 to 4.14 billion); every rule is `shell:`, since
+    a `script:` rule makes Snakemake import nbformat to tell the script's language;
+  - the jobs: Snakemake's own per-job work, 8.6 million instructions a job against 4.9 million
+    for a bare one (several inputs and outputs, a log, resources, a conda environment); the bare
+    workflow with as many jobs is 1.27x the floor by itself.
+The latest results are in docs/BENCHMARKS.md.
 
     python benchmarks/workflow.py [--rounds 40] [--instructions]
 """

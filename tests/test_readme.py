@@ -1,14 +1,14 @@
-"""The README is executable: every command in its shell blocks, and then in those of docs/*.md (in
-name order), runs as written in a fresh copy of the repository, in order (later commands see what
-earlier ones built).
+"""The documentation is executable: every command in the shell blocks of README.md, config/README.md
+and docs/*.md (DOCUMENTS, in that order) runs, as written, in a fresh copy of the workflow, in
+order (later commands see what earlier ones built).
 
 Snakemake commands get the tiny test config through a Snakemake profile named by SNAKEMAKE_PROFILE
-(the commands themselves are not changed). A block may be marked in the README, on the line before
+(the commands themselves are not changed). A block may be marked in a document, on the line before
 it, with `<!-- readme-test: dry-run: REASON -->` (it needs a cluster, a GPU or minutes of work)
 or `<!-- readme-test: tfdata: REASON -->` (the same, and without the 'tfdata' extra it must fail naming it):
 its commands are then only checked to plan (`snakemake --dry-run`, `make -n`), to resolve
 (`pip install --dry-run`, against the package registry) or to parse (the `repro` argument parser,
-`bash -n`).
+`bash -n`). The commands only checked are printed with their reasons.
 """
 
 import importlib.util
@@ -36,12 +36,23 @@ MODES = ("dry-run", "tfdata")
 TFDATA_MISSING = importlib.util.find_spec("tensorflow") is None
 
 
+def documents():
+    """The documents whose commands run: the README, the configuration's, then docs/ by name."""
+    return [REPO / "README.md", REPO / "config" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def documented_commands():
+    """(document, command, mode, reason) for every command of every document, in order."""
+    return [(path.relative_to(REPO), *command) for path in documents() for command in readme_commands(path.read_text())]
+
+
 def readme_commands(text):
     """(command, mode, reason) for every command of every shell block, in order."""
     commands = []
     for block in BLOCK.finditer(text):
         mode = block.group("mode") or "run"
-        assert mode in ("run", *MODES), f"README: unknown readme-test mode {mode!r}"
+        assert mode in ("run", *MODES), f"unknown readme-test mode {mode!r}"
+        assert mode == "run" or block.group("reason").strip(), f"readme-test: {mode}: without a reason"
         body = re.sub(r"\s*\\\n\s*", " ", block.group("body"))
         for line in body.splitlines():
             command = line.split(" # ")[0].strip() if not line.lstrip().startswith("#") else ""
@@ -50,17 +61,20 @@ def readme_commands(text):
     return commands
 
 
-def documented_commands():
-    """(command, mode, reason, document) for the README's commands, then those of docs/*.md."""
-    documents = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    return [(*command, path.relative_to(REPO)) for path in documents for command in readme_commands(path.read_text())]
-
-
 def test_the_readme_parser_finds_marked_and_plain_blocks():
     text = ("x\n```sh\nmake fig8    # a comment\nsnakemake a \\\n  --cores 1\n```\n"
             "<!-- readme-test: dry-run: needs SLURM -->\n```sh\n# a comment line\nsnakemake --profile p\n```\n")
     assert readme_commands(text) == [("make fig8", "run", None), ("snakemake a --cores 1", "run", None),
                                      ("snakemake --profile p", "dry-run", "needs SLURM")]
+
+
+def test_every_document_is_read_and_its_marked_blocks_give_a_reason():
+    read = {str(path.relative_to(REPO)) for path in documents()}
+    assert {"README.md", "config/README.md", "docs/TESTING.md"} <= read
+    commands = documented_commands()
+    assert {str(document) for document, *_ in commands} >= {"README.md", "config/README.md", "docs/TRACES.md"}
+    with pytest.raises(AssertionError, match="without a reason"):
+        readme_commands("<!-- readme-test: dry-run:  -->\n```sh\nmake fig8\n```\n")
 
 
 def _checked(command):
@@ -92,11 +106,11 @@ def test_a_documented_pip_install_is_resolved_instead():
 
 @pytest.mark.registry
 def test_the_documented_installs_resolve_as_written():
-    """Each `pip install` line of the README and docs/, as pip resolves it in this environment (with
+    """Each `pip install` line of the documents, as pip resolves it in this environment (with
     --dry-run: nothing changes here), and with every extra it names. The rest of
-    test_every_readme_command_runs_as_written does the same, among every other command, in its copy."""
+    test_every_documented_command_runs_as_written does the same, among every other command, in its copy."""
     installs = {}  # each command once, with the first document that gives it
-    for command, _mode, _reason, document in documented_commands():
+    for document, command, _mode, _reason in documented_commands():
         if command.startswith("pip install"):
             installs.setdefault(command, document)
     assert any("[googlebatch]" in command for command in installs)
@@ -131,27 +145,31 @@ def fresh_copy(tmp_path):
 
 
 @pytest.mark.workflow
-def test_every_readme_command_runs_as_written(fresh_copy):
+def test_every_documented_command_runs_as_written(fresh_copy):
     work, profile = fresh_copy
     commands = documented_commands()
     env = path_env(SNAKEMAKE_PROFILE=str(profile), HOME=str(work.parent / "home"))
     (work.parent / "home").mkdir()
     ran, checked = [], []
-    for command, mode, _reason, document in commands:
+    for document, command, mode, reason in commands:
         if command.startswith("make test"):
-            mode = "dry-run"  # this test runs inside it
+            mode, reason = "dry-run", "the tests themselves (this test runs inside them)"
         script = command if mode == "run" else _checked(command)
         proc = run_stopped_as_by_ctrl_c(
             ["bash", "-c", f"export PATH={shlex.quote(str(work / '.venv' / 'bin'))}:$PATH; {script}"], 900, cwd=work,
             env=env)
         if mode == "tfdata" and TFDATA_MISSING:  # the documented refusal, naming the extra
-            assert proc.returncode != 0 and "needs the 'tfdata' extra" in proc.stdout + proc.stderr, command
+            assert proc.returncode != 0 and "needs the 'tfdata' extra" in proc.stdout + proc.stderr, f"{document}: {command}"
         else:
-            assert proc.returncode == 0, (f"{document} command failed ({mode}): {command}\n"
+            assert proc.returncode == 0, (f"{document}: command failed ({mode}): {command}\n"
                                           f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
             assert "does not provide the extra" not in proc.stderr, f"{document}: {command}: {proc.stderr[-2000:]}"
-        (ran if mode == "run" else checked).append(command)
-    print(f"README and docs/: {len(ran)} commands run, {len(checked)} checked by dry-run/parse only")
+        if mode == "run":
+            ran.append(command)
+        else:
+            checked.append(f"  {document}: {command}  [{mode}: {reason}]")
+    print(f"documents: {len(ran)} commands run, {len(checked)} checked by dry-run/parse only, as not runnable here:",
+          *checked, sep="\n")
     assert len(ran) >= 10 and (work / "plots" / "fig8_ResNet50_v2-8.pdf").exists()
     assert (work / "report.html").stat().st_size > 100_000
 

@@ -5,65 +5,26 @@ what the two measurements say, not an assumption.
 
 The estimate has to hold still on a shared, loaded machine:
 * CPU time of the measuring thread, not wall time: time spent descheduled does not count.
-* Warm-up passes first: the first passes over large arrays pay page faults until the allocator
-  keeps those sizes; measured here, RetinaNet's first passes cost 19 ms/element and the warm ones 13 ms.
-* A steady allocator: left to itself, glibc moves its mmap threshold as large blocks are freed and
-  returns freed heap to the system, so whether an op's 4.9 MB output lands on pages already
-  touched or on fresh ones (a page fault each 4 KiB) depends on the process's history. Measured
-  on an idle machine, RetinaNet's resize-and-pad then cost 1.7 ms/element in one calibration and
-  2.9 ms in the next (its np.zeros), and the pipeline moved 10%. The calibration fixes both
-  thresholds (`repro.allocator`) so every large block is reused: 1.54-1.67 ms in six runs.
-* Per element and op, the minimum over `repeats` interleaved passes: interference (cache, memory
-  bandwidth and core sharing with other processes) only ever adds time, so the least-disturbed
-  draw estimates the op's own cost. The per-op cost is the mean of these minima over the
-  elements (elements differ in real work: crop sizes, flips). Measured here, one pass's total
-  sits 5-35% above these minima and varies pass to pass; the minima agree between fresh runs
-  within a few percent (`python benchmarks/pecan.py` prints the estimate next to the median single pass).
-* Twenty passes (`REPEATS`): on a busy machine ten do not reach every element's floor, and what
-  is left moves the whole estimate from one calibration to the next. Measured here (2026-12-01,
-  other processes busy on 0.9-1.4 of the 2 CPUs) on the passes of 31 calibrations in 9 fresh
-  processes, taking 5 or 10 passes of one calibration or the 20 of two in a row: ResNet's declared ms/element had a spread (sd
-  between calibrations) of 4.9-8.2% with 5 passes, 3.2-4.5% with 10 and 1.3-2.1% with 20,
-  RetinaNet's 3.6-4.7%, 2.6-3.4% and 1.8-2.0%; the minima fell by 2.5-4% from 10 passes to 20. A
-  first calibration in a process is not slower than the next ones in it: over 19 fresh processes
-  with 3-4 calibrations each, ResNet's first one came out from 8.5% below to 14% above the mean
-  of the later ones, on average 0.0% (the warm-up pass takes the first-touch page faults: 75,000,
-  and the measured passes 1,200 or 3,200 each, the same in every calibration).
-* One cost for the work both orders share (`shared_columns`, `order_minima`). The saving is a
-  difference of two sums whose terms are mostly the same work: the ops before AutoOrder's first
-  move get the identical data in both orders, those after its last the same op on the same bytes
-  (ResNet: decode, normalize and stacking, 58% of its cost; RetinaNet: all but to_float and the
-  flip, 88%). Taken per order, their minima differ by noise and by the loop's neighbours (an op run
-  right after a RetinaNet element, whose 5 MB arrays evict the caches, costs more: decode 0.1
-  ms/element), and the difference goes whole into the saving: over 40 fresh processes here,
-  ResNet's decode alone moved a saving of per-order minima over 1.8 points, RetinaNet's decode and
-  resize-and-pad each over 0.8. So a shared op's per-element minimum is taken over both orders'
-  draws: both orders carry one cost for it, and the saving rests on the ops AutoOrder changed. On
-  the passes of 66 fresh processes ResNet's saving is then 12.1-14.4% (per-order minima:
-  12.0-15.0%; sd 0.57 against 0.71 points) and RetinaNet's 0.7-2.0% (0.8-2.6%; sd 0.19 against
-  0.33). What remains is the machine's: memory traffic from other work, in this machine or beside
-  it, slows the declared order's float ops more than AutoOrder's uint8 ones, and no minimum removes
-  it while it lasts. ResNet's declared to_float cost 0.171 ms/element on average with the second
-  CPU idle and 0.187 with it busy, and 0.168-0.243 in idle runs minutes apart (neither load average
-  nor steal time showed why); its saving follows, 12.4-14.4% in those runs. The record's
+* A warm-up pass first: it takes the first-touch page faults (RetinaNet's first passes cost
+  19 ms/element, the warm ones 13 ms).
+* A steady allocator: glibc's malloc thresholds are fixed (`repro.allocator`) so every large block
+  is reused whatever the process did before (left free, RetinaNet's resize-and-pad cost 1.7 or
+  2.9 ms/element from one calibration to the next).
+* Per element and op, the minimum over `repeats` interleaved passes: interference only ever adds
+  time, so the least-disturbed draw estimates the op's own cost. The per-op cost is the mean of
+  these minima over the elements (elements differ in real work: crop sizes, flips).
+* Twenty passes (`REPEATS`): on a busy machine ten leave ResNet's ms/element 3-5% apart between
+  calibrations, twenty 1-2%.
+* One cost for the work both orders share (`shared_columns`, `order_minima`): ops before
+  AutoOrder's first move, and the same op on the same bytes after its last, get their minimum
+  over both orders' draws, so their noise stays out of the saving (a difference of two sums whose
+  terms are mostly this shared work), which then rests on the ops AutoOrder changed. The record's
   `other_work` says how busy the machine was over the passes.
-* A reference kernel for the machine's speed (`REFERENCE_KERNEL`): fixed work, decoding a fixed
-  set of JPEGs (its own image per element slot), timed in the same loop right beside every element
-  and summarized with the ops' statistic. No statistic removes the machine's own speed from
-  absolute CPU time: on this 2-core virtual machine a whole calibration ran 6-11% slower on one
-  idle minute than a few minutes later, and with the other CPU busy every op slows with the memory
-  traffic. Each order's cost is therefore also recorded per reference kernel
-  (`per_reference_kernel`), which the self-check holds to its tolerance; the ms/element stay in the
-  record. Measured here (2026-12-01, ten calibrations in fresh processes, other work on 1.1-1.5 of
-  the 2 CPUs, load average 3.0-5.5) with the decode of one fixed JPEG as the kernel: between
-  calibrations, ResNet's declared ms/element spread 4.1% (sd; 13.7% max-min) and per kernel 1.0%
-  (3.4%); RetinaNet's 3.1% (10.4%) and 1.5% (4.5%). The decode tracked the pipelines best among
-  the kernels tried: zlib decompression stayed at 1.77-1.82 ms while the pipelines moved 10-14%,
-  and float32 arithmetic over an image (0.34-0.44 ms) moved more than they did. But one image is
-  not enough on an idle machine: two calibrations minutes apart in one process measured its decode
-  at 1.64 and 1.52 ms while the pipelines agreed within 1%. The same bytes decoded into the same
-  buffers keep one draw of whatever sets their speed for a whole calibration; an image per slot
-  averages it out over the slots, as the pipelines' own elements do.
+* A reference kernel for the machine's speed (`REFERENCE_KERNEL`): decoding a fixed set of JPEGs
+  (its own image per element slot, since one image keeps one draw of the machine's speed for a
+  whole calibration), timed right beside every element with the ops' statistic. Each order's
+  cost is also recorded per reference kernel (`per_reference_kernel`), which the self-check holds
+  to its tolerance: no statistic removes the machine's own speed from absolute CPU time.
 """
 
 import os
@@ -209,7 +170,7 @@ def calibrate(pipeline, elements=32, seed=0, repeats=REPEATS):
 def calibrate_together(pipelines, elements=32, seed=0, repeats=REPEATS):
     """Measure several pipelines, each in its declared and AutoOrder orders, element by element
     in one interleaved loop: the ratio of their costs then holds still while the machine's load
-    changes (measured separately, minutes apart, it moved by up to 15% here). {pipeline: result}.
+    changes (measured separately, minutes apart, it moves by up to 15%). {pipeline: result}.
     """
     unknown = [p for p in pipelines if p not in PIPELINES]
     if unknown or not pipelines:

@@ -10,12 +10,9 @@ import os
 
 from repro.errors import ReproError
 
-# Per pipeline, from benchmarks/tfdata.py on this 2-core machine under the load of other work
-# (load average 5-11, so rates moved by up to a third between runs): ResNet one 1-vCPU worker
-# 130-192 examples/s, two 205-236, so 3234 examples/s (v2-8) / 18 = 180 lies between them;
-# RetinaNet one worker 29-31, two 36-41 (78 MB batches over loopback: the transfer, not the
-# pipeline, limits two workers), so 196 / 6 = 33. The benchmark prints the factor midway between
-# one and two workers on the machine at hand; --time-scale sets it.
+# Per pipeline, the factor that puts the miniature accelerator bound between what one and two
+# 1-vCPU workers deliver (benchmarks/tfdata.py prints it for the machine at hand): ResNet
+# 3234 examples/s (v2-8) / 18 = 180, RetinaNet 196 / 6 = 33. --time-scale sets another.
 TIME_SCALE = {"resnet": 18.0, "retinanet": 6.0}
 
 EXTRA_HINT = "the tf.data engine needs the 'tfdata' extra (pip install -e '.[tfdata]')"
