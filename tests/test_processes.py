@@ -11,20 +11,20 @@ from repro import processes
 from support import run_stopped_as_by_ctrl_c
 
 
-def _sleeper():
-    return subprocess.Popen(["sleep", "60"])
+def _sleeper(**popen):
+    return subprocess.Popen(["sleep", "60"], **popen)
 
 
 def test_a_record_matches_its_process_and_terminate_stops_it(tmp_path):
-    proc = _sleeper()
+    proc = _sleeper(cwd=tmp_path)
     record = processes.describe(proc.pid, "test")
     processes.write_record(tmp_path / "p.json", record)
     assert processes.read_record(tmp_path / "p.json") == record
     assert processes.matches(record)
-    assert processes.terminate(record)
+    assert processes.terminate(record, owner=tmp_path)
     assert proc.wait(timeout=5) == -15
     assert not processes.matches(record)
-    assert not processes.terminate(record)
+    assert not processes.terminate(record, owner=tmp_path)
 
 
 def test_a_stale_record_never_signals_the_process_now_holding_the_pid():
@@ -34,7 +34,7 @@ def test_a_stale_record_never_signals_the_process_now_holding_the_pid():
         for stale in ({**record, "start_ticks": record["start_ticks"] - 1}, {**record, "boot_id": "another boot"},
                       {"pid": proc.pid}, {"pid": "1"}, {"pid": 0}, [proc.pid], None):
             assert not processes.matches(stale)
-            assert not processes.terminate(stale)
+            assert not processes.terminate(stale, owner="/")
         assert proc.poll() is None
     finally:
         proc.kill()

@@ -9,7 +9,7 @@ replies are pickled through its worker's pipe.
 A task that raises sends a failure in place of its next message, and its worker goes on with its
 next task: the parent's `recv` raises TaskFailed, and the parent decides what to do (it must not
 reply to that task). A worker that is gone (killed) fails every task left to it. Workers ignore
-Ctrl-C: the parent stops them by their pid when the pool is closed, on success, error and
+Ctrl-C and hang-ups: the parent stops them by their pid when the pool is closed, on success, error and
 interrupt alike, so none outlives it.
 """
 
@@ -35,6 +35,8 @@ def usable_cpus():
 def _serve(run, tasks, conn):
     """A worker's life: run each task with the pipe; stop when the parent has closed it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as Ctrl-C: a hang-up reaches the parent, which stops them
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: terminate() ends a worker at once
     try:
         for task in tasks:
             try:
