@@ -289,12 +289,14 @@ def _tfdata_state(ctx, content):
     return path
 
 
-def _calibration(ctx):
-    path = ctx.dir / "c.json"
-    path.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1,
-                                "declared": {"cpu_s_per_element": 0.01, "bytes_out_per_element": 10},
-                                "autoorder": {"cpu_s_per_element": 0.009, "bytes_out_per_element": 10}}))
-    return path
+def _calibrations(ctx):
+    paths = []
+    for pipeline in ("resnet", "retinanet"):
+        paths.append(ctx.dir / f"{pipeline}.json")
+        paths[-1].write_text(json.dumps({"pipeline": pipeline, "autoorder_saving": 0.1,
+                                         "declared": {"cpu_s_per_element": 0.01, "bytes_out_per_element": 10},
+                                         "autoorder": {"cpu_s_per_element": 0.009, "bytes_out_per_element": 10}}))
+    return paths
 
 
 def _log(ctx):
@@ -341,8 +343,8 @@ CASES = [
      lambda c: ["cluster", "start", "--config", _config_copy(c), "--state", c.dir / "c.yaml"],
      SAME_FILE.format(flag="--state", name="c.yaml")),
     ("estimate-output-is-its-calibration",
-     lambda c: ["pecan", "estimate", "--config", CONFIG, "--calibration", _calibration(c), "-o", c.dir / "c.json"],
-     SAME_FILE.format(flag="-o/--output", name="c.json")),
+     lambda c: ["pecan", "estimate", "--config", CONFIG, "--calibration", *_calibrations(c), "-o", c.dir / "resnet.json"],
+     SAME_FILE.format(flag="-o/--output", name="resnet.json")),
     ("state-trace-store-empty-status", lambda c: ["cluster", "status", "--state", _local_state(c, trace_store="")],
      r"repro: error: .*/state.json: trace_store: expected a directory or gs://bucket/prefix, got ''"),
     ("state-engine-service-a-number-status",
@@ -369,9 +371,6 @@ CASES = [
      lambda c: ["cluster", "stop", "--state", _tfdata_state(
          c, '{"dispatcher": {"pid": "1", "start_ticks": 1, "address": "localhost:1", "status": "s"}}')],
      r"repro: error: .*/tfdata/state.json: dispatcher.pid: expected an integer, got '1'"),
-    ("tfdata-state-binary-stop-directly",
-     lambda c: ["pecan", "tfdata", "stop", "--state-dir", _tfdata_state(c, bytes(range(256))).parent / "tfdata"],
-     r"repro: error: .*/tfdata/state.json: not a tf.data service state file"),
 ]
 
 
@@ -425,12 +424,12 @@ def test_a_terminated_command_cleans_up_as_after_ctrl_c(big_trace, tmp_path, com
     workers gone, no output and no temporary file left."""
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.Popen([str(BIN / "repro"), "trace", command, big_trace, big_trace, big_trace, "-o",
+    proc = subprocess.Popen([str(BIN / "repro"), "trace", command, *[big_trace] * (3 if workers else 8), "-o",
                              out / "result.json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=path_env(), start_new_session=True)
     started = []
     try:
-        deadline = time.monotonic() + (60 if workers else 5)
+        deadline = time.monotonic() + (60 if workers else 3)
         while time.monotonic() < deadline and proc.poll() is None:
             if workers:
                 started = psutil.Process(proc.pid).children()
@@ -439,7 +438,7 @@ def test_a_terminated_command_cleans_up_as_after_ctrl_c(big_trace, tmp_path, com
             elif _catches(proc.pid, signum):  # under way: it reads the traces
                 time.sleep(0.3)
                 break
-            time.sleep(0.02)
+            time.sleep(0.02)  # (a command that never catches the signal gets it after 3 s)
         assert proc.poll() is None and (started or not workers), "the command ended before it could be signalled"
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
