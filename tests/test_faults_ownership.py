@@ -358,6 +358,8 @@ CASES = [
     ("state-backend-unknown-stop",
      lambda c: ["cluster", "stop", "--state", _local_state(c, backend="nope")],
      r"repro: error: .*/state.json: backend: unknown backend 'nope'"),
+    ("state-ssh-settings-a-number-stop", lambda c: ["cluster", "stop", "--state", _local_state(c, backend="ssh", ssh=5)],
+     r"repro: error: .*/state.json: ssh: expected the ssh settings"),
     ("state-path-empty-stop", lambda c: ["cluster", "stop", "--state", ""],
      r"repro: error: --state: expected the cluster state's file name, got ''"),
     ("tfdata-state-a-list-status", lambda c: ["cluster", "status", "--state", _tfdata_state(c, "[1]")],

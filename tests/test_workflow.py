@@ -94,7 +94,7 @@ def test_full_run_then_nothing_to_do(built):
     assert {(r["distribution"], r["concurrency"]) for r in trims["distributions"]} == {
         (d, c) for d in ("pareto", "uniform", "exponential") for c in (1, 2)}
     assert planned_jobs(built, *configfiles(built)) == []
-    assert not service.running(json.loads((built / "results" / "cluster" / "local" / "trims-store.json").read_text()))
+    assert not service.running(json.loads((built / "results" / "cluster" / "local" / "trims-store.json").read_text()), built)
     assert not store_processes(built)  # the invocation that started the model store stopped it
     snakemake(built, "--report", "report.html", *configfiles(built))
     report = (built / "report.html").read_text(errors="replace")
@@ -346,7 +346,7 @@ def test_an_invocation_that_ends_leaves_the_model_store_another_still_uses_runni
     with _stopping_on_failure(a):
         a_job = _hold_outside_the_store_lock(a, "trims experiment compare", workdir)
         record = _store_record(workdir)
-        assert service.running(record)
+        assert service.running(record, workdir)
         snakemake(workdir, "results/trims/runs/compare/resnet18_v1/report.json", *args, cores=1)
         assert (workdir / "results" / "trims" / "runs" / "compare" / "resnet18_v1" / "report.json").exists()
         assert processes.matches(record["process"]), "an invocation that ended stopped the store another still uses"
