@@ -311,6 +311,16 @@ def _config_copy(ctx):
     return path
 
 
+def _receipt_named_as_its_trace(ctx):
+    """A run's upload receipt kept in the download directory under the name of a trace it lists."""
+    from repro.tracestore import open_store, upload_traces
+
+    out = ctx.dir / "out"
+    out.mkdir()
+    upload_traces(open_store(ctx.dir / "store"), [_trace(ctx.dir)], "traces/x", out / "t.json")
+    return ["trace", "download", out / "t.json", "-o", out]
+
+
 SAME_FILE = r"repro: error: {flag} .*{name}: is one of the inputs"
 CASES = [
     ("summarize-output-is-its-input", lambda c: ["trace", "summarize", _trace(c.dir), "-o", c.dir / "t.json"],
@@ -330,6 +340,7 @@ CASES = [
     ("combine-output-a-trace-in-its-input-directory",
      lambda c: ["trace", "combine", _trace(c.dir / "d").parent, _trace(c.dir, "u.json"), "-o", c.dir / "d" / "t.json"],
      SAME_FILE.format(flag="-o/--output", name="t.json")),
+    ("download-over-its-receipt", _receipt_named_as_its_trace, SAME_FILE.format(flag="-o/--output-dir", name="t.json")),
     ("costs-output-is-its-log",
      lambda c: ["pecan", "costs", _log(c), "--config", CONFIG, "--experiment", "ResNet50_v2-8", "-o", c.dir / "resnet.log"],
      SAME_FILE.format(flag="-o/--output", name="resnet.log")),
