@@ -244,6 +244,26 @@ def test_the_model_store_stops_when_its_invocations_end_without_saying_so(tmp_pa
         invocation.wait()
 
 
+def test_a_malformed_cluster_state_still_leaves_no_model_store_running(tmp_path, monkeypatch):
+    """`make clean` runs `repro cluster stop` on whatever state is there: one that cannot be used is
+    named in one line, and the model store is stopped all the same."""
+    from repro.trims import service
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(service.INVOCATION_VARIABLE, raising=False)
+    settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
+    record = service.start(settings, tmp_path / "trims-store.json")
+    try:
+        (tmp_path / STATE).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / STATE).write_text(json.dumps({"backend": "local", "trace_store": "s", "engine_service": 5}))
+        proc = _repro("cluster", "stop", "--state", STATE, cwd=tmp_path)
+        assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith(f"repro: error: {STATE}: engine_service: "), proc.stderr
+        assert not processes.matches(record["process"]), "the model store was left running"
+    finally:
+        service.stop(tmp_path)
+
+
 def _naming(text):
     found = []
     for process in psutil.process_iter(["cmdline", "status"]):

@@ -258,13 +258,15 @@ def _cluster_stop(args):
     from repro.backends import get_backend
     from repro.trims import service
 
-    if not args.state or Path(args.state).exists():
-        state = _read_state(args.state)
-        with _state_keys(args.state):
-            get_backend(state["backend"]).stop(state)
-        print(f"{state['backend']} backend stopped")
-    if service.stop():
-        print("model store stopped")
+    try:
+        if not args.state or Path(args.state).exists():
+            state = _read_state(args.state)
+            with _state_keys(args.state):
+                get_backend(state["backend"]).stop(state)
+            print(f"{state['backend']} backend stopped")
+    finally:  # a state that cannot be read still leaves no model store running
+        if service.stop():
+            print("model store stopped")
 
 
 def _config_command(sub):
