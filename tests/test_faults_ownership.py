@@ -489,3 +489,29 @@ def test_a_terminated_command_cleans_up_as_after_ctrl_c(big_trace, tmp_path, com
         for p in started:
             if p.is_running():
                 p.kill()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_terminated_calibration_ends_as_after_ctrl_c(tmp_path, signum):
+    """A long command without workers (`repro pecan calibrate`, tens of seconds): exit 128 + signal,
+    one line saying so, no calibration and no temporary file written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([str(BIN / "repro"), "pecan", "calibrate", "--pipeline", "resnet", "-o", out / "resnet.json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=path_env(),
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 3  # (a command that never catches the signal gets it after 3 s)
+        while time.monotonic() < deadline and proc.poll() is None and not _catches(proc.pid, signum):
+            time.sleep(0.02)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the calibration ended before it could be signalled"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signum, err
+        assert err.strip().splitlines()[-1] == f"repro: terminated ({signal.Signals(signum).name})", err
+        assert list(out.iterdir()) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
