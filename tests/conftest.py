@@ -34,7 +34,7 @@ def server(models, tmp_path):
     pid = start_server(models, tmp_path)
     record = describe(pid, "test server")
     yield tmp_path / "store.sock", pid
-    stop_server(pid, record)
+    stop_server(pid, record, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def module_server(models, tmp_path_factory):
     pid = start_server(models, directory)
     record = describe(pid, "test server")
     yield directory / "store.sock", pid
-    stop_server(pid, record)
+    stop_server(pid, record, directory)
 
 
 @pytest.fixture(scope="module")

@@ -137,11 +137,12 @@ def start_server(models, directory):
                         directory / "server.log")
 
 
-def stop_server(pid, record=None):
-    """SIGTERM (then SIGKILL) our server child unless it is gone already; reap it."""
+def stop_server(pid, record=None, directory=None):
+    """SIGTERM (then SIGKILL) our server child, started by start_server in `directory`, unless it is
+    gone already; reap it."""
     from repro.processes import terminate
 
     if record is not None:
-        terminate(record)
+        terminate(record, owner=directory)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)

@@ -207,7 +207,10 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
         monkeypatch.setenv(service.INVOCATION_VARIABLE, first)
         record = service.ensure(state)  # the state stays: the next run starts the store from it
         assert service.running(record) and not record.get("reused")
-        sleepers[0].kill()  # its only user is killed: its end never comes
+        # its watchdog gone too (else it stops the store: test_faults_ownership), its only user is
+        # killed: its end never comes
+        assert processes.terminate(record["watchdog"], owner=processes.runtime_dir(tmp_path))
+        sleepers[0].kill()
         sleepers[0].wait()
         monkeypatch.setenv(service.INVOCATION_VARIABLE, second)
         assert service.ensure(state)["process"] == record["process"]  # found and adopted, not restarted

@@ -11,20 +11,20 @@ from repro import processes
 from support import run_stopped_as_by_ctrl_c
 
 
-def _sleeper():
-    return subprocess.Popen(["sleep", "60"])
+def _sleeper(**popen):
+    return subprocess.Popen(["sleep", "60"], **popen)
 
 
 def test_a_record_matches_its_process_and_terminate_stops_it(tmp_path):
-    proc = _sleeper()
+    proc = _sleeper(cwd=tmp_path)
     record = processes.describe(proc.pid, "test")
     processes.write_record(tmp_path / "p.json", record)
     assert processes.read_record(tmp_path / "p.json") == record
     assert processes.matches(record)
-    assert processes.terminate(record)
+    assert processes.terminate(record, owner=tmp_path)
     assert proc.wait(timeout=5) == -15
     assert not processes.matches(record)
-    assert not processes.terminate(record)
+    assert not processes.terminate(record, owner=tmp_path)
 
 
 def test_a_stale_record_never_signals_the_process_now_holding_the_pid():
@@ -34,7 +34,7 @@ def test_a_stale_record_never_signals_the_process_now_holding_the_pid():
         for stale in ({**record, "start_ticks": record["start_ticks"] - 1}, {**record, "boot_id": "another boot"},
                       {"pid": proc.pid}, {"pid": "1"}, {"pid": 0}, [proc.pid], None):
             assert not processes.matches(stale)
-            assert not processes.terminate(stale)
+            assert not processes.terminate(stale, owner="/")
         assert proc.poll() is None
     finally:
         proc.kill()
@@ -68,3 +68,43 @@ def test_a_program_the_tests_time_out_gets_ctrl_c_with_everything_it_started(tmp
         run_stopped_as_by_ctrl_c([sys.executable, "-c", program], 20, cwd=tmp_path)
     assert (tmp_path / "started").exists(), "the program and its child did not start within 20 s"
     assert (tmp_path / "parent").exists() and (tmp_path / "child").exists()
+
+
+def test_a_process_belongs_to_the_directory_it_was_started_for(tmp_path):
+    """Started with a directory's owner environment, or naming a path in it on its command line
+    (relative to its own working directory): it belongs to that directory, also once the directory
+    has been moved, and to no other (a copy, a sibling, a directory that does not exist)."""
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    mine.mkdir()
+    other.mkdir()
+    by_environment = subprocess.Popen(["sleep", "60"], env={**processes.owner_environment(mine)}, cwd=tmp_path)
+    by_argument = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--status",
+                                    "mine/x.status.json"], cwd=tmp_path)
+    neither = subprocess.Popen(["sleep", "60"], cwd=other)
+    try:
+        for proc in (by_environment, by_argument):
+            _wait_exec(proc, b"60")
+            record = processes.describe(proc.pid, "test")
+            assert processes.belongs(proc.pid, mine) and processes.matches(record, mine)
+            assert not processes.belongs(proc.pid, other) and not processes.matches(record, other)
+            assert not processes.belongs(proc.pid, tmp_path / "nowhere")
+        _wait_exec(neither, b"60")
+        assert not processes.belongs(neither.pid, mine)
+        assert not processes.terminate(processes.describe(neither.pid, "test"), owner=mine)
+        assert neither.poll() is None
+        moved = tmp_path / "moved"
+        mine.rename(moved)
+        assert processes.belongs(by_environment.pid, moved)  # its device and inode: the same directory
+    finally:
+        for proc in (by_environment, by_argument, neither):
+            proc.kill()
+            proc.wait()
+
+
+def _wait_exec(proc, word):
+    """Until the child runs its program (before, its command line is a copy of this process's)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and word not in open(f"/proc/{proc.pid}/cmdline", "rb").read():
+        time.sleep(0.01)

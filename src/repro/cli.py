@@ -1,4 +1,5 @@
-"""The `repro` command. Exit codes: 0 success, 1 bad input or failed step, 2 usage error.
+"""The `repro` command. Exit codes: 0 success, 1 bad input or failed step, 2 usage error, 128 + the
+signal after Ctrl-C, SIGTERM or SIGHUP (each cleans up as Ctrl-C does).
 
 What a user can cause (bad input, an unwritable or missing file) ends in one line,
 `repro: error: ...`, naming the file, key or flag; only a defect in the package shows a traceback.
@@ -8,7 +9,10 @@ import argparse
 import contextlib
 import importlib
 import json
+import os
+import signal
 import sys
+import threading
 
 from repro.errors import ReproError
 from repro.fsutil import write_json
@@ -30,7 +34,7 @@ def _trace_commands(sub):
     )
     combine.add_argument("--skip-first", action="store_true", help="skip the first input")
     combine.add_argument("--lenient", action="store_true", help="skip malformed events and report how many")
-    combine.set_defaults(func=_combine)
+    combine.set_defaults(func=_combine, writes={"output": "-o/--output"}, reads=("inputs",))
 
     summ = tsub.add_parser("summarize", help="summarise traces into summary JSON with group statistics")
     summ.add_argument("inputs", nargs="+", help="trace files or directories (searched recursively)")
@@ -47,7 +51,7 @@ def _trace_commands(sub):
                       "nanoseconds (default: repro)")
     summ.add_argument("--each-directory", action="store_true",
                       help="one summary per input directory, written to <directory>/summary.json unless -o")
-    summ.set_defaults(func=_summarize)
+    summ.set_defaults(func=_summarize, writes={"output": "-o/--output"}, reads=("inputs",))
 
     val = tsub.add_parser("validate", help="check that files are well-formed Chrome traces")
     val.add_argument("inputs", nargs="+", help="trace files")
@@ -62,11 +66,13 @@ def _trace_commands(sub):
 
 
 def _combine(args):
+    from repro.fsutil import refuse_overwriting
     from repro.traces import combine
     from repro.traces.summarize import find_traces
 
-    report = combine(find_traces(args.inputs), args.output, adjust=args.adjust, skip_first=args.skip_first,
-                     strict=not args.lenient)
+    inputs = find_traces(args.inputs)
+    refuse_overwriting([("-o/--output", args.output)], inputs)  # also a trace found in an input directory
+    report = combine(inputs, args.output, adjust=args.adjust, skip_first=args.skip_first, strict=not args.lenient)
     print(f"{args.output}: {report['events']} events from {report['inputs']} traces"
           + (f", {report['skipped']} malformed events skipped" if report["skipped"] else ""))
 
@@ -88,8 +94,12 @@ def _summarize(args):
 
 
 def _summarize_into(args, inputs, output):
+    from repro.fsutil import refuse_overwriting
     from repro.traces import summarize
     from repro.traces.original import original_summary
+    from repro.traces.summarize import find_traces
+
+    refuse_overwriting([("-o/--output", output)], find_traces(inputs))  # also a trace found in an input directory
 
     if args.format == "original":
         records = original_summary(inputs, detailed=args.detailed, strict=not args.lenient)
@@ -135,14 +145,14 @@ def _cluster_commands(sub):
     where.add_argument("--settings", type=settings_argument,
                        help="the cluster settings as JSON, instead of --config (the workflow passes its merged config's)")
     start.add_argument("--state", required=True, help="state JSON to write")
-    start.set_defaults(func=_cluster_start)
+    start.set_defaults(func=_cluster_start, writes={"state": "--state"}, reads=("config",))
     status = csub.add_parser("status", help="run the status checks; exit 1 if any FAILED")
     status.add_argument("--state", required=True)
     status.add_argument("--expect", metavar="DIGEST",
                         help="settings digest the state must have been started with (the workflow passes it)")
     status.add_argument("--calibration", nargs="*", default=[], help="calibration files that must exist")
     status.add_argument("-o", "--output", help="status JSON to write when every check passes")
-    status.set_defaults(func=_cluster_status)
+    status.set_defaults(func=_cluster_status, writes={"output": "-o/--output"}, reads=("state", "calibration"))
     run = csub.add_parser("run", help="run one experiment x mode on the started backend")
     run.add_argument("--state", required=True, help="the backend's state JSON (from cluster start)")
     run.add_argument("--settings", required=True, type=settings_argument,
@@ -152,13 +162,15 @@ def _cluster_commands(sub):
     run.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     run.add_argument("--run-dir", required=True, help="directory for the run's log, metrics and traces")
     run.add_argument("--receipt", required=True, help="upload receipt JSON to write")
-    run.set_defaults(func=_cluster_run)
+    run.set_defaults(func=_cluster_run, writes={"receipt": "--receipt"}, reads=("state", "calibration"))
     stop = csub.add_parser("stop", help="stop what start started, and the model store this directory started")
     stop.add_argument("--state", required=True)
     stop.set_defaults(func=_cluster_stop)
 
 
 def _read_state(path):
+    if not path:
+        raise ReproError("--state: expected the cluster state's file name, got ''")
     try:
         with open(path) as fh:
             state = json.load(fh)
@@ -167,7 +179,12 @@ def _read_state(path):
     if not isinstance(state, dict) or not isinstance(state.get("backend"), str):
         raise ReproError(f"{path}: not a cluster state (expected a JSON object with a 'backend'); "
                          "run cluster start first")
-    return state
+    from repro.backends import backend_names, get_backend
+
+    if state["backend"] not in backend_names():
+        raise ReproError(f"{path}: backend: unknown backend {state['backend']!r:.60}; expected one of {backend_names()}")
+    with _state_keys(path):
+        return get_backend(state["backend"]).bind(state, path)
 
 
 @contextlib.contextmanager
@@ -226,7 +243,7 @@ def _provenance_command(sub):
     prov.add_argument("--settings", required=True, type=settings_argument,
                       help="the settings the figure depends on, as JSON (repro.rulesettings.provenance_settings)")
     prov.add_argument("-o", "--output", required=True, help="provenance JSON to write")
-    prov.set_defaults(func=_provenance)
+    prov.set_defaults(func=_provenance, writes={"output": "-o/--output"}, reads=("inputs",))
 
 
 def _provenance(args):
@@ -241,13 +258,15 @@ def _cluster_stop(args):
     from repro.backends import get_backend
     from repro.trims import service
 
-    if Path(args.state).exists():
-        state = _read_state(args.state)
-        with _state_keys(args.state):
-            get_backend(state["backend"]).stop(state)
-        print(f"{state['backend']} backend stopped")
-    if service.stop():
-        print("model store stopped")
+    try:
+        if not args.state or Path(args.state).exists():
+            state = _read_state(args.state)
+            with _state_keys(args.state):
+                get_backend(state["backend"]).stop(state)
+            print(f"{state['backend']} backend stopped")
+    finally:  # a state that cannot be read still leaves no model store running
+        if service.stop():
+            print("model store stopped")
 
 
 def _config_command(sub):
@@ -316,20 +335,73 @@ def main(argv=None):
     return run(build_parser(argv[0] if argv else None).parse_args(argv))
 
 
+def refuse_overwriting_inputs(args):
+    """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
+    dests of the files it reads): writing one would destroy what it reads."""
+    from repro.fsutil import refuse_overwriting
+
+    def paths(dest):
+        value = getattr(args, dest, None)
+        return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, os.PathLike))]
+
+    inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
+    refuse_overwriting([(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)],
+                       inputs)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C's KeyboardInterrupt is: the same
+    clean-up runs (workers stopped, temporary files removed), then the exit status is 128 + signal."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupted():
+    """While a command runs: SIGTERM and SIGHUP do what Ctrl-C does. A signal that is ignored (nohup)
+    stays ignored; once one came, a repeat is ignored until the clean-up is over."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def terminated(signum, frame):
+        for other in previous:
+            signal.signal(other, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(signum)
+        if handler is not signal.SIG_IGN:
+            previous[signum] = handler
+            signal.signal(signum, terminated)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run(args, prog="repro", spell=str):
     """Run a parsed command line; errors a user can cause become one line and exit status 1.
     `spell` rewrites an error message (trims-tools names its own flags)."""
     try:
-        code = args.func(args)  # a command returns its exit code, or None for success
+        with _terminated_as_interrupted():
+            refuse_overwriting_inputs(args)
+            code = args.func(args)  # a command returns its exit code, or None for success
     except ReproError as exc:
         print(f"{prog}: error: {spell(str(exc))}", file=sys.stderr)
         return 1
     except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
         print(f"{prog}: error: {_os_error(exc)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: the command has cleaned up on the way out; 128 + SIGINT, as shells do
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: cleaned up on the way out; 128 + signal, as shells do
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"{prog}: interrupted" if signum == signal.SIGINT else f"{prog}: terminated ({signal.Signals(signum).name})",
+              file=sys.stderr)
+        return 128 + signum
     return code or 0
 
 

@@ -95,3 +95,27 @@ def sha256_file(path):
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def refuse_overwriting(outputs, inputs):
+    """ReproError, naming the flag, when an output would replace one of its inputs: `outputs` are
+    (flag, path) pairs, `inputs` paths. The same file is the same inode (os.path.samefile), so a
+    hard link, a symlink or another spelling of an input is refused too."""
+    inputs = [path for path in inputs if path]
+    for flag, output in outputs:
+        if not output:
+            continue
+        try:
+            if not os.path.isfile(output):  # not there (a new file) or not a file: it replaces no input
+                continue
+        except OSError:
+            continue
+        for path in inputs:
+            try:
+                same = os.path.samefile(output, path)
+            except (OSError, ValueError):
+                continue
+            if same:
+                where = "" if str(path) == str(output) else f" ({path})"
+                raise ReproError(f"{flag} {output}: is one of the inputs{where}; writing it would overwrite that input: "
+                                 "name another output file")

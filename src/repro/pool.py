@@ -9,7 +9,7 @@ replies are pickled through its worker's pipe.
 A task that raises sends a failure in place of its next message, and its worker goes on with its
 next task: the parent's `recv` raises TaskFailed, and the parent decides what to do (it must not
 reply to that task). A worker that is gone (killed) fails every task left to it. Workers ignore
-Ctrl-C: the parent stops them by their pid when the pool is closed, on success, error and
+Ctrl-C and hang-ups: the parent stops them by their pid when the pool is closed, on success, error and
 interrupt alike, so none outlives it.
 """
 
@@ -18,6 +18,7 @@ import os
 import signal
 
 _FAILED = "repro.pool: task failed"
+_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 class TaskFailed(Exception):
@@ -35,6 +36,9 @@ def usable_cpus():
 def _serve(run, tasks, conn):
     """A worker's life: run each task with the pipe; stop when the parent has closed it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as Ctrl-C: a hang-up reaches the parent, which stops them
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: terminate() ends a worker at once
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)  # blocked by the parent while it forked this worker
     try:
         for task in tasks:
             try:
@@ -60,9 +64,15 @@ class Pool:
             for k in range(workers):
                 parent, child = context.Pipe()
                 process = context.Process(target=_serve, args=(run, tasks[k::workers], child), daemon=True)
-                process.start()
-                child.close()
-                self._workers.append((process, parent))
+                # a signal that stops the parent (Ctrl-C, SIGTERM, SIGHUP) waits until the worker is
+                # recorded, so that close() stops it, and the worker takes no parent's handler
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+                try:
+                    process.start()
+                    child.close()
+                    self._workers.append((process, parent))
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         except BaseException:
             self.close(wait=0)
             raise

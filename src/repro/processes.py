@@ -4,6 +4,12 @@ A pid alone is not an identity: after a crash or reboot the same number may belo
 program. A record keeps the pid together with the kernel's start time of that process
 (field 22 of /proc/<pid>/stat, in clock ticks since boot) and the boot id; `matches` compares all
 three before anything is signalled, so a stale pid file can never stop a foreign process.
+
+An identity alone is not ownership either: a record copied from another working directory (a
+copied `results/`) names that directory's live processes exactly. So a process is only signalled
+for the state directory whose record names it when it also belongs to that directory (`belongs`):
+it was started with `owner_environment(directory)` in its environment, or its command line names
+a path in that directory.
 """
 
 import hashlib
@@ -19,6 +25,10 @@ from repro.errors import ReproError
 from repro.fsutil import write_text
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+# the state directory a process was started for: its resolved path, and its device and inode (a
+# moved working directory keeps them; a copied one does not)
+OWNER_DIRECTORY = "REPRO_OWNER_DIRECTORY"
+OWNER_ID = "REPRO_OWNER_ID"
 
 
 def _stat_fields(pid):
@@ -51,13 +61,62 @@ def alive(pid):
     return fields is not None and fields[0] != "Z"
 
 
-def matches(record):
-    """Whether the process in `record` (from `describe`) is still the one that was recorded."""
-    if not isinstance(record, dict) or not isinstance(record.get("pid"), int) or record["pid"] <= 0:
+def matches(record, owner=None):
+    """Whether the process in `record` (from `describe`) is still the one that was recorded; with
+    `owner` (a state directory), also whether it belongs to that directory (`belongs`)."""
+    if not isinstance(record, dict) or type(record.get("pid")) is not int or record["pid"] <= 0:
         return False
     fields = _stat_fields(record["pid"])
-    return (fields is not None and fields[0] != "Z" and int(fields[19]) == record.get("start_ticks")
+    same = (fields is not None and fields[0] != "Z" and int(fields[19]) == record.get("start_ticks")
             and record.get("boot_id") == _boot_id())
+    return same and (owner is None or belongs(record["pid"], owner))
+
+
+def _directory_id(path):
+    info = path.stat()
+    return f"{info.st_dev}:{info.st_ino}"
+
+
+def owner_environment(directory):
+    """The environment entries that mark a process started for the state directory `directory`
+    (which must exist) as that directory's: `belongs` reads them back from /proc/<pid>/environ."""
+    directory = Path(directory).resolve()
+    return {OWNER_DIRECTORY: str(directory), OWNER_ID: _directory_id(directory)}
+
+
+def _within(path, directory):
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def belongs(pid, directory):
+    """Whether process `pid` was started for the state directory `directory`: its environment holds
+    owner_environment of that directory (its path, or its device and inode after a move), or an
+    argument of its command line (relative ones taken from its working directory) or its working
+    directory lies in it. A process of another user, whose environment cannot be read, does not."""
+    import psutil
+
+    try:
+        directory = Path(directory).resolve()
+        here = str(directory)
+        ident = _directory_id(directory)
+    except OSError:  # no such directory: nothing was started for it
+        return False
+    try:
+        process = psutil.Process(pid)
+        environment = process.environ()
+        if environment.get(OWNER_DIRECTORY) == here or environment.get(OWNER_ID) == ident:
+            return True
+        cwd = process.cwd()
+        arguments = process.cmdline()
+    except (psutil.Error, OSError):
+        return False
+    if _within(os.path.realpath(cwd), here):
+        return True
+    for argument in arguments:
+        for word in {argument, argument.partition("=")[2]} - {""}:
+            if os.sep in word and _within(os.path.realpath(os.path.join(cwd, word)), here):
+                return True
+    return False
 
 
 def write_record(path, record):
@@ -73,12 +132,13 @@ def read_record(path):
     return record if isinstance(record, dict) else None
 
 
-def terminate(record, grace_s=5.0):
-    """SIGTERM the recorded process, SIGKILL it after `grace_s`; never signal a process that does not match.
+def terminate(record, *, owner, grace_s=5.0):
+    """SIGTERM the recorded process, SIGKILL it after `grace_s`; never signal a process that does not
+    match, nor one that does not belong to the state directory `owner` that keeps its record.
 
     Returns True when the recorded process was running and has been stopped.
     """
-    if not matches(record):
+    if not matches(record, owner):
         return False
     pid = record["pid"]
     try:

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, read_json, write_json
+from repro.fsutil import atomic_path, read_json, refuse_overwriting, write_json
 from repro.fsutil import sha256_file as sha256
 
 
@@ -151,6 +151,8 @@ def download_traces(store, receipt, destination_dir):
     the store the receipt records, where the run uploaded them."""
     recorded, objects = read_receipt(receipt)
     store = open_store(recorded) if store is None else store
+    for entry in objects:  # a trace fetched over the receipt would destroy the list it came from
+        refuse_overwriting([("-o/--output-dir", Path(destination_dir) / Path(entry["key"]).name)], [receipt])
     fetched = []
     for entry in objects:
         try:

@@ -78,6 +78,12 @@ class Backend(ABC):
     def stop(self, state) -> dict:
         """Stop what `start` started."""
 
+    def bind(self, state, state_path):
+        """`state` as read from `state_path`, checked, its paths on this machine taken from where the
+        state file lies (not from what it records: a state copied from another working directory
+        names that directory's files and processes). A ReproError names the file and the entry."""
+        return state
+
     def caption(self, preset, measured):
         """What produced a figure's bars (`measured`: what was measured on which machine)."""
         return f"backend={self.name}, calibration={preset}"

@@ -49,6 +49,26 @@ class LocalBackend(Backend):
         service = start_engine_service(settings, state_path)
         return {"trace_store": store, **({"engine_service": service} if service else {})}
 
+    def bind(self, state, state_path):
+        from repro.pecan.engines import ENGINES
+
+        store = state.get("trace_store")
+        if not isinstance(store, str) or not store:
+            raise ReproError(f"{state_path}: trace_store: expected a directory or gs://bucket/prefix, got {store!r:.60}; "
+                             "run cluster start again")
+        service = state.get("engine_service")
+        if service is None:
+            return state
+        engine = service.get("engine") if isinstance(service, dict) else None
+        if not isinstance(engine, str) or engine not in ENGINES or ENGINES[engine].start_service is None:
+            raise ReproError(f"{state_path}: engine_service: expected an object naming an engine with a service "
+                             f"({', '.join(n for n, e in ENGINES.items() if e.start_service)}), got {service!r:.80}; "
+                             "run cluster start again")
+        if not isinstance(service.get("address"), str):
+            raise ReproError(f"{state_path}: engine_service.address: expected host:port, got {service.get('address')!r:.60}")
+        # the service's directory lies beside the state, where start_engine_service put it
+        return {**state, "engine_service": {**service, "directory": str(Path(state_path).parent / engine)}}
+
     def describe(self, state):
         service = state.get("engine_service")
         return (f"local backend: runs on this machine, traces to {state['trace_store']}"

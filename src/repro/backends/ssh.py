@@ -113,6 +113,17 @@ class SshBackend(Backend):
             state["engine_service"] = _start_tfdata(ssh)
         return state
 
+    def bind(self, state, state_path):
+        if not isinstance(state.get("ssh"), dict) or not isinstance(state["ssh"].get("hosts"), dict):
+            raise ReproError(f"{state_path}: ssh: expected the ssh settings the start recorded (an object with "
+                             "'hosts'); run cluster start again")
+        service = state.get("engine_service")
+        if service is not None and not (isinstance(service, dict) and all(
+                isinstance(service.get(key), str) for key in ("host", "directory", "address"))):
+            raise ReproError(f"{state_path}: engine_service: expected an object with 'host', 'directory' and "
+                             f"'address' strings, got {service!r:.80}; run cluster start again")
+        return state
+
     def describe(self, state):
         hosts = [h["name"] for hosts in hosts_by_role(state["ssh"]).values() for h in hosts]
         service = state.get("engine_service")

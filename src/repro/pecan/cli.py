@@ -29,7 +29,7 @@ def add_commands(sub):
     cal.add_argument("--repeats", type=int, default=REPEATS,
                      help=f"passes over both orders; per element and op the fastest is kept (default {REPEATS})")
     cal.add_argument("-o", "--output", required=True, nargs="+", help="calibration JSON to write, one per --pipeline")
-    cal.set_defaults(func=_calibrate)
+    cal.set_defaults(func=_calibrate, writes={"output": "-o/--output"})
 
     run = psub.add_parser("run", help="run one experiment x mode on the local cluster model")
     run.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
@@ -43,7 +43,7 @@ def add_commands(sub):
                      help="where this run executes, recorded in its metrics (default local)")
     run.add_argument("--service-dir", help="the engine's service to run on (tf.data: its state directory; default: "
                                            "a service of the run's own)")
-    run.set_defaults(func=_run)
+    run.set_defaults(func=_run, reads=("config", "settings", "calibration"))
 
     costs = psub.add_parser("costs", help="cost table (the artifact's CSV columns) from training logs")
     costs.add_argument("logs", nargs="*", help="training logs in the artifact's format")
@@ -64,7 +64,7 @@ def add_commands(sub):
                        help="the value of the experiment column for every row (the artifact's free label; "
                        "default: <model>_<log name>)")
     costs.add_argument("-o", "--output", help="CSV file (default: standard output)")
-    costs.set_defaults(func=_costs)
+    costs.set_defaults(func=_costs, writes={"output": "-o/--output"}, reads=("logs", "path", "config"))
 
     plot = psub.add_parser("plot", help="draw the cost figure from cost numbers (the artifact's fig8.py options)")
     plot.add_argument("-e", "--experiment", default="final", choices=["final"],
@@ -91,7 +91,7 @@ def add_commands(sub):
     same.add_argument("--figure", action="append", metavar="NAME",
                       help="a figure to compare, repeated for more (default: reproducibility.figures)")
     same.add_argument("-o", "--output", help="CSV file (default: standard output)")
-    same.set_defaults(func=_compare_results)
+    same.set_defaults(func=_compare_results, writes={"output": "-o/--output"}, reads=("config",))
 
     add_tfdata_commands(psub)
     _workflow_commands(psub)
@@ -108,7 +108,7 @@ def _workflow_commands(psub):
     table.add_argument("--metrics", nargs="+", required=True, help="each mode's metrics.json, in --mode order")
     table.add_argument("--summary", required=True, help="the experiment's trace summary (every mode must be in it)")
     table.add_argument("-o", "--output", required=True, help="CSV file to write")
-    table.set_defaults(func=_cost_table)
+    table.set_defaults(func=_cost_table, writes={"output": "-o/--output"}, reads=("logs", "metrics", "summary"))
 
     figure = psub.add_parser("figure", help="a configured figure of cost per epoch per mode, and the reference "
                              "values' verdicts")
@@ -119,7 +119,7 @@ def _workflow_commands(psub):
                         help="the figure's settings as JSON (repro.rulesettings.figure_settings)")
     figure.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
     figure.add_argument("--verdicts", required=True, help="CSV of the reference values' verdicts to write")
-    figure.set_defaults(func=_figure)
+    figure.set_defaults(func=_figure, writes={"output": "--output", "verdicts": "--verdicts"}, reads=("table", "calibration"))
 
     valid = psub.add_parser("validation", help="the engine's measured throughput per deployment next to the "
                             "cluster model's (repro.pecan.validation)")
@@ -130,7 +130,7 @@ def _workflow_commands(psub):
     valid.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
     valid.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
     valid.add_argument("--table", required=True, help="CSV file to write")
-    valid.set_defaults(func=_validation)
+    valid.set_defaults(func=_validation, writes={"output": "--output", "table": "--table"}, reads=("metrics", "calibration"))
 
     est = psub.add_parser("estimate", help="hours, worker-hours and dollars the configured experiments would cost "
                           "on the real cluster (the cluster model's estimate)")
@@ -140,7 +140,7 @@ def _workflow_commands(psub):
                      "instead of --config (repro.rulesettings.estimate_settings; the workflow passes its merged config's)")
     est.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     est.add_argument("-o", "--output", help="text file to write (also printed)")
-    est.set_defaults(func=_estimate)
+    est.set_defaults(func=_estimate, writes={"output": "-o/--output"}, reads=("config", "calibration"))
 
     check = psub.add_parser("check-reproducibility", help="the figures' chains run twice from empty scratch "
                             "directories, every plotted number compared within reproducibility.tolerance")
@@ -149,7 +149,7 @@ def _workflow_commands(psub):
                        help="the whole checked config as JSON, instead of --config (the workflow passes its own)")
     check.add_argument("--scratch", required=True, help="directory for the two chains (emptied first)")
     check.add_argument("-o", "--output", required=True, help="CSV file to write")
-    check.set_defaults(func=_check_reproducibility)
+    check.set_defaults(func=_check_reproducibility, writes={"output": "-o/--output"}, reads=("config",))
 
 
 def _calibrate(args):

@@ -10,6 +10,11 @@ gone (killed, so their end never came) is adopted by the next invocation that us
 stops it when it ends. Starting, adopting and stopping hold a lock in the runtime directory, so
 parallel jobs of one invocation, or two invocations, never start two stores or stop one another's.
 
+The store does not depend on an invocation's end being seen: Snakemake runs onsuccess/onerror
+only when its scheduler returns, not when it raises (a WorkflowError, e.g. after `make clean`
+removed .snakemake under it), is killed, or runs with --no-hooks. So a watchdog process started
+with the store (`watch`) stops it once it has users and none of them runs any more.
+
 The state file (results/cluster/<backend>/trims-store.json, the output of trims_store_start) stays
 when the store stops: it keeps the settings, and a TrIMS run that has to execute starts the store
 again from them (`ensure`, in the status check and in the run itself). The finished runs, which
@@ -20,6 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +37,7 @@ from repro.rulesettings import settings_digest
 
 RECORD = "store.json"
 INVOCATION_VARIABLE = "REPRO_INVOCATION"
+WATCH_INTERVAL_S = 1.0
 
 
 def this_invocation(main_process):
@@ -87,9 +94,11 @@ def _answers(socket_path):
         return False
 
 
-def running(record):
-    """Whether the store in `record` is the process that was started and answers on its socket."""
-    return bool(record) and processes.matches(record.get("process")) and _answers(record["socket"])
+def running(record, workdir="."):
+    """Whether the store in `record` is the process that was started for this workflow directory and
+    answers on its socket (a state copied from another clone names that clone's store)."""
+    return (isinstance(record, dict) and processes.matches(record.get("process"), processes.runtime_dir(workdir))
+            and isinstance(record.get("socket"), str) and _answers(record["socket"]))
 
 
 def start(settings, state_path, workdir="."):
@@ -108,7 +117,7 @@ def _start(settings, state_path, workdir):
     digest = settings_digest(settings)
     record = processes.read_record(record_path)
     me = owner()
-    if record and running(record):
+    if record and running(record, workdir):
         if record.get("digest") == digest:
             record = _join(record, record_path, me)
             write_json(state_path, {**record, "reused": True})
@@ -131,6 +140,8 @@ def _start(settings, state_path, workdir):
     record = {"process": processes.describe(pid, "model store"), "socket": str(socket_path), "base_path": str(base),
               **server, "digest": digest, "settings": settings, "log": str(log), "started_at": time.time(),
               "users": [me] if me else []}
+    processes.write_record(record_path, record)
+    record["watchdog"] = _start_watchdog(workdir, record_path, log)
     processes.write_record(record_path, record)
     write_json(state_path, record)
     return record
@@ -169,10 +180,10 @@ def ensure(state_path, workdir="."):
     return start(settings, state_path, workdir)
 
 
-def status(state, expected_digest):
+def status(state, expected_digest, workdir="."):
     """Status checks for a TrIMS run: the store recorded in `state` runs, answers, and has the configured settings."""
     checks = [
-        {"name": f"model store server answers on {state.get('socket')}", "ok": running(state),
+        {"name": f"model store server answers on {state.get('socket')}", "ok": running(state, workdir),
          "detail": "not running; start it again with `snakemake trims_store_start --forcerun trims_store_start`"},
         {"name": "model store settings match the configuration", "ok": state.get("digest") == expected_digest,
          "detail": "it was started with other settings; restart it with "
@@ -197,8 +208,12 @@ def _stop(workdir):
         return False
     from repro.trims.modelstore import remove_stale_segments, segment_prefix
 
-    stopped = processes.terminate(record.get("process"))
-    socket_path = Path(record.get("socket", record_path.with_name("trims.sock")))
+    owner = record_path.parent
+    watchdog = record.get("watchdog")
+    if isinstance(watchdog, dict) and watchdog.get("pid") != os.getpid():
+        processes.terminate(watchdog, owner=owner)
+    stopped = processes.terminate(record.get("process"), owner=owner)
+    socket_path = record_path.with_name("trims.sock")  # the only socket a store of this directory has
     socket_path.unlink(missing_ok=True)
     remove_stale_segments(segment_prefix(socket_path))  # left behind when the store was killed
     record_path.unlink(missing_ok=True)
@@ -227,3 +242,36 @@ def leave(invocation, workdir="."):
             processes.write_record(record_path, {**record, "users": others})
             return False
         return _stop(workdir)
+
+
+def _start_watchdog(workdir, record_path, log):
+    """The store's watchdog (`watch`), in a session of its own; its process record."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "repro.trims.service", "watch", str(Path(workdir).resolve()),
+                                 str(record_path)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True, env={**os.environ, **processes.owner_environment(record_path.parent)})
+    return processes.describe(proc.pid, "model store watchdog")
+
+
+def watch(workdir, interval_s=WATCH_INTERVAL_S):
+    """Stop the store of `workdir` once it has users and none of them runs; return when the store
+    it was started with has stopped (or another one runs instead)."""
+    record_path = _record_path(workdir)
+    first = processes.read_record(record_path)
+    store = first.get("process") if first else None
+    while True:
+        time.sleep(interval_s)
+        with _locked(workdir):
+            record = processes.read_record(record_path)
+            if not record or record.get("process") != store or not processes.matches(store, record_path.parent):
+                return
+            users = record.get("users") or []
+            if users and not _live(users):
+                print(f"repro: model store pid {store['pid']}: every invocation that used it has ended; stopping it",
+                      file=sys.stderr)
+                _stop(workdir)
+                return
+
+
+if __name__ == "__main__":  # python -m repro.trims.service watch WORKDIR RECORD (RECORD names it on its command line)
+    watch(sys.argv[2])

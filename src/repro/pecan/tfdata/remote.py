@@ -6,11 +6,11 @@ host (fabric, the host keys checked against known_hosts as the ssh backend does)
 module's helper on it:
 
     python -m repro.pecan.tfdata.remote start --dir D --dispatcher HOST:PORT --host ADDRESS ...
-    python -m repro.pecan.tfdata.remote stop --record JSON
+    python -m repro.pecan.tfdata.remote stop --dir D --record JSON
 
 `start` spawns `python -m repro.pecan.tfdata.server worker` in its own session on that host and
 prints its process record (pid, start ticks, boot id: repro.processes.describe); `stop` signals
-that recorded process only when the record still matches. Whether a worker runs and what it
+that recorded process only when the record still matches and the process was started for D. Whether a worker runs and what it
 reports is read over the same connection from /proc and its status file, each age measured by
 that host's own clock. A worker registers under its host's configured address, and the
 dispatcher's address it gets is the accelerator host's configured one.
@@ -33,7 +33,7 @@ START_TIMEOUT_S = 90  # as repro.pecan.tfdata.service: the worker imports Tensor
 # -- on the worker host ------------------------------------------------------------------------
 
 def _start(args):
-    from repro.processes import describe
+    from repro.processes import describe, owner_environment
 
     directory = Path(args.dir)
     directory.mkdir(parents=True, exist_ok=True)
@@ -46,7 +46,8 @@ def _start(args):
         proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", "worker",
                                  "--dispatcher", args.dispatcher, "--host", args.host, "--threads", str(args.threads),
                                  "--cpus", ",".join(map(str, cpus)), "--status", str(status)],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **owner_environment(directory)})
     record = {**describe(proc.pid, "tfdata worker"), "log": str(log_path), "status": str(status), "cpus": cpus}
     print(json.dumps(record), flush=True)
     return 0
@@ -55,7 +56,7 @@ def _start(args):
 def _stop(args):
     from repro.processes import terminate
 
-    print("stopped" if terminate(json.loads(args.record)) else "not running")
+    print("stopped" if terminate(json.loads(args.record), owner=args.dir) else "not running")
     return 0
 
 
@@ -71,6 +72,7 @@ def main(argv=None):
     start.add_argument("--number", type=int, required=True)
     start.set_defaults(func=_start)
     stop = sub.add_parser("stop", help="stop the recorded process if it still is the one recorded")
+    stop.add_argument("--dir", required=True, help="the worker directory the process must have been started for")
     stop.add_argument("--record", required=True)
     stop.set_defaults(func=_stop)
     args = parser.parse_args(argv)
@@ -149,7 +151,8 @@ class SshWorkers:
         return {**record, "host": host["name"], "address_host": host["address"]}
 
     def stop(self, entry):
-        words = [self.config["python"], "-m", "repro.pecan.tfdata.remote", "stop", "--record", json.dumps(
+        words = [self.config["python"], "-m", "repro.pecan.tfdata.remote", "stop", "--dir", self.config["worker_dir"],
+                 "--record", json.dumps(
             {k: entry[k] for k in ("pid", "start_ticks", "boot_id", "role")})]
         return self._run(entry["host"], " ".join(shlex.quote(w) for w in words)).strip() == "stopped"
 

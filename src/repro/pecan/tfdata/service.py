@@ -3,7 +3,10 @@
 The service lives in a state directory: state.json (the process records, written atomically
 after every change), each process's status file and log, and the dispatcher's fault-tolerant
 work_dir (its journal: a restarted dispatcher recovers its jobs and workers from it).
-Processes are only ever signalled through repro.processes records (pid + start ticks + boot id).
+Processes are only ever signalled through repro.processes records (pid + start ticks + boot id),
+and only those that belong to this state directory (started with its owner environment, or naming
+it on their command line): a state.json copied from another working directory names that
+directory's processes, which are neither used nor stopped here.
 
 The servers are addressed over loopback (localhost). Local workers register as
 `localhost:<port>` and remote ones as `127.0.0.1:<port>`: the artifact's log parser counts names
@@ -21,6 +24,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -29,7 +33,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.processes import describe, matches, read_record, terminate
+from repro.processes import describe, matches, owner_environment, read_record, terminate
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
 # How long a run's client waits for one batch before the run fails: the longest wait that is not a
@@ -69,6 +73,41 @@ def _log_tail(path, lines=5):
         return "(no log)"
 
 
+def _check_record(path, where, record, keys):
+    if not isinstance(record, dict):
+        raise ReproError(f"{path}: {where}: expected a process record (an object), got {type(record).__name__}")
+    for key, kind in keys.items():
+        value = record.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ReproError(f"{path}: {where}.{key}: expected {_KINDS[kind]}, got {value!r:.60}; "
+                             "not a state file the service wrote")
+
+
+_KINDS = {int: "an integer", str: "a string"}
+_PROCESS = {"pid": int, "start_ticks": int}
+
+
+def _check_state(path, state):
+    """A ReproError naming the file and the entry when `state` is not what Service writes."""
+    if not isinstance(state, dict):
+        raise ReproError(f"{path}: expected a JSON object (a tf.data service state), got {type(state).__name__}")
+    if "dispatcher" in state:
+        _check_record(path, "dispatcher", state["dispatcher"], {**_PROCESS, "address": str, "status": str})
+        if not re.fullmatch(r".+:\d+", state["dispatcher"]["address"]):
+            raise ReproError(f"{path}: dispatcher.address: expected host:port, got {state['dispatcher']['address']!r:.60}")
+    workers = state.get("workers", [])
+    if not isinstance(workers, list):
+        raise ReproError(f"{path}: workers: expected a list of process records, got {type(workers).__name__}")
+    for i, worker in enumerate(workers):
+        _check_record(path, f"workers[{i}]", worker, {**_PROCESS, "status": str, "kind": str, "slot": int})
+        if "host" in worker:
+            _check_record(path, f"workers[{i}]", worker, {"host": str})
+    if not isinstance(state.get("started", 0), int):
+        raise ReproError(f"{path}: started: expected an integer, got {state['started']!r:.60}")
+    if not isinstance(state.get("ssh_workers") or {}, dict):
+        raise ReproError(f"{path}: ssh_workers: expected an object (the worker hosts), got {state['ssh_workers']!r:.60}")
+
+
 class Service:
     """The dispatcher and workers recorded in `directory`/state.json."""
 
@@ -80,10 +119,20 @@ class Service:
         self._remote = None
         try:
             self.state = json.loads(self.state_path.read_text())
-        except OSError:
+        except FileNotFoundError:
             self.state = None
+        except UnicodeDecodeError:
+            raise ReproError(f"{self.state_path}: not a tf.data service state file (not JSON)") from None
+        except OSError as exc:
+            raise ReproError(f"{self.state_path}: cannot read the tf.data service state ({exc.strerror})") from None
         except ValueError:
             raise ReproError(f"{self.state_path}: not a tf.data service state file (not JSON)") from None
+        if self.state is not None:
+            _check_state(self.state_path, self.state)
+
+    def ours(self, record):
+        """Whether the recorded process runs and belongs to this state directory."""
+        return matches(record, self.directory)
 
     @property
     def remote(self):
@@ -121,7 +170,7 @@ class Service:
         if service.state and service.state.get("dispatcher"):
             recorded = int(service.address.rsplit(":", 1)[1])
             port = port or (recorded if port_free(recorded) else 0)
-            workers = [w for w in service.state.get("workers", []) if "host" in w or matches(w)]  # remote: polled later
+            workers = [w for w in service.state.get("workers", []) if "host" in w or service.ours(w)]  # remote: polled later
         if port and not port_free(port):
             raise ReproError(f"--port {port}: port in use; choose another port or 0 (any free port)")
         service.directory.mkdir(parents=True, exist_ok=True)
@@ -140,7 +189,7 @@ class Service:
             parent = ["--parent", str(os.getpid())] if self.owned else []
             proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", role, *arguments, *parent],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, env={**os.environ, **owner_environment(self.directory)})
         self._children[proc.pid] = proc
         record = {**describe(proc.pid, f"tfdata {role}"), "log": str(self.directory / log_name)}
         if not wait:
@@ -153,14 +202,14 @@ class Service:
             if _fresh(status, proc.pid):
                 return record
             time.sleep(0.1)
-        terminate(record)
+        terminate(record, owner=self.directory)
         raise ReproError(f"tf.data {role} did not report within {START_TIMEOUT_S} s: {_log_tail(self.directory / log_name)}")
 
     def _save(self):
         write_json(self.state_path, self.state)
 
     def dispatcher_running(self):
-        return bool(self.state) and matches(self.state.get("dispatcher"))
+        return bool(self.state) and self.ours(self.state.get("dispatcher"))
 
     @property
     def address(self):
@@ -227,11 +276,16 @@ class Service:
                 return entry
         return None
 
+    def _left_alone(self, record):
+        if matches(record):  # the same process, but another directory's: a state copied from there
+            print(f"repro: {self.state_path}: pid {record['pid']} ({record.get('role', 'process')}) runs but was not "
+                  "started for this state directory; left running", file=sys.stderr)
+
     def _stop(self, record):
         if "host" in record:
             self.remote.stop(record)
             return
-        terminate(record)
+        terminate(record, owner=self.directory)
         proc = self._children.pop(record["pid"], None)
         if proc is not None:
             proc.wait()
@@ -242,7 +296,7 @@ class Service:
             proc.poll()
         polled = self._poll_remote()
         self.state["workers"] = [w for w in self.state["workers"]
-                                 if (polled[id(w)][0] if "host" in w else matches(w))]
+                                 if (polled[id(w)][0] if "host" in w else self.ours(w))]
 
     def _poll_remote(self):
         remote = [w for w in self.state["workers"] if "host" in w]
@@ -257,9 +311,11 @@ class Service:
             stopped = self.stop_workers()
         except ReproError as exc:
             failed = exc
-        if matches(self.state.get("dispatcher")):
+        if self.ours(self.state.get("dispatcher")):
             self._stop(self.state["dispatcher"])
             stopped += 1
+        else:
+            self._left_alone(self.state.get("dispatcher"))
         self.close()
         if failed:  # the state stays, with the workers left: another stop tries them again
             raise ReproError(f"{failed} (the dispatcher is stopped; run stop again once the host answers)")
@@ -278,9 +334,11 @@ class Service:
                 except ReproError as exc:  # stop the others, then say which one is left
                     failed.append(f"worker pid {record['pid']} on {record['host']}: {exc}")
                     left.append(record)
-            elif matches(record):
+            elif self.ours(record):
                 self._stop(record)
                 stopped += 1
+            else:
+                self._left_alone(record)
         self.state["workers"] = left
         self._save()
         if failed:
@@ -297,7 +355,7 @@ class Service:
             proc.poll()
         polled = self._poll_remote()  # one ssh command per worker host: whether each runs, and its status
         self.state["workers"] = [w for w in self.state["workers"]
-                                 if (polled[id(w)][0] if "host" in w else matches(w))]
+                                 if (polled[id(w)][0] if "host" in w else self.ours(w))]
         names = []
         for entry in self.state["workers"]:
             status = polled[id(entry)][1] if "host" in entry else _fresh(entry["status"], entry["pid"])
@@ -313,8 +371,9 @@ class Service:
         if not self.state:
             return [(False, f"no tf.data service recorded in {self.state_path}")]
         record = self.state["dispatcher"]
-        if not matches(record):
-            return [(False, f"dispatcher (pid {record['pid']}) is not running")]
+        if not self.ours(record):
+            why = "runs, but was not started for this state directory" if matches(record) else "is not running"
+            return [(False, f"dispatcher (pid {record['pid']}) {why}")]
         lines = [(True, f"dispatcher running (pid {record['pid']})")]
         port = int(self.address.rsplit(":", 1)[1])
         status = self.dispatcher_status()
@@ -394,6 +453,7 @@ def workflow_checks(directory):
     then the workers it expects registered, then a probe job served by them. The service holds no
     workers between runs, so the workers expected are probe workers the check starts and stops:
     one on every worker host (over ssh) where the service has worker hosts, else one here."""
+    Service(directory)  # a malformed state is named before anything is written there
     with exclusive(directory):
         service = Service(directory, owned=True)
         lines = service.checks(probe=False, workers=False)
