@@ -49,7 +49,7 @@ def load_tool_config(path, defaults=None):
             raise ReproError(f"--config: {path} does not exist")
         return config
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = _read_yaml(path) or {}
     except OSError as exc:
         raise ReproError(f"{path}: cannot read tool config ({exc.strerror})") from None
     except UnicodeDecodeError:
@@ -72,7 +72,42 @@ def load_tool_config(path, defaults=None):
     # an empty value means the default, as in the original
     config.update({k: v for k, v in section.items() if k not in UNUSED_KEYS and v not in (None, "")})
     _expand_paths(config, path)
+    _check_values(config, path)
     return config
+
+
+def _read_yaml(path):
+    """The one place the tool config is parsed (a bounded loader can replace yaml.safe_load here)."""
+    if not path.is_file():
+        raise ReproError(f"{path}: not a regular file (expected the YAML tool config)")
+    if path.stat().st_size > 1 << 20:
+        raise ReproError(f"{path}: larger than 1 MiB; not a tool config")
+    try:
+        return yaml.safe_load(path.read_text())
+    except RecursionError:
+        raise ReproError(f"{path}: nested too deeply (expected the YAML tool config)") from None
+
+
+def _check_values(config, path):
+    """Refuse micro18 values of the wrong kind, naming the key, before any command uses them."""
+    import math
+
+    def bad(key, expected):
+        return ReproError(f"{path}: micro18.{key}: expected {expected}, got {config[key]!r}"[:400])
+
+    fraction = config["server_memory_fraction"]
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+            math.isfinite(fraction) and 0 < fraction <= 1):
+        raise bad("server_memory_fraction", "a fraction in (0, 1]")
+    policies = [*POLICIES, *POLICY_ALIASES]
+    if config["server_eviction"] not in policies:
+        raise bad("server_eviction", f"one of {policies}")
+    if config["device"] not in ("cpu", "gpu", "auto"):
+        raise bad("device", "cpu, gpu or auto")
+    bucket = config["upload_bucket_name"]
+    if not isinstance(bucket, str) or not bucket or PurePath(bucket).is_absolute() or ".." in PurePath(bucket).parts \
+            or "\0" in bucket:
+        raise bad("upload_bucket_name", "a relative name without '..' (a prefix inside base_bucket_url)")
 
 
 def _expand_paths(config, path):
@@ -350,6 +385,8 @@ def _models(args):
     from repro.trims.models import generate
 
     base = Path(_setting(args, "base_path", "base_path"))
+    if not 0 <= args.seed < 2**32:
+        raise ReproError(f"--seed: expected a whole number from 0 to {2**32 - 1}, got {args.seed}")
     for name in args.models:
         manifest = generate(name, base / name, seed=args.seed)
         print(f"{base / name}: {manifest['params_bytes'] / 1e6:.1f} MB of weights")
@@ -436,6 +473,23 @@ def profile_directory(root, name, overwrite):
     return directory
 
 
+MAX_CONCURRENT = 1024  # requests in flight: threads (or processes) of this client
+MAX_ITERATIONS = 1_000_000  # requests a run plans (the plan is a list in memory)
+MAX_SEED = 2**63 - 1  # numpy's seeds are non-negative
+
+
+def check_client_flags(args):
+    """Refuse client flags out of range, naming the flag, before anything runs."""
+    checks = [("--concurrent", args.concurrent, 1, MAX_CONCURRENT), ("--iterations", args.iterations, 1, MAX_ITERATIONS),
+              ("--seed", args.seed, 0, MAX_SEED)]
+    for flag, value, low, high in checks:
+        if not low <= value <= high:
+            raise ReproError(f"{flag}: expected a whole number from {low} to {high}, got {value}")
+    if args.model_iterations != -1 and not 1 <= args.model_iterations <= MAX_ITERATIONS:
+        raise ReproError(f"--model-iterations: expected at least 1 request per model (at most {MAX_ITERATIONS}), "
+                         f"or -1 for no cap; got {args.model_iterations}")
+
+
 def _client_setup(args):
     from repro.trims.client import ClientOptions
     from repro.trims.runtimes import resolve_device
@@ -451,6 +505,11 @@ def _client_setup(args):
     unknown = sorted(set(models) - set(available))
     if unknown:
         raise ReproError(f"--model: unknown model(s) {unknown}; {base} holds {available or 'no models'}")
+    check_client_flags(args)
+    from repro.trims.models import check_model
+
+    for model in models:  # before any request: a broken model is one line, not a failure per request
+        check_model(base, model)
     plan = plan_requests(models, args.iterations, args.distribution, args.distribution_params, args.model_iterations,
                          args.seed)
     config = tool_config(args)
@@ -509,10 +568,14 @@ def _memory(args):
     except ReproError:
         status = None  # no store running: nothing resident to report
     rows = []
+    from repro.trims.models import GRAPH, model_directory, model_file
+
     for model in args.models:
-        if not (base / model / "manifest.json").is_file():
+        directory = model_directory(base, model)  # resolved and confined to the base path
+        if not (directory / "manifest.json").is_file():
             raise ReproError(f"unknown model {model!r}: no {base / model / 'manifest.json'}")
-        rows.append(model_memory(base / model, status))
+        model_file(base, model, GRAPH)
+        rows.append(model_memory(directory, status))
     print(format_report(rows, args.format))
     for row in rows if args.layers else ():
         print(f"\n{row['model_name']}:")

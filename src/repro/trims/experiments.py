@@ -17,7 +17,7 @@ from repro.fsutil import atomic_path, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions
-from repro.trims.models import load_manifest
+from repro.trims.models import load_manifest, load_manifest_file
 from repro.trims.runtimes import resolve_device
 from repro.trims.server import StoreConnection
 from repro.trims.workload import plan_requests
@@ -39,20 +39,27 @@ def publish_model(model_dir, url):
 def fetch_model(asset_store, model, base_path):
     """Copy `model` from the asset store (a directory or gs://bucket/prefix) into base_path/model,
     verifying every file against the sha256 its manifest records."""
+    from repro.trims.models import check_model_name
+
+    check_model_name(model)
+    if model in (".", "..") or "/" in model:
+        raise ReproError(f"model {model!r}: expected a model name, not a path")
     target = Path(base_path) / model
+    source = None if str(asset_store).startswith("gs://") else Path(asset_store) / model
+    manifest = None if source is None else load_manifest(source)  # checked before anything is written
     target.mkdir(parents=True, exist_ok=True)
-    if str(asset_store).startswith("gs://"):
+    if source is None:
         from repro.tracestore import GCSStore
 
         store = GCSStore(str(asset_store))
         store.get(f"{model}/manifest.json", target / ".manifest.fetched.json")
-        manifest = json.loads((target / ".manifest.fetched.json").read_text())
-        (target / ".manifest.fetched.json").unlink()
+        try:
+            manifest = load_manifest_file(target / ".manifest.fetched.json")
+        finally:
+            (target / ".manifest.fetched.json").unlink(missing_ok=True)
         for name, expected in manifest["sha256"].items():
             store.get(f"{model}/{name}", target / name, expected_sha256=expected)
     else:
-        source = Path(asset_store) / model
-        manifest = load_manifest(source)
         for name, expected in manifest["sha256"].items():
             with atomic_path(target / name) as tmp:
                 shutil.copyfile(source / name, tmp)

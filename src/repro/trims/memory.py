@@ -22,8 +22,9 @@ def layer_memory(model_dir):
     model_dir = Path(model_dir)
     try:
         graph = shape_inference.infer_shapes(onnx.load(str(model_dir / GRAPH), load_external_data=False)).graph
-    except (OSError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
-        raise ReproError(f"{model_dir / GRAPH}: cannot read the model graph ({exc})") from None
+    except Exception as exc:  # missing, not ONNX (protobuf's DecodeError), shapes that cannot be inferred
+        raise ReproError(f"{model_dir / GRAPH}: cannot read the model graph ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
     params = {t.name: 4 * math.prod(t.dims) for t in graph.initializer}
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*graph.value_info, *graph.output]}
     layers = []

@@ -10,12 +10,21 @@ AlexNet/VGG-16 variants of the TrIMS paper with 454x454 / 448x448 inputs.
 """
 
 import json
+import math
+import os
+import re
+import stat
 from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, sha256_file, write_json
 
 GRAPH, PARAMS, MANIFEST = "model.onnx", "model.params", "manifest.json"
+MAX_MANIFEST_BYTES = 16 << 20  # the largest model here lists a few hundred tensors: a few tens of KiB
+MAX_PARAMS_BYTES = 1 << 40
+MAX_SIDE = 4096  # input side in pixels: the largest published input here is 454
+MAX_NAME_BYTES = 255  # a directory name (NAME_MAX)
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 # numpy and onnx are imported where models are built or viewed, not with the module: the
@@ -212,19 +221,168 @@ def generate(name, directory, seed=0):
     return manifest
 
 
-def load_manifest(directory, verify=False):
-    """The manifest of a generated model; with verify, raise if a file's checksum does not match."""
-    directory = Path(directory)
+def check_model_name(model):
+    """`model` if it can name a model directory: a non-empty string without NUL bytes, at most 255 bytes."""
+    if not isinstance(model, str) or not model:
+        raise ReproError(f"model name must be a non-empty string, got {model!r}")
+    if "\0" in model or len(model.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        raise ReproError(f"model name {model[:80]!r}: expected a directory name (no NUL byte, at most "
+                         f"{MAX_NAME_BYTES} bytes)")
+    return model
+
+
+def _resolve(path):
     try:
-        manifest = json.loads((directory / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise ReproError(f"{directory / MANIFEST}: cannot read model manifest ({exc})") from None
+        return Path(path).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL byte
+        raise ReproError(f"{path}: cannot resolve ({exc})") from None
+
+
+def confined(root, path, what):
+    """`path` resolved (every symlink followed), refused unless it lies strictly inside `root` (resolved)."""
+    root, resolved = _resolve(root), _resolve(path)
+    if resolved == root or not resolved.is_relative_to(root):
+        raise ReproError(f"{what} is outside the store's base path {root} ({path} leads to {resolved})")
+    return resolved
+
+
+def model_directory(base_path, model):
+    """base_path/model, resolved; refused unless it lies inside base_path (no '..', absolute names or
+    symlinks leading out)."""
+    check_model_name(model)
+    return confined(base_path, Path(base_path) / model, f"model {model!r}")
+
+
+def model_file(base_path, model, name):
+    """The model's file `name` (GRAPH, PARAMS, MANIFEST), resolved and confined to base_path, a regular file."""
+    path = confined(base_path, model_directory(base_path, model) / name, f"{model}/{name}")
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ReproError(f"{path}: cannot read model file ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ReproError(f"{path}: not a regular file (expected the model's {name})")
+    return path
+
+
+def open_regular(path, what):
+    """A binary file object for the regular file `path`, never blocking on a FIFO or device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ReproError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ReproError(f"{path}: not a regular file (expected {what})")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _is_count(value, low=0, high=None):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+
+
+def check_manifest(manifest, where, complete=True):
+    """`manifest` if it describes a model this package can load, else ReproError naming the key.
+
+    Every field a store or client reads is checked here, once, so that a hostile or damaged
+    manifest is refused with one line instead of failing inside shared memory or the runtime.
+    The store reads only params_bytes, tensors and the weights' checksum: complete=False checks those."""
+    def bad(key, expected):
+        return ReproError(f"{where}: {key}: expected {expected}")
+
+    if not isinstance(manifest, dict):
+        raise ReproError(f"{where}: expected a JSON object (a model manifest)")
+    size = manifest.get("params_bytes")
+    if not _is_count(size, 0, MAX_PARAMS_BYTES):
+        raise bad("params_bytes", f"a whole number of bytes, 0 to {MAX_PARAMS_BYTES}")
+    tensors = manifest.get("tensors")
+    if not isinstance(tensors, list):
+        raise bad("tensors", "a list")
+    for i, tensor in enumerate(tensors):
+        if not (isinstance(tensor, dict) and isinstance(tensor.get("name"), str) and isinstance(tensor.get("shape"), list)
+                and all(_is_count(d, 0, MAX_PARAMS_BYTES) for d in tensor["shape"]) and _is_count(tensor.get("offset"))
+                and _is_count(tensor.get("nbytes"))):
+            raise bad(f"tensors[{i}]", "an object with name, shape (whole numbers), offset and nbytes")
+        if tensor["nbytes"] != 4 * math.prod(tensor["shape"]) or tensor["offset"] % 4:
+            raise bad(f"tensors[{i}].nbytes", f"4 bytes per float32 element of shape {tensor['shape'][:8]}, aligned")
+        if tensor["offset"] + tensor["nbytes"] > size:
+            raise bad(f"tensors[{i}]", f"to lie within params_bytes ({size})")
+    sums = manifest.get("sha256")
+    files = {GRAPH, PARAMS} if complete else {PARAMS}
+    if not isinstance(sums, dict) or not files <= set(sums) <= {GRAPH, PARAMS} or not all(
+            isinstance(v, str) and _SHA256.fullmatch(v) for v in sums.values()):
+        raise bad("sha256", f"the sha256 (64 hex digits) of {' and '.join(sorted(files))}, and of no other file")
+    if not complete:
+        return manifest
+    for key in ("model", "output"):
+        if not isinstance(manifest.get(key), str) or not manifest[key]:
+            raise bad(key, "a non-empty string")
+    data = manifest.get("input")
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        raise bad("input.name", "a non-empty string")
+    shape = data.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 4 and shape[:2] == [1, 3]
+            and all(_is_count(side, 1, MAX_SIDE) for side in shape[2:])):
+        raise bad("input.shape", f"[1, 3, height, width], sides 1 to {MAX_SIDE}")
+    return manifest
+
+
+def load_manifest(directory, verify=False, complete=True):
+    """The manifest of a generated model, checked (check_manifest); with verify, raise if a file's
+    checksum does not match."""
+    directory = Path(directory)
+    manifest = load_manifest_file(directory / MANIFEST, complete)
     if verify:
         for file_name, expected in manifest["sha256"].items():
             actual = sha256_file(directory / file_name)
             if actual != expected:
                 raise ReproError(f"{directory / file_name}: checksum mismatch (expected sha256 {expected}, got {actual}); "
                                  "the model file is corrupt: fetch or generate it again")
+    return manifest
+
+
+def load_manifest_file(path, complete=True):
+    """The model manifest in the file `path`, checked (check_manifest)."""
+    with open_regular(path, "a model manifest") as fh:
+        text = fh.read(MAX_MANIFEST_BYTES + 1)
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ReproError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a model manifest")
+    try:
+        manifest = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ReproError(f"{path}: cannot read model manifest ({type(exc).__name__}: {str(exc)[:200]})") from None
+    return check_manifest(manifest, path, complete)
+
+
+def check_model(base_path, model):
+    """The manifest of base_path/model once its files are there and agree: manifest checked, model.onnx
+    and model.params regular files inside base_path, the graph's input and weights those the manifest
+    lists, every weight read from model.params (whose bytes each request checks). A client checks this before its first request."""
+    import onnx
+
+    directory = model_directory(base_path, model)
+    manifest = load_manifest(directory)
+    graph_path = model_file(base_path, model, GRAPH)
+    model_file(base_path, model, PARAMS)  # its size and checksum are checked as each request reads it
+    try:
+        with open_regular(graph_path, "an ONNX graph") as fh:
+            graph = onnx.load_model_from_string(fh.read()).graph
+    except ReproError:
+        raise
+    except Exception as exc:  # protobuf's DecodeError and friends: the file is not an ONNX model
+        raise ReproError(f"{graph_path}: not an ONNX model ({type(exc).__name__})") from None
+    inconsistent = f"{directory / MANIFEST}: does not describe {graph_path}"
+    if manifest["input"]["name"] not in [value.name for value in graph.input]:
+        raise ReproError(f"{inconsistent} (input {manifest['input']['name']!r} is not the graph's)")
+    listed = {t["name"]: t["shape"] for t in manifest["tensors"]}
+    weights = {t.name: list(t.dims) for t in graph.initializer}
+    if weights != listed:
+        raise ReproError(f"{inconsistent} (its tensors differ from the graph's weights)")
+    for tensor in graph.initializer:
+        location = {item.key: item.value for item in tensor.external_data}.get("location")
+        if tensor.data_location != onnx.TensorProto.EXTERNAL or location != PARAMS:
+            raise ReproError(f"{graph_path}: weight {tensor.name!r} is not read from {PARAMS}")
     return manifest
 
 

@@ -238,12 +238,13 @@ def select_models(values, base_path):
             if not matches:
                 raise ReproError(f"--models: {item!r} matches none of {candidates} in {base_path}")
             chosen += [m for m in matches if m not in chosen]
-    if "distribution" in values and _distribution(values) is not None:
+    if "models_percentage" in values:  # checked whether or not a distribution uses it: NaN is never a share
         percentage = values["models_percentage"] * (100 if values["models_percentage"] <= 1 else 1)
         if not 0 < percentage <= 100:
             raise ReproError(f"--models_percentage: expected a fraction in (0, 1] or a percentage up to 100, "
                              f"got {values['models_percentage']}")
-        chosen = chosen[:math.ceil(len(chosen) * percentage / 100)]
+        if _distribution(values) is not None:
+            chosen = chosen[:math.ceil(len(chosen) * percentage / 100)]
     return chosen
 
 

@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -199,7 +200,9 @@ def _stop(workdir):
 
     stopped = processes.terminate(record.get("process"))
     socket_path = Path(record.get("socket", record_path.with_name("trims.sock")))
-    socket_path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # only a socket: the record's path is never trusted to name anything else
+        if stat.S_ISSOCK(socket_path.lstat().st_mode):
+            socket_path.unlink()
     remove_stale_segments(segment_prefix(socket_path))  # left behind when the store was killed
     record_path.unlink(missing_ok=True)
     return stopped
