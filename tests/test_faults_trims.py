@@ -566,3 +566,34 @@ def test_tool_config_values_of_the_wrong_kind(work, capsys, key, value):
     work.config.write_text(work.config.read_text() + f"  {key}: {value}\n")
     _one_line(lambda: main(["trims", "config", "--config", str(work.config)]), work, capsys,
               rf"^repro: error: .*carml\.yml: micro18\.{key}: expected")
+
+
+# -- refused before the run starts ----------------------------------------------------------
+
+
+def test_a_shared_run_without_a_server_is_refused_before_it_starts(work, capsys):
+    _one_line(lambda: main(["trims", "client", "run", "--device", "cpu", "--config", str(work.config), "--model", MODEL,
+                            "--socket", str(work.dir / "nobody.sock")]), work, capsys,
+              r"^repro: error: model store server not running: cannot connect to .*nobody\.sock")
+
+
+def test_trims_tools_upr_client_without_a_server_is_refused_before_it_starts(work, capsys):
+    work.config.write_text(work.config.read_text() + f"  server_socket: {work.dir / 'nobody.sock'}\n")
+    _one_line(lambda: tools_main(["client", "run", f"--config={work.config}"]), work, capsys,
+              r"^trims-tools: error: model store server not running: cannot connect to .*nobody\.sock")
+
+
+@pytest.mark.parametrize("url, pattern", [
+    (None, r"micro18\.base_bucket_url: 'http://s3\.amazonaws\.com/micro18profiles' is not a trace store here"),
+    ("{dir}/carml.yml", r"micro18\.base_bucket_url .*carml\.yml: not a directory this user can write"),
+    ("gs://repro-unreachable/traces", r"micro18\.base_bucket_url gs://repro-unreachable/traces: cannot reach"),
+], ids=["original-default-s3", "a-file", "gs-unreachable"])
+def test_an_upload_target_that_cannot_be_reached_is_refused_before_the_run(work, capsys, monkeypatch, url, pattern):
+    if url is not None:
+        work.config.write_text(work.config.read_text() + f"  base_bucket_url: {url.format(dir=work.dir)}\n")
+    with socket.socket() as closed:  # a port nothing listens on: the emulator host that cannot be reached
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "repro-test")
+    _one_line(_tools(work, "--trace_upload"), work, capsys, r"^trims-tools: error: " + pattern)

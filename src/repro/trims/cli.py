@@ -12,6 +12,7 @@ socket lies in a directory only this user can enter (repro.processes.private_dir
 import argparse
 import itertools
 import json
+import os
 import shutil
 import socket
 import sys
@@ -490,7 +491,49 @@ def check_client_flags(args):
                          f"or -1 for no cap; got {args.model_iterations}")
 
 
-def _client_setup(args):
+def _check_store_answers(socket_path, device):
+    """Refuse, before a shared (UPR) run starts, when no model store answers on `socket_path`, or when
+    it keeps its models on the GPU and the client runs on the CPU: the original client refused too."""
+    from repro.trims.server import StoreConnection
+
+    connection = StoreConnection(socket_path, timeout=10)
+    try:
+        status = connection.request({"op": "status"})
+    finally:
+        connection.close()
+    if status.get("device") == "gpu" and device != "gpu":
+        raise ReproError(f"the model store on {socket_path} holds its models in GPU memory; run the client with "
+                         "--device gpu")
+
+
+def check_upload_target(config):
+    """Refuse --trace-upload before the run when base_bucket_url is no trace store this client can reach:
+    unset, an http(s) or s3 URL (the original's default), a directory that cannot be created or
+    written, or a gs:// bucket that does not answer."""
+    url = config["base_bucket_url"]
+    if not url or url.startswith(("http://", "https://", "s3://")):
+        raise ReproError(f"micro18.base_bucket_url: {url!r} is not a trace store here; --trace-upload needs a "
+                         "directory or gs://bucket/prefix")
+    if url.startswith("gs://"):
+        from repro.tracestore import GCSStore
+
+        store = GCSStore(url, retry_deadline_s=10)
+        try:
+            found = store.bucket.exists(timeout=10, retry=None)
+        except Exception as exc:  # transport and API errors alike: the bucket cannot be reached
+            raise ReproError(f"micro18.base_bucket_url {url}: cannot reach the bucket ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+        if not found:
+            raise ReproError(f"micro18.base_bucket_url {url}: no such bucket")
+        return
+    existing = Path(url)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ReproError(f"micro18.base_bucket_url {url}: not a directory this user can write traces into")
+
+
+def _client_setup(args, shared):
     from repro.trims.client import ClientOptions
     from repro.trims.runtimes import resolve_device
     from repro.trims.workload import plan_requests
@@ -513,6 +556,10 @@ def _client_setup(args):
     plan = plan_requests(models, args.iterations, args.distribution, args.distribution_params, args.model_iterations,
                          args.seed)
     config = tool_config(args)
+    if args.trace_upload:
+        check_upload_target(config)
+    if shared:
+        _check_store_answers(_socket(args), resolve_device(_setting(args, "device", "device")))
     options = ClientOptions(base_path=base, socket=_socket(args),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
                             device=resolve_device(_setting(args, "device", "device")),
@@ -594,9 +641,7 @@ def _upload(args, run_dir):
 
     config = tool_config(args)
     url = config["base_bucket_url"]
-    if not url or url.startswith(("http://", "https://", "s3://")):
-        raise ReproError(f"micro18.base_bucket_url: {url!r} is not a trace store here; --trace-upload needs a "
-                         "directory or gs://bucket/prefix")
+    check_upload_target(config)
     run_dir, receipt = Path(run_dir), Path(run_dir) / "upload.json"
     store, prefix = open_store(url), f"{config['upload_bucket_name']}/{run_dir.name}"
     entries = [store.put(p, f"{prefix}/{p.relative_to(run_dir).as_posix()}")
@@ -617,7 +662,7 @@ def _finish(args, report, failed, run_dir):
 
 
 def _client_run(args):
-    options, plan, run_dir = _client_setup(args)
+    options, plan, run_dir = _client_setup(args, shared=not args.original)
     label = "original" if args.original else "shared"
     results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
     traces = [Path(r["trace"]) for r in results if r["ok"]]
@@ -633,7 +678,7 @@ def _client_compare(args):
     from repro.traces import combine
     from repro.trims.experiments import compare
 
-    options, plan, run_dir = _client_setup(args)
+    options, plan, run_dir = _client_setup(args, shared=True)
 
     def run(label, original):
         results, wall, where = _run_mode(args, options, plan, run_dir, original, label)
