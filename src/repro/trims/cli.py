@@ -389,6 +389,10 @@ def _models(args):
     if not 0 <= args.seed < 2**32:
         raise ReproError(f"--seed: expected a whole number from 0 to {2**32 - 1}, got {args.seed}")
     for name in args.models:
+        current = _current_model(base / name, name, args.seed)
+        if current is not None:  # already there, checksums matching: nothing to rebuild (download is idempotent)
+            print(f"{base / name}: up to date ({current['params_bytes'] / 1e6:.1f} MB of weights, checksums match)")
+            continue
         manifest = generate(name, base / name, seed=args.seed)
         print(f"{base / name}: {manifest['params_bytes'] / 1e6:.1f} MB of weights")
         if args.publish:
@@ -396,6 +400,20 @@ def _models(args):
 
             publish_model(base / name, args.publish)
             print(f"  published to {args.publish}/{name}/")
+
+
+def _current_model(directory, name, seed):
+    """The manifest of the model in `directory` when it is `name` built with `seed` and every file's
+    checksum matches; None when it has to be built."""
+    from repro.trims.models import load_manifest
+
+    if not (directory / "manifest.json").is_file():
+        return None
+    try:
+        manifest = load_manifest(directory, verify=True)
+    except (ReproError, OSError):
+        return None
+    return manifest if manifest["model"] == name and manifest.get("seed") == seed else None
 
 
 def _server_run(args):
