@@ -36,6 +36,7 @@ DEFAULTS = {
     "profile_output_directory": "results/trims/profiles",
     "base_bucket_url": None,  # a directory or gs://bucket/prefix
     "upload_bucket_name": "traces",
+    "server_info_path": None,  # the server's settings and counters as JSON (trims-tools: ~/.micro18_server.json)
 }
 _reported_unused = set()  # config files whose unused keys were already reported
 
@@ -147,6 +148,10 @@ def add_commands(sub):
     run.add_argument("--persist-cpu-mb", type=int, default=0,
                      help="a host-memory tier of this many MiB: evicted models stay there and come back without "
                      "reading their file (TrIMS's persist_cpu; default 0: none)")
+    run.add_argument("--info-file", help="write the server's settings and counters here as JSON, at start and at "
+                     "stop (the original's ~/.micro18_server.json; default: the tool config's server_info_path, if set)")
+    run.add_argument("--profile", metavar="DIR", help="write the server's own trace (acquisitions and evictions) "
+                     "to DIR/server_<id>.json when it stops")
     run.set_defaults(func=_server_run)
     stop = ssub.add_parser("stop", help="ask the server to shut down")
     stop.add_argument("--socket")
@@ -431,13 +436,15 @@ def _server_run(args):
     persist = args.persist_cpu_mb << 20
     where = f"{policy}, budget {budget >> 20} MiB of {device} memory" + (
         f", host tier {args.persist_cpu_mb} MiB" if persist else "")
+    info = _setting(args, "info_file", "server_info_path")
     if args.daemon:
         pid_file = args.pid_file or str(Path(socket_path).with_suffix(".pid"))
-        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device, persist)
+        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device, persist, info, args.profile)
         print(f"model store server pid {pid} on {socket_path} ({where})")
         return
     print(f"model store server on {socket_path} ({where})", flush=True)
-    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device, persist_bytes=persist)
+    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device, persist_bytes=persist,
+          info_file=info, profile_dir=args.profile)
 
 
 def _server_stop(args):
@@ -522,6 +529,7 @@ def _check_store_answers(socket_path, device):
     if status.get("device") == "gpu" and device != "gpu":
         raise ReproError(f"the model store on {socket_path} holds its models in GPU memory; run the client with "
                          "--device gpu")
+    return status
 
 
 def check_upload_target(config):
@@ -576,8 +584,7 @@ def _client_setup(args, shared):
     config = tool_config(args)
     if args.trace_upload:
         check_upload_target(config)
-    if shared:
-        _check_store_answers(_socket(args), resolve_device(_setting(args, "device", "device")))
+    store = _check_store_answers(_socket(args), resolve_device(_setting(args, "device", "device"))) if shared else None
     options = ClientOptions(base_path=base, socket=_socket(args),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
                             device=resolve_device(_setting(args, "device", "device")),
@@ -585,6 +592,10 @@ def _client_setup(args, shared):
                             run_id=f"{socket.gethostname()}-{int(time.time())}",
                             extra={"distribution": args.distribution, "distribution_params": args.distribution_params,
                                    "concurrent": args.concurrent})
+    if store is not None:
+        from repro.trims.client import store_fields
+
+        options.extra.update(store_fields(store))
     # checked (and emptied with --profile-output-overwrite) before any request runs
     run_dir = profile_directory(config["profile_output_directory"], args.profile_output, args.profile_output_overwrite)
     return options, plan, run_dir

@@ -40,6 +40,14 @@ _SEGMENT_SUFFIX = re.compile(r"[0-9]+_[0-9]+_[0-9]+")  # <owner pid>_<owner star
 _IPC_HANDLE = re.compile(r"[0-9a-f]{128}")  # a CUDA IPC memory handle (64 bytes) as hex (repro.trims.cuda)
 
 
+def store_fields(status):
+    """The store's settings a shared run's traces (and so their summaries) carry, from its status:
+    eviction policy, budget, device tier and host tier, fields to group by."""
+    return {"store_eviction": status.get("policy"), "store_budget_bytes": status.get("budget_bytes"),
+            "store_device": status.get("device"),
+            "store_host_tier_bytes": (status.get("tiers") or {}).get("host", {}).get("budget_bytes")}
+
+
 def check_acquired(answer, manifest, socket_path):
     """What the store answered to acquire, checked before anything is mapped: a segment of the server
     on `socket_path` (its name prefix) or a CUDA handle, and the size the model's manifest gives.

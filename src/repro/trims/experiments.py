@@ -16,7 +16,7 @@ from repro.errors import ReproError
 from repro.fsutil import atomic_path, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
-from repro.trims.client import Client, ClientOptions
+from repro.trims.client import Client, ClientOptions, store_fields
 from repro.trims.models import load_manifest, load_manifest_file
 from repro.trims.runtimes import resolve_device
 from repro.trims.server import StoreConnection
@@ -103,13 +103,18 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
         if traces.exists():
             shutil.rmtree(traces)
         client = _client(base_path, socket_path, traces, original, settings,
-                         {"experiment": "compare", "run_id": f"compare-{model}-{mode}"})
+                         {"experiment": "compare", "run_id": f"compare-{model}-{mode}", **store})
         plan = [(model, i) for i in range(settings["iterations"])]
         results, wall = client.run(plan, 1)
         _failed(results, f"compare {model} ({mode})")
         return {"results": results, "wall_s": wall}
 
-    report = {"experiment": "compare", "model": model, "modes": compare(run)}
+    connection = StoreConnection(socket_path, timeout=30)
+    try:
+        store = store_fields(connection.request({"op": "status"}))
+    finally:
+        connection.close()
+    report = {"experiment": "compare", "model": model, "store": store, "modes": compare(run)}
     write_json(out_dir / "report.json", report)
     return report
 
@@ -126,13 +131,14 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
     before = connection.request({"op": "status"})
     client = _client(base_path, socket_path, traces, False, settings,
                      {"experiment": "distribution", "run_id": f"{name}-c{concurrency}", "distribution": name,
-                      "distribution_params": params, "concurrent": concurrency})
+                      "distribution_params": params, "concurrent": concurrency, **store_fields(before)})
     results, wall = client.run(plan, concurrency)
     _failed(results, f"distribution {name} at concurrency {concurrency}")
     after = connection.request({"op": "status"})
     connection.close()
     report = {"experiment": "distribution", "distribution": name, "params": params, "concurrency": concurrency,
-              "results": results, "wall_s": wall, "evictions": after["evictions"] - before["evictions"]}
+              "results": results, "wall_s": wall, "evictions": after["evictions"] - before["evictions"],
+              "store": store_fields(before)}
     write_json(out_dir / "report.json", report)
     return report
 
@@ -152,7 +158,7 @@ def compare_table(reports):
     the requests) and median model-loading latency, in ms."""
     rows = []
     for report in reports:
-        row = {"model": report["model"]}
+        row = {"model": report["model"], **report.get("store", {})}
         for mode, data in report["modes"].items():
             # the first shared request loads the model into the store: steady state excludes it
             results = data["results"][1:] if mode == "shared" and len(data["results"]) > 1 else data["results"]
@@ -195,5 +201,6 @@ def distribution_table(reports):
         for q in (50, 90, 99):
             row[f"p{q}_ms"], *row[f"p{q}_ci_ms"] = bootstrap_interval(latencies, _percentile(q))
         row["hit_rate"], *row["hit_rate_ci"] = bootstrap_interval([float(bool(h)) for h in hits], np.mean)
-        rows.append({**row, "requests_per_s": len(latencies) / report["wall_s"], "evictions": report["evictions"]})
+        rows.append({**row, "requests_per_s": len(latencies) / report["wall_s"], "evictions": report["evictions"],
+                     **report.get("store", {})})
     return sorted(rows, key=lambda r: (r["distribution"], r["concurrency"]))

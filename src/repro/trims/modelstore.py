@@ -152,6 +152,7 @@ class ModelStore:
     promotions: int = 0  # loads served from the host tier
     file_loads: int = 0  # loads that read the model file
     tier_evictions: int = 0  # copies dropped from the host tier to make room
+    events: list = None  # the server's trace (Chrome trace events) when it profiles; None: not recorded
     lock: threading.RLock = field(default_factory=threading.RLock)
     freed: threading.Condition = None
     _sequence: itertools.count = field(default_factory=itertools.count)
@@ -191,7 +192,17 @@ class ModelStore:
                 raise ReproError(f"model {model!r} needs {size >> 20} MiB but every resident model stayed in use "
                                  f"for {self.wait_s:.0f} s ({self.used_bytes >> 20} of {self.budget_bytes >> 20} MiB)")
 
+    def _record(self, name, start_us, end_us=None, **args):
+        """A complete event (or an instant one without end) in the server's trace, when it profiles."""
+        if self.events is None:
+            return
+        event = {"name": name, "cat": "server", "pid": os.getpid(), "tid": threading.get_ident() % (1 << 31),
+                 "ts": start_us, "args": args}
+        event.update({"ph": "i", "s": "p"} if end_us is None else {"ph": "X", "dur": max(end_us - start_us, 0.0)})
+        self.events.append(event)
+
     def _evict(self, entry):
+        self._record("evict", time.time_ns() / 1000, model=entry.model, bytes=entry.size)
         del self.entries[entry.model]
         try:
             if 0 < entry.size <= self.persist_bytes:
@@ -292,10 +303,15 @@ class ModelStore:
         """Make `model` resident and take a reference; return (how to map it, size, was it a hit)."""
         check_model_name(model)
         with self.lock:
+            start = time.time_ns() / 1000
             entry = self.entries.get(model)
             hit = entry is not None
+            loads = (self.promotions, self.file_loads)
             if not hit:
                 entry = self._load(model)
+            source = ("resident" if hit else "host tier" if self.promotions > loads[0]
+                      else "file" if self.file_loads > loads[1] else "resident")
+            self._record("acquire", start, time.time_ns() / 1000, model=model, bytes=entry.size, source=source)
             entry.refs += 1
             entry.uses += 1
             entry.hits += hit

@@ -101,7 +101,6 @@ NO_EFFECT = {
     "simulate_run": "it skips exec of the MXNet fork's client binary; the requests here are this program's",
     "debug": "it sets the MXNet fork's GLOG logging variables",
     "postprocess": "traces are written complete, and combined-<uuid>.json is always written",
-    "profile": "the server writes no trace of its own here; `repro trims server status` reports its state",
     "model_estimation_rate": "the store knows each model's exact size from its manifest",
     "estimate_with_internal_memory": "the store knows each model's exact size from its manifest",
 }
@@ -317,6 +316,11 @@ def server_argv(values, given, config, config_args):
         raise ReproError(f"--memory_percentage: expected a fraction in (0, 1], got {values['memory_percentage']}")
     argv = ["trims", "server", "run", "--eviction", eviction, "--memory-fraction", str(values["memory_percentage"]),
             *config_args]
+    if values["profile"]:  # the server's trace, server_<id>.json, where the clients' traces of the run go
+        import socket
+
+        argv += ["--profile", os.path.join(config["profile_output_directory"], socket.gethostname(),
+                                           values["profile_output"])]
     if values["persist_cpu_only"]:
         return [*argv, "--device", "cpu"]
     from repro.trims.runtimes import resolve_device

@@ -27,11 +27,13 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import psutil
 
 from repro.errors import ReproError
+from repro.fsutil import write_json
 from repro.processes import describe, matches, private_directory, read_record, write_record
 from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_prefix
 
@@ -200,17 +202,50 @@ def _socket_identity(path):
     return info.st_dev, info.st_ino
 
 
-def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu", persist_bytes=0):
+def _check_info_file(path):
+    """Refuse a server-info path that holds anything but an earlier server's info (or nothing)."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    record = read_record(path) if path.is_file() and not path.is_symlink() else None
+    if record is None or "server_id" not in record:
+        raise ReproError(f"--info-file {path}: exists and is not a model store's server info; refusing to overwrite it")
+
+
+def _server_info(store, server_id, started, socket_path, extra=None):
+    """The server's settings and counters (the original's ~/.micro18_server.json, with this store's keys)."""
+    status = store.status()
+    return {"server_id": server_id, "server_start_time": started, "pid": status["pid"], "socket": str(socket_path),
+            "base_path": str(store.base_path), "eviction_policy": status["policy"], "device": status["device"],
+            "budget_bytes": status["budget_bytes"], "persist_cpu_bytes": store.persist_bytes,
+            "counters": {"evictions": status["evictions"], "tiers": status["tiers"],
+                         "resident": sorted(status["models"])}, **(extra or {})}
+
+
+def _now():
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu", persist_bytes=0,
+          info_file=None, profile_dir=None):
+    """Serve until shutdown (or SIGTERM). info_file: the server's settings and counters as JSON, written
+    at start and again at stop; profile_dir: the server's own trace, server_<id>.json, written at stop."""
     socket_path = Path(socket_path)
     if check_socket_path(socket_path):
         socket_path.unlink()  # a stale socket: nobody answers on it
     if pid_file:
         _check_pid_file(pid_file)
+    if info_file:
+        _check_info_file(info_file)
+    if profile_dir and Path(profile_dir).exists() and not Path(profile_dir).is_dir():
+        raise ReproError(f"--profile {profile_dir}: exists and is not a directory")
     if not Path(base_path).is_dir():
         raise ReproError(f"--base-path {base_path}: no such directory (it holds <model>/model.params)")
     prefix = segment_prefix(socket_path)
     remove_stale_segments(prefix)  # what a killed predecessor on this socket left in shared memory
-    store = ModelStore(base_path, budget, policy, device=device, segment_prefix=prefix, persist_bytes=persist_bytes)
+    store = ModelStore(base_path, budget, policy, device=device, segment_prefix=prefix, persist_bytes=persist_bytes,
+                       events=[] if profile_dir else None)
+    server_id, started = str(uuid.uuid4()), _now()
     try:
         server = _Server(str(socket_path), _Handler)
     except OSError as exc:
@@ -221,6 +256,8 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
     record = describe(os.getpid(), "trims-server")
     if pid_file:
         write_record(pid_file, record)
+    if info_file:
+        write_json(info_file, _server_info(store, server_id, started, socket_path))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     if ready:
@@ -229,7 +266,16 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
         server.serve_forever()
     finally:
         server.server_close()
+        final = _server_info(store, server_id, started, socket_path, {"server_stop_time": _now()})
         store.close()
+        if info_file:
+            write_json(info_file, final)
+        if profile_dir:
+            from repro.traces import write_trace
+
+            Path(profile_dir).mkdir(parents=True, exist_ok=True)
+            write_trace(Path(profile_dir) / f"server_{server_id}.json", store.events,
+                        {"displayTimeUnit": "ms", "otherData": {**final, "upr_server": True}})
         with contextlib.suppress(OSError):  # only the socket this server bound: not one put there since
             if _socket_identity(socket_path) == bound:
                 socket_path.unlink()
@@ -251,7 +297,8 @@ def server_pid(socket_path):
         connection.close()
 
 
-def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu", persist_bytes=0):
+def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu", persist_bytes=0,
+                 info_file=None, profile_dir=None):
     """Start the server in its own session; return its pid once it answers. budget: bytes.
 
     The answering server must be the one started here: a server already on the socket is an error.
@@ -262,12 +309,16 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
                          f"stop it first with `repro trims server stop --socket {socket_path}`")
     check_socket_path(socket_path)  # refused here, before a daemon starts only to refuse it in its log
     _check_pid_file(pid_file)
+    if info_file:
+        _check_info_file(info_file)
     log_info = Path(log_file).stat() if Path(log_file).exists() else None
     if log_info is not None and not stat.S_ISREG(log_info.st_mode):
         raise ReproError(f"--log-file {log_file}: not a regular file (the daemon's output is appended to it)")
     cmd = [sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket", str(socket_path),
            "--base-path", str(base_path), "--memory-mb", str(max(1, budget >> 20)), "--eviction", policy,
            "--pid-file", str(pid_file), "--device", device, "--persist-cpu-mb", str(persist_bytes >> 20)]
+    cmd += ["--info-file", str(info_file)] if info_file else []
+    cmd += ["--profile", str(profile_dir)] if profile_dir else []
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
