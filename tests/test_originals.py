@@ -149,8 +149,10 @@ def test_memory_usage_and_memoryinfo_report_weights_activations_and_the_store(ho
     trims_tools(home, "client", "run", "-n", "1", "--profile_output=for-memory")  # both models resident now
     proc = trims_tools(home, "client", "memory_usage", "-f", "csv")
     header, *rows = [line.split(",") for line in proc.stdout.splitlines()]
-    assert header == ["model_name", "param_bytes", "activation_bytes", "store_bytes"]
-    for name, params, activations, resident in rows:
+    assert header == ["model_name", "measured_rss_bytes", "measured_pss_bytes", "param_bytes", "activation_bytes",
+                      "store_bytes"]
+    for name, rss, pss, params, activations, resident in rows:
+        assert int(rss) > 0 and int(pss) > 0  # measured in a process of its own
         manifest = json.loads((home / "carml" / "data" / "mxnet" / name / "manifest.json").read_text())
         assert int(params) == manifest["params_bytes"] == int(resident) and int(activations) > 0
     assert [r[0] for r in rows] == sorted(MODELS)

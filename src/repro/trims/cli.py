@@ -182,6 +182,9 @@ def add_commands(sub):
     memory.add_argument("models", nargs="+", help="model names (under the base path)")
     memory.add_argument("-f", "--format", default="table", help="table, csv, tsv or cpp (default: table)")
     memory.add_argument("--layers", action="store_true", help="one row per layer as well")
+    memory.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure RSS and PSS growth around session creation and the first inference, in a "
+                        "process per model (default: on); the computed figures are reported either way")
     memory.add_argument("--base-path")
     memory.add_argument("--socket")
     memory.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
@@ -651,7 +654,7 @@ def _memory(args):
         if not (directory / "manifest.json").is_file():
             raise ReproError(f"unknown model {model!r}: no {base / model / 'manifest.json'}")
         model_file(base, model, GRAPH)
-        rows.append(model_memory(directory, status))
+        rows.append(model_memory(directory, status, measured=args.measure))
     print(format_report(rows, args.format))
     for row in rows if args.layers else ():
         print(f"\n{row['model_name']}:")

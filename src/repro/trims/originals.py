@@ -377,10 +377,16 @@ def _traced_models(paths):
         raise UsageError("trace memoryinfo: expected at least one trace file")
     models = []
     for path in paths:
-        model = TraceReader(path).other_data.get("model_name")
-        if not isinstance(model, str):
-            raise ReproError(f"{path}: the trace names no model (otherData.model_name)")
-        models += [model] if model not in models else []
+        other = TraceReader(path).other_data
+        # a combined or compared trace lists the traces it was made of, each with its otherData
+        inputs = other.get("inputs") if isinstance(other.get("inputs"), list) else [{"otherData": other}]
+        named = [i.get("otherData", {}).get("model_name") for i in inputs if isinstance(i, dict)
+                 and isinstance(i.get("otherData"), dict)]
+        named = [m for m in named if isinstance(m, str)]
+        if not named:
+            raise ReproError(f"{path}: the trace names no model (otherData.model_name, or otherData.inputs[].otherData"
+                             ".model_name in a combined trace)")
+        models += [m for m in dict.fromkeys(named) if m not in models]
     return models
 
 
