@@ -98,10 +98,11 @@ def _traces(run, mode="upr"):
 
 def test_the_originals_default_config_loads_and_reports_unused_keys_once(home):
     proc = trims_tools(home, "info", "config")
-    config = yaml.safe_load(proc.stdout)["micro18"]
-    assert config["base_path"] == f"{home}/carml/data/mxnet"  # $HOME expanded
-    assert config["profile_output_directory"] == f"{home}//micro18_profiles"
-    assert config["upload_bucket_name"] == "traces"
+    config = yaml.safe_load(proc.stdout)  # the original's key list: literal 'micro18.<key>' names
+    assert list(config)[0] == "micro18.visible_devices" and list(config)[-1] == "serverinfopath"
+    assert config["micro18.base_path"] == f"{home}/carml/data/mxnet"  # $HOME expanded
+    assert config["micro18.profile_output_directory"] == f"{home}//micro18_profiles"
+    assert config["micro18.upload_bucket_name"] == "traces"
     assert proc.stderr.count("no meaning here") == 1 and "src_path" in proc.stderr
 
 

@@ -358,6 +358,8 @@ def _client_flags(parser):
                         "[upr_]<model>_<uuid>.json in the run directory, with combined-<uuid>.json (default: repro)")
     parser.add_argument("--monitor-memory", action="store_true", help="sample GPU (NVML) and store memory every 50 ms")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--simulate", action="store_true",
+                        help="check everything and print the planned requests, but run and write nothing")
     _device_flag(parser, "where inference runs (must be the GPU when the store keeps models there)")
     parser.add_argument("--results", help="write per-request results as JSON here")
     parser.add_argument("--trace-upload", action="store_true",
@@ -472,14 +474,22 @@ def _server_status(args):
     print(json.dumps(StoreConnection(_socket(args), timeout=10).request({"op": "status"}), indent=2))
 
 
-def profile_directory(root, name, overwrite):
+def profile_directory(root, name, overwrite, share_hour=False):
     """The run's own trace directory, <root>/<hostname>/<name>, created empty.
 
     `name` must be a relative path without '..' (the directory is the only thing overwrite may
     delete). An existing non-empty directory is replaced only with overwrite; without a name
-    the directory is named after the hour, with -2, -3, ... when an earlier run has it.
+    the directory is named after the hour, with -2, -3, ... when an earlier run has it, unless
+    `share_hour` (the original's trace names, unique per request): then the hour's runs share it,
+    as in the original.
     """
     host = Path(root) / socket.gethostname()
+    if name is None and share_hour:
+        directory = host / time.strftime("%Y-%m-%d-%H")
+        if directory.is_symlink() or directory.exists() and not directory.is_dir():
+            raise ReproError(f"{directory}: exists and is not a directory (the hour's trace directory)")
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
     if name is None:
         stem = time.strftime("%Y-%m-%d-%H")
         candidates = (stem if n == 1 else f"{stem}-{n}" for n in itertools.count(1))
@@ -600,7 +610,13 @@ def _client_setup(args, shared):
 
         options.extra.update(store_fields(store))
     # checked (and emptied with --profile-output-overwrite) before any request runs
-    run_dir = profile_directory(config["profile_output_directory"], args.profile_output, args.profile_output_overwrite)
+    if args.simulate:  # the original's --simulate_run: everything up to the requests, none of them run
+        counts = {model: sum(m == model for m, _ in plan) for model in dict.fromkeys(m for m, _ in plan)}
+        print(f"simulated: {len(plan)} request(s) would run ({', '.join(f'{m} x{n}' for m, n in counts.items())}); "
+              "nothing was run or written")
+        return options, plan, None
+    run_dir = profile_directory(config["profile_output_directory"], args.profile_output, args.profile_output_overwrite,
+                                share_hour=args.trace_names == "original")
     return options, plan, run_dir
 
 
@@ -695,6 +711,8 @@ def _finish(args, report, failed, run_dir):
 
 def _client_run(args):
     options, plan, run_dir = _client_setup(args, shared=not args.original)
+    if run_dir is None:
+        return
     label = "original" if args.original else "shared"
     results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
     traces = [Path(r["trace"]) for r in results if r["ok"]]
@@ -711,6 +729,8 @@ def _client_compare(args):
     from repro.trims.experiments import compare
 
     options, plan, run_dir = _client_setup(args, shared=True)
+    if run_dir is None:
+        return
 
     def run(label, original):
         results, wall, where = _run_mode(args, options, plan, run_dir, original, label)

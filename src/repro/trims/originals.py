@@ -98,7 +98,6 @@ NO_EFFECT = {
     "toggle": "unused in the original too",
     "profile_io": "it has no effect in the original either",
     "profile_memory": "it traces the MXNet fork's cudaMalloc calls",
-    "simulate_run": "it skips exec of the MXNet fork's client binary; the requests here are this program's",
     "debug": "it sets the MXNet fork's GLOG logging variables",
     "postprocess": "traces are written complete, and combined-<uuid>.json is always written",
     "model_estimation_rate": "the store knows each model's exact size from its manifest",
@@ -292,6 +291,7 @@ def client_argv(command, values, config, config_args):
                              ("profile_output_overwrite", "--profile-output-overwrite"),
                              ("monitor_memory", "--monitor-memory"), ("trace_upload", "--trace-upload")):
         _bool_flag(argv, values[name], repro_flag)
+    _bool_flag(argv, values["simulate_run"], "--simulate")
     if command == "run":
         _bool_flag(argv, values["original"], "--original")
     else:
@@ -350,7 +350,9 @@ def translate(words):
         raise UsageError(f"{' '.join(path)}: takes no arguments, got {positionals}")
     config_args = _config_args(values)
     if path == ("info", "config"):
-        return [["trims", "config", *config_args]], values, path
+        config = {**_config(values), "visible_devices": values["visible_devices"]}
+        print(original_config_yaml(config, config_args[1] if config_args else None), end="")
+        return [], values, path
     if path == ("download", "assets"):
         from repro.trims.models import ARCHITECTURES
 
@@ -367,6 +369,36 @@ def translate(words):
     client = client_argv("compare" if values["compare"] else "run", values, config, config_args)
     server = [*server_argv(values, given, config, config_args), "-d"]
     return [server, client, ["trims", "server", "stop", *config_args]], values, path
+
+
+# The original's config struct, in the order and under the names `info config` prints them
+# (pkg/config/config.go: keys as literal 'micro18.<key>' strings, server_info_path as Go's default
+# yaml name 'serverinfopath'), with the original's defaults for the keys that mean nothing here.
+ORIGINAL_KEYS = ("visible_devices", "build_timeout", "polling_interval", "src_path", "base_path", "server_relative_path",
+                 "server_build_cmd", "server_run_cmd", "client_relative_path", "client_build_cmd", "client_run_cmd",
+                 "base_bucket_url", "upload_bucket_name", "profile_output_directory", "server_info_path")
+ORIGINAL_UNUSED_DEFAULTS = {
+    "visible_devices": "0", "build_timeout": 0, "polling_interval": 0, "src_path": "", "server_relative_path": "",
+    "server_build_cmd": "make", "server_run_cmd": "bin/uprd",
+    "client_relative_path": "example/image-classification/predict-cpp", "client_build_cmd": "make",
+    "client_run_cmd": "./image-classification-predict",
+}
+
+
+def original_config_yaml(config, path):
+    """What the original's `info config` prints: its keys, with the values in effect here."""
+    import yaml
+
+    from repro.trims.cli import _read_yaml
+
+    section = {}
+    if path:
+        document = _read_yaml(__import__("pathlib").Path(path)) or {}
+        section = document.get("micro18") or {} if isinstance(document, dict) else {}
+    values = {**ORIGINAL_UNUSED_DEFAULTS, **{k: v for k, v in section.items() if k in ORIGINAL_UNUSED_DEFAULTS},
+              **{k: config.get(k) for k in ORIGINAL_KEYS if k in config}}
+    names = {key: "serverinfopath" if key == "server_info_path" else f"micro18.{key}" for key in ORIGINAL_KEYS}
+    return yaml.safe_dump({names[key]: values[key] for key in ORIGINAL_KEYS}, sort_keys=False)
 
 
 def _traced_models(paths):
@@ -411,6 +443,22 @@ def _trace_argv(command, values, positionals):
     return argv
 
 
+def _parse_repro(parser, command):
+    """The parsed repro command line, or None after one `trims-tools: error:` line (never repro's usage text)."""
+    import contextlib
+    import io
+
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return parser.parse_args(command)
+    except SystemExit:
+        lines = captured.getvalue().strip().splitlines()
+        message = lines[-1].split(": error: ", 1)[-1].removeprefix("argument ") if lines else "invalid command line"
+        print(f"{PROG}: error: {original_spelling(message)}", file=sys.stderr)
+        return None
+
+
 def main(argv=None):
     from repro.cli import build_parser, run
     from repro.trims.carml_config import original_defaults
@@ -435,7 +483,9 @@ def main(argv=None):
     defaults = {**_repro_defaults(), **original_defaults()}
     status = 0
     for command in commands:
-        args = build_parser().parse_args(command)
+        args = _parse_repro(build_parser(), command)
+        if args is None:
+            return 2
         args.tool_defaults = defaults
         status = run(args, PROG, original_spelling) or status
         if status and command[:3] == ["trims", "server", "run"]:
