@@ -531,7 +531,9 @@ def test_a_killed_model_store_fails_the_remaining_requests(models, server, tmp_p
               f"sys.exit(main(['trims', 'client', 'run', *{options!r}, '--socket', '{sock}', '--iterations', '400']))")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
+    deadline = time.monotonic() + 60  # killed once the client's requests run (it checks the store before the first)
+    while time.monotonic() < deadline and not StoreConnection(sock).request({"op": "status"})["models"]:
+        time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1

@@ -98,10 +98,11 @@ def _traces(run, mode="upr"):
 
 def test_the_originals_default_config_loads_and_reports_unused_keys_once(home):
     proc = trims_tools(home, "info", "config")
-    config = yaml.safe_load(proc.stdout)["micro18"]
-    assert config["base_path"] == f"{home}/carml/data/mxnet"  # $HOME expanded
-    assert config["profile_output_directory"] == f"{home}//micro18_profiles"
-    assert config["upload_bucket_name"] == "traces"
+    config = yaml.safe_load(proc.stdout)  # the original's key list: literal 'micro18.<key>' names
+    assert list(config)[0] == "micro18.visible_devices" and list(config)[-1] == "serverinfopath"
+    assert config["micro18.base_path"] == f"{home}/carml/data/mxnet"  # $HOME expanded
+    assert config["micro18.profile_output_directory"] == f"{home}//micro18_profiles"
+    assert config["micro18.upload_bucket_name"] == "traces"
     assert proc.stderr.count("no meaning here") == 1 and "src_path" in proc.stderr
 
 
@@ -149,8 +150,10 @@ def test_memory_usage_and_memoryinfo_report_weights_activations_and_the_store(ho
     trims_tools(home, "client", "run", "-n", "1", "--profile_output=for-memory")  # both models resident now
     proc = trims_tools(home, "client", "memory_usage", "-f", "csv")
     header, *rows = [line.split(",") for line in proc.stdout.splitlines()]
-    assert header == ["model_name", "param_bytes", "activation_bytes", "store_bytes"]
-    for name, params, activations, resident in rows:
+    assert header == ["model_name", "measured_rss_bytes", "measured_pss_bytes", "param_bytes", "activation_bytes",
+                      "store_bytes"]
+    for name, rss, pss, params, activations, resident in rows:
+        assert int(rss) > 0 and int(pss) > 0  # measured in a process of its own
         manifest = json.loads((home / "carml" / "data" / "mxnet" / name / "manifest.json").read_text())
         assert int(params) == manifest["params_bytes"] == int(resident) and int(activations) > 0
     assert [r[0] for r in rows] == sorted(MODELS)

@@ -21,11 +21,10 @@ UNUSED_KEYS = {
     "build_timeout": "build commands are not part of this project",
     "polling_interval": "file watching (build on change) is not part of this project",
     "visible_devices": "the original overrides it with --visible_devices on every run",
-    "server_info_path": "the store is found by its socket here, not by a server-info file",
 }
 
 # Keys whose values are paths or URLs: `~` and `$NAME` are expanded (the original leaves `$HOME` literal).
-EXPANDED_KEYS = ("base_path", "profile_output_directory", "server_socket", "base_bucket_url")
+EXPANDED_KEYS = ("base_path", "profile_output_directory", "server_socket", "base_bucket_url", "server_info_path")
 
 
 def original_defaults():
@@ -36,6 +35,7 @@ def original_defaults():
         "profile_output_directory": str(home / "micro18_profiles"),
         "base_bucket_url": "http://s3.amazonaws.com/micro18profiles",
         "upload_bucket_name": "traces",
+        "server_info_path": str(home / ".micro18_server.json"),
     }
 
 

@@ -12,6 +12,7 @@ socket lies in a directory only this user can enter (repro.processes.private_dir
 import argparse
 import itertools
 import json
+import os
 import shutil
 import socket
 import sys
@@ -35,6 +36,7 @@ DEFAULTS = {
     "profile_output_directory": "results/trims/profiles",
     "base_bucket_url": None,  # a directory or gs://bucket/prefix
     "upload_bucket_name": "traces",
+    "server_info_path": None,  # the server's settings and counters as JSON (trims-tools: ~/.micro18_server.json)
 }
 _reported_unused = set()  # config files whose unused keys were already reported
 
@@ -49,7 +51,7 @@ def load_tool_config(path, defaults=None):
             raise ReproError(f"--config: {path} does not exist")
         return config
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = _read_yaml(path) or {}
     except OSError as exc:
         raise ReproError(f"{path}: cannot read tool config ({exc.strerror})") from None
     except UnicodeDecodeError:
@@ -72,7 +74,42 @@ def load_tool_config(path, defaults=None):
     # an empty value means the default, as in the original
     config.update({k: v for k, v in section.items() if k not in UNUSED_KEYS and v not in (None, "")})
     _expand_paths(config, path)
+    _check_values(config, path)
     return config
+
+
+def _read_yaml(path):
+    """The one place the tool config is parsed (a bounded loader can replace yaml.safe_load here)."""
+    if not path.is_file():
+        raise ReproError(f"{path}: not a regular file (expected the YAML tool config)")
+    if path.stat().st_size > 1 << 20:
+        raise ReproError(f"{path}: larger than 1 MiB; not a tool config")
+    try:
+        return yaml.safe_load(path.read_text())
+    except RecursionError:
+        raise ReproError(f"{path}: nested too deeply (expected the YAML tool config)") from None
+
+
+def _check_values(config, path):
+    """Refuse micro18 values of the wrong kind, naming the key, before any command uses them."""
+    import math
+
+    def bad(key, expected):
+        return ReproError(f"{path}: micro18.{key}: expected {expected}, got {config[key]!r}"[:400])
+
+    fraction = config["server_memory_fraction"]
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+            math.isfinite(fraction) and 0 < fraction <= 1):
+        raise bad("server_memory_fraction", "a fraction in (0, 1]")
+    policies = [*POLICIES, *POLICY_ALIASES]
+    if config["server_eviction"] not in policies:
+        raise bad("server_eviction", f"one of {policies}")
+    if config["device"] not in ("cpu", "gpu", "auto"):
+        raise bad("device", "cpu, gpu or auto")
+    bucket = config["upload_bucket_name"]
+    if not isinstance(bucket, str) or not bucket or PurePath(bucket).is_absolute() or ".." in PurePath(bucket).parts \
+            or "\0" in bucket:
+        raise bad("upload_bucket_name", "a relative name without '..' (a prefix inside base_bucket_url)")
 
 
 def _expand_paths(config, path):
@@ -111,6 +148,10 @@ def add_commands(sub):
     run.add_argument("--persist-cpu-mb", type=int, default=0,
                      help="a host-memory tier of this many MiB: evicted models stay there and come back without "
                      "reading their file (TrIMS's persist_cpu; default 0: none)")
+    run.add_argument("--info-file", help="write the server's settings and counters here as JSON, at start and at "
+                     "stop (the original's ~/.micro18_server.json; default: the tool config's server_info_path, if set)")
+    run.add_argument("--profile", metavar="DIR", help="write the server's own trace (acquisitions and evictions) "
+                     "to DIR/server_<id>.json when it stops")
     run.set_defaults(func=_server_run)
     stop = ssub.add_parser("stop", help="ask the server to shut down")
     stop.add_argument("--socket")
@@ -141,6 +182,9 @@ def add_commands(sub):
     memory.add_argument("models", nargs="+", help="model names (under the base path)")
     memory.add_argument("-f", "--format", default="table", help="table, csv, tsv or cpp (default: table)")
     memory.add_argument("--layers", action="store_true", help="one row per layer as well")
+    memory.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure RSS and PSS growth around session creation and the first inference, in a "
+                        "process per model (default: on); the computed figures are reported either way")
     memory.add_argument("--base-path")
     memory.add_argument("--socket")
     memory.add_argument("--config", help="tool config (default ~/.carml_config.yml)")
@@ -314,6 +358,8 @@ def _client_flags(parser):
                         "[upr_]<model>_<uuid>.json in the run directory, with combined-<uuid>.json (default: repro)")
     parser.add_argument("--monitor-memory", action="store_true", help="sample GPU (NVML) and store memory every 50 ms")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--simulate", action="store_true",
+                        help="check everything and print the planned requests, but run and write nothing")
     _device_flag(parser, "where inference runs (must be the GPU when the store keeps models there)")
     parser.add_argument("--results", help="write per-request results as JSON here")
     parser.add_argument("--trace-upload", action="store_true",
@@ -350,7 +396,13 @@ def _models(args):
     from repro.trims.models import generate
 
     base = Path(_setting(args, "base_path", "base_path"))
+    if not 0 <= args.seed < 2**32:
+        raise ReproError(f"--seed: expected a whole number from 0 to {2**32 - 1}, got {args.seed}")
     for name in args.models:
+        current = _current_model(base / name, name, args.seed)
+        if current is not None:  # already there, checksums matching: nothing to rebuild (download is idempotent)
+            print(f"{base / name}: up to date ({current['params_bytes'] / 1e6:.1f} MB of weights, checksums match)")
+            continue
         manifest = generate(name, base / name, seed=args.seed)
         print(f"{base / name}: {manifest['params_bytes'] / 1e6:.1f} MB of weights")
         if args.publish:
@@ -358,6 +410,20 @@ def _models(args):
 
             publish_model(base / name, args.publish)
             print(f"  published to {args.publish}/{name}/")
+
+
+def _current_model(directory, name, seed):
+    """The manifest of the model in `directory` when it is `name` built with `seed` and every file's
+    checksum matches; None when it has to be built."""
+    from repro.trims.models import load_manifest
+
+    if not (directory / "manifest.json").is_file():
+        return None
+    try:
+        manifest = load_manifest(directory, verify=True)
+    except (ReproError, OSError):
+        return None
+    return manifest if manifest["model"] == name and manifest.get("seed") == seed else None
 
 
 def _server_run(args):
@@ -375,13 +441,15 @@ def _server_run(args):
     persist = args.persist_cpu_mb << 20
     where = f"{policy}, budget {budget >> 20} MiB of {device} memory" + (
         f", host tier {args.persist_cpu_mb} MiB" if persist else "")
+    info = _setting(args, "info_file", "server_info_path")
     if args.daemon:
         pid_file = args.pid_file or str(Path(socket_path).with_suffix(".pid"))
-        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device, persist)
+        pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device, persist, info, args.profile)
         print(f"model store server pid {pid} on {socket_path} ({where})")
         return
     print(f"model store server on {socket_path} ({where})", flush=True)
-    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device, persist_bytes=persist)
+    serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device, persist_bytes=persist,
+          info_file=info, profile_dir=args.profile)
 
 
 def _server_stop(args):
@@ -406,14 +474,22 @@ def _server_status(args):
     print(json.dumps(StoreConnection(_socket(args), timeout=10).request({"op": "status"}), indent=2))
 
 
-def profile_directory(root, name, overwrite):
+def profile_directory(root, name, overwrite, share_hour=False):
     """The run's own trace directory, <root>/<hostname>/<name>, created empty.
 
     `name` must be a relative path without '..' (the directory is the only thing overwrite may
     delete). An existing non-empty directory is replaced only with overwrite; without a name
-    the directory is named after the hour, with -2, -3, ... when an earlier run has it.
+    the directory is named after the hour, with -2, -3, ... when an earlier run has it, unless
+    `share_hour` (the original's trace names, unique per request): then the hour's runs share it,
+    as in the original.
     """
     host = Path(root) / socket.gethostname()
+    if name is None and share_hour:
+        directory = host / time.strftime("%Y-%m-%d-%H")
+        if directory.is_symlink() or directory.exists() and not directory.is_dir():
+            raise ReproError(f"{directory}: exists and is not a directory (the hour's trace directory)")
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
     if name is None:
         stem = time.strftime("%Y-%m-%d-%H")
         candidates = (stem if n == 1 else f"{stem}-{n}" for n in itertools.count(1))
@@ -436,7 +512,67 @@ def profile_directory(root, name, overwrite):
     return directory
 
 
-def _client_setup(args):
+MAX_CONCURRENT = 1024  # requests in flight: threads (or processes) of this client
+MAX_ITERATIONS = 1_000_000  # requests a run plans (the plan is a list in memory)
+MAX_SEED = 2**63 - 1  # numpy's seeds are non-negative
+
+
+def check_client_flags(args):
+    """Refuse client flags out of range, naming the flag, before anything runs."""
+    checks = [("--concurrent", args.concurrent, 1, MAX_CONCURRENT), ("--iterations", args.iterations, 1, MAX_ITERATIONS),
+              ("--seed", args.seed, 0, MAX_SEED)]
+    for flag, value, low, high in checks:
+        if not low <= value <= high:
+            raise ReproError(f"{flag}: expected a whole number from {low} to {high}, got {value}")
+    if args.model_iterations != -1 and not 1 <= args.model_iterations <= MAX_ITERATIONS:
+        raise ReproError(f"--model-iterations: expected at least 1 request per model (at most {MAX_ITERATIONS}), "
+                         f"or -1 for no cap; got {args.model_iterations}")
+
+
+def _check_store_answers(socket_path, device):
+    """Refuse, before a shared (UPR) run starts, when no model store answers on `socket_path`, or when
+    it keeps its models on the GPU and the client runs on the CPU: the original client refused too."""
+    from repro.trims.server import StoreConnection
+
+    connection = StoreConnection(socket_path, timeout=10)
+    try:
+        status = connection.request({"op": "status"})
+    finally:
+        connection.close()
+    if status.get("device") == "gpu" and device != "gpu":
+        raise ReproError(f"the model store on {socket_path} holds its models in GPU memory; run the client with "
+                         "--device gpu")
+    return status
+
+
+def check_upload_target(config):
+    """Refuse --trace-upload before the run when base_bucket_url is no trace store this client can reach:
+    unset, an http(s) or s3 URL (the original's default), a directory that cannot be created or
+    written, or a gs:// bucket that does not answer."""
+    url = config["base_bucket_url"]
+    if not url or url.startswith(("http://", "https://", "s3://")):
+        raise ReproError(f"micro18.base_bucket_url: {url!r} is not a trace store here; --trace-upload needs a "
+                         "directory or gs://bucket/prefix")
+    if url.startswith("gs://"):
+        from repro.tracestore import GCSStore
+
+        store = GCSStore(url, retry_deadline_s=10)
+        try:
+            found = store.bucket.exists(timeout=10, retry=None)
+        except Exception as exc:  # transport and API errors alike: the bucket cannot be reached
+            raise ReproError(f"micro18.base_bucket_url {url}: cannot reach the bucket ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+        if not found:
+            raise ReproError(f"micro18.base_bucket_url {url}: no such bucket")
+        return
+    existing = Path(url)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ReproError(f"micro18.base_bucket_url {url}: not a directory this user can write traces into")
+
+
+def _client_setup(args, shared):
     from repro.trims.client import ClientOptions
     from repro.trims.runtimes import resolve_device
     from repro.trims.workload import plan_requests
@@ -451,9 +587,17 @@ def _client_setup(args):
     unknown = sorted(set(models) - set(available))
     if unknown:
         raise ReproError(f"--model: unknown model(s) {unknown}; {base} holds {available or 'no models'}")
+    check_client_flags(args)
+    from repro.trims.models import check_model
+
+    for model in models:  # before any request: a broken model is one line, not a failure per request
+        check_model(base, model)
     plan = plan_requests(models, args.iterations, args.distribution, args.distribution_params, args.model_iterations,
                          args.seed)
     config = tool_config(args)
+    if args.trace_upload:
+        check_upload_target(config)
+    store = _check_store_answers(_socket(args), resolve_device(_setting(args, "device", "device"))) if shared else None
     options = ClientOptions(base_path=base, socket=_socket(args),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
                             device=resolve_device(_setting(args, "device", "device")),
@@ -461,8 +605,18 @@ def _client_setup(args):
                             run_id=f"{socket.gethostname()}-{int(time.time())}",
                             extra={"distribution": args.distribution, "distribution_params": args.distribution_params,
                                    "concurrent": args.concurrent})
+    if store is not None:
+        from repro.trims.client import store_fields
+
+        options.extra.update(store_fields(store))
     # checked (and emptied with --profile-output-overwrite) before any request runs
-    run_dir = profile_directory(config["profile_output_directory"], args.profile_output, args.profile_output_overwrite)
+    if args.simulate:  # the original's --simulate_run: everything up to the requests, none of them run
+        counts = {model: sum(m == model for m, _ in plan) for model in dict.fromkeys(m for m, _ in plan)}
+        print(f"simulated: {len(plan)} request(s) would run ({', '.join(f'{m} x{n}' for m, n in counts.items())}); "
+              "nothing was run or written")
+        return options, plan, None
+    run_dir = profile_directory(config["profile_output_directory"], args.profile_output, args.profile_output_overwrite,
+                                share_hour=args.trace_names == "original")
     return options, plan, run_dir
 
 
@@ -509,10 +663,14 @@ def _memory(args):
     except ReproError:
         status = None  # no store running: nothing resident to report
     rows = []
+    from repro.trims.models import GRAPH, model_directory, model_file
+
     for model in args.models:
-        if not (base / model / "manifest.json").is_file():
+        directory = model_directory(base, model)  # resolved and confined to the base path
+        if not (directory / "manifest.json").is_file():
             raise ReproError(f"unknown model {model!r}: no {base / model / 'manifest.json'}")
-        rows.append(model_memory(base / model, status))
+        model_file(base, model, GRAPH)
+        rows.append(model_memory(directory, status, measured=args.measure))
     print(format_report(rows, args.format))
     for row in rows if args.layers else ():
         print(f"\n{row['model_name']}:")
@@ -531,9 +689,7 @@ def _upload(args, run_dir):
 
     config = tool_config(args)
     url = config["base_bucket_url"]
-    if not url or url.startswith(("http://", "https://", "s3://")):
-        raise ReproError(f"micro18.base_bucket_url: {url!r} is not a trace store here; --trace-upload needs a "
-                         "directory or gs://bucket/prefix")
+    check_upload_target(config)
     run_dir, receipt = Path(run_dir), Path(run_dir) / "upload.json"
     store, prefix = open_store(url), f"{config['upload_bucket_name']}/{run_dir.name}"
     entries = [store.put(p, f"{prefix}/{p.relative_to(run_dir).as_posix()}")
@@ -554,7 +710,9 @@ def _finish(args, report, failed, run_dir):
 
 
 def _client_run(args):
-    options, plan, run_dir = _client_setup(args)
+    options, plan, run_dir = _client_setup(args, shared=not args.original)
+    if run_dir is None:
+        return
     label = "original" if args.original else "shared"
     results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
     traces = [Path(r["trace"]) for r in results if r["ok"]]
@@ -570,7 +728,9 @@ def _client_compare(args):
     from repro.traces import combine
     from repro.trims.experiments import compare
 
-    options, plan, run_dir = _client_setup(args)
+    options, plan, run_dir = _client_setup(args, shared=True)
+    if run_dir is None:
+        return
 
     def run(label, original):
         results, wall, where = _run_mode(args, options, plan, run_dir, original, label)

@@ -15,6 +15,7 @@ of answering with wrong predictions. The store checks the same checksum when it 
 import hashlib
 import multiprocessing
 import os
+import re
 import socket
 import threading
 import time
@@ -30,9 +31,42 @@ import numpy as np
 from repro.errors import ReproError
 from repro.traces import write_trace
 from repro.trims.cuda import Mappings
-from repro.trims.models import GRAPH, PARAMS, load_manifest
+from repro.trims.modelstore import segment_prefix
+from repro.trims.models import GRAPH, PARAMS, load_manifest, model_directory, model_file
 from repro.trims.runtimes import CpuRuntime, GpuRuntime
 from repro.trims.server import StoreConnection
+
+_SEGMENT_SUFFIX = re.compile(r"[0-9]+_[0-9]+_[0-9]+")  # <owner pid>_<owner start ticks>_<n> (repro.trims.modelstore)
+_IPC_HANDLE = re.compile(r"[0-9a-f]{128}")  # a CUDA IPC memory handle (64 bytes) as hex (repro.trims.cuda)
+
+
+def store_fields(status):
+    """The store's settings a shared run's traces (and so their summaries) carry, from its status:
+    eviction policy, budget, device tier and host tier, fields to group by."""
+    return {"store_eviction": status.get("policy"), "store_budget_bytes": status.get("budget_bytes"),
+            "store_device": status.get("device"),
+            "store_host_tier_bytes": (status.get("tiers") or {}).get("host", {}).get("budget_bytes")}
+
+
+def check_acquired(answer, manifest, socket_path):
+    """What the store answered to acquire, checked before anything is mapped: a segment of the server
+    on `socket_path` (its name prefix) or a CUDA handle, and the size the model's manifest gives.
+    A process of this user answering on the socket is not thereby trusted to name any memory."""
+    where = f"model store on {socket_path}"
+    device, size = answer.get("device"), answer.get("size")
+    if device not in ("cpu", "gpu") or not isinstance(answer.get("hit"), bool):
+        raise ReproError(f"{where}: malformed answer to acquire (expected device cpu or gpu, and hit)")
+    if size != manifest["params_bytes"] or isinstance(size, bool):
+        raise ReproError(f"{where}: handed out {size!r} bytes for {manifest['model']!r}, but its manifest says "
+                         f"{manifest['params_bytes']}; refusing to map it")
+    if device == "gpu":
+        if not isinstance(answer.get("ipc"), str) or not _IPC_HANDLE.fullmatch(answer["ipc"]):
+            raise ReproError(f"{where}: malformed answer to acquire (expected a CUDA IPC handle, 128 hex digits)")
+        return
+    prefix, name = segment_prefix(socket_path), answer.get("shm")
+    if not isinstance(name, str) or not name.startswith(prefix) or not _SEGMENT_SUFFIX.fullmatch(name[len(prefix):]):
+        raise ReproError(f"{where}: named the shared memory segment {str(name)[:100]!r}, which is not one of its "
+                         f"own ({prefix}...); refusing to map it")
 
 
 @dataclass
@@ -107,6 +141,11 @@ class Client:
             self._local.connection = StoreConnection(self.options.socket)
         return self._local.connection
 
+    def _drop_connection(self):
+        connection, self._local.connection = getattr(self._local, "connection", None), None
+        if connection is not None:
+            connection.close()
+
     def _verify(self, path, version, data, manifest):
         """Raise ReproError unless `data` (the bytes read from `path`) match the manifest's checksum."""
         if version in self._verified:
@@ -122,14 +161,16 @@ class Client:
     def request(self, model, iteration):
         """One inference request; returns (latency in us, trace path or None, was it a store hit)."""
         opts = self.options
-        directory = Path(opts.base_path) / model
+        directory = model_directory(opts.base_path, model)  # resolved: no symlink leads out of the base path
         manifest = load_manifest(directory)
+        graph = model_file(opts.base_path, model, GRAPH)
         params, version = None, None
         if opts.original:
-            info = os.stat(directory / PARAMS)
-            version = (str(directory / PARAMS), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            params_path = model_file(opts.base_path, model, PARAMS)
+            info = os.stat(params_path)
+            version = (str(params_path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
             if opts.cold_cache:
-                drop_page_cache(directory / PARAMS)
+                drop_page_cache(params_path)
         rec = _Recorder(self._tid())
         if opts.eager and not opts.eager_async:
             with rec.span("runtime_init", "ignore"):
@@ -140,7 +181,7 @@ class Client:
         with rec.span("predict", "prediction"):
             with rec.span("read_params", "io"):
                 if opts.original:
-                    params = np.fromfile(directory / PARAMS, dtype=np.uint8)
+                    params = np.fromfile(params_path, dtype=np.uint8)
                     if params.size != manifest["params_bytes"]:
                         raise ReproError(f"{directory / PARAMS}: {params.size} bytes, but its manifest says "
                                          f"{manifest['params_bytes']}: the model file is truncated or corrupt")
@@ -148,6 +189,11 @@ class Client:
                 else:
                     connection = self._connection()
                     answer = connection.request({"op": "acquire", "model": model})
+                    try:
+                        check_acquired(answer, manifest, opts.socket)
+                    except ReproError:
+                        self._drop_connection()  # closing it releases the reference the store gave
+                        raise
                     hit = answer["hit"]
                     if answer["device"] == "gpu":
                         ipc = answer["ipc"]
@@ -155,6 +201,11 @@ class Client:
                         shm = shared_memory.SharedMemory(name=answer["shm"])
                         # the server owns the segment: keep this process's tracker from unlinking it
                         resource_tracker.unregister(shm._name, "shared_memory")
+                        if shm.size < answer["size"]:
+                            shm.close()
+                            self._drop_connection()
+                            raise ReproError(f"model store on {opts.socket}: segment {answer['shm']} holds {shm.size} "
+                                             f"bytes, fewer than the {answer['size']} of {model!r}")
                         buffer = shm.buf
             try:
                 with rec.span("load_model", "load"):
@@ -173,7 +224,7 @@ class Client:
                         background.join()
                 with rec.span("create_prediction", "prediction"):
                     self.runtime.initialise()
-                    predict = self.runtime.predictor(directory / GRAPH, weights)
+                    predict = self.runtime.predictor(graph, weights)
                 with rec.span("forward_predict", "prediction"):
                     output = predict(manifest["input"]["name"], data)
                 with rec.span("get_output", "prediction"):
@@ -189,7 +240,7 @@ class Client:
                         connection.request({"op": "release", "model": model})
         latency = rec.now() - start
         if params is not None:
-            self._verify(directory / PARAMS, version, params, manifest)
+            self._verify(params_path, version, params, manifest)
             params = None
         trace = None
         if opts.profile_output:

@@ -16,8 +16,8 @@ from repro.errors import ReproError
 from repro.fsutil import atomic_path, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
-from repro.trims.client import Client, ClientOptions
-from repro.trims.models import load_manifest
+from repro.trims.client import Client, ClientOptions, store_fields
+from repro.trims.models import load_manifest, load_manifest_file
 from repro.trims.runtimes import resolve_device
 from repro.trims.server import StoreConnection
 from repro.trims.workload import plan_requests
@@ -39,20 +39,27 @@ def publish_model(model_dir, url):
 def fetch_model(asset_store, model, base_path):
     """Copy `model` from the asset store (a directory or gs://bucket/prefix) into base_path/model,
     verifying every file against the sha256 its manifest records."""
+    from repro.trims.models import check_model_name
+
+    check_model_name(model)
+    if model in (".", "..") or "/" in model:
+        raise ReproError(f"model {model!r}: expected a model name, not a path")
     target = Path(base_path) / model
+    source = None if str(asset_store).startswith("gs://") else Path(asset_store) / model
+    manifest = None if source is None else load_manifest(source)  # checked before anything is written
     target.mkdir(parents=True, exist_ok=True)
-    if str(asset_store).startswith("gs://"):
+    if source is None:
         from repro.tracestore import GCSStore
 
         store = GCSStore(str(asset_store))
         store.get(f"{model}/manifest.json", target / ".manifest.fetched.json")
-        manifest = json.loads((target / ".manifest.fetched.json").read_text())
-        (target / ".manifest.fetched.json").unlink()
+        try:
+            manifest = load_manifest_file(target / ".manifest.fetched.json")
+        finally:
+            (target / ".manifest.fetched.json").unlink(missing_ok=True)
         for name, expected in manifest["sha256"].items():
             store.get(f"{model}/{name}", target / name, expected_sha256=expected)
     else:
-        source = Path(asset_store) / model
-        manifest = load_manifest(source)
         for name, expected in manifest["sha256"].items():
             with atomic_path(target / name) as tmp:
                 shutil.copyfile(source / name, tmp)
@@ -96,13 +103,18 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
         if traces.exists():
             shutil.rmtree(traces)
         client = _client(base_path, socket_path, traces, original, settings,
-                         {"experiment": "compare", "run_id": f"compare-{model}-{mode}"})
+                         {"experiment": "compare", "run_id": f"compare-{model}-{mode}", **store})
         plan = [(model, i) for i in range(settings["iterations"])]
         results, wall = client.run(plan, 1)
         _failed(results, f"compare {model} ({mode})")
         return {"results": results, "wall_s": wall}
 
-    report = {"experiment": "compare", "model": model, "modes": compare(run)}
+    connection = StoreConnection(socket_path, timeout=30)
+    try:
+        store = store_fields(connection.request({"op": "status"}))
+    finally:
+        connection.close()
+    report = {"experiment": "compare", "model": model, "store": store, "modes": compare(run)}
     write_json(out_dir / "report.json", report)
     return report
 
@@ -119,13 +131,14 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
     before = connection.request({"op": "status"})
     client = _client(base_path, socket_path, traces, False, settings,
                      {"experiment": "distribution", "run_id": f"{name}-c{concurrency}", "distribution": name,
-                      "distribution_params": params, "concurrent": concurrency})
+                      "distribution_params": params, "concurrent": concurrency, **store_fields(before)})
     results, wall = client.run(plan, concurrency)
     _failed(results, f"distribution {name} at concurrency {concurrency}")
     after = connection.request({"op": "status"})
     connection.close()
     report = {"experiment": "distribution", "distribution": name, "params": params, "concurrency": concurrency,
-              "results": results, "wall_s": wall, "evictions": after["evictions"] - before["evictions"]}
+              "results": results, "wall_s": wall, "evictions": after["evictions"] - before["evictions"],
+              "store": store_fields(before)}
     write_json(out_dir / "report.json", report)
     return report
 
@@ -145,7 +158,7 @@ def compare_table(reports):
     the requests) and median model-loading latency, in ms."""
     rows = []
     for report in reports:
-        row = {"model": report["model"]}
+        row = {"model": report["model"], **report.get("store", {})}
         for mode, data in report["modes"].items():
             # the first shared request loads the model into the store: steady state excludes it
             results = data["results"][1:] if mode == "shared" and len(data["results"]) > 1 else data["results"]
@@ -188,5 +201,6 @@ def distribution_table(reports):
         for q in (50, 90, 99):
             row[f"p{q}_ms"], *row[f"p{q}_ci_ms"] = bootstrap_interval(latencies, _percentile(q))
         row["hit_rate"], *row["hit_rate_ci"] = bootstrap_interval([float(bool(h)) for h in hits], np.mean)
-        rows.append({**row, "requests_per_s": len(latencies) / report["wall_s"], "evictions": report["evictions"]})
+        rows.append({**row, "requests_per_s": len(latencies) / report["wall_s"], "evictions": report["evictions"],
+                     **report.get("store", {})})
     return sorted(rows, key=lambda r: (r["distribution"], r["concurrency"]))

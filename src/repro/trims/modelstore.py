@@ -16,6 +16,7 @@ the same socket, or a stop (`repro trims server stop`, `repro cluster stop`), re
 whose owner is gone.
 """
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -28,7 +29,7 @@ from pathlib import Path
 from repro.errors import ReproError
 from repro.processes import describe, matches
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
-from repro.trims.models import PARAMS, load_manifest
+from repro.trims.models import PARAMS, check_model_name, load_manifest, model_directory, model_file, open_regular
 
 DEVICES = ("cpu", "gpu")
 _CHUNK = 8 << 20
@@ -61,6 +62,9 @@ class HostMemory:
     """Weights in a POSIX shared memory segment; clients map it by name."""
 
     def __init__(self, size, name=None):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            # SharedMemory creates the segment before it sizes it, and leaves it behind when sizing fails
+            raise ReproError(f"a model's size must be a whole number of bytes, got {size!r}")
         self.shm = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
 
     def staging(self, offset):
@@ -148,6 +152,7 @@ class ModelStore:
     promotions: int = 0  # loads served from the host tier
     file_loads: int = 0  # loads that read the model file
     tier_evictions: int = 0  # copies dropped from the host tier to make room
+    events: list = None  # the server's trace (Chrome trace events) when it profiles; None: not recorded
     lock: threading.RLock = field(default_factory=threading.RLock)
     freed: threading.Condition = None
     _sequence: itertools.count = field(default_factory=itertools.count)
@@ -187,7 +192,17 @@ class ModelStore:
                 raise ReproError(f"model {model!r} needs {size >> 20} MiB but every resident model stayed in use "
                                  f"for {self.wait_s:.0f} s ({self.used_bytes >> 20} of {self.budget_bytes >> 20} MiB)")
 
+    def _record(self, name, start_us, end_us=None, **args):
+        """A complete event (or an instant one without end) in the server's trace, when it profiles."""
+        if self.events is None:
+            return
+        event = {"name": name, "cat": "server", "pid": os.getpid(), "tid": threading.get_ident() % (1 << 31),
+                 "ts": start_us, "args": args}
+        event.update({"ph": "i", "s": "p"} if end_us is None else {"ph": "X", "dur": max(end_us - start_us, 0.0)})
+        self.events.append(event)
+
     def _evict(self, entry):
+        self._record("evict", time.time_ns() / 1000, model=entry.model, bytes=entry.size)
         del self.entries[entry.model]
         try:
             if 0 < entry.size <= self.persist_bytes:
@@ -204,28 +219,35 @@ class ModelStore:
         self.tier[model] = data
 
     def _directory(self, model):
-        """base_path/model, refused unless it lies inside base_path once resolved (no '..', no absolute names)."""
-        root = self.base_path.resolve()
-        directory = (root / model).resolve()
-        if directory == root or not directory.is_relative_to(root):
-            raise ReproError(f"model {model!r} is outside the store's base path {root}")
-        return directory
+        """base_path/model, refused unless it lies inside base_path once resolved (no '..', no absolute names,
+        no symlinks leading out)."""
+        return model_directory(self.base_path, model)
 
     def _load(self, model):
         directory = self._directory(model)
         persisted = self.tier.pop(model, None)  # before making room: that may put other models in the tier
-        if persisted is None and not (directory / PARAMS).is_file():
-            raise ReproError(f"unknown model {model!r}: no {PARAMS} under {directory}")
-        manifest = load_manifest(directory)
-        size = manifest["params_bytes"]
-        if persisted is not None and len(persisted) != size:
-            persisted = None  # the model was regenerated since: read the new file
+        source = None
         try:
+            if persisted is None and not (directory / PARAMS).is_file():
+                raise ReproError(f"unknown model {model!r}: no {PARAMS} under {directory}")
+            manifest = load_manifest(directory, complete=False)  # what the store reads of it
+            size = manifest["params_bytes"]
+            if persisted is not None and len(persisted) != size:
+                persisted = None  # the model was regenerated since: read the new file
+            if persisted is None:  # opened before room is made: a file that cannot be read evicts nothing
+                source = open_regular(model_file(self.base_path, model, PARAMS), f"the weights of {model!r}")
             self._make_room(size, model)  # may wait, releasing the lock: another client may load it meanwhile
         except BaseException:
+            if source is not None:
+                source.close()
             if persisted is not None:
                 self._persist(model, persisted)
             raise
+        with source if source is not None else contextlib.nullcontext():
+            return self._place(model, directory, manifest, persisted, source)
+
+    def _place(self, model, directory, manifest, persisted, source):
+        size = manifest["params_bytes"]
         if model in self.entries:
             return self.entries[model]
         sequence = next(self._sequence)
@@ -237,7 +259,7 @@ class ModelStore:
             if persisted is not None:
                 self._promote(memory, persisted)
             else:
-                self._read_file(memory, directory, manifest)
+                self._read_file(memory, directory, manifest, source)
             memory.loaded()
         except BaseException:
             memory.close()
@@ -258,35 +280,38 @@ class ModelStore:
             memory.commit(done, n)
         self.promotions += 1
 
-    def _read_file(self, memory, directory, manifest):
+    def _read_file(self, memory, directory, manifest, fh):
         size = manifest["params_bytes"]
         digest, done, view = hashlib.sha256(), 0, None
         try:
-            with open(directory / PARAMS, "rb") as fh:
-                while done < size:
-                    view = memory.staging(done)
-                    n = fh.readinto(view)
-                    if not n:
-                        break
-                    digest.update(view[:n])
-                    memory.commit(done, n)
-                    done += n
+            while done < size:
+                view = memory.staging(done)
+                n = fh.readinto(view[: size - done])
+                if not n:
+                    break
+                digest.update(view[:n])
+                memory.commit(done, n)
+                done += n
         finally:
             view = None  # a host segment cannot close while a view of it is alive
-        if done != size or digest.hexdigest() != manifest["sha256"][PARAMS]:
+        if done != size or fh.read(1) or digest.hexdigest() != manifest["sha256"][PARAMS]:
             raise ReproError(f"{directory / PARAMS}: checksum mismatch (expected sha256 "
                              f"{manifest['sha256'][PARAMS]}); the model file is corrupt")
         self.file_loads += 1
 
     def acquire(self, model):
         """Make `model` resident and take a reference; return (how to map it, size, was it a hit)."""
-        if not isinstance(model, str) or not model:
-            raise ReproError(f"model name must be a non-empty string, got {model!r}")
+        check_model_name(model)
         with self.lock:
+            start = time.time_ns() / 1000
             entry = self.entries.get(model)
             hit = entry is not None
+            loads = (self.promotions, self.file_loads)
             if not hit:
                 entry = self._load(model)
+            source = ("resident" if hit else "host tier" if self.promotions > loads[0]
+                      else "file" if self.file_loads > loads[1] else "resident")
+            self._record("acquire", start, time.time_ns() / 1000, model=model, bytes=entry.size, source=source)
             entry.refs += 1
             entry.uses += 1
             entry.hits += hit

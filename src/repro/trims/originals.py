@@ -98,10 +98,8 @@ NO_EFFECT = {
     "toggle": "unused in the original too",
     "profile_io": "it has no effect in the original either",
     "profile_memory": "it traces the MXNet fork's cudaMalloc calls",
-    "simulate_run": "it skips exec of the MXNet fork's client binary; the requests here are this program's",
     "debug": "it sets the MXNet fork's GLOG logging variables",
     "postprocess": "traces are written complete, and combined-<uuid>.json is always written",
-    "profile": "the server writes no trace of its own here; `repro trims server status` reports its state",
     "model_estimation_rate": "the store knows each model's exact size from its manifest",
     "estimate_with_internal_memory": "the store knows each model's exact size from its manifest",
 }
@@ -238,12 +236,13 @@ def select_models(values, base_path):
             if not matches:
                 raise ReproError(f"--models: {item!r} matches none of {candidates} in {base_path}")
             chosen += [m for m in matches if m not in chosen]
-    if "distribution" in values and _distribution(values) is not None:
+    if "models_percentage" in values:  # checked whether or not a distribution uses it: NaN is never a share
         percentage = values["models_percentage"] * (100 if values["models_percentage"] <= 1 else 1)
         if not 0 < percentage <= 100:
             raise ReproError(f"--models_percentage: expected a fraction in (0, 1] or a percentage up to 100, "
                              f"got {values['models_percentage']}")
-        chosen = chosen[:math.ceil(len(chosen) * percentage / 100)]
+        if _distribution(values) is not None:
+            chosen = chosen[:math.ceil(len(chosen) * percentage / 100)]
     return chosen
 
 
@@ -292,6 +291,7 @@ def client_argv(command, values, config, config_args):
                              ("profile_output_overwrite", "--profile-output-overwrite"),
                              ("monitor_memory", "--monitor-memory"), ("trace_upload", "--trace-upload")):
         _bool_flag(argv, values[name], repro_flag)
+    _bool_flag(argv, values["simulate_run"], "--simulate")
     if command == "run":
         _bool_flag(argv, values["original"], "--original")
     else:
@@ -316,6 +316,11 @@ def server_argv(values, given, config, config_args):
         raise ReproError(f"--memory_percentage: expected a fraction in (0, 1], got {values['memory_percentage']}")
     argv = ["trims", "server", "run", "--eviction", eviction, "--memory-fraction", str(values["memory_percentage"]),
             *config_args]
+    if values["profile"]:  # the server's trace, server_<id>.json, where the clients' traces of the run go
+        import socket
+
+        argv += ["--profile", os.path.join(config["profile_output_directory"], socket.gethostname(),
+                                           values["profile_output"])]
     if values["persist_cpu_only"]:
         return [*argv, "--device", "cpu"]
     from repro.trims.runtimes import resolve_device
@@ -345,7 +350,9 @@ def translate(words):
         raise UsageError(f"{' '.join(path)}: takes no arguments, got {positionals}")
     config_args = _config_args(values)
     if path == ("info", "config"):
-        return [["trims", "config", *config_args]], values, path
+        config = {**_config(values), "visible_devices": values["visible_devices"]}
+        print(original_config_yaml(config, config_args[1] if config_args else None), end="")
+        return [], values, path
     if path == ("download", "assets"):
         from repro.trims.models import ARCHITECTURES
 
@@ -364,6 +371,36 @@ def translate(words):
     return [server, client, ["trims", "server", "stop", *config_args]], values, path
 
 
+# The original's config struct, in the order and under the names `info config` prints them
+# (pkg/config/config.go: keys as literal 'micro18.<key>' strings, server_info_path as Go's default
+# yaml name 'serverinfopath'), with the original's defaults for the keys that mean nothing here.
+ORIGINAL_KEYS = ("visible_devices", "build_timeout", "polling_interval", "src_path", "base_path", "server_relative_path",
+                 "server_build_cmd", "server_run_cmd", "client_relative_path", "client_build_cmd", "client_run_cmd",
+                 "base_bucket_url", "upload_bucket_name", "profile_output_directory", "server_info_path")
+ORIGINAL_UNUSED_DEFAULTS = {
+    "visible_devices": "0", "build_timeout": 0, "polling_interval": 0, "src_path": "", "server_relative_path": "",
+    "server_build_cmd": "make", "server_run_cmd": "bin/uprd",
+    "client_relative_path": "example/image-classification/predict-cpp", "client_build_cmd": "make",
+    "client_run_cmd": "./image-classification-predict",
+}
+
+
+def original_config_yaml(config, path):
+    """What the original's `info config` prints: its keys, with the values in effect here."""
+    import yaml
+
+    from repro.trims.cli import _read_yaml
+
+    section = {}
+    if path:
+        document = _read_yaml(__import__("pathlib").Path(path)) or {}
+        section = document.get("micro18") or {} if isinstance(document, dict) else {}
+    values = {**ORIGINAL_UNUSED_DEFAULTS, **{k: v for k, v in section.items() if k in ORIGINAL_UNUSED_DEFAULTS},
+              **{k: config.get(k) for k in ORIGINAL_KEYS if k in config}}
+    names = {key: "serverinfopath" if key == "server_info_path" else f"micro18.{key}" for key in ORIGINAL_KEYS}
+    return yaml.safe_dump({names[key]: values[key] for key in ORIGINAL_KEYS}, sort_keys=False)
+
+
 def _traced_models(paths):
     """The models the traces at `paths` ran (their otherData.model_name), in order of first appearance."""
     from repro.traces import TraceReader
@@ -372,10 +409,16 @@ def _traced_models(paths):
         raise UsageError("trace memoryinfo: expected at least one trace file")
     models = []
     for path in paths:
-        model = TraceReader(path).other_data.get("model_name")
-        if not isinstance(model, str):
-            raise ReproError(f"{path}: the trace names no model (otherData.model_name)")
-        models += [model] if model not in models else []
+        other = TraceReader(path).other_data
+        # a combined or compared trace lists the traces it was made of, each with its otherData
+        inputs = other.get("inputs") if isinstance(other.get("inputs"), list) else [{"otherData": other}]
+        named = [i.get("otherData", {}).get("model_name") for i in inputs if isinstance(i, dict)
+                 and isinstance(i.get("otherData"), dict)]
+        named = [m for m in named if isinstance(m, str)]
+        if not named:
+            raise ReproError(f"{path}: the trace names no model (otherData.model_name, or otherData.inputs[].otherData"
+                             ".model_name in a combined trace)")
+        models += [m for m in dict.fromkeys(named) if m not in models]
     return models
 
 
@@ -398,6 +441,22 @@ def _trace_argv(command, values, positionals):
     if not values["deep"]:
         argv.append("--each-directory")
     return argv
+
+
+def _parse_repro(parser, command):
+    """The parsed repro command line, or None after one `trims-tools: error:` line (never repro's usage text)."""
+    import contextlib
+    import io
+
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return parser.parse_args(command)
+    except SystemExit:
+        lines = captured.getvalue().strip().splitlines()
+        message = lines[-1].split(": error: ", 1)[-1].removeprefix("argument ") if lines else "invalid command line"
+        print(f"{PROG}: error: {original_spelling(message)}", file=sys.stderr)
+        return None
 
 
 def main(argv=None):
@@ -424,7 +483,9 @@ def main(argv=None):
     defaults = {**_repro_defaults(), **original_defaults()}
     status = 0
     for command in commands:
-        args = build_parser().parse_args(command)
+        args = _parse_repro(build_parser(), command)
+        if args is None:
+            return 2
         args.tool_defaults = defaults
         status = run(args, PROG, original_spelling) or status
         if status and command[:3] == ["trims", "server", "run"]:

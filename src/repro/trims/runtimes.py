@@ -46,7 +46,9 @@ def _ort_setup():
 
 class CpuRuntime(_Once):
     device = "cpu"
-    errors = (ort.capi.onnxruntime_pybind11_state.Fail,)
+    # every error onnxruntime raises (NoSuchFile, InvalidGraph, InvalidArgument, ...), not only Fail
+    errors = tuple(e for e in vars(ort.capi.onnxruntime_pybind11_state).values()
+                   if isinstance(e, type) and issubclass(e, Exception))
 
     def __init__(self):
         super().__init__(_ort_setup)

@@ -6,30 +6,39 @@ Requests: {"op": "acquire", "model": M} -> {"ok": true, "device": "cpu", "shm": 
 {"op": "shutdown"}. Every line gets an answer, malformed ones an error. References a connection
 holds are released when it closes, so a crashed client never pins a model.
 
-The default socket lives in a directory only this user can enter (processes.private_directory),
-and a client checks on connect that the server runs as this user (SO_PEERCRED): another user
-cannot stand in for the store.
+The default socket lives in a directory only this user can enter (processes.private_directory).
+Both ends check the other's uid (SO_PEERCRED) on every connection: a client refuses a server run
+by another user, and the server answers a connection from another user with one error and closes
+it, so a socket on a path anyone can reach (a user-chosen --socket, umask 000) still serves only
+its owner. Lines are bounded both ways (MAX_LINE). The server removes a file at its socket path
+only when it is a socket nobody answers on, and at the end only the socket it bound itself.
 """
 
+import contextlib
+import errno
 import json
 import os
 import signal
 import socket
 import socketserver
+import stat
 import struct
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import psutil
 
 from repro.errors import ReproError
-from repro.processes import describe, private_directory, read_record, write_record
+from repro.fsutil import write_json
+from repro.processes import describe, matches, private_directory, read_record, write_record
 from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_prefix
 
 _OPS = ("acquire", "release", "status", "flush", "shutdown")
+MAX_LINE = 1 << 16  # bytes in one request or answer line; the largest real one (status) is a few KiB
 
 
 def _parse(line):
@@ -38,6 +47,8 @@ def _parse(line):
         request = json.loads(line)
     except ValueError:
         raise ReproError("bad request: not a JSON line") from None
+    except RecursionError:
+        raise ReproError("bad request: nested too deeply") from None
     if not isinstance(request, dict):
         raise ReproError(f"bad request: expected a JSON object, got {type(request).__name__}")
     if request.get("op") not in _OPS:
@@ -47,12 +58,29 @@ def _parse(line):
     return request
 
 
+def peer_uid(sock):
+    """The uid of the process at the other end of the Unix socket `sock` (SO_PEERCRED)."""
+    _, uid, _ = _PEER.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER.size))
+    return uid
+
+
 class _Handler(socketserver.StreamRequestHandler):
+    def _send(self, answer):
+        self.wfile.write(json.dumps(answer).encode() + b"\n")
+        self.wfile.flush()
+
     def handle(self):
         store = self.server.store
         held = []
         try:
-            for line in self.rfile:
+            uid = peer_uid(self.connection)
+            while line := self.rfile.readline(MAX_LINE + 1):
+                if len(line) > MAX_LINE:  # the rest of the line cannot be told from the next request
+                    self._send({"ok": False, "error": f"bad request: longer than {MAX_LINE} bytes; closing"})
+                    return
+                if uid != os.getuid():  # every request of another user's process: refused, never parsed
+                    self._send({"ok": False, "error": f"this model store serves uid {os.getuid()} only, not uid {uid}"})
+                    continue
                 shutdown = False
                 try:
                     request = _parse(line)
@@ -60,8 +88,11 @@ class _Handler(socketserver.StreamRequestHandler):
                     shutdown = request["op"] == "shutdown"
                 except ReproError as exc:
                     answer = {"ok": False, "error": str(exc)}
-                self.wfile.write(json.dumps(answer).encode() + b"\n")
-                self.wfile.flush()
+                except Exception as exc:  # a defect: the client gets an answer, the server log the cause
+                    print(f"model store: {type(exc).__name__} answering {line[:200]!r}: {exc}", file=sys.stderr, flush=True)
+                    answer = {"ok": False, "error": f"the model store failed on this request ({type(exc).__name__}); "
+                                                    "see its log"}
+                self._send(answer)
                 if shutdown:
                     threading.Thread(target=self.server.shutdown, daemon=True).start()
         except OSError:
@@ -118,23 +149,115 @@ def default_socket_path():
     return private_directory() / "trims.sock"
 
 
-def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu", persist_bytes=0):
+def _answering(socket_path):
+    """Whether any process (a store or not, any user's) accepts connections on `socket_path`."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2)
+    try:
+        probe.connect(str(socket_path))
+        return True
+    except OSError as exc:
+        return exc.errno not in (errno.ECONNREFUSED, errno.ENOENT)
+    finally:
+        probe.close()
+
+
+def check_socket_path(socket_path):
+    """Refuse a --socket path the server cannot take: too long, a file that is not a socket (never
+    removed), or a socket some process answers on. Returns whether a stale socket is there to remove."""
     socket_path = Path(socket_path)
     if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
         raise ReproError(f"--socket {socket_path}: longer than the {MAX_SOCKET_PATH} bytes a Unix socket path may have")
-    if socket_path.exists():
-        running = server_pid(socket_path)
-        if running is not None:
-            raise ReproError(f"a model store server already runs on {socket_path} (pid {running})")
-        socket_path.unlink()
+    try:
+        info = socket_path.lstat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise ReproError(f"--socket {socket_path}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ReproError(f"--socket {socket_path}: exists and is not a socket; refusing to replace it "
+                         "(choose another path)")
+    running = server_pid(socket_path)
+    if running is not None:
+        raise ReproError(f"a model store server already runs on {socket_path} (pid {running})")
+    if _answering(socket_path):
+        raise ReproError(f"--socket {socket_path}: another program answers on this socket; refusing to replace it")
+    return True
+
+
+def _check_pid_file(pid_file):
+    """Refuse a --pid-file that holds anything but a record of a process that has ended."""
+    path = Path(pid_file)
+    if not path.exists() and not path.is_symlink():
+        return
+    record = read_record(path) if path.is_file() and not path.is_symlink() else None
+    if record is None or not {"pid", "start_ticks"} <= set(record):
+        raise ReproError(f"--pid-file {path}: exists and is not a process record; refusing to overwrite it")
+    if matches(record):
+        raise ReproError(f"--pid-file {path}: records pid {record['pid']}, which still runs")
+
+
+def _socket_identity(path):
+    info = os.lstat(path)
+    return info.st_dev, info.st_ino
+
+
+def _check_info_file(path):
+    """Refuse a server-info path that holds anything but an earlier server's info (or nothing)."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    record = read_record(path) if path.is_file() and not path.is_symlink() else None
+    if record is None or "server_id" not in record:
+        raise ReproError(f"--info-file {path}: exists and is not a model store's server info; refusing to overwrite it")
+
+
+def _server_info(store, server_id, started, socket_path, extra=None):
+    """The server's settings and counters (the original's ~/.micro18_server.json, with this store's keys)."""
+    status = store.status()
+    return {"server_id": server_id, "server_start_time": started, "pid": status["pid"], "socket": str(socket_path),
+            "base_path": str(store.base_path), "eviction_policy": status["policy"], "device": status["device"],
+            "budget_bytes": status["budget_bytes"], "persist_cpu_bytes": store.persist_bytes,
+            "counters": {"evictions": status["evictions"], "tiers": status["tiers"],
+                         "resident": sorted(status["models"])}, **(extra or {})}
+
+
+def _now():
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, device="cpu", persist_bytes=0,
+          info_file=None, profile_dir=None):
+    """Serve until shutdown (or SIGTERM). info_file: the server's settings and counters as JSON, written
+    at start and again at stop; profile_dir: the server's own trace, server_<id>.json, written at stop."""
+    socket_path = Path(socket_path)
+    if check_socket_path(socket_path):
+        socket_path.unlink()  # a stale socket: nobody answers on it
+    if pid_file:
+        _check_pid_file(pid_file)
+    if info_file:
+        _check_info_file(info_file)
+    if profile_dir and Path(profile_dir).exists() and not Path(profile_dir).is_dir():
+        raise ReproError(f"--profile {profile_dir}: exists and is not a directory")
+    if not Path(base_path).is_dir():
+        raise ReproError(f"--base-path {base_path}: no such directory (it holds <model>/model.params)")
     prefix = segment_prefix(socket_path)
     remove_stale_segments(prefix)  # what a killed predecessor on this socket left in shared memory
-    store = ModelStore(base_path, budget, policy, device=device, segment_prefix=prefix, persist_bytes=persist_bytes)
-    server = _Server(str(socket_path), _Handler)
+    store = ModelStore(base_path, budget, policy, device=device, segment_prefix=prefix, persist_bytes=persist_bytes,
+                       events=[] if profile_dir else None)
+    server_id, started = str(uuid.uuid4()), _now()
+    try:
+        server = _Server(str(socket_path), _Handler)
+    except OSError as exc:
+        store.close()
+        raise ReproError(f"--socket {socket_path}: cannot listen there ({exc.strerror})") from None
+    bound = _socket_identity(socket_path)
     server.store = store
     record = describe(os.getpid(), "trims-server")
     if pid_file:
         write_record(pid_file, record)
+    if info_file:
+        write_json(info_file, _server_info(store, server_id, started, socket_path))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     if ready:
@@ -143,8 +266,19 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
         server.serve_forever()
     finally:
         server.server_close()
+        final = _server_info(store, server_id, started, socket_path, {"server_stop_time": _now()})
         store.close()
-        socket_path.unlink(missing_ok=True)
+        if info_file:
+            write_json(info_file, final)
+        if profile_dir:
+            from repro.traces import write_trace
+
+            Path(profile_dir).mkdir(parents=True, exist_ok=True)
+            write_trace(Path(profile_dir) / f"server_{server_id}.json", store.events,
+                        {"displayTimeUnit": "ms", "otherData": {**final, "upr_server": True}})
+        with contextlib.suppress(OSError):  # only the socket this server bound: not one put there since
+            if _socket_identity(socket_path) == bound:
+                socket_path.unlink()
         if pid_file and read_record(pid_file) == record:
             Path(pid_file).unlink(missing_ok=True)
 
@@ -163,7 +297,8 @@ def server_pid(socket_path):
         connection.close()
 
 
-def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu", persist_bytes=0):
+def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu", persist_bytes=0,
+                 info_file=None, profile_dir=None):
     """Start the server in its own session; return its pid once it answers. budget: bytes.
 
     The answering server must be the one started here: a server already on the socket is an error.
@@ -172,9 +307,18 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
     if running is not None:
         raise ReproError(f"a model store server already runs on {socket_path} (pid {running}); "
                          f"stop it first with `repro trims server stop --socket {socket_path}`")
+    check_socket_path(socket_path)  # refused here, before a daemon starts only to refuse it in its log
+    _check_pid_file(pid_file)
+    if info_file:
+        _check_info_file(info_file)
+    log_info = Path(log_file).stat() if Path(log_file).exists() else None
+    if log_info is not None and not stat.S_ISREG(log_info.st_mode):
+        raise ReproError(f"--log-file {log_file}: not a regular file (the daemon's output is appended to it)")
     cmd = [sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket", str(socket_path),
            "--base-path", str(base_path), "--memory-mb", str(max(1, budget >> 20)), "--eviction", policy,
            "--pid-file", str(pid_file), "--device", device, "--persist-cpu-mb", str(persist_bytes >> 20)]
+    cmd += ["--info-file", str(info_file)] if info_file else []
+    cmd += ["--profile", str(profile_dir)] if profile_dir else []
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
@@ -208,7 +352,7 @@ class StoreConnection:
         self.sock.settimeout(timeout)
         try:
             self.sock.connect(self.socket_path)
-            _, uid, _ = _PEER.unpack(self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER.size))
+            uid = peer_uid(self.sock)
         except OSError as exc:
             self.sock.close()
             raise ReproError(f"model store server not running: cannot connect to {self.socket_path} ({exc.strerror})") from None
@@ -221,19 +365,22 @@ class StoreConnection:
     def request(self, payload):
         try:
             self.sock.sendall(json.dumps(payload).encode() + b"\n")
-            line = self.reader.readline()
+            line = self.reader.readline(MAX_LINE + 1)
         except OSError as exc:
             raise ReproError(f"model store server on {self.socket_path} failed: {exc}") from None
         if not line:
             raise ReproError(f"model store server on {self.socket_path} closed the connection")
+        if len(line) > MAX_LINE:
+            raise ReproError(f"model store server on {self.socket_path} sent an answer longer than {MAX_LINE} bytes")
         try:
             answer = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             answer = None
         if not isinstance(answer, dict):
             raise ReproError(f"model store server on {self.socket_path} sent a malformed answer")
-        if not answer.get("ok"):
-            raise ReproError(answer.get("error", "model store server refused the request"))
+        if answer.get("ok") is not True:
+            error = answer.get("error")
+            raise ReproError(error[:1000] if isinstance(error, str) else "model store server refused the request")
         return answer
 
     def close(self):

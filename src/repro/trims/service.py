@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -214,7 +215,9 @@ def _stop(workdir):
         processes.terminate(watchdog, owner=owner)
     stopped = processes.terminate(record.get("process"), owner=owner)
     socket_path = record_path.with_name("trims.sock")  # the only socket a store of this directory has
-    socket_path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # only a socket: a file put in its place is left alone
+        if stat.S_ISSOCK(socket_path.lstat().st_mode):
+            socket_path.unlink()
     remove_stale_segments(segment_prefix(socket_path))  # left behind when the store was killed
     record_path.unlink(missing_ok=True)
     return stopped

@@ -1,0 +1,599 @@
+"""Fault injection for TrIMS: the model store's trust boundaries (paths, manifests, requests, peers,
+answers, its socket) and the `repro trims` / `trims-tools` command lines.
+
+Every test carries the `fault` marker (one case each in the suite's summary line). Servers are real
+processes started by tests/support.py and stopped by their recorded pid; no test leaves a shared
+memory segment of its server behind.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+from multiprocessing import resource_tracker, shared_memory
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from repro.cli import main
+from repro.processes import describe, matches, read_record
+from repro.trims.modelstore import segment_prefix
+from repro.trims.originals import main as tools_main
+from support import start_server, stop_server
+
+pytestmark = pytest.mark.fault
+
+MODEL = "squeezenet_1.1"
+
+
+def _segments(sock):
+    """The shared memory segments of the server on `sock`."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(segment_prefix(sock))}
+
+
+def _raw(sock, timeout=20):
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(timeout)
+    conn.connect(str(sock))
+    return conn, conn.makefile("rb")
+
+
+def _ask(conn, reader, payload):
+    conn.sendall(payload if isinstance(payload, bytes) else json.dumps(payload).encode() + b"\n")
+    answer = reader.readline()
+    assert answer, f"the server dropped the connection after {payload!r:.200}"
+    return json.loads(answer)
+
+
+def _copy_model(models, target):
+    """A copy of the generated model in `target`: the large file hard-linked, the manifest a copy."""
+    target.mkdir(parents=True)
+    for name in ("model.onnx", "model.params"):
+        os.link(models / MODEL / name, target / name)
+    shutil.copy(models / MODEL / "manifest.json", target / "manifest.json")
+    return target
+
+
+def _edit_manifest(directory, edit):
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    result = edit(manifest)
+    path.unlink()  # not through the link: the copy's manifest is its own file
+    if isinstance(result, (bytes, str)):
+        (path.write_bytes if isinstance(result, bytes) else path.write_text)(result)
+    else:
+        path.write_text(json.dumps(manifest if result is None else result))
+
+
+def _set(**fields):
+    return lambda m: m.update(fields)
+
+
+def _last_tensor_beyond(m):
+    m["tensors"][-1]["offset"] = m["params_bytes"]
+
+
+def _sha_escape(m):
+    m["sha256"]["../../escaped"] = m["sha256"]["model.params"]
+
+
+def _drop(key):
+    return lambda m: m.pop(key)
+
+
+MANIFESTS = [  # (id, edit): each gets an error answer, and no segment is created
+    ("params-float", lambda m: m.update(params_bytes=float(m["params_bytes"]))),
+    ("params-string", lambda m: m.update(params_bytes=str(m["params_bytes"]))),
+    ("params-negative", _set(params_bytes=-1)),
+    ("params-bool", _set(params_bytes=True)),
+    ("tensors-missing", _drop("tensors")),
+    ("tensors-a-mapping", _set(tensors={"a": 1})),
+    ("tensor-beyond-params", _last_tensor_beyond),
+    ("sha256-missing", _drop("sha256")),
+    ("sha256-a-path-outside", _sha_escape),
+    ("manifest-a-list", lambda m: [1]),
+    ("manifest-deep", lambda m: "[" * 100_000 + "]" * 100_000),
+]
+
+
+@pytest.fixture(scope="module")
+def hostile_store(models, tmp_path_factory):
+    """A server over a base path holding the good model and one broken copy per MANIFESTS row, plus
+    a model whose weights are a symlink out of the base path and one whose manifest is a FIFO."""
+    root = tmp_path_factory.mktemp("hostile")
+    base = root / "base"
+    _copy_model(models, base / MODEL)
+    for kind, edit in MANIFESTS:
+        _edit_manifest(_copy_model(models, base / kind), edit)
+    outside = _copy_model(models, root / "outside")
+    linked = base / "params-symlink-outside"
+    linked.mkdir()
+    shutil.copy(models / MODEL / "manifest.json", linked / "manifest.json")
+    os.symlink(outside / "model.params", linked / "model.params")
+    fifo = _copy_model(models, base / "manifest-fifo")
+    (fifo / "manifest.json").unlink()
+    os.mkfifo(fifo / "manifest.json")
+    server_dir = root / "server"
+    server_dir.mkdir()
+    pid = start_server(base, server_dir)
+    record = describe(pid, "test server")
+    sock = server_dir / "store.sock"
+    yield SimpleNamespace(sock=sock, pid=pid, base=base)
+    stop_server(pid, record)
+    assert not _segments(sock), "segments outlived the store's clean stop"
+
+
+def _refused(store, name, message):
+    conn, reader = _raw(store.sock)
+    try:
+        answer = _ask(conn, reader, {"op": "acquire", "model": name})
+        assert answer["ok"] is False and re.search(message, answer["error"]), answer
+        assert _ask(conn, reader, {"op": "status"})["ok"] is True  # the connection still serves
+    finally:
+        conn.close()
+    assert not _segments(store.sock), "a refused model left a shared memory segment"
+    assert matches(describe(store.pid, "test server"))
+
+
+@pytest.mark.parametrize("kind", [m[0] for m in MANIFESTS])
+def test_store_answers_a_malformed_manifest(hostile_store, kind):
+    _refused(hostile_store, kind, r"manifest\.json")
+
+
+def test_store_refuses_weights_symlinked_outside_its_base_path(hostile_store):
+    _refused(hostile_store, "params-symlink-outside", "outside the store's base path")
+
+
+def test_store_answers_a_manifest_that_is_a_fifo(hostile_store):
+    _refused(hostile_store, "manifest-fifo", "not a regular file")
+
+
+@pytest.mark.parametrize("name, message", [("squeeze\0net", "no NUL byte"), ("m" * 300, "at most 255 bytes")],
+                         ids=["nul-byte", "overlong"])
+def test_store_answers_a_model_name_it_cannot_use(hostile_store, name, message):
+    _refused(hostile_store, name, message)
+
+
+def test_store_answers_a_deeply_nested_request(hostile_store):
+    conn, reader = _raw(hostile_store.sock)
+    try:
+        answer = _ask(conn, reader, b"[" * 30_000 + b"]" * 30_000 + b"\n")  # within MAX_LINE
+        assert answer["ok"] is False and "nested too deeply" in answer["error"], answer
+        assert _ask(conn, reader, {"op": "status"})["ok"] is True
+    finally:
+        conn.close()
+
+
+def test_store_bounds_a_request_line(hostile_store):
+    from repro.trims.server import MAX_LINE
+
+    conn, reader = _raw(hostile_store.sock)
+    try:
+        answer = _ask(conn, reader, b'{"op": "status", "pad": "' + b"x" * (MAX_LINE + 100) + b'"}\n')
+        assert answer["ok"] is False and "longer than" in answer["error"], answer
+    finally:
+        conn.close()
+    assert matches(describe(hostile_store.pid, "test server"))
+
+
+def _as_another_user(sock, requests, uid=65534):
+    """The answers (None: the connection was closed) the store on `sock` gives a process of uid `uid`:
+    a forked child of this process (the interpreter may lie where that user cannot read it)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        answers = []
+        try:
+            os.close(read)
+            os.setuid(uid)
+            conn, reader = _raw(sock)
+            for request in requests:
+                try:
+                    conn.sendall(json.dumps(request).encode() + b"\n")
+                    line = reader.readline()
+                    answers.append(json.loads(line) if line else None)
+                except OSError:
+                    answers.append(None)
+        finally:
+            os.write(write, json.dumps(answers).encode())
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        data = fh.read()
+    os.waitpid(child, 0)
+    return json.loads(data)
+
+
+def test_store_serves_only_its_own_user(models, tmp_path):
+    """A socket anyone can reach (umask 000, a world-writable directory): another user's requests
+    are refused on every connection, whatever the directory's mode."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to connect as another user")
+    shared = Path(tempfile.mkdtemp(prefix="repro-open-"))
+    shared.chmod(0o777)
+    old_umask = os.umask(0)
+    try:
+        pid = start_server(models, shared)
+    finally:
+        os.umask(old_umask)
+    record = describe(pid, "test server")
+    sock = shared / "store.sock"
+    try:
+        answers = _as_another_user(sock, [{"op": "acquire", "model": MODEL}, {"op": "shutdown"}])
+        assert answers and answers[0]["ok"] is False and "serves uid" in answers[0]["error"], answers
+        assert all(a is None or a["ok"] is False for a in answers), answers
+        assert matches(record), "another user shut the store down"
+        assert not _segments(sock)
+    finally:
+        stop_server(pid, record)
+        shutil.rmtree(shared)
+
+
+# -- the server's socket, pid file and log --------------------------------------------------
+
+
+def _server_argv(models, sock, *extra):
+    return ["trims", "server", "run", "--socket", str(sock), "--base-path", str(models), "--memory-mb", "10",
+            "--device", "cpu", *extra]
+
+
+def _stop_whatever_answers(sock):
+    """Stop a server the old code would have started on `sock` (a failed test leaves nothing running)."""
+    from repro.trims.server import server_pid
+
+    pid = server_pid(sock) if os.path.exists(sock) else None
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        psutil.Process(pid).wait(30)
+
+
+def _run(argv, capsys):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_file_at_the_socket_path_is_never_deleted(models, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    victim = tmp_path / "some.csv"
+    victim.write_text("a,b\n1,2\n")
+    try:
+        code, _, err = _run([*_server_argv(models, victim), "-d"], capsys)
+    finally:
+        _stop_whatever_answers(victim)
+    assert victim.read_text() == "a,b\n1,2\n"
+    assert code == 1 and err.count("\n") == 1 and "exists and is not a socket" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["some.csv"]  # no log, no pid file
+
+
+def test_a_socket_another_program_answers_on_is_not_taken(models, tmp_path, capsys):
+    sock = tmp_path / "busy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen()
+    identity = os.stat(sock).st_ino
+    try:
+        code, _, err = _run(_server_argv(models, sock), capsys)
+    finally:
+        listener.close()
+    assert code == 1 and "another program answers" in err, err
+    assert os.stat(sock).st_ino == identity  # still the listener's socket
+
+
+def test_a_pid_file_that_is_not_a_record_is_not_overwritten(models, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    keep = tmp_path / "results.json"
+    keep.write_text('{"important": true}\n')
+    sock = tmp_path / "store.sock"
+    try:
+        code, _, err = _run([*_server_argv(models, sock), "-d", "--pid-file", keep], capsys)
+    finally:
+        _stop_whatever_answers(sock)
+    assert keep.read_text() == '{"important": true}\n'
+    assert code == 1 and "--pid-file" in err and "refusing to overwrite" in err, err
+
+
+def test_a_log_file_that_is_a_fifo_is_refused(models, tmp_path):
+    os.mkfifo(tmp_path / "log")
+    sock = tmp_path / "store.sock"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "repro.cli", *_server_argv(models, sock, "-d", "--log-file",
+                                                                                  tmp_path / "log")],
+                              capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    finally:
+        _stop_whatever_answers(sock)
+    assert proc.returncode == 1 and "--log-file" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_missing_base_path_is_refused_before_serving(tmp_path):
+    sock = tmp_path / "store.sock"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "repro.cli", *_server_argv(tmp_path / "nope", sock)],
+                              capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        _stop_whatever_answers(sock)
+        raise
+    assert proc.returncode == 1 and proc.stderr.startswith("repro: error: --base-path"), proc.stderr
+    assert not sock.exists()
+
+
+def test_the_server_removes_only_the_socket_it_bound(models, tmp_path):
+    pid = start_server(models, tmp_path)
+    record = describe(pid, "test server")
+    sock = tmp_path / "store.sock"
+    try:
+        os.rename(sock, tmp_path / "moved.sock")
+        sock.write_text("put here after the server started\n")
+        os.kill(pid, signal.SIGTERM)
+        psutil.Process(pid).wait(30)
+    finally:
+        stop_server(pid, record)
+    assert sock.read_text() == "put here after the server started\n"
+    assert read_record(tmp_path / "store.pid") is None
+
+
+# -- clients: what a store answers --------------------------------------------------------
+
+
+class _FakeStore(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """A process of this user on the socket, answering acquire with `answer` (bytes, one line)."""
+
+    daemon_threads = True
+
+
+def _fake_store(sock, answer):
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            for line in self.rfile:
+                op = json.loads(line)["op"]
+                self.wfile.write(answer if op == "acquire" else b'{"ok": true}\n')
+
+    server = _FakeStore(str(sock), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _segment(name, size):
+    shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+    resource_tracker.unregister(shm._name, "shared_memory")
+    return shm
+
+
+def _answers(models, sock):
+    size = json.loads((models / MODEL / "manifest.json").read_text())["params_bytes"]
+    own = segment_prefix(sock) + "1_2_3"
+    return {
+        "foreign-segment": (lambda: _segment(f"victim_{os.getpid()}", size),
+                            {"ok": True, "device": "cpu", "shm": f"victim_{os.getpid()}", "size": size, "hit": False},
+                            "not one of its own"),
+        "size-not-the-manifests": (lambda: _segment(own, 4096),
+                                   {"ok": True, "device": "cpu", "shm": own, "size": 4096, "hit": False},
+                                   "its manifest says"),
+        "deep-json": (None, "[" * 30_000, "malformed answer"),
+        "gpu-without-ipc": (None, {"ok": True, "device": "gpu", "size": size, "hit": False}, "CUDA IPC handle"),
+        "endless-line": (None, "x" * (1 << 20), "longer than"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["foreign-segment", "size-not-the-manifests", "deep-json", "gpu-without-ipc",
+                                  "endless-line"])
+def test_client_checks_what_the_store_hands_out(models, tmp_path, kind):
+    from repro.trims.client import Client, ClientOptions
+
+    sock = tmp_path / "fake.sock"
+    make, answer, message = _answers(models, sock)[kind]
+    segment = make() if make else None
+    line = (answer if isinstance(answer, str) else json.dumps(answer)).encode() + b"\n"
+    server = _fake_store(sock, line)
+    try:
+        results, _ = Client(ClientOptions(base_path=models, socket=sock, device="cpu")).run([(MODEL, 0)])
+    finally:
+        server.shutdown()
+        server.server_close()
+        if segment is not None:
+            segment.close()
+            segment.unlink()
+    assert results[0]["ok"] is False and message in results[0]["error"], results
+
+
+# -- command lines ------------------------------------------------------------------------
+
+
+def _snapshot(root):
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() and not p.is_symlink() else "other")
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def work(models, tmp_path, monkeypatch):
+    """The test's directory (cwd), a tool config naming the generated models, and a base path of
+    its own for models a case breaks."""
+    directory = tmp_path / "work"
+    directory.mkdir()
+    monkeypatch.chdir(directory)
+    config = directory / "carml.yml"
+    config.write_text(f"micro18:\n  base_path: {models}\n  profile_output_directory: {directory / 'profiles'}\n")
+    return SimpleNamespace(dir=directory, config=config, models=models)
+
+
+def _one_line(run, work, capsys, pattern):
+    """`run()` exits 1 with one line on stderr matching `pattern`, and writes, changes or deletes nothing."""
+    before = _snapshot(work.dir)
+    try:
+        code = run()
+    except SystemExit as exc:
+        code = exc.code
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and re.search(pattern, lines[0]), f"exit {code}: {err[-2000:]}"
+    assert _snapshot(work.dir) == before, "files were written, changed or deleted"
+
+
+def _tools(work, *words):
+    return lambda: tools_main(["client", "run", "--original", f"--config={work.config}", *words])
+
+
+def _repro(work, *words):
+    return lambda: main(["trims", "client", "run", "--original", "--device", "cpu", "--config", str(work.config),
+                         *[str(w) for w in words]])
+
+
+@pytest.mark.parametrize("words, pattern", [
+    (["--concurrent=100000000000000000000000"], r"--concurrent: expected a whole number from 1 to 1024"),
+    (["--concurrent=0"], r"--concurrent: expected a whole number from 1"),
+    (["--models_percentage=NaN"], r"--models_percentage: expected a fraction"),
+    (["--models_percentage=-0.5"], r"--models_percentage: expected a fraction"),
+    (["--model_iterations=0"], r"--model_iterations: expected at least 1 request per model"),
+    (["--model_iterations=-7"], r"--model_iterations: expected at least 1 request per model"),
+    (["-n", "5000000000"], r"--iterations: expected a whole number from 1 to 1000000"),
+], ids=["concurrent-overflow", "concurrent-zero", "models-percentage-nan", "models-percentage-negative",
+        "model-iterations-zero", "model-iterations-negative", "iterations-huge"])
+def test_trims_tools_client_flags_out_of_range(work, capsys, words, pattern):
+    _one_line(_tools(work, *words), work, capsys, r"^trims-tools: error: " + pattern)
+
+
+@pytest.mark.parametrize("words, pattern", [
+    (["--seed", "-1", "--distribution", "pareto"], r"--seed: expected a whole number from 0"),
+    (["--seed", str(2**70)], r"--seed: expected a whole number from 0"),
+], ids=["seed-negative-pareto", "seed-huge"])
+def test_repro_client_flags_out_of_range(work, capsys, words, pattern):
+    _one_line(_repro(work, *words), work, capsys, r"^repro: error: " + pattern)
+
+
+def _broken(work, breaker):
+    base = work.dir / "base"
+    breaker(_copy_model(work.models, base / "broken"), work.dir)
+    return base
+
+
+def _no_graph(directory, _):
+    (directory / "model.onnx").unlink()
+
+
+def _renamed_tensor(directory, _):
+    _edit_manifest(directory, lambda m: m["tensors"][0].update(name="not_in_the_graph"))
+
+
+def _empty_input(directory, _):
+    _edit_manifest(directory, lambda m: m["input"].update(shape=[1, 3, 0, 224]))
+
+
+def _graph_garbage(directory, _):
+    (directory / "model.onnx").unlink()
+    (directory / "model.onnx").write_bytes(b"\xff" * 1000)
+
+
+@pytest.mark.parametrize("breaker, pattern", [
+    (_no_graph, r"model\.onnx: cannot read model file"),
+    (_renamed_tensor, r"manifest\.json: does not describe .*model\.onnx"),
+    (_empty_input, r"manifest\.json: input\.shape: expected"),
+    (_graph_garbage, r"model\.onnx: not an ONNX model"),
+], ids=["model-without-graph", "manifest-inconsistent", "manifest-empty-input", "graph-not-onnx"])
+def test_a_broken_model_is_refused_before_any_request(work, capsys, breaker, pattern):
+    base = _broken(work, breaker)
+    _one_line(_repro(work, "--base-path", base, "--model", "broken"), work, capsys, r"^repro: error: .*" + pattern)
+
+
+def test_client_refuses_a_model_directory_symlinked_outside(work, capsys):
+    outside = _copy_model(work.models, work.dir / "elsewhere" / MODEL)
+    base = work.dir / "base"
+    base.mkdir()
+    os.symlink(outside, base / "linked")
+    _one_line(_repro(work, "--base-path", base, "--model", "linked"), work, capsys,
+              r"^repro: error: model 'linked' is outside the store's base path")
+
+
+def test_client_refuses_weights_symlinked_outside(work, capsys):
+    base = work.dir / "base"
+    directory = _copy_model(work.models, base / "linked")
+    (directory / "model.params").unlink()
+    os.symlink(work.models / MODEL / "model.params", directory / "model.params")
+    _one_line(_repro(work, "--base-path", base, "--model", "linked"), work, capsys,
+              r"^repro: error: linked/model\.params is outside the store's base path")
+
+
+def test_models_seed_out_of_range(work, capsys):
+    _one_line(lambda: main(["trims", "models", MODEL, "--base-path", str(work.dir / "m"), "--seed", "-1"]), work,
+              capsys, r"^repro: error: --seed: expected a whole number from 0")
+
+
+def test_fetch_refuses_a_manifest_naming_files_outside_the_model(work, capsys):
+    source = _copy_model(work.models, work.dir / "assets" / MODEL)
+    (work.dir / "assets" / "escaped.txt").write_text("x\n")
+    _edit_manifest(source, lambda m: m["sha256"].update({"../escaped.txt": "0" * 64}))
+    _one_line(lambda: main(["trims", "fetch", MODEL, "--asset-store", str(work.dir / "assets"), "--base-path",
+                            str(work.dir / "base")]), work, capsys, r"^repro: error: .*manifest\.json: sha256: expected")
+
+
+def test_fetch_refuses_a_model_name_that_is_a_path(work, capsys):
+    _copy_model(work.models, work.dir / "assets" / MODEL)
+    _one_line(lambda: main(["trims", "fetch", f"x/../../{MODEL}", "--asset-store", str(work.dir / "assets" / "a"),
+                            "--base-path", str(work.dir / "base")]), work, capsys,
+              r"^repro: error: model .*: expected a model name, not a path")
+
+
+def test_memory_refuses_a_model_outside_the_base_path(work, capsys):
+    _copy_model(work.models, work.dir / "outside")
+    (work.dir / "base").mkdir()
+    _one_line(lambda: main(["trims", "memory", "../outside", "--base-path", str(work.dir / "base"), "--socket",
+                            str(work.dir / "none.sock")]), work, capsys,
+              r"^repro: error: model '\.\./outside' is outside the store's base path")
+
+
+def test_memory_names_a_graph_that_is_not_onnx(work, capsys):
+    base = _broken(work, _graph_garbage)
+    _one_line(lambda: main(["trims", "memory", "broken", "--base-path", str(base), "--socket", str(work.dir / "none.sock")]),
+              work, capsys, r"^repro: error: .*model\.onnx: cannot read the model graph")
+
+
+@pytest.mark.parametrize("key, value", [
+    ("server_memory_fraction", "'half'"), ("server_memory_fraction", "true"), ("server_eviction", "[lru]"),
+    ("upload_bucket_name", "../../elsewhere"),
+], ids=["fraction-a-string", "fraction-a-bool", "eviction-a-list", "bucket-outside"])
+def test_tool_config_values_of_the_wrong_kind(work, capsys, key, value):
+    work.config.write_text(work.config.read_text() + f"  {key}: {value}\n")
+    _one_line(lambda: main(["trims", "config", "--config", str(work.config)]), work, capsys,
+              rf"^repro: error: .*carml\.yml: micro18\.{key}: expected")
+
+
+# -- refused before the run starts ----------------------------------------------------------
+
+
+def test_a_shared_run_without_a_server_is_refused_before_it_starts(work, capsys):
+    _one_line(lambda: main(["trims", "client", "run", "--device", "cpu", "--config", str(work.config), "--model", MODEL,
+                            "--socket", str(work.dir / "nobody.sock")]), work, capsys,
+              r"^repro: error: model store server not running: cannot connect to .*nobody\.sock")
+
+
+def test_trims_tools_upr_client_without_a_server_is_refused_before_it_starts(work, capsys):
+    work.config.write_text(work.config.read_text() + f"  server_socket: {work.dir / 'nobody.sock'}\n")
+    _one_line(lambda: tools_main(["client", "run", f"--config={work.config}"]), work, capsys,
+              r"^trims-tools: error: model store server not running: cannot connect to .*nobody\.sock")
+
+
+@pytest.mark.parametrize("url, pattern", [
+    (None, r"micro18\.base_bucket_url: 'http://s3\.amazonaws\.com/micro18profiles' is not a trace store here"),
+    ("{dir}/carml.yml", r"micro18\.base_bucket_url .*carml\.yml: not a directory this user can write"),
+    ("gs://repro-unreachable/traces", r"micro18\.base_bucket_url gs://repro-unreachable/traces: cannot reach"),
+], ids=["original-default-s3", "a-file", "gs-unreachable"])
+def test_an_upload_target_that_cannot_be_reached_is_refused_before_the_run(work, capsys, monkeypatch, url, pattern):
+    if url is not None:
+        work.config.write_text(work.config.read_text() + f"  base_bucket_url: {url.format(dir=work.dir)}\n")
+    with socket.socket() as closed:  # a port nothing listens on: the emulator host that cannot be reached
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "repro-test")
+    _one_line(_tools(work, "--trace_upload"), work, capsys, r"^trims-tools: error: " + pattern)
