@@ -170,6 +170,14 @@ def check_references(config, source="config"):
         for mode in exp["modes"]:
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
+    from repro.pecan.policies import fastflow_workers
+
+    for name, mode in pecan["modes"].items():
+        if mode["placement"] == "fastflow":
+            try:
+                fastflow_workers(mode.get("remote_workers", 2), f"pecan.modes.{name}.remote_workers")
+            except ReproError as exc:
+                raise ReproError(f"{source}: {exc}") from None
     from repro.trims.models import ARCHITECTURES
     from repro.trims.workload import check_params
 

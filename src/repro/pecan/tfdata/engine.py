@@ -153,6 +153,9 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
            if not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1)]
     if bad:
         raise ReproError(f"--{bad[0].replace('_', '-')} {settings[bad[0]]}: expected a positive whole number")
+    if mode_cfg["placement"] == "fastflow":  # its partial offload lives in FastFlow's TF fork (distribute(ratio_local))
+        raise ReproError(f"pecan.modes.{mode}.placement: fastflow splits elements between the client's own pipeline "
+                         "and the service, which the tf.data engine does not do; expected engine: model for this mode")
     time_scale = TIME_SCALE[model["pipeline"]] if time_scale is None else time_scale
     if not time_scale > 0:
         raise ReproError(f"--time-scale {time_scale}: expected a positive number")
