@@ -1,7 +1,12 @@
 """FastFlow as a placement policy: its decision rule, its run in the cluster model, and its worker count."""
 
-import pytest
+import copy
+from pathlib import Path
 
+import pytest
+import yaml
+
+from repro.config import check_config_files, load_config
 from repro.errors import ReproError
 from repro.pecan.cluster import JobSpec, fastflow_capacity, simulate
 from repro.pecan.policies import (
@@ -12,7 +17,7 @@ from repro.pecan.policies import (
     fastflow_ratio_local,
     fastflow_workers,
 )
-from repro.pecan.run import fixed_remote_workers
+from repro.pecan.run import fixed_remote_workers, job_spec
 
 
 def spec(**overrides):
@@ -106,3 +111,36 @@ def test_the_worker_count_defaults_to_two_and_is_configurable():
     assert fixed_remote_workers("fastflow", {"placement": "fastflow"}) == 2
     assert fixed_remote_workers("fastflow", {"placement": "fastflow", "remote_workers": 5}) == 5
     assert fixed_remote_workers("short", {"placement": "fixed", "remote_workers": 0}) == 0
+
+
+# -- the modes of Fig 6 and 7 -------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(REPO / "config" / "config.yaml")
+
+
+COSTS = {"resnet": {"declared": 0.05, "autoorder": 0.04, "collocated_vcpus": 21.4, "bytes_per_element": 602112,
+                    "preset": "local"}}
+
+
+@pytest.mark.parametrize("mode, placement, cost", [("autoplacement", "autoplacement", 0.05), ("autoorder", "cachew", 0.04),
+                                                    ("fastflow", "fastflow", 0.05), ("cachew", "cachew", 0.05),
+                                                    ("pecan", "autoplacement", 0.04)])
+def test_each_policy_alone_is_a_mode(config, mode, placement, cost):
+    pecan = copy.deepcopy(config["pecan"])
+    pecan["experiments"]["ResNet50_v2-8"]["modes"] = [mode]
+    s = job_spec(pecan, "ResNet50_v2-8", mode, COSTS, 1)
+    assert (s.placement, s.cost_per_element) == (placement, cost)
+    assert s.fixed_remote_workers == (2 if mode == "fastflow" else 0)
+
+
+def test_a_fastflow_mode_with_no_workers_fails_the_config_check(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"pecan": {"modes": {"fastflow": {"placement": "fastflow", "autoorder": False, "epochs": 1,
+                                                                       "steps_per_loop": 10, "remote_workers": 0}}}}))
+    with pytest.raises(ReproError, match=r"pecan\.modes\.fastflow\.remote_workers: FastFlow needs .*at least 1, found 0$"):
+        check_config_files([path])
