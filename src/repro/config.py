@@ -170,6 +170,13 @@ def check_references(config, source="config"):
         for mode in exp["modes"]:
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
+    if pecan["engine"] == "tfdata":  # the engine runs each pipeline's TF form (repro.pecan.tfdata.ops)
+        from repro.pecan.pipelines import PIPELINES
+
+        for name, model in pecan["models"].items():
+            if not PIPELINES[model["pipeline"]].tf_form:
+                raise ReproError(f"{source}: pecan.models.{name}.pipeline: pipeline {model['pipeline']!r} has no TF form "
+                                 "(an op without Op.tf); expected engine: model, or a pipeline with one")
     from repro.pecan.policies import fastflow_workers
 
     for name, mode in pecan["modes"].items():

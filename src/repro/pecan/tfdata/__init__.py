@@ -16,7 +16,17 @@ from repro.errors import ReproError
 # RetinaNet one worker 29-31, two 36-41 (78 MB batches over loopback: the transfer, not the
 # pipeline, limits two workers), so 196 / 6 = 33. The benchmark prints the factor midway between
 # one and two workers on the machine at hand; --time-scale sets it.
-TIME_SCALE = {"resnet": 18.0, "retinanet": 6.0}
+# The factors live in each pipeline's record (repro.pecan.pipelines, `time_scale`); a pipeline
+# without one needs pecan.tfdata.time_scale (or --time-scale).
+def time_scale_of(pipeline, configured=None):
+    """The configured time scale, or the pipeline record's; a ReproError naming the key when neither is set."""
+    from repro.pecan.pipelines import PIPELINES
+
+    scale = configured if configured is not None else PIPELINES[pipeline].time_scale
+    if scale is None:
+        raise ReproError(f"pecan.tfdata.time_scale: pipeline {pipeline!r} has no measured time scale; "
+                         "set one (benchmarks/tfdata.py prints it for this machine)")
+    return scale
 
 EXTRA_HINT = "the tf.data engine needs the 'tfdata' extra (pip install -e '.[tfdata]')"
 
