@@ -5,6 +5,9 @@ from repro.rulefunctions import (
     all_targets,
     beside_input,
     by_wildcards,
+    comparison_option,
+    comparison_tables,
+    comparison_workloads,
     fetch_source,
     figure_data,
     figure_table,
@@ -18,6 +21,7 @@ from repro.rulesettings import (
     Settings,
     calibrated_pipelines,
     cluster_settings,
+    comparison_settings,
     cost_settings,
     estimate_settings,
     figure_settings,
@@ -52,6 +56,7 @@ wildcard_constraints:
     experiment=one_of(config["pecan"]["experiments"], "no-experiments"),
     mode=one_of(config["pecan"]["modes"], "no-modes"),
     figure=one_of(config["plots"]["figures"], "no-figures"),
+    comparison=one_of(config["plots"]["comparisons"], "no-comparisons"),
     any_figure=one_of(
         [*config["plots"]["figures"], *config["plots"]["trims"]], "no-figures"
     ),

@@ -1,5 +1,7 @@
 localrules:
     plot,
+    comparison_table,
+    comparison,
     validation,
     provenance,
 
@@ -23,6 +25,52 @@ rule plot:
         settings=by_wildcards(figure_settings, config, "figure"),
     shell:
         "repro pecan figure {wildcards.figure:q} --table {input.table:q}"
+        " --calibration {input.calibration:q} --settings {params.settings:q}"
+        " --output {output.pdf:q} {output.png:q} --verdicts {output.verdicts:q}"
+        " > {log:q} 2>&1"
+
+
+# A figure over several workloads (plots.comparisons, the paper's Fig 6 and 7): its table from the
+# workloads' cost tables, then the figure and the paper values' verdicts.
+rule comparison_table:
+    input:
+        comparison_tables(config),
+    output:
+        "results/tables/{comparison}.csv",
+    log:
+        "results/logs/comparison_table/{comparison}.log",
+    conda:
+        "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        option=comparison_option(config),
+        workloads=comparison_workloads(config),
+    shell:
+        "repro pecan comparison-table --option {params.option:q} --workload {params.workloads:q}"
+        " --table {input:q} -o {output:q} > {log:q} 2>&1"
+
+
+rule comparison:
+    input:
+        table="results/tables/{comparison}.csv",
+        calibration=rules.calibrate.output,
+    output:
+        pdf="plots/{comparison}.pdf",
+        png="plots/{comparison}.png",
+        verdicts="results/reference/{comparison}.csv",
+    log:
+        "results/logs/comparison/{comparison}.log",
+    conda:
+        "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        settings=by_wildcards(comparison_settings, config, "comparison"),
+    shell:
+        "repro pecan comparison {wildcards.comparison:q} --table {input.table:q}"
         " --calibration {input.calibration:q} --settings {params.settings:q}"
         " --output {output.pdf:q} {output.png:q} --verdicts {output.verdicts:q}"
         " > {log:q} 2>&1"

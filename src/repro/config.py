@@ -211,6 +211,18 @@ def check_references(config, source="config"):
         if figure.get("reference") and figure["reference"] not in REFERENCE_PLOTS:
             raise ReproError(f"{source}: plots.figures.{name}.reference: unknown reference {figure['reference']!r}; "
                              f"expected one of {sorted(REFERENCE_PLOTS)}")
+        listed = pecan["experiments"][figure["experiment"]]["modes"]
+        unknown = [m for m in figure.get("modes", []) if m not in listed]
+        if unknown:
+            raise ReproError(f"{source}: plots.figures.{name}.modes: unknown mode(s) {unknown}; "
+                             f"expected modes of experiment {figure['experiment']!r} ({', '.join(listed)})")
+    from repro.pecan.comparisons import check_comparison
+
+    for name, spec in config.get("plots", {}).get("comparisons", {}).items():
+        if name in pecan["experiments"] or name in config["plots"]["figures"]:
+            raise ReproError(f"{source}: plots.comparisons.{name}: the name of an experiment or figure too; "
+                             "expected a name of its own (its table and plot are named after it)")
+        check_comparison(name, spec, pecan["experiments"], source)
     for key, extra, module in needed_extras(config):
         _require_extra(source, key, extra, module)
 

@@ -107,6 +107,23 @@ def figure_settings(config, figure):
         "experiment": spec["experiment"],
         "engine_caption": engine.caption(config["pecan"], spec["experiment"]) if engine.caption else None,
         "reference": spec.get("reference"),
+        "modes": spec.get("modes"),
+        "style": config["plots"]["style"],
+        "backend": config["backend"],
+        "preset": config["calibration"]["preset"],
+    })
+
+
+def comparison_settings(config, name):
+    """What a figure over several workloads (plots.comparisons) reads besides its table."""
+    from repro.pecan.engines import ENGINES
+
+    spec = config["plots"]["comparisons"][name]
+    engine = ENGINES[config["pecan"]["engine"]]
+    return Settings({
+        "option": spec["option"],
+        "workloads": spec["workloads"],
+        "engine_caption": engine.caption(config["pecan"], spec["workloads"][0]) if engine.caption else None,
         "style": config["plots"]["style"],
         "backend": config["backend"],
         "preset": config["calibration"]["preset"],
