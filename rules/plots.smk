@@ -9,7 +9,7 @@ localrules:
 rule plot:
     input:
         table=figure_table(config),
-        calibration=rules.calibrate.output,
+        calibration=figure_calibrations(config, EXPERIMENT_CALIBRATIONS),
     output:
         pdf="plots/{figure}.pdf",
         png="plots/{figure}.png",
@@ -55,7 +55,7 @@ rule comparison_table:
 rule comparison:
     input:
         table="results/tables/{comparison}.csv",
-        calibration=rules.calibrate.output,
+        calibration=comparison_calibrations(config, EXPERIMENT_CALIBRATIONS),
     output:
         pdf="plots/{comparison}.pdf",
         png="plots/{comparison}.png",
@@ -81,7 +81,7 @@ rule comparison:
 rule provenance:
     input:
         figure="plots/{any_figure}.pdf",
-        data=figure_data(config, CALIBRATIONS),
+        data=figure_data(config, EXPERIMENT_CALIBRATIONS),
     output:
         "results/provenance/{any_figure}.json",
     log:
@@ -103,7 +103,7 @@ rule provenance:
 rule validation:
     input:
         metrics=per_mode(config, "results/runs/{experiment}/{mode}/metrics.json"),
-        calibration=rules.calibrate.output,
+        calibration=experiment_calibrations(EXPERIMENT_CALIBRATIONS),
     output:
         pdf="plots/validation_{experiment}.pdf",
         png="plots/validation_{experiment}.png",

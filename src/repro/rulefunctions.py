@@ -101,15 +101,31 @@ def comparison_option(config):
     return per_job(lambda wildcards: config["plots"]["comparisons"][wildcards.comparison]["option"])
 
 
+def experiment_calibrations(calibrations):
+    """An input function: the calibrations the job's experiment's runs read (`calibrations`: {experiment: paths})."""
+    return per_job(lambda wildcards: calibrations[wildcards.experiment])
+
+
+def figure_calibrations(config, calibrations):
+    """An input function: the calibrations of a figure's experiment."""
+    return per_job(lambda wildcards: calibrations[config["plots"]["figures"][wildcards.figure]["experiment"]])
+
+
+def comparison_calibrations(config, calibrations):
+    """An input function: the calibrations of a comparison's workloads."""
+    return per_job(lambda wildcards: sorted({path for workload in config["plots"]["comparisons"][wildcards.comparison]["workloads"]
+                                             for path in calibrations[workload]}))
+
+
 def figure_data(config, calibrations):
-    """An input function: the data a figure is drawn from, its cost table and the calibrations, or
-    the TrIMS summary."""
+    """An input function: the data a figure is drawn from, its cost table and its experiment's
+    calibrations (`calibrations`: {experiment: paths}), or the TrIMS summary."""
 
     def data(wildcards):
         spec = config["plots"]["figures"].get(wildcards.any_figure)
         if spec is None:
             return ["results/summary/trims.json"]
-        return [f"results/tables/{spec['experiment']}.csv", *calibrations]
+        return [f"results/tables/{spec['experiment']}.csv", *calibrations[spec["experiment"]]]
 
     return per_job(data)
 
