@@ -252,7 +252,8 @@ def test_a_run_of_a_mode_its_experiment_does_not_list_is_refused_at_planning(wor
     proc = snakemake(workdir, "--dry-run", "results/runs/ResNet50_v2-8/short/metrics.json", *configfiles(workdir),
                      check=False)
     assert proc.returncode != 0
-    assert ("experiment 'ResNet50_v2-8' has no mode 'short' (its modes: collocated, cachew, pecan)"
+    assert ("experiment 'ResNet50_v2-8' has no mode 'short' (its modes: collocated, cachew, pecan, autoplacement, "
+            "autoorder, fastflow)"
             in proc.stdout + proc.stderr)
     assert "rule run:" not in proc.stdout
 

@@ -124,8 +124,9 @@ def batch(elements):
     """Stack a list of processed elements (kept apart from the per-element maps); elements of
     different lengths (utterances) are zero-padded to the longest, as padded_batch does."""
     images = [e["image"] for e in elements]
-    longest = max(image.shape[0] for image in images)
-    if any(image.shape[0] != longest for image in images):
+    lengths = {image.shape[0] for image in images if isinstance(image, np.ndarray) and image.ndim}
+    longest = max(lengths, default=0)
+    if len(lengths) > 1:
         images = [np.pad(image, [(0, longest - image.shape[0])] + [(0, 0)] * (image.ndim - 1)) for image in images]
     return np.stack(images)
 
