@@ -88,8 +88,9 @@ def run_settings(config, experiment, mode):
             "experiments": {experiment: copy.deepcopy(exp)},
             "models": {exp["model"]: pecan["models"][exp["model"]]},
             # the accelerator's bound for this model only: another model's entry is no concern of this run
+            # (keys in a fixed order: a config merged from several files may list them in another)
             "accelerators": {exp["accelerator"]: {
-                **pecan["accelerators"][exp["accelerator"]],
+                "tpu_type": pecan["accelerators"][exp["accelerator"]]["tpu_type"],
                 "max_batches_per_s": {exp["model"]: pecan["accelerators"][exp["accelerator"]]["max_batches_per_s"][exp["model"]]},
             }},
             "modes": {mode: pecan["modes"][mode]},
