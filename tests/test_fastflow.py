@@ -144,3 +144,21 @@ def test_a_fastflow_mode_with_no_workers_fails_the_config_check(tmp_path):
                                                                        "steps_per_loop": 10, "remote_workers": 0}}}}))
     with pytest.raises(ReproError, match=r"pecan\.modes\.fastflow\.remote_workers: FastFlow needs .*at least 1, found 0$"):
         check_config_files([path])
+
+
+def test_a_fastflow_run_writes_the_artifacts_log_and_the_cost_rules_read_its_workers(config, tmp_path):
+    from repro.pecan.calibrate import calibrate
+    from repro.pecan.costs import cost_row
+    from repro.pecan.logs import parse_log
+    from repro.pecan.run import run_mode
+
+    cfg = copy.deepcopy(config)
+    cfg["repeats"] = 2
+    metrics = run_mode(cfg, "ResNet50_v2-8", "fastflow", {"resnet": calibrate("resnet", elements=2, repeats=1)}, tmp_path)
+    assert (metrics["remote_workers"], metrics["local_workers"]) == (2, 0)
+    # one window per profile after the first (LTHP), then one decision for the rest of the run
+    assert [d["state"] for d in metrics["decisions"]] == ["PROFILE_GTHP", "PROFILE_RTHP_ELEMENT", "PROFILE_RTHP_BATCH",
+                                                          "OFFLOADED"]
+    parsed = parse_log(tmp_path / "run.log")
+    row = cost_row(parsed, "fastflow", "resnet", cfg["pecan"]["models"]["resnet"], 4.96, 0.427319)
+    assert row["worker_cost"] == pytest.approx(2 * row["epoch_time"] / 3600 * 0.427319)
