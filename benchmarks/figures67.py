@@ -31,8 +31,8 @@ def main():
         work = copy_workflow(Path(tmp) / "wf")
         before = load()
         start = time.monotonic()
-        proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--cores", "2", "--config",
-                               f"calibration={{preset: {args.preset}}}", "plots/Cachew_AP_FF.pdf", "plots/AutoOrder_Cost.pdf"],
+        proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--cores", "2", "plots/Cachew_AP_FF.pdf",
+                               "plots/AutoOrder_Cost.pdf", "--config", f"calibration={{preset: {args.preset}}}"],
                               cwd=work, capture_output=True, text=True)
         seconds = time.monotonic() - start
         if proc.returncode != 0:
