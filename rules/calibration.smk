@@ -1,12 +1,13 @@
-# One job for all pipelines: measured in one interleaved loop, their cost ratio holds still
-# while the machine's load changes.
+# One job per pipeline: each is measured beside the same reference kernel (fixed JPEG decodes), and
+# the local preset relates pipelines by their cost per kernel, so the ratio holds across jobs and a
+# new pipeline adds its own job only.
 rule calibrate:
     output:
-        CALIBRATIONS,
+        "results/calibration/{pipeline}.json",
     log:
-        "results/logs/calibrate.log",
+        "results/logs/calibrate/{pipeline}.log",
     benchmark:
-        "results/benchmarks/calibrate.tsv"
+        "results/benchmarks/calibrate/{pipeline}.tsv"
     conda:
         "../envs/repro.yaml"
     threads: 1
@@ -14,9 +15,8 @@ rule calibrate:
         mem_mb=1000,
         runtime=10,
     params:
-        pipelines=PIPELINES,
         elements=config["calibration"]["elements"],
         repeats=config["calibration"]["repeats"],
     shell:
-        "repro pecan calibrate --pipeline {params.pipelines:q} --elements {params.elements:q}"
+        "repro pecan calibrate --pipeline {wildcards.pipeline:q} --elements {params.elements:q}"
         " --repeats {params.repeats:q} -o {output:q} > {log:q} 2>&1"

@@ -34,7 +34,7 @@ rule cluster_start:
 rule cluster_status:
     input:
         state=ancient(rules.cluster_start.output[0]),
-        calibration=rules.calibrate.output,
+        calibration=experiment_calibrations(EXPERIMENT_CALIBRATIONS),
     output:
         temp(f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json"),
     log:

@@ -5,7 +5,13 @@ from repro.rulefunctions import (
     all_targets,
     beside_input,
     by_wildcards,
+    comparison_calibrations,
+    comparison_option,
+    comparison_tables,
+    comparison_workloads,
+    experiment_calibrations,
     fetch_source,
+    figure_calibrations,
     figure_data,
     figure_table,
     modes,
@@ -18,8 +24,10 @@ from repro.rulesettings import (
     Settings,
     calibrated_pipelines,
     cluster_settings,
+    comparison_settings,
     cost_settings,
     estimate_settings,
+    experiment_pipelines,
     figure_settings,
     provenance_settings,
     run_settings,
@@ -39,6 +47,14 @@ BACKEND = config["backend"]
 CLUSTER_SETTINGS = cluster_settings(config)
 PIPELINES = calibrated_pipelines(config)
 CALIBRATIONS = expand("results/calibration/{pipeline}.json", pipeline=PIPELINES)
+# per experiment, the calibrations its runs read: adding a workload adds its own pipeline's job only
+EXPERIMENT_CALIBRATIONS = {
+    experiment: [
+        f"results/calibration/{pipeline}.json"
+        for pipeline in experiment_pipelines(config, [experiment])
+    ]
+    for experiment in config["pecan"]["experiments"]
+}
 STATE = f"results/cluster/{BACKEND}/state.json"
 TRIMS_STORE = f"results/cluster/{BACKEND}/trims-store.json"
 TRIMS_STORE_SETTINGS = trims_store_settings(config)
@@ -52,6 +68,8 @@ wildcard_constraints:
     experiment=one_of(config["pecan"]["experiments"], "no-experiments"),
     mode=one_of(config["pecan"]["modes"], "no-modes"),
     figure=one_of(config["plots"]["figures"], "no-figures"),
+    pipeline=one_of(PIPELINES, "no-pipelines"),
+    comparison=one_of(config["plots"]["comparisons"], "no-comparisons"),
     any_figure=one_of(
         [*config["plots"]["figures"], *config["plots"]["trims"]], "no-figures"
     ),

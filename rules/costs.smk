@@ -29,7 +29,7 @@ rule costs:
 # `snakemake cost_estimate` before launching on a real cluster: the cluster model's estimate.
 rule cost_estimate:
     input:
-        calibration=rules.calibrate.output,
+        calibration=CALIBRATIONS,
     output:
         "results/cost_estimate.txt",
     log:

@@ -2,7 +2,7 @@ rule run:
     input:
         state=ancient(rules.cluster_start.output[0]),
         status=f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json",
-        calibration=rules.calibrate.output,
+        calibration=experiment_calibrations(EXPERIMENT_CALIBRATIONS),
     output:
         log="results/runs/{experiment}/{mode}/run.log",
         metrics="results/runs/{experiment}/{mode}/metrics.json",

@@ -1,5 +1,7 @@
 localrules:
     plot,
+    comparison_table,
+    comparison,
     validation,
     provenance,
 
@@ -7,7 +9,7 @@ localrules:
 rule plot:
     input:
         table=figure_table(config),
-        calibration=rules.calibrate.output,
+        calibration=figure_calibrations(config, EXPERIMENT_CALIBRATIONS),
     output:
         pdf="plots/{figure}.pdf",
         png="plots/{figure}.png",
@@ -28,12 +30,58 @@ rule plot:
         " > {log:q} 2>&1"
 
 
+# A figure over several workloads (plots.comparisons, the paper's Fig 6 and 7): its table from the
+# workloads' cost tables, then the figure and the paper values' verdicts.
+rule comparison_table:
+    input:
+        comparison_tables(config),
+    output:
+        "results/tables/{comparison}.csv",
+    log:
+        "results/logs/comparison_table/{comparison}.log",
+    conda:
+        "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        option=comparison_option(config),
+        workloads=comparison_workloads(config),
+    shell:
+        "repro pecan comparison-table --option {params.option:q} --workload {params.workloads:q}"
+        " --table {input:q} -o {output:q} > {log:q} 2>&1"
+
+
+rule comparison:
+    input:
+        table="results/tables/{comparison}.csv",
+        calibration=comparison_calibrations(config, EXPERIMENT_CALIBRATIONS),
+    output:
+        pdf="plots/{comparison}.pdf",
+        png="plots/{comparison}.png",
+        verdicts="results/reference/{comparison}.csv",
+    log:
+        "results/logs/comparison/{comparison}.log",
+    conda:
+        "../envs/repro.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        settings=by_wildcards(comparison_settings, config, "comparison"),
+    shell:
+        "repro pecan comparison {wildcards.comparison:q} --table {input.table:q}"
+        " --calibration {input.calibration:q} --settings {params.settings:q}"
+        " --output {output.pdf:q} {output.png:q} --verdicts {output.verdicts:q}"
+        " > {log:q} 2>&1"
+
+
 # What produced a figure: its inputs (with checksums), the settings it depends on, the commit,
 # the machine and the package versions. Rebuilt whenever the figure or those settings change.
 rule provenance:
     input:
         figure="plots/{any_figure}.pdf",
-        data=figure_data(config, CALIBRATIONS),
+        data=figure_data(config, EXPERIMENT_CALIBRATIONS),
     output:
         "results/provenance/{any_figure}.json",
     log:
@@ -55,7 +103,7 @@ rule provenance:
 rule validation:
     input:
         metrics=per_mode(config, "results/runs/{experiment}/{mode}/metrics.json"),
-        calibration=rules.calibrate.output,
+        calibration=experiment_calibrations(EXPERIMENT_CALIBRATIONS),
     output:
         pdf="plots/validation_{experiment}.pdf",
         png="plots/validation_{experiment}.png",

@@ -568,7 +568,8 @@ def test_run_refuses_a_backend_it_does_not_have(calibration_files, tmp_path, cap
 @pytest.mark.parametrize("experiment, mode, message", [
     ("Nope", "pecan", "unknown experiment 'Nope'"),
     ("ResNet50_v2-8", "turbo", "unknown mode 'turbo'"),
-    ("ResNet50_v2-8", "short", "experiment 'ResNet50_v2-8' has no mode 'short' (its modes: collocated, cachew, pecan)"),
+    ("ResNet50_v2-8", "short",
+     "experiment 'ResNet50_v2-8' has no mode 'short' (its modes: collocated, cachew, pecan, autoplacement, autoorder, fastflow)"),
 ])
 def test_run_refuses_an_experiment_or_mode_and_leaves_nothing(calibration_files, tmp_path, capsys, experiment, mode,
                                                                message):
@@ -584,5 +585,5 @@ def test_run_settings_refuse_a_mode_the_experiment_does_not_list(config):
     from repro.rulesettings import run_settings
 
     with pytest.raises(ReproError, match=r"experiment 'ResNet50_v2-8' has no mode 'short' \(its modes: "
-                                         r"collocated, cachew, pecan\)"):
+                                         r"collocated, cachew, pecan, autoplacement, autoorder, fastflow\)"):
         run_settings(config, "ResNet50_v2-8", "short")

@@ -69,21 +69,25 @@ def test_dry_run_shows_the_whole_chain(workdir):
     assert rules == {"all", "calibrate", "cluster_start", "cluster_status", "run", "download_traces", "combine",
                      "summarize", "costs", "plot", "provenance", "trims_generate", "trims_fetch", "trims_store_start",
                      "trims_status", "trims_compare", "trims_distribution", "trims_combine", "trims_summary",
-                     "trims_plot"}
-    assert sum(job.startswith("run[") for job in jobs) == 7  # 1 + 3 + 3 experiment x mode runs
+                     "trims_plot", "comparison_table", "comparison"}
+    # 1 + 6 + 6 + 5 x 3 experiment x mode runs (the paper's Fig 6 and 7 add three modes and three workloads)
+    assert sum(job.startswith("run[") for job in jobs) == 28
 
 
 def test_full_run_then_nothing_to_do(built):
-    for figure in ("Getting_started", "fig8_ResNet50_v2-8", "RetinaNet", "trims_model_load", "trims_distributions"):
+    for figure in ("Getting_started", "fig8_ResNet50_v2-8", "RetinaNet", "trims_model_load", "trims_distributions",
+                   "Cachew_AP_FF", "AutoOrder_Cost"):
         for ext in ("pdf", "png"):
             assert (built / "plots" / f"{figure}.{ext}").stat().st_size > 1000
     table = (built / "results" / "tables" / "ResNet50_v2-8.csv").read_text().splitlines()
     assert table[0].startswith("experiment,model,tpu_cost,worker_cost,remote_workers,local_workers,epoch_time,batches_sec")
-    assert len(table) == 4
+    assert len(table) == 7
     summary = json.loads((built / "results" / "summary" / "ResNet50_v2-8.json").read_text())
-    assert {g["group"]["mode"] for g in summary["groups"]} == {"collocated", "cachew", "pecan"}
+    assert {g["group"]["mode"] for g in summary["groups"]} == {"collocated", "cachew", "pecan", "autoplacement",
+                                                               "autoorder", "fastflow"}
     combined = json.loads((built / "results" / "traces" / "ResNet50_v2-8" / "combined.json").read_text())
-    assert len(combined["otherData"]["inputs"]) == 3
+    assert len(combined["otherData"]["inputs"]) == 6
+    assert len((built / "results" / "tables" / "Cachew_AP_FF.csv").read_text().splitlines()) == 1 + 5 * 4
     assert not list((built / "results" / "cluster" / "local" / "status").rglob("*.json"))  # temp(): removed after use
     trims = json.loads((built / "results" / "summary" / "trims.json").read_text())
     assert {r["model"] for r in trims["compare"]} == {"squeezenet_1.1", "resnet18_v1"}
@@ -115,7 +119,20 @@ def test_changing_a_mode_parameter_reruns_that_mode_and_downstream_only(built):
         "combine[ResNet50_v2-8]", "combine[RetinaNet]", "summarize[ResNet50_v2-8]", "summarize[RetinaNet]",
         "costs[ResNet50_v2-8]", "costs[RetinaNet]", "plot[fig8_ResNet50_v2-8]", "plot[RetinaNet]",
         "provenance[fig8_ResNet50_v2-8]", "provenance[RetinaNet]",
+        "comparison_table[AutoOrder_Cost]", "comparison_table[Cachew_AP_FF]",
+        "comparison[AutoOrder_Cost]", "comparison[Cachew_AP_FF]",
     ])
+
+
+def test_adding_a_workload_plans_only_its_own_jobs(built):
+    workload = {"pecan": {"accelerators": {"v3-8": {"max_batches_per_s": {"simclr": 5.4}}},
+                          "experiments": {"SimCLR_v3-8": {"model": "simclr", "accelerator": "v3-8",
+                                                          "modes": ["cachew", "autoorder"]}}}}
+    jobs = planned_jobs(built, *configfiles(built, workload))
+    # its runs (all asks for every run; no figure draws it yet); nothing of the other workloads, and no
+    # calibration (its pipeline has its own, already made)
+    assert jobs == sorted(["all"] + [f"{rule}[SimCLR_v3-8,{mode}]" for mode in ("cachew", "autoorder")
+                                     for rule in ("cluster_status", "run")])
 
 
 def test_switching_the_engine_reruns_the_runs_and_downstream_only(built):
@@ -123,21 +140,25 @@ def test_switching_the_engine_reruns_the_runs_and_downstream_only(built):
         if os.environ.get("REPRO_REQUIRE_TFDATA") == "1":
             raise RuntimeError("REPRO_REQUIRE_TFDATA=1 but tensorflow is not installed (pip install -e '.[tfdata]')")
         pytest.skip("tensorflow is not installed (pip install -e '.[tfdata]')")
-    runs = {"Getting_started": ["short"], "ResNet50_v2-8": ["collocated", "cachew", "pecan"],
-            "RetinaNet": ["collocated", "cachew", "pecan"]}
+    paper = ["collocated", "cachew", "autoplacement", "autoorder", "fastflow"]
+    runs = {"Getting_started": ["short"], "ResNet50_v2-8": ["collocated", "cachew", "pecan", *paper[2:]],
+            "RetinaNet": ["collocated", "cachew", "pecan", *paper[2:]], "SimCLR": paper, "ASRTrans": paper,
+            "ResNet50_v3-8": paper}
     figures = {"Getting_started": "Getting_started", "ResNet50_v2-8": "fig8_ResNet50_v2-8", "RetinaNet": "RetinaNet"}
-    expected = ["all"]
+    expected = ["all"] + [f"{rule}[{name}]" for name in ("AutoOrder_Cost", "Cachew_AP_FF")
+                          for rule in ("comparison_table", "comparison")]
     for experiment, modes in runs.items():
         expected += [f"{rule}[{experiment},{mode}]" for mode in modes for rule in ("cluster_status", "run",
                                                                                  "download_traces")]
         expected += [f"{rule}[{experiment}]" for rule in ("combine", "summarize", "costs")]
-        expected += [f"{rule}[{figures[experiment]}]" for rule in ("plot", "provenance")]
+        expected += [f"{rule}[{figures[experiment]}]" for rule in ("plot", "provenance") if experiment in figures]
     assert planned_jobs(built, *configfiles(built, {"pecan": {"engine": "tfdata"}})) == sorted(expected)
 
 
 def test_changing_plot_style_reruns_only_plotting(built):
     assert planned_jobs(built, *configfiles(built, {"plots": {"style": {"font_size": 11}}})) == [
-        "all", "plot[Getting_started]", "plot[RetinaNet]", "plot[fig8_ResNet50_v2-8]",
+        "all", "comparison[AutoOrder_Cost]", "comparison[Cachew_AP_FF]",
+        "plot[Getting_started]", "plot[RetinaNet]", "plot[fig8_ResNet50_v2-8]",
         "provenance[Getting_started]", "provenance[RetinaNet]",
         "provenance[fig8_ResNet50_v2-8]", "provenance[trims_distributions]",
         "provenance[trims_model_load]", "trims_plot[trims_distributions]",
@@ -232,7 +253,8 @@ def test_a_run_of_a_mode_its_experiment_does_not_list_is_refused_at_planning(wor
     proc = snakemake(workdir, "--dry-run", "results/runs/ResNet50_v2-8/short/metrics.json", *configfiles(workdir),
                      check=False)
     assert proc.returncode != 0
-    assert ("experiment 'ResNet50_v2-8' has no mode 'short' (its modes: collocated, cachew, pecan)"
+    assert ("experiment 'ResNet50_v2-8' has no mode 'short' (its modes: collocated, cachew, pecan, autoplacement, "
+            "autoorder, fastflow)"
             in proc.stdout + proc.stderr)
     assert "rule run:" not in proc.stdout
 

@@ -170,6 +170,21 @@ def check_references(config, source="config"):
         for mode in exp["modes"]:
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
+    if pecan["engine"] == "tfdata":  # the engine runs each pipeline's TF form (repro.pecan.tfdata.ops)
+        from repro.pecan.pipelines import PIPELINES
+
+        for name, model in pecan["models"].items():
+            if not PIPELINES[model["pipeline"]].tf_form:
+                raise ReproError(f"{source}: pecan.models.{name}.pipeline: pipeline {model['pipeline']!r} has no TF form "
+                                 "(an op without Op.tf); expected engine: model, or a pipeline with one")
+    from repro.pecan.policies import fastflow_workers
+
+    for name, mode in pecan["modes"].items():
+        if mode["placement"] == "fastflow":
+            try:
+                fastflow_workers(mode.get("remote_workers", 2), f"pecan.modes.{name}.remote_workers")
+            except ReproError as exc:
+                raise ReproError(f"{source}: {exc}") from None
     from repro.trims.models import ARCHITECTURES
     from repro.trims.workload import check_params
 
@@ -196,6 +211,18 @@ def check_references(config, source="config"):
         if figure.get("reference") and figure["reference"] not in REFERENCE_PLOTS:
             raise ReproError(f"{source}: plots.figures.{name}.reference: unknown reference {figure['reference']!r}; "
                              f"expected one of {sorted(REFERENCE_PLOTS)}")
+        listed = pecan["experiments"][figure["experiment"]]["modes"]
+        unknown = [m for m in figure.get("modes", []) if m not in listed]
+        if unknown:
+            raise ReproError(f"{source}: plots.figures.{name}.modes: unknown mode(s) {unknown}; "
+                             f"expected modes of experiment {figure['experiment']!r} ({', '.join(listed)})")
+    from repro.pecan.comparisons import check_comparison
+
+    for name, spec in config.get("plots", {}).get("comparisons", {}).items():
+        if name in pecan["experiments"] or name in config["plots"]["figures"]:
+            raise ReproError(f"{source}: plots.comparisons.{name}: the name of an experiment or figure too; "
+                             "expected a name of its own (its table and plot are named after it)")
+        check_comparison(name, spec, pecan["experiments"], source)
     for key, extra, module in needed_extras(config):
         _require_extra(source, key, extra, module)
 

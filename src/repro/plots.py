@@ -30,6 +30,17 @@ def read_table(path):
     return rows
 
 
+def figure_rows(table, modes=None):
+    """The cost table's rows of `modes` (all when None), in the table's order; a mode it lacks is an error."""
+    rows = read_table(table)
+    if modes is None:
+        return rows
+    missing = [m for m in modes if m not in {r["mode"] for r in rows}]
+    if missing:
+        raise ReproError(f"{table}: no row for mode(s) {missing}; the figure draws {list(modes)}")
+    return [r for r in rows if r["mode"] in modes]
+
+
 def _reference_total(value):
     return sum(value) if isinstance(value, list) else value
 
@@ -46,10 +57,11 @@ def _whisker(ax, x, value, low, high):
                 capsize=3, zorder=3)
 
 
-def plot_costs(table, outputs, title, caption, style, reference=None):
-    """One bar per mode: the mean over repeats of the TPU cost, the remote-worker cost stacked on top;
-    whiskers show each segment's 95% interval (the TPU cost's at its top, the total's at the bar's top)."""
-    rows = read_table(table)
+def plot_costs(table, outputs, title, caption, style, reference=None, modes=None):
+    """One bar per mode (those of `modes` only, when given): the mean over repeats of the TPU cost, the
+    remote-worker cost stacked on top; whiskers show each segment's 95% interval (the TPU cost's at its
+    top, the total's at the bar's top)."""
+    rows = figure_rows(table, modes)
     plt.rcParams.update({"font.size": style["font_size"], "hatch.linewidth": 0.8})
     fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
     spreads = [{c: _spread(r, c, table) for c in ("tpu_cost", "worker_cost", "total_cost")} for r in rows]
@@ -240,3 +252,60 @@ def plot_validation(rows, outputs, title, caption, style,
     converged = "; ".join(f"{LABELS.get(mode, mode)} {' / '.join(values)}" for mode, values in by_mode.items())
     order = " / ".join(["engine"] + [label for _, label in models])
     _save(fig, outputs, f"{caption}. Converged remote+local workers ({order}): {converged}", style, 0.035 / taller)
+
+
+def plot_comparison(rows, option, outputs, caption, style, paper=None):
+    """The artifact's fig8.py `autoplacement` / `autoorder` figure from a comparison table's rows
+    (repro.pecan.comparisons): workloads on x, one bar per mode at fig8.py's offsets and colours, the
+    TPU cost solid, the remote-worker cost stacked and hatched, whiskers for the 95% interval of each
+    segment, the paper's values (`paper`: {mode: {workload: [tpu, worker]}}) as markers. Returns the
+    bars drawn, (workload, mode, x) each."""
+    from repro.pecan.comparisons import OPTIONS, STYLE
+
+    settings = OPTIONS[option]
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    by = {(r["workload"], r["mode"]): r for r in rows}
+    plt.rcParams.update({"font.size": style["font_size"], "hatch.linewidth": 0.8})
+    fig, ax = plt.subplots(figsize=(max(style["width_in"], 8.0), style["height_in"] * 1.1))
+    width = settings["width"]
+    top = max(r["total_cost_ci_high"] for r in rows)
+    if paper and style["show_reference"]:
+        top = max([top] + [sum(v) for mode in settings["modes"] for v in paper.get(mode, {}).values()])
+    marked, drawn = False, []
+    for mode, offset in zip(settings["modes"], settings["offsets"]):
+        tpu_colour, worker_colour, _ = STYLE[mode]
+        for x, workload in enumerate(workloads):
+            row = by[workload, mode]
+            left = x + offset * width
+            tpu, worker = row["tpu_cost_mean"], row["worker_cost_mean"]
+            ax.bar(left, tpu, width, color=tpu_colour, edgecolor="black", linewidth=0.5)
+            drawn.append((workload, mode, round(left, 4)))
+            ax.text(left, tpu / 2, f"{tpu:.2f}", ha="center", va="center", rotation=90, color="white",
+                    fontsize=max(5, style["font_size"] - 2))
+            if worker > 0 and worker_colour:
+                ax.bar(left, worker, width, bottom=tpu, color=worker_colour, hatch="//", edgecolor="black", linewidth=0.5)
+            _whisker(ax, left, row["total_cost_mean"], row["total_cost_ci_low"], row["total_cost_ci_high"])
+            value = (paper or {}).get(mode, {}).get(workload)
+            if value is not None and style["show_reference"]:
+                ax.plot(left + width * 0.75, sum(value), marker="<", color="black", markersize=5, linestyle="none",
+                        label=None if marked else "the paper's values")
+                marked = True
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_xlabel("Model")
+    ax.set_ylabel(Y_LABEL)
+    ax.set_ylim(0, top * 1.3)
+    ax.set_xlim(-0.5 - 0.1, len(workloads) - 0.5 + 0.1)
+    ax.grid(axis="y", linewidth=0.5)
+    ax.set_axisbelow(True)
+    handles = [Patch(facecolor=STYLE[m][0], edgecolor="black", linewidth=0.5, label=STYLE[m][2]) for m in settings["modes"]]
+    handles += [Patch(facecolor="white", edgecolor="black", linewidth=0.5, label="TPU cost"),
+                Patch(facecolor="white", edgecolor="black", linewidth=0.5, hatch="//", label="Remote worker cost")]
+    markers, labels = ax.get_legend_handles_labels()
+    fit_columns(ax, lambda columns: ax.legend(handles=handles + markers, labels=[h.get_label() for h in handles] + labels,
+                                              loc=settings["legend"], ncol=columns, frameon=False,
+                                              fontsize=max(6, style["font_size"] - 1)), 3)
+    repeats = sorted({int(r["repeats"]) for r in rows})
+    caption = (f"{settings['figure']} ({option}): {caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, "
+               "whiskers: 95% t-interval of the mean total")
+    _save(fig, outputs, caption, {**style, "width_in": max(style["width_in"], 8.0)})
+    return drawn  # (workload, mode, x) of every bar

@@ -85,15 +85,47 @@ def figure_table(config):
     return per_job(lambda wildcards: "results/tables/{}.csv".format(config["plots"]["figures"][wildcards.figure]["experiment"]))
 
 
+def comparison_tables(config):
+    """An input function: the cost tables of a comparison's workloads, in order."""
+    return per_job(lambda wildcards: [f"results/tables/{workload}.csv"
+                                      for workload in config["plots"]["comparisons"][wildcards.comparison]["workloads"]])
+
+
+def comparison_workloads(config):
+    """A params function: a comparison's workloads."""
+    return per_job(lambda wildcards: config["plots"]["comparisons"][wildcards.comparison]["workloads"])
+
+
+def comparison_option(config):
+    """A params function: a comparison's option (repro.pecan.comparisons.OPTIONS)."""
+    return per_job(lambda wildcards: config["plots"]["comparisons"][wildcards.comparison]["option"])
+
+
+def experiment_calibrations(calibrations):
+    """An input function: the calibrations the job's experiment's runs read (`calibrations`: {experiment: paths})."""
+    return per_job(lambda wildcards: calibrations[wildcards.experiment])
+
+
+def figure_calibrations(config, calibrations):
+    """An input function: the calibrations of a figure's experiment."""
+    return per_job(lambda wildcards: calibrations[config["plots"]["figures"][wildcards.figure]["experiment"]])
+
+
+def comparison_calibrations(config, calibrations):
+    """An input function: the calibrations of a comparison's workloads."""
+    return per_job(lambda wildcards: sorted({path for workload in config["plots"]["comparisons"][wildcards.comparison]["workloads"]
+                                             for path in calibrations[workload]}))
+
+
 def figure_data(config, calibrations):
-    """An input function: the data a figure is drawn from, its cost table and the calibrations, or
-    the TrIMS summary."""
+    """An input function: the data a figure is drawn from, its cost table and its experiment's
+    calibrations (`calibrations`: {experiment: paths}), or the TrIMS summary."""
 
     def data(wildcards):
         spec = config["plots"]["figures"].get(wildcards.any_figure)
         if spec is None:
             return ["results/summary/trims.json"]
-        return [f"results/tables/{spec['experiment']}.csv", *calibrations]
+        return [f"results/tables/{spec['experiment']}.csv", *calibrations[spec["experiment"]]]
 
     return per_job(data)
 
@@ -142,9 +174,14 @@ def all_targets(config, report):
         (f"results/reference/{figure}.csv", "reference_verdicts", "Reference verdicts", {"figure": figure}) for figure in pecan
     ]
     report_items += [(f"results/provenance/{figure}.json", "provenance", "Provenance", {"figure": figure}) for figure in pecan + trims]
+    comparisons = list(config["plots"].get("comparisons", {}))
+    report_items += [(f"plots/{name}.png", "comparison_figure", "Figures", {"figure": name}) for name in comparisons]
+    report_items += [(f"results/tables/{name}.csv", "comparison_table", "Cost tables", {"experiment": name}) for name in comparisons]
+    report_items += [(f"results/reference/{name}.csv", "paper_verdicts", "Reference verdicts", {"figure": name})
+                     for name in comparisons]
     return (
         run_targets(config)
-        + [f"plots/{figure}.pdf" for figure in pecan + trims]
+        + [f"plots/{figure}.pdf" for figure in pecan + trims + comparisons]
         + [
             report(path, caption=f"report/{caption}.rst", category=category, labels=labels) if os.path.exists(path) else path
             for path, caption, category, labels in report_items

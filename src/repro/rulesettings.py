@@ -29,10 +29,19 @@ def settings_argument(text):
 
 
 def calibrated_pipelines(config):
-    """The pipelines measured for every run: those of the configured models, and those the preset fit needs."""
-    from repro.pecan.presets import ARTIFACT_RUNS
+    """The pipelines measured: those of the configured models, and the local preset's anchor."""
+    from repro.pecan.presets import ANCHOR
 
-    return sorted({model["pipeline"] for model in config["pecan"]["models"].values()} | set(ARTIFACT_RUNS))
+    return sorted({model["pipeline"] for model in config["pecan"]["models"].values()} | {ANCHOR})
+
+
+def experiment_pipelines(config, experiments):
+    """The pipelines whose calibrations the runs of `experiments` read (repro.pecan.presets.needed_calibrations)."""
+    from repro.pecan.presets import needed_calibrations
+
+    pecan, preset = config["pecan"], config["calibration"]["preset"]
+    return sorted({p for e in experiments
+                   for p in needed_calibrations(preset, pecan["models"][pecan["experiments"][e]["model"]]["pipeline"])})
 
 
 def cluster_settings(config):
@@ -78,7 +87,12 @@ def run_settings(config, experiment, mode):
         "pecan": {
             "experiments": {experiment: copy.deepcopy(exp)},
             "models": {exp["model"]: pecan["models"][exp["model"]]},
-            "accelerators": {exp["accelerator"]: pecan["accelerators"][exp["accelerator"]]},
+            # the accelerator's bound for this model only: another model's entry is no concern of this run
+            # (keys in a fixed order: a config merged from several files may list them in another)
+            "accelerators": {exp["accelerator"]: {
+                "tpu_type": pecan["accelerators"][exp["accelerator"]]["tpu_type"],
+                "max_batches_per_s": {exp["model"]: pecan["accelerators"][exp["accelerator"]]["max_batches_per_s"][exp["model"]]},
+            }},
             "modes": {mode: pecan["modes"][mode]},
             "cluster": pecan["cluster"],
             **engine,
@@ -107,6 +121,23 @@ def figure_settings(config, figure):
         "experiment": spec["experiment"],
         "engine_caption": engine.caption(config["pecan"], spec["experiment"]) if engine.caption else None,
         "reference": spec.get("reference"),
+        "modes": spec.get("modes"),
+        "style": config["plots"]["style"],
+        "backend": config["backend"],
+        "preset": config["calibration"]["preset"],
+    })
+
+
+def comparison_settings(config, name):
+    """What a figure over several workloads (plots.comparisons) reads besides its table."""
+    from repro.pecan.engines import ENGINES
+
+    spec = config["plots"]["comparisons"][name]
+    engine = ENGINES[config["pecan"]["engine"]]
+    return Settings({
+        "option": spec["option"],
+        "workloads": spec["workloads"],
+        "engine_caption": engine.caption(config["pecan"], spec["workloads"][0]) if engine.caption else None,
         "style": config["plots"]["style"],
         "backend": config["backend"],
         "preset": config["calibration"]["preset"],

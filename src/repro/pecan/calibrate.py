@@ -260,8 +260,11 @@ def resample(calibration, rng):
     n = len(calibration["declared"]["element_cpu_s"])
     picks = rng.integers(0, n, n)
     drawn = dict(calibration)
+    kernel = calibration.get("reference_kernel", {}).get("cpu_s")
     for name in ("declared", "autoorder"):
-        drawn[name] = {**calibration[name],
-                       "cpu_s_per_element": float(np.asarray(calibration[name]["element_cpu_s"])[picks].mean())}
+        cost = float(np.asarray(calibration[name]["element_cpu_s"])[picks].mean())
+        drawn[name] = {**calibration[name], "cpu_s_per_element": cost}
+        if kernel:  # the local preset reads the cost per reference kernel
+            drawn[name]["per_reference_kernel"] = cost / kernel
     drawn["autoorder_saving"] = saving(drawn["declared"]["cpu_s_per_element"], drawn["autoorder"]["cpu_s_per_element"])
     return drawn

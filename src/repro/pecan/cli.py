@@ -67,13 +67,16 @@ def add_commands(sub):
     costs.set_defaults(func=_costs, writes={"output": "-o/--output"}, reads=("logs", "path", "config"))
 
     plot = psub.add_parser("plot", help="draw the cost figure from cost numbers (the artifact's fig8.py options)")
-    plot.add_argument("-e", "--experiment", default="final", choices=["final"],
-                      help="the figure: final (collocated, Cachew, Pecan); fig8.py's other options redraw the "
-                      "paper's own numbers")
+    plot.add_argument("-e", "--experiment", default="final", choices=["final", "autoplacement", "autoorder"],
+                      help="the figure: final (collocated, Cachew, Pecan, from -t/-c); autoplacement (Fig 6) and "
+                      "autoorder (Fig 7) over every workload of a comparison table (--table), written to "
+                      "plots/Cachew_AP_FF and plots/AutoOrder_Cost as fig8.py does")
+    plot.add_argument("--table", help="autoplacement/autoorder: the comparison table "
+                      "(default results/tables/Cachew_AP_FF.csv or results/tables/AutoOrder_Cost.csv)")
     plot.add_argument("-m", "--model", default="ResNet50_v2-8", help="the workload, the figure's title")
     plot.add_argument("-o", "--out_file", "--out-file", dest="out_file", default="plots/ResNet50_v2-8",
                       help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8)")
-    plot.add_argument("-t", "--tpu_costs", "--tpu-costs", dest="tpu_costs", nargs=3, type=float, required=True,
+    plot.add_argument("-t", "--tpu_costs", "--tpu-costs", dest="tpu_costs", nargs=3, type=float,
                       metavar=("COLLOCATED", "CACHEW", "PECAN"), help="TPU cost per epoch ($) of each mode")
     plot.add_argument("-c", "--cpu_costs", "--cpu-costs", dest="cpu_costs", nargs=3, type=float,
                       default=[0.0, 0.0, 0.0], metavar=("COLLOCATED", "CACHEW", "PECAN"),
@@ -120,6 +123,25 @@ def _workflow_commands(psub):
     figure.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
     figure.add_argument("--verdicts", required=True, help="CSV of the reference values' verdicts to write")
     figure.set_defaults(func=_figure, writes={"output": "--output", "verdicts": "--verdicts"}, reads=("table", "calibration"))
+
+    both = psub.add_parser("comparison-table", help="a figure over several workloads: one row per workload and "
+                           "mode from the workloads' cost tables (repro.pecan.comparisons)")
+    both.add_argument("--option", required=True, help="the artifact's fig8.py option: autoplacement or autoorder")
+    both.add_argument("--workload", nargs="+", required=True, dest="workloads", help="the workloads (experiments), on x")
+    both.add_argument("--table", nargs="+", required=True, dest="tables", help="each workload's cost table, in order")
+    both.add_argument("-o", "--output", required=True, help="CSV file to write")
+    both.set_defaults(func=_comparison_table)
+
+    comparison = psub.add_parser("comparison", help="a figure over several workloads (plots.comparisons) and the "
+                                 "paper's values' verdicts")
+    comparison.add_argument("comparison", help="the figure's name (plots.comparisons)")
+    comparison.add_argument("--table", required=True, help="its comparison table")
+    comparison.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
+    comparison.add_argument("--settings", required=True, type=settings_argument,
+                            help="the figure's settings as JSON (repro.rulesettings.comparison_settings)")
+    comparison.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    comparison.add_argument("--verdicts", required=True, help="CSV of the paper values' verdicts to write")
+    comparison.set_defaults(func=_comparison)
 
     valid = psub.add_parser("validation", help="the engine's measured throughput per deployment next to the "
                             "cluster model's (repro.pecan.validation)")
@@ -247,6 +269,10 @@ def _plot(args):
     from repro.pecan.costtable import SPREAD_OF, write_table
     from repro.plots import plot_costs
 
+    if args.experiment != "final":
+        return _plot_comparison(args)
+    if args.tpu_costs is None:
+        raise ReproError("-t/--tpu_costs: required with -e final (the TPU cost of collocated, Cachew and Pecan)")
     costs = [*args.tpu_costs, *args.cpu_costs]
     if any(not math.isfinite(c) or c < 0 for c in costs):
         raise ReproError(f"-t/-c: costs must be non-negative numbers of dollars, got {costs}")
@@ -266,6 +292,26 @@ def _plot(args):
         plot_costs(table, outputs, args.model, "cost numbers given on the command line",
                    {"font_size": 9, "width_in": 5.0, "height_in": 3.6, "dpi": 150, "show_reference": False})
     print(f"{outputs[0]}, {outputs[1]}: collocated, Cachew, Pecan")
+
+
+def _plot_comparison(args):
+    """fig8.py's autoplacement/autoorder options, drawn from a comparison table: each workload at its own
+    x position (fig8.py puts all five on the one -m model's) with the paper's values as markers."""
+    from repro.pecan.comparisons import OPTIONS
+    from repro.pecan.presets import PAPER_COSTS
+    from repro.plots import plot_comparison
+
+    base = f"plots/{OPTIONS[args.experiment]['basename']}"
+    table = args.table or f"results/tables/{OPTIONS[args.experiment]['basename']}.csv"
+    rows = _comparison_rows(table)
+    if {r["mode"] for r in rows} != set(OPTIONS[args.experiment]["modes"]):
+        raise ReproError(f"{table}: modes {sorted({r['mode'] for r in rows})}; -e {args.experiment} draws "
+                         f"{OPTIONS[args.experiment]['modes']}")
+    outputs = [f"{base}.pdf", f"{base}.png"]
+    Path(base).parent.mkdir(parents=True, exist_ok=True)
+    plot_comparison(rows, args.experiment, outputs, f"cost numbers from {table}",
+                    {"font_size": 9, "width_in": 8.0, "height_in": 4.0, "dpi": 150, "show_reference": True}, PAPER_COSTS)
+    print(f"{outputs[0]}, {outputs[1]}: {', '.join(OPTIONS[args.experiment]['modes'])}")
 
 
 def _compare_results(args):
@@ -298,18 +344,82 @@ def _figure(args):
     from repro.pecan.presets import REFERENCE_PLOTS
     from repro.pecan.reproducibility import VERDICT_COLUMNS, reference_verdicts
     from repro.pecan.run import load_calibrations
-    from repro.plots import plot_costs, read_table
+    from repro.plots import figure_rows, plot_costs
     from repro.rulesettings import caption
 
     settings = args.settings
     reference = REFERENCE_PLOTS.get(settings["reference"]) if settings["reference"] else None
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])
-    plot_costs(args.table, args.output, settings["experiment"], text, settings["style"], reference)
-    verdicts = reference_verdicts(args.figure, read_table(args.table), reference)
+    modes = settings.get("modes")
+    plot_costs(args.table, args.output, settings["experiment"], text, settings["style"], reference, modes)
+    verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)
     write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
     print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
           "reference values inside the measured 95% interval")
+
+
+def _comparison_table(args):
+    from repro.pecan.comparisons import COLUMNS, OPTIONS, comparison_rows
+    from repro.pecan.costtable import write_table
+
+    if args.option not in OPTIONS:
+        raise ReproError(f"--option {args.option!r}: expected one of {sorted(OPTIONS)}")
+    rows = comparison_rows(args.option, args.workloads, args.tables)
+    write_table(rows, args.output, COLUMNS)
+    print(f"{args.output}: {len(args.workloads)} workloads x {len(OPTIONS[args.option]['modes'])} modes")
+
+
+def comparison_caption(settings, calibrations, verdicts):
+    """What produced the bars, which ASR pipeline ASRTrans is, and the paper's bars the preset misses by over 15%."""
+    from repro.rulesettings import caption
+
+    text = caption(settings["backend"], settings["preset"], calibrations, settings["engine_caption"])
+    if settings["preset"] == "artifact":
+        text += ("; SimCLR's and ASRTrans' declared costs fitted to the paper's FastFlow bars (their AutoOrder "
+                 "savings measured), ResNet50_v3-8 is ResNet's fit at the v3-8's bound")
+    if "ASRTrans" in settings["workloads"]:
+        text += ("; ASRTrans: TensorFlowASR's LibriSpeech log-mel features and SpecAugment run as the input "
+                 "pipeline (the paper's ASR pipeline is not public)")
+    missed = [f"{v['workload']} {v['mode']} {v['deviation_pct']:+.0f}%" for v in verdicts
+              if v["quantity"] == "total_cost" and v["within_15pct"] == "no"]
+    if missed:
+        text += f"; totals more than 15% from the paper's: {', '.join(missed)}"
+    return text
+
+
+def _comparison(args):
+    from repro.pecan.comparisons import VERDICT_COLUMNS, ordering_notes, paper_verdicts
+    from repro.pecan.costtable import write_table
+    from repro.pecan.presets import PAPER_COSTS
+    from repro.pecan.run import load_calibrations
+    from repro.plots import plot_comparison
+
+    settings = args.settings
+    rows = _comparison_rows(args.table)
+    verdicts = paper_verdicts(args.comparison, rows, PAPER_COSTS)
+    text = comparison_caption(settings, load_calibrations(args.calibration), verdicts)
+    plot_comparison(rows, settings["option"], args.output, text, settings["style"], PAPER_COSTS)
+    write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
+    totals = [v for v in verdicts if v["quantity"] == "total_cost"]
+    print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
+          f"paper values inside the measured 95% interval; {sum(v['within_15pct'] == 'yes' for v in totals)} of "
+          f"{len(totals)} totals within 15%")
+    for note in ordering_notes(settings["option"], rows):
+        print(f"ordering: {note}")
+
+
+def _comparison_rows(path):
+    """A comparison table's rows with its numbers as floats."""
+    from repro.pecan.comparisons import read_rows
+
+    rows = read_rows(path)
+    if not rows:
+        raise ReproError(f"{path}: comparison table has no rows")
+    try:
+        return [{k: (v if k in ("workload", "mode") else float(v)) for k, v in row.items()} for row in rows]
+    except ValueError as exc:
+        raise ReproError(f"{path}: not a comparison table ({exc})") from None
 
 
 def _validation(args):

@@ -9,18 +9,29 @@ Time advances in decision windows of `decision_steps` training steps. In each wi
       cluster), no deployment preprocesses on more CPUs than that machine has;
   throughput = min(accelerator bound, capacity) x seeded log-normal noise.
 The placement policy observes the window's batch time and picks the next deployment, which takes
-effect in the next window. The run is written as the artifact's log, a Chrome trace and metrics.
+effect in the next window. FastFlow (repro.pecan.policies.FastFlowPlacement) runs one window per
+profile, then splits elements between the host's pipeline and its fixed remote workers.
+The run is written as the artifact's log, a Chrome trace and metrics.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from repro.errors import ReproError
-from repro.pecan.policies import CachewAutoscaler, FixedPlacement, PecanAutoPlacement
+from repro.pecan.policies import (
+    LOCAL_ONLY,
+    PROFILE_GTHP,
+    PROFILE_LTHP,
+    CachewAutoscaler,
+    FastFlowPlacement,
+    FixedPlacement,
+    PecanAutoPlacement,
+)
 
-PLACEMENTS = ("collocated", "cachew", "autoplacement", "fixed")
+PLACEMENTS = ("collocated", "cachew", "autoplacement", "fixed", "fastflow")
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,23 @@ def capacity(spec, remote, local):
     return min(local * spec.local_worker_vcpus / spec.cost_per_element + min(remote_rate, network_rate), cap)
 
 
+def fastflow_capacity(spec, state, remote, ratio_local):
+    """Examples per second under FastFlow: its profiles run the local pipeline alone (LTHP), one cached
+    batch (GTHP: only the accelerator bounds it) or every element remote (RTHP); after the decision the
+    host's own pipeline produces `ratio_local` of the elements and the remote workers the rest, each
+    share at its source's rate (a fixed split: the slower source sets the pace)."""
+    host = capacity(dataclasses.replace(spec, placement="collocated"), 0, 0)
+    far = capacity(spec, remote, 0)
+    if state in (PROFILE_LTHP, LOCAL_ONLY):
+        return host
+    if state == PROFILE_GTHP:
+        return math.inf
+    if state.startswith("PROFILE_RTHP"):
+        return far
+    return min(host / ratio_local if ratio_local > 0 else math.inf,
+               far / (1 - ratio_local) if ratio_local < 1 else math.inf)
+
+
 def make_policy(spec):
     if spec.placement == "cachew":
         return CachewAutoscaler(up_threshold=spec.cachew_threshold_up, max_workers=spec.max_remote_workers)
@@ -100,6 +128,8 @@ def make_policy(spec):
         )
     if spec.placement == "fixed":
         return FixedPlacement(spec.fixed_remote_workers, spec.fixed_local_workers)
+    if spec.placement == "fastflow":
+        return FastFlowPlacement(remote=spec.fixed_remote_workers)
     if spec.placement == "collocated":
         return None
     raise ReproError(f"unknown placement {spec.placement!r}; expected one of {list(PLACEMENTS)}")
@@ -116,7 +146,11 @@ def simulate(spec):
     step, now = 0, 0.0
     while step < total:
         steps = min(spec.decision_steps, total - step)
-        rate = min(bound, capacity(spec, remote, local)) * rng.lognormal(-sigma**2 / 2, sigma)
+        if spec.placement == "fastflow":
+            supply = fastflow_capacity(spec, policy.state, remote, policy.ratio_local)
+        else:
+            supply = capacity(spec, remote, local)
+        rate = min(bound, supply) * rng.lognormal(-sigma**2 / 2, sigma)
         seconds = steps * spec.batch_size / rate
         sim.windows.append(Window(now, step, steps, seconds, remote, local))
         now, step = now + seconds, step + steps

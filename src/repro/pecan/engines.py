@@ -63,10 +63,10 @@ def _stop_tfdata(record):
 
 
 def _tfdata_caption(pecan, experiment):
-    from repro.pecan.tfdata import TIME_SCALE
+    from repro.pecan.tfdata import time_scale_of
 
     pipeline = pecan["models"][pecan["experiments"][experiment]["model"]]["pipeline"]
-    scale = pecan["tfdata"].get("time_scale", TIME_SCALE[pipeline])
+    scale = time_scale_of(pipeline, pecan["tfdata"].get("time_scale"))
     return (f"engine tfdata: real runs on a tf.data service on this machine at miniature scale (accelerator step "
             f"time x{scale:g}; dollars from the miniature run's workers and throughput; one run per mode)")
 

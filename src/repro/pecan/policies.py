@@ -21,6 +21,8 @@ experiments/pecan, runs them with; the Pecan paper, USENIX ATC'24, describes Aut
 
 from dataclasses import dataclass, field
 
+from repro.errors import ReproError
+
 # -- AutoOrder --------------------------------------------------------------------------
 
 
@@ -204,4 +206,111 @@ class FixedPlacement:
     state: str = "FIXED"
 
     def decide(self, remote, local, batch_time):
+        return self.remote, self.local
+
+
+# -- FastFlow ---------------------------------------------------------------------------
+# FastFlow (Um et al., VLDB'23; github.com/SamsungLabs/FastFlow, commit f2e3a33) profiles once at the
+# start of training and decides once: fastflow/model.py FastFlowModel.fit (lines 128-320) measures
+# the local pipeline's throughput (LTHP), the accelerator-bound throughput with one cached batch
+# re-consumed (GTHP) and the remote throughput for each cut point (RTHP); it offloads only when
+# GTHP / LTHP exceeds cpu_bottleneck_threshold (1.3), picks the cut with the best
+# rthp + lthp x (1 - cycles / pcycle), and splits elements between the local pipeline and the
+# remote workers by utils.calculate_ratio_local_optimal. Its workers are launched by the user (the
+# non-AWS mode the Pecan comparison ran it in), so their number is fixed; the Pecan paper's FastFlow
+# costs price exactly 2 remote workers on every workload.
+
+FASTFLOW_THRESHOLD = 1.3  # FastFlowConfig.cpu_bottleneck_threshold
+FASTFLOW_WORKERS = 2
+# ELEMENT: distribute() before the outermost batch; BATCH: before the outermost prefetch. MIDDLE needs
+# a map the user named 'prep_begin', which these pipelines do not have.
+FASTFLOW_CUTS = ("ELEMENT", "BATCH")
+PROFILE_LTHP, PROFILE_GTHP, LOCAL_ONLY, OFFLOADED = "PROFILE_LTHP", "PROFILE_GTHP", "LOCAL_ONLY", "OFFLOADED"
+
+
+def fastflow_workers(value, key="remote_workers"):
+    """FastFlow's fixed remote worker count, or a ReproError naming `key` unless it is an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ReproError(f"{key}: FastFlow needs a fixed remote worker count of at least 1, found {value!r}")
+    return value
+
+
+def fastflow_ratio_local(gthp, lthp, rthp, pcycle, dcycle, n=1):
+    """The share of elements FastFlow produces locally (utils.calculate_ratio_local_optimal, lines 55-74).
+
+    rthp x n is the aggregate remote rate (without autoscaling FastFlow passes n = 1 and rthp was
+    measured against every pre-launched worker). Below the accelerator's need, local and remote
+    split in proportion to their capacity; otherwise the local share is what remains of gthp once
+    the offloaded rate is taken off. Negative results become 0.
+    """
+    remote = rthp * n
+    decode_off = (gthp - lthp) * (1 + dcycle / pcycle)
+    off_data = (remote + decode_off) / 2 if lthp > remote else max(remote, decode_off)
+    if lthp + remote < gthp:
+        ratio = lthp / (lthp + remote)
+    else:
+        ratio = (gthp - off_data) / gthp
+    return max(ratio, 0.0)
+
+
+@dataclass(frozen=True)
+class FastFlowDecision:
+    offload: bool
+    cut: str | None
+    ratio_local: float
+    score: dict
+
+
+def fastflow_decide(lthp, gthp, remote, pcycle, threshold=FASTFLOW_THRESHOLD):
+    """FastFlow's one decision from its profiles.
+
+    lthp, gthp: local and accelerator-bound throughput; remote: {cut: (rthp, cycles)} in FastFlow's
+    order of preference (a tie goes to the first); pcycle: local CPU seconds of the LTHP profile,
+    cycles those of the candidate's. Offloads only if gthp / lthp > threshold.
+    """
+    if not gthp > threshold * lthp:
+        return FastFlowDecision(False, None, 1.0, {})
+    score = {cut: rthp + lthp * (1 - cycles / pcycle) for cut, (rthp, cycles) in remote.items()}
+    cut = max(score, key=lambda c: (score[c], -list(score).index(c)))
+    rthp, dcycle = remote[cut]
+    return FastFlowDecision(True, cut, fastflow_ratio_local(gthp, lthp, rthp, pcycle, dcycle), score)
+
+
+@dataclass
+class FastFlowPlacement:
+    """FastFlow's run as a placement policy: one profiling window per profile, then its decision for
+    good. `remote` pre-launched workers are deployed (and billed) throughout; `ratio_local` is the share
+    of elements the accelerator host's own pipeline produces (1.0 before offloading and without it).
+
+    The cluster model sets the deployment of each profiling window from `state`; the host's CPU
+    seconds per element are the same in every cut here (batching is not modelled apart), so the
+    candidates' cycles are 0 of the local profile's 1.
+    """
+
+    remote: int = FASTFLOW_WORKERS
+    threshold: float = FASTFLOW_THRESHOLD
+    local: int = 0
+    state: str = PROFILE_LTHP
+    ratio_local: float = 1.0
+    profiles: dict = field(default_factory=dict)  # profile state -> batches per second observed in it
+    decision: FastFlowDecision = None
+
+    def __post_init__(self):
+        fastflow_workers(self.remote)
+        self._order = [PROFILE_LTHP, PROFILE_GTHP] + [f"PROFILE_RTHP_{cut}" for cut in FASTFLOW_CUTS]
+
+    def decide(self, remote, local, batch_time):
+        if self.state in (LOCAL_ONLY, OFFLOADED):
+            return self.remote, self.local
+        self.profiles[self.state] = 1.0 / batch_time
+        following = self._order.index(self.state) + 1
+        if following < len(self._order):
+            self.state = self._order[following]
+            return self.remote, self.local
+        p = self.profiles
+        self.decision = fastflow_decide(p[PROFILE_LTHP], p[PROFILE_GTHP],
+                                        {cut: (p[f"PROFILE_RTHP_{cut}"], 0.0) for cut in FASTFLOW_CUTS}, 1.0,
+                                        self.threshold)
+        self.ratio_local = self.decision.ratio_local
+        self.state = OFFLOADED if self.decision.offload else LOCAL_ONLY
         return self.remote, self.local

@@ -16,6 +16,9 @@ logs, and its reference plot for RetinaNet), with these steps:
 4. RetinaNet (reference plot only): accelerator-bound in every mode; Cachew's worker cost of
    0.14 $ means 2 workers, so 2 workers reach the bound and 1 does not: cost = 1.5 workers' vCPUs
    / bound. Its AutoOrder saving is not visible in the plot and is taken from the local measurement.
+5. SimCLR and ASR (the paper's Fig 6/7 literals only): FastFlow's epoch with its 2 workers, below the
+   bound, where the host's pipeline (the collocated vCPUs of step 3) and the workers both run at full
+   rate: cost = (collocated vCPUs + 2 workers' vCPUs) / throughput. The AutoOrder saving is measured.
 
 `local`: this machine's measured costs per order, times one factor that maps a core here onto
 the modelled cloud vCPU running TF's pipeline: the ratio of the fitted ResNet declared cost to the
@@ -45,6 +48,7 @@ def _artifact_facts():
 _FACTS = _artifact_facts()
 ARTIFACT_RUNS = _FACTS["runs"]
 REFERENCE_PLOTS = _FACTS["reference_plots"]
+PAPER_COSTS = _FACTS["paper_costs"]  # {mode: {workload: [tpu, worker]}}: the paper's Fig 6 and 7
 ANCHOR = next(iter(ARTIFACT_RUNS))  # its declared cost maps a core here onto a cloud vCPU (`local`)
 PRESETS = ("local", "artifact")
 
@@ -54,7 +58,8 @@ def examples_per_second(run, epoch_s):
 
 
 def fit_artifact(cluster, calibrations):
-    """Return {pipeline: {declared, autoorder, collocated_vcpus}} fitted to the artifact's runs."""
+    """Return {pipeline: {declared, autoorder, collocated_vcpus}} fitted to the artifact's runs, for the
+    pipelines the fit knows: ResNet's needs no calibration, the others their own (their AutoOrder saving)."""
     worker_vcpus, local_vcpus = cluster["remote_worker_vcpus"], cluster["local_worker_vcpus"]
     prices = cluster["policy_prices"]
     runs = ARTIFACT_RUNS["resnet"]
@@ -69,39 +74,67 @@ def fit_artifact(cluster, calibrations):
     lower = (vcpus - worker_vcpus) / (bound * cost_ratio)
     collocated_vcpus = examples_per_second(runs, runs["collocated"]["epoch_s"]) * declared
     fitted = {"resnet": {"declared": declared, "autoorder": (lower + upper) / 2, "collocated_vcpus": collocated_vcpus}}
-    retina = ARTIFACT_RUNS["retinanet"]
-    retina_declared = (retina["cachew"]["remote_workers"] - 0.5) * worker_vcpus / retina["accelerator_bound"]
-    saving = calibrations["retinanet"]["autoorder_saving"]
-    fitted["retinanet"] = {
-        "declared": retina_declared,
-        "autoorder": retina_declared * (1 - saving),
-        "collocated_vcpus": collocated_vcpus,
-    }
+    if "retinanet" in calibrations:
+        retina = ARTIFACT_RUNS["retinanet"]
+        retina_declared = (retina["cachew"]["remote_workers"] - 0.5) * worker_vcpus / retina["accelerator_bound"]
+        fitted["retinanet"] = {
+            "declared": retina_declared,
+            "autoorder": retina_declared * (1 - calibrations["retinanet"]["autoorder_saving"]),
+            "collocated_vcpus": collocated_vcpus,
+        }
+    for pipeline, run in ARTIFACT_RUNS.items():
+        if "fastflow" in run and pipeline in calibrations:
+            # FastFlow's run below the bound: the host's pipeline and its workers both at full rate
+            # (repro.pecan.policies.fastflow_ratio_local splits in proportion to capacity there)
+            vcpus = collocated_vcpus + run["fastflow"]["remote_workers"] * worker_vcpus
+            declared_cost = vcpus / examples_per_second(run, run["fastflow"]["epoch_s"])
+            fitted[pipeline] = {
+                "declared": declared_cost,
+                "autoorder": declared_cost * (1 - calibrations[pipeline]["autoorder_saving"]),
+                "collocated_vcpus": collocated_vcpus,
+            }
     return fitted
 
 
+def needed_calibrations(preset, pipeline):
+    """The pipelines whose calibrations a run of `pipeline` reads: its own, and under `local` the anchor's,
+    whose fitted cost maps this machine's reference kernel onto a cloud vCPU."""
+    return sorted({pipeline, ANCHOR}) if preset == "local" else [pipeline]
+
+
 def pipeline_costs(preset, cluster, calibrations):
-    """{pipeline: {declared, autoorder, collocated_vcpus, bytes_per_element}} for the chosen preset."""
+    """{pipeline: {declared, autoorder, collocated_vcpus, bytes_per_element}} for the chosen preset, for
+    the pipelines calibrated (`local`: and the anchor calibrated too).
+
+    `local`: each order's cost per reference kernel (repro.pecan.calibrate: fixed JPEG decodes timed
+    beside every element) times one factor, the anchor's fitted declared cost over its own cost per
+    kernel. Pipelines calibrated in separate jobs, minutes apart, keep their ratio through the kernel.
+    """
     if preset not in PRESETS:
         raise ReproError(f"calibration preset {preset!r} is unknown; expected one of {list(PRESETS)}")
-    missing = [p for p in ARTIFACT_RUNS if p not in calibrations]
-    if missing:
-        raise ReproError(f"calibration results missing for pipelines {missing}")
     fitted = fit_artifact(cluster, calibrations)
     if preset == "artifact":
-        costs = fitted
+        costs = {pipeline: entry for pipeline, entry in fitted.items() if pipeline in calibrations or pipeline == ANCHOR}
     else:
-        scale = fitted[ANCHOR]["declared"] / calibrations[ANCHOR]["declared"]["cpu_s_per_element"]
+        if ANCHOR not in calibrations:
+            raise ReproError(f"calibration results missing for pipeline {ANCHOR!r}, whose fitted cost scales the local preset")
+        scale = fitted[ANCHOR]["declared"] / _per_kernel(calibrations[ANCHOR], "declared")
         costs = {
             pipeline: {
-                "declared": calibrations[pipeline]["declared"]["cpu_s_per_element"] * scale,
-                "autoorder": calibrations[pipeline]["autoorder"]["cpu_s_per_element"] * scale,
+                "declared": _per_kernel(calibrations[pipeline], "declared") * scale,
+                "autoorder": _per_kernel(calibrations[pipeline], "autoorder") * scale,
                 "collocated_vcpus": fitted[ANCHOR]["collocated_vcpus"],
                 "core_scale": scale,
             }
             for pipeline in calibrations
         }
     for pipeline, entry in costs.items():
-        entry["bytes_per_element"] = calibrations[pipeline]["autoorder"]["bytes_out_per_element"]
+        if pipeline in calibrations:
+            entry["bytes_per_element"] = calibrations[pipeline]["autoorder"]["bytes_out_per_element"]
         entry["preset"] = preset
     return costs
+
+
+def _per_kernel(calibration, order):
+    """The order's cost per reference kernel; a calibration without a kernel (an older file): per element."""
+    return calibration[order].get("per_reference_kernel", calibration[order]["cpu_s_per_element"])

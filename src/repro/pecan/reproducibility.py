@@ -17,9 +17,11 @@ from pathlib import Path
 from repro.errors import ReproError
 from repro.fsutil import write_json
 from repro.pecan.calibrate import calibrate_together
-from repro.pecan.costtable import mode_row
+from repro.pecan.comparisons import comparison_rows, read_rows
+from repro.pecan.costs import COLUMNS
+from repro.pecan.costtable import SPREAD_COLUMNS, mode_row, write_table
 from repro.pecan.run import run_mode
-from repro.rulesettings import calibrated_pipelines, cost_settings
+from repro.rulesettings import cost_settings, experiment_pipelines
 from repro.stats import verdict
 
 CHECK_COLUMNS = ["number", "first", "second", "difference", "tolerance", "within"]
@@ -39,7 +41,8 @@ def cost_rows(config, experiment, run_dirs):
 
 
 def plotted_numbers(figures, calibrations, rows_by_figure):
-    """{name: value}: the calibration results and every figure's plotted costs (bar segment means)."""
+    """{name: value}: the calibration results and every figure's plotted costs (bar segment means; a
+    figure over several workloads names each bar's workload too)."""
     numbers = {}
     for pipeline, calibration in calibrations.items():
         if "reference_kernel" not in calibration:
@@ -52,9 +55,18 @@ def plotted_numbers(figures, calibrations, rows_by_figure):
         numbers[f"calibration {pipeline} AutoOrder saving %"] = calibration["autoorder_saving"] * 100
     for figure in figures:
         for row in rows_by_figure[figure]:
+            bar = f"{row['workload']} {row['mode']}" if "workload" in row else row["mode"]
             for column in PLOTTED:
-                numbers[f"{figure} {row['mode']} {column} $"] = float(row[f"{column}_mean"])
+                numbers[f"{figure} {bar} {column} $"] = float(row[f"{column}_mean"])
     return numbers
+
+
+def figure_pipelines(config, figures):
+    """The pipelines whose calibrations the figures' runs read."""
+    plots = config["plots"]
+    experiments = [w for f in figures for w in (plots["comparisons"][f]["workloads"] if f in plots["comparisons"]
+                                                else [plots["figures"][f]["experiment"]])]
+    return experiment_pipelines(config, experiments)
 
 
 def run_chain(config, figures, scratch):
@@ -63,18 +75,29 @@ def run_chain(config, figures, scratch):
     scratch = Path(scratch)
     shutil.rmtree(scratch, ignore_errors=True)
     cal = config["calibration"]
-    pipelines = calibrated_pipelines(config)
+    pipelines = figure_pipelines(config, figures)
     calibrations = calibrate_together(pipelines, elements=cal["elements"], repeats=cal["repeats"])
     for pipeline in pipelines:
         write_json(scratch / "calibration" / f"{pipeline}.json", calibrations[pipeline])
-    rows_by_figure = {}
+    rows_by_figure, tables = {}, {}
+
+    def table(experiment):  # each experiment's runs once, shared by the figures that draw it
+        if experiment not in tables:
+            run_dirs = {}
+            for mode in config["pecan"]["experiments"][experiment]["modes"]:
+                run_dirs[mode] = scratch / "runs" / experiment / mode
+                run_mode(config, experiment, mode, calibrations, run_dirs[mode])
+            tables[experiment] = scratch / "tables" / f"{experiment}.csv"
+            write_table(cost_rows(config, experiment, run_dirs), tables[experiment], COLUMNS + SPREAD_COLUMNS)
+        return tables[experiment]
+
     for figure in figures:
-        experiment = config["plots"]["figures"][figure]["experiment"]
-        run_dirs = {}
-        for mode in config["pecan"]["experiments"][experiment]["modes"]:
-            run_dirs[mode] = scratch / "runs" / experiment / mode
-            run_mode(config, experiment, mode, calibrations, run_dirs[mode])
-        rows_by_figure[figure] = cost_rows(config, experiment, run_dirs)
+        spec = config["plots"]["comparisons"].get(figure)
+        if spec is None:
+            rows_by_figure[figure] = read_rows(table(config["plots"]["figures"][figure]["experiment"]))
+        else:
+            rows_by_figure[figure] = comparison_rows(spec["option"], spec["workloads"],
+                                                     [table(w) for w in spec["workloads"]])
     return plotted_numbers(figures, calibrations, rows_by_figure)
 
 
@@ -84,10 +107,11 @@ def results_numbers(config, figures, results):
     results = Path(results)
     calibrations, rows_by_figure = {}, {}
     try:
-        for pipeline in calibrated_pipelines(config):
+        for pipeline in figure_pipelines(config, figures):
             calibrations[pipeline] = json.loads((results / "calibration" / f"{pipeline}.json").read_text())
         for figure in figures:
-            table = results / "tables" / f"{config['plots']['figures'][figure]['experiment']}.csv"
+            name = figure if figure in config["plots"]["comparisons"] else config["plots"]["figures"][figure]["experiment"]
+            table = results / "tables" / f"{name}.csv"
             with open(table, newline="") as fh:
                 rows_by_figure[figure] = list(csv.DictReader(fh))
         return plotted_numbers(figures, calibrations, rows_by_figure)
@@ -147,10 +171,10 @@ def check(config, figures, scratch_root):
 
 def check_figures(config, figures, source="reproducibility.figures"):
     """`figures`, or a clear error naming the unknown ones and where they were given."""
-    unknown = [f for f in figures if f not in config["plots"]["figures"]]
+    known = [*config["plots"]["figures"], *config["plots"]["comparisons"]]
+    unknown = [f for f in figures if f not in known]
     if unknown:
-        raise ReproError(f"{source}: unknown figure(s) {unknown}; "
-                         f"expected some of {sorted(config['plots']['figures'])}")
+        raise ReproError(f"{source}: unknown figure(s) {unknown}; expected some of {sorted(known)}")
     return figures
 
 

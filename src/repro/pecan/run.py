@@ -14,6 +14,7 @@ from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
+from repro.pecan.policies import FASTFLOW_WORKERS, fastflow_workers
 from repro.pecan.presets import pipeline_costs
 from repro.traces import write_trace
 
@@ -50,7 +51,7 @@ def job_spec(pecan, experiment, mode, costs, seed):
         local_worker_vcpus=cluster["local_worker_vcpus"],
         max_remote_workers=cluster["max_remote_workers"],
         max_local_workers=mode_cfg.get("max_local_workers", cluster["max_local_workers"]),
-        fixed_remote_workers=mode_cfg.get("remote_workers", 0),
+        fixed_remote_workers=fixed_remote_workers(mode, mode_cfg),
         fixed_local_workers=mode_cfg.get("local_workers", 0),
         network_gbps=cluster["network_gbps"],
         decision_steps=cluster["decision_steps"],
@@ -60,6 +61,13 @@ def job_spec(pecan, experiment, mode, costs, seed):
         worker_cost=cluster["policy_prices"]["worker_cost"],
         seed=seed,
     )
+
+
+def fixed_remote_workers(mode, mode_cfg):
+    """The mode's fixed remote worker count: FastFlow's (default 2, at least 1) or a fixed deployment's."""
+    if mode_cfg["placement"] == "fastflow":
+        return fastflow_workers(mode_cfg.get("remote_workers", FASTFLOW_WORKERS), f"pecan.modes.{mode}.remote_workers")
+    return mode_cfg.get("remote_workers", 0)
 
 
 def write_log(sim, path, preset):

@@ -10,10 +10,21 @@ import os
 
 from repro.errors import ReproError
 
-# Per pipeline, the factor that puts the miniature accelerator bound between what one and two
-# 1-vCPU workers deliver (benchmarks/tfdata.py prints it for the machine at hand): ResNet
-# 3234 examples/s (v2-8) / 18 = 180, RetinaNet 196 / 6 = 33. --time-scale sets another.
-TIME_SCALE = {"resnet": 18.0, "retinanet": 6.0}
+
+def time_scale_of(pipeline, configured=None):
+    """The configured time scale, or the pipeline record's; a ReproError naming the key when neither is set.
+
+    The factor puts the miniature accelerator bound between what one and two 1-vCPU workers deliver
+    (benchmarks/tfdata.py prints it for the machine at hand).
+    """
+    from repro.pecan.pipelines import PIPELINES
+
+    scale = configured if configured is not None else PIPELINES[pipeline].time_scale
+    if scale is None:
+        raise ReproError(f"pecan.tfdata.time_scale: pipeline {pipeline!r} has no measured time scale; "
+                         "set one (benchmarks/tfdata.py prints it for this machine)")
+    return scale
+
 
 EXTRA_HINT = "the tf.data engine needs the 'tfdata' extra (pip install -e '.[tfdata]')"
 

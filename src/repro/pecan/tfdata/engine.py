@@ -11,7 +11,7 @@ prefetched meanwhile, as a TPU host's infeed does.
 Miniature scale: the accelerator's step time is the real one times one factor per pipeline,
     step_time_s = batch_size x time_scale / accelerator examples per second
 (the accelerator's bound is the config's max_batches_per_s x the model's batch size). The default
-factor (TIME_SCALE) puts the miniature bound between what one 1-vCPU worker and two deliver here,
+factor (the pipeline record's time_scale) puts the miniature bound between what one 1-vCPU worker and two deliver here,
 so collocated (one host CPU) and one worker are input-bound and two workers reach the
 accelerator; every log and metrics.json records the factor and the step time.
 
@@ -37,7 +37,7 @@ from repro.fsutil import atomic_path, write_json
 from repro.pecan.cluster import JobSpec, make_policy
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
-from repro.pecan.tfdata import TIME_SCALE, ops, tensorflow
+from repro.pecan.tfdata import ops, tensorflow, time_scale_of
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
 
 tf = tensorflow()
@@ -153,7 +153,10 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
            if not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1)]
     if bad:
         raise ReproError(f"--{bad[0].replace('_', '-')} {settings[bad[0]]}: expected a positive whole number")
-    time_scale = TIME_SCALE[model["pipeline"]] if time_scale is None else time_scale
+    if mode_cfg["placement"] == "fastflow":  # its partial offload lives in FastFlow's TF fork (distribute(ratio_local))
+        raise ReproError(f"pecan.modes.{mode}.placement: fastflow splits elements between the client's own pipeline "
+                         "and the service, which the tf.data engine does not do; expected engine: model for this mode")
+    time_scale = time_scale_of(model["pipeline"], time_scale)
     if not time_scale > 0:
         raise ReproError(f"--time-scale {time_scale}: expected a positive number")
     accelerator = lookup(accel["max_batches_per_s"], exp["model"], "model for this accelerator") * model["batch_size"]

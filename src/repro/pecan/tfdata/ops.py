@@ -1,4 +1,4 @@
-"""The ResNet-50 and RetinaNet input pipelines in TensorFlow ops, one `map` per op.
+"""The input pipelines in TensorFlow ops, one `map` per op (each pipeline record names its ops' TF forms).
 
 They mirror repro.pecan.pipelines op for op (decode, the early float conversion, the Inception
 crop, resize, flip, normalise; RetinaNet's resize-and-pad with its boxes) and read the same
@@ -19,14 +19,27 @@ import numpy as np
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, write_json
-from repro.pecan.pipelines import IMAGENET_MEAN, IMAGENET_STD, synthetic_jpegs
+from repro.pecan.pipelines import (
+    BLUR_TAPS,
+    FRAME,
+    HANN,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    LUMA,
+    MEL,
+    NFFT,
+    STEP,
+    YIQ,
+    YIQ_INVERSE,
+    synthetic_jpegs,
+)
 from repro.pecan.pipelines import PIPELINES as PILLOW_PIPELINES
 from repro.pecan.policies import autoorder
 from repro.pecan.tfdata import tensorflow
 
 tf = tensorflow()
 
-PIPELINES = ("resnet", "retinanet")
+PIPELINES = tuple(name for name, record in PILLOW_PIPELINES.items() if record.tf_form)
 ORDERS = ("declared", "autoorder")
 INFLATION_PROBE_ELEMENTS = 4
 
@@ -50,12 +63,12 @@ def write_data(pipeline, count, directory, seed=0):
     elements = synthetic_jpegs(pipeline, count, seed=seed)
     files = []
     for i, element in enumerate(elements):
-        path = directory / f"{i:05d}.jpg"
+        path = directory / f"{i:05d}{PILLOW_PIPELINES[pipeline].suffix}"
         with atomic_path(path) as tmp:
             tmp.write_bytes(element["image"])
         files.append(str(path.resolve()))
     manifest = {"pipeline": pipeline, "count": count, "seed": seed, "files": files,
-                "boxes": [e["boxes"].tolist() for e in elements] if pipeline == "retinanet" else None}
+                "boxes": [e["boxes"].tolist() for e in elements] if PILLOW_PIPELINES[pipeline].boxes else None}
     write_json(manifest_path, manifest)
     return manifest
 
@@ -123,10 +136,170 @@ def resize_and_pad_640(element, side=640):
     return {**element, "image": padded, "boxes": boxes}
 
 
-# The same ops, constraints and declared order as the Pillow pipelines, each with its TF function.
-TF_OPS = {f.__name__: f for f in (decode, to_float, random_resized_crop, resize_224, random_flip, normalize,
-                                  resize_and_pad_640)}
-TF_PIPELINES = {name: [dataclasses.replace(op, fn=TF_OPS[op.name]) for op in PILLOW_PIPELINES[name].ops]
+# -- SimCLR (repro.pecan.pipelines says what it follows): each op on both views ------------------
+
+
+def _views(fn):
+    @tf.autograph.experimental.do_not_convert  # plain Python over the two views: nothing to convert
+    def op(element):
+        return {**element, "image": tuple(fn(view, element, k) for k, view in enumerate(element["image"]))}
+
+    op.__name__ = fn.__name__
+    return op
+
+
+def two_views(element):
+    return {**element, "image": (element["image"], element["image"])}
+
+
+def _view_seed(element, salt, view):
+    return _seed(element, 100 * salt + view)
+
+
+def _resize_bicubic(image, height, width):
+    resized = tf.image.resize(image, [height, width], method="bicubic")
+    if image.dtype == tf.uint8:
+        return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+    return resized
+
+
+def _crop(view, element, k):
+    return random_resized_crop({**element, "image": view, "index": element["index"] * 2 + k})["image"]
+
+
+def _jitter_one(view, which, factor):
+    if which == 0:
+        out = view * factor
+    elif which == 1:
+        mean = tf.reduce_mean(view, axis=[0, 1], keepdims=True)
+        out = (view - mean) * factor + mean
+    elif which == 2:
+        gray = tf.tensordot(view, tf.constant(LUMA), 1)[..., None]
+        out = gray + (view - gray) * factor
+    else:
+        angle = 2 * np.pi * factor
+        c, s = tf.cos(angle), tf.sin(angle)
+        rot = tf.stack([tf.stack([1.0, 0.0, 0.0]), tf.stack([0.0, c, -s]), tf.stack([0.0, s, c])])
+        matrix = tf.constant(YIQ_INVERSE) @ rot @ tf.constant(YIQ)
+        out = tf.tensordot(view, tf.transpose(matrix), 1)
+    return tf.clip_by_value(out, 0.0, 1.0)
+
+
+def _color_jitter(view, element, k, strength=1.0):
+    seed = _view_seed(element, 3, k)
+    apply = tf.random.stateless_uniform([], seed=seed) < 0.8
+    draws = tf.random.stateless_uniform([4], seed=seed + 1)
+    factors = tf.stack([1 + 0.8 * strength * (2 * draws[0] - 1), 1 + 0.8 * strength * (2 * draws[1] - 1),
+                        1 + 0.8 * strength * (2 * draws[2] - 1), 0.2 * strength * (2 * draws[3] - 1)])
+    order = tf.argsort(tf.random.stateless_uniform([4], seed=seed + 2))
+
+    def jitter():
+        out = view
+        for i in range(4):
+            which = order[i]
+            out = tf.switch_case(which, [lambda w=w: _jitter_one(out, w, factors[w]) for w in range(4)])
+        return out
+
+    return tf.cond(apply, jitter, lambda: view)
+
+
+def _grayscale(view, element, k):
+    gray = tf.repeat(tf.tensordot(view, tf.constant(LUMA), 1)[..., None], 3, axis=-1)
+    return tf.cond(tf.random.stateless_uniform([], seed=_view_seed(element, 4, k)) < 0.2, lambda: gray, lambda: view)
+
+
+def _blur(view, element, k):
+    seed = _view_seed(element, 5, k)
+    sigma = tf.random.stateless_uniform([], seed=seed, minval=0.1, maxval=2.0)
+    x = tf.range(BLUR_TAPS, dtype=tf.float32) - BLUR_TAPS // 2
+    kernel = tf.exp(-(x**2) / (2 * sigma**2))
+    kernel = kernel / tf.reduce_sum(kernel)
+
+    def blurred():
+        image = view[None]
+        vertical = tf.tile(tf.reshape(kernel, [BLUR_TAPS, 1, 1, 1]), [1, 1, 3, 1])
+        horizontal = tf.tile(tf.reshape(kernel, [1, BLUR_TAPS, 1, 1]), [1, 1, 3, 1])
+        image = tf.nn.depthwise_conv2d(image, vertical, [1, 1, 1, 1], "SAME")
+        image = tf.nn.depthwise_conv2d(image, horizontal, [1, 1, 1, 1], "SAME")
+        return tf.clip_by_value(image[0], 0.0, 1.0)
+
+    return tf.cond(tf.random.stateless_uniform([], seed=seed + 1) < 0.5, blurred, lambda: view)
+
+
+view_to_float = _views(lambda view, element, k: tf.cast(view, tf.float32) / 255.0)
+view_crop = _views(_crop)
+view_resize_224 = _views(lambda view, element, k: _resize_bicubic(view, 224, 224))
+view_flip = _views(lambda view, element, k: random_flip({**element, "image": view, "index": element["index"] * 2 + k})["image"])
+view_color_jitter = _views(_color_jitter)
+view_grayscale = _views(_grayscale)
+view_blur = _views(_blur)
+
+
+def concat_views(element):
+    return {**element, "image": tf.clip_by_value(tf.concat(element["image"], axis=-1), 0.0, 1.0)}
+
+
+# -- ASR (TensorFlowASR's features, repro.pecan.pipelines says which) ---------------------------------
+
+
+def decode_pcm16(element):
+    return {**element, "image": tf.io.decode_raw(element["image"], tf.int16, little_endian=True)}
+
+
+def pcm_to_float(element):
+    return {**element, "image": tf.cast(element["image"], tf.float32) / 32768.0}
+
+
+def pre_emphasis(element, coefficient=0.97):
+    x = element["image"]
+    return {**element, "image": tf.concat([x[:1], x[1:] - coefficient * x[:-1]], 0)}
+
+
+def frame_window(element):
+    return {**element, "image": tf.signal.frame(element["image"], FRAME, STEP) * tf.constant(HANN)}
+
+
+def power_spectrum(element):
+    return {**element, "image": tf.square(tf.abs(tf.signal.rfft(element["image"], [NFFT])))}
+
+
+def mel_filterbank(element):
+    return {**element, "image": tf.matmul(element["image"], tf.constant(MEL))}
+
+
+def log_mel(element):
+    return {**element, "image": tf.math.log(element["image"] + 1e-6)}
+
+
+def normalize_features(element):
+    mean, variance = tf.nn.moments(element["image"], axes=[0])
+    return {**element, "image": (element["image"] - mean) / tf.sqrt(variance + 1e-9)}
+
+
+def spec_augment(element, freq_masks=2, freq_width=27, time_masks=5, time_ratio=0.05):
+    x = element["image"]
+    frames, bins = tf.shape(x)[0], tf.shape(x)[1]
+    keep_bins, keep_frames = tf.ones([bins]), tf.ones([frames])
+    for i in range(freq_masks):
+        seed = _seed(element, 10 + i)
+        width = tf.random.stateless_uniform([], seed=seed, maxval=freq_width, dtype=tf.int32)
+        start = tf.random.stateless_uniform([], seed=seed + 1, maxval=bins - width + 1, dtype=tf.int32)
+        positions = tf.range(bins)
+        keep_bins *= tf.cast((positions < start) | (positions >= start + width), tf.float32)
+    for i in range(time_masks):
+        seed = _seed(element, 20 + i)
+        limit = tf.cast(time_ratio * tf.cast(frames, tf.float32), tf.int32) + 1
+        width = tf.random.stateless_uniform([], seed=seed, maxval=limit, dtype=tf.int32)
+        start = tf.random.stateless_uniform([], seed=seed + 1, maxval=frames - width + 1, dtype=tf.int32)
+        positions = tf.range(frames)
+        keep_frames *= tf.cast((positions < start) | (positions >= start + width), tf.float32)
+    return {**element, "image": x * keep_frames[:, None] * keep_bins[None, :]}
+
+
+# The same ops, constraints and declared order as the Pillow pipelines, each with the TF function its
+# record names (Op.tf).
+TF_OPS = {name: value for name, value in globals().items() if callable(value) and not name.startswith("_")}
+TF_PIPELINES = {name: [dataclasses.replace(op, fn=TF_OPS[op.tf]) for op in PILLOW_PIPELINES[name].ops]
                 for name in PIPELINES}
 
 
@@ -134,8 +307,9 @@ TF_PIPELINES = {name: [dataclasses.replace(op, fn=TF_OPS[op.name]) for op in PIL
 
 
 def _element_bytes(element):
-    image = element["image"]
-    size = len(image.numpy()) if image.dtype.name == "string" else int(np.prod(image.shape)) * image.dtype.size
+    images = element["image"] if isinstance(element["image"], tuple) else (element["image"],)
+    size = sum(len(image.numpy()) if image.dtype.name == "string" else int(np.prod(image.shape)) * image.dtype.size
+               for image in images)
     return size + (int(np.prod(element["boxes"].shape)) * 4 if "boxes" in element else 0)
 
 
@@ -187,7 +361,10 @@ def dataset(manifest, order, batch_size, threads):
     for op in ops:
         ds = ds.map(op.fn, num_parallel_calls=threads, deterministic=False)
     ds = ds.map(lambda e: {k: v for k, v in e.items() if k != "index"})
-    ds = ds.batch(batch_size, drop_remainder=True).prefetch(1)
+    if PILLOW_PIPELINES[manifest["pipeline"]].padded:
+        ds = ds.padded_batch(batch_size, drop_remainder=True).prefetch(1)
+    else:
+        ds = ds.batch(batch_size, drop_remainder=True).prefetch(1)
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
     options.threading.max_intra_op_parallelism = threads  # decode and resize kernels would use every core

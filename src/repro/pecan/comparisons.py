@@ -1,0 +1,125 @@
+"""Figures over several workloads: the Pecan paper's Fig 6 (collocated, Cachew, FastFlow and Pecan's
+AutoPlacement alone) and Fig 7 (Cachew and Pecan's AutoOrder alone), the artifact's
+plotting-scripts/fig8.py options `autoplacement` and `autoorder` (github.com/eth-easl/pecan-experiments).
+
+The table: one row per workload and mode, from each workload's cost table (repro.pecan.costtable),
+with the spread over repeats. The figure: workloads on x, one bar per mode at fig8.py's offsets and
+colours, the TPU cost solid and the remote-worker cost stacked and hatched, whiskers for the 95%
+intervals, and the paper's values (fig8.py's literals, repro.pecan.presets.PAPER_COSTS) as markers.
+fig8.py builds its x positions from the one `-m` model, so its five-workload series land on one x
+position; here every workload has its own.
+"""
+
+import csv
+
+from repro.errors import ReproError
+from repro.stats import verdict
+
+LABEL_ROUNDING = 0.005  # fig8.py labels cents: a labelled value stands for any within half a cent
+
+# fig8.py's per-option settings (bar width, offsets in bar widths, label size, y ticks, legend place)
+OPTIONS = {
+    "autoplacement": {"figure": "Fig 6", "basename": "Cachew_AP_FF", "modes": ["collocated", "cachew", "fastflow", "autoplacement"],
+                      "width": 0.23, "offsets": [-1.5, -0.5, 0.5, 1.5], "label_size": 10, "legend": "upper left"},
+    "autoorder": {"figure": "Fig 7", "basename": "AutoOrder_Cost", "modes": ["cachew", "autoorder"],
+                  "width": 0.33, "offsets": [-0.5, 0.5], "label_size": 12, "legend": "upper right"},
+}
+# fig8.py's colours: TPU segment, remote-worker segment, legend
+STYLE = {
+    "collocated": ("#1f77b4", None, "tf.data collocated"),
+    "cachew": ("#ff7f0e", "#ffaf18", "Cachew"),
+    "fastflow": ("#7f7f7f", "#cfcfcf", "FastFlow"),
+    "autoplacement": ("#2ca02c", "#52b04c", "Pecan AutoPlacement"),
+    "autoorder": ("#9467bd", "#c9b0ed", "Pecan AutoOrder"),
+}
+QUANTITIES = ["tpu_cost", "worker_cost", "total_cost", "remote_workers", "local_workers", "epoch_time"]
+COLUMNS = ["workload", "mode", "repeats"] + [f"{q}_{s}" for q in QUANTITIES for s in ("mean", "ci_low", "ci_high")]
+VERDICT_COLUMNS = ["figure", "workload", "mode", "quantity", "paper", "reference_rounding", "mean", "ci_low", "ci_high",
+                   "repeats", "verdict", "outside_by", "deviation_pct", "within_15pct"]
+
+
+def check_comparison(name, spec, experiments, source="config"):
+    """The comparison's option is known and its workloads are experiments listing every mode the option
+    draws; else one line naming the key."""
+    if spec["option"] not in OPTIONS:
+        raise ReproError(f"{source}: plots.comparisons.{name}.option: unknown option {spec['option']!r}; "
+                         f"expected one of {sorted(OPTIONS)}")
+    option = OPTIONS[spec["option"]]
+    for workload in spec["workloads"]:
+        if workload not in experiments:
+            raise ReproError(f"{source}: plots.comparisons.{name}.workloads: unknown workload {workload!r}; "
+                             f"expected experiments of pecan.experiments ({', '.join(sorted(experiments))})")
+        missing = [m for m in option["modes"] if m not in experiments[workload]["modes"]]
+        if missing:
+            raise ReproError(f"{source}: plots.comparisons.{name}: workload {workload!r} has no mode(s) {missing}; "
+                             f"option {spec['option']!r} needs pecan.experiments.{workload}.modes to list {option['modes']}")
+    return option
+
+
+def read_rows(path):
+    try:
+        with open(path, newline="") as fh:
+            return list(csv.DictReader(fh))
+    except OSError as exc:
+        raise ReproError(f"{path}: cannot read cost table: {exc.strerror}") from None
+
+
+def comparison_rows(option, workloads, tables):
+    """One row per workload (in order) and option mode (in fig8.py's order) from the workloads' cost
+    tables (`tables`: paths in the order of `workloads`)."""
+    modes = OPTIONS[option]["modes"]
+    if len(workloads) != len(tables):
+        raise ReproError(f"{len(workloads)} workloads but {len(tables)} cost tables; expected one table per workload")
+    rows = []
+    for workload, table in zip(workloads, tables):
+        by_mode = {row["mode"]: row for row in read_rows(table)}
+        for mode in modes:
+            if mode not in by_mode:
+                raise ReproError(f"{table}: no row for mode {mode!r} (workload {workload!r}); expected modes {modes}")
+            row = by_mode[mode]
+            try:
+                rows.append({"workload": workload, "mode": mode, "repeats": int(row["repeats"]),
+                             **{f"{q}_{s}": float(row[f"{q}_{s}"]) for q in QUANTITIES for s in ("mean", "ci_low", "ci_high")}})
+            except (KeyError, ValueError):
+                raise ReproError(f"{table}: no mean and interval per column (a table written before repeats; rerun costs)") from None
+    return rows
+
+
+def paper_verdicts(name, rows, paper):
+    """Each paper value (`paper`: {mode: {workload: [tpu, worker]}}) against the rows' interval: inside or
+    outside (within the labels' rounding), and how far the mean lies from it in percent (the ±15% goal)."""
+    verdicts = []
+    for row in rows:
+        value = paper.get(row["mode"], {}).get(row["workload"])
+        if value is None:
+            continue
+        for quantity, ref, rounding in (("tpu_cost", value[0], LABEL_ROUNDING), ("worker_cost", value[1], LABEL_ROUNDING),
+                                        ("total_cost", sum(value), 2 * LABEL_ROUNDING)):
+            mean, low, high = (row[f"{quantity}_{s}"] for s in ("mean", "ci_low", "ci_high"))
+            inside, distance = verdict(ref, low, high, rounding)
+            deviation = 100 * (mean - ref) / ref if ref else None
+            verdicts.append({
+                "figure": name, "workload": row["workload"], "mode": row["mode"], "quantity": quantity,
+                "paper": round(ref, 4), "reference_rounding": rounding, "mean": round(mean, 4), "ci_low": round(low, 4),
+                "ci_high": round(high, 4), "repeats": row["repeats"], "verdict": "inside" if inside else "outside",
+                "outside_by": round(distance, 4), "deviation_pct": "" if deviation is None else round(deviation, 1),
+                "within_15pct": "" if deviation is None else ("yes" if abs(deviation) <= 15 else "no"),
+            })
+    return verdicts
+
+
+def ordering_notes(option, rows):
+    """What the paper's orderings say, checked on the means: Fig 6, AutoPlacement cheapest of the four;
+    Fig 7, AutoOrder below Cachew. One line per workload where it does not hold."""
+    notes = []
+    by = {(r["workload"], r["mode"]): r["total_cost_mean"] for r in rows}
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        if option == "autoplacement":
+            cheapest = min(OPTIONS[option]["modes"], key=lambda m: by[workload, m])
+            if cheapest != "autoplacement":
+                notes.append(f"{workload}: {STYLE[cheapest][2]} ({by[workload, cheapest]:.2f} $) below "
+                             f"Pecan AutoPlacement ({by[workload, 'autoplacement']:.2f} $)")
+        elif by[workload, "autoorder"] >= by[workload, "cachew"]:
+            notes.append(f"{workload}: Pecan AutoOrder ({by[workload, 'autoorder']:.2f} $) not below Cachew "
+                         f"({by[workload, 'cachew']:.2f} $)")
+    return notes

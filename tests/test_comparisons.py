@@ -1,0 +1,133 @@
+"""Figures over several workloads (the paper's Fig 6 and 7): their tables, figures, verdicts and checks."""
+
+import copy
+import csv
+from pathlib import Path
+
+import pytest
+
+from repro.cli import main
+from repro.config import load_config, validate_config
+from repro.errors import ReproError
+from repro.pecan.comparisons import COLUMNS, OPTIONS, comparison_rows, ordering_notes, paper_verdicts
+from repro.pecan.costs import COLUMNS as COST_COLUMNS
+from repro.pecan.costtable import SPREAD_COLUMNS, write_table
+from repro.pecan.presets import PAPER_COSTS
+from repro.plots import plot_comparison
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOADS = ["ResNet50_v2-8", "SimCLR", "RetinaNet", "ASRTrans", "ResNet50_v3-8"]
+STYLE = {"width_in": 5.0, "height_in": 3.6, "dpi": 60, "font_size": 9, "show_reference": True}
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(REPO / "config" / "config.yaml")
+
+
+def cost_table(path, costs):
+    """A workload's cost table with the spread columns: `costs` {mode: (tpu, worker)}, interval +-5%."""
+    rows = []
+    for mode, (tpu, worker) in costs.items():
+        row = {c: 0 for c in COST_COLUMNS + SPREAD_COLUMNS}
+        row.update(mode=mode, tpu_cost=tpu, worker_cost=worker, repeats=3)
+        for column, value in (("tpu_cost", tpu), ("worker_cost", worker), ("total_cost", tpu + worker),
+                              ("remote_workers", 2), ("local_workers", 0), ("epoch_time", 400.0), ("batches_sec", 3.0)):
+            row.update({f"{column}_mean": value, f"{column}_ci_low": value * 0.95, f"{column}_ci_high": value * 1.05})
+        rows.append(row)
+    write_table(rows, path, COST_COLUMNS + SPREAD_COLUMNS)
+    return path
+
+
+def tables(tmp_path, scale=1.0):
+    """Per workload a table with every mode; the three the paper gives at its values x scale."""
+    paths = []
+    for workload in WORKLOADS:
+        costs = {"collocated": (4.0, 0.0), "cachew": (0.6, 1.0), "pecan": (0.5, 0.2)}
+        for mode in ("autoplacement", "autoorder", "fastflow"):
+            tpu, worker = PAPER_COSTS[mode][workload]
+            costs[mode] = (tpu * scale, worker * scale)
+        paths.append(cost_table(tmp_path / f"{workload}.csv", costs))
+    return paths
+
+
+def test_one_row_per_workload_and_mode_in_fig8_order(tmp_path):
+    rows = comparison_rows("autoplacement", WORKLOADS, tables(tmp_path))
+    assert [(r["workload"], r["mode"]) for r in rows] == [(w, m) for w in WORKLOADS
+                                                          for m in ["collocated", "cachew", "fastflow", "autoplacement"]]
+    assert set(rows[0]) == set(COLUMNS)
+    paths = tables(tmp_path)
+    cost_table(paths[1], {"cachew": (1.0, 1.0)})
+    with pytest.raises(ReproError, match=r"SimCLR.csv: no row for mode 'autoorder' \(workload 'SimCLR'\)"):
+        comparison_rows("autoorder", WORKLOADS, paths)
+
+
+def test_paper_verdicts_and_the_15_percent_goal(tmp_path):
+    rows = comparison_rows("autoorder", WORKLOADS, tables(tmp_path))
+    verdicts = paper_verdicts("AutoOrder_Cost", rows, PAPER_COSTS)
+    assert len(verdicts) == 5 * 3  # Cachew has no paper values per workload
+    assert {v["verdict"] for v in verdicts} == {"inside"} and {v["within_15pct"] for v in verdicts} <= {"yes", ""}
+    far = paper_verdicts("AutoOrder_Cost", comparison_rows("autoorder", WORKLOADS, tables(tmp_path, scale=1.2)), PAPER_COSTS)
+    totals = [v for v in far if v["quantity"] == "total_cost"]
+    assert {v["verdict"] for v in totals} == {"outside"} and {v["within_15pct"] for v in totals} == {"no"}
+    assert all(v["deviation_pct"] == pytest.approx(20.0, abs=0.1) for v in totals)
+
+
+def test_ordering_notes_say_where_the_papers_ordering_does_not_hold(tmp_path):
+    rows = comparison_rows("autoplacement", WORKLOADS, tables(tmp_path))
+    notes = ordering_notes("autoplacement", rows)
+    # with the paper's own values AutoPlacement is cheapest except against this table's Cachew/collocated
+    assert all("below Pecan AutoPlacement" in n for n in notes)
+    rows = comparison_rows("autoorder", WORKLOADS, tables(tmp_path))
+    assert [n.split(":")[0] for n in ordering_notes("autoorder", rows)] == [
+        w for w in WORKLOADS if sum(PAPER_COSTS["autoorder"][w]) >= 1.6]
+
+
+def test_every_workload_has_its_own_x_position(tmp_path):
+    rows = comparison_rows("autoplacement", WORKLOADS, tables(tmp_path))
+    drawn = plot_comparison(rows, "autoplacement", [tmp_path / "f.pdf", tmp_path / "f.png"], "test", STYLE, PAPER_COSTS)
+    assert (tmp_path / "f.pdf").stat().st_size > 0 and (tmp_path / "f.png").stat().st_size > 0
+    xs = {(w, m): x for w, m, x in drawn}
+    assert len(xs) == 20 and len(set(xs.values())) == 20  # fig8.py stacks all five workloads on one x
+    assert [round(xs[w, "fastflow"] - i, 3) for i, w in enumerate(WORKLOADS)] == [round(0.5 * 0.23, 3)] * 5
+
+
+def test_plot_e_autoorder_draws_from_a_comparison_table(tmp_path, monkeypatch, capsys):
+    rows = comparison_rows("autoorder", WORKLOADS, tables(tmp_path))
+    write_table(rows, tmp_path / "results" / "tables" / "AutoOrder_Cost.csv", COLUMNS)
+    monkeypatch.chdir(tmp_path)
+    assert main(["pecan", "plot", "-e", "autoorder"]) == 0
+    assert (tmp_path / "plots" / "AutoOrder_Cost.pdf").is_file() and (tmp_path / "plots" / "AutoOrder_Cost.png").is_file()
+    assert main(["pecan", "plot", "-e", "autoplacement", "--table", "results/tables/AutoOrder_Cost.csv"]) != 0
+    assert "-e autoplacement draws ['collocated', 'cachew', 'fastflow', 'autoplacement']" in capsys.readouterr().err
+
+
+def test_comparison_table_command_writes_the_table(tmp_path):
+    out = tmp_path / "t.csv"
+    assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", *WORKLOADS,
+                 "--table", *map(str, tables(tmp_path)), "-o", str(out)]) == 0
+    with open(out, newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == 10
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["plots"]["comparisons"]["Cachew_AP_FF"].update(workloads=["ResNet50_v2-8", "BERT"]),
+     r"^config: plots\.comparisons\.Cachew_AP_FF\.workloads: unknown workload 'BERT'; expected experiments"),
+    (lambda c: c["plots"]["comparisons"]["Cachew_AP_FF"].update(option="intro"),
+     r"^config: plots\.comparisons\.Cachew_AP_FF\.option: unknown option 'intro'; expected one of \['autoorder', 'autoplacement'\]$"),
+    (lambda c: c["pecan"]["experiments"]["SimCLR"].update(modes=["cachew", "autoorder"]),
+     r"^config: plots\.comparisons\.Cachew_AP_FF: workload 'SimCLR' has no mode\(s\) \['collocated', 'fastflow', 'autoplacement'\]"),
+    (lambda c: c["plots"]["figures"]["RetinaNet"].update(modes=["collocated", "fastflw"]),
+     r"^config: plots\.figures\.RetinaNet\.modes: unknown mode\(s\) \['fastflw'\]; expected modes of experiment 'RetinaNet'"),
+])
+def test_an_unknown_workload_or_mode_in_a_figure_is_one_line_naming_the_key(config, mutate, message):
+    bad = copy.deepcopy(config)
+    mutate(bad)
+    with pytest.raises(ReproError, match=message):
+        validate_config(bad)
+
+
+def test_the_options_are_fig8s():
+    assert OPTIONS["autoplacement"]["basename"] == "Cachew_AP_FF" and OPTIONS["autoorder"]["basename"] == "AutoOrder_Cost"
+    assert set(PAPER_COSTS) == {"autoplacement", "autoorder", "fastflow"}
+    assert all(list(values) == WORKLOADS for values in PAPER_COSTS.values())

@@ -1,0 +1,164 @@
+"""FastFlow as a placement policy: its decision rule, its run in the cluster model, and its worker count."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro.config import check_config_files, load_config
+from repro.errors import ReproError
+from repro.pecan.cluster import JobSpec, fastflow_capacity, simulate
+from repro.pecan.policies import (
+    LOCAL_ONLY,
+    OFFLOADED,
+    FastFlowPlacement,
+    fastflow_decide,
+    fastflow_ratio_local,
+    fastflow_workers,
+)
+from repro.pecan.run import fixed_remote_workers, job_spec
+
+
+def spec(**overrides):
+    base = dict(experiment="e", mode="m", placement="fastflow", autoorder=False, batch_size=1024, steps_per_epoch=1251,
+                epochs=1, steps_per_loop=500, accelerator_batches_per_s=3.158, cost_per_element=0.05,
+                bytes_per_element=602112, collocated_vcpus=21.4, remote_worker_vcpus=8, local_worker_vcpus=8,
+                max_remote_workers=20, max_local_workers=10, fixed_remote_workers=2, fixed_local_workers=0,
+                network_gbps=32, decision_steps=60, noise_cv=0.0, cachew_threshold_up=0.0, client_cost=4.96,
+                worker_cost=0.427319, seed=1)
+    return JobSpec(**{**base, **overrides})
+
+
+def test_ratio_local_splits_by_capacity_when_both_together_fall_short():
+    # 400 local + 300 remote < 3000: each source's share in proportion to its rate
+    assert fastflow_ratio_local(3000, 400, 300, 1.0, 0.0) == pytest.approx(400 / 700)
+    # n counts the workers behind rthp
+    assert fastflow_ratio_local(3000, 400, 150, 1.0, 0.0, n=2) == pytest.approx(400 / 700)
+
+
+def test_ratio_local_when_remote_alone_could_cover_the_deficit():
+    # lthp 400 <= rthp 3000: off_data = max(3000, (1000 - 400) x 1) = 3000 -> (1000 - 3000) / 1000 < 0 -> 0
+    assert fastflow_ratio_local(1000, 400, 3000, 1.0, 0.0) == 0.0
+    # lthp 800 > rthp 500, 800 + 500 >= 1000: off_data = mean(500, (1000 - 800) x 1.5) = 400 -> 0.6
+    assert fastflow_ratio_local(1000, 800, 500, 1.0, 0.5) == pytest.approx(0.6)
+    # lthp 300 <= rthp 900: off_data = max(900, 700 x 1) -> (1000 - 900) / 1000
+    assert fastflow_ratio_local(1000, 300, 900, 1.0, 0.0) == pytest.approx(0.1)
+
+
+def test_offloads_only_above_the_threshold():
+    remote = {"ELEMENT": (500.0, 0.0), "BATCH": (500.0, 0.0)}
+    assert not fastflow_decide(100, 130, remote, 1.0).offload  # 1.3 exactly: not more than the threshold
+    kept = fastflow_decide(100, 130, remote, 1.0)
+    assert (kept.cut, kept.ratio_local) == (None, 1.0)
+    assert fastflow_decide(100, 131, remote, 1.0).offload
+    assert not fastflow_decide(100, 131, remote, 1.0, threshold=2.0).offload
+
+
+def test_the_cut_scores_remote_rate_plus_freed_local_rate_and_ties_go_to_the_first():
+    tie = fastflow_decide(100, 1000, {"ELEMENT": (500.0, 0.0), "BATCH": (500.0, 0.0)}, 1.0)
+    assert tie.cut == "ELEMENT" and tie.score == {"ELEMENT": 600.0, "BATCH": 600.0}
+    # BATCH frees all host CPU (cycles 0), ELEMENT half of it: 500 + 50 < 480 + 100
+    better = fastflow_decide(100, 1000, {"ELEMENT": (500.0, 0.5), "BATCH": (480.0, 0.0)}, 1.0)
+    assert better.cut == "BATCH" and better.score == {"ELEMENT": 550.0, "BATCH": 580.0}
+    assert better.ratio_local == pytest.approx(fastflow_ratio_local(1000, 100, 480, 1.0, 0.0))
+
+
+def test_the_policy_profiles_once_then_keeps_its_decision():
+    policy = FastFlowPlacement(remote=2)
+    assert policy.state == "PROFILE_LTHP" and policy.ratio_local == 1.0
+    for state, batch_time in (("PROFILE_GTHP", 1 / 0.4), ("PROFILE_RTHP_ELEMENT", 1 / 3.0),
+                              ("PROFILE_RTHP_BATCH", 1 / 0.3)):
+        assert policy.decide(2, 0, batch_time) == (2, 0)
+        assert policy.state == state
+    assert policy.decide(2, 0, 1 / 0.3) == (2, 0)
+    assert policy.state == OFFLOADED and policy.decision.cut == "ELEMENT"
+    assert policy.ratio_local == pytest.approx(0.4 / 0.7)
+    for batch_time in (1.0, 100.0):  # decided once: later windows change nothing
+        assert policy.decide(2, 0, batch_time) == (2, 0) and policy.ratio_local == pytest.approx(0.4 / 0.7)
+
+
+def test_no_offload_when_the_host_keeps_up():
+    policy = FastFlowPlacement(remote=3)
+    for batch_time in (1.0, 1 / 1.2, 1 / 5.0, 1 / 5.0):
+        policy.decide(3, 0, batch_time)
+    assert policy.state == LOCAL_ONLY and policy.ratio_local == 1.0 and policy.remote == 3
+
+
+def test_the_cluster_model_runs_fastflow_with_its_split():
+    s = spec()
+    host, far = 21.4 / 0.05, 2 * 8 / 0.05
+    sim = simulate(s)
+    rates = [w.steps * s.batch_size / w.seconds for w in sim.windows]
+    bound = 3.158 * 1024
+    assert rates[:4] == pytest.approx([host, bound, far, far])  # LTHP, GTHP, RTHP x 2 cuts
+    assert rates[4:] == pytest.approx([host + far] * (len(rates) - 4))  # proportional split: both sources at full rate
+    assert {(w.remote, w.local) for w in sim.windows} == {(2, 0)}  # pre-launched workers, billed throughout
+    assert fastflow_capacity(s, OFFLOADED, 2, 1.0) == pytest.approx(host)
+    assert fastflow_capacity(s, OFFLOADED, 2, 0.0) == pytest.approx(far)
+    assert fastflow_capacity(s, OFFLOADED, 2, 0.5) == pytest.approx(2 * far)  # the slower share sets the pace
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
+def test_a_worker_count_below_one_is_refused_naming_the_key(value):
+    with pytest.raises(ReproError, match=r"^pecan\.modes\.fastflow\.remote_workers: FastFlow needs .* at least 1"):
+        fixed_remote_workers("fastflow", {"placement": "fastflow", "remote_workers": value})
+    with pytest.raises(ReproError, match="remote_workers"):
+        fastflow_workers(value)
+
+
+def test_the_worker_count_defaults_to_two_and_is_configurable():
+    assert fixed_remote_workers("fastflow", {"placement": "fastflow"}) == 2
+    assert fixed_remote_workers("fastflow", {"placement": "fastflow", "remote_workers": 5}) == 5
+    assert fixed_remote_workers("short", {"placement": "fixed", "remote_workers": 0}) == 0
+
+
+# -- the modes of Fig 6 and 7 -------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(REPO / "config" / "config.yaml")
+
+
+COSTS = {"resnet": {"declared": 0.05, "autoorder": 0.04, "collocated_vcpus": 21.4, "bytes_per_element": 602112,
+                    "preset": "local"}}
+
+
+@pytest.mark.parametrize("mode, placement, cost", [("autoplacement", "autoplacement", 0.05), ("autoorder", "cachew", 0.04),
+                                                    ("fastflow", "fastflow", 0.05), ("cachew", "cachew", 0.05),
+                                                    ("pecan", "autoplacement", 0.04)])
+def test_each_policy_alone_is_a_mode(config, mode, placement, cost):
+    pecan = copy.deepcopy(config["pecan"])
+    pecan["experiments"]["ResNet50_v2-8"]["modes"] = [mode]
+    s = job_spec(pecan, "ResNet50_v2-8", mode, COSTS, 1)
+    assert (s.placement, s.cost_per_element) == (placement, cost)
+    assert s.fixed_remote_workers == (2 if mode == "fastflow" else 0)
+
+
+def test_a_fastflow_mode_with_no_workers_fails_the_config_check(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"pecan": {"modes": {"fastflow": {"placement": "fastflow", "autoorder": False, "epochs": 1,
+                                                                       "steps_per_loop": 10, "remote_workers": 0}}}}))
+    with pytest.raises(ReproError, match=r"pecan\.modes\.fastflow\.remote_workers: FastFlow needs .*at least 1, found 0$"):
+        check_config_files([path])
+
+
+def test_a_fastflow_run_writes_the_artifacts_log_and_the_cost_rules_read_its_workers(config, tmp_path):
+    from repro.pecan.calibrate import calibrate
+    from repro.pecan.costs import cost_row
+    from repro.pecan.logs import parse_log
+    from repro.pecan.run import run_mode
+
+    cfg = copy.deepcopy(config)
+    cfg["repeats"] = 2
+    metrics = run_mode(cfg, "ResNet50_v2-8", "fastflow", {"resnet": calibrate("resnet", elements=2, repeats=1)}, tmp_path)
+    assert (metrics["remote_workers"], metrics["local_workers"]) == (2, 0)
+    # one window per profile after the first (LTHP), then one decision for the rest of the run
+    assert [d["state"] for d in metrics["decisions"]] == ["PROFILE_GTHP", "PROFILE_RTHP_ELEMENT", "PROFILE_RTHP_BATCH",
+                                                          "OFFLOADED"]
+    parsed = parse_log(tmp_path / "run.log")
+    row = cost_row(parsed, "fastflow", "resnet", cfg["pecan"]["models"]["resnet"], 4.96, 0.427319)
+    assert row["worker_cost"] == pytest.approx(2 * row["epoch_time"] / 3600 * 0.427319)
