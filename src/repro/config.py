@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from repro.backends import backend_names, get_backend
-from repro.errors import ReproError, invalid_yaml
+from repro.errors import ReproError
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)
@@ -231,17 +231,15 @@ def _require_extra(source, key, extra, module):
 
 def read_config_file(path):
     """The mapping of config keys in the YAML file `path`, unchecked; ReproError naming the file (and,
-    for invalid YAML, the line) otherwise."""
+    for invalid YAML or a key written twice, the line) otherwise. Bounded as repro.yamlfile bounds
+    every YAML file a user gives: size, nesting, aliases expanded."""
+    from repro.yamlfile import read_yaml_file
+
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as stream:  # an open file: YAML errors name it with the line
-            config = yaml.safe_load(stream)
+        config = read_yaml_file(path, "a YAML config")
     except OSError as exc:
         raise ReproError(f"{path}: cannot read config: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ReproError(f"{path}: not a text file (expected a YAML config)") from None
-    except yaml.YAMLError as exc:
-        raise invalid_yaml(path, exc) from None
     if not isinstance(config, dict):
         raise ReproError(f"{path}: expected a mapping of config keys")
     return config
