@@ -77,8 +77,8 @@ def validate_config(config, source="config"):
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
-        key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise ReproError(f"{source}: {key}: {error.message}{_nested_config_hint(error)}")
+        key = _shortened(".".join(str(p) for p in error.absolute_path) or "(top level)")
+        raise ReproError(f"{source}: {key}: {_shortened(error.message)}{_nested_config_hint(error)}")
     backend = get_backend(config["backend"])
     if backend.needs_section and backend.name not in config:
         raise ReproError(f"{source}: {backend.name}: required when backend is {backend.name} "
@@ -86,8 +86,20 @@ def validate_config(config, source="config"):
     backend_paths = [(name, *keys) for name in backend_names() for keys in get_backend(name).path_keys]
     for keys in [*PATH_KEYS, *backend_paths]:
         _expand_at(config, keys, [], source)
+    for keys in PATH_KEYS:  # in rules' outputs, where Snakemake reads braces as wildcards
+        value = config
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and ("{" in value or "}" in value):
+            raise ReproError(f"{source}: {'.'.join(keys)}: {value!r} holds a brace; expected a path without "
+                             "{ or } (the workflow's rules would read them as wildcards)")
     check_references(config, source)
     return config
+
+
+def _shortened(text, limit=200):
+    """An error message quotes the value at fault: a long one shortened, so the line stays readable."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _is_json_type(value, name):
@@ -152,6 +164,43 @@ def _expand_at(node, keys, where, source):
             node[child] = expand_path(value, ".".join(path), source)
 
 
+# What one run of the cluster model may cost: its policy windows and its log's lines (each a
+# Python object while the run lasts). The configured experiments need a few hundred.
+MAX_RUN_WINDOWS = 1_000_000
+MAX_FIGURE_PIXELS = 50_000_000  # the default style draws 0.4 million
+
+
+def _check_run_size(where, model, mode_name, mode, cluster):
+    steps = model["steps_per_epoch"] * mode["epochs"]
+    for count, what in ((steps // cluster["decision_steps"], "policy windows (pecan.cluster.decision_steps)"),
+                        (steps // mode["steps_per_loop"], f"log lines (pecan.modes.{mode_name}.steps_per_loop)")):
+        if count > MAX_RUN_WINDOWS:
+            raise ReproError(f"{where}.modes: mode {mode_name!r} runs {steps} steps, {count} {what}; "
+                             f"expected at most {MAX_RUN_WINDOWS}")
+
+
+# The placeholders the ssh backend fills in (repro.backends.ssh.SshBackend.run).
+SSH_PLACEHOLDERS = {"command": {"python", "settings", "experiment", "mode", "calibration", "out"},
+                    "env": {"autoorder", "mode", "experiment", "epochs", "local_workers"}}
+
+
+def check_placeholders(text, allowed, key):
+    """ReproError naming `key` unless every `{name}` in `text` is one of `allowed` (plain names: no
+    attribute, index, conversion or format spec) and its braces are balanced (`{{`, `}}` for literal ones)."""
+    import string
+
+    try:
+        fields = [(name, conversion, spec) for _, name, spec, conversion in string.Formatter().parse(text)
+                  if name is not None]
+    except ValueError as exc:
+        raise ReproError(f"{key}: {exc} in {text!r}; write a literal brace as {{{{ or }}}}") from None
+    for name, conversion, spec in fields:
+        if name not in allowed or conversion or spec:
+            raise ReproError(f"{key}: unknown placeholder {{{name}{'!' + conversion if conversion else ''}"
+                             f"{':' + spec if spec else ''}}} in {text!r}; expected some of "
+                             + ", ".join(f"{{{n}}}" for n in sorted(allowed)))
+
+
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
     pecan = config["pecan"]
@@ -170,6 +219,18 @@ def check_references(config, source="config"):
         for mode in exp["modes"]:
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
+            _check_run_size(where, pecan["models"][exp["model"]], mode, pecan["modes"][mode], pecan["cluster"])
+    if "ssh" in config:
+        run = config["ssh"]["run"]
+        check_placeholders(run["command"], SSH_PLACEHOLDERS["command"], f"{source}: ssh.run.command")
+        for name, value in run["env"].items():
+            check_placeholders(value, SSH_PLACEHOLDERS["env"], f"{source}: ssh.run.env.{name}")
+    style = config.get("plots", {}).get("style", {})
+    if "dpi" in style:
+        pixels = round(style["width_in"] * style["dpi"]) * round(style["height_in"] * style["dpi"])
+        if pixels > MAX_FIGURE_PIXELS:
+            raise ReproError(f"{source}: plots.style: {style['width_in']} x {style['height_in']} in at {style['dpi']} dpi "
+                             f"is {pixels} pixels; expected at most {MAX_FIGURE_PIXELS}")
     from repro.trims.models import ARCHITECTURES
     from repro.trims.workload import check_params
 
