@@ -84,7 +84,7 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCH
 JSON_LIMIT = 256 << 20  # the JSON files the commands read (calibrations, metrics, summaries) are far smaller
 
 
-def _kind(mode):
+def file_kind(mode):
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -96,7 +96,7 @@ def open_regular(path, label, what, mode="rb", **kwargs):
     try:
         kind = os.fstat(fd).st_mode
         if not stat.S_ISREG(kind):
-            raise ReproError(f"{label}: is {_kind(kind)}; expected a regular file ({what})")
+            raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file ({what})")
         os.set_blocking(fd, True)
         return open(fd, mode, **kwargs)
     except BaseException:
@@ -112,7 +112,7 @@ def check_regular(path, label, what):
     except OSError:
         return
     if not stat.S_ISREG(kind):
-        raise ReproError(f"{label}: is {_kind(kind)}; expected a regular file ({what})")
+        raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file ({what})")
 
 
 def read_bounded(path, label, what, limit):
@@ -139,6 +139,30 @@ def read_json(path, what, label=None, limit=JSON_LIMIT):
     except OSError as exc:
         raise ReproError(f"{label}: cannot read ({exc.strerror})") from None
     return loads_json(data, label, what)
+
+
+def read_text(path, label, what, limit=JSON_LIMIT):
+    """The UTF-8 text of the regular file `path`, at most `limit` bytes; ReproError naming it (as
+    `label`) and `what` it should be otherwise. OSError is left to the caller to name."""
+    try:
+        return read_bounded(path, label, what, limit).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReproError(f"{label}: not a text file (expected {what})") from None
+
+
+def read_csv(path, label, what, limit=JSON_LIMIT):
+    """The rows (dicts) of the CSV file `path`, read as read_text reads it; ReproError naming it where
+    it cannot be read or is not CSV."""
+    import csv
+    import io
+
+    try:
+        text = read_text(path, label, what, limit)
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+    except OSError as exc:
+        raise ReproError(f"{label}: cannot read ({exc.strerror})") from None
+    except csv.Error as exc:
+        raise ReproError(f"{label}: not CSV ({exc}; expected {what})") from None
 
 
 def _no_constant(name):

@@ -1,12 +1,11 @@
 """Figures in the style of the Pecan paper: cost per epoch per mode, remote-worker cost stacked and hatched."""
 
-import csv
 import textwrap
 
 import matplotlib
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path
+from repro.fsutil import atomic_path, read_csv
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
 import matplotlib.pyplot as plt
@@ -21,10 +20,9 @@ Y_LABEL = "Total training cost per epoch ($)"
 
 def read_table(path):
     try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise ReproError(f"{path}: cannot read cost table: {exc.strerror}") from None
+        rows = read_csv(path, str(path), "a cost table")
+    except ReproError as exc:
+        raise ReproError(str(exc).replace(": cannot read (", ": cannot read cost table (", 1)) from None
     if not rows:
         raise ReproError(f"{path}: cost table has no rows")
     return rows
