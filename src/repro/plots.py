@@ -1,5 +1,6 @@
 """Figures in the style of the Pecan paper: cost per epoch per mode, remote-worker cost stacked and hatched."""
 
+import math
 import textwrap
 
 import matplotlib
@@ -34,9 +35,13 @@ def _reference_total(value):
 
 def _spread(row, column, path):
     try:
-        return [float(row[f"{column}_{s}"]) for s in ("mean", "ci_low", "ci_high")]
+        values = [float(row[f"{column}_{s}"]) for s in ("mean", "ci_low", "ci_high")]
     except (KeyError, TypeError, ValueError):
         raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)") from None
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} {values} (mean, interval); expected "
+                         "non-negative finite dollars")
+    return values
 
 
 def _whisker(ax, x, value, low, high):

@@ -2,7 +2,6 @@
 the workflow's rules run: cost-table, figure, validation, estimate, check-reproducibility."""
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -179,10 +178,9 @@ def _run(args):
     from repro.pecan.run import load_calibrations
 
     if args.settings:
-        try:
-            config = json.loads(Path(args.settings).read_text())
-        except (OSError, ValueError) as exc:
-            raise ReproError(f"--settings {args.settings}: cannot read run settings ({exc})") from None
+        from repro.fsutil import read_json
+
+        config = read_json(args.settings, "the run settings the workflow writes", f"--settings {args.settings}")
         missing = [key for key in ("pecan", "calibration", "seed") if not isinstance(config, dict) or key not in config]
         if missing:
             raise ReproError(f"--settings {args.settings}: not the run settings the workflow writes "
@@ -313,6 +311,7 @@ def _figure(args):
 
 
 def _validation(args):
+    from repro.fsutil import read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.run import load_calibrations
     from repro.pecan.validation import COLUMNS, caption_text, validation_rows
@@ -320,10 +319,16 @@ def _validation(args):
 
     calibrations = load_calibrations(args.calibration)
     rows, runs = [], []
+    if not math.isfinite(args.network_gbps) or args.network_gbps <= 0:
+        raise ReproError(f"--network-gbps: expected a positive number, got {args.network_gbps}")
     for path in args.metrics:
-        metrics = json.loads(Path(path).read_text())
+        metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
         runs.append(metrics)
-        rows += validation_rows(metrics, calibrations, args.network_gbps, path)
+        try:
+            rows += validation_rows(metrics, calibrations, args.network_gbps, path)
+        except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
+            raise ReproError(f"--metrics {path}: not a tf.data engine run's metrics.json ({type(exc).__name__}: "
+                             f"{exc})") from None
     write_table(rows, args.table, COLUMNS)
     text = caption_text(rows, runs)
     plot_validation(rows, args.output, f"Validation: {args.experiment}", text, args.style)
