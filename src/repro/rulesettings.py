@@ -4,9 +4,12 @@ Snakemake reruns a job when, and only when, a setting it uses changes. A rule ha
 """
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import json
+
+from repro.errors import ReproError
 
 
 class Settings(dict):
@@ -20,12 +23,28 @@ class Settings(dict):
 def settings_argument(text):
     """argparse type: a JSON object given on the command line (as a rule passes `Settings`)."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise argparse.ArgumentTypeError("nested too deeply") from None
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number JSON holds")
+
+
+@contextlib.contextmanager
+def settings_keys(flag="--settings"):
+    """Settings given by hand that lack what a command reads: name the flag, not a KeyError."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ReproError(f"{flag}: lacks key {exc} (expected the settings the workflow passes; "
+                         "see repro.rulesettings)") from None
 
 
 def calibrated_pipelines(config):

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
-from repro.rulesettings import settings_argument
+from repro.rulesettings import settings_argument, settings_keys
+
+MAX_DOLLARS = 1e9  # per epoch, on `pecan plot`'s command line
+MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
 
 
 def add_commands(sub):
@@ -158,6 +161,9 @@ def _calibrate(args):
     if len(args.output) != len(args.pipeline):
         raise ReproError(f"--output: {len(args.output)} file(s) for {len(args.pipeline)} --pipeline value(s); "
                          "expected one calibration JSON per pipeline, in the same order")
+    for flag, value, most in (("--elements", args.elements, MAX_ELEMENTS), ("--repeats", args.repeats, MAX_REPEATS)):
+        if not 1 <= value <= most:  # each element's images are held in memory through every pass
+            raise ReproError(f"{flag}: expected 1 to {most}, got {value}")
     if len(set(args.pipeline)) != len(args.pipeline):
         raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
     results = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
@@ -246,8 +252,8 @@ def _plot(args):
     from repro.plots import plot_costs
 
     costs = [*args.tpu_costs, *args.cpu_costs]
-    if any(not math.isfinite(c) or c < 0 for c in costs):
-        raise ReproError(f"-t/-c: costs must be non-negative numbers of dollars, got {costs}")
+    if any(not math.isfinite(c) or c < 0 or c > MAX_DOLLARS for c in costs):
+        raise ReproError(f"-t/-c: costs must be non-negative numbers of dollars, at most {MAX_DOLLARS:g}, got {costs}")
     rows = []
     for mode, tpu, worker in zip(("collocated", "cachew", "pecan"), args.tpu_costs, args.cpu_costs):
         values = {"tpu_cost": tpu, "worker_cost": worker, "total_cost": tpu + worker}
@@ -282,6 +288,7 @@ def _compare_results(args):
     return 1 if missed else 0
 
 
+@settings_keys()
 def _cost_table(args):
     from repro.pecan.costs import COLUMNS
     from repro.pecan.costtable import SPREAD_COLUMNS, cost_table, write_table
@@ -291,6 +298,7 @@ def _cost_table(args):
     print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
 
 
+@settings_keys()
 def _figure(args):
     from repro.pecan.costtable import write_table
     from repro.pecan.presets import REFERENCE_PLOTS
@@ -335,6 +343,7 @@ def _validation(args):
     print(text)
 
 
+@settings_keys()
 def _estimate(args):
     from repro.config import load_config
     from repro.fsutil import write_text
@@ -348,6 +357,7 @@ def _estimate(args):
     print(table)
 
 
+@settings_keys()
 def _check_reproducibility(args):
     from repro.config import load_config
     from repro.pecan.costtable import write_table
