@@ -98,8 +98,11 @@ def validate_config(config, source="config"):
 
 
 def _shortened(text, limit=200):
-    """An error message quotes the value at fault: a long one shortened, so the line stays readable."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+    """An error message quotes the value at fault: a long one shortened in the middle, so the line
+    stays readable and still ends with what was expected."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]}...({len(text) - limit} characters left out)...{text[-limit // 2:]}"
 
 
 def _is_json_type(value, name):

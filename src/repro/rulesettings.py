@@ -158,7 +158,8 @@ def caption(backend, preset, calibrations, engine_caption=None):
 
     if engine_caption:
         return f"{engine_caption}; backend={backend}"
-    machine = next(iter(calibrations.values()))["machine"] if calibrations else {}
+    machine = next(iter(calibrations.values())).get("machine") if calibrations else {}
+    machine = machine if isinstance(machine, dict) else {}  # a calibration that does not say: unknown
     where = f"{machine.get('cpu_model', 'unknown CPU')}, {machine.get('logical_cpus', '?')} CPUs"
     # the artifact preset fits the costs to the artifact's runs; only RetinaNet's AutoOrder saving
     # is taken from the calibration (repro.pecan.presets.fit_artifact)
