@@ -169,14 +169,25 @@ def _no_constant(name):
     raise ValueError(f"{name} is not a number JSON holds")
 
 
+def unique_keys(pairs):
+    """json's object_pairs_hook: an object that names a key twice is refused (JSON readers differ on
+    which of the two values counts)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"key {twice!r} appears twice in one object")
+    return obj
+
+
 def loads_json(data, label, what):
     """Strict JSON from `data` (bytes or text): ReproError naming `label` and `what` it should hold."""
     try:
-        return json.loads(data, parse_constant=_no_constant)
+        return json.loads(data, parse_constant=_no_constant, object_pairs_hook=unique_keys)
     except RecursionError:
         raise ReproError(f"{label}: nested too deeply (expected {what})") from None
     except ValueError as exc:
-        detail = f"{exc}; " if "JSON holds" in str(exc) else ""
+        detail = f"{exc}; " if "JSON holds" in str(exc) or "appears twice" in str(exc) else ""
         raise ReproError(f"{label}: not JSON ({detail}expected {what})") from None
 
 

@@ -23,7 +23,7 @@ class Settings(dict):
 def settings_argument(text):
     """argparse type: a JSON object given on the command line (as a rule passes `Settings`)."""
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise argparse.ArgumentTypeError("nested too deeply") from None
     except ValueError as exc:
@@ -31,6 +31,12 @@ def settings_argument(text):
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
+
+
+def _unique_keys(pairs):
+    from repro.fsutil import unique_keys  # not at the top: the Snakefile imports this module at every start
+
+    return unique_keys(pairs)
 
 
 def _no_constant(name):
