@@ -52,7 +52,7 @@ def _measure(text, label, max_depth, max_values):
     sizes = {}  # anchor -> the values its node holds, expanded
     frames = []  # per open collection: [anchor, values so far]
     total = 0
-    for event in yaml.parse(text, Loader=_LOADER):
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # PyYAML's own parser: its messages, as yaml.safe_load's
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             frames.append([event.anchor, 1])
             if len(frames) > max_depth:
