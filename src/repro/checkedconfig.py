@@ -25,6 +25,7 @@ _PACKAGE = Path(__file__).resolve().parent
 def checked_config(config, source, cache_dir):
     """Validate `config` in place (schema defaults filled in, paths expanded, references checked)
     as `repro.config.validate_config` does, reusing a result kept in `cache_dir` for the same inputs."""
+    _check_size(config, source)
     try:
         text = json.dumps(config, allow_nan=False)  # in order: the rules' params keep the config's key order
     except (TypeError, ValueError):  # not plain JSON data (e.g. NaN, which validation refuses): no keeping
@@ -49,6 +50,37 @@ def checked_config(config, source, cache_dir):
         for key, extra, module in extras:
             _require_extra(source, key, extra, module)
     return config
+
+
+MAX_DEPTH = 64  # as repro.yamlfile bounds the files it reads
+MAX_VALUES = 200_000
+
+
+def _check_size(config, source):
+    """Snakemake's own YAML loading shares an aliased value between its uses, so a config file's
+    anchor bomb arrives here small in memory and vast to walk (encoding it to JSON, the schema
+    check): count its values as expanded, each shared one measured once, and refuse it."""
+    sizes = {}
+
+    def size(value, depth):
+        if not isinstance(value, (dict, list)):
+            return 1
+        if depth > MAX_DEPTH:
+            raise _error(source, f"nested more than {MAX_DEPTH} levels deep")
+        if id(value) not in sizes:
+            children = value.values() if isinstance(value, dict) else value
+            sizes[id(value)] = 1 + sum(size(child, depth + 1) for child in children)
+            if sizes[id(value)] > MAX_VALUES:
+                raise _error(source, f"more than {MAX_VALUES} values with its aliases expanded")
+        return sizes[id(value)]
+
+    size(config, 0)
+
+
+def _error(source, message):
+    from repro.errors import ReproError
+
+    return ReproError(f"{source}: {message}")
 
 
 def _validate(config, source):

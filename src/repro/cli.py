@@ -16,7 +16,7 @@ import threading
 
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.rulesettings import settings_argument
+from repro.rulesettings import settings_argument, settings_keys
 
 
 def _trace_commands(sub):
@@ -196,6 +196,7 @@ def _state_keys(path):
         raise ReproError(f"{path}: cluster state lacks key {exc}; run cluster start first") from None
 
 
+@settings_keys()
 def _cluster_start(args):
     from repro.backends import get_backend, start_cluster
     from repro.config import load_config

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from repro.backends import backend_names, get_backend
-from repro.errors import ReproError, invalid_yaml
+from repro.errors import ReproError
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)
@@ -77,8 +77,8 @@ def validate_config(config, source="config"):
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
-        key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise ReproError(f"{source}: {key}: {error.message}{_nested_config_hint(error)}")
+        key = _shortened(".".join(str(p) for p in error.absolute_path) or "(top level)")
+        raise ReproError(f"{source}: {key}: {_shortened(error.message)}{_nested_config_hint(error)}")
     backend = get_backend(config["backend"])
     if backend.needs_section and backend.name not in config:
         raise ReproError(f"{source}: {backend.name}: required when backend is {backend.name} "
@@ -86,8 +86,23 @@ def validate_config(config, source="config"):
     backend_paths = [(name, *keys) for name in backend_names() for keys in get_backend(name).path_keys]
     for keys in [*PATH_KEYS, *backend_paths]:
         _expand_at(config, keys, [], source)
+    for keys in PATH_KEYS:  # in rules' outputs, where Snakemake reads braces as wildcards
+        value = config
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and ("{" in value or "}" in value):
+            raise ReproError(f"{source}: {'.'.join(keys)}: {value!r} holds a brace; expected a path without "
+                             "{ or } (the workflow's rules would read them as wildcards)")
     check_references(config, source)
     return config
+
+
+def _shortened(text, limit=200):
+    """An error message quotes the value at fault: a long one shortened in the middle, so the line
+    stays readable and still ends with what was expected."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]}...({len(text) - limit} characters left out)...{text[-limit // 2:]}"
 
 
 def _is_json_type(value, name):
@@ -152,6 +167,43 @@ def _expand_at(node, keys, where, source):
             node[child] = expand_path(value, ".".join(path), source)
 
 
+# What one run of the cluster model may cost: its policy windows and its log's lines (each a
+# Python object while the run lasts). The configured experiments need a few hundred.
+MAX_RUN_WINDOWS = 1_000_000
+MAX_FIGURE_PIXELS = 50_000_000  # the default style draws 0.4 million
+
+
+def _check_run_size(where, model, mode_name, mode, cluster):
+    steps = model["steps_per_epoch"] * mode["epochs"]
+    for count, what in ((steps // cluster["decision_steps"], "policy windows (pecan.cluster.decision_steps)"),
+                        (steps // mode["steps_per_loop"], f"log lines (pecan.modes.{mode_name}.steps_per_loop)")):
+        if count > MAX_RUN_WINDOWS:
+            raise ReproError(f"{where}.modes: mode {mode_name!r} runs {steps} steps, {count} {what}; "
+                             f"expected at most {MAX_RUN_WINDOWS}")
+
+
+# The placeholders the ssh backend fills in (repro.backends.ssh.SshBackend.run).
+SSH_PLACEHOLDERS = {"command": {"python", "settings", "experiment", "mode", "calibration", "out"},
+                    "env": {"autoorder", "mode", "experiment", "epochs", "local_workers"}}
+
+
+def check_placeholders(text, allowed, key):
+    """ReproError naming `key` unless every `{name}` in `text` is one of `allowed` (plain names: no
+    attribute, index, conversion or format spec) and its braces are balanced (`{{`, `}}` for literal ones)."""
+    import string
+
+    try:
+        fields = [(name, conversion, spec) for _, name, spec, conversion in string.Formatter().parse(text)
+                  if name is not None]
+    except ValueError as exc:
+        raise ReproError(f"{key}: {exc} in {text!r}; write a literal brace as {{{{ or }}}}") from None
+    for name, conversion, spec in fields:
+        if name not in allowed or conversion or spec:
+            raise ReproError(f"{key}: unknown placeholder {{{name}{'!' + conversion if conversion else ''}"
+                             f"{':' + spec if spec else ''}}} in {text!r}; expected some of "
+                             + ", ".join(f"{{{n}}}" for n in sorted(allowed)))
+
+
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
     pecan = config["pecan"]
@@ -170,6 +222,7 @@ def check_references(config, source="config"):
         for mode in exp["modes"]:
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
+            _check_run_size(where, pecan["models"][exp["model"]], mode, pecan["modes"][mode], pecan["cluster"])
     if pecan["engine"] == "tfdata":  # the engine runs each pipeline's TF form (repro.pecan.tfdata.ops)
         from repro.pecan.pipelines import PIPELINES
 
@@ -185,6 +238,17 @@ def check_references(config, source="config"):
                 fastflow_workers(mode.get("remote_workers", 2), f"pecan.modes.{name}.remote_workers")
             except ReproError as exc:
                 raise ReproError(f"{source}: {exc}") from None
+    if "ssh" in config:
+        run = config["ssh"]["run"]
+        check_placeholders(run["command"], SSH_PLACEHOLDERS["command"], f"{source}: ssh.run.command")
+        for name, value in run["env"].items():
+            check_placeholders(value, SSH_PLACEHOLDERS["env"], f"{source}: ssh.run.env.{name}")
+    style = config.get("plots", {}).get("style", {})
+    if "dpi" in style:
+        pixels = round(style["width_in"] * style["dpi"]) * round(style["height_in"] * style["dpi"])
+        if pixels > MAX_FIGURE_PIXELS:
+            raise ReproError(f"{source}: plots.style: {style['width_in']} x {style['height_in']} in at {style['dpi']} dpi "
+                             f"is {pixels} pixels; expected at most {MAX_FIGURE_PIXELS}")
     from repro.trims.models import ARCHITECTURES
     from repro.trims.workload import check_params
 
@@ -258,17 +322,15 @@ def _require_extra(source, key, extra, module):
 
 def read_config_file(path):
     """The mapping of config keys in the YAML file `path`, unchecked; ReproError naming the file (and,
-    for invalid YAML, the line) otherwise."""
+    for invalid YAML or a key written twice, the line) otherwise. Bounded as repro.yamlfile bounds
+    every YAML file a user gives: size, nesting, aliases expanded."""
+    from repro.yamlfile import read_yaml_file
+
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as stream:  # an open file: YAML errors name it with the line
-            config = yaml.safe_load(stream)
+        config = read_yaml_file(path, "a YAML config")
     except OSError as exc:
         raise ReproError(f"{path}: cannot read config: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ReproError(f"{path}: not a text file (expected a YAML config)") from None
-    except yaml.YAMLError as exc:
-        raise invalid_yaml(path, exc) from None
     if not isinstance(config, dict):
         raise ReproError(f"{path}: expected a mapping of config keys")
     return config

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -77,16 +78,117 @@ def write_json(target, obj):
     write_text(target, text + "\n")
 
 
-def read_json(path, what, label=None):
+# An input is a regular file: a FIFO would hang its reader and a device such as /dev/zero never ends.
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+JSON_LIMIT = 256 << 20  # the JSON files the commands read (calibrations, metrics, summaries) are far smaller
+
+
+def file_kind(mode):
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path, label, what, mode="rb", **kwargs):
+    """`path` opened for reading where it is a regular file; ReproError naming it (as `label`) and
+    `what` it should be otherwise. OSError (missing, unreadable) is left to the caller to name.
+    Opened without blocking, so a FIFO is refused instead of waiting for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file ({what})")
+        os.set_blocking(fd, True)
+        return open(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular(path, label, what):
+    """ReproError unless `path` (followed through links) is a regular file; a missing one is left to
+    the reader."""
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(kind):
+        raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file ({what})")
+
+
+def read_bounded(path, label, what, limit):
+    """The bytes of the regular file `path`, at most `limit` of them; ReproError naming it (as
+    `label`) where it is no regular file or larger. OSError is left to the caller to name."""
+    with open_regular(path, label, what) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ReproError(f"{label}: larger than {_size(limit)}; expected {what}")
+    return data
+
+
+def _size(count):
+    return f"{count >> 20} MiB" if count >= 1 << 20 else f"{count} bytes"
+
+
+def read_json(path, what, label=None, limit=JSON_LIMIT):
     """The JSON in `path`; ReproError naming the file (as `label`, default the path) and `what` it
-    should hold, where it cannot be read or is not JSON."""
+    should hold, where it cannot be read, is no regular file, is larger than `limit` bytes, nests
+    too deeply or is not strict JSON (NaN and Infinity are not)."""
     label = label or str(path)
     try:
-        return json.loads(Path(path).read_text())
+        data = read_bounded(path, label, what, limit)
     except OSError as exc:
         raise ReproError(f"{label}: cannot read ({exc.strerror})") from None
-    except ValueError:
-        raise ReproError(f"{label}: not JSON (expected {what})") from None
+    return loads_json(data, label, what)
+
+
+def read_text(path, label, what, limit=JSON_LIMIT):
+    """The UTF-8 text of the regular file `path`, at most `limit` bytes; ReproError naming it (as
+    `label`) and `what` it should be otherwise. OSError is left to the caller to name."""
+    try:
+        return read_bounded(path, label, what, limit).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReproError(f"{label}: not a text file (expected {what})") from None
+
+
+def read_csv(path, label, what, limit=JSON_LIMIT):
+    """The rows (dicts) of the CSV file `path`, read as read_text reads it; ReproError naming it where
+    it cannot be read or is not CSV."""
+    import csv
+    import io
+
+    try:
+        text = read_text(path, label, what, limit)
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+    except OSError as exc:
+        raise ReproError(f"{label}: cannot read ({exc.strerror})") from None
+    except csv.Error as exc:
+        raise ReproError(f"{label}: not CSV ({exc}; expected {what})") from None
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number JSON holds")
+
+
+def unique_keys(pairs):
+    """json's object_pairs_hook: an object that names a key twice is refused (JSON readers differ on
+    which of the two values counts)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"key {twice!r} appears twice in one object")
+    return obj
+
+
+def loads_json(data, label, what):
+    """Strict JSON from `data` (bytes or text): ReproError naming `label` and `what` it should hold."""
+    try:
+        return json.loads(data, parse_constant=_no_constant, object_pairs_hook=unique_keys)
+    except RecursionError:
+        raise ReproError(f"{label}: nested too deeply (expected {what})") from None
+    except ValueError as exc:
+        detail = f"{exc}; " if "JSON holds" in str(exc) or "appears twice" in str(exc) else ""
+        raise ReproError(f"{label}: not JSON ({detail}expected {what})") from None
 
 
 def sha256_file(path):

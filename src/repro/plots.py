@@ -1,12 +1,12 @@
 """Figures in the style of the Pecan paper: cost per epoch per mode, remote-worker cost stacked and hatched."""
 
-import csv
+import math
 import textwrap
 
 import matplotlib
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path
+from repro.fsutil import atomic_path, read_csv
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
 import matplotlib.pyplot as plt
@@ -21,10 +21,9 @@ Y_LABEL = "Total training cost per epoch ($)"
 
 def read_table(path):
     try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise ReproError(f"{path}: cannot read cost table: {exc.strerror}") from None
+        rows = read_csv(path, str(path), "a cost table")
+    except ReproError as exc:
+        raise ReproError(str(exc).replace(": cannot read (", ": cannot read cost table (", 1)) from None
     if not rows:
         raise ReproError(f"{path}: cost table has no rows")
     return rows
@@ -47,9 +46,13 @@ def _reference_total(value):
 
 def _spread(row, column, path):
     try:
-        return [float(row[f"{column}_{s}"]) for s in ("mean", "ci_low", "ci_high")]
+        values = [float(row[f"{column}_{s}"]) for s in ("mean", "ci_low", "ci_high")]
     except (KeyError, TypeError, ValueError):
         raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)") from None
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} {values} (mean, interval); expected "
+                         "non-negative finite dollars")
+    return values
 
 
 def _whisker(ax, x, value, low, high):

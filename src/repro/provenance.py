@@ -4,7 +4,7 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from repro.fsutil import sha256_file
+from repro.fsutil import check_regular, sha256_file
 
 PACKAGES = ("repro", "snakemake", "numpy", "pillow", "matplotlib", "orjson", "scipy", "onnxruntime")
 
@@ -35,6 +35,8 @@ def describe_figure(inputs, settings):
     """The record for a figure drawn from `inputs` (paths) under `settings` (the config it depends on)."""
     from repro.machine import machine_description
 
+    for path in inputs:  # a FIFO or a device would never end its checksum
+        check_regular(path, path, "a file a figure was drawn from")
     commit, dirty = git_state()
     return {
         "inputs": [{"path": str(path), "sha256": sha256_file(path), "bytes": Path(path).stat().st_size}

@@ -4,9 +4,12 @@ Snakemake reruns a job when, and only when, a setting it uses changes. A rule ha
 """
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import json
+
+from repro.errors import ReproError
 
 
 class Settings(dict):
@@ -20,12 +23,34 @@ class Settings(dict):
 def settings_argument(text):
     """argparse type: a JSON object given on the command line (as a rule passes `Settings`)."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise argparse.ArgumentTypeError("nested too deeply") from None
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
+
+
+def _unique_keys(pairs):
+    from repro.fsutil import unique_keys  # not at the top: the Snakefile imports this module at every start
+
+    return unique_keys(pairs)
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number JSON holds")
+
+
+@contextlib.contextmanager
+def settings_keys(flag="--settings"):
+    """Settings given by hand that lack what a command reads: name the flag, not a KeyError."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ReproError(f"{flag}: lacks key {exc} (expected the settings the workflow passes; "
+                         "see repro.rulesettings)") from None
 
 
 def calibrated_pipelines(config):
@@ -170,7 +195,8 @@ def caption(backend, preset, calibrations, engine_caption=None):
 
     if engine_caption:
         return f"{engine_caption}; backend={backend}"
-    machine = next(iter(calibrations.values()))["machine"] if calibrations else {}
+    machine = next(iter(calibrations.values())).get("machine") if calibrations else {}
+    machine = machine if isinstance(machine, dict) else {}  # a calibration that does not say: unknown
     where = f"{machine.get('cpu_model', 'unknown CPU')}, {machine.get('logical_cpus', '?')} CPUs"
     # the artifact preset fits the costs to the artifact's runs; only RetinaNet's AutoOrder saving
     # is taken from the calibration (repro.pecan.presets.fit_artifact)

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, read_json, refuse_overwriting, write_json
+from repro.fsutil import atomic_path, read_json, read_text, refuse_overwriting, write_json
 from repro.fsutil import sha256_file as sha256
 
 
@@ -33,7 +33,7 @@ class LocalStore:
         sidecar = self.root / f"{key}.sha256"
         if not source.is_file() or not sidecar.is_file():
             raise ReproError(f"trace store {self.root}: no object {key!r}")
-        stored = sidecar.read_text().strip()
+        stored = read_text(sidecar, f"trace store {self.root}: {key}.sha256", "a checksum", 4096).strip()
         with atomic_path(destination) as tmp:
             shutil.copyfile(source, tmp)
             actual = sha256(tmp)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from repro.backends import Backend, RunRequest
 from repro.errors import ReproError
-from repro.fsutil import write_json
+from repro.fsutil import read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class SshBackend(Backend):
                 raise ReproError(f"{_describe(host)}: run of {experiment}/{mode} exited with {result.exited}; "
                                  f"remote stderr (last lines):\n{stderr.text()}")
             _fetch(connection, f"{remote}/run", run_dir)
-        return json.loads((run_dir / "metrics.json").read_text())
+        return read_json(run_dir / "metrics.json", "the run's metrics.json")
 
 
 BACKEND = SshBackend

@@ -2,14 +2,16 @@
 the workflow's rules run: cost-table, figure, validation, estimate, check-reproducibility."""
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 from repro.errors import ReproError
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
-from repro.rulesettings import settings_argument
+from repro.rulesettings import settings_argument, settings_keys
+
+MAX_DOLLARS = 1e9  # per epoch, on `pecan plot`'s command line
+MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
 
 
 def add_commands(sub):
@@ -181,6 +183,9 @@ def _calibrate(args):
     if len(args.output) != len(args.pipeline):
         raise ReproError(f"--output: {len(args.output)} file(s) for {len(args.pipeline)} --pipeline value(s); "
                          "expected one calibration JSON per pipeline, in the same order")
+    for flag, value, most in (("--elements", args.elements, MAX_ELEMENTS), ("--repeats", args.repeats, MAX_REPEATS)):
+        if not 1 <= value <= most:  # each element's images are held in memory through every pass
+            raise ReproError(f"{flag}: expected 1 to {most}, got {value}")
     if len(set(args.pipeline)) != len(args.pipeline):
         raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
     results = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
@@ -201,10 +206,9 @@ def _run(args):
     from repro.pecan.run import load_calibrations
 
     if args.settings:
-        try:
-            config = json.loads(Path(args.settings).read_text())
-        except (OSError, ValueError) as exc:
-            raise ReproError(f"--settings {args.settings}: cannot read run settings ({exc})") from None
+        from repro.fsutil import read_json
+
+        config = read_json(args.settings, "the run settings the workflow writes", f"--settings {args.settings}")
         missing = [key for key in ("pecan", "calibration", "seed") if not isinstance(config, dict) or key not in config]
         if missing:
             raise ReproError(f"--settings {args.settings}: not the run settings the workflow writes "
@@ -274,8 +278,8 @@ def _plot(args):
     if args.tpu_costs is None:
         raise ReproError("-t/--tpu_costs: required with -e final (the TPU cost of collocated, Cachew and Pecan)")
     costs = [*args.tpu_costs, *args.cpu_costs]
-    if any(not math.isfinite(c) or c < 0 for c in costs):
-        raise ReproError(f"-t/-c: costs must be non-negative numbers of dollars, got {costs}")
+    if any(not math.isfinite(c) or c < 0 or c > MAX_DOLLARS for c in costs):
+        raise ReproError(f"-t/-c: costs must be non-negative numbers of dollars, at most {MAX_DOLLARS:g}, got {costs}")
     rows = []
     for mode, tpu, worker in zip(("collocated", "cachew", "pecan"), args.tpu_costs, args.cpu_costs):
         values = {"tpu_cost": tpu, "worker_cost": worker, "total_cost": tpu + worker}
@@ -330,6 +334,7 @@ def _compare_results(args):
     return 1 if missed else 0
 
 
+@settings_keys()
 def _cost_table(args):
     from repro.pecan.costs import COLUMNS
     from repro.pecan.costtable import SPREAD_COLUMNS, cost_table, write_table
@@ -339,6 +344,7 @@ def _cost_table(args):
     print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
 
 
+@settings_keys()
 def _figure(args):
     from repro.pecan.costtable import write_table
     from repro.pecan.presets import REFERENCE_PLOTS
@@ -423,6 +429,7 @@ def _comparison_rows(path):
 
 
 def _validation(args):
+    from repro.fsutil import read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.run import load_calibrations
     from repro.pecan.validation import COLUMNS, caption_text, validation_rows
@@ -430,16 +437,23 @@ def _validation(args):
 
     calibrations = load_calibrations(args.calibration)
     rows, runs = [], []
+    if not math.isfinite(args.network_gbps) or args.network_gbps <= 0:
+        raise ReproError(f"--network-gbps: expected a positive number, got {args.network_gbps}")
     for path in args.metrics:
-        metrics = json.loads(Path(path).read_text())
+        metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
         runs.append(metrics)
-        rows += validation_rows(metrics, calibrations, args.network_gbps, path)
+        try:
+            rows += validation_rows(metrics, calibrations, args.network_gbps, path)
+        except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
+            raise ReproError(f"--metrics {path}: not a tf.data engine run's metrics.json ({type(exc).__name__}: "
+                             f"{exc})") from None
     write_table(rows, args.table, COLUMNS)
     text = caption_text(rows, runs)
     plot_validation(rows, args.output, f"Validation: {args.experiment}", text, args.style)
     print(text)
 
 
+@settings_keys()
 def _estimate(args):
     from repro.config import load_config
     from repro.fsutil import write_text
@@ -453,6 +467,7 @@ def _estimate(args):
     print(table)
 
 
+@settings_keys()
 def _check_reproducibility(args):
     from repro.config import load_config
     from repro.pecan.costtable import write_table

@@ -38,6 +38,9 @@ def cost_row(parsed, mode, model_name, model, tpu_price, worker_price, tpu_count
     tpu_price = check_price(tpu_price, "tpu")
     worker_price = check_price(worker_price, "worker")
     batches_sec = parsed.throughput / model["batch_size"]
+    if not batches_sec > 0:  # a throughput so small that it rounds to none
+        raise ReproError(f"{getattr(parsed, 'path', mode)}: {parsed.throughput:g} examples/second is "
+                         f"{batches_sec:g} batches/second of {model['batch_size']}; expected a throughput to price")
     epoch = model["steps_per_epoch"] / batches_sec
     return {
         "experiment": f"{model_name}_{mode}",

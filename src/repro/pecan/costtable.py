@@ -2,13 +2,12 @@
 mean and 95% interval over the run's repeats (repro.stats.mean_interval)."""
 
 import csv
-import json
+import math
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path
+from repro.fsutil import atomic_path, read_json
 from repro.pecan.costs import COLUMNS, cost_row
 from repro.pecan.logs import parse_log
 from repro.stats import mean_interval
@@ -29,11 +28,18 @@ def with_spread(row, repeats, mode, model_name, model, tpu_price, worker_price):
     return {**row, **spread}
 
 
+_REPEAT_KEYS = {"throughput", "remote_workers", "local_workers"}
+
+
 def mode_row(log, metrics, mode, settings):
     """One mode's row with spread, from its training log and metrics.json, priced by `settings`
     (repro.rulesettings.cost_settings)."""
     prices = (settings["model_name"], settings["model"], settings["tpu_price"], settings["worker_price"])
-    repeats = json.loads(Path(metrics).read_text()).get("repeats")
+    data = read_json(metrics, "a run's metrics.json")
+    repeats = data.get("repeats") if isinstance(data, dict) else None
+    if not isinstance(repeats, list) or not all(isinstance(r, dict) and _REPEAT_KEYS <= set(r) for r in repeats):
+        raise ReproError(f"{metrics}: no 'repeats' list of parsed logs ({', '.join(sorted(_REPEAT_KEYS))}); "
+                         "rerun the run")
     if not repeats:
         raise ReproError(f"{metrics}: no 'repeats' list (written by an older version; rerun the run)")
     return with_spread(cost_row(parse_log(log), mode, *prices), repeats, mode, *prices)
@@ -42,7 +48,12 @@ def mode_row(log, metrics, mode, settings):
 def cost_table(settings, modes, logs, metrics, summary):
     """The rows of an experiment's cost table, one per mode (the modes' logs and metrics in the same
     order), each mode checked to have a trace in the experiment's trace `summary`."""
-    summarized = {trace.get("mode") for trace in json.loads(Path(summary).read_text())["traces"]}
+    traces = read_json(summary, "an experiment's trace summary")
+    traces = traces.get("traces") if isinstance(traces, dict) else None
+    if not isinstance(traces, list) or not all(isinstance(t, dict) for t in traces):
+        raise ReproError(f"{summary}: not a trace summary (expected 'traces', a list of objects, as "
+                         "`repro trace summarize` writes)")
+    summarized = {trace.get("mode") for trace in traces}
     if not len(modes) == len(logs) == len(metrics):
         raise ReproError(f"cost table: {len(modes)} modes, {len(logs)} logs and {len(metrics)} metrics files; "
                          "expected one of each per mode, in the same order")
@@ -55,7 +66,14 @@ def cost_table(settings, modes, logs, metrics, summary):
 
 
 def write_table(rows, output, columns=COLUMNS, header=True):
-    """CSV rows (the cost table's columns unless told) to `output` atomically, or to standard output."""
+    """CSV rows (the cost table's columns unless told) to `output` atomically, or to standard output.
+    A NaN or an infinity is refused, naming its row and column: no reader of the table can use one."""
+    for index, row in enumerate(rows):
+        for column, value in row.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ReproError(f"{output or 'standard output'}: row {index + 1} ({row.get('mode', row.get('number', ''))}) "
+                                 f"{column} is {value}, not a finite number; CSV output holds no NaN or infinity")
+
     def emit(fh):
         writer = csv.DictWriter(fh, fieldnames=columns)
         if header:

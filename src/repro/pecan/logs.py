@@ -21,6 +21,7 @@ HEARTBEAT = re.compile(r"ClientHeartbeat: (?:Normal|Current) Tasks")
 END_PRINTING = "End Printing"
 CONVERGED_MATCHES = 3  # extract_costs.py's worker_matches
 PEAK_FRACTION = 0.95
+MAX_LINE = 1 << 20  # characters; the artifact's longest lines are a few hundred
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,12 @@ class ParsedLog:
     converged: bool  # a worker set was seen 3 times in a row (else the last complete set is used)
 
 
-def _deployment(lines, path, worker_matches=CONVERGED_MATCHES):
-    """(remote, local, converged) from the worker blocks, reading backwards."""
+def _deployment(marks, path, worker_matches=CONVERGED_MATCHES):
+    """(remote, local, converged) from the worker blocks, reading backwards. `marks`: (line index,
+    line) of the log's lines that can be part of one (`_is_mark`)."""
     previous, matches, last_complete = None, 0, None
     collecting, current, opened_at = False, set(), None
-    for number in range(len(lines) - 1, -1, -1):
-        line = lines[number]
+    for number, line in reversed(marks):
         if END_PRINTING in line:
             if collecting:
                 raise ReproError(f"{path}:{opened_at + 1}: deployment block without its 'ClientHeartbeat' line")
@@ -69,24 +70,43 @@ def _count(workers):
     return len(workers) - local, local
 
 
+def _is_mark(line):
+    return END_PRINTING in line or "Worker Address:" in line or HEARTBEAT.search(line) is not None
+
+
+def _read_log(path):
+    """(throughput samples, deployment marks) from the log, read line by line: no line may be longer
+    than MAX_LINE characters, so a file without line breaks (or a device) cannot fill the memory."""
+    from repro.fsutil import open_regular
+
+    samples, marks = [], []
+    with open_regular(path, path, "a training log", "r", errors="replace") as fh:
+        for number, line in enumerate(iter(lambda: fh.readline(MAX_LINE + 1), "")):
+            if len(line) > MAX_LINE:
+                raise ReproError(f"{path}:{number + 1}: line longer than {MAX_LINE} characters; expected a training log")
+            if m := THROUGHPUT.search(line):
+                samples.append(float(m.group(1)))
+            if _is_mark(line):
+                marks.append((number, line))
+    return samples, marks
+
+
 def parse_log(path, worker_matches=CONVERGED_MATCHES, infer_workers=True):
     """Parse one training log; raise ReproError naming the file and what is missing.
 
     worker_matches: how many identical worker sets in a row make the converged deployment;
     infer_workers=False counts no workers (extract_costs.py's --noinfer_workers)."""
     try:
-        with open(path, errors="replace") as fh:
-            lines = fh.read().splitlines()
+        samples, marks = _read_log(path)
     except OSError as exc:
         raise ReproError(f"{path}: cannot read log: {exc.strerror}") from None
-    samples = [float(m.group(1)) for line in lines if (m := THROUGHPUT.search(line))]
     if not samples:
         raise ReproError(f"{path}: no throughput lines ('N examples/second') in the log")
     peak = max(samples)
     if peak <= 0:
         raise ReproError(f"{path}: every throughput sample is 0 examples/second: the job made no progress")
     top = [s for s in samples if s > PEAK_FRACTION * peak]
-    remote, local, converged = _deployment(lines, path, worker_matches) if infer_workers else (0, 0, True)
+    remote, local, converged = _deployment(marks, path, worker_matches) if infer_workers else (0, 0, True)
     return ParsedLog(str(path), sum(top) / len(top), len(samples), remote, local, converged)
 
 

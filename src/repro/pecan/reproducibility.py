@@ -9,13 +9,11 @@ functions; every plotted number of the two chains compared within the configured
 95% interval the repeats give, and how far outside.
 """
 
-import csv
-import json
 import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import write_json
+from repro.fsutil import read_csv, read_json, write_json
 from repro.pecan.calibrate import calibrate_together
 from repro.pecan.comparisons import comparison_rows, read_rows
 from repro.pecan.costs import COLUMNS
@@ -108,14 +106,18 @@ def results_numbers(config, figures, results):
     calibrations, rows_by_figure = {}, {}
     try:
         for pipeline in figure_pipelines(config, figures):
-            calibrations[pipeline] = json.loads((results / "calibration" / f"{pipeline}.json").read_text())
+            path = results / "calibration" / f"{pipeline}.json"
+            if not path.exists():
+                raise FileNotFoundError(2, "No such file or directory", str(path))
+            calibrations[pipeline] = read_json(path, "the output of `repro pecan calibrate`")
         for figure in figures:
             name = figure if figure in config["plots"]["comparisons"] else config["plots"]["figures"][figure]["experiment"]
             table = results / "tables" / f"{name}.csv"
-            with open(table, newline="") as fh:
-                rows_by_figure[figure] = list(csv.DictReader(fh))
+            if not table.exists():
+                raise FileNotFoundError(2, "No such file or directory", str(table))
+            rows_by_figure[figure] = read_csv(table, str(table), "a cost table")
         return plotted_numbers(figures, calibrations, rows_by_figure)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ReproError(f"{results}: not a finished workflow's results directory for figures {list(figures)} "
                          f"({type(exc).__name__}: {exc}); build them first (snakemake --cores 1)") from None
 

@@ -1,6 +1,7 @@
 """One per-mode run on the local backend: simulate, write the artifact-format log, trace and metrics."""
 
 import dataclasses
+import math
 import os
 import shutil
 import tempfile
@@ -134,47 +135,55 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     `backend` names where this runs (the ssh backend's command passes `--backend ssh`).
     With `repeats` > 1 the run is repeated with a fresh draw of the calibration and of the model's
     noise each time; repeat 0 writes run.log and the trace, the others repeats/run-<r>.log, and
-    metrics.json lists every repeat's parsed log. The repeats are written to a hidden directory
-    beside repeats/ and renamed into place when all are done: repeats/ holds this run's repeats
-    only, and a run that fails leaves none (an earlier run's are removed when this one starts).
+    metrics.json lists every repeat's parsed log. Everything is written to a hidden directory in
+    out_dir and moved into place when all is done: repeats/ holds this run's repeats only, and a
+    run that fails leaves nothing of its own (an earlier run's repeats are removed when this one
+    starts; a run directory this run made is removed again).
     """
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
     out = Path(out_dir)
+    made = not out.exists()
     remove_repeats(out)
-    repeats = []
-    pending = None  # the hidden directory the repeats go to, made with the first
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".run.", suffix=".tmp", dir=out))
     try:
-        for repeat in range(config.get("repeats", 1)):
-            costs = pipeline_costs(preset, pecan["cluster"], repeat_calibrations(calibrations, config["seed"], repeat))
-            spec = job_spec(pecan, experiment, mode, costs, repeat_seed(config["seed"], repeat))
-            sim = simulate(spec)
-            if repeat == 0:
-                log = out / "run.log"
-            else:
-                if pending is None:
-                    out.mkdir(parents=True, exist_ok=True)
-                    pending = Path(tempfile.mkdtemp(prefix=".repeats.", suffix=".tmp", dir=out))
-                log = pending / f"run-{repeat}.log"
-            write_log(sim, log, preset)
-            parsed = parse_log(log)
-            repeats.append({"repeat": repeat, "seed": spec.seed,
-                            "log": "run.log" if repeat == 0 else f"repeats/run-{repeat}.log",
-                            "cost_per_element": spec.cost_per_element, "simulated_seconds": sim.seconds,
-                            "converged": parsed.converged, "throughput": parsed.throughput,
-                            "remote_workers": parsed.remote_workers, "local_workers": parsed.local_workers})
-            if repeat == 0:
-                first, first_sim = repeats[0], sim
-        if pending is not None:
-            os.chmod(pending, DIRECTORY_MODE)
-            os.replace(pending, out / "repeats")
-            pending = None
+        metrics = _run_into(stage, config, pecan, preset, experiment, mode, calibrations, backend)
+        trace = Path("traces") / f"{experiment}-{mode}.json"
+        (out / "traces").mkdir(exist_ok=True)
+        for name in ("run.log", trace, "repeats", "metrics.json"):  # metrics.json last: the run is complete
+            if (stage / name).exists():
+                os.replace(stage / name, out / name)
     finally:
-        if pending is not None:
-            shutil.rmtree(pending, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
+        if made and not (out / "metrics.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
+    return metrics
+
+
+def _run_into(stage, config, pecan, preset, experiment, mode, calibrations, backend):
+    """run_mode's work, every file written under `stage`."""
+    repeats = []
+    for repeat in range(config.get("repeats", 1)):
+        costs = pipeline_costs(preset, pecan["cluster"], repeat_calibrations(calibrations, config["seed"], repeat))
+        spec = job_spec(pecan, experiment, mode, costs, repeat_seed(config["seed"], repeat))
+        sim = simulate(spec)
+        if repeat == 0:
+            log = stage / "run.log"
+        else:
+            (stage / "repeats").mkdir(mode=DIRECTORY_MODE, exist_ok=True)
+            log = stage / "repeats" / f"run-{repeat}.log"
+        write_log(sim, log, preset)
+        parsed = parse_log(log)
+        repeats.append({"repeat": repeat, "seed": spec.seed,
+                        "log": "run.log" if repeat == 0 else f"repeats/run-{repeat}.log",
+                        "cost_per_element": spec.cost_per_element, "simulated_seconds": sim.seconds,
+                        "converged": parsed.converged, "throughput": parsed.throughput,
+                        "remote_workers": parsed.remote_workers, "local_workers": parsed.local_workers})
+        if repeat == 0:
+            first, first_sim = repeats[0], sim
     metadata = {"otherData": {"run_id": f"{experiment}-{mode}-seed{config['seed']}", "experiment": experiment,
                               "mode": mode, "backend": backend, "calibration": preset}}
-    write_trace(out / "traces" / f"{experiment}-{mode}.json", trace_events(first_sim), metadata)
     metrics = {
         "experiment": experiment,
         "mode": mode,
@@ -187,7 +196,8 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
         **{key: first[key] for key in ("converged", "throughput", "remote_workers", "local_workers")},
         "repeats": repeats,
     }
-    write_json(out / "metrics.json", metrics)
+    write_json(stage / "metrics.json", metrics)  # first: it refuses a NaN or infinity before the trace is written
+    write_trace(stage / "traces" / f"{experiment}-{mode}.json", trace_events(first_sim), metadata)
     return metrics
 
 
@@ -196,7 +206,7 @@ def remove_repeats(run_dir):
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
-    for path in [run_dir / "repeats", *run_dir.glob(".repeats.*.tmp")]:
+    for path in [run_dir / "repeats", *run_dir.glob(".repeats.*.tmp"), *run_dir.glob(".run.*.tmp")]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
@@ -214,5 +224,25 @@ def load_calibrations(paths):
                 or not all(isinstance(o, dict) and {"cpu_s_per_element", "bytes_out_per_element"} <= set(o)
                            for o in orders)):
             raise ReproError(f"--calibration {path}: not a calibration (expected the output of `repro pecan calibrate`)")
+        _check_numbers(data, f"--calibration {path}")
         result[data["pipeline"]] = data
     return result
+
+
+def _positive(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _check_numbers(data, label):
+    """A calibration's costs divide the work a run simulates: each must be a positive finite number
+    (a zero cost would make the preprocessing infinitely fast, a zero size the network)."""
+    for order in ("declared", "autoorder"):
+        for key in ("cpu_s_per_element", "bytes_out_per_element"):
+            if not _positive(data[order][key]):
+                raise ReproError(f"{label}: {order}.{key} is {data[order][key]!r}; expected a positive number")
+        drawn = data[order].get("element_cpu_s")
+        if drawn is not None and not (isinstance(drawn, list) and drawn and all(map(_positive, drawn))):
+            raise ReproError(f"{label}: {order}.element_cpu_s: expected a non-empty list of positive numbers")
+    saving = data["autoorder_saving"]
+    if not math.isfinite(saving) or saving >= 1:
+        raise ReproError(f"{label}: autoorder_saving is {saving!r}; expected a finite fraction below 1")

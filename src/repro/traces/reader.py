@@ -15,6 +15,7 @@ import gc
 import math
 import mmap
 import os
+import stat
 from bisect import bisect_left
 from contextlib import contextmanager
 from itertools import compress, repeat
@@ -26,7 +27,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from repro.errors import TraceError
+from repro.errors import ReproError, TraceError
+from repro.fsutil import file_kind, open_regular
 from repro.traces.events import PHASES, PHASES_WITHOUT_TS, check_event, first_bad_event
 from repro.traces.splice import find, spaced, words
 
@@ -242,9 +244,12 @@ class TraceReader:
         self.chunk_bytes = chunk_bytes
         self.skipped = 0
         try:
-            self.size = os.path.getsize(self.path)
+            info = os.stat(self.path)
         except OSError as exc:
             raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would hang the reader, /dev/zero fill the memory
+            raise TraceError(self.path, f"is {file_kind(info.st_mode)}; expected a regular file (a Chrome trace)")
+        self.size = info.st_size
         self.whole = self.size <= whole_file_limit  # parsed in one piece, not in chunks
         self._metadata = None
         self._events = None
@@ -446,7 +451,10 @@ class TraceReader:
 
     def _read_bytes(self):
         try:
-            return self.path.read_bytes()
+            with open_regular(self.path, self.path, "a Chrome trace") as fh:
+                return fh.read(self.size + 1)  # what stat found: a file that grew since is read as it was
+        except ReproError as exc:
+            raise TraceError(self.path, str(exc).removeprefix(f"{self.path}: ")) from None
         except OSError as exc:
             raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
 
@@ -475,7 +483,9 @@ class TraceReader:
 
     def _open_map(self):
         try:
-            fh = open(self.path, "rb")
+            fh = open_regular(self.path, self.path, "a Chrome trace")
+        except ReproError as exc:
+            raise TraceError(self.path, str(exc).removeprefix(f"{self.path}: ")) from None
         except OSError as exc:
             raise TraceError(self.path, f"cannot read: {exc.strerror}") from None
         with fh:

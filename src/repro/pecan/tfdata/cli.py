@@ -57,17 +57,13 @@ def _start(args):
     from repro.pecan.tfdata.service import Service, print_checks
 
     require_tensorflow()  # the dispatcher's process imports it
-    if args.workers < 0 or args.threads < 1:
-        raise ReproError("--workers must be 0 or more and --threads at least 1")
+    if not 0 <= args.workers <= 4096 or not 1 <= args.threads <= 4096:  # as the config schema bounds workers
+        raise ReproError("--workers must be 0 to 4096 and --threads 1 to 4096")
     ssh_workers = None
     if args.worker_hosts:
-        import json
-        from pathlib import Path
+        from repro.fsutil import read_json
 
-        try:
-            ssh_workers = json.loads(Path(args.worker_hosts).read_text())
-        except (OSError, ValueError) as exc:
-            raise ReproError(f"--worker-hosts {args.worker_hosts}: cannot read it ({exc})") from None
+        ssh_workers = read_json(args.worker_hosts, "the worker hosts as JSON", f"--worker-hosts {args.worker_hosts}")
     service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers)
     for _ in range(args.workers):
         service.add_worker("remote", args.threads)

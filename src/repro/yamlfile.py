@@ -1,0 +1,109 @@
+"""Reading YAML files a user gives: bounded in size, nesting and alias expansion, duplicate keys refused.
+
+PyYAML resolves an alias to the object its anchor made, so an "anchor bomb" (ten aliases of an
+anchor that holds ten aliases of the one before, nine levels deep) loads quickly; it is everything
+that walks the result afterwards (the schema check, JSON encoding) that visits 10^9 values.
+Composing a document is recursive, so a few thousand nested levels end in RecursionError. And a key
+written twice silently keeps its last value. This module reads the file once, walks the parser's
+events to measure the document as it would be expanded (values counted with every alias
+expanded; nesting depth) before anything is built, then builds it with a loader that refuses a
+key written twice, naming both lines. Every problem is a ReproError naming the file.
+
+Standard library and PyYAML only (the Snakefile's start imports it through repro.config).
+"""
+
+import yaml
+
+from repro.errors import ReproError, invalid_yaml
+from repro.fsutil import read_bounded
+
+MAX_BYTES = 4 << 20  # a config is a few kilobytes
+MAX_DEPTH = 64  # nested mappings and lists; the workflow's config nests 7 deep
+MAX_VALUES = 200_000  # values with every alias expanded; the workflow's config holds about 300
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where installed: the same documents, faster
+
+
+class _UniqueKeyLoader(_LOADER):
+    """The safe loader, refusing a mapping key written twice (YAML 1.2 requires keys be unique)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be written more than once
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the constructor names it below
+                continue
+            if first is not key_node:
+                raise ReproError(f"{self._label}: key {key!r} appears twice, at line {first.start_mark.line + 1} "
+                                 f"and line {key_node.start_mark.line + 1}")
+        return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", _UniqueKeyLoader.construct_yaml_map)
+
+
+def _measure(text, label, max_depth, max_values):
+    """Walk the parser's events: refuse a document nested deeper than max_depth or holding more
+    than max_values values once its aliases are expanded."""
+    sizes = {}  # anchor -> the values its node holds, expanded
+    frames = []  # per open collection: [anchor, values so far]
+    total = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # PyYAML's own parser: its messages, as yaml.safe_load's
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            frames.append([event.anchor, 1])
+            if len(frames) > max_depth:
+                line = event.start_mark.line + 1
+                raise ReproError(f"{label}: line {line}: nested more than {max_depth} levels deep")
+            continue
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, count = frames.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, count = event.anchor, 1
+        elif isinstance(event, yaml.AliasEvent):
+            anchor, count = None, sizes.get(event.anchor, 1)
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = count
+        if frames:
+            frames[-1][1] += count
+            if frames[-1][1] > max_values:
+                raise ReproError(f"{label}: line {event.start_mark.line + 1}: more than {max_values} values with "
+                                 "its aliases expanded (an anchor expanded over and over?)")
+        else:
+            total += count
+            if total > max_values:
+                raise ReproError(f"{label}: more than {max_values} values with its aliases expanded")
+
+
+def parse_yaml(text, label, max_depth=MAX_DEPTH, max_values=MAX_VALUES):
+    """The data of the YAML document `text`, read from `label` (named in every error)."""
+    try:
+        _measure(text, label, max_depth, max_values)
+        loader = _UniqueKeyLoader(text)
+        loader._label = label
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        raise invalid_yaml(label, exc) from None
+    except RecursionError:  # a parser deeper than its events showed: still one line
+        raise ReproError(f"{label}: nested too deeply to read") from None
+
+
+def read_yaml_file(path, what="a YAML file", max_bytes=MAX_BYTES, max_depth=MAX_DEPTH, max_values=MAX_VALUES):
+    """The data of the YAML file `path`: a regular file of at most max_bytes of UTF-8 text, nested at
+    most max_depth deep, at most max_values values with aliases expanded, no key twice in a
+    mapping. ReproError naming the file (and, where it can, the line) otherwise; `what` says
+    what the file should be, in the errors that cannot name a line."""
+    data = read_bounded(path, str(path), what, max_bytes)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReproError(f"{path}: not a text file (expected {what})") from None
+    return parse_yaml(text, str(path), max_depth, max_values)

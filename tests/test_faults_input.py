@@ -1,0 +1,452 @@
+"""Fault injection at the inputs: files that never end or never open (devices, FIFOs, files without
+line breaks), YAML that expands or nests without bound or repeats a key, finite but absurd numbers,
+settings that lack what a command reads, calibrations that divide by zero.
+
+Each row of `INPUT_FAULTS` runs `repro` and requires exit code 1 (2 for argparse's usage errors),
+exactly one line on stderr matching `error` (naming the file, key or flag), no new, changed or
+deleted file under the test's directory and no process left running. A row that could fill the
+memory or never end on a regression (`bounded`) runs in a child process with its address space
+limited and a deadline, so that a regression fails the test instead of the machine.
+"""
+
+import hashlib
+import json
+import os
+import re
+import resource
+import signal
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+import psutil
+import pytest
+import yaml
+from support import REPO, configfiles, copy_workflow, snakemake
+
+from repro.cli import main
+
+pytestmark = pytest.mark.fault
+
+CONFIG = REPO / "config" / "config.yaml"
+LOGS = REPO / "tests" / "fixtures" / "pecan-logs"
+MEMORY_LIMIT = 2 << 30  # address space of a bounded run: far below what the unbounded reads reached (8-9.6 GB)
+DEADLINE_S = 60  # a bounded run's wall clock; the anchor bomb spun past it
+
+
+@dataclass(frozen=True)
+class Fault:
+    id: str
+    prepare: Callable  # (ctx) -> the `repro` arguments; ctx.dir is the test's directory (the cwd)
+    error: str  # regular expression the single stderr line must match from its start
+    bounded: bool = False  # run in a child process with MEMORY_LIMIT and DEADLINE_S
+    code: int = 1
+
+
+def _write(path, content):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+    return str(path)
+
+
+def _fifo(ctx, name="fifo"):
+    path = ctx.dir / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return str(path)
+
+
+def _sparse(ctx, name, size):
+    """A regular file of `size` bytes, all zeros and no line break, that takes no disk space."""
+    path = ctx.dir / name
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return str(path)
+
+
+def _check(text, name="my.yaml"):
+    """`repro config check` of the file `name` holding `text` over the workflow's config."""
+    return lambda ctx: ["config", "check", "--base", str(CONFIG), _write(ctx.dir / name, text)]
+
+
+def _check_override(override):
+    return _check(yaml.safe_dump(override))
+
+
+def _anchor_bomb(levels=9):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def _ssh(run):
+    return {"backend": "ssh", "ssh": {"known_hosts": "known_hosts", "run": run,
+                                      "hosts": {"accelerator": {"address": "a", "user": "u", "key_file": "k"}}}}
+
+
+def _calibration(pipeline, cost=0.01, size=10, saving=0.1, drawn=True, **extra):
+    orders = {order: {"cpu_s_per_element": c, "bytes_out_per_element": size,
+                      **({"element_cpu_s": [c, c]} if drawn else {})}
+              for order, c in (("declared", cost), ("autoorder", cost * (1 - saving) if cost == cost else cost))}
+    return json.dumps({"pipeline": pipeline, "autoorder_saving": saving, **orders, **extra}, allow_nan=True)
+
+
+def _pecan_run(resnet, retinanet=None, mode="pecan", earlier=False):
+    """`repro pecan run` with the calibrations given (JSON text, or a callable giving a path)."""
+    def prepare(ctx):
+        paths = []
+        for name, content in (("resnet", resnet), ("retinanet", retinanet or _calibration("retinanet"))):
+            paths.append(content(ctx) if callable(content) else _write(ctx.dir / f"{name}.json", content))
+        if earlier:
+            _write(ctx.dir / "run" / "run.log", "an earlier run's log\n")
+        return ["pecan", "run", "--config", str(CONFIG), "--experiment", "ResNet50_v2-8", "--mode", mode,
+                "--calibration", *paths, "--out", str(ctx.dir / "run")]
+
+    return prepare
+
+
+def _costs(log):
+    return lambda ctx: ["pecan", "costs", log(ctx), "--config", str(CONFIG), "--experiment", "ResNet50_v2-8",
+                        "-o", str(ctx.dir / "costs.csv")]
+
+
+def _tiny_throughput_log(zeros):
+    def prepare(ctx):
+        lines = [f"I0101 00:00:{i:02d}.000000 1 keras_utils.py:145] TimeHistory: 1.00 seconds, 0.{'0' * zeros}1 "
+                 f"examples/second between steps {i * 100} and {(i + 1) * 100}" for i in range(3)]
+        return _write(ctx.dir / "tiny.log", "\n".join(lines) + "\n")
+
+    return prepare
+
+
+def _results(calibration=None, table=None):
+    """A results/ directory for compare-results: the calibrations and tables its figures read."""
+    def prepare(ctx):
+        results = ctx.dir / "results"
+        for pipeline in ("resnet", "retinanet"):
+            path = results / "calibration" / f"{pipeline}.json"
+            if pipeline == "resnet" and calibration is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                calibration(path)
+            else:
+                _write(path, _calibration(pipeline))
+        for experiment in ("Getting_started", "ResNet50_v2-8", "RetinaNet"):
+            path = results / "tables" / f"{experiment}.csv"
+            if table is not None and experiment == "Getting_started":
+                path.parent.mkdir(parents=True, exist_ok=True)
+                table(path)
+            else:
+                _write(path, "mode,tpu_cost_mean\nshort,1.0\n")
+        return ["pecan", "compare-results", str(results), str(results), "--config", str(CONFIG)]
+
+    return prepare
+
+
+def _settings_command(*argv):
+    return lambda ctx: [a.format(dir=ctx.dir) for a in argv]
+
+
+def _metrics(content):
+    def prepare(ctx):
+        return ["pecan", "validation", "E", "--metrics", content(ctx) if callable(content) else _write(ctx.dir / "m.json", content),
+                "--calibration", _write(ctx.dir / "resnet.json", _calibration("resnet")),
+                "--network-gbps", "32", "--style", "{}", "--output", str(ctx.dir / "v.pdf"), str(ctx.dir / "v.png"),
+                "--table", str(ctx.dir / "v.csv")]
+
+    return prepare
+
+
+def _cost_table(metrics=None, summary=None):
+    def prepare(ctx):
+        settings = json.dumps({"model_name": "resnet", "model": {"batch_size": 1024, "steps_per_epoch": 1251},
+                               "tpu_price": 4.96, "worker_price": 0.42})
+        metrics_path = metrics(ctx) if callable(metrics) else _write(ctx.dir / "metrics.json", metrics or '{"repeats": []}')
+        summary_path = summary(ctx) if callable(summary) else _write(
+            ctx.dir / "summary.json", summary or '{"traces": [{"mode": "collocated"}]}')
+        return ["pecan", "cost-table", "--settings", settings, "--mode", "collocated", "--log",
+                str(LOGS / "resnet_colloc.log"), "--metrics", metrics_path, "--summary", summary_path,
+                "-o", str(ctx.dir / "table.csv")]
+
+    return prepare
+
+
+LONG_NAME = "E" * 600
+RUN = {"model": "resnet", "accelerator": "v2-8", "modes": ["collocated"]}
+
+INPUT_FAULTS = [
+    # -- inputs that never end or never open: refused by name, not read -------------------------
+    Fault("combine-dev-zero", lambda ctx: ["trace", "combine", "/dev/zero", "-o", str(ctx.dir / "c.json")],
+          r"repro: error: /dev/zero: is a character device; expected a regular file \(a Chrome trace\)", bounded=True),
+    Fault("combine-fifo", lambda ctx: ["trace", "combine", _fifo(ctx), "-o", str(ctx.dir / "c.json")],
+          r"repro: error: .*/fifo: is a FIFO; expected a regular file", bounded=True),
+    Fault("summarize-dev-zero", lambda ctx: ["trace", "summarize", "/dev/zero", "-o", str(ctx.dir / "s.json")],
+          r"repro: error: /dev/zero: is a character device", bounded=True),
+    Fault("summarize-fifo", lambda ctx: ["trace", "summarize", _fifo(ctx), "-o", str(ctx.dir / "s.json")],
+          r"repro: error: .*/fifo: is a FIFO", bounded=True),
+    Fault("summarize-original-fifo",
+          lambda ctx: ["trace", "summarize", "--format", "original", _fifo(ctx), "-o", str(ctx.dir / "s.json")],
+          r"repro: error: .*/fifo: is a FIFO", bounded=True),
+    Fault("validate-fifo", lambda ctx: ["trace", "validate", _fifo(ctx)], r"INVALID .*/fifo: is a FIFO", bounded=True),
+    Fault("costs-dev-zero", _costs(lambda ctx: "--path=/dev/zero"),
+          r"repro: error: /dev/zero: is a character device; expected a regular file \(a training log\)", bounded=True),
+    Fault("costs-fifo", _costs(_fifo), r"repro: error: .*/fifo: is a FIFO", bounded=True),
+    Fault("costs-log-without-line-breaks", _costs(lambda ctx: _sparse(ctx, "flat.log", 3 << 30)),
+          r"repro: error: .*/flat.log:1: line longer than \d+ characters", bounded=True),
+    Fault("run-calibration-fifo", _pecan_run(_fifo), r"repro: error: --calibration .*/fifo: is a FIFO", bounded=True),
+    Fault("run-calibration-dev-zero", _pecan_run(lambda ctx: "/dev/zero"),
+          r"repro: error: --calibration /dev/zero: is a character device", bounded=True),
+    Fault("run-calibration-huge", _pecan_run(lambda ctx: _sparse(ctx, "huge.json", 3 << 30)),
+          r"repro: error: --calibration .*/huge.json: larger than \d+ MiB", bounded=True),
+    Fault("run-settings-fifo",
+          lambda ctx: ["pecan", "run", "--settings", _fifo(ctx), "--experiment", "E", "--mode", "m", "--calibration",
+                       str(ctx.dir / "c.json"), "--out", str(ctx.dir / "run")],
+          r"repro: error: --settings .*/fifo: is a FIFO", bounded=True),
+    Fault("download-receipt-fifo", lambda ctx: ["trace", "download", _fifo(ctx), "-o", str(ctx.dir / "dl")],
+          r"repro: error: .*/fifo: is a FIFO", bounded=True),
+    Fault("provenance-input-fifo", lambda ctx: ["provenance", _fifo(ctx), "--settings", "{}", "-o", str(ctx.dir / "p.json")],
+          r"repro: error: .*/fifo: is a FIFO", bounded=True),
+    Fault("cost-table-metrics-fifo", _cost_table(metrics=_fifo), r"repro: error: .*/fifo: is a FIFO", bounded=True),
+    Fault("validation-metrics-dev-zero", _metrics(lambda ctx: "/dev/zero"),
+          r"repro: error: --metrics /dev/zero: is a character device", bounded=True),
+    Fault("compare-results-calibration-fifo", _results(calibration=lambda path: os.mkfifo(path)),
+          r"repro: error: .*/resnet.json: is a FIFO", bounded=True),
+    Fault("compare-results-table-fifo", _results(table=lambda path: os.mkfifo(path)),
+          r"repro: error: .*/Getting_started.csv: is a FIFO", bounded=True),
+    Fault("figure-table-fifo",
+          lambda ctx: ["pecan", "figure", "F", "--table", _fifo(ctx), "--calibration",
+                       _write(ctx.dir / "r.json", _calibration("resnet")), "--settings",
+                       json.dumps({"reference": None, "backend": "local", "preset": "local", "engine_caption": None,
+                                   "experiment": "E", "style": {"font_size": 9, "width_in": 5, "height_in": 3.6,
+                                                                "dpi": 100, "show_reference": False}}),
+                       "--output", str(ctx.dir / "f.pdf"), str(ctx.dir / "f.png"), "--verdicts", str(ctx.dir / "v.csv")],
+          r"repro: error: .*/fifo: is a FIFO", bounded=True),
+    Fault("calibrate-a-billion-elements",
+          lambda ctx: ["pecan", "calibrate", "--pipeline", "resnet", "--elements", "1000000000", "-o", str(ctx.dir / "c.json")],
+          r"repro: error: --elements: expected 1 to \d+, got 1000000000", bounded=True),
+    # -- config files: YAML that expands or nests without bound, a key written twice --------------
+    Fault("config-anchor-bomb", _check(_anchor_bomb()),
+          r"repro: error: .*/my.yaml: line \d+: more than \d+ values with its aliases expanded", bounded=True),
+    Fault("config-check-fifo", lambda ctx: ["config", "check", "--base", str(CONFIG), _fifo(ctx)],
+          r"repro: error: .*/fifo: is a FIFO; expected a regular file \(a YAML config\)", bounded=True),
+    Fault("config-base-fifo", lambda ctx: ["config", "check", "--base", _fifo(ctx)], r"repro: error: .*/fifo: is a FIFO",
+          bounded=True),
+    Fault("config-check-dev-zero", lambda ctx: ["config", "check", "--base", str(CONFIG), "/dev/zero"],
+          r"repro: error: /dev/zero: is a character device", bounded=True),
+    Fault("config-larger-than-its-bound", _check("# padding\n" * 600_000),
+          r"repro: error: .*/my.yaml: larger than 4 MiB; expected a YAML config"),
+    Fault("config-nested-5000-lists", _check("seed: " + "[" * 5000 + "]" * 5000 + "\n"),
+          r"repro: error: .*/my.yaml: line 1: nested more than 64 levels deep"),
+    Fault("config-nested-5000-mappings", _check("seed: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n"),
+          r"repro: error: .*/my.yaml: line 1: nested more than 64 levels deep"),
+    Fault("config-duplicate-key", _check("seed: 1\nrepeats: 2\nseed: 3\n"),
+          r"repro: error: .*/my.yaml: key 'seed' appears twice, at line 1 and line 3"),
+    Fault("config-duplicate-nested-key", _check("pecan:\n  prices:\n    worker: 0.4\n    tpu: {v2: 1}\n    worker: 9\n"),
+          r"repro: error: .*/my.yaml: key 'worker' appears twice, at line 3 and line 5"),
+    Fault("config-duplicate-key-in-flow-mapping",
+          _check("pecan:\n  models:\n    resnet: {pipeline: resnet, batch_size: 1, steps_per_epoch: 1, batch_size: 2}\n"),
+          r"repro: error: .*/my.yaml: key 'batch_size' appears twice, at line 3 and line 3"),
+    Fault("config-base-duplicate-key", lambda ctx: ["config", "check", "--base", _write(
+        ctx.dir / "base.yaml", CONFIG.read_text() + "\nseed: 7\n")],
+          r"repro: error: .*/base.yaml: key 'seed' appears twice, at line \d+ and line \d+"),
+    # -- finite but absurd numbers, strings and names: refused at the check ------------------------
+    Fault("worker-price-1e308", _check("pecan:\n  prices:\n    worker: 1.0e+308\n"),
+          r"repro: error: .*: pecan.prices.worker: 1e\+308 is greater than the maximum of"),
+    Fault("tpu-price-1e308", _check("pecan:\n  prices:\n    tpu: {v2: 1.0e+308, v3: 1}\n"),
+          r"repro: error: .*: pecan.prices.tpu.v2: 1e\+308 is greater than the maximum of"),
+    Fault("dpi-1e9", _check_override({"plots": {"style": {"dpi": 10**9}}}),
+          r"repro: error: .*: plots.style.dpi: 1000000000 is greater than the maximum of 1200"),
+    Fault("width-1e300", _check_override({"plots": {"style": {"width_in": 1e300}}}),
+          r"repro: error: .*: plots.style.width_in: 1e\+300 is greater than the maximum of 100"),
+    Fault("height-1e300", _check_override({"plots": {"style": {"height_in": 1e300}}}),
+          r"repro: error: .*: plots.style.height_in: 1e\+300 is greater than the maximum of 100"),
+    Fault("font-size-1e300", _check_override({"plots": {"style": {"font_size": 1e300}}}),
+          r"repro: error: .*: plots.style.font_size: 1e\+300 is greater than the maximum of 100"),
+    Fault("figure-of-324-million-pixels", _check_override({"plots": {"style": {"width_in": 90, "dpi": 1000}}}),
+          r"repro: error: .*: plots.style: 90 x 3.6 in at 1000 dpi is 324000000 pixels; expected at most"),
+    Fault("concurrency-1e30", _check_override({"trims": {"distributions": {"concurrency": [10**30]}}}),
+          r"repro: error: .*: trims.distributions.concurrency.0: 10{30} is greater than the maximum of"),
+    Fault("pareto-1e308", _check_override({"trims": {"distributions": {"runs": {"pareto": [1e308, 1e308]}}}}),
+          r"repro: error: .*: trims.distributions.runs.pareto.0: 1e\+308 is greater than the maximum of"),
+    Fault("pareto-empty", _check_override({"trims": {"distributions": {"runs": {"pareto": []}}}}),
+          r"repro: error: .*: trims.distributions.runs.pareto: \[\] should be non-empty"),
+    Fault("uniform-three-parameters", _check_override({"trims": {"distributions": {"runs": {"uniform": [0, 1, 2]}}}}),
+          r"repro: error: .*: trims.distributions.runs.uniform: \[0, 1, 2\] is too long"),
+    Fault("base-path-wildcard", _check_override({"trims": {"base_path": "results/{x}"}}),
+          r"repro: error: .*: trims.base_path: 'results/\{x\}' holds a brace"),
+    Fault("asset-store-wildcard", _check_override({"trims": {"asset_store": "results/{x}"}}),
+          r"repro: error: .*: trims.asset_store: 'results/\{x\}' holds a brace"),
+    Fault("trace-store-wildcard", _check_override({"trace_store": "results/{x}/store"}),
+          r"repro: error: .*: trace_store: 'results/\{x\}/store' holds a brace"),
+    Fault("experiment-name-600-characters", _check_override({"pecan": {"experiments": {LONG_NAME: RUN}}}),
+          r"repro: error: .*: pecan.experiments: 'EEEE.*\(\d+ characters left out\).*EEEE' is too long$"),
+    Fault("figure-name-600-characters", _check_override({"plots": {"figures": {LONG_NAME: {"experiment": "RetinaNet"}}}}),
+          r"repro: error: .*: plots.figures: 'EEEE.*is too long"),
+    Fault("mode-name-600-characters", _check_override({"pecan": {"modes": {LONG_NAME: {
+        "placement": "collocated", "autoorder": False, "epochs": 1, "steps_per_loop": 1}}}}),
+          r"repro: error: .*: pecan.modes: 'EEEE.*is too long"),
+    Fault("a-billion-epochs", _check_override({"pecan": {"modes": {"pecan": {
+        "placement": "autoplacement", "autoorder": True, "epochs": 10**9, "steps_per_loop": 500}}}}),
+          r"repro: error: .*: pecan.experiments.ResNet50_v2-8.modes: mode 'pecan' runs \d+ steps, \d+ policy windows"),
+    Fault("one-step-per-log-line", _check_override({"pecan": {"models": {"resnet": {
+        "pipeline": "resnet", "batch_size": 1, "steps_per_epoch": 10**8}}}}),
+          r"repro: error: .*: pecan.experiments.\w+.modes: mode '\w+' runs \d+ steps"),
+    Fault("a-trillion-remote-workers", _check_override({"pecan": {"cluster": {"max_remote_workers": 10**12}}}),
+          r"repro: error: .*: pecan.cluster.max_remote_workers: 1000000000000 is greater than the maximum of 4096"),
+    Fault("accelerator-1e308-batches", _check_override({"pecan": {"accelerators": {"v2-8": {
+        "tpu_type": "v2", "max_batches_per_s": {"resnet": 1e308, "retinanet": 1}}}}}),
+          r"repro: error: .*: pecan.accelerators.v2-8.max_batches_per_s.resnet: 1e\+308 is greater than the maximum"),
+    Fault("a-billion-repeats", _check_override({"repeats": 10**9}),
+          r"repro: error: .*: repeats: 1000000000 is greater than the maximum of 10000"),
+    Fault("a-billion-calibration-elements", _check_override({"calibration": {"elements": 10**9}}),
+          r"repro: error: .*: calibration.elements: 1000000000 is greater than the maximum of 10000"),
+    Fault("ssh-command-unknown-placeholder", _check_override(_ssh({"command": "{python} {nope}"})),
+          r"repro: error: .*: ssh.run.command: unknown placeholder \{nope\} in '\{python\} \{nope\}'; expected some of"),
+    Fault("ssh-command-attribute-placeholder", _check_override(_ssh({"command": "{python.__class__}"})),
+          r"repro: error: .*: ssh.run.command: unknown placeholder \{python.__class__\}"),
+    Fault("ssh-env-unbalanced-brace", _check_override(_ssh({"env": {"X": "{mode"}})),
+          r"repro: error: .*: ssh.run.env.X: expected '\}' before end of string in '\{mode'"),
+    # -- numbers that divide by zero or overflow later: refused before anything is written ----------
+    Fault("calibration-zero-cost", _pecan_run(_calibration("resnet", cost=0.0)),
+          r"repro: error: --calibration .*/resnet.json: declared.cpu_s_per_element is 0.0; expected a positive number"),
+    Fault("calibration-nan-cost", _pecan_run(_calibration("resnet", cost=float("nan"))),
+          r"repro: error: --calibration .*/resnet.json: not JSON \(NaN is not a number JSON holds"),
+    Fault("calibration-zero-bytes", _pecan_run(_calibration("resnet", size=0)),
+          r"repro: error: --calibration .*/resnet.json: declared.bytes_out_per_element is 0; expected a positive number"),
+    Fault("calibration-duplicate-key", _pecan_run(_calibration("resnet")[:-1] + ', "autoorder_saving": 0.99}'),
+          r"repro: error: --calibration .*/resnet.json: not JSON \(key 'autoorder_saving' appears twice in one object"),
+    Fault("settings-duplicate-key", _settings_command("provenance", "x", "--settings", '{{"a": 1, "a": 2}}', "-o", "{dir}/p.json"),
+          r"repro provenance: error: argument --settings: not JSON \(key 'a' appears twice in one object\)", code=2),
+    Fault("calibration-nested-20000-deep", _pecan_run('{"a": ' + "[" * 20000 + "]" * 20000 + "}"),
+          r"repro: error: --calibration .*/resnet.json: nested too deeply"),
+    Fault("failed-run-keeps-the-earlier-log", _pecan_run(_calibration("resnet", drawn=False), earlier=True),
+          r"repro: error: calibration of 'resnet' has no per-element costs"),
+    Fault("costs-overflow-to-infinity", lambda ctx: [*_costs(_tiny_throughput_log(300))(ctx), "--tpu-count", "10000000000"],
+          r"repro: error: .*/costs.csv: row 1 \(tiny\) tpu_cost is inf, not a finite number"),
+    Fault("costs-throughput-rounds-to-nothing", _costs(_tiny_throughput_log(320)),
+          r"repro: error: .*/tiny.log: \S+ examples/second is 0 batches/second of 1024; expected a throughput"),
+    Fault("plot-costs-1e308", lambda ctx: ["pecan", "plot", "-t", "1e308", "1e308", "1e308", "-o", str(ctx.dir / "p")],
+          r"repro: error: -t/-c: costs must be non-negative numbers of dollars, at most"),
+    # -- settings given by hand --------------------------------------------------------------------
+    Fault("estimate-settings-empty", lambda ctx: ["pecan", "estimate", "--settings", "{}", "--calibration", *(
+        _write(ctx.dir / f"{p}.json", _calibration(p)) for p in ("resnet", "retinanet"))],
+          r"repro: error: --settings: lacks key 'pecan'"),
+    Fault("check-reproducibility-settings-empty",
+          _settings_command("pecan", "check-reproducibility", "--settings", "{{}}", "--scratch", "{dir}/s", "-o", "{dir}/o.csv"),
+          r"repro: error: --settings: lacks key 'reproducibility'"),
+    Fault("cluster-start-settings-empty", _settings_command("cluster", "start", "--settings", "{{}}", "--state", "{dir}/st.json"),
+          r"repro: error: --settings: lacks key 'backend'"),
+    Fault("settings-nested-50000-deep",
+          _settings_command("provenance", "x", "--settings", "[" * 50000, "-o", "{dir}/p.json"),
+          r"repro provenance: error: argument --settings: nested too deeply", code=2),
+    Fault("validation-metrics-without-spec", _metrics('{"engine": "tfdata"}'),
+          r"repro: error: --metrics .*/m.json: not a tf.data engine run's metrics.json \(KeyError: 'spec'\)"),
+    Fault("cost-table-summary-traces-a-number", _cost_table(summary='{"traces": 5}'),
+          r"repro: error: .*/summary.json: not a trace summary"),
+    Fault("cost-table-repeats-of-numbers", _cost_table(metrics='{"repeats": [1, 2]}'),
+          r"repro: error: .*/metrics.json: no 'repeats' list of parsed logs"),
+]
+
+
+def _snapshot(root):
+    """Every entry under `root`: a regular file's digest, a directory, or another kind (never opened:
+    a FIFO would block)."""
+    entries = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        if stat.S_ISREG(mode):
+            entries[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            entries[str(path.relative_to(root))] = stat.S_IFMT(mode)
+    return entries
+
+
+def _limited():
+    """In the bounded child: an address space it cannot grow past, and SIGINT as at a terminal."""
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _run_bounded(argv, work):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+           "OPENBLAS_NUM_THREADS": "1"}  # each OpenBLAS thread reserves address space of its own
+    proc = subprocess.Popen([sys.executable, "-m", "repro.cli", *argv], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_limited, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own group, not yet reaped: ours
+        proc.communicate()
+        pytest.fail(f"repro {' '.join(argv)[:200]} did not end within {DEADLINE_S} s")
+    return proc.returncode, out, err
+
+
+def _run_here(argv, capsys):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse, `trace validate`
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("fault", INPUT_FAULTS, ids=[f.id for f in INPUT_FAULTS])
+def test_input_fault(fault, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = [str(a) for a in fault.prepare(SimpleNamespace(dir=work))]
+    before = _snapshot(work)
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+
+    code, _, err = _run_bounded(argv, work) if fault.bounded else _run_here(argv, capsys)
+
+    lines = err.strip().splitlines()
+    if code == 2 and lines and lines[0].startswith("usage:"):  # argparse's usage errors: its usage line first
+        lines = lines[1:]
+    assert code == fault.code, f"exit code {code}; stderr: {err[-3000:]}"
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{err[-3000:]}"
+    assert re.match(fault.error, lines[0]), lines[0][:1000]
+    assert _snapshot(work) == before, "files were written, changed or deleted"
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - children
+    assert not left, f"processes left running: {left}"
+
+
+# -- the same files through Snakemake ------------------------------------------------------------
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("override, error", [
+    ({"trims": {"base_path": "results/{x}"}}, r"trims.base_path: 'results/\{x\}' holds a brace"),
+    ({"pecan": {"experiments": {LONG_NAME: RUN}}}, r"pecan.experiments: 'EEEE.*\(\d+ characters left out\)"),
+], ids=["base-path-wildcard", "experiment-name-600-characters"])
+def test_snakemake_refuses_the_config_by_key(tmp_path, override, error):
+    work = copy_workflow(tmp_path / "work")
+    proc = snakemake(work, "-n", *configfiles(work, override), check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert re.search(error, out), out[-3000:]
+    assert "WildcardError" not in out and "RecursionError" not in out
+
+
+@pytest.mark.workflow
+def test_snakemake_refuses_an_anchor_bomb_in_bounded_time(tmp_path):
+    work = copy_workflow(tmp_path / "work")
+    (work / "bomb.yaml").write_text(_anchor_bomb())
+    proc = snakemake(work, "-n", "--configfile", str(work / "bomb.yaml"), check=False, timeout=DEADLINE_S * 3)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and re.search(r"config: more than \d+ values with its aliases expanded", out), out[-3000:]
+
+
+# -- the loader harden-trims and others reuse ---------------------------------------------------
+
+
+def test_merge_keys_and_anchors_within_bounds_still_load(tmp_path):
+    from repro.yamlfile import read_yaml_file
+
+    path = Path(_write(tmp_path / "ok.yaml", "base: &b {x: 1, y: [1, 2]}\nuse:\n  <<: *b\n  z: 3\nagain: *b\n"))
+    assert read_yaml_file(path) == {"base": {"x": 1, "y": [1, 2]}, "use": {"x": 1, "y": [1, 2], "z": 3},
+                                    "again": {"x": 1, "y": [1, 2]}}
