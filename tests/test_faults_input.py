@@ -141,7 +141,8 @@ def _results(calibration=None, table=None):
                 table(path)
             else:
                 _write(path, "mode,tpu_cost_mean\nshort,1.0\n")
-        return ["pecan", "compare-results", str(results), str(results), "--config", str(CONFIG)]
+        return ["pecan", "compare-results", str(results), str(results), "--config", str(CONFIG),
+                *(f"--figure={figure}" for figure in ("Getting_started", "fig8_ResNet50_v2-8", "RetinaNet"))]
 
     return prepare
 
