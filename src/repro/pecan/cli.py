@@ -9,7 +9,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
-from repro.rulesettings import settings_argument
+from repro.settings import settings_argument
 
 
 def add_commands(sub):

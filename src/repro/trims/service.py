@@ -34,7 +34,7 @@ from pathlib import Path
 from repro import processes
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.rulesettings import settings_digest
+from repro.settings import settings_digest
 
 RECORD = "store.json"
 INVOCATION_VARIABLE = "REPRO_INVOCATION"
