@@ -12,10 +12,13 @@ rather than silently:
   - `freeze_startup_objects`: gc.freeze() once Snakemake and the package are imported, so the cyclic
     collector stops walking what lives for the whole run.
 Standard library only (and Snakemake's own helper, already imported when a Snakefile is read).
+REPRO_SNAKEMAKE_TRICKS=off turns the two speed tricks (`per_job`, `freeze_startup_objects`) off:
+benchmarks/workflow.py measures what they save.
 """
 
 import gc
 import inspect
+import os
 
 try:
     from snakemake.common import overwrite_function_params
@@ -25,9 +28,13 @@ except ImportError:  # a Snakemake without it: the signature is inspected at eve
         pass
 
 
+TRICKS = os.environ.get("REPRO_SNAKEMAKE_TRICKS", "on") != "off"
+
+
 def per_job(func):
     """`func`, an input or params function, with its signature inspected once."""
-    overwrite_function_params(func, inspect.signature(func).parameters)
+    if TRICKS:
+        overwrite_function_params(func, inspect.signature(func).parameters)
     return func
 
 
@@ -46,4 +53,5 @@ def is_main_process(workflow):
 def freeze_startup_objects():
     """What Snakemake and the package have built by now lives for the whole run: frozen, the cyclic
     garbage collector stops walking it at every full collection."""
-    gc.freeze()
+    if TRICKS:
+        gc.freeze()
