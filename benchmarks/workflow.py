@@ -18,7 +18,7 @@ interval lies on one side of the goal):
     without its dependencies, enough to read the workflow with a kept config check), which tells
     what the environment alone costs; and the same full dry-run with the adapter's speed tricks
     off (REPRO_SNAKEMAKE_TRICKS=off: no recorded signatures, no gc.freeze; repro.snakemake_adapter),
-    which tells what they save.
+    and with gc.freeze alone (=freeze), which tell what both and the recorded signatures save.
 Wall-clock and CPU seconds both; on a busy machine neither holds still (at a load of 3 on 2 cores
 the full dry-run's interval spans 1.3-1.6), so --instructions also counts what each invocation
 executes, once, under valgrind's callgrind: the same count however busy the machine, the ratio of
@@ -59,14 +59,17 @@ from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_rati
 BIN = Path(sys.executable).parent
 ENV = environment(BIN)
 NO_TRICKS_ENV = {**ENV, "REPRO_SNAKEMAKE_TRICKS": "off"}
+FREEZE_ONLY_ENV = {**ENV, "REPRO_SNAKEMAKE_TRICKS": "freeze"}
 FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
 SNAKEMAKE_ONLY_VENV = REPO / "benchmarks" / "out" / "snakemake-only-venv"
 STARTUP, DRY, NOOP = "start-up (empty Snakefile)", "full --dry-run", "no-op rerun of fig8"
 COLD, REFERENCE = "full --dry-run, config unkept", "bare workflow, same jobs"
 SNAKEMAKE_ONLY = "full --dry-run, Snakemake-only"
 NO_TRICKS = "full --dry-run, tricks off"
+FREEZE_ONLY = "full --dry-run, gc.freeze only"
 GOALS = {STARTUP: 1.3, DRY: 1.3, NOOP: 1.5}
-LABELS = {REFERENCE: "bare", NO_TRICKS: "tricks off"}  # a ratio over another row than the floor
+# a ratio over another row than the floor
+LABELS = {REFERENCE: "bare", COLD: "config unkept", NO_TRICKS: "tricks off", FREEZE_ONLY: "gc.freeze only"}
 
 
 def venv_python(venv, *installs):
@@ -143,6 +146,7 @@ def main():
             REFERENCE: run(project, dry, same_size),
             SNAKEMAKE_ONLY: run(snakemake_only, dry, clean),  # the config kept by the first DRY (it needs numpy to check one)
             NO_TRICKS: lambda: timed([project, *dry], clean, NO_TRICKS_ENV)[0],
+            FREEZE_ONLY: lambda: timed([project, *dry], clean, FREEZE_ONLY_ENV)[0],
         }
         loads = [load()]
         try:
@@ -160,6 +164,7 @@ def main():
                     REFERENCE: instructions([*python, *dry], same_size, ENV),
                     SNAKEMAKE_ONLY: instructions([str(snakemake_only_python), "-m", "snakemake", *dry], clean, ENV),
                     NO_TRICKS: instructions([*python, *dry], clean, NO_TRICKS_ENV),
+                    FREEZE_ONLY: instructions([*python, *dry], clean, FREEZE_ONLY_ENV),
                 }
         finally:
             loads.append(load())
@@ -167,9 +172,10 @@ def main():
             if state.exists():
                 subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
     print(f"snakemake {version('snakemake')}; {jobs} jobs in the full dry-run; load before: {loads[0]}; after: {loads[1]}")
-    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE, SNAKEMAKE_ONLY, NO_TRICKS]]
+    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE, SNAKEMAKE_ONLY, NO_TRICKS, FREEZE_ONLY]]
     rows += [(DRY, REFERENCE, None)]  # what the rules add over Snakemake's own work on as many jobs
-    rows += [(DRY, NO_TRICKS, None)]  # what the adapter's speed tricks save (below 1: they pay)
+    rows += [(DRY, NO_TRICKS, None), (DRY, FREEZE_ONLY, None)]  # what the adapter's speed tricks save (below 1: they pay)
+    rows += [(DRY, COLD, None)]  # what the kept config check saves
     if args.rounds:
         print_timed(samples, rows, args.rounds)
     if args.instructions:

@@ -12,8 +12,8 @@ rather than silently:
   - `freeze_startup_objects`: gc.freeze() once Snakemake and the package are imported, so the cyclic
     collector stops walking what lives for the whole run.
 Standard library only (and Snakemake's own helper, already imported when a Snakefile is read).
-REPRO_SNAKEMAKE_TRICKS=off turns the two speed tricks (`per_job`, `freeze_startup_objects`) off:
-benchmarks/workflow.py measures what they save.
+REPRO_SNAKEMAKE_TRICKS names the speed tricks on: `signatures,freeze` (the default), one of them,
+or `off`; benchmarks/workflow.py measures what each saves.
 """
 
 import gc
@@ -28,12 +28,12 @@ except ImportError:  # a Snakemake without it: the signature is inspected at eve
         pass
 
 
-TRICKS = os.environ.get("REPRO_SNAKEMAKE_TRICKS", "on") != "off"
+TRICKS = set(os.environ.get("REPRO_SNAKEMAKE_TRICKS", "signatures,freeze").split(","))
 
 
 def per_job(func):
     """`func`, an input or params function, with its signature inspected once."""
-    if TRICKS:
+    if "signatures" in TRICKS:
         overwrite_function_params(func, inspect.signature(func).parameters)
     return func
 
@@ -53,5 +53,5 @@ def is_main_process(workflow):
 def freeze_startup_objects():
     """What Snakemake and the package have built by now lives for the whole run: frozen, the cyclic
     garbage collector stops walking it at every full collection."""
-    if TRICKS:
+    if "freeze" in TRICKS:
         gc.freeze()
