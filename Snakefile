@@ -1,14 +1,12 @@
-import gc
-
 from snakemake.utils import min_version
 
 from repro.checkedconfig import checked_config
+from repro.snakemake_adapter import freeze_startup_objects
 
 min_version("9.0")
 
-# What Snakemake and the package have built by now lives for the whole run: frozen, the cyclic
-# garbage collector stops walking it at every full collection (4% of a full dry-run's work).
-gc.freeze()
+# what is built by now lives for the whole run (4% of a full dry-run's work is the collector walking it)
+freeze_startup_objects()
 
 
 configfile: "config/config.yaml"

@@ -17,10 +17,10 @@ it grows: it tends to the ratio of the per-job costs. What remains is Snakemake'
 these larger jobs (a run has 4 inputs and 4 outputs, a log, resources, a benchmark file and a
 conda environment); the rules' input and params functions take about 0.02 s of a 1,000-job
 dry-run (cProfile). The project's own per-job costs are cut: signatures inspected once (per_job
-in repro.rulefunctions), no `script:` rules, inputs shared by every run named as their rules'
+in repro.snakemake_adapter), no `script:` rules, inputs shared by every run named as their rules'
 outputs (rules.X.output, so Snakemake takes the producer without matching the path), wildcard
 constraints as a trie (repro.wildcards: 16 patterns for 416 experiments compile in 0.05 s
-against 0.15 s flat), and the Snakefile's gc.freeze (12.61 to 12.40 billion instructions at 999
+against 0.15 s flat), and gc.freeze after start-up (repro.snakemake_adapter; 12.61 to 12.40 billion instructions at 999
 jobs). The latest results are in docs/BENCHMARKS.md.
 
     python benchmarks/dag_scale.py [--jobs 1000 2500 5000] [--goal-rounds 11] [--rounds 5]

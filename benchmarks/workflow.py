@@ -16,7 +16,9 @@ interval lies on one side of the goal):
     per-job work and the project's rules; and the same full dry-run from a Snakemake-only
     virtualenv (benchmarks/out/snakemake-only-venv: snakemake, PyYAML and the package installed
     without its dependencies, enough to read the workflow with a kept config check), which tells
-    what the environment alone costs.
+    what the environment alone costs; and the same full dry-run with the adapter's speed tricks
+    off (REPRO_SNAKEMAKE_TRICKS=off: no recorded signatures, no gc.freeze; repro.snakemake_adapter),
+    and with gc.freeze alone (=freeze), which tell what both and the recorded signatures save.
 Wall-clock and CPU seconds both; on a busy machine neither holds still (at a load of 3 on 2 cores
 the full dry-run's interval spans 1.3-1.6), so --instructions also counts what each invocation
 executes, once, under valgrind's callgrind: the same count however busy the machine, the ratio of
@@ -31,7 +33,7 @@ Where the full dry-run's cost over the floor goes, and what each cut it saved (c
   - reading the workflow: Snakemake parses the Snakefile and rule files at every start, about
     50,000 instructions a token, so the rules' functions live in repro.rulefunctions (compiled
     once; 0.026 billion of the floor's 2.86); the config check is kept (validating afresh adds
-    0.30 billion, repro.checkedconfig); the Snakefile's gc.freeze keeps the collector off the
+    0.30 billion, repro.checkedconfig); gc.freeze after start-up (repro.snakemake_adapter) keeps the collector off the
     modules imported before it (full dry-run 4.31 to 4.14 billion); every rule is `shell:`, since
     a `script:` rule makes Snakemake import nbformat to tell the script's language;
   - the jobs: Snakemake's own per-job work, 8.6 million instructions a job against 4.9 million
@@ -56,12 +58,18 @@ from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_rati
 
 BIN = Path(sys.executable).parent
 ENV = environment(BIN)
+NO_TRICKS_ENV = {**ENV, "REPRO_SNAKEMAKE_TRICKS": "off"}
+FREEZE_ONLY_ENV = {**ENV, "REPRO_SNAKEMAKE_TRICKS": "freeze"}
 FLOOR_VENV = REPO / "benchmarks" / "out" / "floor-venv"
 SNAKEMAKE_ONLY_VENV = REPO / "benchmarks" / "out" / "snakemake-only-venv"
 STARTUP, DRY, NOOP = "start-up (empty Snakefile)", "full --dry-run", "no-op rerun of fig8"
 COLD, REFERENCE = "full --dry-run, config unkept", "bare workflow, same jobs"
 SNAKEMAKE_ONLY = "full --dry-run, Snakemake-only"
+NO_TRICKS = "full --dry-run, tricks off"
+FREEZE_ONLY = "full --dry-run, gc.freeze only"
 GOALS = {STARTUP: 1.3, DRY: 1.3, NOOP: 1.5}
+# a ratio over another row than the floor
+LABELS = {REFERENCE: "bare", COLD: "config unkept", NO_TRICKS: "tricks off", FREEZE_ONLY: "gc.freeze only"}
 
 
 def venv_python(venv, *installs):
@@ -92,7 +100,7 @@ def print_timed(samples, rows, count):
     for name, over, goal in rows:
         wall, cpu = ratios(samples[name], samples[over], 0), ratios(samples[name], samples[over], 1)
         seconds = statistics.median(w for w, _ in samples[name])
-        label = name if over == "floor" else f"{name} / bare"
+        label = name if over == "floor" else f"{name} / {LABELS[over]}"
         judged = f"{goal:>5.1f}  {verdict(wall, goal)}/{verdict(cpu, goal)}" if goal else f"{'-':>5}"
         print(f"{label:<31}{seconds:>7.2f} {fmt_ratio(wall):<30}{fmt_ratio(cpu):<30}{judged}")
 
@@ -137,6 +145,8 @@ def main():
             COLD: cold,  # after it, the config is kept again for the next round's DRY
             REFERENCE: run(project, dry, same_size),
             SNAKEMAKE_ONLY: run(snakemake_only, dry, clean),  # the config kept by the first DRY (it needs numpy to check one)
+            NO_TRICKS: lambda: timed([project, *dry], clean, NO_TRICKS_ENV)[0],
+            FREEZE_ONLY: lambda: timed([project, *dry], clean, FREEZE_ONLY_ENV)[0],
         }
         loads = [load()]
         try:
@@ -153,6 +163,8 @@ def main():
                     COLD: cold(lambda command, cwd: instructions(command, cwd, ENV), python),
                     REFERENCE: instructions([*python, *dry], same_size, ENV),
                     SNAKEMAKE_ONLY: instructions([str(snakemake_only_python), "-m", "snakemake", *dry], clean, ENV),
+                    NO_TRICKS: instructions([*python, *dry], clean, NO_TRICKS_ENV),
+                    FREEZE_ONLY: instructions([*python, *dry], clean, FREEZE_ONLY_ENV),
                 }
         finally:
             loads.append(load())
@@ -160,14 +172,16 @@ def main():
             if state.exists():
                 subprocess.run([str(BIN / "repro"), "cluster", "stop", "--state", str(state)], capture_output=True)
     print(f"snakemake {version('snakemake')}; {jobs} jobs in the full dry-run; load before: {loads[0]}; after: {loads[1]}")
-    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE, SNAKEMAKE_ONLY]]
+    rows = [(name, "floor", GOALS.get(name)) for name in [*GOALS, COLD, REFERENCE, SNAKEMAKE_ONLY, NO_TRICKS, FREEZE_ONLY]]
     rows += [(DRY, REFERENCE, None)]  # what the rules add over Snakemake's own work on as many jobs
+    rows += [(DRY, NO_TRICKS, None), (DRY, FREEZE_ONLY, None)]  # what the adapter's speed tricks save (below 1: they pay)
+    rows += [(DRY, COLD, None)]  # what the kept config check saves
     if args.rounds:
         print_timed(samples, rows, args.rounds)
     if args.instructions:
         print(f"instructions executed (valgrind callgrind, one run each); floor {counted['floor'] / 1e9:.2f} billion")
         for name, over, goal in rows:
-            label = name if over == "floor" else f"{name} / bare"
+            label = name if over == "floor" else f"{name} / {LABELS[over]}"
             ratio = counted[name] / counted[over]
             judged = f"goal {goal:.1f}  {'ok' if ratio <= goal else 'MISSED'}" if goal else ""
             print(f"{label:<31}{counted[name] / 1e9:>7.2f} {ratio:>5.2f}  {judged}")

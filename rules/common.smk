@@ -37,11 +37,12 @@ from repro.rulesettings import (
     trims_models,
     trims_store_settings,
 )
+from repro.snakemake_adapter import is_main_process
 from repro.trims.service import this_invocation
 from repro.wildcards import one_of
 
 # this invocation, a model store user (repro.trims.service)
-INVOCATION = this_invocation(workflow.is_main_process)
+INVOCATION = this_invocation(is_main_process(workflow))
 put_own_bin_first()  # the rules run `repro` from this environment, also when it is not on PATH
 BACKEND = config["backend"]
 CLUSTER_SETTINGS = cluster_settings(config)

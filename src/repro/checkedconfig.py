@@ -18,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-_ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")  # as repro.config expands them
+_ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")  # as repro.fsutil.expand_path expands them
 _PACKAGE = Path(__file__).resolve().parent
 
 

@@ -7,8 +7,6 @@ The Snakefile calls `validate_config` on Snakemake's merged config (config/confi
 
 import importlib.util
 import math
-import os
-import re
 from importlib.resources import files
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import yaml
 
 from repro.backends import backend_names, get_backend
 from repro.errors import ReproError
+from repro.fsutil import expand_path
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)
@@ -25,7 +24,6 @@ PATH_KEYS = (
     ("trims", "base_path"),
     ("trims", "asset_store"),
 )
-_ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 
 def schema():
@@ -139,15 +137,6 @@ def _reject_non_finite(value, source, where):
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _reject_non_finite(item, source, [*where, str(index)])
-
-
-def expand_path(value, key="path", source="config"):
-    """`~` and `$NAME`/`${NAME}` expanded; an unset variable is an error naming the key."""
-    for match in _ENV_VAR.finditer(value):
-        name = match.group(1).strip("{}")
-        if name not in os.environ:
-            raise ReproError(f"{source}: {key}: environment variable ${name} is not set (in {value!r})")
-    return os.path.expanduser(os.path.expandvars(value))
 
 
 def _expand_at(node, keys, where, source):

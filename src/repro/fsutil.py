@@ -1,6 +1,7 @@
 """Atomic output: write to a temporary file beside the target, then rename over it.
 
 A reader (or Snakemake after a crash) never sees a half-written file under the final name.
+Paths from config and tool files get `~` and `$VAR` expanded here (`expand_path`).
 A target that cannot be written (a directory, a read-only or full file system) is a ReproError
 naming it; JSON output never holds NaN or Infinity, which strict JSON readers refuse.
 """
@@ -10,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -221,3 +223,15 @@ def refuse_overwriting(outputs, inputs):
                 where = "" if str(path) == str(output) else f" ({path})"
                 raise ReproError(f"{flag} {output}: is one of the inputs{where}; writing it would overwrite that input: "
                                  "name another output file")
+
+
+_ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
+
+
+def expand_path(value, key="path", source="config"):
+    """`~` and `$NAME`/`${NAME}` expanded; an unset variable is an error naming the key."""
+    for match in _ENV_VAR.finditer(value):
+        name = match.group(1).strip("{}")
+        if name not in os.environ:
+            raise ReproError(f"{source}: {key}: environment variable ${name} is not set (in {value!r})")
+    return os.path.expanduser(os.path.expandvars(value))

@@ -3,37 +3,15 @@
 Snakemake parses the Snakefile and every rule file at each start, token by token, at about
 50,000 instructions a token (callgrind, Snakemake 9.27): a lambda or a helper written in a rule
 file is paid for at every invocation. Written here, it is compiled once into Python's bytecode
-cache and imported. Standard library only (and Snakemake's own helper, when present): the rule
-files import it at every start.
+cache and imported. Standard library only: the rule files import it at every start.
 
-Every input or params function returned here has its signature inspected once (`per_job`):
-Snakemake would otherwise call inspect.signature on it several times for every job it plans.
-A function of the job's `output` (or `input`) is a derived param: Snakemake leaves it out of the
-params rerun trigger, as the output's own triggers cover it.
+Every input or params function returned here has its signature inspected once (`per_job`), and
+`untracked` makes a derived param; both lean on Snakemake's internals, through repro.snakemake_adapter.
 """
 
-import inspect
 import os
 
-try:
-    from snakemake.common import overwrite_function_params
-except ImportError:  # another Snakemake: it inspects the signature at every call
-
-    def overwrite_function_params(func, params):
-        pass
-
-
-def per_job(func):
-    """`func`, an input or params function, with its signature inspected once."""
-    overwrite_function_params(func, inspect.signature(func).parameters)
-    return func
-
-
-def untracked(value):
-    """A param that Snakemake leaves out of the params rerun trigger (a derived param). For the
-    settings a service starts with: changing them must not restart it; the status checks compare
-    their digest."""
-    return per_job(lambda wildcards, output: value)
+from repro.snakemake_adapter import per_job, untracked  # noqa: F401  (the rule files import untracked from here)
 
 
 def by_wildcards(settings, config, *names):

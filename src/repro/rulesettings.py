@@ -3,54 +3,10 @@ Snakemake reruns a job when, and only when, a setting it uses changes. A rule ha
 `repro` command as JSON text (`--settings {params.settings:q}`, read back by `settings_argument`).
 """
 
-import argparse
-import contextlib
 import copy
-import hashlib
-import json
 
-from repro.errors import ReproError
-
-
-class Settings(dict):
-    """A dict that a shell command shows as JSON: Snakemake keeps the dict's repr as the params'
-    rerun trigger (the same as a plain dict's), and `{params.settings:q}` formats it with str()."""
-
-    def __str__(self):
-        return json.dumps(self, separators=(",", ":"))
-
-
-def settings_argument(text):
-    """argparse type: a JSON object given on the command line (as a rule passes `Settings`)."""
-    try:
-        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
-    except RecursionError:
-        raise argparse.ArgumentTypeError("nested too deeply") from None
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _unique_keys(pairs):
-    from repro.fsutil import unique_keys  # not at the top: the Snakefile imports this module at every start
-
-    return unique_keys(pairs)
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not a number JSON holds")
-
-
-@contextlib.contextmanager
-def settings_keys(flag="--settings"):
-    """Settings given by hand that lack what a command reads: name the flag, not a KeyError."""
-    try:
-        yield
-    except KeyError as exc:
-        raise ReproError(f"{flag}: lacks key {exc} (expected the settings the workflow passes; "
-                         "see repro.rulesettings)") from None
+# the rules import these from here with the settings functions
+from repro.settings import Settings, settings_argument, settings_digest, settings_keys  # noqa: F401
 
 
 def calibrated_pipelines(config):
@@ -85,12 +41,6 @@ def cluster_settings(config):
 def trims_store_settings(config):
     """What the TrIMS model store is started with."""
     return Settings(base_path=config["trims"]["base_path"], server=config["trims"]["server"])
-
-
-def settings_digest(settings):
-    """A short, stable fingerprint of `settings`: a state records it, status checks compare it."""
-    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def run_settings(config, experiment, mode):

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.rulesettings import settings_digest
+from repro.settings import settings_digest
 
 
 def backend_names():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
-from repro.rulesettings import settings_argument, settings_keys
+from repro.settings import settings_argument, settings_keys
 
 MAX_DOLLARS = 1e9  # per epoch, on `pecan plot`'s command line
 MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*

@@ -23,7 +23,7 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
-from repro.rulesettings import settings_argument
+from repro.settings import settings_argument
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.workload import DISTRIBUTIONS
 
@@ -113,7 +113,7 @@ def _check_values(config, path):
 
 
 def _expand_paths(config, path):
-    from repro.config import expand_path
+    from repro.fsutil import expand_path
     from repro.trims.carml_config import EXPANDED_KEYS
 
     for key in EXPANDED_KEYS:

@@ -460,7 +460,7 @@ def _parse_repro(parser, command):
 
 
 def main(argv=None):
-    from repro.cli import build_parser, run
+    from repro.commands import build_parser, run
     from repro.trims.carml_config import original_defaults
 
     words = sys.argv[1:] if argv is None else list(argv)

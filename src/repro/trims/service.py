@@ -34,7 +34,7 @@ from pathlib import Path
 from repro import processes
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.rulesettings import settings_digest
+from repro.settings import settings_digest
 
 RECORD = "store.json"
 INVOCATION_VARIABLE = "REPRO_INVOCATION"
@@ -43,7 +43,7 @@ WATCH_INTERVAL_S = 1.0
 
 def this_invocation(main_process):
     """This Snakemake invocation, as 'pid:start_ticks' of its main process. The main process
-    (`main_process`: Snakemake's workflow.is_main_process) sets it in its environment when it parses
+    (`main_process`: repro.snakemake_adapter.is_main_process) sets it in its environment when it parses
     the Snakefile, replacing any value it inherited (a snakemake run inside a job is an invocation of
     its own); every job, and every Snakemake process spawned for a job (which parses the Snakefile
     again), inherits that value."""

@@ -103,15 +103,15 @@ class SshWorkers:
         self._connections = {}
 
     def _connection(self, name):
-        from repro.backends.ssh import _open
+        from repro.sshconnect import open_checked
 
         if name not in self._connections:
             host = next(h for h in self.hosts if h["name"] == name)
-            self._connections[name] = _open(host, self.config)
+            self._connections[name] = open_checked(host, self.config)
         return self._connections[name]
 
     def _run(self, name, command):
-        from repro.backends.ssh import _describe
+        from repro.sshconnect import describe_host
 
         host = next(h for h in self.hosts if h["name"] == name)
         try:
@@ -120,9 +120,9 @@ class SshWorkers:
             raise
         except Exception as exc:  # a connection that broke mid-run: paramiko, socket or EOF errors
             self._connections.pop(name, None)
-            raise ReproError(f"{_describe(host)}: ssh failed: {exc}") from None
+            raise ReproError(f"{describe_host(host)}: ssh failed: {exc}") from None
         if result.exited != 0:
-            raise ReproError(f"{_describe(host)}: `{command[:120]}` exited with {result.exited}: "
+            raise ReproError(f"{describe_host(host)}: `{command[:120]}` exited with {result.exited}: "
                              f"{result.stderr.strip()[-500:]}")
         return result.stdout
 

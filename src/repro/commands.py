@@ -1,0 +1,413 @@
+"""The `repro` command. Exit codes: 0 success, 1 bad input or failed step, 2 usage error, 128 + the
+signal after Ctrl-C, SIGTERM or SIGHUP (each cleans up as Ctrl-C does).
+
+What a user can cause (bad input, an unwritable or missing file) ends in one line,
+`repro: error: ...`, naming the file, key or flag; only a defect in the package shows a traceback.
+"""
+
+# The command tree (`build_parser`) and how a parsed command line runs (`run`), shared by the two
+# programs: `repro` (repro.cli) and `trims-tools` (repro.trims.originals). The docstring is `repro --help`'s text.
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+
+from repro.errors import ReproError
+from repro.fsutil import write_json
+from repro.settings import settings_argument, settings_keys
+
+
+def _trace_commands(sub):
+    trace = sub.add_parser("trace", help="Chrome trace tools: combine, summarize, validate")
+    tsub = trace.add_subparsers(dest="trace_command", required=True, metavar="{combine,summarize,validate,download}")
+
+    combine = tsub.add_parser("combine", help="combine traces into one, one process row per input")
+    combine.add_argument("inputs", nargs="+", help="trace files or directories")
+    combine.add_argument("-o", "--output", default="combined.json", help="output file (default: combined.json)")
+    combine.add_argument(
+        "--adjust",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="drop 'ignore' events, close their gaps and zero each input at its first event (default: on)",
+    )
+    combine.add_argument("--skip-first", action="store_true", help="skip the first input")
+    combine.add_argument("--lenient", action="store_true", help="skip malformed events and report how many")
+    combine.set_defaults(func=_combine, writes={"output": "-o/--output"}, reads=("inputs",))
+
+    summ = tsub.add_parser("summarize", help="summarise traces into summary JSON with group statistics")
+    summ.add_argument("inputs", nargs="+", help="trace files or directories (searched recursively)")
+    summ.add_argument("-o", "--output", help="output file (default: summary.json)")
+    summ.add_argument("--detailed", action="store_true", help="include every event of every trace")
+    summ.add_argument(
+        "--group-by",
+        default="model_name,upr_enabled",
+        help="comma-separated run fields to group statistics by (default: model_name,upr_enabled)",
+    )
+    summ.add_argument("--lenient", action="store_true", help="skip malformed events and unmatched pairs")
+    summ.add_argument("--format", choices=["repro", "original"], default="repro",
+                      help="repro: group statistics, microseconds; original: the TRIMS tools' list of records, "
+                      "nanoseconds (default: repro)")
+    summ.add_argument("--each-directory", action="store_true",
+                      help="one summary per input directory, written to <directory>/summary.json unless -o")
+    summ.set_defaults(func=_summarize, writes={"output": "-o/--output"}, reads=("inputs",))
+
+    val = tsub.add_parser("validate", help="check that files are well-formed Chrome traces")
+    val.add_argument("inputs", nargs="+", help="trace files")
+    val.set_defaults(func=_validate)
+
+    down = tsub.add_parser("download", help="fetch the traces a run's upload receipt lists, checksums verified")
+    down.add_argument("receipt", help="the run's upload receipt (upload.json)")
+    down.add_argument("--store", help="the trace store to read from: a directory or gs://bucket/prefix (default: the "
+                      "one the receipt records, where the run uploaded its traces)")
+    down.add_argument("-o", "--output-dir", required=True, help="directory to put the traces in")
+    down.set_defaults(func=_download)
+
+
+def _combine(args):
+    from repro.fsutil import refuse_overwriting
+    from repro.traces import combine
+    from repro.traces.summarize import find_traces
+
+    inputs = find_traces(args.inputs)
+    refuse_overwriting([("-o/--output", args.output)], inputs)  # also a trace found in an input directory
+    report = combine(inputs, args.output, adjust=args.adjust, skip_first=args.skip_first, strict=not args.lenient)
+    print(f"{args.output}: {report['events']} events from {report['inputs']} traces"
+          + (f", {report['skipped']} malformed events skipped" if report["skipped"] else ""))
+
+
+def _summarize(args):
+    from pathlib import Path
+
+    if not args.each_directory:
+        _summarize_into(args, args.inputs, args.output or "summary.json")
+        return
+    not_directories = [p for p in args.inputs if not Path(p).is_dir()]
+    if not_directories:
+        raise ReproError(f"--each-directory: {not_directories[0]} is not a directory")
+    if args.output and len(args.inputs) > 1:
+        raise ReproError("-o/--output: with --each-directory and several directories each writes its own "
+                         "<directory>/summary.json; leave -o out")
+    for directory in args.inputs:
+        _summarize_into(args, [directory], args.output or str(Path(directory) / "summary.json"))
+
+
+def _summarize_into(args, inputs, output):
+    from repro.fsutil import refuse_overwriting
+    from repro.traces import summarize
+    from repro.traces.original import original_summary
+    from repro.traces.summarize import find_traces
+
+    refuse_overwriting([("-o/--output", output)], find_traces(inputs))  # also a trace found in an input directory
+
+    if args.format == "original":
+        records = original_summary(inputs, detailed=args.detailed, strict=not args.lenient)
+        write_json(output, records)
+        print(f"{output}: {len(records)} traces")
+        return
+    group_by = [k for k in args.group_by.split(",") if k]
+    doc = summarize(inputs, group_by=group_by, detailed=args.detailed, strict=not args.lenient)
+    write_json(output, doc)
+    print(f"{output}: {len(doc['traces'])} traces, {len(doc['groups'])} groups")
+
+
+def _validate(args):
+    from repro.traces import validate
+
+    failed = 0
+    for path in args.inputs:
+        try:
+            report = validate(path)
+        except ReproError as exc:
+            print(f"INVALID {exc}", file=sys.stderr)
+            failed += 1
+        else:
+            print(f"ok {path}: {report['events']} events ({report['form']} form) {json.dumps(report['phases'])}")
+    if failed:
+        raise SystemExit(1)
+
+
+def _download(args):
+    from repro.tracestore import download_traces, open_store
+
+    store = open_store(args.store) if args.store else None
+    for entry in download_traces(store, args.receipt, args.output_dir):
+        print(f"{entry['key']}: sha256 {entry['sha256']} verified")
+
+
+def _cluster_commands(sub):
+    cluster = sub.add_parser("cluster", help="start, check and stop the backend's services")
+    csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{start,status,run,stop}")
+    start = csub.add_parser("start", help="start the backend (idempotent) and write its state JSON")
+    where = start.add_mutually_exclusive_group()
+    where.add_argument("--config", default="config/config.yaml", help="config file (default: config/config.yaml)")
+    where.add_argument("--settings", type=settings_argument,
+                       help="the cluster settings as JSON, instead of --config (the workflow passes its merged config's)")
+    start.add_argument("--state", required=True, help="state JSON to write")
+    start.set_defaults(func=_cluster_start, writes={"state": "--state"}, reads=("config",))
+    status = csub.add_parser("status", help="run the status checks; exit 1 if any FAILED")
+    status.add_argument("--state", required=True)
+    status.add_argument("--expect", metavar="DIGEST",
+                        help="settings digest the state must have been started with (the workflow passes it)")
+    status.add_argument("--calibration", nargs="*", default=[], help="calibration files that must exist")
+    status.add_argument("-o", "--output", help="status JSON to write when every check passes")
+    status.set_defaults(func=_cluster_status, writes={"output": "-o/--output"}, reads=("state", "calibration"))
+    run = csub.add_parser("run", help="run one experiment x mode on the started backend")
+    run.add_argument("--state", required=True, help="the backend's state JSON (from cluster start)")
+    run.add_argument("--settings", required=True, type=settings_argument,
+                     help="the run's settings as JSON (repro.rulesettings.run_settings, as the workflow passes them)")
+    run.add_argument("--experiment", required=True)
+    run.add_argument("--mode", required=True)
+    run.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
+    run.add_argument("--run-dir", required=True, help="directory for the run's log, metrics and traces")
+    run.add_argument("--receipt", required=True, help="upload receipt JSON to write")
+    run.set_defaults(func=_cluster_run, writes={"receipt": "--receipt"}, reads=("state", "calibration"))
+    stop = csub.add_parser("stop", help="stop what start started, and the model store this directory started")
+    stop.add_argument("--state", required=True)
+    stop.set_defaults(func=_cluster_stop)
+
+
+def _read_state(path):
+    if not path:
+        raise ReproError("--state: expected the cluster state's file name, got ''")
+    try:
+        with open(path) as fh:
+            state = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ReproError(f"{path}: cannot read cluster state ({exc}); run cluster start first") from None
+    if not isinstance(state, dict) or not isinstance(state.get("backend"), str):
+        raise ReproError(f"{path}: not a cluster state (expected a JSON object with a 'backend'); "
+                         "run cluster start first")
+    from repro.backends import backend_names, get_backend
+
+    if state["backend"] not in backend_names():
+        raise ReproError(f"{path}: backend: unknown backend {state['backend']!r:.60}; expected one of {backend_names()}")
+    with _state_keys(path):
+        return get_backend(state["backend"]).bind(state, path)
+
+
+@contextlib.contextmanager
+def _state_keys(path):
+    """A KeyError from a state file is the file's fault: name it."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ReproError(f"{path}: cluster state lacks key {exc}; run cluster start first") from None
+
+
+@settings_keys()
+def _cluster_start(args):
+    from repro.backends import get_backend, start_cluster
+    from repro.config import load_config
+    from repro.rulesettings import cluster_settings
+
+    settings = args.settings if args.settings is not None else cluster_settings(load_config(args.config))
+    state = start_cluster(settings, args.state)
+    print(get_backend(state["backend"]).describe(state))
+
+
+def _cluster_status(args):
+    from repro.backends import format_checks, get_backend, state_check
+
+    state = _read_state(args.state)
+    with _state_keys(args.state):
+        checks = get_backend(state["backend"]).status(state, args.calibration)
+    if args.expect:
+        checks.insert(0, state_check(state, args.state, args.expect))
+    print(format_checks(checks))
+    failed = [c["name"] for c in checks if not c["ok"]]
+    if failed:
+        raise ReproError(f"cluster status: {len(failed)} check(s) FAILED: {'; '.join(failed)}")
+    if args.output:
+        write_json(args.output, {"backend": state["backend"], "checks": checks})
+
+
+def _cluster_run(args):
+    from pathlib import Path
+
+    from repro.backends import RunRequest, get_backend
+
+    state = _read_state(args.state)
+    request = RunRequest(settings=args.settings, experiment=args.experiment, mode=args.mode,
+                         calibration_paths=tuple(args.calibration), run_dir=Path(args.run_dir),
+                         receipt=Path(args.receipt))
+    metrics = get_backend(state["backend"]).execute(request, state)
+    print(json.dumps({k: metrics[k] for k in ("throughput", "remote_workers", "local_workers", "simulated_seconds",
+                                              "wall_s") if k in metrics}))
+
+
+def _provenance_command(sub):
+    prov = sub.add_parser("provenance", help="what produced a figure: inputs with checksums, settings, commit, "
+                          "machine and package versions")
+    prov.add_argument("inputs", nargs="+", help="the figure and the files it was drawn from")
+    prov.add_argument("--settings", required=True, type=settings_argument,
+                      help="the settings the figure depends on, as JSON (repro.rulesettings.provenance_settings)")
+    prov.add_argument("-o", "--output", required=True, help="provenance JSON to write")
+    prov.set_defaults(func=_provenance, writes={"output": "-o/--output"}, reads=("inputs",))
+
+
+def _provenance(args):
+    from repro.provenance import describe_figure
+
+    write_json(args.output, describe_figure(args.inputs, args.settings))
+
+
+def _cluster_stop(args):
+    from pathlib import Path
+
+    from repro.backends import get_backend
+    from repro.trims import service
+
+    try:
+        if not args.state or Path(args.state).exists():
+            state = _read_state(args.state)
+            with _state_keys(args.state):
+                get_backend(state["backend"]).stop(state)
+            print(f"{state['backend']} backend stopped")
+    finally:  # a state that cannot be read still leaves no model store running
+        if service.stop():
+            print("model store stopped")
+
+
+def _config_command(sub):
+    config = sub.add_parser("config", help="check configuration files before a workflow reads them")
+    csub = config.add_subparsers(dest="config_command", required=True, metavar="{check}")
+    check = csub.add_parser("check", help="check --configfile files merged over the base config, as the workflow "
+                            "would (a missing file or invalid YAML named with its line)")
+    check.add_argument("files", nargs="*", help="the files a workflow gets with --configfile, in that order")
+    check.add_argument("--base", default="config/config.yaml", help="the workflow's own config (default %(default)s)")
+    check.set_defaults(func=_config_check)
+
+
+def _config_check(args):
+    from repro.config import check_config_files
+
+    config = check_config_files(args.files, args.base)
+    print(f"{' + '.join([args.base, *args.files])}: ok (backend {config['backend']}, "
+          f"{len(config['pecan']['experiments'])} experiments)")
+
+
+def _doctor_command(sub):
+    doctor = sub.add_parser("doctor", help="check what a Snakemake profile needs before Snakemake starts with it: "
+                            "its plugins (extras), the environment variables it names, Google credentials")
+    doctor.add_argument("--profile", required=True, help="the profile directory, as given to snakemake --profile")
+    doctor.set_defaults(func=_doctor)
+
+
+def _doctor(args):
+    from repro.doctor import check_profile
+
+    problems, summary = check_profile(args.profile)
+    for problem in problems:
+        print(f"repro: error: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    print(summary)
+
+
+def _imported_group(module):
+    """A command group that `module`'s add_commands adds, imported only when the group is built."""
+    return lambda sub: importlib.import_module(module).add_commands(sub)
+
+
+# the command groups, each added by a function that imports what only its commands need
+COMMAND_GROUPS = {"trace": _trace_commands, "cluster": _cluster_commands, "provenance": _provenance_command,
+                  "config": _config_command, "doctor": _doctor_command,
+                  "pecan": _imported_group("repro.pecan.cli"), "trims": _imported_group("repro.trims.cli")}
+
+
+def build_parser(group=None):
+    """The parser of every command; with `group`, a command group's name, of that group alone: a
+    command then starts without importing the other groups' modules (pecan's and trims' take a
+    tenth of a second)."""
+    parser = argparse.ArgumentParser(prog="repro", description=__doc__)
+    alone = group in COMMAND_GROUPS
+    # a group built alone: its usage lines still name them all, as the whole parser's do
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMAND_GROUPS) + "}" if alone else None)
+    for name, add in COMMAND_GROUPS.items():
+        if not alone or name == group:
+            add(sub)
+    return parser
+
+
+def refuse_overwriting_inputs(args):
+    """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
+    dests of the files it reads): writing one would destroy what it reads."""
+    from repro.fsutil import refuse_overwriting
+
+    def paths(dest):
+        value = getattr(args, dest, None)
+        return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, os.PathLike))]
+
+    inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
+    refuse_overwriting([(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)],
+                       inputs)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C's KeyboardInterrupt is: the same
+    clean-up runs (workers stopped, temporary files removed), then the exit status is 128 + signal."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupted():
+    """While a command runs: SIGTERM and SIGHUP do what Ctrl-C does. A signal that is ignored (nohup)
+    stays ignored; once one came, a repeat is ignored until the clean-up is over."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def terminated(signum, frame):
+        for other in previous:
+            signal.signal(other, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(signum)
+        if handler is not signal.SIG_IGN:
+            previous[signum] = handler
+            signal.signal(signum, terminated)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run(args, prog="repro", spell=str):
+    """Run a parsed command line; errors a user can cause become one line and exit status 1.
+    `spell` rewrites an error message (trims-tools names its own flags)."""
+    try:
+        with _terminated_as_interrupted():
+            refuse_overwriting_inputs(args)
+            code = args.func(args)  # a command returns its exit code, or None for success
+    except ReproError as exc:
+        print(f"{prog}: error: {spell(str(exc))}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
+        print(f"{prog}: error: {_os_error(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: cleaned up on the way out; 128 + signal, as shells do
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"{prog}: interrupted" if signum == signal.SIGINT else f"{prog}: terminated ({signal.Signals(signum).name})",
+              file=sys.stderr)
+        return 128 + signum
+    return code or 0
+
+
+def _os_error(exc):
+    if exc.filename is None:
+        return exc.strerror or str(exc)
+    if isinstance(exc, FileExistsError):
+        return f"{exc.filename}: exists and is not a directory"
+    return f"{exc.filename}: {exc.strerror}"
+
