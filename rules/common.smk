@@ -72,7 +72,12 @@ wildcard_constraints:
     pipeline=one_of(PIPELINES, "no-pipelines"),
     comparison=one_of(config["plots"]["comparisons"], "no-comparisons"),
     any_figure=one_of(
-        [*config["plots"]["figures"], *config["plots"]["trims"]], "no-figures"
+        [
+            *config["plots"]["figures"],
+            *config["plots"]["comparisons"],
+            *config["plots"]["trims"],
+        ],
+        "no-figures",
     ),
     backend=re.escape(BACKEND),
     trims_job=r"[A-Za-z0-9_][A-Za-z0-9_.-]*",

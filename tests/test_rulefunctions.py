@@ -37,3 +37,22 @@ def test_all_asks_for_trims_runs_only_where_trims_figures_are_configured():
     assert any(t.startswith("results/trims/runs/compare/") for t in targets)
     config["plots"]["trims"] = []  # as backends other than local require
     assert run_targets(config) == [t for t in targets if not t.startswith("results/trims/")]
+
+
+def test_a_comparison_figure_has_provenance_over_its_workloads():
+    from repro.config import load_config
+    from repro.rulefunctions import all_targets, figure_data
+    from repro.rulesettings import provenance_settings
+
+    config = load_config(REPO / "config" / "config.yaml")
+    calibrations = {name: [f"results/calibration/{name}.json"] for name in config["pecan"]["experiments"]}
+    data = figure_data(config, calibrations)(SimpleNamespace(any_figure="Cachew_AP_FF"))
+    workloads = config["plots"]["comparisons"]["Cachew_AP_FF"]["workloads"]
+    assert data == ["results/tables/Cachew_AP_FF.csv", *sorted(f"results/calibration/{w}.json" for w in workloads)]
+    settings = provenance_settings(config, "Cachew_AP_FF")
+    assert sorted(settings["costs"]) == sorted(workloads) and sorted(settings["runs"]) == sorted(workloads)
+    assert settings["figure"]["option"] == "autoplacement"
+    before = provenance_settings(config, "AutoOrder_Cost")
+    config["pecan"]["prices"]["worker"] *= 2  # a setting its costs read: its provenance (and the record) changes
+    assert provenance_settings(config, "AutoOrder_Cost") != before
+    assert "results/provenance/Cachew_AP_FF.json" in [str(t) for t in all_targets(config, lambda path, **_: path)]

@@ -97,9 +97,14 @@ def comparison_calibrations(config, calibrations):
 
 def figure_data(config, calibrations):
     """An input function: the data a figure is drawn from, its cost table and its experiment's
-    calibrations (`calibrations`: {experiment: paths}), or the TrIMS summary."""
+    calibrations (`calibrations`: {experiment: paths}; a comparison's: its table and its workloads'
+    calibrations), or the TrIMS summary."""
 
     def data(wildcards):
+        comparison = config["plots"]["comparisons"].get(wildcards.any_figure)
+        if comparison is not None:
+            return [f"results/tables/{wildcards.any_figure}.csv",
+                    *sorted({path for workload in comparison["workloads"] for path in calibrations[workload]})]
         spec = config["plots"]["figures"].get(wildcards.any_figure)
         if spec is None:
             return ["results/summary/trims.json"]
@@ -154,6 +159,7 @@ def all_targets(config, report):
     report_items += [(f"results/provenance/{figure}.json", "provenance", "Provenance", {"figure": figure}) for figure in pecan + trims]
     comparisons = list(config["plots"].get("comparisons", {}))
     report_items += [(f"plots/{name}.png", "comparison_figure", "Figures", {"figure": name}) for name in comparisons]
+    report_items += [(f"results/provenance/{name}.json", "provenance", "Provenance", {"figure": name}) for name in comparisons]
     report_items += [(f"results/tables/{name}.csv", "comparison_table", "Cost tables", {"experiment": name}) for name in comparisons]
     report_items += [(f"results/reference/{name}.csv", "paper_verdicts", "Reference verdicts", {"figure": name})
                      for name in comparisons]

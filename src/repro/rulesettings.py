@@ -126,6 +126,15 @@ def estimate_settings(config):
 
 def provenance_settings(config, figure):
     """Every setting a figure depends on, for its provenance record (and so its rerun trigger)."""
+    if figure in config["plots"]["comparisons"]:
+        workloads = config["plots"]["comparisons"][figure]["workloads"]
+        return Settings({
+            "figure": comparison_settings(config, figure),
+            "calibration": config["calibration"],
+            "costs": {workload: cost_settings(config, workload) for workload in workloads},
+            "runs": {workload: {mode: run_settings(config, workload, mode)
+                                for mode in config["pecan"]["experiments"][workload]["modes"]} for workload in workloads},
+        })
     if figure not in config["plots"]["figures"]:
         return Settings(trims=config["trims"], backend=config["backend"], style=config["plots"]["style"])
     experiment = config["plots"]["figures"][figure]["experiment"]
