@@ -45,9 +45,10 @@ PYTEST := $(RUN) pytest -q -rs
 test: $(VENV)/.test-extras
 	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test} $(PYTEST) --durations=15
 
-# unit tests only: no Snakemake runs, no ssh, SLURM or GPU, no package registry
+# unit tests only: no Snakemake runs, no ssh, SLURM or GPU, no package registry, no tf.data service
+# or other long-running programs (the `service` marker)
 test-fast: $(VENV)/.test-extras
-	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -m "not workflow and not registry" --durations=10
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -m "not workflow and not registry and not service" --durations=10
 
 # everything, the Google Batch extra's tests included: what CI runs (.ci/run, which also installs
 # sshd and SLURM and requires their tests)

@@ -126,7 +126,16 @@ def pytest_terminal_summary(terminalreporter, config):
 SERVER_FIXTURES = {"server", "module_server"}
 
 
+# Tests that use the tf.data service (test_tfdata.py's `tf` fixture) start TensorFlow processes and
+# wait on them: they are `service` tests, as are those marked so in their modules.
+SERVICE_FIXTURES = {"tf"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.service)
     if "MUTANT_UNDER_TEST" not in os.environ:
         return
     left_out = [item for item in items if SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))]
