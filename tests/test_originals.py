@@ -315,6 +315,7 @@ def _repro(tmp_path, *words):
                           env={**os.environ, "HOME": str(tmp_path)})
 
 
+@pytest.mark.service
 def test_pecan_costs_accepts_extract_costs_options(tmp_path):
     """extract_costs.py --path LOG --model=resnet --accelerator=v2 --header=True, on the artifact's sample log."""
     proc = _repro(tmp_path, "pecan", "costs", "--config", CONFIG, f"--path={PECAN_LOGS / 'resnet_pecan.log'}",
@@ -348,6 +349,7 @@ def test_pecan_costs_bad_options_are_named(tmp_path, words, message):
     assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.service
 def test_pecan_plot_redraws_a_figure_from_fig8_py_inputs(tmp_path):
     proc = _repro(tmp_path, "pecan", "plot", "-e", "final", "-m", "ResNet50", "-t", "4.43", "0.62", "0.55",
                   "-c", "0", "1.0", "0.18", "-o", "plots/ResNet50_v2-8")
