@@ -98,6 +98,12 @@ def pytest_runtest_logreport(report):
             _FAULTS[report.nodeid] = report.outcome
 
 
+def pytest_configure(config):
+    # registered here, not in pyproject.toml's markers, so that adding it leaves the install as it was
+    config.addinivalue_line("markers", "service: starts real services or whole programs and waits on them (the tf.data "
+                            "service, the original tools), seconds each; make test-fast leaves them out")
+
+
 _STARTED = pytest.StashKey[float]()
 
 
