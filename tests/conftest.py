@@ -99,7 +99,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_configure(config):
-    # registered here, not in pyproject.toml's markers, so that adding it leaves the install as it was
+    # registered here rather than among pyproject.toml's markers: a change there makes `make` reinstall
     config.addinivalue_line("markers", "service: starts real services or whole programs and waits on them (the tf.data "
                             "service, the original tools), seconds each; make test-fast leaves them out")
 
