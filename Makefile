@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 1
 
-.PHONY: setup fig8 figures test test-fast mutation lint clean
+.PHONY: setup fig8 figures test test-fast test-all mutation lint clean
 
 # The default install: what `make fig8` needs. Executor and storage plugins are extras (README,
 # profiles), since Snakemake imports every installed plugin at each start.
@@ -14,10 +14,15 @@ $(BIN)/repro: pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-# The tests also drive the SLURM profile, GCS storage and the ssh backend. The tf.data and Google
-# Batch extras are left out (.ci/run adds them): the Batch plugin slows every Snakemake start.
+# The tests also drive the SLURM profile, GCS storage, the ssh backend and the tf.data engine
+# (TensorFlow: a large download, once). The Google Batch extra is left out (`make test-all` and
+# .ci/run add it): the Batch plugin slows every Snakemake start.
 $(VENV)/.test-extras: $(BIN)/repro
-	$(BIN)/pip install --quiet -e '.[test,slurm,gcs,ssh]'
+	$(BIN)/pip install --quiet -e '.[test,slurm,gcs,ssh,tfdata]'
+	touch $@
+
+$(VENV)/.all-extras: $(VENV)/.test-extras
+	$(BIN)/pip install --quiet -e '.[test,slurm,gcs,ssh,tfdata,googlebatch]'
 	touch $@
 
 setup: $(BIN)/repro
@@ -32,12 +37,23 @@ fig8: setup
 figures: setup
 	$(RUN) snakemake --cores $(CORES)
 
-test: $(VENV)/.test-extras
-	$(RUN) pytest -q --durations=15
+# Each tier ends with its wall time (tests/conftest.py); -rs lists why each skipped test was skipped
+# (the package that would enable it). benchmarks/tests_time.py times the tiers.
+PYTEST := $(RUN) pytest -q -rs
 
-# unit tests only: no Snakemake runs, no ssh, SLURM or GPU, no package registry
+# everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
+test: $(VENV)/.test-extras
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test} $(PYTEST) --durations=15
+
+# unit tests only: no Snakemake runs, no ssh, SLURM or GPU, no package registry, no tf.data service
+# or other long-running programs (the `service` marker)
 test-fast: $(VENV)/.test-extras
-	$(RUN) pytest -q -m "not workflow and not registry" --durations=10
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -m "not workflow and not registry and not service" --durations=10
+
+# everything, the Google Batch extra's tests included: what CI runs (.ci/run, which also installs
+# sshd and SLURM and requires their tests)
+test-all: $(VENV)/.all-extras
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-all} $(PYTEST) --durations=15
 
 # the mutation score of the core modules with the unit tests (tens of minutes; not part of `make test`):
 # a fresh run of mutmut ([tool.mutmut] in pyproject.toml), then the score per module

@@ -1,5 +1,5 @@
-"""Shared fixtures (generated models, a model store server, the GCS emulator), the fault suite's summary
-line, and the tests a mutation run leaves out."""
+"""Shared fixtures (generated models, a model store server, the GCS emulator, one full build of the tiny
+workflow), the fault suite's and the tier's summary lines, and the tests a mutation run leaves out."""
 
 import os
 import signal
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import free_port, start_server, stop_server
+from support import configfiles, copy_workflow, free_port, snakemake, start_server, stop_clusters, stop_server
 
 SMALL_MODELS = ("squeezenet_1.1", "resnet18_v1")
 
@@ -49,9 +49,10 @@ def module_server(models, tmp_path_factory):
     stop_server(pid, record, directory)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def emulator():
-    """gcp-storage-emulator in its own process on a loopback port, stopped by pid; yields its URL."""
+    """gcp-storage-emulator in its own process on a loopback port, stopped by pid; yields its URL. One
+    per session: each test makes a bucket of its own name."""
     port = free_port()
     exe = Path(sys.executable).parent / "gcp-storage-emulator"
     proc = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
@@ -71,6 +72,17 @@ def emulator():
     proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="session")
+def tiny_build(tmp_path_factory):
+    """One full build of every target with the tiny config (tests/configs/tiny.yaml, --cores 2), made
+    once per session: the longest step of the workflow tests. Tests that only read its results use it
+    as it is; tests that run Snakemake on it take a copy (the `built` fixture of test_workflow.py)."""
+    work = copy_workflow(tmp_path_factory.mktemp("tiny-build"))
+    snakemake(work, *configfiles(work))
+    yield work
+    stop_clusters(work)
+
+
 # -- fault suite summary ------------------------------------------------------------------
 # Every test marked `fault` is one case; a case is handled when it passes.
 
@@ -86,7 +98,25 @@ def pytest_runtest_logreport(report):
             _FAULTS[report.nodeid] = report.outcome
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_configure(config):
+    # registered here rather than among pyproject.toml's markers: a change there makes `make` reinstall
+    config.addinivalue_line("markers", "service: starts real services or whole programs and waits on them (the tf.data "
+                            "service, the original tools), seconds each; make test-fast leaves them out")
+
+
+_STARTED = pytest.StashKey[float]()
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_STARTED] = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    # the tier's wall time, collection included (REPRO_TEST_TIER names it: the Makefile's targets set it)
+    tier = os.environ.get("REPRO_TEST_TIER", "pytest")
+    started = config.stash.get(_STARTED, None)
+    if started is not None:
+        terminalreporter.write_line(f"tier {tier}: {time.monotonic() - started:.1f} s wall")
     if not _FAULTS:
         return
     handled = sum(outcome == "passed" for outcome in _FAULTS.values())
@@ -102,7 +132,16 @@ def pytest_terminal_summary(terminalreporter):
 SERVER_FIXTURES = {"server", "module_server"}
 
 
+# Tests that use the tf.data service (test_tfdata.py's `tf` fixture) start TensorFlow processes and
+# wait on them: they are `service` tests, as are those marked so in their modules.
+SERVICE_FIXTURES = {"tf"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.service)
     if "MUTANT_UNDER_TEST" not in os.environ:
         return
     left_out = [item for item in items if SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))]

@@ -96,6 +96,7 @@ def _traces(run, mode="upr"):
             if m and not p.name.startswith(("combined-", "compared-")) and bool(m["upr"]) == (mode == "upr")]
 
 
+@pytest.mark.service
 def test_the_originals_default_config_loads_and_reports_unused_keys_once(home):
     proc = trims_tools(home, "info", "config")
     config = yaml.safe_load(proc.stdout)  # the original's key list: literal 'micro18.<key>' names
@@ -106,6 +107,7 @@ def test_the_originals_default_config_loads_and_reports_unused_keys_once(home):
     assert proc.stderr.count("no meaning here") == 1 and "src_path" in proc.stderr
 
 
+@pytest.mark.service
 def test_client_run_with_a_distribution_as_the_readme_writes_it(home):
     trims_tools(home, "client", "run", "--model_iterations=2", "--iterations=8", "--concurrent=2",
                 "--distribution=pareto", "--profile_output=pareto")
@@ -118,6 +120,7 @@ def test_client_run_with_a_distribution_as_the_readme_writes_it(home):
     assert len({e["pid"] for e in json.loads(combined.read_text())["traceEvents"]}) == len(traces)
 
 
+@pytest.mark.service
 def test_client_run_with_go_booleans_comma_params_and_a_description(home):
     trims_tools(home, "client", "run", "--distribution=weibull", "--distribution_params=1.5,1", "--eager_async=true",
                 "--eager=false", "-n", "3", "--models", "squeeze", "--profile_output=weibull",
@@ -130,6 +133,7 @@ def test_client_run_with_go_booleans_comma_params_and_a_description(home):
     assert other["distribution"] == "weibull" and other["distribution_params"] == [1.5, 1.0]
 
 
+@pytest.mark.service
 def test_an_earlier_run_is_kept_unless_overwrite(home):
     trims_tools(home, "client", "run", "--models=squeeze", "--profile_output=kept")
     proc = trims_tools(home, "client", "run", "--models=squeeze", "--profile_output=kept", ok=False)
@@ -137,6 +141,7 @@ def test_an_earlier_run_is_kept_unless_overwrite(home):
     trims_tools(home, "client", "run", "--models=squeeze", "--profile_output=kept", "--profile_output_overwrite")
 
 
+@pytest.mark.service
 def test_monitor_memory_prints_the_originals_peak_and_average_table(home):
     proc = trims_tools(home, "client", "run", "--models=squeeze", "-n", "2", "--monitor_memory",
                        "--profile_output=monitored")
@@ -146,6 +151,7 @@ def test_monitor_memory_prints_the_originals_peak_and_average_table(home):
     assert (_profiles(home, "monitored") / "shared-memory.csv").exists()
 
 
+@pytest.mark.service
 def test_memory_usage_and_memoryinfo_report_weights_activations_and_the_store(home):
     trims_tools(home, "client", "run", "-n", "1", "--profile_output=for-memory")  # both models resident now
     proc = trims_tools(home, "client", "memory_usage", "-f", "csv")
@@ -164,6 +170,7 @@ def test_memory_usage_and_memoryinfo_report_weights_activations_and_the_store(ho
     assert cpp.startswith("static const std::map<std::string, size_t> model_internal_memory_usage{")
 
 
+@pytest.mark.service
 def test_compare_combine_and_the_trace_tools(home):
     trims_tools(home, "client", "compare", "--models=squeezenet_1.1,resnet18", "--exp", ok=False)  # unknown flag
     trims_tools(home, "client", "compare", "--models=squeezenet_1.1,resnet18", "-n", "2", "--combine",
@@ -192,6 +199,7 @@ def test_compare_combine_and_the_trace_tools(home):
     assert len(records) == 11 and "events" not in records[0]
 
 
+@pytest.mark.service
 def test_top_level_run_uploads_to_the_configured_bucket(tmp_path):
     home = tmp_path
     (home / ".carml_config.yml").write_text(ORIGINAL_CONFIG.replace("http://s3.amazonaws.com/micro18profiles",
@@ -310,6 +318,7 @@ def _repro(tmp_path, *words):
                           env={**os.environ, "HOME": str(tmp_path)})
 
 
+@pytest.mark.service
 def test_pecan_costs_accepts_extract_costs_options(tmp_path):
     """extract_costs.py --path LOG --model=resnet --accelerator=v2 --header=True, on the artifact's sample log."""
     proc = _repro(tmp_path, "pecan", "costs", "--config", CONFIG, f"--path={PECAN_LOGS / 'resnet_pecan.log'}",
@@ -343,6 +352,7 @@ def test_pecan_costs_bad_options_are_named(tmp_path, words, message):
     assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.service
 def test_pecan_plot_redraws_a_figure_from_fig8_py_inputs(tmp_path):
     proc = _repro(tmp_path, "pecan", "plot", "-e", "final", "-m", "ResNet50", "-t", "4.43", "0.62", "0.55",
                   "-c", "0", "1.0", "0.18", "-o", "plots/ResNet50_v2-8")
@@ -356,6 +366,7 @@ def test_pecan_plot_redraws_a_figure_from_fig8_py_inputs(tmp_path):
 # -- the store's tiers (TrIMS's persist_cpu) ----------------------------------------------------
 
 
+@pytest.mark.service
 def test_server_host_tier_through_the_command_line(tmp_path):
     base = tmp_path / "models"
     for name in MODELS:

@@ -81,6 +81,7 @@ def merge(target, override):
             target[key] = value
 
 
+@pytest.mark.service
 def test_a_new_pipeline_runs_through_the_cli(extension, tmp_path):
     config = workload_config(tmp_path)
     calibrations = []
@@ -110,6 +111,7 @@ def test_a_new_pipeline_needs_its_calibration_and_the_local_preset(extension, tm
     assert "no costs for pipeline 'thumbnails'" in proc.stderr and "repro pecan calibrate" in proc.stderr
 
 
+@pytest.mark.service
 def test_a_new_distribution_runs_through_the_cli(extension, models, server, tmp_path):
     socket_path, _ = server
     (tmp_path / "tool.yml").write_text(yaml.safe_dump({"micro18": {"profile_output_directory": str(tmp_path / "p")}}))

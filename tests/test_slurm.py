@@ -60,7 +60,7 @@ class Daemons:
             state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.strip()
             if state == "idle":
                 return
-            time.sleep(0.5)
+            time.sleep(0.2)
         pytest.fail(f"SLURM node never became idle: {(self.root / 'slurmctld.log').read_text()[-2000:]}")
 
 
@@ -116,11 +116,11 @@ def snakemake(workdir, *args):
                                     env=path_env(SLURM_PARTITION="debug"))
 
 
-def test_fig8_through_slurm_matches_a_local_run(slurm, tmp_path):
-    local, cluster = workflow_copy(tmp_path / "local"), workflow_copy(tmp_path / "cluster")
+def test_fig8_through_slurm_matches_a_local_run(slurm, tiny_build, tmp_path):
+    local, cluster = tiny_build, workflow_copy(tmp_path / "cluster")  # local: the session's build, read only
     target = "plots/fig8_ResNet50_v2-8.pdf"
     try:
-        assert snakemake(local, target, "--cores", "1").returncode == 0
+        assert (local / target).stat().st_size > 1000
         shutil.copytree(local / "results" / "calibration", cluster / "results" / "calibration")  # same costs
         proc = snakemake(cluster, target, *SLURM_FLAGS)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -133,7 +133,7 @@ def test_fig8_through_slurm_matches_a_local_run(slurm, tmp_path):
         assert tables[0] == tables[1]
         assert (cluster / "plots" / "fig8_ResNet50_v2-8.png").exists()
     finally:
-        stop_clusters(local, cluster)
+        stop_clusters(cluster)
 
 
 def test_a_missing_partition_fails_with_the_schedulers_message(slurm, tmp_path):
@@ -173,7 +173,7 @@ def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
             out = subprocess.run(["squeue", "-h", "-o", "%i %k %T"], capture_output=True, text=True).stdout
             job = next((line.split()[0] for line in out.splitlines()
                         if "ResNet50_v2-8_pecan" in line and line.endswith("RUNNING")), None)
-            time.sleep(0.5)
+            time.sleep(0.2)
         assert job, "the pecan run never started"
         time.sleep(2)
         subprocess.run(["scancel", job], check=True)
@@ -199,7 +199,7 @@ def test_cluster_generic_status_script_follows_jobs_out_of_the_queue(slurm, tmp_
     deadline = time.monotonic() + 60
     while subprocess.run(["squeue", "-h", "-j", f"{ok},{bad}"], capture_output=True, text=True).stdout.strip():
         assert time.monotonic() < deadline, "test jobs did not finish"
-        time.sleep(0.5)
+        time.sleep(0.2)
 
     def state(job):
         return subprocess.run([sys.executable, str(status), job], capture_output=True, text=True, check=True).stdout.strip()

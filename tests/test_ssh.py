@@ -181,15 +181,14 @@ def remote_run_pids(root):
             if "pecan" in (p.info["cmdline"] or ()) and any(str(root) in arg for arg in p.info["cmdline"])]
 
 
-def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster, tmp_path):
+def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster, tiny_build, tmp_path):
     root, hosts = cluster
-    local, remote, home = tmp_path / "local", tmp_path / "remote", tmp_path / "home"
-    for workdir in (local, remote):
-        copy_workflow(workdir)
+    local, remote, home = tiny_build, tmp_path / "remote", tmp_path / "home"  # local: the session's build, read only
+    copy_workflow(remote)
     env = {"HOME": str(home)}
     target = "plots/fig8_ResNet50_v2-8.pdf"
     try:
-        snakemake(local, target, *configfiles(local), cores=1)
+        assert (local / target).stat().st_size > 1000
         shutil.copytree(local / "results" / "calibration", remote / "results" / "calibration")
         args = example_args(remote, root, hosts, home)
         proc = snakemake(remote, target, *args, cores=1, env=env)
@@ -228,7 +227,7 @@ def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster
         snakemake(remote, "results/runs/ResNet50_v2-8/pecan/metrics.json", *args, cores=1, env=env)
         assert (remote / "results/runs/ResNet50_v2-8/pecan/metrics.json").exists()
     finally:
-        stop_clusters(local, remote)
+        stop_clusters(remote)
 
 
 # -- the tf.data engine over ssh: dispatcher on the accelerator host, workers on the worker hosts --

@@ -1,0 +1,61 @@
+"""Wall time of the test tiers: `make test-fast` (unit tests), `make test` (everything this machine
+can run) and `make test-all` (what CI runs, less the services' install), each run as a user runs it.
+
+Each tier's pytest prints `tier NAME: S s wall` (tests/conftest.py); this prints that, the wall time
+of the whole make command (set-up included), the machine's load before and after, and the pytest
+summary line. Goals (on 2 cores, idle): test-fast < 60 s, test < 300 s, CI (.ci/run) < 720 s. On a
+shared machine the numbers move with the load: compare two trees side by side in one window
+(--repo for the other tree), not against an earlier measurement.
+
+    python benchmarks/tests_time.py                      # test-fast, then test
+    python benchmarks/tests_time.py --tiers test-fast --rounds 3
+    python benchmarks/tests_time.py --repo ../other-tree --tiers test-fast
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TIERS = ("test-fast", "test", "test-all")
+
+
+def run_tier(repo, tier, make_args):
+    load = os.getloadavg()[0]
+    started = time.monotonic()
+    proc = subprocess.run(["make", "-C", str(repo), tier, *make_args], capture_output=True, text=True)
+    wall = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    pytest_wall = re.search(r"^tier [\w-]+: ([\d.]+) s wall$", out, re.M)
+    summary = [line for line in out.splitlines() if re.match(r"^=*\s*\d+ (passed|failed)", line.strip("= "))]
+    return {"tier": tier, "rc": proc.returncode, "make_s": wall, "pytest_s": float(pytest_wall.group(1)) if pytest_wall else None,
+            "load_before": load, "load_after": os.getloadavg()[0], "summary": summary[-1].strip("= ") if summary else out[-300:]}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="the tree to time")
+    parser.add_argument("--tiers", default="test-fast,test", help=f"comma-separated, of {', '.join(TIERS)}")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("make_args", nargs="*", help="passed to make (VENV=..., for example)")
+    args = parser.parse_args(argv)
+    tiers = args.tiers.split(",")
+    unknown = [t for t in tiers if t not in TIERS]
+    if unknown:
+        parser.error(f"--tiers: unknown tier(s) {unknown}; expected some of {', '.join(TIERS)}")
+    failed = False
+    for round_ in range(args.rounds):
+        for tier in tiers:
+            r = run_tier(args.repo, tier, args.make_args)
+            pytest_s = f"{r['pytest_s']:.1f}" if r["pytest_s"] is not None else "?"
+            print(f"round {round_ + 1} {tier}: pytest {pytest_s} s, make {r['make_s']:.1f} s, rc {r['rc']}, "
+                  f"load {r['load_before']:.1f}->{r['load_after']:.1f}: {r['summary']}", flush=True)
+            failed |= r["rc"] != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
