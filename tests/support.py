@@ -146,3 +146,10 @@ def stop_server(pid, record=None, directory=None):
         terminate(record, owner=directory)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+
+
+def experiment_modes(experiment="ResNet50_v2-8"):
+    """The modes config/config.yaml lists for `experiment`: the runs its figure's chain makes."""
+    import yaml
+
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]["experiments"][experiment]["modes"]

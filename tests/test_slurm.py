@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import (BIN, REPO, configfiles, copy_workflow, free_port, path_env, run_stopped_as_by_ctrl_c,
+from support import (BIN, REPO, configfiles, copy_workflow, experiment_modes, free_port, path_env, run_stopped_as_by_ctrl_c,
                      skip_unless_installed, stop_clusters)
 
 BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch")
@@ -127,7 +127,7 @@ def test_fig8_through_slurm_matches_a_local_run(slurm, tiny_build, tmp_path):
         jobs = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True).stdout
         ran = {line.split("Comment=")[1].split()[0] for line in jobs.splitlines()
                if "Comment=rule_run_wildcards_ResNet50_v2-8" in line and "JobState=COMPLETED" in line}
-        assert ran == {f"rule_run_wildcards_ResNet50_v2-8_{m}" for m in ("collocated", "cachew", "pecan")}
+        assert ran == {f"rule_run_wildcards_ResNet50_v2-8_{m}" for m in experiment_modes()}
         assert "rule_plot" not in jobs and "rule_cluster_status" not in jobs  # local rules stay local
         tables = [list(csv.reader(open(w / "results" / "tables" / "ResNet50_v2-8.csv"))) for w in (local, cluster)]
         assert tables[0] == tables[1]
