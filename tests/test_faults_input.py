@@ -175,6 +175,45 @@ def _cost_table(metrics=None, summary=None):
     return prepare
 
 
+
+def _node(ctx, kind, name="out"):
+    """An output path that exists and is no regular file: a character device (a copy of /dev/null made
+    here, never a real /dev entry), a FIFO, or a symlink to a file of this directory."""
+    path = ctx.dir / name
+    if kind == "device":
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        _write(ctx.dir / "linked.json", "{}")
+        path.symlink_to(ctx.dir / "linked.json")
+    return str(path)
+
+
+NODE_KINDS = {"device": "a character device", "fifo": "a FIFO", "symlink": "a symbolic link"}
+
+
+def _output_node_faults():
+    """Each command that writes a file, its output path a device, FIFO or symlink: refused by name
+    before it runs, the node left as it was (a rename over it replaced it, /dev/full included)."""
+    commands = {
+        "provenance-o": lambda out: ["provenance", "--settings", "{}", "-o", out, str(CONFIG)],
+        "cluster-start-state": lambda out: ["cluster", "start", "--settings", "{}", "--state", out],
+        "trims-store-start-state": lambda out: ["trims", "store", "start", "--settings", "{}", "--state", out],
+        "trims-client-results": lambda out: ["trims", "client", "run", "--socket", "/nonexistent/s.sock",
+                                             "--model", "m", "--iterations", "1", "--results", out],
+        "pecan-calibrate-o": lambda out: ["pecan", "calibrate", "--pipeline", "resnet", "--elements", "1",
+                                          "--repeats", "1", "-o", out],
+        "trace-combine-o": lambda out: ["trace", "combine", str(CONFIG), "-o", out],
+    }
+    flags = {"provenance-o": "-o/--output", "cluster-start-state": "--state", "trims-store-start-state": "--state",
+             "trims-client-results": "--results", "pecan-calibrate-o": "-o/--output", "trace-combine-o": "-o/--output"}
+    return [Fault(f"{name}-{kind}", lambda ctx, command=command, kind=kind: command(_node(ctx, kind)),
+                  rf"repro: error: {re.escape(flags[name])} .*/out: is {NODE_KINDS[kind]}; expected a regular file",
+                  bounded=True)
+            for name, command in commands.items() for kind in NODE_KINDS]
+
+
 LONG_NAME = "E" * 600
 RUN = {"model": "resnet", "accelerator": "v2-8", "modes": ["collocated"]}
 
@@ -349,6 +388,7 @@ INPUT_FAULTS = [
           r"repro: error: .*/summary.json: not a trace summary"),
     Fault("cost-table-repeats-of-numbers", _cost_table(metrics='{"repeats": [1, 2]}'),
           r"repro: error: .*/metrics.json: no 'repeats' list of parsed logs"),
+    *_output_node_faults(),
 ]
 
 
@@ -451,3 +491,17 @@ def test_merge_keys_and_anchors_within_bounds_still_load(tmp_path):
     path = Path(_write(tmp_path / "ok.yaml", "base: &b {x: 1, y: [1, 2]}\nuse:\n  <<: *b\n  z: 3\nagain: *b\n"))
     assert read_yaml_file(path) == {"base": {"x": 1, "y": [1, 2]}, "use": {"x": 1, "y": [1, 2], "z": 3},
                                     "again": {"x": 1, "y": [1, 2]}}
+
+
+@pytest.mark.parametrize("kind", sorted(NODE_KINDS))
+def test_atomic_write_refuses_a_node_it_would_replace(tmp_path, kind):
+    """The shared writer itself, for the callers no flag declaration covers."""
+    from repro.errors import ReproError
+    from repro.fsutil import write_json
+
+    path = _node(SimpleNamespace(dir=tmp_path), kind)
+    mode = os.lstat(path).st_mode
+    with pytest.raises(ReproError, match=f"out: is {NODE_KINDS[kind]}; expected a regular file"):
+        write_json(path, {"a": 1})
+    assert os.lstat(path).st_mode == mode
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

@@ -338,13 +338,18 @@ def main(argv=None):
 
 def refuse_overwriting_inputs(args):
     """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
-    dests of the files it reads): writing one would destroy what it reads."""
-    from repro.fsutil import refuse_overwriting
+    dests of the files it reads): writing one would destroy what it reads. Nor may an output be a
+    device, FIFO, socket, symlink or directory: refused before the command runs, not after its work."""
+    from repro.fsutil import check_output, refuse_overwriting
 
     def paths(dest):
         value = getattr(args, dest, None)
         return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, os.PathLike))]
 
+    for dest, flag in getattr(args, "writes", {}).items():
+        for path in paths(dest):
+            if path != "-":
+                check_output(path, f"{flag} {path}")
     inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
     refuse_overwriting([(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)],
                        inputs)

@@ -152,7 +152,7 @@ def add_commands(sub):
                      "stop (the original's ~/.micro18_server.json; default: the tool config's server_info_path, if set)")
     run.add_argument("--profile", metavar="DIR", help="write the server's own trace (acquisitions and evictions) "
                      "to DIR/server_<id>.json when it stops")
-    run.set_defaults(func=_server_run)
+    run.set_defaults(func=_server_run, writes={"pid_file": "--pid-file", "info_file": "--info-file"})
     stop = ssub.add_parser("stop", help="ask the server to shut down")
     stop.add_argument("--socket")
     stop.add_argument("--config")
@@ -168,7 +168,7 @@ def add_commands(sub):
                              ("compare", _client_compare, "original, then shared, with the same flags")):
         parser = csub.add_parser(name, help=text)
         _client_flags(parser)
-        parser.set_defaults(func=func)
+        parser.set_defaults(func=func, writes={"results": "--results"})
     compare = csub.choices["compare"]
     compare.add_argument("--run-original", action=argparse.BooleanOptionalAction, default=True,
                          help="run the original mode first (default: on)")
@@ -204,12 +204,12 @@ def _workflow_commands(tsub):
     start.add_argument("--settings", required=True, type=settings_argument,
                        help="base_path and server settings as JSON (repro.rulesettings.trims_store_settings)")
     start.add_argument("--state", required=True, help="state JSON to write")
-    start.set_defaults(func=_store_start)
+    start.set_defaults(func=_store_start, writes={"state": "--state"})
     status = stsub.add_parser("status", help="check it runs, with the expected settings; exit 1 if not")
     status.add_argument("--state", required=True, help="the state JSON store start wrote")
     status.add_argument("--expect", required=True, metavar="DIGEST", help="digest of the settings it must run with")
     status.add_argument("-o", "--output", required=True, help="status JSON to write when every check passes")
-    status.set_defaults(func=_store_status)
+    status.set_defaults(func=_store_status, writes={"output": "-o/--output"})
 
     fetch = tsub.add_parser("fetch", help="copy a model from an asset store into the base path, checksums verified")
     fetch.add_argument("model")
@@ -237,14 +237,14 @@ def _workflow_commands(tsub):
     summ.add_argument("--compare", nargs="+", required=True, help="compare reports (report.json)")
     summ.add_argument("--distributions", nargs="+", required=True, help="distribution reports (report.json)")
     summ.add_argument("-o", "--output", required=True, help="summary JSON to write")
-    summ.set_defaults(func=_summary)
+    summ.set_defaults(func=_summary, writes={"output": "-o/--output"})
 
     plot = tsub.add_parser("plot", help="a TrIMS figure from the summary")
     plot.add_argument("figure", choices=["trims_model_load", "trims_distributions"])
     plot.add_argument("--summary", required=True, help="the summary JSON (trims summary)")
     plot.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
     plot.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
-    plot.set_defaults(func=_plot)
+    plot.set_defaults(func=_plot, writes={"output": "--output"})
 
 
 def _store_state(path):
