@@ -214,6 +214,37 @@ def _output_node_faults():
             for name, command in commands.items() for kind in NODE_KINDS]
 
 
+
+def _state_faults():
+    """JSON state and summary files given as FIFOs, /dev/zero, or nested 100,000 deep: refused by
+    name, never read whole or waited on."""
+    deep = lambda ctx: _write(ctx.dir / "deep.json", "[" * 100_000)  # noqa: E731
+    readers = {
+        "cluster-status-state": lambda state: ["cluster", "status", "--state", state],
+        "cluster-stop-state": lambda state: ["cluster", "stop", "--state", state],
+        "trims-store-status-state": lambda state: ["trims", "store", "status", "--state", state, "--expect", "x",
+                                                   "-o", "status.json"],
+        "trims-experiment-compare-store": lambda state: ["trims", "experiment", "compare", "m", "--store", state,
+                                                         "--settings", "{}", "--out", "exp"],
+        "trims-plot-summary": lambda state: ["trims", "plot", "trims_model_load", "--summary", state, "--style", "{}",
+                                             "--output", "p.pdf", "p.png"],
+    }
+    files = {"fifo": (_fifo, r"is a FIFO; expected a regular file"),
+             "dev-zero": (lambda ctx: "/dev/zero", r"is a character device; expected a regular file"),
+             "deep": (deep, r"nested too deeply")}
+    return [Fault(f"{name}-{kind}", lambda ctx, argv=argv, make=make: argv(make(ctx)), rf"repro: error: \S+: {error}",
+                  bounded=True)
+            for name, argv in readers.items() for kind, (make, error) in files.items()]
+
+
+def _trims_summary(content, figure="trims_model_load"):
+    return lambda ctx: ["trims", "plot", figure, "--summary", _write(ctx.dir / "summary.json", content), "--style", "{}",
+                        "--output", "p.pdf", "p.png"]
+
+
+SUMMARY = "the TrIMS summary JSON that trims summary writes"
+
+
 LONG_NAME = "E" * 600
 RUN = {"model": "resnet", "accelerator": "v2-8", "modes": ["collocated"]}
 
@@ -389,6 +420,19 @@ INPUT_FAULTS = [
     Fault("cost-table-repeats-of-numbers", _cost_table(metrics='{"repeats": [1, 2]}'),
           r"repro: error: .*/metrics.json: no 'repeats' list of parsed logs"),
     *_output_node_faults(),
+    *_state_faults(),
+    Fault("trims-plot-summary-brace", _trims_summary("{"), rf"repro: error: .*/summary.json: not JSON \(expected {SUMMARY}\)"),
+    Fault("trims-plot-summary-empty", _trims_summary(""), rf"repro: error: .*/summary.json: not JSON \(expected {SUMMARY}\)"),
+    Fault("trims-plot-summary-text", _trims_summary("hello"), r"repro: error: .*/summary.json: not JSON"),
+    Fault("trims-plot-summary-binary", _trims_summary(bytes(range(256))), r"repro: error: .*/summary.json: not JSON"),
+    Fault("trims-plot-summary-list", _trims_summary("[]"),
+          rf"repro: error: .*/summary.json: expected a JSON object \({SUMMARY}\), got list"),
+    Fault("trims-plot-summary-no-compare", _trims_summary("{}"),
+          r"repro: error: .*/summary.json: compare: expected a non-empty list of table rows"),
+    Fault("trims-plot-summary-no-distributions", _trims_summary('{"compare": []}', "trims_distributions"),
+          r"repro: error: .*/summary.json: distributions: expected a non-empty list of table rows"),
+    Fault("trims-plot-summary-row-lacks-a-field", _trims_summary('{"compare": [{"model": "m"}]}'),
+          r"repro: error: .*/summary.json: compare\[0\]\.speedup: expected a number, got None"),
 ]
 
 

@@ -597,3 +597,52 @@ def test_an_upload_target_that_cannot_be_reached_is_refused_before_the_run(work,
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "repro-test")
     _one_line(_tools(work, "--trace_upload"), work, capsys, r"^trims-tools: error: " + pattern)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
+def test_a_store_record_that_is_no_regular_file_is_refused_before_a_store_starts(tmp_path, kind):
+    """The model store's record (store.json in the private runtime directory) as a FIFO would hang
+    `trims store start`, a link to /dev/zero fill its memory: refused by name, and no store starts."""
+    import resource
+
+    from repro.processes import runtime_dir
+
+    xdg, work = tmp_path / "xdg", tmp_path / "work"
+    xdg.mkdir(mode=0o700)
+    work.mkdir()
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg), "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(xdg)
+    try:
+        record = runtime_dir(work) / "store.json"
+    finally:
+        os.environ.pop("XDG_RUNTIME_DIR") if old is None else os.environ.__setitem__("XDG_RUNTIME_DIR", old)
+    if kind == "fifo":
+        os.mkfifo(record)
+    else:
+        record.symlink_to("/dev/zero")
+    settings = json.dumps({"base_path": str(tmp_path / "models"),
+                           "server": {"memory_mb": 10, "eviction": "lru", "device": "cpu", "persist_cpu_mb": 0}})
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    proc = subprocess.Popen([sys.executable, "-m", "repro.cli", "trims", "store", "start", "--settings", settings,
+                             "--state", str(work / "state.json")], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=limited, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session, not yet reaped: ours
+        proc.communicate()
+        pytest.fail("trims store start did not end within 60 s")
+    finally:
+        if (runtime_dir_pid := record.with_name("trims.pid")).is_file():  # a store it started: stop it by its record
+            pid = read_record(runtime_dir_pid)
+            if pid and matches(pid):
+                os.kill(pid["pid"], signal.SIGTERM)
+    kind_name = "a FIFO" if kind == "fifo" else "a symbolic link"
+    assert proc.returncode == 1 and re.fullmatch(rf"repro: error: .*store.json \(the model store's record\): is {kind_name}; "
+                                                 r"expected a regular file.*\n", err), err[-2000:]
+    assert not (work / "state.json").exists() and not record.with_name("trims.pid").exists()

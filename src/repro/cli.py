@@ -171,11 +171,13 @@ def _cluster_commands(sub):
 def _read_state(path):
     if not path:
         raise ReproError("--state: expected the cluster state's file name, got ''")
+    from repro.fsutil import read_json
+
     try:
-        with open(path) as fh:
-            state = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ReproError(f"{path}: cannot read cluster state ({exc}); run cluster start first") from None
+        # bounded and regular files only: a FIFO or /dev/zero as --state neither hangs nor fills the memory
+        state = read_json(path, "the cluster state JSON that cluster start writes")
+    except ReproError as exc:
+        raise ReproError(f"{exc}; run cluster start first") from None
     if not isinstance(state, dict) or not isinstance(state.get("backend"), str):
         raise ReproError(f"{path}: not a cluster state (expected a JSON object with a 'backend'); "
                          "run cluster start first")

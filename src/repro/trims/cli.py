@@ -249,10 +249,12 @@ def _workflow_commands(tsub):
 
 def _store_state(path):
     """The state `trims store start` wrote, or one line naming the file."""
+    from repro.fsutil import read_json
+
     try:
-        state = json.loads(Path(path).read_text())
-    except ValueError as exc:
-        raise ReproError(f"{path}: not a model store state ({exc}); run trims store start first") from None
+        state = read_json(path, "the model store state JSON that trims store start writes")
+    except ReproError as exc:
+        raise ReproError(f"{exc}; run trims store start first") from None
     if not isinstance(state, dict) or not {"base_path", "socket"} <= set(state):
         raise ReproError(f"{path}: not a model store state (expected a JSON object with base_path and socket); "
                          "run trims store start first")
@@ -319,7 +321,9 @@ def _summary(args):
 def _plot(args):
     from repro.plots import plot_trims
 
-    plot_trims(args.figure, json.loads(Path(args.summary).read_text()), args.output, args.style)
+    from repro.trims.experiments import read_summary
+
+    plot_trims(args.figure, read_summary(args.summary, args.figure), args.output, args.style)
 
 
 def _server_flags(parser):
