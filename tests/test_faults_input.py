@@ -245,6 +245,35 @@ def _trims_summary(content, figure="trims_model_load"):
 SUMMARY = "the TrIMS summary JSON that trims summary writes"
 
 
+
+HUGE_INT = "seed: " + "9" * 5000 + "\n"  # past int()'s 4300-digit conversion limit
+RECURSIVE = "a: &a [*a]\n"  # a list that holds itself
+
+
+def _yaml_readers():
+    """Every YAML reader of the command line, given an integer of 5000 digits or a recursive alias:
+    one line naming the file and line (the config check, the tool config, a Snakemake profile)."""
+    def profile(text):
+        def prepare(ctx):
+            _write(ctx.dir / "profile" / "config.yaml", text)
+            return ["doctor", "--profile", str(ctx.dir / "profile")]
+        return prepare
+
+    readers = {
+        "config-check": lambda text: _check(text),
+        "trims-config": lambda text: lambda ctx: ["trims", "config", "--config", _write(ctx.dir / "t.yaml", text)],
+        "trims-client-run-config": lambda text: lambda ctx: ["trims", "client", "run", "--model", "m", "--iterations", "1",
+                                                             "--config", _write(ctx.dir / "t.yaml", text)],
+        "doctor-profile": profile,
+    }
+    texts = {"int-5000-digits": (HUGE_INT, r"line 1: an integer of 5000 characters; expected a number of at most \d+"),
+             "int-hex-5000-digits": ("seed: 0x" + "f" * 5000 + "\n", r"line 1: an integer of 5002 characters"),
+             "recursive-alias": (RECURSIVE, r"line 1: alias \*a refers to a collection that holds it"),
+             "recursive-mapping": ("a: &a {b: *a}\n", r"line 1: alias \*a refers to a collection that holds it")}
+    return [Fault(f"{name}-{kind}", make(text), rf"repro: error: \S+\.yaml: {error}", bounded=True)
+            for name, make in readers.items() for kind, (text, error) in texts.items()]
+
+
 LONG_NAME = "E" * 600
 RUN = {"model": "resnet", "accelerator": "v2-8", "modes": ["collocated"]}
 
@@ -421,6 +450,7 @@ INPUT_FAULTS = [
           r"repro: error: .*/metrics.json: no 'repeats' list of parsed logs"),
     *_output_node_faults(),
     *_state_faults(),
+    *_yaml_readers(),
     Fault("trims-plot-summary-brace", _trims_summary("{"), rf"repro: error: .*/summary.json: not JSON \(expected {SUMMARY}\)"),
     Fault("trims-plot-summary-empty", _trims_summary(""), rf"repro: error: .*/summary.json: not JSON \(expected {SUMMARY}\)"),
     Fault("trims-plot-summary-text", _trims_summary("hello"), r"repro: error: .*/summary.json: not JSON"),

@@ -646,3 +646,14 @@ def test_a_store_record_that_is_no_regular_file_is_refused_before_a_store_starts
     assert proc.returncode == 1 and re.fullmatch(rf"repro: error: .*store.json \(the model store's record\): is {kind_name}; "
                                                  r"expected a regular file.*\n", err), err[-2000:]
     assert not (work / "state.json").exists() and not record.with_name("trims.pid").exists()
+
+
+@pytest.mark.parametrize("text, pattern", [
+    ("seed: " + "9" * 5000 + "\n", r"line 1: an integer of 5000 characters"),
+    ("a: &a [*a]\n", r"line 1: alias \*a refers to a collection that holds it"),
+], ids=["int-5000-digits", "recursive-alias"])
+def test_trims_tools_tool_config_that_cannot_be_built(work, capsys, text, pattern):
+    config = work.dir / "bad.yml"
+    config.write_text(text)
+    _one_line(lambda: tools_main(["info", "config", f"--config={config}"]), work, capsys,
+              r"^trims-tools: error: .*bad.yml: " + pattern)

@@ -79,15 +79,10 @@ def load_tool_config(path, defaults=None):
 
 
 def _read_yaml(path):
-    """The one place the tool config is parsed (a bounded loader can replace yaml.safe_load here)."""
-    if not path.is_file():
-        raise ReproError(f"{path}: not a regular file (expected the YAML tool config)")
-    if path.stat().st_size > 1 << 20:
-        raise ReproError(f"{path}: larger than 1 MiB; not a tool config")
-    try:
-        return yaml.safe_load(path.read_text())
-    except RecursionError:
-        raise ReproError(f"{path}: nested too deeply (expected the YAML tool config)") from None
+    """The one place the tool config is parsed: bounded in size, nesting and aliases, regular files only."""
+    from repro.yamlfile import read_yaml_file
+
+    return read_yaml_file(path, "the YAML tool config", max_bytes=1 << 20)
 
 
 def _check_values(config, path):
