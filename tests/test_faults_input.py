@@ -451,6 +451,15 @@ INPUT_FAULTS = [
     *_output_node_faults(),
     *_state_faults(),
     *_yaml_readers(),
+    *(Fault(f"tfdata-start-port-{name}", lambda ctx, port=port: ["pecan", "tfdata", "start", "--state-dir", "sd", f"--port={port}"],
+            rf"repro pecan tfdata start: error: argument --port: expected a port number from 0 \(any free port\) to 65535, got '{port}'",
+            code=2, bounded=True)
+      for name, port in (("negative", -1), ("70000", 70000), ("overflow", "9" * 23))),
+    Fault("trace-summarize-model-name-a-list",
+          lambda ctx: ["trace", "summarize", _write(ctx.dir / "t.json", json.dumps({
+              "traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+              "otherData": {"model_name": ["a"]}})), "-o", "s.json"],
+          r"repro: error: .*/t.json: otherData.model_name: expected a string, number or true/false, got list"),
     Fault("trims-plot-summary-brace", _trims_summary("{"), rf"repro: error: .*/summary.json: not JSON \(expected {SUMMARY}\)"),
     Fault("trims-plot-summary-empty", _trims_summary(""), rf"repro: error: .*/summary.json: not JSON \(expected {SUMMARY}\)"),
     Fault("trims-plot-summary-text", _trims_summary("hello"), r"repro: error: .*/summary.json: not JSON"),
@@ -520,8 +529,10 @@ def test_input_fault(fault, tmp_path, monkeypatch, capsys):
     code, _, err = _run_bounded(argv, work) if fault.bounded else _run_here(argv, capsys)
 
     lines = err.strip().splitlines()
-    if code == 2 and lines and lines[0].startswith("usage:"):  # argparse's usage errors: its usage line first
+    if code == 2 and lines and lines[0].startswith("usage:"):  # argparse's usage errors: its usage (wrapped) first
         lines = lines[1:]
+        while lines and lines[0].startswith(" "):
+            lines = lines[1:]
     assert code == fault.code, f"exit code {code}; stderr: {err[-3000:]}"
     assert len(lines) == 1, f"expected one line on stderr, got:\n{err[-3000:]}"
     assert re.match(fault.error, lines[0]), lines[0][:1000]
