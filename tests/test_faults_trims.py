@@ -657,3 +657,18 @@ def test_trims_tools_tool_config_that_cannot_be_built(work, capsys, text, patter
     config.write_text(text)
     _one_line(lambda: tools_main(["info", "config", f"--config={config}"]), work, capsys,
               r"^trims-tools: error: .*bad.yml: " + pattern)
+
+
+def test_a_memory_budget_beyond_any_machine_is_refused_before_serving(models, tmp_path):
+    sock = tmp_path / "store.sock"
+    argv = _server_argv(models, sock)
+    argv[argv.index("--memory-mb") + 1] = "9" * 23
+    try:
+        proc = subprocess.run([sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True, timeout=30,
+                              cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        _stop_whatever_answers(sock)
+        raise
+    assert proc.returncode == 1 and re.fullmatch(r"repro: error: --memory-mb: expected a whole number of MiB from 1 to \d+, "
+                                                 r"got 9+\n", proc.stderr), proc.stderr
+    assert not sock.exists()
