@@ -348,13 +348,13 @@ def refuse_overwriting_inputs(args):
         value = getattr(args, dest, None)
         return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, os.PathLike))]
 
-    for dest, flag in getattr(args, "writes", {}).items():
-        for path in paths(dest):
-            if path != "-":
-                check_output(path, f"{flag} {path}")
     inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
     refuse_overwriting([(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)],
                        inputs)
+    for dest, flag in getattr(args, "writes", {}).items():  # after: "is one of the inputs" says more of a link to one
+        for path in paths(dest):
+            if path != "-":
+                check_output(path, f"{flag} {path}")
 
 
 class Terminated(KeyboardInterrupt):
