@@ -175,6 +175,105 @@ def _cost_table(metrics=None, summary=None):
     return prepare
 
 
+
+def _node(ctx, kind, name="out"):
+    """An output path that exists and is no regular file: a character device (a copy of /dev/null made
+    here, never a real /dev entry), a FIFO, or a symlink to a file of this directory."""
+    path = ctx.dir / name
+    if kind == "device":
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        _write(ctx.dir / "linked.json", "{}")
+        path.symlink_to(ctx.dir / "linked.json")
+    return str(path)
+
+
+NODE_KINDS = {"device": "a character device", "fifo": "a FIFO", "symlink": "a symbolic link"}
+
+
+def _output_node_faults():
+    """Each command that writes a file, its output path a device, FIFO or symlink: refused by name
+    before it runs, the node left as it was (a rename over it replaced it, /dev/full included)."""
+    commands = {
+        "provenance-o": lambda out: ["provenance", "--settings", "{}", "-o", out, str(CONFIG)],
+        "cluster-start-state": lambda out: ["cluster", "start", "--settings", "{}", "--state", out],
+        "trims-store-start-state": lambda out: ["trims", "store", "start", "--settings", "{}", "--state", out],
+        "trims-client-results": lambda out: ["trims", "client", "run", "--socket", "/nonexistent/s.sock",
+                                             "--model", "m", "--iterations", "1", "--results", out],
+        "pecan-calibrate-o": lambda out: ["pecan", "calibrate", "--pipeline", "resnet", "--elements", "1",
+                                          "--repeats", "1", "-o", out],
+        "trace-combine-o": lambda out: ["trace", "combine", str(CONFIG), "-o", out],
+    }
+    flags = {"provenance-o": "-o/--output", "cluster-start-state": "--state", "trims-store-start-state": "--state",
+             "trims-client-results": "--results", "pecan-calibrate-o": "-o/--output", "trace-combine-o": "-o/--output"}
+    return [Fault(f"{name}-{kind}", lambda ctx, command=command, kind=kind: command(_node(ctx, kind)),
+                  rf"repro: error: {re.escape(flags[name])} .*/out: is {NODE_KINDS[kind]}; expected a regular file",
+                  bounded=True)
+            for name, command in commands.items() for kind in NODE_KINDS]
+
+
+
+def _state_faults():
+    """JSON state and summary files given as FIFOs, /dev/zero, or nested 100,000 deep: refused by
+    name, never read whole or waited on."""
+    deep = lambda ctx: _write(ctx.dir / "deep.json", "[" * 100_000)  # noqa: E731
+    readers = {
+        "cluster-status-state": lambda state: ["cluster", "status", "--state", state],
+        "cluster-stop-state": lambda state: ["cluster", "stop", "--state", state],
+        "trims-store-status-state": lambda state: ["trims", "store", "status", "--state", state, "--expect", "x",
+                                                   "-o", "status.json"],
+        "trims-experiment-compare-store": lambda state: ["trims", "experiment", "compare", "m", "--store", state,
+                                                         "--settings", "{}", "--out", "exp"],
+        "trims-plot-summary": lambda state: ["trims", "plot", "trims_model_load", "--summary", state, "--style", "{}",
+                                             "--output", "p.pdf", "p.png"],
+    }
+    files = {"fifo": (_fifo, r"is a FIFO; expected a regular file"),
+             "dev-zero": (lambda ctx: "/dev/zero", r"is a character device; expected a regular file"),
+             "deep": (deep, r"nested too deeply")}
+    return [Fault(f"{name}-{kind}", lambda ctx, argv=argv, make=make: argv(make(ctx)), rf"repro: error: \S+: {error}",
+                  bounded=True)
+            for name, argv in readers.items() for kind, (make, error) in files.items()]
+
+
+def _trims_summary(content, figure="trims_model_load"):
+    return lambda ctx: ["trims", "plot", figure, "--summary", _write(ctx.dir / "summary.json", content), "--style", "{}",
+                        "--output", "p.pdf", "p.png"]
+
+
+SUMMARY = "the TrIMS summary JSON that trims summary writes"
+
+
+
+HUGE_INT = "seed: " + "9" * 5000 + "\n"  # past int()'s 4300-digit conversion limit
+RECURSIVE = "a: &a [*a]\n"  # a list that holds itself
+
+
+def _yaml_readers():
+    """Every YAML reader of the command line, given an integer of 5000 digits or a recursive alias:
+    one line naming the file and line (the config check, the tool config, a Snakemake profile)."""
+    def profile(text):
+        def prepare(ctx):
+            _write(ctx.dir / "profile" / "config.yaml", text)
+            return ["doctor", "--profile", str(ctx.dir / "profile")]
+        return prepare
+
+    readers = {
+        "config-check": lambda text: _check(text),
+        "trims-config": lambda text: lambda ctx: ["trims", "config", "--config", _write(ctx.dir / "t.yaml", text)],
+        "trims-client-run-config": lambda text: lambda ctx: ["trims", "client", "run", "--model", "m", "--iterations", "1",
+                                                             "--config", _write(ctx.dir / "t.yaml", text)],
+        "doctor-profile": profile,
+    }
+    texts = {"int-5000-digits": (HUGE_INT, r"line 1: an integer of 5000 characters; expected a number of at most \d+"),
+             "int-hex-5000-digits": ("seed: 0x" + "f" * 5000 + "\n", r"line 1: an integer of 5002 characters"),
+             "recursive-alias": (RECURSIVE, r"line 1: alias \*a refers to a collection that holds it"),
+             "recursive-mapping": ("a: &a {b: *a}\n", r"line 1: alias \*a refers to a collection that holds it")}
+    return [Fault(f"{name}-{kind}", make(text), rf"repro: error: \S+\.yaml: {error}", bounded=True)
+            for name, make in readers.items() for kind, (text, error) in texts.items()]
+
+
 LONG_NAME = "E" * 600
 RUN = {"model": "resnet", "accelerator": "v2-8", "modes": ["collocated"]}
 
@@ -349,6 +448,30 @@ INPUT_FAULTS = [
           r"repro: error: .*/summary.json: not a trace summary"),
     Fault("cost-table-repeats-of-numbers", _cost_table(metrics='{"repeats": [1, 2]}'),
           r"repro: error: .*/metrics.json: no 'repeats' list of parsed logs"),
+    *_output_node_faults(),
+    *_state_faults(),
+    *_yaml_readers(),
+    *(Fault(f"tfdata-start-port-{name}", lambda ctx, port=port: ["pecan", "tfdata", "start", "--state-dir", "sd", f"--port={port}"],
+            rf"repro pecan tfdata start: error: argument --port: expected a port number from 0 \(any free port\) to 65535, got '{port}'",
+            code=2, bounded=True)
+      for name, port in (("negative", -1), ("70000", 70000), ("overflow", "9" * 23))),
+    Fault("trace-summarize-model-name-a-list",
+          lambda ctx: ["trace", "summarize", _write(ctx.dir / "t.json", json.dumps({
+              "traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+              "otherData": {"model_name": ["a"]}})), "-o", "s.json"],
+          r"repro: error: .*/t.json: otherData.model_name: expected a string, number or true/false, got list"),
+    Fault("trims-plot-summary-brace", _trims_summary("{"), rf"repro: error: .*/summary.json: not JSON \(expected {SUMMARY}\)"),
+    Fault("trims-plot-summary-empty", _trims_summary(""), rf"repro: error: .*/summary.json: not JSON \(expected {SUMMARY}\)"),
+    Fault("trims-plot-summary-text", _trims_summary("hello"), r"repro: error: .*/summary.json: not JSON"),
+    Fault("trims-plot-summary-binary", _trims_summary(bytes(range(256))), r"repro: error: .*/summary.json: not JSON"),
+    Fault("trims-plot-summary-list", _trims_summary("[]"),
+          rf"repro: error: .*/summary.json: expected a JSON object \({SUMMARY}\), got list"),
+    Fault("trims-plot-summary-no-compare", _trims_summary("{}"),
+          r"repro: error: .*/summary.json: compare: expected a non-empty list of table rows"),
+    Fault("trims-plot-summary-no-distributions", _trims_summary('{"compare": []}', "trims_distributions"),
+          r"repro: error: .*/summary.json: distributions: expected a non-empty list of table rows"),
+    Fault("trims-plot-summary-row-lacks-a-field", _trims_summary('{"compare": [{"model": "m"}]}'),
+          r"repro: error: .*/summary.json: compare\[0\]\.speedup: expected a number, got None"),
 ]
 
 
@@ -406,8 +529,10 @@ def test_input_fault(fault, tmp_path, monkeypatch, capsys):
     code, _, err = _run_bounded(argv, work) if fault.bounded else _run_here(argv, capsys)
 
     lines = err.strip().splitlines()
-    if code == 2 and lines and lines[0].startswith("usage:"):  # argparse's usage errors: its usage line first
+    if code == 2 and lines and lines[0].startswith("usage:"):  # argparse's usage errors: its usage (wrapped) first
         lines = lines[1:]
+        while lines and lines[0].startswith(" "):
+            lines = lines[1:]
     assert code == fault.code, f"exit code {code}; stderr: {err[-3000:]}"
     assert len(lines) == 1, f"expected one line on stderr, got:\n{err[-3000:]}"
     assert re.match(fault.error, lines[0]), lines[0][:1000]
@@ -451,3 +576,17 @@ def test_merge_keys_and_anchors_within_bounds_still_load(tmp_path):
     path = Path(_write(tmp_path / "ok.yaml", "base: &b {x: 1, y: [1, 2]}\nuse:\n  <<: *b\n  z: 3\nagain: *b\n"))
     assert read_yaml_file(path) == {"base": {"x": 1, "y": [1, 2]}, "use": {"x": 1, "y": [1, 2], "z": 3},
                                     "again": {"x": 1, "y": [1, 2]}}
+
+
+@pytest.mark.parametrize("kind", sorted(NODE_KINDS))
+def test_atomic_write_refuses_a_node_it_would_replace(tmp_path, kind):
+    """The shared writer itself, for the callers no flag declaration covers."""
+    from repro.errors import ReproError
+    from repro.fsutil import write_json
+
+    path = _node(SimpleNamespace(dir=tmp_path), kind)
+    mode = os.lstat(path).st_mode
+    with pytest.raises(ReproError, match=f"out: is {NODE_KINDS[kind]}; expected a regular file"):
+        write_json(path, {"a": 1})
+    assert os.lstat(path).st_mode == mode
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

@@ -597,3 +597,78 @@ def test_an_upload_target_that_cannot_be_reached_is_refused_before_the_run(work,
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "repro-test")
     _one_line(_tools(work, "--trace_upload"), work, capsys, r"^trims-tools: error: " + pattern)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
+def test_a_store_record_that_is_no_regular_file_is_refused_before_a_store_starts(tmp_path, kind):
+    """The model store's record (store.json in the private runtime directory) as a FIFO would hang
+    `trims store start`, a link to /dev/zero fill its memory: refused by name, and no store starts."""
+    import resource
+
+    from repro.processes import runtime_dir
+
+    xdg, work = tmp_path / "xdg", tmp_path / "work"
+    xdg.mkdir(mode=0o700)
+    work.mkdir()
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg), "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(xdg)
+    try:
+        record = runtime_dir(work) / "store.json"
+    finally:
+        os.environ.pop("XDG_RUNTIME_DIR") if old is None else os.environ.__setitem__("XDG_RUNTIME_DIR", old)
+    if kind == "fifo":
+        os.mkfifo(record)
+    else:
+        record.symlink_to("/dev/zero")
+    settings = json.dumps({"base_path": str(tmp_path / "models"),
+                           "server": {"memory_mb": 10, "eviction": "lru", "device": "cpu", "persist_cpu_mb": 0}})
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    proc = subprocess.Popen([sys.executable, "-m", "repro.cli", "trims", "store", "start", "--settings", settings,
+                             "--state", str(work / "state.json")], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=limited, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session, not yet reaped: ours
+        proc.communicate()
+        pytest.fail("trims store start did not end within 60 s")
+    finally:
+        if (runtime_dir_pid := record.with_name("trims.pid")).is_file():  # a store it started: stop it by its record
+            pid = read_record(runtime_dir_pid)
+            if pid and matches(pid):
+                os.kill(pid["pid"], signal.SIGTERM)
+    kind_name = "a FIFO" if kind == "fifo" else "a symbolic link"
+    assert proc.returncode == 1 and re.fullmatch(rf"repro: error: .*store.json \(the model store's record\): is {kind_name}; "
+                                                 r"expected a regular file.*\n", err), err[-2000:]
+    assert not (work / "state.json").exists() and not record.with_name("trims.pid").exists()
+
+
+@pytest.mark.parametrize("text, pattern", [
+    ("seed: " + "9" * 5000 + "\n", r"line 1: an integer of 5000 characters"),
+    ("a: &a [*a]\n", r"line 1: alias \*a refers to a collection that holds it"),
+], ids=["int-5000-digits", "recursive-alias"])
+def test_trims_tools_tool_config_that_cannot_be_built(work, capsys, text, pattern):
+    config = work.dir / "bad.yml"
+    config.write_text(text)
+    _one_line(lambda: tools_main(["info", "config", f"--config={config}"]), work, capsys,
+              r"^trims-tools: error: .*bad.yml: " + pattern)
+
+
+def test_a_memory_budget_beyond_any_machine_is_refused_before_serving(models, tmp_path):
+    sock = tmp_path / "store.sock"
+    argv = _server_argv(models, sock)
+    argv[argv.index("--memory-mb") + 1] = "9" * 23
+    try:
+        proc = subprocess.run([sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True, timeout=30,
+                              cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        _stop_whatever_answers(sock)
+        raise
+    assert proc.returncode == 1 and re.fullmatch(r"repro: error: --memory-mb: expected a whole number of MiB from 1 to \d+, "
+                                                 r"got 9+\n", proc.stderr), proc.stderr
+    assert not sock.exists()

@@ -533,7 +533,7 @@ def test_a_run_whose_service_died_ends_and_leaves_nothing(tf, tmp_path, ending):
         assert (f"repro: error: no batch within 45 s: the tf.data dispatcher (pid {records[0]['pid']}) is not "
                 "running; the run stops") in stderr
     assert not (out / "run.log").exists() and not (out / "metrics.json").exists()
-    assert not (out / "service" / "state.json").exists()  # the run stopped its service on the way out
+    assert not (out / "service").exists()  # the run stopped its service on the way out, and removed its logs
 
 
 @pytest.mark.workflow

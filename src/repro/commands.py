@@ -174,11 +174,13 @@ def _cluster_commands(sub):
 def _read_state(path):
     if not path:
         raise ReproError("--state: expected the cluster state's file name, got ''")
+    from repro.fsutil import read_json
+
     try:
-        with open(path) as fh:
-            state = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ReproError(f"{path}: cannot read cluster state ({exc}); run cluster start first") from None
+        # bounded and regular files only: a FIFO or /dev/zero as --state neither hangs nor fills the memory
+        state = read_json(path, "the cluster state JSON that cluster start writes")
+    except ReproError as exc:
+        raise ReproError(f"{exc}; run cluster start first") from None
     if not isinstance(state, dict) or not isinstance(state.get("backend"), str):
         raise ReproError(f"{path}: not a cluster state (expected a JSON object with a 'backend'); "
                          "run cluster start first")
@@ -336,8 +338,9 @@ def build_parser(group=None):
 
 def refuse_overwriting_inputs(args):
     """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
-    dests of the files it reads): writing one would destroy what it reads."""
-    from repro.fsutil import refuse_overwriting
+    dests of the files it reads): writing one would destroy what it reads. Nor may an output be a
+    device, FIFO, socket, symlink or directory: refused before the command runs, not after its work."""
+    from repro.fsutil import check_output, refuse_overwriting
 
     def paths(dest):
         value = getattr(args, dest, None)
@@ -346,6 +349,10 @@ def refuse_overwriting_inputs(args):
     inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
     refuse_overwriting([(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)],
                        inputs)
+    for dest, flag in getattr(args, "writes", {}).items():  # after: "is one of the inputs" says more of a link to one
+        for path in paths(dest):
+            if path != "-":
+                check_output(path, f"{flag} {path}")
 
 
 class Terminated(KeyboardInterrupt):

@@ -13,9 +13,8 @@ import os
 import re
 from pathlib import Path
 
-import yaml
 
-from repro.errors import ReproError, invalid_yaml
+from repro.errors import ReproError
 
 # the executors and storage providers of pyproject.toml's extras: (kind, name) -> extra
 PLUGIN_EXTRAS = {
@@ -43,12 +42,13 @@ def profile_file(directory):
 
 
 def read_profile(directory):
+    from repro.yamlfile import read_yaml_file
+
     path = profile_file(directory)
     try:
-        with path.open(encoding="utf-8") as stream:
-            profile = yaml.safe_load(stream)
-    except yaml.YAMLError as exc:
-        raise invalid_yaml(path, exc) from None
+        profile = read_yaml_file(path, "a Snakemake profile's config")
+    except OSError as exc:
+        raise ReproError(f"{path}: cannot read ({exc.strerror})") from None
     if not isinstance(profile, dict):
         raise ReproError(f"{path}: expected a mapping of Snakemake options")
     return path, profile

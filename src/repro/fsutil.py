@@ -34,8 +34,7 @@ DIRECTORY_MODE = 0o777 & ~_umask()  # and a directory made with mkdtemp (0o700) 
 def atomic_path(target):
     """Yield a temporary path in the target's directory; rename it to `target` on success."""
     target = Path(target)
-    if target.is_dir():
-        raise ReproError(f"{target}: cannot write: it is a directory")
+    check_output(target, str(target))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -52,6 +51,22 @@ def atomic_path(target):
         if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):
             raise ReproError(f"{target}: cannot write ({exc.strerror or exc})") from None
         raise
+
+
+def check_output(target, label):
+    """ReproError, naming `label`, when `target` exists and is not a regular file. Renaming a new file over
+    a device, FIFO, socket or symlink would replace that node (as root, /dev/full) rather than write to it;
+    a directory cannot be replaced. lstat, so a symlink is refused rather than followed."""
+    try:
+        kind = os.lstat(target).st_mode
+    except (OSError, ValueError):  # not there (a new file), or a parent that is no directory: the writer names it
+        return
+    if stat.S_ISREG(kind):
+        return
+    if stat.S_ISDIR(kind):
+        raise ReproError(f"{label}: cannot write: it is a directory")
+    what = "a symbolic link" if stat.S_ISLNK(kind) else file_kind(kind)
+    raise ReproError(f"{label}: is {what}; expected a regular file or a new path to write the output to")
 
 
 def write_text(target, text):

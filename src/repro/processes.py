@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import write_text
+from repro.fsutil import read_json, write_text
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 # the state directory a process was started for: its resolved path, and its device and inode (a
@@ -125,9 +125,9 @@ def write_record(path, record):
 
 def read_record(path):
     """The record in `path`, or None when it is missing or not a record (an old plain pid file)."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    try:  # bounded, regular files only: a FIFO or a link to /dev/zero neither hangs nor fills the memory
+        record = read_json(path, "a process record")
+    except ReproError:
         return None
     return record if isinstance(record, dict) else None
 

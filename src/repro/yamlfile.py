@@ -4,7 +4,9 @@ PyYAML resolves an alias to the object its anchor made, so an "anchor bomb" (ten
 anchor that holds ten aliases of the one before, nine levels deep) loads quickly; it is everything
 that walks the result afterwards (the schema check, JSON encoding) that visits 10^9 values.
 Composing a document is recursive, so a few thousand nested levels end in RecursionError. And a key
-written twice silently keeps its last value. This module reads the file once, walks the parser's
+written twice silently keeps its last value; an alias inside the collection its anchor names makes a
+value that holds itself, which every walk of it recurses into without end; and an integer of thousands
+of digits is beyond what int() converts. This module reads the file once, walks the parser's
 events to measure the document as it would be expanded (values counted with every alias
 expanded; nesting depth) before anything is built, then builds it with a loader that refuses a
 key written twice, naming both lines. Every problem is a ReproError naming the file.
@@ -19,6 +21,7 @@ from repro.fsutil import read_bounded
 
 MAX_BYTES = 4 << 20  # a config is a few kilobytes
 MAX_DEPTH = 64  # nested mappings and lists; the workflow's config nests 7 deep
+MAX_INT_CHARACTERS = 100  # an integer as written
 MAX_VALUES = 200_000  # values with every alias expanded; the workflow's config holds about 300
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where installed: the same documents, faster
@@ -43,7 +46,17 @@ class _UniqueKeyLoader(_LOADER):
         return super().construct_mapping(node, deep=deep)
 
 
+    def construct_yaml_int(self, node):
+        # thousands of digits: beyond what int() converts (sys.set_int_max_str_digits), or, written in hex,
+        # a number no message can print; no setting needs a number that long
+        if len(node.value) > MAX_INT_CHARACTERS:
+            raise ReproError(f"{self._label}: line {node.start_mark.line + 1}: an integer of {len(node.value)} characters; "
+                             f"expected a number of at most {MAX_INT_CHARACTERS}")
+        return super().construct_yaml_int(node)
+
+
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", _UniqueKeyLoader.construct_yaml_map)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
 def _measure(text, label, max_depth, max_values):
@@ -64,6 +77,9 @@ def _measure(text, label, max_depth, max_values):
         elif isinstance(event, yaml.ScalarEvent):
             anchor, count = event.anchor, 1
         elif isinstance(event, yaml.AliasEvent):
+            if any(frame[0] == event.anchor for frame in frames):  # `a: &a [*a]`: a value that holds itself
+                raise ReproError(f"{label}: line {event.start_mark.line + 1}: alias *{event.anchor} refers to a collection "
+                                 "that holds it (a recursive alias); expected a value that ends")
             anchor, count = None, sizes.get(event.anchor, 1)
         else:
             continue

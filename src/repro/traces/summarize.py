@@ -137,7 +137,12 @@ def _summary(path, detailed, strict, reader_options, compact):
     dangling = matcher.finish()
     other = reader.other_data
     summary = {"file": str(path)}
-    summary.update({field: other.get(field) for field in RUN_FIELDS})
+    for field in RUN_FIELDS:  # grouped by (a key of a dict) and printed: one value each, not a list or object
+        value = other.get(field)
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise ReproError(f"{path}: otherData.{field}: expected a string, number or true/false, "
+                             f"got {type(value).__name__}")
+        summary[field] = value
     summary.update({k: v for k, v in other.items() if k not in summary and isinstance(v, (str, int, float, bool))})
     summary["end_to_end_time"] = (last_end - first_begin) if first_begin is not None else 0.0
     summary["end_to_end_process_time"] = (process_last - process_first) if process_first is not None else 0.0

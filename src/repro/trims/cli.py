@@ -79,15 +79,10 @@ def load_tool_config(path, defaults=None):
 
 
 def _read_yaml(path):
-    """The one place the tool config is parsed (a bounded loader can replace yaml.safe_load here)."""
-    if not path.is_file():
-        raise ReproError(f"{path}: not a regular file (expected the YAML tool config)")
-    if path.stat().st_size > 1 << 20:
-        raise ReproError(f"{path}: larger than 1 MiB; not a tool config")
-    try:
-        return yaml.safe_load(path.read_text())
-    except RecursionError:
-        raise ReproError(f"{path}: nested too deeply (expected the YAML tool config)") from None
+    """The one place the tool config is parsed: bounded in size, nesting and aliases, regular files only."""
+    from repro.yamlfile import read_yaml_file
+
+    return read_yaml_file(path, "the YAML tool config", max_bytes=1 << 20)
 
 
 def _check_values(config, path):
@@ -152,7 +147,7 @@ def add_commands(sub):
                      "stop (the original's ~/.micro18_server.json; default: the tool config's server_info_path, if set)")
     run.add_argument("--profile", metavar="DIR", help="write the server's own trace (acquisitions and evictions) "
                      "to DIR/server_<id>.json when it stops")
-    run.set_defaults(func=_server_run)
+    run.set_defaults(func=_server_run, writes={"pid_file": "--pid-file", "info_file": "--info-file"})
     stop = ssub.add_parser("stop", help="ask the server to shut down")
     stop.add_argument("--socket")
     stop.add_argument("--config")
@@ -168,7 +163,7 @@ def add_commands(sub):
                              ("compare", _client_compare, "original, then shared, with the same flags")):
         parser = csub.add_parser(name, help=text)
         _client_flags(parser)
-        parser.set_defaults(func=func)
+        parser.set_defaults(func=func, writes={"results": "--results"})
     compare = csub.choices["compare"]
     compare.add_argument("--run-original", action=argparse.BooleanOptionalAction, default=True,
                          help="run the original mode first (default: on)")
@@ -204,12 +199,12 @@ def _workflow_commands(tsub):
     start.add_argument("--settings", required=True, type=settings_argument,
                        help="base_path and server settings as JSON (repro.rulesettings.trims_store_settings)")
     start.add_argument("--state", required=True, help="state JSON to write")
-    start.set_defaults(func=_store_start)
+    start.set_defaults(func=_store_start, writes={"state": "--state"})
     status = stsub.add_parser("status", help="check it runs, with the expected settings; exit 1 if not")
     status.add_argument("--state", required=True, help="the state JSON store start wrote")
     status.add_argument("--expect", required=True, metavar="DIGEST", help="digest of the settings it must run with")
     status.add_argument("-o", "--output", required=True, help="status JSON to write when every check passes")
-    status.set_defaults(func=_store_status)
+    status.set_defaults(func=_store_status, writes={"output": "-o/--output"})
 
     fetch = tsub.add_parser("fetch", help="copy a model from an asset store into the base path, checksums verified")
     fetch.add_argument("model")
@@ -237,22 +232,24 @@ def _workflow_commands(tsub):
     summ.add_argument("--compare", nargs="+", required=True, help="compare reports (report.json)")
     summ.add_argument("--distributions", nargs="+", required=True, help="distribution reports (report.json)")
     summ.add_argument("-o", "--output", required=True, help="summary JSON to write")
-    summ.set_defaults(func=_summary)
+    summ.set_defaults(func=_summary, writes={"output": "-o/--output"})
 
     plot = tsub.add_parser("plot", help="a TrIMS figure from the summary")
     plot.add_argument("figure", choices=["trims_model_load", "trims_distributions"])
     plot.add_argument("--summary", required=True, help="the summary JSON (trims summary)")
     plot.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
     plot.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
-    plot.set_defaults(func=_plot)
+    plot.set_defaults(func=_plot, writes={"output": "--output"})
 
 
 def _store_state(path):
     """The state `trims store start` wrote, or one line naming the file."""
+    from repro.fsutil import read_json
+
     try:
-        state = json.loads(Path(path).read_text())
-    except ValueError as exc:
-        raise ReproError(f"{path}: not a model store state ({exc}); run trims store start first") from None
+        state = read_json(path, "the model store state JSON that trims store start writes")
+    except ReproError as exc:
+        raise ReproError(f"{exc}; run trims store start first") from None
     if not isinstance(state, dict) or not {"base_path", "socket"} <= set(state):
         raise ReproError(f"{path}: not a model store state (expected a JSON object with base_path and socket); "
                          "run trims store start first")
@@ -319,7 +316,9 @@ def _summary(args):
 def _plot(args):
     from repro.plots import plot_trims
 
-    plot_trims(args.figure, json.loads(Path(args.summary).read_text()), args.output, args.style)
+    from repro.trims.experiments import read_summary
+
+    plot_trims(args.figure, read_summary(args.summary, args.figure), args.output, args.style)
 
 
 def _server_flags(parser):

@@ -127,11 +127,14 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
+MAX_MEMORY_MB = 1 << 24  # 16 TiB: more than any machine's memory, so a budget beyond it is a typo
+
+
 def budget_bytes(fraction=None, megabytes=None, device="cpu"):
     """The store's budget: megabytes if given, else a fraction of this machine's RAM (or of the GPU's memory)."""
     if megabytes is not None:
-        if megabytes <= 0:
-            raise ReproError(f"--memory-mb must be positive, got {megabytes}")
+        if not 0 < megabytes <= MAX_MEMORY_MB:
+            raise ReproError(f"--memory-mb: expected a whole number of MiB from 1 to {MAX_MEMORY_MB}, got {str(megabytes)[:40]}")
         return int(megabytes) << 20
     if not 0 < fraction <= 1:
         raise ReproError(f"--memory-fraction must be in (0, 1], got {fraction}")

@@ -23,7 +23,6 @@ take the state as ancient input, are never redone because the store stopped.
 
 import contextlib
 import fcntl
-import json
 import os
 import stat
 import subprocess
@@ -33,7 +32,7 @@ from pathlib import Path
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import write_json
+from repro.fsutil import check_output, read_json, write_json
 from repro.settings import settings_digest
 
 RECORD = "store.json"
@@ -115,6 +114,9 @@ def _start(settings, state_path, workdir):
     from repro.trims.server import budget_bytes, start_daemon
 
     record_path = _record_path(workdir)
+    # a record that is no regular file (a FIFO, a link to /dev/zero) is refused before a store starts:
+    # it would be read as no record, and the new one could not be written over it
+    check_output(record_path, f"{record_path} (the model store's record)")
     digest = settings_digest(settings)
     record = processes.read_record(record_path)
     me = owner()
@@ -169,10 +171,9 @@ def ensure(state_path, workdir="."):
     or started again with the settings the state recorded (it stopped when its invocation ended, or
     was stopped by `snakemake cluster_stop`). Returns its record; state_path is rewritten."""
     try:
-        state = json.loads(Path(state_path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ReproError(f"{state_path}: cannot read the model store state ({exc}); start the store with "
-                         "`snakemake trims_store_start --forcerun trims_store_start`") from None
+        state = read_json(state_path, "the model store state JSON that trims store start writes")
+    except ReproError as exc:
+        raise ReproError(f"{exc}; start the store with `snakemake trims_store_start --forcerun trims_store_start`") from None
     settings = state.get("settings") if isinstance(state, dict) else None
     if not isinstance(settings, dict):
         raise ReproError(f"{state_path}: the model store state does not record its settings (written by an older "

@@ -7,13 +7,26 @@ from repro.errors import ReproError
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S
 
 
+def _port(text):
+    """A TCP port, 0 (any free one) to 65535: argparse names the flag when this refuses."""
+    import argparse
+
+    try:
+        port = int(text)
+    except ValueError:
+        port = None
+    if port is None or not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 0 (any free port) to 65535, got {text[:40]!r}")
+    return port
+
+
 def add_commands(psub):
     tfdata = psub.add_parser("tfdata", help="run Pecan's modes on a real tf.data service (the 'tfdata' extra)")
     tsub = tfdata.add_subparsers(dest="tfdata_command", required=True, metavar="{start,status,stop,run}")
 
     start = tsub.add_parser("start", help="start a tf.data service dispatcher (and workers) on this machine")
     start.add_argument("--state-dir", required=True, help="directory of the service's records, logs and journal")
-    start.add_argument("--port", type=int, default=0, help="dispatcher port (default 0: any free port)")
+    start.add_argument("--port", type=_port, default=0, help="dispatcher port (default 0: any free port)")
     start.add_argument("--workers", type=int, default=0, help="remote workers to start with it (default 0)")
     start.add_argument("--threads", type=int, default=1, help="threads (and CPUs) per worker (default 1)")
     start.add_argument("--worker-hosts", metavar="JSON",

@@ -373,6 +373,15 @@ def write_log(spec, windows, path, started, order_names):
         writer.info(last.start_s + last.seconds, f"Training finished: {len(windows)} windows")
 
 
+def _forget_service(directory, fresh):
+    """Remove the service directory a run made for itself (its state, logs and work_dir), once its
+    processes are stopped; one that was there before the run is left alone."""
+    import shutil
+
+    if fresh:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S):
     """Run `spec` into out_dir (run.log, metrics.json); return the metrics.
 
@@ -396,7 +405,12 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
                                  "(repro pecan tfdata start)")
         else:
             Service(out / "service").stop()  # what an interrupted run here left running
-            service, own_service = Service.start(out / "service", owned=True), True
+            fresh = not (out / "service").exists()
+            try:
+                service, own_service = Service.start(out / "service", owned=True), True
+            except BaseException:
+                _forget_service(out / "service", fresh)
+                raise
     deployment = Deployment(service, spec.worker_threads) if service else None
     # collocated: the host's thread budget is its CPUs; with the service the client is not pinned
     budget = process_cpus(spec.collocated_threads) if service is None else contextlib.nullcontext()
@@ -419,6 +433,15 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
                 windows, decisions = train(spec, batches, service, policy, deployment, on_window)
             finally:
                 batches.close()
+    except BaseException:
+        if own_service:  # a failed or interrupted run leaves no output: not its service's logs either
+            try:
+                service.stop()
+            except ReproError:  # a worker left: its record stays, and the stop below names it
+                pass
+            else:
+                _forget_service(out / "service", fresh)
+        raise
     finally:
         if own_service:
             service.stop()

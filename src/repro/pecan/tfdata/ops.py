@@ -12,13 +12,12 @@ the (repeated) stream and the op, so both orders draw the same crops and flips.
 """
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, write_json
+from repro.fsutil import atomic_path, read_json, write_json
 from repro.pecan.pipelines import (
     BLUR_TAPS,
     FRAME,
@@ -59,7 +58,7 @@ def write_data(pipeline, count, directory, seed=0):
     directory = Path(directory) / f"{pipeline}-{count}-seed{seed}"
     manifest_path = directory / "manifest.json"
     if manifest_path.exists():
-        return json.loads(manifest_path.read_text())
+        return read_json(manifest_path, "a synthetic data set's manifest")
     elements = synthetic_jpegs(pipeline, count, seed=seed)
     files = []
     for i, element in enumerate(elements):

@@ -22,7 +22,6 @@ holds; see repro.pecan.tfdata.server.
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import socket
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import write_json
+from repro.fsutil import read_json, write_json
 from repro.processes import describe, matches, owner_environment, read_record, terminate
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
@@ -117,16 +116,10 @@ class Service:
         self.state_path = self.directory / "state.json"
         self._children = {}  # pid -> Popen, to reap the processes this object started
         self._remote = None
-        try:
-            self.state = json.loads(self.state_path.read_text())
-        except FileNotFoundError:
+        if os.path.lexists(self.state_path):
+            self.state = read_json(self.state_path, "a tf.data service state file")
+        else:
             self.state = None
-        except UnicodeDecodeError:
-            raise ReproError(f"{self.state_path}: not a tf.data service state file (not JSON)") from None
-        except OSError as exc:
-            raise ReproError(f"{self.state_path}: cannot read the tf.data service state ({exc.strerror})") from None
-        except ValueError:
-            raise ReproError(f"{self.state_path}: not a tf.data service state file (not JSON)") from None
         if self.state is not None:
             _check_state(self.state_path, self.state)
 
