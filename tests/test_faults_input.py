@@ -590,3 +590,16 @@ def test_atomic_write_refuses_a_node_it_would_replace(tmp_path, kind):
         write_json(path, {"a": 1})
     assert os.lstat(path).st_mode == mode
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("key", [5, None, ["a"]])
+def test_a_receipt_whose_key_is_not_a_name_is_refused(tmp_path, capsys, key):
+    from repro.cli import main
+
+    receipt = tmp_path / "upload.json"
+    receipt.write_text(json.dumps({"store": str(tmp_path / "store"), "objects": [{"key": key, "sha256": "0" * 64}]}))
+    code = main(["trace", "download", "-o", str(tmp_path / "out"), str(receipt)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "not an upload receipt" in err[0], err
+    assert not (tmp_path / "out").exists()

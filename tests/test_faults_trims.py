@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 from types import SimpleNamespace
@@ -672,3 +673,40 @@ def test_a_memory_budget_beyond_any_machine_is_refused_before_serving(models, tm
     assert proc.returncode == 1 and re.fullmatch(r"repro: error: --memory-mb: expected a whole number of MiB from 1 to \d+, "
                                                  r"got 9+\n", proc.stderr), proc.stderr
     assert not sock.exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_daemon_start_interrupted_leaves_no_server(models, tmp_path, signum):
+    """`trims server run -d` signalled while its daemon starts: the daemon ends with the command (as
+    every repro command cleans up after Ctrl-C, SIGTERM or SIGHUP), leaving no socket behind."""
+    sock = tmp_path / "s.sock"
+    parent = subprocess.Popen([sys.executable, "-m", "repro.cli", "trims", "server", "run", "-d", "--socket", str(sock),
+                               "--base-path", str(models), "--memory-mb", "50", "--pid-file", str(tmp_path / "s.pid"),
+                               "--log-file", str(tmp_path / "s.log")], stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 30
+    children = []
+    while not children and time.monotonic() < deadline and parent.poll() is None:
+        children = psutil.Process(parent.pid).children()
+        time.sleep(0.01)
+    assert children, "the daemon did not start"
+    daemon = children[0]
+    parent.send_signal(signum)
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode == 128 + signum, err
+    try:
+        daemon.wait(timeout=15)  # reaped by the command before it exited
+    except psutil.NoSuchProcess:
+        pass
+    assert not daemon.is_running(), "the daemon outlived the command that started it"
+    assert not sock.exists() and not _segments(sock)
+
+
+def test_measuring_a_model_whose_weights_are_a_fifo_is_refused(models, tmp_path, capsys):
+    base = tmp_path / "base"
+    model = _copy_model(models, base / MODEL)
+    (model / "model.params").unlink()
+    os.mkfifo(model / "model.params")
+    code = main(["trims", "memory", "--base-path", str(base), "--measure", MODEL])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "model.params: is a FIFO; expected a regular file" in err[0], err

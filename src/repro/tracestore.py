@@ -140,7 +140,8 @@ def read_receipt(receipt):
     """The upload receipt's store and objects; ReproError naming the file where it is not one."""
     data = read_json(receipt, "a run's upload receipt, upload.json")
     if (not isinstance(data, dict) or not isinstance(data.get("store"), str) or not isinstance(data.get("objects"), list)
-            or not all(isinstance(e, dict) and {"key", "sha256"} <= set(e) for e in data["objects"])):
+            or not all(isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("sha256"), str)
+                       for e in data["objects"])):
         raise ReproError(f"{receipt}: not an upload receipt (expected 'store' and 'objects' with each object's key "
                          "and sha256, as a run writes upload.json)")
     return data["store"], data["objects"]

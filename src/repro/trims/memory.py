@@ -75,8 +75,16 @@ def _measure_here(model_dir):
 
 def measure(model_dir, timeout_s=600):
     """Measure a model's memory on the CPU in a process of its own (what a client process grows by)."""
-    proc = subprocess.run([sys.executable, "-m", "repro.trims.memory", str(model_dir)], capture_output=True, text=True,
-                          timeout=timeout_s)
+    from repro.fsutil import check_regular
+    from repro.trims.models import PARAMS
+
+    for name in (PARAMS, GRAPH):  # a FIFO would hold the measuring process until the timeout
+        check_regular(Path(model_dir) / name, str(Path(model_dir) / name), "the model's file, as trims models writes it")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "repro.trims.memory", str(model_dir)], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ReproError(f"{model_dir}: measuring its memory took more than {timeout_s} s") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ReproError(f"{model_dir}: measuring its memory failed ({last[:300]})")

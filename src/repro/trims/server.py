@@ -324,6 +324,25 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
     cmd += ["--profile", str(profile_dir)] if profile_dir else []
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return _wait_answering(proc, socket_path, log_file)
+    except BaseException:  # Ctrl-C, SIGTERM or SIGHUP while it starts: the daemon goes with this command
+        _stop_child(proc)
+        raise
+
+
+def _stop_child(proc):
+    """SIGTERM our child (the store cleans up its socket and pid file), SIGKILL it after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_answering(proc, socket_path, log_file):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -339,7 +358,7 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
                 proc.wait()
             raise ReproError(f"a model store server already runs on {socket_path} (pid {answering})")
         time.sleep(0.05)
-    proc.kill()
+    _stop_child(proc)
     raise ReproError(f"model store server did not answer on {socket_path} within 30 s; see {log_file}")
 
 
