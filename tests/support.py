@@ -153,3 +153,31 @@ def experiment_modes(experiment="ResNet50_v2-8"):
     import yaml
 
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]["experiments"][experiment]["modes"]
+
+
+def snapshot(root):
+    """Every entry under `root`: a regular file's digest, a directory, or another kind (never opened:
+    a FIFO would block). Two snapshots differ where something was written, changed or deleted."""
+    import hashlib
+    import stat
+
+    entries = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        if stat.S_ISREG(mode):
+            entries[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            entries[str(path.relative_to(root))] = stat.S_IFMT(mode)
+    return entries
+
+
+def run_repro(argv, capsys):
+    """`repro ARGV` in this process: (exit code, stdout, stderr). An escaping exception fails the test."""
+    from repro.cli import main
+
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse, `trace validate`
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -8,7 +8,6 @@ directory under the test's directory (no partial output, earlier results intact)
 left running. Faults that need a live server or a killed process have their own tests below.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -29,13 +28,12 @@ import psutil
 import pytest
 import yaml
 
-from repro.cli import main
 from repro.errors import ReproError
 from repro.fsutil import write_json
 from repro.processes import alive, describe, matches, read_record
 from repro.traces import write_trace
 from repro.trims.server import StoreConnection
-from support import start_server, stop_server
+from support import run_repro, snapshot, start_server, stop_server
 
 pytestmark = pytest.mark.fault
 
@@ -255,17 +253,6 @@ CLI_FAULTS = [
 ]
 
 
-def _snapshot(root):
-    """Every file (with its content's digest) and directory under `root`."""
-    entries = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_dir() and not path.is_symlink():
-            entries[str(path.relative_to(root))] = "dir"
-        else:
-            entries[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return entries
-
-
 @pytest.fixture
 def tmpfs():
     """Mount small tmpfs file systems (root only); unmounted afterwards."""
@@ -285,16 +272,6 @@ def tmpfs():
         subprocess.run(["umount", str(path)], check=True)
 
 
-def run_repro(argv, capsys):
-    """`repro ARGV` in this process: (exit code, stdout, stderr). An escaping exception fails the test."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse, `trace validate`
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("fault", CLI_FAULTS, ids=[f.id for f in CLI_FAULTS])
 def test_cli_fault(fault, tmp_path, monkeypatch, capsys, tmpfs, models):
     if fault.root and os.geteuid() != 0:
@@ -304,7 +281,7 @@ def test_cli_fault(fault, tmp_path, monkeypatch, capsys, tmpfs, models):
     monkeypatch.chdir(work)
     ctx = SimpleNamespace(dir=work, tmpfs=tmpfs, models=models)
     argv = [a.format(dir=work) for a in fault.prepare(ctx)]
-    before = _snapshot(work)
+    before = snapshot(work)
     children = {p.pid for p in psutil.Process().children(recursive=True)}
 
     code, _, err = run_repro(argv, capsys)
@@ -313,7 +290,7 @@ def test_cli_fault(fault, tmp_path, monkeypatch, capsys, tmpfs, models):
     lines = err.strip().splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
     assert re.match(fault.error, lines[0]), lines[0]
-    assert _snapshot(work) == before, "files were written, changed or deleted"
+    assert snapshot(work) == before, "files were written, changed or deleted"
     left = {p.pid for p in psutil.Process().children(recursive=True)} - children
     assert not left, f"processes left running: {left}"
 

@@ -9,7 +9,6 @@ memory or never end on a regression (`bounded`) runs in a child process with its
 limited and a deadline, so that a regression fails the test instead of the machine.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -26,7 +25,7 @@ from typing import Callable
 import psutil
 import pytest
 import yaml
-from support import REPO, configfiles, copy_workflow, snakemake
+from support import REPO, configfiles, copy_workflow, run_repro, snakemake, snapshot
 
 from repro.cli import main
 
@@ -475,19 +474,6 @@ INPUT_FAULTS = [
 ]
 
 
-def _snapshot(root):
-    """Every entry under `root`: a regular file's digest, a directory, or another kind (never opened:
-    a FIFO would block)."""
-    entries = {}
-    for path in sorted(root.rglob("*")):
-        mode = path.lstat().st_mode
-        if stat.S_ISREG(mode):
-            entries[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
-        else:
-            entries[str(path.relative_to(root))] = stat.S_IFMT(mode)
-    return entries
-
-
 def _limited():
     """In the bounded child: an address space it cannot grow past, and SIGINT as at a terminal."""
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
@@ -508,25 +494,16 @@ def _run_bounded(argv, work):
     return proc.returncode, out, err
 
 
-def _run_here(argv, capsys):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse, `trace validate`
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("fault", INPUT_FAULTS, ids=[f.id for f in INPUT_FAULTS])
 def test_input_fault(fault, tmp_path, monkeypatch, capsys):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     argv = [str(a) for a in fault.prepare(SimpleNamespace(dir=work))]
-    before = _snapshot(work)
+    before = snapshot(work)
     children = {p.pid for p in psutil.Process().children(recursive=True)}
 
-    code, _, err = _run_bounded(argv, work) if fault.bounded else _run_here(argv, capsys)
+    code, _, err = _run_bounded(argv, work) if fault.bounded else run_repro(argv, capsys)
 
     lines = err.strip().splitlines()
     if code == 2 and lines and lines[0].startswith("usage:"):  # argparse's usage errors: its usage (wrapped) first
@@ -536,7 +513,7 @@ def test_input_fault(fault, tmp_path, monkeypatch, capsys):
     assert code == fault.code, f"exit code {code}; stderr: {err[-3000:]}"
     assert len(lines) == 1, f"expected one line on stderr, got:\n{err[-3000:]}"
     assert re.match(fault.error, lines[0]), lines[0][:1000]
-    assert _snapshot(work) == before, "files were written, changed or deleted"
+    assert snapshot(work) == before, "files were written, changed or deleted"
     left = {p.pid for p in psutil.Process().children(recursive=True)} - children
     assert not left, f"processes left running: {left}"
 
@@ -595,7 +572,6 @@ def test_atomic_write_refuses_a_node_it_would_replace(tmp_path, kind):
 @pytest.mark.fault
 @pytest.mark.parametrize("key", [5, None, ["a"]])
 def test_a_receipt_whose_key_is_not_a_name_is_refused(tmp_path, capsys, key):
-    from repro.cli import main
 
     receipt = tmp_path / "upload.json"
     receipt.write_text(json.dumps({"store": str(tmp_path / "store"), "objects": [{"key": key, "sha256": "0" * 64}]}))

@@ -21,8 +21,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from support import BIN, REPO, path_env, snakemake
-from test_faults import _snapshot, run_repro
+from support import BIN, REPO, path_env, run_repro, snakemake, snapshot
 
 from repro import processes
 
@@ -110,11 +109,11 @@ def test_cluster_stop_with_another_clones_results_signals_none_of_its_processes(
     A is deleted (the state may name A's service directory by its absolute path)."""
     dispatcher, workers = clone.service(workers=1, absolute=absolute)
     b = clone.copy_results_to(tmp_path / "B")
-    before = _snapshot(clone.root)
+    before = snapshot(clone.root)
     proc = _repro("cluster", "stop", "--state", STATE, cwd=b)
     assert proc.returncode == 0, proc.stderr
     assert _running(dispatcher, *workers), "another clone's process was signalled"
-    assert _snapshot(clone.root) == before, "another clone's files were changed or deleted"
+    assert snapshot(clone.root) == before, "another clone's files were changed or deleted"
     assert "Traceback" not in proc.stderr
 
 
@@ -141,10 +140,10 @@ def test_snakemake_cluster_stop_with_another_clones_results_signals_none_of_its_
 
     dispatcher, workers = clone.service(workers=1, absolute=True)
     b = clone.copy_results_to(copy_workflow(tmp_path / "B"))
-    before = _snapshot(clone.root)
+    before = snapshot(clone.root)
     snakemake(b, "cluster_stop", cores=1)
     assert _running(dispatcher, *workers), "another clone's process was signalled"
-    assert _snapshot(clone.root) == before
+    assert snapshot(clone.root) == before
 
 
 def test_a_store_record_naming_another_clones_process_never_signals_it(tmp_path):
@@ -413,7 +412,7 @@ def test_refused_with_one_line_and_nothing_changed(prepare, error, tmp_path, mon
     work.mkdir()
     monkeypatch.chdir(work)
     argv = [str(a) for a in prepare(SimpleNamespace(dir=work))]
-    before = _snapshot(work)
+    before = snapshot(work)
     children = {p.pid for p in psutil.Process().children(recursive=True)}
 
     code, _, err = run_repro(argv, capsys)
@@ -422,7 +421,7 @@ def test_refused_with_one_line_and_nothing_changed(prepare, error, tmp_path, mon
     lines = err.strip().splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
     assert re.match(error, lines[0]), lines[0]
-    assert _snapshot(work) == before, "files were written, changed or deleted"
+    assert snapshot(work) == before, "files were written, changed or deleted"
     assert not {p.pid for p in psutil.Process().children(recursive=True)} - children, "processes left running"
 
 

@@ -29,7 +29,7 @@ from repro.cli import main
 from repro.processes import describe, matches, read_record
 from repro.trims.modelstore import segment_prefix
 from repro.trims.originals import main as tools_main
-from support import start_server, stop_server
+from support import snapshot, start_server, stop_server
 
 pytestmark = pytest.mark.fault
 
@@ -412,11 +412,6 @@ def test_client_checks_what_the_store_hands_out(models, tmp_path, kind):
 # -- command lines ------------------------------------------------------------------------
 
 
-def _snapshot(root):
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() and not p.is_symlink() else "other")
-            for p in sorted(root.rglob("*"))}
-
-
 @pytest.fixture
 def work(models, tmp_path, monkeypatch):
     """The test's directory (cwd), a tool config naming the generated models, and a base path of
@@ -431,7 +426,7 @@ def work(models, tmp_path, monkeypatch):
 
 def _one_line(run, work, capsys, pattern):
     """`run()` exits 1 with one line on stderr matching `pattern`, and writes, changes or deletes nothing."""
-    before = _snapshot(work.dir)
+    before = snapshot(work.dir)
     try:
         code = run()
     except SystemExit as exc:
@@ -439,7 +434,7 @@ def _one_line(run, work, capsys, pattern):
     _, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert code == 1 and len(lines) == 1 and re.search(pattern, lines[0]), f"exit {code}: {err[-2000:]}"
-    assert _snapshot(work.dir) == before, "files were written, changed or deleted"
+    assert snapshot(work.dir) == before, "files were written, changed or deleted"
 
 
 def _tools(work, *words):
@@ -691,14 +686,19 @@ def test_a_daemon_start_interrupted_leaves_no_server(models, tmp_path, signum):
         time.sleep(0.01)
     assert children, "the daemon did not start"
     daemon = children[0]
-    parent.send_signal(signum)
-    _, err = parent.communicate(timeout=60)
-    assert parent.returncode == 128 + signum, err
     try:
-        daemon.wait(timeout=15)  # reaped by the command before it exited
-    except psutil.NoSuchProcess:
-        pass
-    assert not daemon.is_running(), "the daemon outlived the command that started it"
+        parent.send_signal(signum)
+        _, err = parent.communicate(timeout=60)
+        assert parent.returncode == 128 + signum, err
+        try:
+            daemon.wait(timeout=15)  # reaped by the command before it exited
+        except psutil.NoSuchProcess:
+            pass
+        assert not daemon.is_running(), "the daemon outlived the command that started it"
+    finally:  # where it did outlive it: this test started it, so stop it (psutil checks it is the same process)
+        if daemon.is_running():
+            daemon.terminate()
+            daemon.wait(timeout=15)
     assert not sock.exists() and not _segments(sock)
 
 
