@@ -101,7 +101,7 @@ def pytest_runtest_logreport(report):
 def pytest_configure(config):
     # registered here rather than among pyproject.toml's markers: a change there makes `make` reinstall
     config.addinivalue_line("markers", "service: starts real services or whole programs and waits on them (the tf.data "
-                            "service, the original tools), seconds each; make test-fast leaves them out")
+                            "service, the original tools), or runs TensorFlow: seconds each; make test-fast leaves them out")
 
 
 _STARTED = pytest.StashKey[float]()

@@ -155,6 +155,9 @@ def experiment_modes(experiment="ResNet50_v2-8"):
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]["experiments"][experiment]["modes"]
 
 
+SNAPSHOT_READ_LIMIT = 64 << 20
+
+
 def snapshot(root):
     """Every entry under `root`: a regular file's digest, a directory, or another kind (never opened:
     a FIFO would block). Two snapshots differ where something was written, changed or deleted."""
@@ -163,8 +166,12 @@ def snapshot(root):
 
     entries = {}
     for path in sorted(root.rglob("*")):
-        mode = path.lstat().st_mode
-        if stat.S_ISREG(mode):
+        info = path.lstat()
+        mode = info.st_mode
+        if stat.S_ISREG(mode) and info.st_size > SNAPSHOT_READ_LIMIT:
+            # a huge (sparse) input: a write changes its size or modification time, and reading it costs a minute
+            entries[str(path.relative_to(root))] = (info.st_ino, info.st_size, info.st_mtime_ns)
+        elif stat.S_ISREG(mode):
             entries[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
         else:
             entries[str(path.relative_to(root))] = stat.S_IFMT(mode)

@@ -73,6 +73,7 @@ def test_every_pipeline_names_a_tf_form_for_every_op():
 
 
 @needs_tensorflow
+@pytest.mark.service  # TensorFlow: seconds to import and trace
 @pytest.mark.parametrize("name", ["simclr", "asr"])
 def test_tf_forms_give_the_same_elements_in_both_orders(name, tmp_path):
     from repro.pecan.tfdata import ops

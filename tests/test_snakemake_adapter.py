@@ -36,6 +36,7 @@ def test_per_job_records_the_signature_where_snakemake_reads_it():
     assert list(recorded) == ["wildcards", "output"]
 
 
+@pytest.mark.workflow
 def test_untracked_is_a_derived_param_that_does_not_trigger_a_rerun(tmp_path):
     from snakemake.rules import Rule
 
@@ -57,6 +58,7 @@ def test_untracked_is_a_derived_param_that_does_not_trigger_a_rerun(tmp_path):
     assert re.search(r"^a\s+1$", tracked_changed.stdout, re.MULTILINE), tracked_changed.stdout + tracked_changed.stderr
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("mode, expected", [("default", "True"), ("subprocess", "False")])
 def test_is_main_process_tells_the_invocation_from_its_jobs(tmp_path, mode, expected):
     (tmp_path / "Snakefile").write_text(
