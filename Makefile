@@ -39,7 +39,10 @@ figures: setup
 
 # Each tier ends with its wall time (tests/conftest.py); -rs lists why each skipped test was skipped
 # (the package that would enable it). benchmarks/tests_time.py times the tiers.
-PYTEST := $(RUN) pytest -q -rs
+# Unit tests run on every CPU beside the workflow and service tests, which keep to one worker
+# (tests/conftest.py); WORKERS=0 runs everything in one process.
+WORKERS ?= auto
+PYTEST := $(RUN) pytest -q -rs -n $(WORKERS) --dist loadgroup
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
 test: $(VENV)/.test-extras

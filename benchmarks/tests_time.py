@@ -10,6 +10,7 @@ shared machine the numbers move with the load: compare two trees side by side in
     python benchmarks/tests_time.py                      # test-fast, then test
     python benchmarks/tests_time.py --tiers test-fast --rounds 3
     python benchmarks/tests_time.py --repo ../other-tree --tiers test-fast
+    python benchmarks/tests_time.py --tiers test --workers 0,auto   # serial against pytest-xdist
 """
 
 import argparse
@@ -40,6 +41,8 @@ def main(argv=None):
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="the tree to time")
     parser.add_argument("--tiers", default="test-fast,test", help=f"comma-separated, of {', '.join(TIERS)}")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--workers", default="auto", help="comma-separated pytest-xdist worker counts (the Makefile's "
+                        "WORKERS; 0: one process), each tier timed with each, side by side")
     parser.add_argument("make_args", nargs="*", help="passed to make (VENV=..., for example)")
     args = parser.parse_args(argv)
     tiers = args.tiers.split(",")
@@ -47,13 +50,21 @@ def main(argv=None):
     if unknown:
         parser.error(f"--tiers: unknown tier(s) {unknown}; expected some of {', '.join(TIERS)}")
     failed = False
+    workers = args.workers.split(",")
     for round_ in range(args.rounds):
         for tier in tiers:
-            r = run_tier(args.repo, tier, args.make_args)
-            pytest_s = f"{r['pytest_s']:.1f}" if r["pytest_s"] is not None else "?"
-            print(f"round {round_ + 1} {tier}: pytest {pytest_s} s, make {r['make_s']:.1f} s, rc {r['rc']}, "
-                  f"load {r['load_before']:.1f}->{r['load_after']:.1f}: {r['summary']}", flush=True)
-            failed |= r["rc"] != 0
+            times = {}
+            for count in workers:
+                r = run_tier(args.repo, tier, [f"WORKERS={count}", *args.make_args])
+                times[count] = r["pytest_s"]
+                pytest_s = f"{r['pytest_s']:.1f}" if r["pytest_s"] is not None else "?"
+                print(f"round {round_ + 1} {tier} workers={count}: pytest {pytest_s} s, make {r['make_s']:.1f} s, rc {r['rc']}, "
+                      f"load {r['load_before']:.1f}->{r['load_after']:.1f}: {r['summary']}", flush=True)
+                failed |= r["rc"] != 0
+            if len(workers) > 1 and all(times.values()):
+                first = times[workers[0]]
+                print(f"round {round_ + 1} {tier}: " + ", ".join(f"workers={c} {first / t:.2f}x" for c, t in times.items()
+                                                            if c != workers[0]) + f" the speed of workers={workers[0]}")
     return 1 if failed else 0
 
 

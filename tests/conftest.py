@@ -137,11 +137,20 @@ SERVER_FIXTURES = {"server", "module_server"}
 SERVICE_FIXTURES = {"tf"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+# Under pytest-xdist (`-n 2 --dist loadgroup`, as the Makefile runs the suite) the tests that run
+# Snakemake, services or TensorFlow share one worker and keep running one at a time, as they do
+# without xdist: they share session fixtures (the tiny build, SLURM, sshd) and wait on timing; the
+# unit tests fill the other worker.
+HEAVY_MARKERS = {"workflow", "service", "registry"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker, and before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.service)
+        if HEAVY_MARKERS & {mark.name for mark in item.iter_markers()}:
+            item.add_marker(pytest.mark.xdist_group("heavy"))
     if "MUTANT_UNDER_TEST" not in os.environ:
         return
     left_out = [item for item in items if SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))]
