@@ -41,13 +41,17 @@ def commands(repo, configfiles):
 def jobs(text):
     """Each job's block (rule, wildcards, inputs, outputs, resources, shell command), sorted; the
     lines that differ between two dry runs of the same workflow (time, job id, reason) left out."""
-    blocks = []
-    for block in re.split(r"\n\s*\n", text):
-        lines = [line.rstrip() for line in block.splitlines()
-                 if line.strip() and not re.match(r"\[.*\d\d:\d\d:\d\d \d{4}\]$|\s+(jobid|reason):", line)]
-        if any(line.startswith(("rule ", "localrule ")) for line in lines):
-            blocks.append("\n".join(lines))
-    return sorted(blocks)
+    blocks, removed = [], []
+    for line in text.splitlines():
+        if line.startswith("Would remove temporary output"):  # printed after whichever job came last
+            removed.append(line)
+            continue
+        if line.startswith(("rule ", "localrule ")):
+            blocks.append([])
+        elif not blocks or not line.strip() or re.match(r"\[.*\d\d:\d\d:\d\d \d{4}\]$|\s+(jobid|reason):", line):
+            continue
+        blocks[-1].append(line.rstrip())
+    return sorted("\n".join(block) for block in blocks) + ["\n".join(sorted(removed))]
 
 
 def main(argv=None):
