@@ -40,6 +40,7 @@ from repro.rulesettings import (
     trims_store_settings,
 )
 from repro.snakemake_adapter import is_main_process
+from repro.trims.figures import FIGURES as TRIMS_FIGURES
 from repro.trims.service import this_invocation
 from repro.wildcards import one_of
 

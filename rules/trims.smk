@@ -201,7 +201,7 @@ rule trims_plot:
     log:
         "results/logs/plot/{figure}.log",
     wildcard_constraints:
-        figure="trims_model_load|trims_distributions",
+        figure=one_of(TRIMS_FIGURES, "no-figures"),
     conda:
         ENV
     resources:
