@@ -116,11 +116,23 @@ def names(registry):
 
 
 def fill_schema(tree):
-    """The config schema `tree` with every registry's names put where its `schema` paths point."""
+    """The config schema `tree` with every registry's names put where its `schema` paths point, and the
+    settings sections of the engines and backends that bring their own schema."""
+    from repro.backends import get_backend
+    from repro.pecan.engines import ENGINES
+
     for registry in REGISTRIES.values():
         for path in registry.schema:
             node = tree
             for key in path[:-1]:
                 node = node[key]
             node[path[-1]] = registry.names()
+    pecan = tree["properties"]["pecan"]["properties"]
+    for engine in ENGINES.values():
+        if engine.section and engine.schema is not None:
+            pecan.setdefault(engine.section, engine.schema)
+    for name in _backends():
+        schema = get_backend(name).schema
+        if schema is not None:
+            tree["properties"].setdefault(name, schema)
     return tree

@@ -373,7 +373,7 @@ def _client_flags(parser):
 
 def _device_flag(parser, what):
     parser.add_argument("--device", choices=DEVICE_CHOICES,
-                        help=f"{what}: cpu, gpu, or auto (the GPU when an NVIDIA device and PyTorch with CUDA are present)")
+                        help=f"{what} (auto: the GPU when an NVIDIA device and PyTorch with CUDA are present)")
 
 
 def tool_config(args):
