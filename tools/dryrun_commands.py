@@ -19,7 +19,7 @@ from pathlib import Path
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "report", "profiles")
 
 
-def commands(repo, configfiles):
+def commands(repo, configfiles, targets=()):
     repo = Path(repo).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
@@ -29,7 +29,7 @@ def commands(repo, configfiles):
             if source.exists():
                 (shutil.copytree if source.is_dir() else shutil.copy)(source, work / item)
         env = {**os.environ, "PYTHONPATH": str(repo / "src")}
-        args = [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "1"]
+        args = [sys.executable, "-m", "snakemake", *targets, "-n", "-p", "--forceall", "--cores", "1"]
         if configfiles:
             args += ["--configfile", *[str(Path(f).resolve()) for f in configfiles]]
         proc = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True)
@@ -58,9 +58,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--configfile", nargs="*", default=[])
+    parser.add_argument("--targets", nargs="*", default=[], help="targets (default: the default target, all)")
     parser.add_argument("--shell-only", action="store_true", help="only the shell commands, sorted")
     args = parser.parse_args(argv)
-    blocks = commands(args.repo, args.configfile)
+    blocks = commands(args.repo, args.configfile, args.targets)
     if args.shell_only:
         print("\n".join(sorted(line for block in blocks for line in block.splitlines() if line.startswith("Shell command:"))))
     else:
