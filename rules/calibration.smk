@@ -9,7 +9,7 @@ rule calibrate:
     benchmark:
         "results/benchmarks/calibrate/{pipeline}.tsv"
     conda:
-        "../envs/repro.yaml"
+        ENV
     threads: 1
     resources:
         mem_mb=1000,

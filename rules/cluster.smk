@@ -13,10 +13,9 @@ rule cluster_start:
     log:
         f"results/logs/cluster/{BACKEND}/start.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         settings=untracked(CLUSTER_SETTINGS),
     shell:
@@ -40,10 +39,9 @@ rule cluster_status:
     log:
         f"results/logs/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         digest=untracked(settings_digest(CLUSTER_SETTINGS)),
     shell:
@@ -55,10 +53,9 @@ rule cluster_stop:
     log:
         f"results/logs/cluster/{BACKEND}/stop.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         state=lambda wildcards: STATE,  # not an input: stopping must not start a cluster first
     shell:

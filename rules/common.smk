@@ -2,6 +2,8 @@ import re
 
 from repro.commandpath import put_own_bin_first
 from repro.rulefunctions import (
+    RUN_DIR,
+    RUN_METRICS,
     all_targets,
     beside_input,
     by_wildcards,
@@ -38,9 +40,13 @@ from repro.rulesettings import (
     trims_store_settings,
 )
 from repro.snakemake_adapter import is_main_process
+from repro.trims.figures import FIGURES as TRIMS_FIGURES
 from repro.trims.service import this_invocation
 from repro.wildcards import one_of
 
+# what every rule runs in, and what a rule asks for unless it says more
+ENV = "../envs/repro.yaml"
+SMALL_JOB = {"mem_mb": 500, "runtime": 5}
 # this invocation, a model store user (repro.trims.service)
 INVOCATION = this_invocation(is_main_process(workflow))
 put_own_bin_first()  # the rules run `repro` from this environment, also when it is not on PATH

@@ -4,8 +4,8 @@ localrules:
 
 rule costs:
     input:
-        logs=per_mode(config, "results/runs/{experiment}/{mode}/run.log"),
-        metrics=per_mode(config, "results/runs/{experiment}/{mode}/metrics.json"),
+        logs=per_mode(config, f"{RUN_DIR}/run.log"),
+        metrics=per_mode(config, RUN_METRICS),
         summary="results/summary/{experiment}.json",
         combined="results/traces/{experiment}/combined.json",
     output:
@@ -13,10 +13,9 @@ rule costs:
     log:
         "results/logs/costs/{experiment}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         settings=by_wildcards(cost_settings, config, "experiment"),
         modes=modes(config),
@@ -35,10 +34,9 @@ rule cost_estimate:
     log:
         "results/logs/cost_estimate.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         settings=estimate_settings(config),
     shell:

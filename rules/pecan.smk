@@ -4,19 +4,19 @@ rule run:
         status=f"results/cluster/{BACKEND}/status/{{experiment}}/{{mode}}.json",
         calibration=experiment_calibrations(EXPERIMENT_CALIBRATIONS),
     output:
-        log="results/runs/{experiment}/{mode}/run.log",
-        metrics="results/runs/{experiment}/{mode}/metrics.json",
-        trace="results/runs/{experiment}/{mode}/traces/{experiment}-{mode}.json",
-        receipt="results/runs/{experiment}/{mode}/upload.json",
+        log=f"{RUN_DIR}/run.log",
+        metrics=RUN_METRICS,
+        trace=f"{RUN_DIR}/traces/{{experiment}}-{{mode}}.json",
+        receipt=f"{RUN_DIR}/upload.json",
     log:
         "results/logs/run/{experiment}/{mode}.log",
     benchmark:
         "results/benchmarks/run/{experiment}/{mode}.tsv"
     conda:
-        "../envs/repro.yaml"
+        ENV
     threads: 1
     resources:
-        mem_mb=500,
+        mem_mb=SMALL_JOB["mem_mb"],
         runtime=10,
     params:
         settings=by_wildcards(run_settings, config, "experiment", "mode"),

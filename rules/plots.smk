@@ -17,10 +17,9 @@ rule plot:
     log:
         "results/logs/plot/{figure}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         settings=by_wildcards(figure_settings, config, "figure"),
     shell:
@@ -40,10 +39,9 @@ rule comparison_table:
     log:
         "results/logs/comparison_table/{comparison}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         option=comparison_option(config),
         workloads=comparison_workloads(config),
@@ -63,10 +61,9 @@ rule comparison:
     log:
         "results/logs/comparison/{comparison}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         settings=by_wildcards(comparison_settings, config, "comparison"),
     shell:
@@ -87,10 +84,9 @@ rule provenance:
     log:
         "results/logs/provenance/{any_figure}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         settings=by_wildcards(provenance_settings, config, "any_figure"),
     shell:
@@ -102,7 +98,7 @@ rule provenance:
 # deployments, calibration and scale.
 rule validation:
     input:
-        metrics=per_mode(config, "results/runs/{experiment}/{mode}/metrics.json"),
+        metrics=per_mode(config, RUN_METRICS),
         calibration=experiment_calibrations(EXPERIMENT_CALIBRATIONS),
     output:
         pdf="plots/validation_{experiment}.pdf",
@@ -111,10 +107,9 @@ rule validation:
     log:
         "results/logs/validation/{experiment}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         network_gbps=config["pecan"]["cluster"]["network_gbps"],
         style=Settings(config["plots"]["style"]),

@@ -12,7 +12,7 @@ rule reproducibility_check:
     log:
         "results/logs/reproducibility_check.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     threads: 1
     resources:
         mem_mb=1000,

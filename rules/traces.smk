@@ -2,16 +2,15 @@
 # after trace_store changes, finished runs keep their traces where they are.
 rule download_traces:
     input:
-        receipt="results/runs/{experiment}/{mode}/upload.json",
+        receipt=f"{RUN_DIR}/upload.json",
     output:
         "results/traces/{experiment}/{mode}/{experiment}-{mode}.json",
     log:
         "results/logs/download/{experiment}/{mode}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         into=output_dir(),
     shell:
@@ -26,10 +25,9 @@ rule combine:
     log:
         "results/logs/combine/{experiment}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     shell:
         "repro trace combine {input:q} -o {output:q} > {log:q} 2>&1"
 
@@ -42,9 +40,8 @@ rule summarize:
     log:
         "results/logs/summarize/{experiment}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     shell:
         "repro trace summarize {input:q} --group-by mode -o {output:q} > {log:q} 2>&1"

@@ -22,10 +22,9 @@ rule trims_store_start:
     log:
         f"results/logs/cluster/{BACKEND}/trims-store.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         settings=untracked(TRIMS_STORE_SETTINGS),
     shell:
@@ -42,10 +41,9 @@ rule trims_status:
     log:
         f"results/logs/cluster/{BACKEND}/trims-status/{{trims_job}}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         digest=settings_digest(TRIMS_STORE_SETTINGS),
     shell:
@@ -59,7 +57,7 @@ rule trims_generate:
     log:
         "results/logs/trims/generate/{model}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
         mem_mb=4000,
         runtime=10,
@@ -81,10 +79,9 @@ rule trims_fetch:
     log:
         "results/logs/trims/fetch/{model}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         asset_store=config["trims"]["asset_store"],
         base_path=output_dir(levels=2),
@@ -106,7 +103,7 @@ rule trims_compare:
     benchmark:
         "results/benchmarks/trims/compare/{model}.tsv"
     conda:
-        "../envs/repro.yaml"
+        ENV
     threads: workflow.cores
     resources:
         mem_mb=4000,
@@ -135,7 +132,7 @@ rule trims_distribution:
     benchmark:
         "results/benchmarks/trims/distribution/{distribution}-c{concurrency}.tsv"
     conda:
-        "../envs/repro.yaml"
+        ENV
     threads: workflow.cores
     resources:
         mem_mb=4000,
@@ -160,10 +157,9 @@ rule trims_combine:
     log:
         "results/logs/trims/combine/{model}.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         traces=beside_input(("traces", "original"), ("traces", "shared")),
     shell:
@@ -188,10 +184,9 @@ rule trims_summary:
     log:
         "results/logs/trims/summary.log",
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     shell:
         "repro trims summary --compare {input.compare:q}"
         " --distributions {input.distributions:q} -o {output:q} > {log:q} 2>&1"
@@ -206,12 +201,11 @@ rule trims_plot:
     log:
         "results/logs/plot/{figure}.log",
     wildcard_constraints:
-        figure="trims_model_load|trims_distributions",
+        figure=one_of(TRIMS_FIGURES, "no-figures"),
     conda:
-        "../envs/repro.yaml"
+        ENV
     resources:
-        mem_mb=500,
-        runtime=5,
+        **SMALL_JOB,
     params:
         style=Settings(config["plots"]["style"]),
     shell:

@@ -22,7 +22,7 @@ LAYERS = [
     ("backends", ["repro.backends.*"]),
     # the workflow's glue, and the one Pecan module that runs the workflow's chain from the whole config
     ("orchestration", ["repro.config", "repro.checkedconfig", "repro.rulesettings", "repro.rulefunctions",
-                       "repro.snakemake_adapter", "repro.plots", "repro.provenance", "repro.doctor",
+                       "repro.snakemake_adapter", "repro.plots", "repro.provenance", "repro.doctor", "repro.registries",
                        "repro.pecan.reproducibility"]),
     ("command groups", ["repro.pecan.cli", "repro.pecan.tfdata.cli", "repro.trims.cli"]),
     ("command tree", ["repro.commands"]),

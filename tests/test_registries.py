@@ -1,8 +1,10 @@
-"""One place per fact: a new pipeline (with its workload in the config), request distribution or backend
-is registered in one module, and the config check, the CLI and the workflow's wildcards take it from
-there. The additions here live in the test, registered from outside the package, as a new module would be."""
+"""One place per fact: a new pipeline (with its TF form and its workload in the config), request
+distribution, engine or backend is registered in one module, and the config check, the CLI, the
+workflow's wildcards, `repro list` and the documentation take it from there (repro.registries). The
+additions here live in the test, registered from outside the package, as a new module would be."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,15 +14,14 @@ import yaml
 from support import BIN, REPO, TINY, copy_workflow, path_env
 
 from repro.backends import Backend, backend_names, get_backend
-from repro.config import load_config, schema
+from repro.config import load_config, merge_over, schema
 from repro.errors import ReproError
-from repro.pecan.engines import ENGINES
-from repro.pecan.pipelines import PIPELINES
-from repro.trims.eviction import POLICIES
-from repro.trims.workload import DISTRIBUTIONS
+from repro.registries import REGISTRIES, names
 
-# A module adding a preprocessing pipeline and a request distribution: everything such an addition writes.
+# A module adding a preprocessing pipeline (with its TF form, for the tf.data engine), a request
+# distribution and an engine: everything such additions write.
 EXTENSION = '''
+from repro.pecan.engines import ENGINES, Engine
 from repro.pecan.pipelines import PIPELINES, Op, Pipeline, decode, normalize, to_float
 from repro.trims.workload import DISTRIBUTIONS, Distribution
 
@@ -29,12 +30,31 @@ def crop_32(element, rng):
     return {**element, "image": element["image"][:32, :32]}
 
 
+def tf_crop_32(element):  # the op in TensorFlow: the tf.data engine maps it over tensors
+    return {**element, "image": element["image"][:32, :32]}
+
+
 PIPELINES["thumbnails"] = Pipeline(
     ops=(Op("decode", decode, keep_position=True), Op("to_float", to_float, shape_preserving=True),
-         Op("crop_32", crop_32), Op("normalize", normalize, shape_preserving=True, requires=("to_float",))),
+         Op("crop_32", crop_32, tf=tf_crop_32), Op("normalize", normalize, shape_preserving=True, requires=("to_float",))),
     image_size=(96, 64),
+    time_scale=1.0,
 )
 DISTRIBUTIONS["halfnormal"] = Distribution(("scale",), (1.0,), lambda stats, scale: stats.halfnorm(scale=scale))
+
+
+def run_replay(settings, experiment, mode, calibrations, out_dir, backend, service_dir):
+    """The cluster model's run, with the engine's own setting recorded beside it."""
+    from repro.pecan.run import run_mode
+
+    metrics = run_mode(settings, experiment, mode, calibrations, out_dir, backend)
+    (out_dir / "replay.txt").write_text(settings["pecan"]["replay"]["label"])
+    return metrics
+
+
+ENGINES["replay"] = Engine("the cluster model, labelled", run_replay, section="replay", schema={
+    "type": "object", "additionalProperties": False, "default": {},
+    "properties": {"label": {"type": "string", "default": "replayed"}}})
 '''
 
 # ... and the workload in the configuration: a model on that pipeline, its accelerator bound, an experiment.
@@ -54,31 +74,24 @@ def extension(tmp_path):
     """The extension module on disk, and a runner for a Python entry point with it imported first."""
     (tmp_path / "thumbnails_extension.py").write_text(EXTENSION)
 
-    def run(entry_point, *args, cwd=tmp_path):
-        code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import thumbnails_extension; "
-                f"from {entry_point} import main; sys.exit(main(sys.argv[1:]))")
+    def run(entry_point, *args, cwd=tmp_path, code=None):
+        """`entry_point`'s main with `args`, or the Python `code`, with the extension imported first."""
+        code = code or f"from {entry_point} import main; sys.exit(main(sys.argv[1:]))"
+        code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import thumbnails_extension\n{code}"
         return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=path_env(), capture_output=True,
                               text=True, timeout=600)
 
     return run
 
 
-def workload_config(tmp_path):
-    """config/config.yaml with the tiny test settings and the new workload merged in."""
+def workload_config(tmp_path, *overrides, name="workload.yaml"):
+    """config/config.yaml with the tiny test settings, the new workload and `overrides` merged in."""
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    for override in (yaml.safe_load(TINY.read_text()), WORKLOAD):
-        merge(config, override)
-    path = tmp_path / "workload.yaml"
+    for override in (yaml.safe_load(TINY.read_text()), WORKLOAD, *overrides):
+        config = merge_over(config, override)
+    path = tmp_path / name
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def merge(target, override):
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge(target[key], value)
-        else:
-            target[key] = value
 
 
 @pytest.mark.service
@@ -143,22 +156,97 @@ def test_without_the_extension_the_names_are_refused(tmp_path):
 
 
 def test_the_schema_names_come_from_the_registries():
-    properties = schema()["properties"]
-    assert properties["backend"]["enum"] == backend_names() == ["local", "ssh"]
-    pipeline = properties["pecan"]["properties"]["models"]["additionalProperties"]["properties"]["pipeline"]
-    assert pipeline["enum"] == list(PIPELINES)
-    assert properties["pecan"]["properties"]["engine"]["enum"] == list(ENGINES)
-    trims = properties["trims"]["properties"]
-    assert trims["server"]["properties"]["eviction"]["enum"] == list(POLICIES)
-    assert trims["distributions"]["properties"]["runs"]["propertyNames"]["enum"] == list(DISTRIBUTIONS)
+    """Every registry's names are where its schema paths point, and each registry fills at least one."""
+    tree = schema()
+    for name, registry in REGISTRIES.items():
+        assert registry.schema, name
+        for path in registry.schema:
+            node = tree
+            for key in path:
+                node = node[key]
+            assert node == names(name), (name, path)
+    assert names("backends") == backend_names() == ["local", "ssh"]
 
 
-def test_the_config_documentation_lists_the_registered_names():
-    rows = {line.split("|")[1].strip(): line for line in (REPO / "config" / "README.md").read_text().splitlines()
-            if line.startswith("| `")}
-    for key, names in (("`backend`", backend_names()), ("`pecan.models.<m>`", PIPELINES), ("`pecan.engine`", ENGINES),
-                       ("`trims.server`", POLICIES), ("`trims.distributions`", DISTRIBUTIONS)):
-        assert all(name in rows[key] for name in names), (key, list(names))
+def test_an_engine_and_its_settings_come_from_its_registry_entry(extension, tmp_path):
+    """The engine's name and its settings section (with defaults) come from its Engine entry alone; a
+    run with it writes what every engine writes."""
+    calibrations = []
+    for pipeline in ("resnet", "thumbnails"):
+        out = tmp_path / f"{pipeline}.json"
+        proc = extension("repro.cli", "pecan", "calibrate", "--pipeline", pipeline, "--elements", "2", "--repeats", "1",
+                         "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        calibrations.append(str(out))
+    config = workload_config(tmp_path, {"pecan": {"engine": "replay"}})
+    proc = extension("repro.cli", "pecan", "run", "--config", str(config), "--experiment", "Thumbnails", "--mode", "short",
+                     "--calibration", *calibrations, "--out", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "run" / "replay.txt").read_text() == "replayed"  # the schema's default, filled in at load
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["throughput"] > 0
+    bad = workload_config(tmp_path, {"pecan": {"engine": "replay", "replay": {"colour": "red"}}}, name="bad.yaml")
+    proc = extension("repro.cli", "config", "check", "--base", str(bad))
+    assert proc.returncode == 1 and "pecan.replay: Additional properties are not allowed ('colour'" in proc.stderr
+    proc = subprocess.run([str(BIN / "repro"), "config", "check", "--base", str(config)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "pecan.engine: 'replay' is not one of ['model', 'tfdata']" in proc.stderr
+
+
+def test_a_new_pipelines_tf_form_runs_on_the_tfdata_engines_ops(extension, tmp_path):
+    """The pipeline's record carries its TF form: the tf.data engine's dataset runs it, no other file named."""
+    pytest.importorskip("tensorflow")
+    code = textwrap.dedent(f"""
+        from repro.pecan.tfdata import ops
+        manifest = ops.write_data("thumbnails", 4, {str(tmp_path / "data")!r})
+        for order in ops.ORDERS:
+            dataset, names = ops.dataset(manifest, order, 2, threads=1)
+            print(order, names, tuple(next(iter(dataset))["image"].shape))
+    """)
+    proc = extension(None, code=code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "declared ['decode', 'to_float', 'crop_32', 'normalize'] (2, 32, 32, 3)", proc.stdout
+    assert lines[1].startswith("autoorder ") and lines[1].endswith(" (2, 32, 32, 3)"), proc.stdout
+
+
+def listed(text):
+    """{registry: names} from `repro list`'s lines."""
+    return {name: values.split(", ") for name, values in (line.split(": ", 1) for line in text.splitlines())}
+
+
+def test_repro_list_prints_every_registry():
+    proc = subprocess.run([str(BIN / "repro"), "list"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert listed(proc.stdout) == {name: names(name) for name in REGISTRIES}
+    proc = subprocess.run([str(BIN / "repro"), "list", "pipelines"], capture_output=True, text=True)
+    assert proc.stdout.split() == names("pipelines")
+
+
+def test_repro_list_prints_the_additions(extension):
+    proc = extension("repro.cli", "list")
+    assert proc.returncode == 0, proc.stderr
+    got = listed(proc.stdout)
+    assert got["pipelines"] == [*names("pipelines"), "thumbnails"]
+    assert got["distributions"] == [*names("distributions"), "halfnormal"]
+    assert got["engines"] == [*names("engines"), "replay"]
+
+
+DOCUMENTS = [REPO / "README.md", REPO / "config" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def test_the_documentation_points_to_the_registries_instead_of_copying_them():
+    """Each registry is in docs/ARCHITECTURE.md's table and the keys taking its names in config/README.md
+    say `repro list <registry>`; no document copies a registry's names (a copy goes stale when one is added)."""
+    architecture = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    config_readme = (REPO / "config" / "README.md").read_text()
+    for name, registry in REGISTRIES.items():
+        assert f"| {name} |" in architecture, name
+        assert f"`repro list {name}`" in config_readme, name
+    for path in DOCUMENTS:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            words = set(re.findall(r"[\w-]+", line))
+            for name in REGISTRIES:
+                copied = names(name)
+                assert len(copied) < 3 or not words >= set(copied), f"{path.name}:{number} lists the {name}: {line}"
 
 
 def test_a_backend_is_its_module_and_implements_the_interface():
@@ -172,7 +260,8 @@ def test_a_backend_is_its_module_and_implements_the_interface():
 
 
 def test_a_backend_module_dropped_into_the_package_is_registered(tmp_path, monkeypatch):
-    """A third backend: its module alone makes `backend: <name>` valid, started like the others."""
+    """A third backend: its module alone, with its settings' schema, makes `backend: <name>` and its
+    section valid, started like the others."""
     import repro.backends
 
     package = tmp_path / "backends"
@@ -181,6 +270,10 @@ def test_a_backend_module_dropped_into_the_package_is_registered(tmp_path, monke
         from repro.backends import Backend
 
         class RecordingBackend(Backend):
+            needs_section = True
+            schema = {"type": "object", "additionalProperties": False, "required": ["tape"],
+                      "properties": {"tape": {"type": "string"}}}
+
             def start(self, settings, state_path):
                 return {"trace_store": settings["trace_store"]}
             def describe(self, state):
@@ -200,7 +293,13 @@ def test_a_backend_module_dropped_into_the_package_is_registered(tmp_path, monke
     config.update(backend="recording", trace_store=str(tmp_path / "store"), plots={"trims": []})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ReproError, match="recording: required when backend is recording"):
+        load_config(path)
+    path.write_text(yaml.safe_dump({**config, "recording": {"tape": "a"}}))
     assert load_config(path)["backend"] == "recording"
+    path.write_text(yaml.safe_dump({**config, "recording": {"tape": 1}}))
+    with pytest.raises(ReproError, match="recording.tape: 1 is not of type 'string'"):
+        load_config(path)
     backend = get_backend("recording")
     assert backend.status({}, [str(path)]) == [{"name": "always", "ok": True, "detail": ""},
                                                {"name": f"calibration {path} present", "ok": True, "detail": ""}]

@@ -311,6 +311,29 @@ def _doctor(args):
     print(summary)
 
 
+def _list_command(sub):
+    from repro.registries import REGISTRIES
+
+    names = sub.add_parser("list", help="the names every registry holds: backends, pipelines, engines, placements, "
+                           "presets, distributions, eviction policies, devices, TrIMS figures")
+    names.add_argument("registry", nargs="?", choices=list(REGISTRIES), help="one registry's names, one a line")
+    names.add_argument("--where", action="store_true", help="also say where each registry lives and what takes its names")
+    names.set_defaults(func=_list)
+
+
+def _list(args):
+    from repro.registries import REGISTRIES
+
+    if args.registry and not args.where:
+        print("\n".join(REGISTRIES[args.registry].names()))
+        return
+    for name, registry in REGISTRIES.items():
+        if args.registry in (None, name):
+            print(f"{name}: {', '.join(registry.names())}")
+            if args.where:
+                print(f"    {registry.what}; {registry.where}; taken by {', '.join(registry.keys)}")
+
+
 def _imported_group(module):
     """A command group that `module`'s add_commands adds, imported only when the group is built."""
     return lambda sub: importlib.import_module(module).add_commands(sub)
@@ -318,7 +341,7 @@ def _imported_group(module):
 
 # the command groups, each added by a function that imports what only its commands need
 COMMAND_GROUPS = {"trace": _trace_commands, "cluster": _cluster_commands, "provenance": _provenance_command,
-                  "config": _config_command, "doctor": _doctor_command,
+                  "config": _config_command, "doctor": _doctor_command, "list": _list_command,
                   "pecan": _imported_group("repro.pecan.cli"), "trims": _imported_group("repro.trims.cli")}
 
 

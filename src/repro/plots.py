@@ -200,15 +200,17 @@ def plot_distributions(rows, outputs, caption, style):
 
 
 def plot_trims(figure, summary, outputs, style):
-    """A TrIMS figure (trims_model_load or trims_distributions) from the TrIMS summary, captioned with
+    """A TrIMS figure (one of repro.trims.figures.FIGURES) from the TrIMS summary, captioned with
     this machine and the number of requests behind each bar or point."""
     from repro.machine import machine_description
+    from repro.trims.figures import FIGURES
 
     machine = machine_description()
     caption = (f"local backend: onnxruntime on {machine['cpu_model']}, {machine['logical_cpus']} CPUs; "
                "weights shared through POSIX shared memory by the model store; whiskers: 95% percentile-bootstrap "
                "intervals over the requests")
-    if figure == "trims_model_load":
+    table = FIGURES[figure].table
+    if table == "compare":
         rows = summary["compare"]
         counts = sorted({r[f"{mode}_requests"] for r in rows for mode in ("original", "shared")})
         caption += f" (N={'/'.join(map(str, counts))} per bar; shared excludes the request that loads the store)"

@@ -13,6 +13,10 @@ import os
 
 from repro.snakemake_adapter import per_job, untracked  # noqa: F401  (the rule files import untracked from here)
 
+# A Pecan run's directory and its metrics, which the cost, validation and `all` targets ask for.
+RUN_DIR = "results/runs/{experiment}/{mode}"
+RUN_METRICS = f"{RUN_DIR}/metrics.json"
+
 
 def by_wildcards(settings, config, *names):
     """A params function: `settings(config, *values)`, the values of the job's wildcards `names`
@@ -127,7 +131,7 @@ def run_targets(config):
     trims = config["trims"]
     distributions = trims["distributions"]
     pecan_runs = [
-        f"results/runs/{experiment}/{mode}/metrics.json"
+        RUN_METRICS.format(experiment=experiment, mode=mode)
         for experiment, spec in config["pecan"]["experiments"].items()
         for mode in spec["modes"]
     ]

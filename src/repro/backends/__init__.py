@@ -2,8 +2,8 @@
 
 A backend is a module in this package named after it (its name is the config's `backend` value)
 that defines `BACKEND`, a subclass of `Backend`. Its settings are the config section of the same
-name, if it has one (the schema's `<name>:` entry). The registry is the package's module list, so
-adding a backend is its module plus its config section.
+name, if it has one (the schema's `<name>:` entry, or the backend's own `schema`). The registry is
+the package's module list, so adding a backend is its module.
 """
 
 import pkgutil
@@ -54,6 +54,8 @@ class Backend(ABC):
     path_keys: ClassVar[tuple] = ()
     extra: ClassVar[tuple[str, str] | None] = None
     runs_trims: ClassVar[bool] = False
+    # the JSON schema of its config section, added to the config schema where the package's schema has none
+    schema: ClassVar[dict | None] = None
 
     def __init__(self, name):
         self.name = name

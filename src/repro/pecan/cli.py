@@ -52,7 +52,8 @@ def add_commands(sub):
     costs.add_argument("--path", action="append", default=[], help="a training log (extract_costs.py's spelling)")
     costs.add_argument("--config", default="config/config.yaml")
     costs.add_argument("--experiment", help="experiment whose model and accelerator apply")
-    costs.add_argument("--model", choices=["resnet", "retinanet"], help="the model, instead of --experiment")
+    costs.add_argument("--model", help="the model (of the config's pecan.models: extract_costs.py's resnet or retinanet), "
+                       "instead of --experiment")
     costs.add_argument("--accelerator", choices=["v2", "v3"],
                        help="TPU type whose price applies (default: the experiment's; v2 with --model)")
     costs.add_argument("--worker", choices=["n2-8"], default="n2-8", help="remote worker type (the only one priced)")
@@ -231,13 +232,15 @@ def _costs(args):
     if not logs:
         raise ReproError("pecan costs: no training log given (positional, or --path LOG)")
     if (args.experiment is None) == (args.model is None):
-        raise ReproError("pecan costs: give --experiment NAME (from the config) or --model resnet|retinanet")
+        raise ReproError("pecan costs: give --experiment NAME or --model NAME (from the config)")
     if args.tpu_count < 1 or args.worker_matches < 1:
         raise ReproError(f"--tpu-count and --worker-matches must be at least 1, got {args.tpu_count} and "
                          f"{args.worker_matches}")
     pecan = load_config(args.config)["pecan"]
     if args.model:
         model, tpu_type = args.model, args.accelerator or "v2"
+        if model not in pecan["models"]:
+            raise ReproError(f"--model: unknown model {model!r}; expected one of {sorted(pecan['models'])} (pecan.models)")
     else:
         exp = lookup(pecan["experiments"], args.experiment, "experiment")
         model, tpu_type = exp["model"], args.accelerator or pecan["accelerators"][exp["accelerator"]]["tpu_type"]

@@ -20,6 +20,8 @@ class Engine:
     run: Callable  # (settings, experiment, mode, calibrations, out_dir, backend, service_dir) -> metrics
     extra: tuple | None = None  # (extra, module it provides) in pyproject.toml, checked at config load
     section: str | None = None  # the `pecan` key of its own settings, passed to its runs only
+    # that section's JSON schema, added to the config schema where the package's schema has none for it
+    schema: dict | None = None
     caption: Callable | None = None  # (pecan config, experiment) -> what a figure says produced its bars
     # a service `cluster_start` starts on the local backend (directory -> what its state records),
     # its status checks (that record -> [{'name', 'ok', 'detail'}]) and its stop (record -> processes stopped)

@@ -27,7 +27,8 @@ class Op:
     keep_position: the op must stay where it is (decode).
     shape_preserving: output shape equals input shape (only such maps may be moved by AutoOrder).
     requires: ops that must run before this one (normalize expects the float image).
-    tf: the name of its TF form in repro.pecan.tfdata.ops, None where it has none.
+    tf: its TF form for the tf.data engine: the name of a function in repro.pecan.tfdata.ops, or the
+        function itself (a pipeline registered outside the package brings its own); None where it has none.
     """
 
     name: str
@@ -35,7 +36,7 @@ class Op:
     keep_position: bool = False
     shape_preserving: bool = False
     requires: tuple = ()
-    tf: str | None = ""  # its TF function in repro.pecan.tfdata.ops ("": the same name; None: no TF form)
+    tf: str | Callable | None = ""  # "": the function of repro.pecan.tfdata.ops with the op's name
 
     def __post_init__(self):
         if self.tf == "":

@@ -25,6 +25,8 @@ import yaml
 from repro.errors import ReproError, invalid_yaml
 from repro.settings import settings_argument
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
+from repro.trims.figures import FIGURES
+from repro.trims.modelstore import DEVICE_CHOICES
 from repro.trims.workload import DISTRIBUTIONS
 
 DEFAULTS = {
@@ -99,8 +101,8 @@ def _check_values(config, path):
     policies = [*POLICIES, *POLICY_ALIASES]
     if config["server_eviction"] not in policies:
         raise bad("server_eviction", f"one of {policies}")
-    if config["device"] not in ("cpu", "gpu", "auto"):
-        raise bad("device", "cpu, gpu or auto")
+    if config["device"] not in DEVICE_CHOICES:
+        raise bad("device", f"one of {', '.join(DEVICE_CHOICES)}")
     bucket = config["upload_bucket_name"]
     if not isinstance(bucket, str) or not bucket or PurePath(bucket).is_absolute() or ".." in PurePath(bucket).parts \
             or "\0" in bucket:
@@ -235,7 +237,7 @@ def _workflow_commands(tsub):
     summ.set_defaults(func=_summary, writes={"output": "-o/--output"})
 
     plot = tsub.add_parser("plot", help="a TrIMS figure from the summary")
-    plot.add_argument("figure", choices=["trims_model_load", "trims_distributions"])
+    plot.add_argument("figure", choices=list(FIGURES))
     plot.add_argument("--summary", required=True, help="the summary JSON (trims summary)")
     plot.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
     plot.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
@@ -316,7 +318,7 @@ def _summary(args):
 def _plot(args):
     from repro.plots import plot_trims
 
-    from repro.trims.experiments import read_summary
+    from repro.trims.figures import read_summary
 
     plot_trims(args.figure, read_summary(args.summary, args.figure), args.output, args.style)
 
@@ -370,8 +372,8 @@ def _client_flags(parser):
 
 
 def _device_flag(parser, what):
-    parser.add_argument("--device", choices=["cpu", "gpu", "auto"],
-                        help=f"{what}: cpu, gpu, or auto (the GPU when an NVIDIA device and PyTorch with CUDA are present)")
+    parser.add_argument("--device", choices=DEVICE_CHOICES,
+                        help=f"{what} (auto: the GPU when an NVIDIA device and PyTorch with CUDA are present)")
 
 
 def tool_config(args):

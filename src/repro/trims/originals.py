@@ -310,8 +310,8 @@ def server_argv(values, given, config, config_args):
 
     eviction = values["eviction"].lower()
     if eviction not in (*POLICIES, *POLICY_ALIASES):
-        raise ReproError(f"--eviction: unknown policy {values['eviction']!r}; expected one of never, lru, lcu, "
-                         "fifo, flush, all")
+        raise ReproError(f"--eviction: unknown policy {values['eviction']!r}; expected one of "
+                         f"{', '.join([*POLICIES, *POLICY_ALIASES])}")
     if not 0 < values["memory_percentage"] <= 1:
         raise ReproError(f"--memory_percentage: expected a fraction in (0, 1], got {values['memory_percentage']}")
     argv = ["trims", "server", "run", "--eviction", eviction, "--memory-fraction", str(values["memory_percentage"]),

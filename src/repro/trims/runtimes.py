@@ -167,9 +167,10 @@ class GpuRuntime(_Once):
 def resolve_device(requested):
     """'cpu', 'gpu', or for 'auto' the GPU when an NVIDIA device and PyTorch with CUDA are both present."""
     from repro.trims.cuda import driver
+    from repro.trims.modelstore import DEVICE_CHOICES
 
-    if requested not in ("cpu", "gpu", "auto"):
-        raise ReproError(f"--device must be one of cpu, gpu, auto; got {requested!r}")
+    if requested not in DEVICE_CHOICES:
+        raise ReproError(f"--device must be one of {', '.join(DEVICE_CHOICES)}; got {requested!r}")
     if requested == "cpu":
         return "cpu"
     try:

@@ -38,7 +38,6 @@ from repro.pecan.tfdata import tensorflow
 
 tf = tensorflow()
 
-PIPELINES = tuple(name for name, record in PILLOW_PIPELINES.items() if record.tf_form)
 ORDERS = ("declared", "autoorder")
 INFLATION_PROBE_ELEMENTS = 4
 
@@ -51,8 +50,9 @@ def write_data(pipeline, count, directory, seed=0):
 
     The manifest is written last, so a directory without one (an interrupted write) is redone.
     """
-    if pipeline not in PIPELINES:
-        raise ReproError(f"unknown pipeline {pipeline!r}; expected one of {list(PIPELINES)}")
+    names = [name for name, record in PILLOW_PIPELINES.items() if record.tf_form]
+    if pipeline not in names:
+        raise ReproError(f"unknown pipeline {pipeline!r}; expected one of {names}")
     if count < 1:
         raise ReproError(f"data: {count} images; expected at least 1")
     directory = Path(directory) / f"{pipeline}-{count}-seed{seed}"
@@ -295,11 +295,14 @@ def spec_augment(element, freq_masks=2, freq_width=27, time_masks=5, time_ratio=
     return {**element, "image": x * keep_frames[:, None] * keep_bins[None, :]}
 
 
-# The same ops, constraints and declared order as the Pillow pipelines, each with the TF function its
-# record names (Op.tf).
 TF_OPS = {name: value for name, value in globals().items() if callable(value) and not name.startswith("_")}
-TF_PIPELINES = {name: [dataclasses.replace(op, fn=TF_OPS[op.tf]) for op in PILLOW_PIPELINES[name].ops]
-                for name in PIPELINES}
+
+
+def tf_pipeline(name):
+    """The same ops, constraints and declared order as the Pillow pipeline, each with the TF function
+    its record gives (Op.tf: a function of this module by name, or the function itself)."""
+    return [dataclasses.replace(op, fn=TF_OPS[op.tf] if isinstance(op.tf, str) else op.tf)
+            for op in PILLOW_PIPELINES[name].ops]
 
 
 # -- orders and datasets --------------------------------------------------------------------
@@ -329,7 +332,7 @@ def _read(index, element):
 
 def inflation(manifest):
     """{op name: bytes out / bytes in} of the declared order, measured eagerly on a few elements."""
-    ops = TF_PIPELINES[manifest["pipeline"]]
+    ops = tf_pipeline(manifest["pipeline"])
     totals = {op.name: [0, 0] for op in ops}
     for index, element in _source(manifest).take(INFLATION_PROBE_ELEMENTS).enumerate():
         element = _read(index, dict(element))
@@ -345,7 +348,7 @@ def ordered_ops(manifest, order):
     """(ops, moves): the pipeline's maps in the declared order or the order AutoOrder picks."""
     if order not in ORDERS:
         raise ReproError(f"order {order!r}; expected one of {list(ORDERS)}")
-    ops = TF_PIPELINES[manifest["pipeline"]]
+    ops = tf_pipeline(manifest["pipeline"])
     if order == "declared":
         return ops, []
     return autoorder(ops, inflation(manifest))
