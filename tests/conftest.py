@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import configfiles, copy_workflow, free_port, snakemake, start_server, stop_clusters, stop_server
+from support import REPO, configfiles, copy_workflow, free_port, snakemake, start_server, stop_clusters, stop_server
 
 SMALL_MODELS = ("squeezenet_1.1", "resnet18_v1")
 
@@ -24,6 +24,24 @@ def models(tmp_path_factory):
     for name in SMALL_MODELS:
         generate(name, base / name, seed=1)
     return base
+
+
+@pytest.fixture(scope="module")
+def config():
+    """The workflow's own config/config.yaml, validated and with the schema's defaults (a module's tests
+    share it: copy it before changing it)."""
+    from repro.config import load_config
+
+    return load_config(REPO / "config" / "config.yaml")
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A copy of the workflow in tmp_path/work (not of results); tests pass the tiny config with
+    --configfile. Whatever its backend started there is stopped after the test."""
+    work = copy_workflow(tmp_path / "work")
+    yield work
+    stop_clusters(work)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ BIN = Path(sys.executable).parent
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "profiles", "report")
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
 STOP_GRACE_S = 60  # what a stopped workflow's jobs get to clean up before they are killed
+RESNET = {"pipeline": "resnet", "batch_size": 1024, "steps_per_epoch": 1251}  # the artifact's ResNet-50 model entry
 
 
 def configfiles(workdir, *overrides):
@@ -30,6 +31,11 @@ def configfiles(workdir, *overrides):
         path.write_text(yaml.safe_dump(override))
         paths.append(str(path))
     return ["--configfile", *paths]
+
+
+def sleeper(**popen):
+    """A process of ours that does nothing for a minute: a stand-in for a server or a foreign process."""
+    return subprocess.Popen(["sleep", "60"], **popen)
 
 
 def free_port():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from repro.cli import main
-from repro.config import load_config, validate_config
+from repro.config import validate_config
 from repro.errors import ReproError
 from repro.pecan.comparisons import COLUMNS, OPTIONS, comparison_rows, ordering_notes, paper_verdicts
 from repro.pecan.costs import COLUMNS as COST_COLUMNS
@@ -18,11 +18,6 @@ from repro.plots import plot_comparison
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = ["ResNet50_v2-8", "SimCLR", "RetinaNet", "ASRTrans", "ResNet50_v3-8"]
 STYLE = {"width_in": 5.0, "height_in": 3.6, "dpi": 60, "font_size": 9, "show_reference": True}
-
-
-@pytest.fixture(scope="module")
-def config():
-    return load_config(REPO / "config" / "config.yaml")
 
 
 def cost_table(path, costs):

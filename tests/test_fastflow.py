@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repro.config import check_config_files, load_config
+from repro.config import check_config_files
 from repro.errors import ReproError
 from repro.pecan.cluster import JobSpec, fastflow_capacity, simulate
 from repro.pecan.policies import (
@@ -116,11 +116,6 @@ def test_the_worker_count_defaults_to_two_and_is_configurable():
 # -- the modes of Fig 6 and 7 -------------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def config():
-    return load_config(REPO / "config" / "config.yaml")
 
 
 COSTS = {"resnet": {"declared": 0.05, "autoorder": 0.04, "collocated_vcpus": 21.4, "bytes_per_element": 602112,

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 import yaml
-from support import BIN, REPO, configfiles, copy_workflow, snakemake, stop_clusters
+from support import BIN, REPO, configfiles, sleeper, snakemake
 
 from repro import processes
 from repro.config import validate_config
@@ -23,13 +23,6 @@ HOSTILE = "x $(touch {s}) `touch {s}` ; touch {s} 'q\" y"
 
 def default_config():
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-
-
-@pytest.fixture
-def workdir(tmp_path):
-    work = copy_workflow(tmp_path / "work")
-    yield work
-    stop_clusters(work)
 
 
 @pytest.mark.workflow
@@ -124,13 +117,9 @@ def test_a_name_with_a_dot_matches_only_itself(workdir):
     assert "MissingRuleException" in out and "KeyError" not in out
 
 
-def _sleeper():
-    return subprocess.Popen(["sleep", "60"])
-
-
 def test_a_stale_store_record_never_signals_a_foreign_process(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    foreign = _sleeper()
+    foreign = sleeper()
     try:
         record = processes.describe(foreign.pid, "model store")
         for stale in ({**record, "start_ticks": record["start_ticks"] + 1}, {"pid": foreign.pid}):
@@ -190,7 +179,7 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
     monkeypatch.chdir(tmp_path)
     settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
     state = tmp_path / "trims-store.json"
-    sleepers = [_sleeper() for _ in range(3)]  # live processes stand for Snakemake invocations
+    sleepers = [sleeper() for _ in range(3)]  # live processes stand for Snakemake invocations
     first, second, bystander = (_invocation(p) for p in sleepers)
     try:
         monkeypatch.setenv(service.INVOCATION_VARIABLE, first)

@@ -6,17 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import load_config, merge_over, read_config_file, validate_config
+from repro.config import merge_over, read_config_file, validate_config
 from repro.pecan.presets import pipeline_costs
 from repro.pecan.calibrate import calibrate
 from repro.rulesettings import calibrated_pipelines, cost_settings, experiment_pipelines, run_settings
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def config():
-    return load_config(REPO / "config" / "config.yaml")
 
 
 def with_workload(config):

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support import RESNET
 
 from repro.cli import main
-from repro.config import load_config, validate_config
+from repro.config import validate_config
 from repro.errors import ReproError
 from repro.pecan import pipelines
 from repro.pecan.calibrate import calibrate
@@ -41,12 +42,6 @@ REFERENCE = {  # extract_costs.py's results on the artifact's sample logs (githu
     "resnet_pecan": (4, 10, 396.12, 0.5458, 0.1849),
     "hello_world": (20, 10, 396.89, 0.5468, 0.9261),
 }
-RESNET = {"pipeline": "resnet", "batch_size": 1024, "steps_per_epoch": 1251}
-
-
-@pytest.fixture(scope="module")
-def config():
-    return load_config(REPO / "config" / "config.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -8,15 +8,11 @@ import pytest
 
 from repro import processes
 
-from support import run_stopped_as_by_ctrl_c
-
-
-def _sleeper(**popen):
-    return subprocess.Popen(["sleep", "60"], **popen)
+from support import run_stopped_as_by_ctrl_c, sleeper
 
 
 def test_a_record_matches_its_process_and_terminate_stops_it(tmp_path):
-    proc = _sleeper(cwd=tmp_path)
+    proc = sleeper(cwd=tmp_path)
     record = processes.describe(proc.pid, "test")
     processes.write_record(tmp_path / "p.json", record)
     assert processes.read_record(tmp_path / "p.json") == record
@@ -28,7 +24,7 @@ def test_a_record_matches_its_process_and_terminate_stops_it(tmp_path):
 
 
 def test_a_stale_record_never_signals_the_process_now_holding_the_pid():
-    proc = _sleeper()
+    proc = sleeper()
     try:
         record = processes.describe(proc.pid, "test")
         for stale in ({**record, "start_ticks": record["start_ticks"] - 1}, {**record, "boot_id": "another boot"},

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import configfiles, copy_workflow, snakemake, stop_clusters
+from support import RESNET, configfiles, copy_workflow, snakemake, stop_clusters
 
 from repro.cli import main
-from repro.config import load_config
 from repro.errors import ReproError
 from repro.machine import other_work
 from repro.pecan import calibrate as cal
@@ -34,13 +33,7 @@ from repro.pecan.run import run_mode
 from repro.stats import bootstrap_interval, mean_interval, verdict
 
 REPO = Path(__file__).resolve().parents[1]
-RESNET = {"pipeline": "resnet", "batch_size": 1024, "steps_per_epoch": 1251}
 TOLERANCE = {"cost_relative": 0.05, "cost_dollars": 0.05, "calibration_relative": 0.05, "saving_points": 3}
-
-
-@pytest.fixture(scope="module")
-def config():
-    return load_config(REPO / "config" / "config.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from repro.trims import service
 from support import (
     BIN,
     configfiles,
-    copy_workflow,
     ctrl_c_heard,
     experiment_modes,
     path_env,
@@ -30,14 +29,6 @@ from support import (
 pytestmark = pytest.mark.workflow
 
 SNAKEMAKE = BIN / "snakemake"
-
-
-@pytest.fixture
-def workdir(tmp_path):
-    """A copy of the workflow (not of results); tests pass the tiny config with --configfile."""
-    copy_workflow(tmp_path)
-    yield tmp_path
-    stop_clusters(tmp_path)
 
 
 @pytest.fixture
