@@ -158,16 +158,67 @@ def test_validation_summary_and_caption_count_each_model_column(tmp_path):
     runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 0.5)]),
             _engine_metrics("pecan", windows=[(TWO, TWO, 0.5)])]
     rows = [row for metrics in runs for row in validation_rows(metrics, CALIBRATION, 32)]
-    assert summary(rows, model="model").startswith("0 of 3 deployments within ±15%; largest gap +150% (cachew")
+    # the Pillow-fed model predicts the bound everywhere: nothing of it is tested
+    assert summary(rows, model="model").startswith("no deployment below the bound; 3 at the bound (not counted)")
     tf_summary = summary(rows, model="model_tf")
-    assert tf_summary.startswith("3 of 3 deployments within ±15%; largest gap +0%")
+    assert tf_summary.startswith("3 of 3 deployments below the bound within ±15%; largest gap +0%")
     assert tf_summary.endswith("converged within ±1 worker in 2 of 2 modes")
     caption = caption_text(rows, runs)
-    assert "Pillow calibration, a CPU per worker: 0 of 3" in caption
+    assert caption.startswith("validated: 3 of 3 deployments below the bound within ±15%")
+    assert "Pillow calibration, a CPU per worker: no deployment below the bound" in caption
     assert "one CPU (autoorder 25.00, declared 25.00 ms CPU per element) and the 2 CPUs" in caption
     plot_validation(rows, [tmp_path / "v.png"], "Validation", caption,
                     {"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 80})
     assert (tmp_path / "v.png").stat().st_size > 1000
+
+
+def _validate(tmp_path, runs):
+    """`repro pecan validation` on engine runs' metrics (files in tmp_path): the result, the table."""
+    paths = []
+    for i, metrics in enumerate(runs):
+        paths.append(tmp_path / f"m{i}.json")
+        paths[-1].write_text(json.dumps(metrics))
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, **CALIBRATION["resnet"]}))
+    style = json.dumps({"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 60})
+    result = subprocess.run([str(REPRO), "pecan", "validation", "E", "--metrics", *map(str, paths), "--calibration",
+                             str(calibration), "--network-gbps", "32", "--style", style, "--output",
+                             str(tmp_path / "v.pdf"), str(tmp_path / "v.png"), "--table", str(tmp_path / "v.csv")],
+                            capture_output=True, text=True)
+    with open(tmp_path / "v.csv") as fh:
+        return result, list(csv.DictReader(fh))
+
+
+@pytest.mark.fault
+def test_validation_with_every_deployment_at_the_bound_is_not_validated(tmp_path):
+    """Runs that never leave the accelerator's bound (the issue's nine deployments at 172-177
+    examples/s, the model at its bound): agreement there tests nothing, so the validation fails."""
+    fast = ["127.0.0.1:1", "127.0.0.1:2"]
+    runs = [_engine_metrics(windows=[(fast, fast, 0.4)]), _engine_metrics("pecan", windows=[(fast, fast, 0.41)])]
+    for metrics in runs:  # 5 ms per element: two workers deliver 400 examples/s, the bound is 100
+        metrics["pipeline_cost"]["cpu_s_per_element"] = 0.005
+    result, table = _validate(tmp_path, runs)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == ("repro: error: E: not validated: accelerator-bound everywhere "
+                                                      "(0 of 2 deployments below the bound, 3 needed)")
+    assert [r["model_tf_below_bound"] for r in table] == ["False", "False"]  # the table shows why
+    assert "not validated: accelerator-bound everywhere" in result.stdout
+
+
+@pytest.mark.fault
+def test_validation_with_a_deployment_far_off_the_model_fails(tmp_path):
+    """Three deployments below the bound, one measured at half what the model predicts: 2 of 3
+    agree, under the 80% needed."""
+    runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)]), _engine_metrics("pecan", windows=[(TWO, TWO, 0.5)])]
+    result, table = _validate(tmp_path, runs)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == ("repro: error: E: validation failed: 2 of 3 deployments below the bound "
+                                                      "within ±15% (80% needed)")
+    assert sorted(float(r["model_tf_vs_engine"]) for r in table) == [0.0, 0.0, 1.0]
+    runs[0]["windows"][1]["seconds"] = 0.5  # measured as predicted: validated
+    result, _ = _validate(tmp_path, runs)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("validated: 3 of 3 deployments below the bound within ±15%")
 
 
 def test_engine_is_checked_against_the_registry(pecan_config):

@@ -432,7 +432,7 @@ def _validation(args):
     from repro.fsutil import read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.run import load_calibrations
-    from repro.pecan.validation import COLUMNS, caption_text, validation_rows
+    from repro.pecan.validation import COLUMNS, caption_text, validation_rows, verdict
     from repro.plots import plot_validation
 
     calibrations = load_calibrations(args.calibration)
@@ -449,8 +449,12 @@ def _validation(args):
                              f"{exc})") from None
     write_table(rows, args.table, COLUMNS)
     text = caption_text(rows, runs)
-    plot_validation(rows, args.output, f"Validation: {args.experiment}", text, args.style)
+    passed, headline = verdict(rows)
+    plot_validation(rows, args.output, f"Validation: {args.experiment}" + ("" if passed else f" ({headline.split(':')[0]})"),
+                    text, args.style)
     print(text)
+    if not passed:  # the table and the figure stay: they show why
+        raise ReproError(f"{args.experiment}: {headline}")
 
 
 @settings_keys()
