@@ -8,6 +8,7 @@ REPRO_REQUIRE_TFDATA=1 (as in CI), where that is a failure.
 import csv
 import importlib.util
 import json
+import math
 import os
 import signal
 import socket
@@ -219,6 +220,45 @@ def test_validation_with_a_deployment_far_off_the_model_fails(tmp_path):
     result, _ = _validate(tmp_path, runs)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("validated: 3 of 3 deployments below the bound within ±15%")
+
+
+def test_the_derived_scale_puts_collocated_below_the_bound_and_the_largest_deployment_at_it():
+    from repro.pecan.tfdata.engine import derive_scale
+
+    # 4 ms per element: one CPU delivers 250 examples/s, two 500
+    two = derive_scale(0.004, 3234.0, 1, 1, 2)
+    assert two["collocated_share"] <= 0.6 and two["largest_share"] >= 1
+    assert two["demand_examples_per_s"] == pytest.approx((250 / 0.6 * 500) ** 0.5)
+    assert two["time_scale"] == pytest.approx(3234.0 / two["demand_examples_per_s"])
+    # the same rule on 16 CPUs: a higher demand, so more workers before the bound (a longer curve)
+    sixteen = derive_scale(0.004, 3234.0, 1, 1, 16)
+    assert sixteen["largest_share"] >= 1 and sixteen["collocated_share"] < two["collocated_share"]
+    assert math.ceil(sixteen["demand_examples_per_s"] / 250) >= 3 * math.ceil(two["demand_examples_per_s"] / 250)
+    # workers of 2 threads on 3 CPUs: the largest deployment is one worker, 2 CPUs
+    assert derive_scale(0.004, 3234.0, 1, 2, 3)["preprocessing_cpus"] == 2
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("collocated, workers, cpus", [(1, 1, 1), (2, 1, 3), (1, 2, 1)])
+def test_too_few_cpus_for_an_input_bound_miniature_is_one_line(collocated, workers, cpus):
+    from repro.pecan.tfdata.engine import derive_scale
+
+    with pytest.raises(ReproError, match=rf"^{cpus} CPU\(s\) available \(os.sched_getaffinity\): too few for an "
+                                         r"input-bound miniature.*; expected at least \d+ CPUs, or set pecan.tfdata.time_scale$"):
+        derive_scale(0.004, 3234.0, collocated, workers, cpus)
+
+
+@pytest.mark.fault
+def test_a_run_on_one_cpu_is_refused_before_it_writes_anything(tf, tmp_path):
+    """On one CPU collocated and the largest deployment are the same CPU: no scale makes one
+    input-bound and the other reach the bound, and the run says so instead of passing vacuously."""
+    result = subprocess.run(["taskset", "-c", "0", str(REPRO), "pecan", "tfdata", "run", "--experiment", "ResNet50_v2-8",
+                             "--mode", "cachew", "--out", str(tmp_path / "run"), "--data", str(tmp_path / "data")],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "repro: error: 1 CPU(s) available (os.sched_getaffinity): too few for an input-bound miniature")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
 
 
 def test_engine_is_checked_against_the_registry(pecan_config):
@@ -616,14 +656,16 @@ def _build_fig8_on_the_engine(tmp_path):
         run = tmp_path / "results" / "runs" / "ResNet50_v2-8" / mode
         assert "repro tfdata engine" in (run / "run.log").read_text().splitlines()[0]
         metrics = json.loads((run / "metrics.json").read_text())
-        assert metrics["engine"] == "tfdata" and metrics["spec"]["time_scale"] == 18.0
+        assert metrics["engine"] == "tfdata" and metrics["scale"]["rule"].startswith("geometric middle")
+        assert metrics["spec"]["time_scale"] == metrics["scale"]["time_scale"] > 0
         assert metrics["throughput"] > 0 and len(metrics["windows"]) <= 6
         for status in (run / "service").glob("*.status.json"):  # the run stopped every process it started
             assert not alive(json.loads(status.read_text())["pid"]), status
     table = (tmp_path / "results" / "tables" / "ResNet50_v2-8.csv").read_text().splitlines()
     assert len(table) == 4
     settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
-    assert "engine tfdata" in settings["figure"]["engine_caption"] and "x18" in settings["figure"]["engine_caption"]
+    assert "engine tfdata" in settings["figure"]["engine_caption"]
+    assert "derived by each run from its measured pipeline cost" in settings["figure"]["engine_caption"]
     with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
         validation = list(csv.DictReader(fh))
     assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan"}

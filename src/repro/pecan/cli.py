@@ -340,7 +340,8 @@ def _cost_table(args):
     from repro.pecan.costtable import SPREAD_COLUMNS, cost_table, write_table
 
     rows = cost_table(args.settings, args.modes, args.logs, args.metrics, args.summary)
-    write_table(rows, args.output, COLUMNS + SPREAD_COLUMNS)
+    scales = ["time_scale"] if any("time_scale" in row for row in rows) else []  # tf.data engine runs
+    write_table(rows, args.output, COLUMNS + SPREAD_COLUMNS + scales)
     print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
 
 
@@ -358,6 +359,9 @@ def _figure(args):
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])
     modes = settings.get("modes")
+    scales = [(row["mode"], row.get("time_scale")) for row in figure_rows(args.table, modes)]
+    if settings["engine_caption"] and all(scale for _, scale in scales):
+        text += "; time scale " + ", ".join(f"{mode} x{float(scale):.3g}" for mode, scale in scales)
     plot_costs(args.table, args.output, settings["experiment"], text, settings["style"], reference, modes)
     verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)
     write_table(verdicts, args.verdicts, VERDICT_COLUMNS)

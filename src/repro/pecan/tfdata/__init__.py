@@ -11,21 +11,6 @@ import os
 from repro.errors import ReproError
 
 
-def time_scale_of(pipeline, configured=None):
-    """The configured time scale, or the pipeline record's; a ReproError naming the key when neither is set.
-
-    The factor puts the miniature accelerator bound between what one and two 1-vCPU workers deliver
-    (benchmarks/tfdata.py prints it for the machine at hand).
-    """
-    from repro.pecan.pipelines import PIPELINES
-
-    scale = configured if configured is not None else PIPELINES[pipeline].time_scale
-    if scale is None:
-        raise ReproError(f"pecan.tfdata.time_scale: pipeline {pipeline!r} has no measured time scale; "
-                         "set one (benchmarks/tfdata.py prints it for this machine)")
-    return scale
-
-
 EXTRA_HINT = "the tf.data engine needs the 'tfdata' extra (pip install -e '.[tfdata]')"
 
 

@@ -55,7 +55,8 @@ def add_commands(psub):
     run.add_argument("--out", required=True, help="run directory")
     run.add_argument("--data", help="where the generated JPEGs are written once (default: <out>/../data)")
     run.add_argument("--service-dir", help="use the service started there (default: start one for this run)")
-    run.add_argument("--time-scale", type=float, help="accelerator step-time factor (default per pipeline)")
+    run.add_argument("--time-scale", type=float,
+                     help="accelerator step-time factor (default: derived by the run from its measured pipeline cost and CPUs)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--batch-timeout", type=float, metavar="SECONDS", default=BATCH_TIMEOUT_S,
                      help=f"fail when no batch comes for this long, e.g. the service died (default {BATCH_TIMEOUT_S})")
