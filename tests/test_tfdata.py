@@ -137,6 +137,22 @@ def test_validation_predicts_each_deployment_from_both_sets_of_inputs():
     assert rows[1, 0]["engine_converged"] == "2+0"
 
 
+def test_validation_gives_each_worker_the_cpu_share_it_measured():
+    """A worker that got half its CPU (other work on the machine) delivers half: the engine-fed
+    model predicts from the share each window measured, a worker not measured (on another host)
+    counts a whole CPU."""
+    from repro.pecan.validation import validation_rows
+
+    metrics = _engine_metrics(windows=[(ONE, ONE, 2.0), (TWO, TWO, 1.0), (TWO, TWO, 1.0)])
+    metrics["windows"][0]["cpu_share"] = {ONE[0]: 0.5}
+    metrics["windows"][1]["cpu_share"] = {TWO[0]: 0.5, TWO[1]: 0.5}
+    metrics["windows"][2]["cpu_share"] = {TWO[0]: 0.5}  # TWO[1] on another host: a whole CPU
+    rows = {(r["remote_workers"], r["local_workers"]): r for r in validation_rows(metrics, CALIBRATION, 32)}
+    assert rows[1, 0]["cpu_share"] == 0.5 and rows[1, 0]["model_tf_examples_per_s"] == 20
+    assert rows[2, 0]["cpu_share"] == 0.625 and rows[2, 0]["model_tf_examples_per_s"] == 50
+    assert rows[1, 0]["model_tf_vs_engine"] == 0 and rows[1, 0]["model_examples_per_s"] == 100  # Pillow-fed: whole CPUs
+
+
 def test_validation_caps_by_the_machines_cpus_only_where_the_workers_share_it():
     from repro.pecan.validation import engine_job
 
@@ -167,7 +183,8 @@ def test_validation_summary_and_caption_count_each_model_column(tmp_path):
     caption = caption_text(rows, runs)
     assert caption.startswith("validated: 3 of 3 deployments below the bound within ±15%")
     assert "Pillow calibration, a CPU per worker: no deployment below the bound" in caption
-    assert "one CPU (autoorder 25.00, declared 25.00 ms CPU per element) and the 2 CPUs" in caption
+    assert "one CPU (autoorder 25.00, declared 25.00 ms CPU per element), the 2 CPUs" in caption
+    assert "the share of its CPU each worker measured (1.00-1.00)" in caption
     plot_validation(rows, [tmp_path / "v.png"], "Validation", caption,
                     {"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 80})
     assert (tmp_path / "v.png").stat().st_size > 1000
@@ -451,6 +468,9 @@ def test_collocated_run_writes_the_artifacts_log(tf, tmp_path, pecan_config, dat
     assert 0 < cost["cpu_s_min"] <= cost["cpu_s_per_element"] < 1
     assert cost["bytes_per_element"] == 224 * 224 * 3 * 4  # a float32 image
     assert metrics["cpus"] == len(os.sched_getaffinity(0))
+    # the share of its CPU the pinned client got, per window (the engine-fed model's CPUs)
+    assert all(0 < w["cpu_share"]["collocated"] <= 1 for w in metrics["windows"])
+    assert metrics["scale"]["collocated_share"] <= 0.6 <= 1 <= metrics["scale"]["largest_share"]
 
 
 def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_path, pecan_config, data):
@@ -465,6 +485,10 @@ def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_
                 if "Worker Address" in line}) >= 2
     assert parsed.converged and parsed.remote_workers in (1, 2) and parsed.local_workers == 0
     assert metrics["remote_workers"] == parsed.remote_workers
+    for window in metrics["windows"]:  # each serving worker's CPU share, measured on this machine
+        assert set(window["cpu_share"]) <= set(window["workers"]) | set(window["workers_after"])
+        assert all(0 < share <= 1 for share in window["cpu_share"].values())
+    assert any(window["cpu_share"] for window in metrics["windows"])
     # every worker the run started has been stopped
     service_log_dir = tmp_path / "run" / "service"
     assert not (service_log_dir / "state.json").exists()

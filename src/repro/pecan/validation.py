@@ -16,7 +16,11 @@ the figure show what each explains:
   repro.pecan.tfdata.engine.measure_pipeline_cost). The CPUs are the machine's: on the local
   backend the client, the dispatcher and every worker share `cpus` CPUs (metrics.json), so no
   deployment preprocesses on more than that many (JobSpec.host_cpus). Where remote workers ran on
-  other hosts (ssh backend) that cap does not describe them, and it is left out.
+  other hosts (ssh backend) that cap does not describe them, and it is left out. Each worker (and
+  collocated's client) is pinned to its CPUs, but shares them with the machine's other work: the
+  model gives it the share of its CPUs it measured in that deployment's windows (metrics.json
+  windows' `cpu_share`, repro.pecan.tfdata.engine.Sharing; the `cpu_share` column), not a whole
+  CPU.
 
 Neither is tuned to the engine's throughput: both are the model's formula on measured inputs.
 The model's convergence comes from `simulate` on each job, as many windows as the engine's run
@@ -39,7 +43,7 @@ MODELS = ("model", "model_tf")  # the column prefixes: Pillow-fed, engine-fed
 LABELS = {"model": "model, Pillow calibration, a CPU per worker",
           "model_tf": "model, the engine's TF pipeline measured, the machine's CPUs shared"}
 COLUMNS = ["experiment", "mode", "remote_workers", "local_workers", "windows", "engine_examples_per_s",
-           "bound_examples_per_s", "model_examples_per_s", "model_vs_engine", "model_below_bound",
+           "bound_examples_per_s", "cpu_share", "model_examples_per_s", "model_vs_engine", "model_below_bound",
            "model_tf_examples_per_s", "model_tf_vs_engine", "model_tf_below_bound",
            "engine_converged", "model_converged", "model_tf_converged"]
 TESTED_BY = "model_tf"  # the model fed the run's own measurements is the one the verdict rests on
@@ -83,6 +87,21 @@ def engine_job(metrics, calibration, network_gbps, path="metrics.json"):
                                bytes_per_element=cost["bytes_per_element"], host_cpus=shared)
 
 
+def _window_share(window, placement):
+    """The mean CPU share of a window's preprocessing processes as the engine measured them
+    (repro.pecan.tfdata.engine.Sharing); a process it did not measure (on another host) counts 1."""
+    measured = window.get("cpu_share") or {}
+    names = ["collocated"] if placement == "collocated" else window["workers"]
+    return sum(measured.get(name, 1.0) for name in names) / len(names) if names else 1.0
+
+
+def with_share(job, share):
+    """The job with every worker's (and collocated's) CPUs at `share` of a CPU each."""
+    return dataclasses.replace(job, collocated_vcpus=job.collocated_vcpus * share,
+                               remote_worker_vcpus=job.remote_worker_vcpus * share,
+                               local_worker_vcpus=job.local_worker_vcpus * share)
+
+
 def _counts(names):
     local = sum("localhost" in name for name in names)
     return len(names) - local, local
@@ -96,28 +115,34 @@ def validation_rows(metrics, calibrations, network_gbps, path="metrics.json"):
     pipeline = metrics["spec"]["pipeline"]
     if pipeline not in calibrations:
         raise ReproError(f"{path}: no calibration of pipeline {pipeline!r}")
-    jobs = {"model": miniature_job(metrics, calibrations[pipeline], network_gbps),
-            "model_tf": engine_job(metrics, calibrations[pipeline], network_gbps, path)}
+    engine = engine_job(metrics, calibrations[pipeline], network_gbps, path)
+    jobs = {"model": miniature_job(metrics, calibrations[pipeline], network_gbps), "model_tf": engine}
     job = jobs["model"]
     converged = {"engine_converged": f"{metrics['remote_workers']}+{metrics['local_workers']}"}
     for name, model_job in jobs.items():
         final = simulate(model_job).windows[-1]
         converged[f"{name}_converged"] = f"{final.remote}+{final.local}"
-    deployments = {}  # (remote, local) -> [examples, seconds, windows], windows whose worker set held still
+    # (remote, local) -> [examples, seconds, windows, [per window: mean CPU share of its workers]],
+    # over the windows whose worker set held still
+    deployments = {}
     for window in metrics["windows"]:
         if sorted(window["workers"]) != sorted(window["workers_after"]):
             continue
         counts = (0, 0) if job.placement == "collocated" else _counts(window["workers"])
-        entry = deployments.setdefault(counts, [0, 0.0, 0])
+        entry = deployments.setdefault(counts, [0, 0.0, 0, []])
         entry[0] += window["steps"] * job.batch_size
         entry[1] += window["seconds"]
         entry[2] += 1
+        entry[3].append(_window_share(window, job.placement))
     rows = []
-    for (remote, local), (examples, seconds, windows) in sorted(deployments.items()):
+    for (remote, local), (examples, seconds, windows, shares) in sorted(deployments.items()):
         measured = examples / seconds
+        share = sum(shares) / len(shares)
+        jobs["model_tf"] = with_share(engine, share)
         bound = job.accelerator_batches_per_s * job.batch_size  # the same for both models
         row = {"experiment": job.experiment, "mode": job.mode, "remote_workers": remote, "local_workers": local,
-               "windows": windows, "engine_examples_per_s": round(measured, 2), "bound_examples_per_s": round(bound, 2)}
+               "windows": windows, "engine_examples_per_s": round(measured, 2), "bound_examples_per_s": round(bound, 2),
+               "cpu_share": round(share, 4)}
         for name, model_job in jobs.items():
             supply = capacity(model_job, remote, local)
             predicted = min(bound, supply)
@@ -196,12 +221,19 @@ def caption_text(rows, runs, tolerance=0.15):
     measured = ", ".join(f"{order} {min(v):.2f}-{max(v):.2f}" if len(v) > 1 else f"{order} {v[0]:.2f}"
                          for order, v in sorted(costs.items()))
     mb = runs[0].get("pipeline_cost", {}).get("bytes_per_element", 0) / 1e6
+    scales = sorted(m["spec"]["time_scale"] for m in runs)
+    scale = f"x{scales[0]:.3g}" if scales[0] == scales[-1] else f"x{scales[0]:.3g}-{scales[-1]:.3g}"
+    if all(m.get("scale", {}).get("rule", "configured") != "configured" for m in runs):
+        scale += (f" derived by each run: collocated at {max(m['scale']['collocated_share'] for m in runs):.0%} "
+                  "of the accelerator's demand at most, the largest deployment at the bound")
+    shares = [r["cpu_share"] for r in rows if "cpu_share" in r]
+    share = f"{min(shares):.2f}-{max(shares):.2f}" if shares else "1"
     return (f"{verdict(rows, tolerance)[1]}. "
-            f"engine tfdata at miniature scale (accelerator step time x{spec['time_scale']:g}, "
-            f"{spec['worker_threads']} CPU per worker) vs the cluster model of the same job. "
+            f"engine tfdata at miniature scale (accelerator step time {scale}, "
+            f"{spec['worker_threads']} CPU per worker, pinned) vs the cluster model of the same job. "
             f"Model fed the Pillow calibration, a CPU per worker: {summary(rows, tolerance, 'model')}. "
             f"Model fed the engine's own TF pipeline measured by each run in-process on one CPU ({measured} ms CPU "
-            f"per element) and the {'/'.join(map(str, cpus))} CPUs the client, dispatcher and workers share: "
+            f"per element), the {'/'.join(map(str, cpus))} CPUs the client, dispatcher and workers share, and the "
+            f"share of its CPU each worker measured ({share}): "
             f"{summary(rows, tolerance, 'model_tf')}. Neither model counts sending the batches "
-            f"({mb:.1f} MB per element) from worker to client over loopback, the client's and dispatcher's own CPU, "
-            f"or other work on the machine")
+            f"({mb:.1f} MB per element) from worker to client over loopback, or the client's and dispatcher's own CPU")

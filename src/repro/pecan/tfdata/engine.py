@@ -30,7 +30,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -175,6 +175,7 @@ class MeasuredWindow:
     seconds: float
     workers: list  # serving at the window's start
     workers_after: list  # serving at its end
+    cpu_share: dict = field(default_factory=dict)  # {worker or "collocated": its CPU share (Sharing)}
 
     @property
     def counts(self):
@@ -307,13 +308,15 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
 
 def resolve_scale(spec, manifest, pipeline_cost):
     """(spec, scale): the spec with its time scale and window length, derived (derive_scale) from the
-    declared pipeline's measured cost when the config sets none (the same pipeline for every mode,
+    declared pipeline's measured wall time per element on one pinned CPU when the config sets none (the same pipeline for every mode,
     so an experiment's modes share the accelerator; Pecan's run measures it besides its own order)."""
     if not spec.derived:
         return spec, {"rule": "configured", "time_scale": spec.time_scale}
     declared = pipeline_cost if pipeline_cost["order"] == "declared" else measure_pipeline_cost(spec, manifest,
                                                                                                order="declared")
-    scale = derive_scale(declared["cpu_s_per_element"], spec.accelerator_examples_per_s, spec.collocated_threads,
+    # wall time: what one pinned CPU makes per element on this machine as loaded now (its CPU
+    # time, the model's cost, over the share of the CPU the measurement got)
+    scale = derive_scale(declared["wall_s_per_element"], spec.accelerator_examples_per_s, spec.collocated_threads,
                          spec.worker_threads, cpus_available())
     spec = dataclasses.replace(spec, time_scale=scale["time_scale"])
     if not spec.decision_steps:
@@ -390,19 +393,88 @@ def stalled(service):
     return f"{len(service.state['workers'])} tf.data worker(s) run, {len(serving)} serve the job"
 
 
+def sched_times(pid):
+    """{thread id: (on a CPU, runnable but waiting for one) seconds} of the process's threads
+    (/proc/PID/task/*/schedstat); None once it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    times = {}
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                fields = fh.read().split()
+        except OSError:  # a thread that has exited meanwhile
+            continue
+        times[tid] = int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    return times
+
+
+class Sharing:
+    """The CPU share each preprocessing process of this machine got in a window, while it wanted one.
+
+    Workers and the collocated client are pinned to their CPUs (service.py, process_cpus), but the
+    machine's other work, the client and the dispatcher run on the same CPUs, so a pinned process
+    does not get a whole CPU. Its share is its busiest thread's time on a CPU over its time
+    runnable (on a CPU or waiting for one, /proc/PID/task/*/schedstat): what it got when it had
+    work, not how much work it had, so a worker idle at the accelerator's bound is not counted as
+    slow. The validation's
+    engine-fed model gives each worker this share of its CPUs. Workers on other hosts (ssh) are
+    not measured.
+    """
+
+    def __init__(self, service):
+        self.service = service
+
+    def processes(self):
+        if self.service is None:
+            return {"collocated": os.getpid()}
+        from repro.pecan.tfdata.service import _fresh
+
+        found = {}
+        for entry in self.service.state.get("workers", []):
+            status = None if "host" in entry else _fresh(entry["status"], entry["pid"])
+            if status:
+                found[status["address"]] = entry["pid"]
+        return found
+
+    def snapshot(self):
+        return {name: (pid, sched_times(pid)) for name, pid in self.processes().items()}
+
+    @staticmethod
+    def shares(before, after):
+        result = {}
+        for name, (pid, first) in before.items():
+            second = after.get(name, (None, None))
+            if first is None or second[0] != pid or second[1] is None:
+                continue
+            # the thread that ran most: the pipeline's (with one thread per worker), which has work
+            # whenever the process does
+            deltas = [(after_t[0] - first[tid][0], after_t[1] - first[tid][1])
+                      for tid, after_t in second[1].items() if tid in first]
+            ran, waited = max(deltas, default=(0, 0))
+            if ran + waited > 0:
+                result[name] = round(ran / (ran + waited), 4)
+        return result
+
+
 def train(spec, iterator, service, policy, deployment, on_window=None):
     """Run windows until the deployment settles (or max_windows); return (windows, decisions)."""
     serving = service.serving if service is not None else list
+    sharing = Sharing(service)
     windows, decisions = [], []
     step, start, settled = 0, time.monotonic(), 0
     while len(windows) < spec.max_windows and settled < spec.settle_windows:
         before = serving()
+        shares_before = sharing.snapshot()
         window_start = time.monotonic()
         for _ in range(spec.decision_steps):
             next(iterator)
             time.sleep(spec.step_time_s)
-        window = MeasuredWindow(window_start - start, step, spec.decision_steps, time.monotonic() - window_start,
-                        before, serving())
+        seconds = time.monotonic() - window_start
+        window = MeasuredWindow(window_start - start, step, spec.decision_steps, seconds, before, serving(),
+                                Sharing.shares(shares_before, sharing.snapshot()))
         windows.append(window)
         step += spec.decision_steps
         if on_window:
