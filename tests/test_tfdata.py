@@ -6,6 +6,7 @@ REPRO_REQUIRE_TFDATA=1 (as in CI), where that is a failure.
 """
 
 import csv
+import dataclasses
 import importlib.util
 import json
 import math
@@ -285,6 +286,24 @@ def test_engine_is_checked_against_the_registry(pecan_config):
         validate_config(config)
 
 
+@pytest.mark.fault
+def test_a_sweep_beyond_the_cpus_is_refused_at_config_check_naming_the_key(tf):
+    cpus = len(os.sched_getaffinity(0))
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["pecan"].update(engine="tfdata", tfdata={"sweep": [0, 1, cpus + 1]})
+    with pytest.raises(ReproError, match=rf"^config: pecan.tfdata.sweep: {cpus + 1} remote worker\(s\) of 1 thread\(s\) "
+                                         rf"need {cpus + 1} CPUs; {cpus} available \(os.sched_getaffinity\); "
+                                         rf"expected at most {cpus}$"):
+        validate_config(config)
+    config["pecan"]["tfdata"] = {"sweep": [0, 1, -1]}
+    with pytest.raises(ReproError, match=r"pecan.tfdata.sweep"):
+        validate_config(config)
+    config["pecan"]["tfdata"] = {"sweep": [0, 1], "worker_threads": cpus}  # 1 worker of every CPU: fits
+    assert validate_config(config)["pecan"]["tfdata"]["sweep"] == [0, 1]
+    config["pecan"]["tfdata"] = {}
+    assert validate_config(config)["pecan"]["tfdata"]["sweep"] == []  # the default: no sweep
+
+
 # -- pipelines ---------------------------------------------------------------------------------
 
 
@@ -492,6 +511,23 @@ def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_
     # every worker the run started has been stopped
     service_log_dir = tmp_path / "run" / "service"
     assert not (service_log_dir / "state.json").exists()
+
+
+def test_a_sweep_holds_each_count_of_remote_workers_at_one_scale(tf, tmp_path, pecan_config, data):
+    from repro.pecan.tfdata.engine import sweep
+    from repro.pecan.validation import validation_rows
+
+    spec = dataclasses.replace(_spec(pecan_config, "cachew", settle_windows=2, max_windows=6), decision_steps=0)
+    runs = sweep(spec, [0, 2], tmp_path / "sweep", data)
+    assert [(m["spec"]["placement"], m["remote_workers"]) for m in runs] == [("collocated", 0), ("fixed", 2)]
+    assert runs[0]["spec"]["time_scale"] == runs[1]["spec"]["time_scale"] == runs[0]["scale"]["time_scale"]
+    assert runs[1]["scale"] == runs[0]["scale"]  # the first count's derived scale, recorded by each
+    held = [w for w in runs[1]["windows"] if sorted(w["workers"]) == sorted(w["workers_after"])]
+    assert held and all(len(w["workers"]) == 2 for w in held)
+    assert not (tmp_path / "sweep" / "2" / "service" / "state.json").exists()  # its service stopped
+    rows = validation_rows(runs[1], {"resnet": {o: {"cpu_s_per_element": 0.005, "bytes_out_per_element": 1.0}
+                                                for o in ("declared", "autoorder")}}, 32)
+    assert [(r["mode"], r["remote_workers"]) for r in rows] == [("sweep", 2)]
 
 
 @pytest.mark.fault

@@ -219,6 +219,15 @@ def check_references(config, source="config"):
             if not PIPELINES[model["pipeline"]].tf_form:
                 raise ReproError(f"{source}: pecan.models.{name}.pipeline: pipeline {model['pipeline']!r} has no TF form "
                                  "(an op without Op.tf); expected engine: model, or a pipeline with one")
+        sweep = pecan.get("tfdata", {}).get("sweep", [])
+        if sweep and config["backend"] == "local":  # the engine's workers run on this machine, each on its CPUs
+            from repro.pecan.tfdata import check_sweep, cpus_available
+
+            threads = pecan["tfdata"].get("worker_threads", 1)
+            try:
+                check_sweep(sweep, threads, cpus_available())
+            except ReproError as exc:
+                raise ReproError(f"{source}: {exc}") from None
     from repro.pecan.policies import fastflow_workers
 
     for name, mode in pecan["modes"].items():

@@ -39,7 +39,7 @@ from repro.fsutil import atomic_path, write_json
 from repro.pecan.cluster import JobSpec, make_policy
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
-from repro.pecan.tfdata import ops, tensorflow
+from repro.pecan.tfdata import check_sweep, cpus_available, ops, tensorflow
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
 
 tf = tensorflow()
@@ -97,10 +97,6 @@ class EngineSpec:
     def derived(self):
         """The time scale (and the window length that follows from it) is derived by the run."""
         return self.time_scale == 0
-
-
-def cpus_available():
-    return len(os.sched_getaffinity(0))
 
 
 def max_workers_for(cpus, worker_threads):
@@ -306,17 +302,20 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
             "load_average": list(os.getloadavg()), "seconds": time.monotonic() - started}
 
 
-def resolve_scale(spec, manifest, pipeline_cost):
+def resolve_scale(spec, manifest, pipeline_cost, given=None):
     """(spec, scale): the spec with its time scale and window length, derived (derive_scale) from the
-    declared pipeline's measured wall time per element on one pinned CPU when the config sets none (the same pipeline for every mode,
+    declared pipeline's measured CPU time per element on one pinned CPU when the config sets none (the same pipeline for every mode,
     so an experiment's modes share the accelerator; Pecan's run measures it besides its own order)."""
     if not spec.derived:
         return spec, {"rule": "configured", "time_scale": spec.time_scale}
+    if given is not None:  # a sweep's later counts: the scale its first count derived
+        spec = dataclasses.replace(spec, time_scale=given["time_scale"])
+        return dataclasses.replace(spec, decision_steps=spec.decision_steps or window_steps(spec.step_time_s)), given
     declared = pipeline_cost if pipeline_cost["order"] == "declared" else measure_pipeline_cost(spec, manifest,
                                                                                                order="declared")
-    # wall time: what one pinned CPU makes per element on this machine as loaded now (its CPU
-    # time, the model's cost, over the share of the CPU the measurement got)
-    scale = derive_scale(declared["wall_s_per_element"], spec.accelerator_examples_per_s, spec.collocated_threads,
+    # CPU time, not wall time: what a whole CPU makes, so that collocated stays under its share of
+    # the demand however much of its CPU the machine's other work leaves it
+    scale = derive_scale(declared["cpu_s_per_element"], spec.accelerator_examples_per_s, spec.collocated_threads,
                          spec.worker_threads, cpus_available())
     spec = dataclasses.replace(spec, time_scale=scale["time_scale"])
     if not spec.decision_steps:
@@ -534,13 +533,14 @@ def _forget_service(directory, fresh):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S):
+def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S, scale=None):
     """Run `spec` into out_dir (run.log, metrics.json); return the metrics.
 
     Data-service modes use the service recorded in `service_dir` when its dispatcher runs (and
     leave the dispatcher running), else start one in out_dir/service and stop it afterwards.
     Every worker the run started is stopped when it ends, however it ends; a run that gets no
-    batch within `batch_timeout_s` fails (Batches).
+    batch within `batch_timeout_s` fails (Batches). `scale`: a derived scale to use instead of
+    deriving one (a sweep's).
     """
     out = Path(out_dir)
     if spec.derived:  # before anything is written
@@ -548,7 +548,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     manifest = ops.write_data(spec.pipeline, spec.images, data_dir, seed=spec.seed)
     # the model's inputs for this run, measured before any of its workers start
     pipeline_cost = measure_pipeline_cost(spec, manifest)
-    spec, scale = resolve_scale(spec, manifest, pipeline_cost)
+    spec, scale = resolve_scale(spec, manifest, pipeline_cost, scale)
     policy = policy_for(spec)
     service, own_service = None, False
     wall = time.monotonic()
@@ -634,6 +634,24 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     return metrics
 
 
+def sweep(spec, counts, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S):
+    """Throughput against the number of remote workers, measured directly: for each of `counts`, a
+    run of its own (out_dir/<count>: run.log, metrics.json) with that many remote workers held
+    fixed for `settle_windows` windows (0: the client's own pipeline, as collocated), in the
+    order of `spec`'s mode. Every count runs at one scale: the first count's, derived as a run
+    derives it, unless `spec` has a configured one. Returns the runs' metrics, in `counts`' order."""
+    check_sweep(counts, spec.worker_threads, cpus_available())
+    results, scale = [], None
+    for count in counts:
+        fixed = dataclasses.replace(
+            spec, mode="sweep", placement="collocated" if count == 0 else "fixed", fixed_remote_workers=count,
+            fixed_local_workers=0, max_remote_workers=count, max_local_workers=0)
+        metrics = run(fixed, Path(out_dir) / str(count), data_dir, service_dir, on_window, batch_timeout_s, scale)
+        scale = scale or (metrics["scale"] if spec.derived else None)
+        results.append(metrics)
+    return results
+
+
 def run_for_workflow(settings, experiment, mode, out_dir, backend="local", service_dir=None):
     """The `run` rule's job with `pecan.engine: tfdata`: one real run of experiment x mode with the
     config's miniature settings (`pecan.tfdata`), written as every engine writes it: run.log,
@@ -643,6 +661,7 @@ def run_for_workflow(settings, experiment, mode, out_dir, backend="local", servi
 
     out = Path(out_dir)
     miniature = dict(settings["pecan"].get("tfdata", {}))
+    miniature.pop("sweep", None)  # `repro pecan tfdata sweep`'s, not a run's
     spec = spec_from_config(settings["pecan"], experiment, mode, seed=settings["seed"],
                             time_scale=miniature.pop("time_scale", None),
                             decision_steps=miniature.pop("decision_steps", None), **miniature)
