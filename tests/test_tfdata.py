@@ -5,6 +5,7 @@ Needs the 'tfdata' extra (TensorFlow); without it these tests are skipped, unles
 REPRO_REQUIRE_TFDATA=1 (as in CI), where that is a failure.
 """
 
+import copy
 import csv
 import dataclasses
 import importlib.util
@@ -302,6 +303,49 @@ def test_a_sweep_beyond_the_cpus_is_refused_at_config_check_naming_the_key(tf):
     assert validate_config(config)["pecan"]["tfdata"]["sweep"] == [0, 1]
     config["pecan"]["tfdata"] = {}
     assert validate_config(config)["pecan"]["tfdata"]["sweep"] == []  # the default: no sweep
+
+
+@pytest.mark.fault
+def test_calibration_ops_is_pillow_or_tf_and_tf_names_the_extra_without_tensorflow(tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert validate_config(copy.deepcopy(config))["calibration"]["ops"] == "pillow"  # the default: as before
+    config["calibration"]["ops"] = "cuda"
+    with pytest.raises(ReproError, match=r"calibration.ops: 'cuda' is not one of \['pillow', 'tf'\]"):
+        validate_config(copy.deepcopy(config))
+    config["calibration"]["ops"] = "tf"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    code = HIDE_TENSORFLOW + "from repro.config import load_config\nload_config(sys.argv[1])\n"
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c.yaml")], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1
+    assert "calibration.ops: needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr
+
+
+def test_calibration_in_tf_ops_feeds_the_local_preset(tf, tmp_path):
+    """`repro pecan calibrate --ops tf` writes the record the Pillow calibration writes, from the
+    TF ops the engine runs, and the local preset relates the pipelines by it."""
+    from repro.pecan.presets import pipeline_costs
+    from repro.pecan.run import load_calibrations
+
+    out = [tmp_path / "resnet.json", tmp_path / "retinanet.json"]
+    result = subprocess.run([str(REPRO), "pecan", "calibrate", "--ops", "tf", "--pipeline", "resnet", "retinanet",
+                             "--elements", "4", "--repeats", "3", "-o", *map(str, out)],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr
+    calibrations = load_calibrations(out)
+    resnet, retinanet = calibrations["resnet"], calibrations["retinanet"]
+    assert resnet["ops_measured"] == "tf" and resnet["declared"]["ops"][0] == "decode"
+    assert resnet["declared"]["bytes_out_per_element"] == 224 * 224 * 3 * 4
+    for record in (resnet, retinanet):
+        for order in ("declared", "autoorder"):
+            cost = record[order]
+            assert 1e-4 < cost["cpu_s_per_element"] < 1 and len(cost["element_cpu_s"]) == 3
+            assert cost["per_reference_kernel"] == pytest.approx(cost["cpu_s_per_element"] / record["reference_kernel"]["cpu_s"])
+    # the larger, boxed RetinaNet images cost more than ResNet's crops in TF ops too
+    assert retinanet["declared"]["cpu_s_per_element"] > resnet["declared"]["cpu_s_per_element"]
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    costs = pipeline_costs("local", config["pecan"]["cluster"], calibrations)
+    assert costs["retinanet"]["declared"] / costs["resnet"]["declared"] == pytest.approx(
+        retinanet["declared"]["per_reference_kernel"] / resnet["declared"]["per_reference_kernel"])
 
 
 # -- pipelines ---------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ def add_commands(sub):
     cal.add_argument("--elements", type=int, default=32, help="synthetic JPEGs to measure (default 32)")
     cal.add_argument("--repeats", type=int, default=REPEATS,
                      help=f"passes over both orders; per element and op the fastest is kept (default {REPEATS})")
+    cal.add_argument("--ops", choices=("pillow", "tf"), default="pillow",
+                     help="measure the Pillow functions (default) or the TF ops the tf.data engine runs (calibration.ops)")
     cal.add_argument("-o", "--output", required=True, nargs="+", help="calibration JSON to write, one per --pipeline")
     cal.set_defaults(func=_calibrate, writes={"output": "-o/--output"})
 
@@ -188,7 +190,12 @@ def _calibrate(args):
             raise ReproError(f"{flag}: expected 1 to {most}, got {value}")
     if len(set(args.pipeline)) != len(args.pipeline):
         raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
-    results = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
+    if args.ops == "tf":
+        from repro.pecan.tfdata.calibrate import calibrate_tf
+
+        results = calibrate_tf(args.pipeline, elements=args.elements, repeats=args.repeats)
+    else:
+        results = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
     for pipeline, output in zip(args.pipeline, args.output):
         result = results[pipeline]
         write_json(output, result)
