@@ -752,9 +752,14 @@ def _build_fig8_on_the_engine(tmp_path):
 
     engine = tmp_path / "engine.yaml"
     engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, "images": 16}}}))
-    snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json",
-              "plots/validation_ResNet50_v2-8.pdf", "--configfile", str(TINY), str(REPO / "config" / "examples" / "tfdata.yaml"),
-              str(engine), timeout=400)
+    configs = ("--configfile", str(TINY), str(REPO / "config" / "examples" / "tfdata.yaml"), str(engine))
+    snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json", *configs, timeout=400)
+    # the validation can fail (on a busy machine the engine may stray from the model): it gives a
+    # verdict either way, and its exit status follows it; the table is kept to be read
+    validated = snakemake(tmp_path, "plots/validation_ResNet50_v2-8.pdf", "--keep-incomplete", *configs, check=False)
+    verdict = (tmp_path / "results" / "logs" / "validation" / "ResNet50_v2-8.log").read_text()
+    assert verdict.startswith(("validated: ", "validation failed: ", "not validated: accelerator-bound everywhere"))
+    assert (validated.returncode == 0) == verdict.startswith("validated: "), verdict
     assert (tmp_path / "plots" / "fig8_ResNet50_v2-8.png").stat().st_size > 1000
     for mode in ("collocated", "cachew", "pecan"):
         run = tmp_path / "results" / "runs" / "ResNet50_v2-8" / mode
@@ -773,6 +778,8 @@ def _build_fig8_on_the_engine(tmp_path):
     with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
         validation = list(csv.DictReader(fh))
     assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan"}
+    # at the derived scale collocated is below the bound (its one CPU at most 60% of the demand)
+    assert all(r["model_tf_below_bound"] == "True" for r in validation if r["mode"] == "collocated")
     for row in validation:  # the model's prediction for the deployment the engine measured, and the gap
         measured, predicted = float(row["engine_examples_per_s"]), float(row["model_examples_per_s"])
         assert measured > 0 and predicted > 0
@@ -780,7 +787,8 @@ def _build_fig8_on_the_engine(tmp_path):
         engine_fed = float(row["model_tf_examples_per_s"])  # fed what the run measured of itself
         assert float(row["model_tf_vs_engine"]) == pytest.approx(engine_fed / measured - 1, abs=1e-3)
         assert row["model_tf_converged"].count("+") == 1
-    assert (tmp_path / "plots" / "validation_ResNet50_v2-8.png").stat().st_size > 1000
+    if validated.returncode == 0:
+        assert (tmp_path / "plots" / "validation_ResNet50_v2-8.png").stat().st_size > 1000
     status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
     assert "[ OK ] tf.data service (results/cluster/local/tfdata): probe job returned elements" in status
 
