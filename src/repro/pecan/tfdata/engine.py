@@ -472,8 +472,10 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
             next(iterator)
             time.sleep(spec.step_time_s)
         seconds = time.monotonic() - window_start
-        window = MeasuredWindow(window_start - start, step, spec.decision_steps, seconds, before, serving(),
-                                Sharing.shares(shares_before, sharing.snapshot()))
+        shares = Sharing.shares(shares_before, sharing.snapshot())
+        if service is not None:  # a worker that runs but serves no task yet is no part of the deployment
+            shares = {name: share for name, share in shares.items() if name in before}
+        window = MeasuredWindow(window_start - start, step, spec.decision_steps, seconds, before, serving(), shares)
         windows.append(window)
         step += spec.decision_steps
         if on_window:
