@@ -348,6 +348,17 @@ def test_calibration_in_tf_ops_feeds_the_local_preset(tf, tmp_path):
         retinanet["declared"]["per_reference_kernel"] / resnet["declared"]["per_reference_kernel"])
 
 
+def test_the_sweep_is_no_part_of_a_runs_settings(tf):
+    """Setting pecan.tfdata.sweep reruns no run: only `repro pecan tfdata sweep` reads it."""
+    from repro.rulesettings import run_settings
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["pecan"].update(engine="tfdata", tfdata={"images": 16})
+    before = str(run_settings(validate_config(copy.deepcopy(config)), "ResNet50_v2-8", "cachew"))
+    config["pecan"]["tfdata"]["sweep"] = [0, 1]
+    assert str(run_settings(validate_config(copy.deepcopy(config)), "ResNet50_v2-8", "cachew")) == before
+
+
 # -- pipelines ---------------------------------------------------------------------------------
 
 
