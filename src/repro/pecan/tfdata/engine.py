@@ -304,23 +304,25 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
 
 def resolve_scale(spec, manifest, pipeline_cost, given=None):
     """(spec, scale): the spec with its time scale and window length, derived (derive_scale) from the
-    declared pipeline's measured CPU time per element on one pinned CPU when the config sets none (the same pipeline for every mode,
-    so an experiment's modes share the accelerator; Pecan's run measures it besides its own order)."""
+    declared pipeline's measured CPU time per element on one pinned CPU when the config sets none
+    (the same pipeline for every mode, so an experiment's modes share the accelerator; Pecan's run
+    measures it besides its own order)."""
     if not spec.derived:
         return spec, {"rule": "configured", "time_scale": spec.time_scale}
-    if given is not None:  # a sweep's later counts: the scale its first count derived
-        spec = dataclasses.replace(spec, time_scale=given["time_scale"])
-        return dataclasses.replace(spec, decision_steps=spec.decision_steps or window_steps(spec.step_time_s)), given
-    declared = pipeline_cost if pipeline_cost["order"] == "declared" else measure_pipeline_cost(spec, manifest,
-                                                                                               order="declared")
-    # CPU time, not wall time: what a whole CPU makes, so that collocated stays under its share of
-    # the demand however much of its CPU the machine's other work leaves it
-    scale = derive_scale(declared["cpu_s_per_element"], spec.accelerator_examples_per_s, spec.collocated_threads,
-                         spec.worker_threads, cpus_available())
-    spec = dataclasses.replace(spec, time_scale=scale["time_scale"])
+    if given is None:
+        declared = pipeline_cost if pipeline_cost["order"] == "declared" else measure_pipeline_cost(
+            spec, manifest, order="declared")
+        # CPU time, not wall time: what a whole CPU makes, so that collocated stays under its share
+        # of the demand however much of its CPU the machine's other work leaves it
+        given = derive_scale(declared["cpu_s_per_element"], spec.accelerator_examples_per_s, spec.collocated_threads,
+                             spec.worker_threads, cpus_available())
+        # a window's length: ~WINDOW_S of the slowest deployment (collocated's CPUs, as loaded now:
+        # wall time), not of the accelerator's step, which input-bound deployments never reach
+        given["slowest_batch_s"] = spec.batch_size * declared["wall_s_per_element"] / spec.collocated_threads
+    spec = dataclasses.replace(spec, time_scale=given["time_scale"])
     if not spec.decision_steps:
-        spec = dataclasses.replace(spec, decision_steps=window_steps(spec.step_time_s))
-    return spec, scale
+        spec = dataclasses.replace(spec, decision_steps=window_steps(max(spec.step_time_s, given["slowest_batch_s"])))
+    return spec, given
 
 
 def client_dataset(spec, manifest, service):
