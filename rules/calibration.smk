@@ -17,6 +17,7 @@ rule calibrate:
     params:
         elements=config["calibration"]["elements"],
         repeats=config["calibration"]["repeats"],
+        ops=config["calibration"]["ops"],
     shell:
         "repro pecan calibrate --pipeline {wildcards.pipeline:q} --elements {params.elements:q}"
-        " --repeats {params.repeats:q} -o {output:q} > {log:q} 2>&1"
+        " --repeats {params.repeats:q} --ops {params.ops:q} -o {output:q} > {log:q} 2>&1"

@@ -5,9 +5,12 @@ Needs the 'tfdata' extra (TensorFlow); without it these tests are skipped, unles
 REPRO_REQUIRE_TFDATA=1 (as in CI), where that is a failure.
 """
 
+import copy
 import csv
+import dataclasses
 import importlib.util
 import json
+import math
 import os
 import signal
 import socket
@@ -136,6 +139,22 @@ def test_validation_predicts_each_deployment_from_both_sets_of_inputs():
     assert rows[1, 0]["engine_converged"] == "2+0"
 
 
+def test_validation_gives_each_worker_the_cpu_share_it_measured():
+    """A worker that got half its CPU (other work on the machine) delivers half: the engine-fed
+    model predicts from the share each window measured, a worker not measured (on another host)
+    counts a whole CPU."""
+    from repro.pecan.validation import validation_rows
+
+    metrics = _engine_metrics(windows=[(ONE, ONE, 2.0), (TWO, TWO, 1.0), (TWO, TWO, 1.0)])
+    metrics["windows"][0]["cpu_share"] = {ONE[0]: 0.5}
+    metrics["windows"][1]["cpu_share"] = {TWO[0]: 0.5, TWO[1]: 0.5}
+    metrics["windows"][2]["cpu_share"] = {TWO[0]: 0.5}  # TWO[1] on another host: a whole CPU
+    rows = {(r["remote_workers"], r["local_workers"]): r for r in validation_rows(metrics, CALIBRATION, 32)}
+    assert rows[1, 0]["cpu_share"] == 0.5 and rows[1, 0]["model_tf_examples_per_s"] == 20
+    assert rows[2, 0]["cpu_share"] == 0.625 and rows[2, 0]["model_tf_examples_per_s"] == 50
+    assert rows[1, 0]["model_tf_vs_engine"] == 0 and rows[1, 0]["model_examples_per_s"] == 100  # Pillow-fed: whole CPUs
+
+
 def test_validation_caps_by_the_machines_cpus_only_where_the_workers_share_it():
     from repro.pecan.validation import engine_job
 
@@ -158,16 +177,107 @@ def test_validation_summary_and_caption_count_each_model_column(tmp_path):
     runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 0.5)]),
             _engine_metrics("pecan", windows=[(TWO, TWO, 0.5)])]
     rows = [row for metrics in runs for row in validation_rows(metrics, CALIBRATION, 32)]
-    assert summary(rows, model="model").startswith("0 of 3 deployments within ±15%; largest gap +150% (cachew")
+    # the Pillow-fed model predicts the bound everywhere: nothing of it is tested
+    assert summary(rows, model="model").startswith("no deployment below the bound; 3 at the bound (not counted)")
     tf_summary = summary(rows, model="model_tf")
-    assert tf_summary.startswith("3 of 3 deployments within ±15%; largest gap +0%")
+    assert tf_summary.startswith("3 of 3 deployments below the bound within ±15%; largest gap +0%")
     assert tf_summary.endswith("converged within ±1 worker in 2 of 2 modes")
     caption = caption_text(rows, runs)
-    assert "Pillow calibration, a CPU per worker: 0 of 3" in caption
-    assert "one CPU (autoorder 25.00, declared 25.00 ms CPU per element) and the 2 CPUs" in caption
+    assert caption.startswith("validated: 3 of 3 deployments below the bound within ±15%")
+    assert "Pillow calibration, a CPU per worker: no deployment below the bound" in caption
+    assert "one CPU (autoorder 25.00, declared 25.00 ms CPU per element), the 2 CPUs" in caption
+    assert "the share of its CPU each worker measured (1.00-1.00)" in caption
     plot_validation(rows, [tmp_path / "v.png"], "Validation", caption,
                     {"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 80})
     assert (tmp_path / "v.png").stat().st_size > 1000
+
+
+def _validate(tmp_path, runs):
+    """`repro pecan validation` on engine runs' metrics (files in tmp_path): the result, the table."""
+    paths = []
+    for i, metrics in enumerate(runs):
+        paths.append(tmp_path / f"m{i}.json")
+        paths[-1].write_text(json.dumps(metrics))
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, **CALIBRATION["resnet"]}))
+    style = json.dumps({"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 60})
+    result = subprocess.run([str(REPRO), "pecan", "validation", "E", "--metrics", *map(str, paths), "--calibration",
+                             str(calibration), "--network-gbps", "32", "--style", style, "--output",
+                             str(tmp_path / "v.pdf"), str(tmp_path / "v.png"), "--table", str(tmp_path / "v.csv")],
+                            capture_output=True, text=True)
+    with open(tmp_path / "v.csv") as fh:
+        return result, list(csv.DictReader(fh))
+
+
+@pytest.mark.fault
+def test_validation_with_every_deployment_at_the_bound_is_not_validated(tmp_path):
+    """Runs that never leave the accelerator's bound (the issue's nine deployments at 172-177
+    examples/s, the model at its bound): agreement there tests nothing, so the validation fails."""
+    fast = ["127.0.0.1:1", "127.0.0.1:2"]
+    runs = [_engine_metrics(windows=[(fast, fast, 0.4)]), _engine_metrics("pecan", windows=[(fast, fast, 0.41)])]
+    for metrics in runs:  # 5 ms per element: two workers deliver 400 examples/s, the bound is 100
+        metrics["pipeline_cost"]["cpu_s_per_element"] = 0.005
+    result, table = _validate(tmp_path, runs)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == ("repro: error: E: not validated: accelerator-bound everywhere "
+                                                      "(0 of 2 deployments below the bound, 3 needed)")
+    assert [r["model_tf_below_bound"] for r in table] == ["False", "False"]  # the table shows why
+    assert "not validated: accelerator-bound everywhere" in result.stdout
+
+
+@pytest.mark.fault
+def test_validation_with_a_deployment_far_off_the_model_fails(tmp_path):
+    """Three deployments below the bound, one measured at half what the model predicts: 2 of 3
+    agree, under the 80% needed."""
+    runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)]), _engine_metrics("pecan", windows=[(TWO, TWO, 0.5)])]
+    result, table = _validate(tmp_path, runs)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == ("repro: error: E: validation failed: 2 of 3 deployments below the bound "
+                                                      "within ±15% (80% needed)")
+    assert sorted(float(r["model_tf_vs_engine"]) for r in table) == [0.0, 0.0, 1.0]
+    runs[0]["windows"][1]["seconds"] = 0.5  # measured as predicted: validated
+    result, _ = _validate(tmp_path, runs)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("validated: 3 of 3 deployments below the bound within ±15%")
+
+
+def test_the_derived_scale_puts_collocated_below_the_bound_and_the_largest_deployment_at_it():
+    from repro.pecan.tfdata.engine import derive_scale
+
+    # 4 ms per element: one CPU delivers 250 examples/s, two 500
+    two = derive_scale(0.004, 3234.0, 1, 1, 2)
+    assert two["collocated_share"] <= 0.6 and two["largest_share"] >= 1
+    assert two["demand_examples_per_s"] == pytest.approx((250 / 0.6 * 500) ** 0.5)
+    assert two["time_scale"] == pytest.approx(3234.0 / two["demand_examples_per_s"])
+    # the same rule on 16 CPUs: a higher demand, so more workers before the bound (a longer curve)
+    sixteen = derive_scale(0.004, 3234.0, 1, 1, 16)
+    assert sixteen["largest_share"] >= 1 and sixteen["collocated_share"] < two["collocated_share"]
+    assert math.ceil(sixteen["demand_examples_per_s"] / 250) >= 3 * math.ceil(two["demand_examples_per_s"] / 250)
+    # workers of 2 threads on 3 CPUs: the largest deployment is one worker, 2 CPUs
+    assert derive_scale(0.004, 3234.0, 1, 2, 3)["preprocessing_cpus"] == 2
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("collocated, workers, cpus", [(1, 1, 1), (2, 1, 3), (1, 2, 1)])
+def test_too_few_cpus_for_an_input_bound_miniature_is_one_line(collocated, workers, cpus):
+    from repro.pecan.tfdata.engine import derive_scale
+
+    with pytest.raises(ReproError, match=rf"^{cpus} CPU\(s\) available \(os.sched_getaffinity\): too few for an "
+                                         r"input-bound miniature.*; expected at least \d+ CPUs, or set pecan.tfdata.time_scale$"):
+        derive_scale(0.004, 3234.0, collocated, workers, cpus)
+
+
+@pytest.mark.fault
+def test_a_run_on_one_cpu_is_refused_before_it_writes_anything(tf, tmp_path):
+    """On one CPU collocated and the largest deployment are the same CPU: no scale makes one
+    input-bound and the other reach the bound, and the run says so instead of passing vacuously."""
+    result = subprocess.run(["taskset", "-c", "0", str(REPRO), "pecan", "tfdata", "run", "--experiment", "ResNet50_v2-8",
+                             "--mode", "cachew", "--out", str(tmp_path / "run"), "--data", str(tmp_path / "data")],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "repro: error: 1 CPU(s) available (os.sched_getaffinity): too few for an input-bound miniature")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
 
 
 def test_engine_is_checked_against_the_registry(pecan_config):
@@ -175,6 +285,78 @@ def test_engine_is_checked_against_the_registry(pecan_config):
     config["pecan"]["engine"] = "simulator"
     with pytest.raises(ReproError, match=r"config: pecan.engine: 'simulator' is not one of \['model', 'tfdata'\]"):
         validate_config(config)
+
+
+@pytest.mark.fault
+def test_a_sweep_beyond_the_cpus_is_refused_at_config_check_naming_the_key(tf):
+    cpus = len(os.sched_getaffinity(0))
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["pecan"].update(engine="tfdata", tfdata={"sweep": [0, 1, cpus + 1]})
+    with pytest.raises(ReproError, match=rf"^config: pecan.tfdata.sweep: {cpus + 1} remote worker\(s\) of 1 thread\(s\) "
+                                         rf"need {cpus + 1} CPUs; {cpus} available \(os.sched_getaffinity\); "
+                                         rf"expected at most {cpus}$"):
+        validate_config(config)
+    config["pecan"]["tfdata"] = {"sweep": [0, 1, -1]}
+    with pytest.raises(ReproError, match=r"pecan.tfdata.sweep"):
+        validate_config(config)
+    config["pecan"]["tfdata"] = {"sweep": [0, 1], "worker_threads": cpus}  # 1 worker of every CPU: fits
+    assert validate_config(config)["pecan"]["tfdata"]["sweep"] == [0, 1]
+    config["pecan"]["tfdata"] = {}
+    assert validate_config(config)["pecan"]["tfdata"]["sweep"] == []  # the default: no sweep
+
+
+@pytest.mark.fault
+def test_calibration_ops_is_pillow_or_tf_and_tf_names_the_extra_without_tensorflow(tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert validate_config(copy.deepcopy(config))["calibration"]["ops"] == "pillow"  # the default: as before
+    config["calibration"]["ops"] = "cuda"
+    with pytest.raises(ReproError, match=r"calibration.ops: 'cuda' is not one of \['pillow', 'tf'\]"):
+        validate_config(copy.deepcopy(config))
+    config["calibration"]["ops"] = "tf"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    code = HIDE_TENSORFLOW + "from repro.config import load_config\nload_config(sys.argv[1])\n"
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c.yaml")], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1
+    assert "calibration.ops: needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr
+
+
+def test_calibration_in_tf_ops_feeds_the_local_preset(tf, tmp_path):
+    """`repro pecan calibrate --ops tf` writes the record the Pillow calibration writes, from the
+    TF ops the engine runs, and the local preset relates the pipelines by it."""
+    from repro.pecan.presets import pipeline_costs
+    from repro.pecan.run import load_calibrations
+
+    out = [tmp_path / "resnet.json", tmp_path / "retinanet.json"]
+    result = subprocess.run([str(REPRO), "pecan", "calibrate", "--ops", "tf", "--pipeline", "resnet", "retinanet",
+                             "--elements", "4", "--repeats", "3", "-o", *map(str, out)],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr
+    calibrations = load_calibrations(out)
+    resnet, retinanet = calibrations["resnet"], calibrations["retinanet"]
+    assert resnet["ops_measured"] == "tf" and resnet["declared"]["ops"][0] == "decode"
+    assert resnet["declared"]["bytes_out_per_element"] == 224 * 224 * 3 * 4
+    for record in (resnet, retinanet):
+        for order in ("declared", "autoorder"):
+            cost = record[order]
+            assert 1e-4 < cost["cpu_s_per_element"] < 1 and len(cost["element_cpu_s"]) == 3
+            assert cost["per_reference_kernel"] == pytest.approx(cost["cpu_s_per_element"] / record["reference_kernel"]["cpu_s"])
+    # the larger, boxed RetinaNet images cost more than ResNet's crops in TF ops too
+    assert retinanet["declared"]["cpu_s_per_element"] > resnet["declared"]["cpu_s_per_element"]
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    costs = pipeline_costs("local", config["pecan"]["cluster"], calibrations)
+    assert costs["retinanet"]["declared"] / costs["resnet"]["declared"] == pytest.approx(
+        retinanet["declared"]["per_reference_kernel"] / resnet["declared"]["per_reference_kernel"])
+
+
+def test_the_sweep_is_no_part_of_a_runs_settings(tf):
+    """Setting pecan.tfdata.sweep reruns no run: only `repro pecan tfdata sweep` reads it."""
+    from repro.rulesettings import run_settings
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["pecan"].update(engine="tfdata", tfdata={"images": 16})
+    before = str(run_settings(validate_config(copy.deepcopy(config)), "ResNet50_v2-8", "cachew"))
+    config["pecan"]["tfdata"]["sweep"] = [0, 1]
+    assert str(run_settings(validate_config(copy.deepcopy(config)), "ResNet50_v2-8", "cachew")) == before
 
 
 # -- pipelines ---------------------------------------------------------------------------------
@@ -350,7 +532,7 @@ def test_collocated_run_writes_the_artifacts_log(tf, tmp_path, pecan_config, dat
     parsed = parse_log(tmp_path / "run" / "run.log")
     assert (parsed.remote_workers, parsed.local_workers, parsed.samples) == (0, 0, 4)
     # the emulated accelerator bounds it: never faster than one step per step time
-    assert 0 < parsed.throughput <= spec.batch_size / spec.step_time_s * 1.05
+    assert 0 < parsed.throughput <= spec.batch_size / metrics["step_time_s"] * 1.05
     assert metrics["throughput"] == parsed.throughput
     assert "ClientHeartbeat" not in (tmp_path / "run" / "run.log").read_text()
     # the run measured its own pipeline before it started: the model's inputs for this run
@@ -360,6 +542,9 @@ def test_collocated_run_writes_the_artifacts_log(tf, tmp_path, pecan_config, dat
     assert 0 < cost["cpu_s_min"] <= cost["cpu_s_per_element"] < 1
     assert cost["bytes_per_element"] == 224 * 224 * 3 * 4  # a float32 image
     assert metrics["cpus"] == len(os.sched_getaffinity(0))
+    # the share of its CPU the pinned client got, per window (the engine-fed model's CPUs)
+    assert all(0 < w["cpu_share"]["collocated"] <= 1 for w in metrics["windows"])
+    assert metrics["scale"]["collocated_share"] <= 0.6 <= 1 <= metrics["scale"]["largest_share"]
 
 
 def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_path, pecan_config, data):
@@ -374,9 +559,30 @@ def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_
                 if "Worker Address" in line}) >= 2
     assert parsed.converged and parsed.remote_workers in (1, 2) and parsed.local_workers == 0
     assert metrics["remote_workers"] == parsed.remote_workers
+    for window in metrics["windows"]:  # each serving worker's CPU share, measured on this machine
+        assert set(window["cpu_share"]) <= set(window["workers"]) | set(window["workers_after"])
+        assert all(0 < share <= 1 for share in window["cpu_share"].values())
+    assert any(window["cpu_share"] for window in metrics["windows"])
     # every worker the run started has been stopped
     service_log_dir = tmp_path / "run" / "service"
     assert not (service_log_dir / "state.json").exists()
+
+
+def test_a_sweep_holds_each_count_of_remote_workers_at_one_scale(tf, tmp_path, pecan_config, data):
+    from repro.pecan.tfdata.engine import sweep
+    from repro.pecan.validation import validation_rows
+
+    spec = dataclasses.replace(_spec(pecan_config, "cachew", settle_windows=2, max_windows=6), decision_steps=0)
+    runs = sweep(spec, [0, 2], tmp_path / "sweep", data)
+    assert [(m["spec"]["placement"], m["remote_workers"]) for m in runs] == [("collocated", 0), ("fixed", 2)]
+    assert runs[0]["spec"]["time_scale"] == runs[1]["spec"]["time_scale"] == runs[0]["scale"]["time_scale"]
+    assert runs[1]["scale"] == runs[0]["scale"]  # the first count's derived scale, recorded by each
+    held = [w for w in runs[1]["windows"] if sorted(w["workers"]) == sorted(w["workers_after"])]
+    assert held and all(len(w["workers"]) == 2 for w in held)
+    assert not (tmp_path / "sweep" / "2" / "service" / "state.json").exists()  # its service stopped
+    rows = validation_rows(runs[1], {"resnet": {o: {"cpu_s_per_element": 0.005, "bytes_out_per_element": 1.0}
+                                                for o in ("declared", "autoorder")}}, 32)
+    assert [(r["mode"], r["remote_workers"]) for r in rows] == [("sweep", 2)]
 
 
 @pytest.mark.fault
@@ -557,25 +763,34 @@ def _build_fig8_on_the_engine(tmp_path):
 
     engine = tmp_path / "engine.yaml"
     engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, "images": 16}}}))
-    snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json",
-              "plots/validation_ResNet50_v2-8.pdf", "--configfile", str(TINY), str(REPO / "config" / "examples" / "tfdata.yaml"),
-              str(engine), timeout=400)
+    configs = ("--configfile", str(TINY), str(REPO / "config" / "examples" / "tfdata.yaml"), str(engine))
+    snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json", *configs, timeout=400)
+    # the validation can fail (on a busy machine the engine may stray from the model): it gives a
+    # verdict either way, and its exit status follows it; the table is kept to be read
+    validated = snakemake(tmp_path, "plots/validation_ResNet50_v2-8.pdf", "--keep-incomplete", *configs, check=False)
+    verdict = (tmp_path / "results" / "logs" / "validation" / "ResNet50_v2-8.log").read_text()
+    assert verdict.startswith(("validated: ", "validation failed: ", "not validated: accelerator-bound everywhere"))
+    assert (validated.returncode == 0) == verdict.startswith("validated: "), verdict
     assert (tmp_path / "plots" / "fig8_ResNet50_v2-8.png").stat().st_size > 1000
     for mode in ("collocated", "cachew", "pecan"):
         run = tmp_path / "results" / "runs" / "ResNet50_v2-8" / mode
         assert "repro tfdata engine" in (run / "run.log").read_text().splitlines()[0]
         metrics = json.loads((run / "metrics.json").read_text())
-        assert metrics["engine"] == "tfdata" and metrics["spec"]["time_scale"] == 18.0
+        assert metrics["engine"] == "tfdata" and metrics["scale"]["rule"].startswith("geometric middle")
+        assert metrics["spec"]["time_scale"] == metrics["scale"]["time_scale"] > 0
         assert metrics["throughput"] > 0 and len(metrics["windows"]) <= 6
         for status in (run / "service").glob("*.status.json"):  # the run stopped every process it started
             assert not alive(json.loads(status.read_text())["pid"]), status
     table = (tmp_path / "results" / "tables" / "ResNet50_v2-8.csv").read_text().splitlines()
     assert len(table) == 4
     settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
-    assert "engine tfdata" in settings["figure"]["engine_caption"] and "x18" in settings["figure"]["engine_caption"]
+    assert "engine tfdata" in settings["figure"]["engine_caption"]
+    assert "derived by each run from its measured pipeline cost" in settings["figure"]["engine_caption"]
     with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
         validation = list(csv.DictReader(fh))
     assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan"}
+    # at the derived scale collocated is below the bound (its one CPU at most 60% of the demand)
+    assert all(r["model_tf_below_bound"] == "True" for r in validation if r["mode"] == "collocated")
     for row in validation:  # the model's prediction for the deployment the engine measured, and the gap
         measured, predicted = float(row["engine_examples_per_s"]), float(row["model_examples_per_s"])
         assert measured > 0 and predicted > 0
@@ -583,7 +798,8 @@ def _build_fig8_on_the_engine(tmp_path):
         engine_fed = float(row["model_tf_examples_per_s"])  # fed what the run measured of itself
         assert float(row["model_tf_vs_engine"]) == pytest.approx(engine_fed / measured - 1, abs=1e-3)
         assert row["model_tf_converged"].count("+") == 1
-    assert (tmp_path / "plots" / "validation_ResNet50_v2-8.png").stat().st_size > 1000
+    if validated.returncode == 0:
+        assert (tmp_path / "plots" / "validation_ResNet50_v2-8.png").stat().st_size > 1000
     status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
     assert "[ OK ] tf.data service (results/cluster/local/tfdata): probe job returned elements" in status
 

@@ -198,13 +198,24 @@ def check_references(config, source="config"):
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
             _check_run_size(where, pecan["models"][exp["model"]], mode, pecan["modes"][mode], pecan["cluster"])
-    if pecan["engine"] == "tfdata":  # the engine runs each pipeline's TF form (repro.pecan.tfdata.ops)
+    tf_ops = config.get("calibration", {}).get("ops") == "tf"
+    if pecan["engine"] == "tfdata" or tf_ops:  # each pipeline's TF form runs (repro.pecan.tfdata.ops)
         from repro.pecan.pipelines import PIPELINES
 
         for name, model in pecan["models"].items():
             if not PIPELINES[model["pipeline"]].tf_form:
+                expected = "calibration.ops: pillow" if tf_ops else "engine: model"
                 raise ReproError(f"{source}: pecan.models.{name}.pipeline: pipeline {model['pipeline']!r} has no TF form "
-                                 "(an op without Op.tf); expected engine: model, or a pipeline with one")
+                                 f"(an op without Op.tf); expected {expected}, or a pipeline with one")
+        sweep = pecan.get("tfdata", {}).get("sweep", [])
+        if sweep and config["backend"] == "local":  # the engine's workers run on this machine, each on its CPUs
+            from repro.pecan.tfdata import check_sweep, cpus_available
+
+            threads = pecan["tfdata"].get("worker_threads", 1)
+            try:
+                check_sweep(sweep, threads, cpus_available())
+            except ReproError as exc:
+                raise ReproError(f"{source}: {exc}") from None
     from repro.pecan.policies import fastflow_workers
 
     for name, mode in pecan["modes"].items():
@@ -279,6 +290,8 @@ def needed_extras(config):
     engine = ENGINES[config["pecan"]["engine"]]
     if engine.extra:
         needed.append(["pecan.engine", *engine.extra])
+    if config.get("calibration", {}).get("ops") == "tf":  # the pipelines' TF forms (repro.pecan.tfdata.calibrate)
+        needed.append(["calibration.ops", "tfdata", "tensorflow"])
     for key, value in (("trace_store", config.get("trace_store")),
                        ("trims.asset_store", config["trims"].get("asset_store"))):
         if str(value).startswith("gs://"):

@@ -54,7 +54,8 @@ def run_settings(config, experiment, mode):
     engine = {"engine": pecan["engine"]}
     section = ENGINES[pecan["engine"]].section
     if section:  # an engine's own settings matter to its runs only
-        engine[section] = pecan[section]
+        # (but the tf.data engine's `sweep`, which `repro pecan tfdata sweep` reads, not a run)
+        engine[section] = {key: value for key, value in pecan[section].items() if key != "sweep"}
     return Settings({
         "seed": config["seed"],
         "repeats": config["repeats"],

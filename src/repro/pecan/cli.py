@@ -30,6 +30,8 @@ def add_commands(sub):
     cal.add_argument("--elements", type=int, default=32, help="synthetic JPEGs to measure (default 32)")
     cal.add_argument("--repeats", type=int, default=REPEATS,
                      help=f"passes over both orders; per element and op the fastest is kept (default {REPEATS})")
+    cal.add_argument("--ops", choices=("pillow", "tf"), default="pillow",
+                     help="measure the Pillow functions (default) or the TF ops the tf.data engine runs (calibration.ops)")
     cal.add_argument("-o", "--output", required=True, nargs="+", help="calibration JSON to write, one per --pipeline")
     cal.set_defaults(func=_calibrate, writes={"output": "-o/--output"})
 
@@ -189,7 +191,12 @@ def _calibrate(args):
             raise ReproError(f"{flag}: expected 1 to {most}, got {value}")
     if len(set(args.pipeline)) != len(args.pipeline):
         raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
-    results = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
+    if args.ops == "tf":
+        from repro.pecan.tfdata.calibrate import calibrate_tf
+
+        results = calibrate_tf(args.pipeline, elements=args.elements, repeats=args.repeats)
+    else:
+        results = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
     for pipeline, output in zip(args.pipeline, args.output):
         result = results[pipeline]
         write_json(output, result)
@@ -343,7 +350,8 @@ def _cost_table(args):
     from repro.pecan.costtable import SPREAD_COLUMNS, cost_table, write_table
 
     rows = cost_table(args.settings, args.modes, args.logs, args.metrics, args.summary)
-    write_table(rows, args.output, COLUMNS + SPREAD_COLUMNS)
+    scales = ["time_scale"] if any("time_scale" in row for row in rows) else []  # tf.data engine runs
+    write_table(rows, args.output, COLUMNS + SPREAD_COLUMNS + scales)
     print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
 
 
@@ -361,6 +369,9 @@ def _figure(args):
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])
     modes = settings.get("modes")
+    scales = [(row["mode"], row.get("time_scale")) for row in figure_rows(args.table, modes)]
+    if settings["engine_caption"] and all(scale for _, scale in scales):
+        text += "; time scale " + ", ".join(f"{mode} x{float(scale):.3g}" for mode, scale in scales)
     plot_costs(args.table, args.output, settings["experiment"], text, settings["style"], reference, modes)
     verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)
     write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
@@ -435,7 +446,7 @@ def _validation(args):
     from repro.fsutil import read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.run import load_calibrations
-    from repro.pecan.validation import COLUMNS, caption_text, validation_rows
+    from repro.pecan.validation import COLUMNS, caption_text, validation_rows, verdict
     from repro.plots import plot_validation
 
     calibrations = load_calibrations(args.calibration)
@@ -452,8 +463,12 @@ def _validation(args):
                              f"{exc})") from None
     write_table(rows, args.table, COLUMNS)
     text = caption_text(rows, runs)
-    plot_validation(rows, args.output, f"Validation: {args.experiment}", text, args.style)
+    passed, headline = verdict(rows)
+    plot_validation(rows, args.output, f"Validation: {args.experiment}" + ("" if passed else f" ({headline.split(':')[0]})"),
+                    text, args.style)
     print(text)
+    if not passed:  # the table and the figure stay: they show why
+        raise ReproError(f"{args.experiment}: {headline}")
 
 
 @settings_keys()

@@ -42,7 +42,10 @@ def mode_row(log, metrics, mode, settings):
                          "rerun the run")
     if not repeats:
         raise ReproError(f"{metrics}: no 'repeats' list (written by an older version; rerun the run)")
-    return with_spread(cost_row(parse_log(log), mode, *prices), repeats, mode, *prices)
+    row = with_spread(cost_row(parse_log(log), mode, *prices), repeats, mode, *prices)
+    if data.get("engine") == "tfdata":  # its miniature scale, derived per run unless configured
+        row["time_scale"] = round(data["spec"]["time_scale"], 3)
+    return row
 
 
 def cost_table(settings, modes, logs, metrics, summary):

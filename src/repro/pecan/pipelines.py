@@ -141,8 +141,6 @@ class Pipeline:
     image_size: (width, height) of the synthetic source images.
     boxes: elements carry detection boxes (which flips and resizes must follow).
     synthetic: (count, seed) -> source elements; by default JPEGs of image_size (`synthetic_jpegs`).
-    time_scale: the tf.data engine's accelerator step-time factor (repro.pecan.tfdata); None where
-        no engine run has set it (the engine then asks for --time-scale / pecan.tfdata.time_scale).
     suffix: the source files' suffix when the tf.data engine writes them.
     source: the public pipeline this one follows (for captions).
     """
@@ -151,7 +149,6 @@ class Pipeline:
     image_size: tuple = None
     boxes: bool = False
     synthetic: Callable = None
-    time_scale: float = None
     suffix: str = ".jpg"
     source: str = ""
     padded: bool = False  # elements differ in length: batches are padded (padded_batch)
@@ -404,7 +401,6 @@ PIPELINES = {
             Op("normalize", normalize, shape_preserving=True, requires=("to_float",)),
         ),
         image_size=(500, 375),
-        time_scale=18.0,
     ),
     "retinanet": Pipeline(
         ops=(
@@ -416,7 +412,6 @@ PIPELINES = {
         ),
         image_size=(640, 480),
         boxes=True,
-        time_scale=6.0,
     ),
     "simclr": Pipeline(
         ops=(

@@ -11,19 +11,19 @@ import os
 from repro.errors import ReproError
 
 
-def time_scale_of(pipeline, configured=None):
-    """The configured time scale, or the pipeline record's; a ReproError naming the key when neither is set.
+def cpus_available():
+    return len(os.sched_getaffinity(0))
 
-    The factor puts the miniature accelerator bound between what one and two 1-vCPU workers deliver
-    (benchmarks/tfdata.py prints it for the machine at hand).
-    """
-    from repro.pecan.pipelines import PIPELINES
 
-    scale = configured if configured is not None else PIPELINES[pipeline].time_scale
-    if scale is None:
-        raise ReproError(f"pecan.tfdata.time_scale: pipeline {pipeline!r} has no measured time scale; "
-                         "set one (benchmarks/tfdata.py prints it for this machine)")
-    return scale
+def check_sweep(counts, worker_threads, cpus, key="pecan.tfdata.sweep"):
+    """A ReproError naming `key` for a count of remote workers whose CPUs this machine does not have
+    (workers are pinned to CPUs of their own: a count beyond them measures sharing, not workers)."""
+    for count in counts:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ReproError(f"{key}: {count!r}: expected a whole number of remote workers, 0 or more")
+        if count * worker_threads > cpus:
+            raise ReproError(f"{key}: {count} remote worker(s) of {worker_threads} thread(s) need {count * worker_threads} "
+                             f"CPUs; {cpus} available (os.sched_getaffinity); expected at most {cpus // worker_threads}")
 
 
 EXTRA_HINT = "the tf.data engine needs the 'tfdata' extra (pip install -e '.[tfdata]')"

@@ -55,7 +55,8 @@ def add_commands(psub):
     run.add_argument("--out", required=True, help="run directory")
     run.add_argument("--data", help="where the generated JPEGs are written once (default: <out>/../data)")
     run.add_argument("--service-dir", help="use the service started there (default: start one for this run)")
-    run.add_argument("--time-scale", type=float, help="accelerator step-time factor (default per pipeline)")
+    run.add_argument("--time-scale", type=float,
+                     help="accelerator step-time factor (default: derived by the run from its measured pipeline cost and CPUs)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--batch-timeout", type=float, metavar="SECONDS", default=BATCH_TIMEOUT_S,
                      help=f"fail when no batch comes for this long, e.g. the service died (default {BATCH_TIMEOUT_S})")
@@ -63,6 +64,46 @@ def add_commands(psub):
                  "max-local-workers", "settle-windows", "max-windows", "images"):
         run.add_argument(f"--{name}", type=int)
     run.set_defaults(func=_run)
+
+    sweep = tsub.add_parser("sweep", help="throughput against a fixed number of remote workers, one run per count",
+                            description="For each count (pecan.tfdata.sweep, or --counts) a run with that many remote "
+                                        "workers held fixed (0: the client's own pipeline), at one miniature scale; "
+                                        "writes <out>/<count>/run.log and metrics.json, which `repro pecan validation` "
+                                        "reads as any engine run's.")
+    sweep.add_argument("--config", default="config/config.yaml")
+    sweep.add_argument("--experiment", required=True)
+    sweep.add_argument("--mode", default="cachew", help="the mode whose pipeline order the sweep runs (default cachew)")
+    sweep.add_argument("--counts", type=int, nargs="+", help="remote worker counts (default: pecan.tfdata.sweep)")
+    sweep.add_argument("--out", required=True, help="directory of the sweep's runs")
+    sweep.add_argument("--data", help="where the generated JPEGs are written once (default: <out>/data)")
+    sweep.add_argument("--service-dir", help="use the service started there (default: each count starts its own)")
+    sweep.add_argument("--seed", type=int, default=0)
+    sweep.set_defaults(func=_sweep)
+
+
+def _sweep(args):
+    import signal
+    from pathlib import Path
+
+    from repro.config import load_config
+    from repro.pecan.tfdata import check_sweep, cpus_available
+    from repro.pecan.tfdata.engine import spec_from_config, sweep
+
+    config = load_config(args.config)
+    miniature = dict(config["pecan"].get("tfdata", {}))
+    counts, key = (args.counts, "--counts") if args.counts else (miniature.pop("sweep", []), "pecan.tfdata.sweep")
+    miniature.pop("sweep", None)
+    if not counts:
+        raise ReproError(f"{args.config}: pecan.tfdata.sweep is empty; expected remote worker counts, or --counts")
+    spec = spec_from_config(config["pecan"], args.experiment, args.mode, seed=args.seed,
+                            time_scale=miniature.pop("time_scale", None),
+                            decision_steps=miniature.pop("decision_steps", None), **miniature)
+    check_sweep(counts, spec.worker_threads, cpus_available(), key)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    runs = sweep(spec, counts, args.out, args.data or Path(args.out) / "data", args.service_dir)
+    for count, metrics in zip(counts, runs):
+        print(f"{args.out}/{count}: {count} remote worker(s): {metrics['throughput']:.0f} examples/s (miniature bound "
+              f"{metrics['accelerator_bound_miniature']:.0f}, time scale x{metrics['spec']['time_scale']:.3g})")
 
 
 def _start(args):

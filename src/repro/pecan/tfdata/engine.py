@@ -8,12 +8,13 @@ uncompressed (on loopback, compression would only spend the CPUs the workers nee
 the accelerator by sleeping its step time after each batch (no CPU spent); the next batch is
 prefetched meanwhile, as a TPU host's infeed does.
 
-Miniature scale: the accelerator's step time is the real one times one factor per pipeline,
+Miniature scale: the accelerator's step time is the real one times one factor,
     step_time_s = batch_size x time_scale / accelerator examples per second
-(the accelerator's bound is the config's max_batches_per_s x the model's batch size). The default
-factor (the pipeline record's time_scale) puts the miniature bound between what one 1-vCPU worker and two deliver here,
-so collocated (one host CPU) and one worker are input-bound and two workers reach the
-accelerator; every log and metrics.json records the factor and the step time.
+(the accelerator's bound is the config's max_batches_per_s x the model's batch size). Unless the
+config sets `time_scale`, each run derives it from its own measurements (derive_scale): the
+pipeline's CPU cost per element, the collocated thread budget and the CPUs this machine lets it
+use, so that collocated preprocessing is input-bound and the largest deployment the machine
+holds reaches the accelerator; every log and metrics.json records the factor and how it was found.
 
 Every `decision_steps` steps is one window: its measured batch time is logged as a `TimeHistory`
 line, the workers that served it (the processes that run, report a task and whose record still
@@ -24,11 +25,12 @@ processes. A window in which the worker set changed is logged but not shown to t
 
 import contextlib
 import dataclasses
+import math
 import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -37,7 +39,7 @@ from repro.fsutil import atomic_path, write_json
 from repro.pecan.cluster import JobSpec, make_policy
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
-from repro.pecan.tfdata import ops, tensorflow, time_scale_of
+from repro.pecan.tfdata import check_sweep, cpus_available, ops, tensorflow
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
 
 tf = tensorflow()
@@ -47,10 +49,13 @@ tf = tensorflow()
 # reach the policies' 3-10% thresholds).
 WINDOW_S = 1.4
 MIN_WINDOW_STEPS = 8
-# Miniature defaults: on 2 cores, three remote and two local workers are already more than the
-# cores (the policies find the limit).
-MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": 3,
-             "max_local_workers": 2, "settle_windows": 3, "max_windows": 80, "images": 64}
+# Miniature defaults. Worker caps left at None are the workers the CPUs hold (max_workers_for):
+# the remote cap one more, so Cachew sees that a worker beyond the CPUs gains nothing.
+MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": None,
+             "max_local_workers": None, "settle_windows": 3, "max_windows": 80, "images": 64}
+# The derived scale (derive_scale): collocated preprocessing may deliver at most this share of
+# the accelerator's demand (the paper's collocated runs are input-bound).
+COLLOCATED_SHARE = 0.6
 STOPPED = ("STABLE", "FIXED")  # policy states after which the deployment no longer changes
 # Before every run, its pipeline's own cost (measure_pipeline_cost): batches read and discarded
 # first (the graph's first runs, allocations), then batches each measured on its own.
@@ -88,6 +93,57 @@ class EngineSpec:
     def step_time_s(self):
         return self.batch_size * self.time_scale / self.accelerator_examples_per_s
 
+    @property
+    def derived(self):
+        """The time scale (and the window length that follows from it) is derived by the run."""
+        return self.time_scale == 0
+
+
+def max_workers_for(cpus, worker_threads):
+    """(remote, local) worker caps where the config leaves them: the workers the CPUs hold, one
+    more remote one so that Cachew sees a worker beyond the CPUs gain nothing."""
+    held = max(1, cpus // worker_threads)
+    return held + 1, held
+
+
+def derive_scale(cost_s, accelerator_examples_per_s, collocated_threads, worker_threads, cpus):
+    """The miniature time scale from measurements: {time_scale, demand, ...} as metrics.json records it.
+
+    With `cost_s` CPU seconds per element, collocated's `collocated_threads` CPUs deliver
+    collocated_threads / cost_s examples/s and the largest deployment the machine holds (whole
+    workers on its `cpus`) delivers held / cost_s. The accelerator's miniature demand D must lie
+    between collocated_threads / (COLLOCATED_SHARE x cost_s) (collocated input-bound) and
+    held / cost_s (the largest deployment reaches the bound). D is the geometric middle of that
+    range, so that neither condition holds only by the margin of a measurement's noise; a larger
+    machine gets a larger D and a longer scaling curve. A machine whose CPUs cannot satisfy both
+    is refused in one line.
+    """
+    held = check_cpus(collocated_threads, worker_threads, cpus)
+    low, high = collocated_threads / (COLLOCATED_SHARE * cost_s), held / cost_s
+    demand = math.sqrt(low * high)
+    return {"rule": f"geometric middle of collocated at {COLLOCATED_SHARE:.0%} of demand and the largest deployment "
+                    "at the bound", "cost_s_per_element": cost_s, "cpus": cpus, "preprocessing_cpus": held,
+            "collocated_threads": collocated_threads, "demand_examples_per_s": demand,
+            "collocated_share": collocated_threads / cost_s / demand, "largest_share": high / demand,
+            "time_scale": accelerator_examples_per_s / demand}
+
+
+def check_cpus(collocated_threads, worker_threads, cpus):
+    """The CPUs of the largest deployment `cpus` CPUs hold (whole workers); a ReproError when they
+    cannot make any deployment input-bound at a scale where they reach the bound (derive_scale)."""
+    held = (cpus // worker_threads) * worker_threads
+    if held < collocated_threads / COLLOCATED_SHARE:
+        need = math.ceil(collocated_threads / COLLOCATED_SHARE / worker_threads) * worker_threads
+        raise ReproError(
+            f"{cpus} CPU(s) available (os.sched_getaffinity): too few for an input-bound miniature, where collocated "
+            f"({collocated_threads} CPU) delivers at most {COLLOCATED_SHARE:.0%} of the accelerator's demand and the "
+            f"largest deployment reaches it; expected at least {need} CPUs, or set pecan.tfdata.time_scale")
+    return held
+
+
+def window_steps(step_time_s):
+    return max(MIN_WINDOW_STEPS, round(WINDOW_S / step_time_s))
+
 
 def policy_for(spec):
     """The same policy objects the cluster model makes (repro.pecan.cluster.make_policy)."""
@@ -115,6 +171,7 @@ class MeasuredWindow:
     seconds: float
     workers: list  # serving at the window's start
     workers_after: list  # serving at its end
+    cpu_share: dict = field(default_factory=dict)  # {worker or "collocated": its CPU share (Sharing)}
 
     @property
     def counts(self):
@@ -149,6 +206,9 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
     mode_cfg = lookup(pecan["modes"], mode, "mode")
     cluster = pecan["cluster"]
     settings = {**MINIATURE, **{k: v for k, v in miniature.items() if v is not None}}
+    held_remote, held_local = max_workers_for(cpus_available(), settings["worker_threads"])
+    settings["max_remote_workers"] = settings["max_remote_workers"] if settings["max_remote_workers"] is not None else held_remote
+    settings["max_local_workers"] = settings["max_local_workers"] if settings["max_local_workers"] is not None else held_local
     bad = [k for k, v in settings.items()
            if not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1)]
     if bad:
@@ -156,13 +216,14 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
     if mode_cfg["placement"] == "fastflow":  # its partial offload lives in FastFlow's TF fork (distribute(ratio_local))
         raise ReproError(f"pecan.modes.{mode}.placement: fastflow splits elements between the client's own pipeline "
                          "and the service, which the tf.data engine does not do; expected engine: model for this mode")
-    time_scale = time_scale_of(model["pipeline"], time_scale)
-    if not time_scale > 0:
+    if time_scale is None:
+        time_scale = 0.0  # derived by the run from its own measurements (derive_scale)
+    elif not time_scale > 0:
         raise ReproError(f"--time-scale {time_scale}: expected a positive number")
     accelerator = lookup(accel["max_batches_per_s"], exp["model"], "model for this accelerator") * model["batch_size"]
     if decision_steps is None:
-        step_time_s = settings["batch_size"] * time_scale / accelerator
-        decision_steps = max(MIN_WINDOW_STEPS, round(WINDOW_S / step_time_s))
+        # 0: from the derived step time, once the run knows it
+        decision_steps = window_steps(settings["batch_size"] * time_scale / accelerator) if time_scale else 0
     elif decision_steps < 1:
         raise ReproError(f"--decision-steps {decision_steps}: expected a positive whole number")
     max_local = min(mode_cfg.get("max_local_workers", cluster["max_local_workers"]), settings["max_local_workers"])
@@ -202,7 +263,7 @@ def process_cpus(count):
         pin(previous)
 
 
-def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=COST_BATCHES):
+def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=COST_BATCHES, order=None):
     """The run's own pipeline (its TF ops, in the run's order) in this process on one CPU: CPU
     seconds and bytes per element, what the cluster model needs to predict this run.
 
@@ -218,7 +279,7 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
     """
     from repro.pecan.calibrate import spread
 
-    order = "autoorder" if spec.autoorder else "declared"
+    order = order or ("autoorder" if spec.autoorder else "declared")
     cpu, wall, started = [], [], time.monotonic()
     with process_cpus(1):
         dataset, names = ops.dataset(manifest, order, spec.batch_size, 1)
@@ -239,6 +300,29 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
             "cpu_s_per_element": cpu_spread["median"], "cpu_s": cpu_spread, "cpu_s_min": min(cpu),
             "wall_s_per_element": spread(wall)["median"], "bytes_per_element": nbytes,
             "load_average": list(os.getloadavg()), "seconds": time.monotonic() - started}
+
+
+def resolve_scale(spec, manifest, pipeline_cost, given=None):
+    """(spec, scale): the spec with its time scale and window length, derived (derive_scale) from the
+    declared pipeline's measured CPU time per element on one pinned CPU when the config sets none
+    (the same pipeline for every mode, so an experiment's modes share the accelerator; Pecan's run
+    measures it besides its own order)."""
+    if not spec.derived:
+        return spec, {"rule": "configured", "time_scale": spec.time_scale}
+    if given is None:
+        declared = pipeline_cost if pipeline_cost["order"] == "declared" else measure_pipeline_cost(
+            spec, manifest, order="declared")
+        # CPU time, not wall time: what a whole CPU makes, so that collocated stays under its share
+        # of the demand however much of its CPU the machine's other work leaves it
+        given = derive_scale(declared["cpu_s_per_element"], spec.accelerator_examples_per_s, spec.collocated_threads,
+                             spec.worker_threads, cpus_available())
+        # a window's length: ~WINDOW_S of the slowest deployment (collocated's CPUs, as loaded now:
+        # wall time), not of the accelerator's step, which input-bound deployments never reach
+        given["slowest_batch_s"] = spec.batch_size * declared["wall_s_per_element"] / spec.collocated_threads
+    spec = dataclasses.replace(spec, time_scale=given["time_scale"])
+    if not spec.decision_steps:
+        spec = dataclasses.replace(spec, decision_steps=window_steps(max(spec.step_time_s, given["slowest_batch_s"])))
+    return spec, given
 
 
 def client_dataset(spec, manifest, service):
@@ -310,19 +394,90 @@ def stalled(service):
     return f"{len(service.state['workers'])} tf.data worker(s) run, {len(serving)} serve the job"
 
 
+def sched_times(pid):
+    """{thread id: (on a CPU, runnable but waiting for one) seconds} of the process's threads
+    (/proc/PID/task/*/schedstat); None once it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    times = {}
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                fields = fh.read().split()
+        except OSError:  # a thread that has exited meanwhile
+            continue
+        times[tid] = int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    return times
+
+
+class Sharing:
+    """The CPU share each preprocessing process of this machine got in a window, while it wanted one.
+
+    Workers and the collocated client are pinned to their CPUs (service.py, process_cpus), but the
+    machine's other work, the client and the dispatcher run on the same CPUs, so a pinned process
+    does not get a whole CPU. Its share is its busiest thread's time on a CPU over its time
+    runnable (on a CPU or waiting for one, /proc/PID/task/*/schedstat): what it got when it had
+    work, not how much work it had, so a worker idle at the accelerator's bound is not counted as
+    slow. The validation's
+    engine-fed model gives each worker this share of its CPUs. Workers on other hosts (ssh) are
+    not measured.
+    """
+
+    def __init__(self, service):
+        self.service = service
+
+    def processes(self):
+        if self.service is None:
+            return {"collocated": os.getpid()}
+        from repro.pecan.tfdata.service import _fresh
+
+        found = {}
+        for entry in self.service.state.get("workers", []):
+            status = None if "host" in entry else _fresh(entry["status"], entry["pid"])
+            if status:
+                found[status["address"]] = entry["pid"]
+        return found
+
+    def snapshot(self):
+        return {name: (pid, sched_times(pid)) for name, pid in self.processes().items()}
+
+    @staticmethod
+    def shares(before, after):
+        result = {}
+        for name, (pid, first) in before.items():
+            second = after.get(name, (None, None))
+            if first is None or second[0] != pid or second[1] is None:
+                continue
+            # the thread that ran most: the pipeline's (with one thread per worker), which has work
+            # whenever the process does
+            deltas = [(after_t[0] - first[tid][0], after_t[1] - first[tid][1])
+                      for tid, after_t in second[1].items() if tid in first]
+            ran, waited = max(deltas, default=(0, 0))
+            if ran + waited > 0:
+                result[name] = round(ran / (ran + waited), 4)
+        return result
+
+
 def train(spec, iterator, service, policy, deployment, on_window=None):
     """Run windows until the deployment settles (or max_windows); return (windows, decisions)."""
     serving = service.serving if service is not None else list
+    sharing = Sharing(service)
     windows, decisions = [], []
     step, start, settled = 0, time.monotonic(), 0
     while len(windows) < spec.max_windows and settled < spec.settle_windows:
         before = serving()
+        shares_before = sharing.snapshot()
         window_start = time.monotonic()
         for _ in range(spec.decision_steps):
             next(iterator)
             time.sleep(spec.step_time_s)
-        window = MeasuredWindow(window_start - start, step, spec.decision_steps, time.monotonic() - window_start,
-                        before, serving())
+        seconds = time.monotonic() - window_start
+        shares = Sharing.shares(shares_before, sharing.snapshot())
+        if service is not None:  # a worker that runs but serves no task yet is no part of the deployment
+            shares = {name: share for name, share in shares.items() if name in before}
+        window = MeasuredWindow(window_start - start, step, spec.decision_steps, seconds, before, serving(), shares)
         windows.append(window)
         step += spec.decision_steps
         if on_window:
@@ -360,7 +515,7 @@ def write_log(spec, windows, path, started, order_names):
     with atomic_path(path) as tmp, open(tmp, "w") as fh:
         writer = LogWriter(fh, start=started)
         writer.info(0.0, f"repro tfdata engine: experiment={spec.experiment} mode={spec.mode} "
-                         f"placement={spec.placement} autoorder={spec.autoorder} time_scale={spec.time_scale} "
+                         f"placement={spec.placement} autoorder={spec.autoorder} time_scale={spec.time_scale:.4g} "
                          f"step_time_s={spec.step_time_s:.4f} batch_size={spec.batch_size} "
                          f"order={','.join(order_names)}")
         for window in windows:
@@ -382,18 +537,22 @@ def _forget_service(directory, fresh):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S):
+def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S, scale=None):
     """Run `spec` into out_dir (run.log, metrics.json); return the metrics.
 
     Data-service modes use the service recorded in `service_dir` when its dispatcher runs (and
     leave the dispatcher running), else start one in out_dir/service and stop it afterwards.
     Every worker the run started is stopped when it ends, however it ends; a run that gets no
-    batch within `batch_timeout_s` fails (Batches).
+    batch within `batch_timeout_s` fails (Batches). `scale`: a derived scale to use instead of
+    deriving one (a sweep's).
     """
     out = Path(out_dir)
+    if spec.derived:  # before anything is written
+        check_cpus(spec.collocated_threads, spec.worker_threads, cpus_available())
     manifest = ops.write_data(spec.pipeline, spec.images, data_dir, seed=spec.seed)
     # the model's inputs for this run, measured before any of its workers start
     pipeline_cost = measure_pipeline_cost(spec, manifest)
+    spec, scale = resolve_scale(spec, manifest, pipeline_cost, scale)
     policy = policy_for(spec)
     service, own_service = None, False
     wall = time.monotonic()
@@ -458,6 +617,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
         "mode": spec.mode,
         "spec": dataclasses.asdict(spec),
         "step_time_s": spec.step_time_s,
+        "scale": scale,
         "accelerator_bound_miniature": spec.accelerator_examples_per_s / spec.time_scale,
         "order": names,
         "wall_s": time.monotonic() - wall,
@@ -472,10 +632,28 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
         "pipeline_cost": pipeline_cost,
         # the CPUs this process may use: on the local backend, the ones the client, the dispatcher and
         # every worker share (workers are pinned among them, service.py)
-        "cpus": len(os.sched_getaffinity(0)),
+        "cpus": cpus_available(),
     }
     write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def sweep(spec, counts, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S):
+    """Throughput against the number of remote workers, measured directly: for each of `counts`, a
+    run of its own (out_dir/<count>: run.log, metrics.json) with that many remote workers held
+    fixed for `settle_windows` windows (0: the client's own pipeline, as collocated), in the
+    order of `spec`'s mode. Every count runs at one scale: the first count's, derived as a run
+    derives it, unless `spec` has a configured one. Returns the runs' metrics, in `counts`' order."""
+    check_sweep(counts, spec.worker_threads, cpus_available())
+    results, scale = [], None
+    for count in counts:
+        fixed = dataclasses.replace(
+            spec, mode="sweep", placement="collocated" if count == 0 else "fixed", fixed_remote_workers=count,
+            fixed_local_workers=0, max_remote_workers=count, max_local_workers=0)
+        metrics = run(fixed, Path(out_dir) / str(count), data_dir, service_dir, on_window, batch_timeout_s, scale)
+        scale = scale or (metrics["scale"] if spec.derived else None)
+        results.append(metrics)
+    return results
 
 
 def run_for_workflow(settings, experiment, mode, out_dir, backend="local", service_dir=None):
@@ -487,6 +665,7 @@ def run_for_workflow(settings, experiment, mode, out_dir, backend="local", servi
 
     out = Path(out_dir)
     miniature = dict(settings["pecan"].get("tfdata", {}))
+    miniature.pop("sweep", None)  # `repro pecan tfdata sweep`'s, not a run's
     spec = spec_from_config(settings["pecan"], experiment, mode, seed=settings["seed"],
                             time_scale=miniature.pop("time_scale", None),
                             decision_steps=miniature.pop("decision_steps", None), **miniature)
@@ -500,7 +679,8 @@ def run_for_workflow(settings, experiment, mode, out_dir, backend="local", servi
     write_trace(out / "traces" / f"{experiment}-{mode}.json",
                 window_events(f"{experiment} {mode}", spec.batch_size, windows, decisions),
                 {"otherData": {"run_id": f"{experiment}-{mode}-seed{spec.seed}", "experiment": experiment, "mode": mode,
-                               "backend": backend, "engine": "tfdata", "time_scale": spec.time_scale}})
+                               "backend": backend, "engine": "tfdata",
+                               "time_scale": metrics["spec"]["time_scale"]}})
     metrics.update(backend=backend, repeats=[{"repeat": 0, "seed": spec.seed, "log": "run.log", **{
         key: metrics[key] for key in ("converged", "throughput", "remote_workers", "local_workers")}}])
     write_json(out / "metrics.json", metrics)
