@@ -78,6 +78,33 @@ def test_the_policy_profiles_once_then_keeps_its_decision():
         assert policy.decide(2, 0, batch_time) == (2, 0) and policy.ratio_local == pytest.approx(0.4 / 0.7)
 
 
+def test_the_policy_decides_with_the_hosts_cycles_where_every_profile_measured_them():
+    """The tf.data engine passes the client's CPU seconds per batch of each window (FastFlow's cycles)."""
+    windows = ((1 / 0.4, 0.5), (1 / 3.0, 0.0), (1 / 0.3, 0.25), (1 / 0.28, 0.05))  # LTHP, GTHP, RTHP x 2 cuts
+    policy = FastFlowPlacement(remote=2)
+    for batch_time, cpu in windows:
+        assert policy.decide(2, 0, batch_time, host_cpu=cpu) == (2, 0)
+    assert policy.cycles == {"PROFILE_LTHP": 0.5, "PROFILE_GTHP": 0.0, "PROFILE_RTHP_ELEMENT": 0.25,
+                             "PROFILE_RTHP_BATCH": 0.05}
+    # ELEMENT: 0.3 + 0.4 x (1 - 0.25 / 0.5) = 0.5; BATCH: 0.28 + 0.4 x (1 - 0.05 / 0.5) = 0.64
+    assert policy.decision.cut == "BATCH" and policy.decision.score == pytest.approx({"ELEMENT": 0.5, "BATCH": 0.64})
+    assert policy.ratio_local == pytest.approx(fastflow_ratio_local(3.0, 0.4, 0.28, 0.5, 0.05))
+    # without them (the cluster model), or with the local profile's missing or zero, the host's cycles
+    # are the local profile's 1 against 0: ELEMENT 0.7, BATCH 0.68
+    for cpus in ((None,) * 4, (None, 0.0, 0.25, 0.05), (0.5, 0.0, None, 0.05), (0.0, 0.0, 0.25, 0.05)):
+        policy = FastFlowPlacement(remote=2)
+        for (batch_time, _), cpu in zip(windows, cpus):
+            policy.decide(2, 0, batch_time, host_cpu=cpu)
+        assert policy.decision.cut == "ELEMENT", cpus
+        assert policy.decision.score == pytest.approx({"ELEMENT": 0.7, "BATCH": 0.68}), cpus
+        assert policy.ratio_local == pytest.approx(fastflow_ratio_local(3.0, 0.4, 0.3, 1.0, 0.0)), cpus
+    # the GTHP profile's cycles are not needed
+    policy = FastFlowPlacement(remote=2)
+    for (batch_time, cpu), given in zip(windows, (True, False, True, True)):
+        policy.decide(2, 0, batch_time, host_cpu=cpu if given else None)
+    assert policy.decision.cut == "BATCH"
+
+
 def test_no_offload_when_the_host_keeps_up():
     policy = FastFlowPlacement(remote=3)
     for batch_time in (1.0, 1 / 1.2, 1 / 5.0, 1 / 5.0):

@@ -599,3 +599,61 @@ def _build_fig8_on_the_engine(tmp_path):
     status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
     assert f"[FAILED] tf.data service (results/cluster/local/tfdata): dispatcher (pid {dispatcher['pid']}) is not running" \
         in status, failed.stdout[-3000:] + failed.stderr[-3000:]
+
+
+# -- FastFlow on the engine --------------------------------------------------------------------
+
+FASTFLOW_PROFILES = ["PROFILE_LTHP", "PROFILE_GTHP", "PROFILE_RTHP_ELEMENT", "PROFILE_RTHP_BATCH"]
+
+
+def test_fastflows_split_reads_its_share_from_the_clients_pipeline(tf):
+    from repro.pecan.tfdata.engine import local_share
+
+    for ratio, local in ((0.3, 30), (0.0, 0), (1.0, 100), (4 / 7, 57)):
+        choices = list(local_share(ratio).take(100).as_numpy_iterator())
+        assert choices.count(0) == local and set(choices) <= {0, 1}, ratio
+    # evenly spread: every 10 items hold 3 of the client's own at 0.3
+    choices = list(local_share(0.3).take(100).as_numpy_iterator())
+    assert all(choices[i:i + 10].count(0) == 3 for i in range(0, 100, 10))
+
+
+@pytest.mark.parametrize("time_scale, decided", [(3.0, "OFFLOADED"), (60.0, "LOCAL_ONLY")])
+def test_fastflow_profiles_once_decides_once_and_keeps_its_workers(tf, tmp_path, pecan_config, data, time_scale, decided):
+    """A bound far above what the client's one CPU makes (time scale 3): FastFlow offloads and the
+    client reads both its own pipeline and the service's; a bound the client keeps up with (60): it
+    does not. Either way its two workers run, and are billed, from start to end."""
+    from repro.pecan.costs import cost_row
+    from repro.pecan.policies import fastflow_decide
+    from repro.pecan.tfdata.engine import run
+
+    spec = _spec(pecan_config, "fastflow", time_scale=time_scale)
+    assert (spec.placement, spec.fixed_remote_workers) == ("fastflow", 2)
+    metrics = run(spec, tmp_path / "run", data)
+    assert [d["state"] for d in metrics["decisions"]] == FASTFLOW_PROFILES[1:] + [decided]
+    phases = [w["phase"] for w in metrics["windows"]]
+    assert phases[:4] == FASTFLOW_PROFILES and set(phases[4:]) == {decided} and len(phases) >= 4 + spec.settle_windows
+    assert all(len(w["workers"]) == len(w["workers_after"]) == 2 for w in metrics["windows"])
+    # the decision is FastFlow's rule on what the engine measured: throughput and the client's CPU per profile
+    ff = metrics["fastflow"]
+    profiles, cycles = ff["profiles"], ff["cycles"]
+    assert set(profiles) == set(FASTFLOW_PROFILES) and set(cycles) == set(FASTFLOW_PROFILES)
+    expected = fastflow_decide(profiles["PROFILE_LTHP"], profiles["PROFILE_GTHP"],
+                               {cut: (profiles[f"PROFILE_RTHP_{cut}"], cycles[f"PROFILE_RTHP_{cut}"])
+                                for cut in ("ELEMENT", "BATCH")}, cycles["PROFILE_LTHP"])
+    assert ff["decision"]["offload"] == expected.offload == (decided == "OFFLOADED")
+    assert ff["decision"]["ratio_local"] == pytest.approx(expected.ratio_local)
+    if decided == "OFFLOADED":
+        assert 0 < expected.ratio_local < 1 and expected.cut in ("ELEMENT", "BATCH")
+        # the host makes batches itself only in the local profile
+        assert cycles["PROFILE_RTHP_BATCH"] < cycles["PROFILE_LTHP"]
+    # the log: the profiles as info lines, training throughput only after the decision, two workers
+    log = (tmp_path / "run" / "run.log").read_text()
+    assert [line.split("FastFlow profile ")[1].split(":")[0] for line in log.splitlines()
+            if "FastFlow profile" in line] == FASTFLOW_PROFILES
+    parsed = parse_log(tmp_path / "run" / "run.log")
+    assert (parsed.remote_workers, parsed.local_workers, parsed.converged) == (2, 0, True)
+    assert parsed.samples == len(phases) - 4
+    assert metrics["throughput"] <= spec.accelerator_examples_per_s / spec.time_scale * 1.05
+    row = cost_row(parsed, "fastflow", "resnet", pecan_config["models"]["resnet"], 4.96, 0.427319)
+    assert row["worker_cost"] == pytest.approx(2 * row["epoch_time"] / 3600 * 0.427319)
+    assert not (tmp_path / "run" / "service" / "state.json").exists()  # every worker stopped
