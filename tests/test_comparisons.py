@@ -131,3 +131,33 @@ def test_the_options_are_fig8s():
     assert OPTIONS["autoplacement"]["basename"] == "Cachew_AP_FF" and OPTIONS["autoorder"]["basename"] == "AutoOrder_Cost"
     assert set(PAPER_COSTS) == {"autoplacement", "autoorder", "fastflow"}
     assert all(list(values) == WORKLOADS for values in PAPER_COSTS.values())
+
+
+def test_the_caption_names_each_missed_bar_with_the_workers_behind_both(tmp_path):
+    from repro.pecan.cli import comparison_caption
+    from repro.pecan.comparisons import missed_bars
+
+    paths = tables(tmp_path)
+    # ResNet50_v2-8's AutoPlacement at 11 remote + 10 local workers, a total 30% above the paper's
+    tpu, worker = PAPER_COSTS["autoplacement"]["ResNet50_v2-8"]
+    costs = {"collocated": (4.0, 0.0), "cachew": (0.6, 1.0), "fastflow": PAPER_COSTS["fastflow"]["ResNet50_v2-8"],
+             "autoplacement": (tpu, 1.3 * (tpu + worker) - tpu)}
+    cost_table(paths[0], costs)
+    rows = comparison_rows("autoplacement", WORKLOADS, paths)
+    for row in rows:
+        if (row["workload"], row["mode"]) == ("ResNet50_v2-8", "autoplacement"):
+            row.update(remote_workers_mean=11.0, local_workers_mean=10.0, epoch_time_mean=tpu / 4.96 * 3600)
+    verdicts = paper_verdicts("Cachew_AP_FF", rows, PAPER_COSTS)
+    # the paper's bar: 0.256 $ of workers at 0.427319 $/h over its 414.6 s epoch (0.571 $ at 4.96 $/h): 5.2 workers
+    expected = "ResNet50_v2-8 autoplacement +30% (here 11.0 remote + 10.0 local workers; the paper's bar bills 5.2 remote)"
+    assert missed_bars(rows, verdicts, PAPER_COSTS) == [expected]
+    settings = {"backend": "local", "preset": "artifact", "workloads": WORKLOADS, "engine_caption": None}
+    text = comparison_caption(settings, {}, verdicts, rows)
+    assert f"totals more than 15% from the paper's: {expected}: the preset's costs follow the artifact's Cachew log" in text
+    local = comparison_caption({**settings, "preset": "local"}, {}, verdicts, rows)
+    assert expected in local and "Cachew log" not in local
+    # every bar within 15%: none named
+    rows = comparison_rows("autoplacement", WORKLOADS, tables(tmp_path))
+    verdicts = paper_verdicts("Cachew_AP_FF", rows, PAPER_COSTS)
+    assert missed_bars(rows, verdicts, PAPER_COSTS) == []
+    assert "more than 15%" not in comparison_caption(settings, {}, verdicts, rows)

@@ -108,6 +108,29 @@ def paper_verdicts(name, rows, paper):
     return verdicts
 
 
+# The price per worker-hour the paper's worker costs are billed at: the artifact's policy setting
+# (its FastFlow bars price exactly 2 workers at it)
+PAPER_WORKER_PRICE = 0.427319
+
+
+def missed_bars(rows, verdicts, paper, worker_price=PAPER_WORKER_PRICE):
+    """Each bar whose total lies more than 15% from the paper's, with the workers behind both: the
+    mean remote and local workers here, and the remote workers the paper's bar bills over its epoch
+    (its worker cost / price per worker-hour / its epoch, the epoch its TPU cost at this row's TPU price)."""
+    by_bar = {(r["workload"], r["mode"]): r for r in rows}
+    missed = []
+    for v in verdicts:
+        if v["quantity"] != "total_cost" or v["within_15pct"] != "no":
+            continue
+        row = by_bar[v["workload"], v["mode"]]
+        tpu, worker = paper[v["mode"]][v["workload"]]
+        tpu_price_per_s = row["tpu_cost_mean"] / row["epoch_time_mean"]
+        billed = worker / (worker_price / 3600) / (tpu / tpu_price_per_s)
+        missed.append(f"{v['workload']} {v['mode']} {v['deviation_pct']:+.0f}% (here {row['remote_workers_mean']:.1f} "
+                      f"remote + {row['local_workers_mean']:.1f} local workers; the paper's bar bills {billed:.1f} remote)")
+    return missed
+
+
 def ordering_notes(option, rows):
     """What the paper's orderings say, checked on the means: Fig 6, AutoPlacement cheapest of the four;
     Fig 7, AutoOrder below Cachew. One line per workload where it does not hold."""

@@ -62,13 +62,18 @@ def _stop_tfdata(record):
     return Service(record["directory"]).stop()
 
 
-def _tfdata_caption(pecan, experiment):
+def _tfdata_caption(pecan, experiments):
+    """The engine's caption for a figure of one experiment (a name) or several (a list): each
+    pipeline has its own time scale, named per workload where they differ."""
     from repro.pecan.tfdata import time_scale_of
 
-    pipeline = pecan["models"][pecan["experiments"][experiment]["model"]]["pipeline"]
-    scale = time_scale_of(pipeline, pecan["tfdata"].get("time_scale"))
+    experiments = [experiments] if isinstance(experiments, str) else experiments
+    scales = {e: time_scale_of(pecan["models"][pecan["experiments"][e]["model"]]["pipeline"], pecan["tfdata"].get("time_scale"))
+              for e in experiments}
+    scale = (f"x{scales[experiments[0]]:g}" if len(set(scales.values())) == 1
+             else ", ".join(f"x{value:g} {e}" for e, value in scales.items()))
     return (f"engine tfdata: real runs on a tf.data service on this machine at miniature scale (accelerator step "
-            f"time x{scale:g}; dollars from the miniature run's workers and throughput; one run per mode)")
+            f"time {scale}; dollars from the miniature run's workers and throughput; one run per mode)")
 
 
 ENGINES = {
