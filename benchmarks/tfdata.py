@@ -16,6 +16,7 @@ from pathlib import Path
 
 from repro.config import load_config
 from repro.pecan.calibrate import calibrate
+from repro.pecan.pipelines import PIPELINES
 from repro.pecan.tfdata import ops, tensorflow
 from repro.pecan.tfdata.engine import MINIATURE, process_cpus, run, spec_from_config
 from repro.pecan.tfdata.service import Service
@@ -111,9 +112,9 @@ def main():
     bound = pecan["accelerators"][pecan["experiments"][args.experiment]["accelerator"]]["max_batches_per_s"]
     full = bound[pecan["experiments"][args.experiment]["model"]] * pecan["models"][
         pecan["experiments"][args.experiment]["model"]]["batch_size"]
+    default = PIPELINES[pipeline].time_scale  # a new pipeline has none yet: this line is how it gets one
     print(f"time scale that puts the miniature bound midway between 1 and 2 workers: {full / ((one + two) / 2):.1f} "
-          f"(the engine's default gives {full / spec_from_config(pecan, args.experiment, 'collocated').time_scale:.0f} "
-          "examples/s)")
+          + (f"(the engine's default gives {full / default:.0f} examples/s)" if default else "(the pipeline has none yet)"))
 
     if args.no_runs:
         return

@@ -140,8 +140,12 @@ class Pipeline:
     image_size: (width, height) of the synthetic source images.
     boxes: elements carry detection boxes (which flips and resizes must follow).
     synthetic: (count, seed) -> source elements; by default JPEGs of image_size (`synthetic_jpegs`).
-    time_scale: the tf.data engine's accelerator step-time factor (repro.pecan.tfdata); None where
-        no engine run has set it (the engine then asks for --time-scale / pecan.tfdata.time_scale).
+    time_scale: the tf.data engine's accelerator step-time factor (repro.pecan.tfdata): the one that
+        puts the miniature bound of the pipeline's experiment on its first accelerator midway between
+        what one and two 1-vCPU workers deliver, as `benchmarks/tfdata.py --experiment E` measures and
+        prints it (docs/BENCHMARKS.md); None where none was measured (the engine then asks for
+        --time-scale / pecan.tfdata.time_scale). Experiments of the same pipeline on a faster
+        accelerator (ResNet50_v3-8) keep its factor, so their miniature bound stays that much higher.
     suffix: the source files' suffix when the tf.data engine writes them.
     source: the public pipeline this one follows (for captions).
     """
@@ -432,6 +436,7 @@ PIPELINES = {
         ),
         image_size=(500, 375),
         source="google-research/simclr tf2/data_util.py pretraining preprocessing, two views, blur in the pipeline",
+        time_scale=21.0,  # SimCLR on the v2-8
     ),
     "asr": Pipeline(
         ops=(
@@ -449,6 +454,7 @@ PIPELINES = {
         suffix=".pcm",
         padded=True,
         source="TensorSpeech/TensorFlowASR LibriSpeech Transformer features (log-mel, normalised, SpecAugment)",
+        time_scale=3.0,  # ASRTrans on the v3-8
     ),
 }
 
