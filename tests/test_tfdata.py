@@ -136,6 +136,36 @@ def test_validation_predicts_each_deployment_from_both_sets_of_inputs():
     assert rows[1, 0]["engine_converged"] == "2+0"
 
 
+def test_validation_predicts_each_fastflow_phase_as_the_model_runs_it(tmp_path):
+    """FastFlow keeps its two workers; its rows are per phase: the client's own pipeline (one CPU), the
+    accelerator alone, the workers, and the decided split."""
+    from repro.pecan.validation import COLUMNS, validation_rows
+    from repro.plots import plot_validation
+
+    metrics = _engine_metrics("fastflow", windows=[(TWO, TWO, 1.0)] * 6)
+    metrics["spec"].update(placement="fastflow", fixed_remote_workers=2)
+    phases = ["PROFILE_LTHP", "PROFILE_GTHP", "PROFILE_RTHP_ELEMENT", "PROFILE_RTHP_BATCH", "OFFLOADED", "OFFLOADED"]
+    for window, phase in zip(metrics["windows"], phases):
+        window["phase"] = phase
+    metrics["fastflow"] = {"decision": {"offload": True, "cut": "BATCH", "ratio_local": 0.25}}
+    rows = validation_rows(metrics, CALIBRATION, 32)
+    assert [(r["remote_workers"], r["local_workers"], r["phase"], r["windows"]) for r in rows] == [
+        (2, 0, "OFFLOADED", 2), (2, 0, "PROFILE_GTHP", 1), (2, 0, "PROFILE_LTHP", 1), (2, 0, "PROFILE_RTHP_BATCH", 1),
+        (2, 0, "PROFILE_RTHP_ELEMENT", 1)]
+    assert set(rows[0]) == set(COLUMNS)
+    # engine-fed (25 ms per element, 2 CPUs shared): the client's pipeline 40/s, the workers 80/s; the
+    # split: a quarter local at 40/s sets the pace (160/s) but the bound is 100; GTHP: only the bound
+    tf = {r["phase"]: r["model_tf_examples_per_s"] for r in rows}
+    assert tf == {"PROFILE_LTHP": 40, "PROFILE_GTHP": 100, "PROFILE_RTHP_ELEMENT": 80, "PROFILE_RTHP_BATCH": 80,
+                  "OFFLOADED": 100}
+    metrics["fastflow"]["decision"]["ratio_local"] = 0.75  # three quarters local: 40 / 0.75 = 53.3/s
+    assert {r["phase"]: r["model_tf_examples_per_s"] for r in validation_rows(metrics, CALIBRATION, 32)}["OFFLOADED"] \
+        == pytest.approx(53.33)
+    plot_validation(rows, [tmp_path / "v.png"], "Validation", "caption",
+                    {"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 80})
+    assert (tmp_path / "v.png").stat().st_size > 1000
+
+
 def test_validation_caps_by_the_machines_cpus_only_where_the_workers_share_it():
     from repro.pecan.validation import engine_job
 
@@ -575,7 +605,9 @@ def _build_fig8_on_the_engine(tmp_path):
     assert "engine tfdata" in settings["figure"]["engine_caption"] and "x18" in settings["figure"]["engine_caption"]
     with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
         validation = list(csv.DictReader(fh))
-    assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan"}
+    # every mode of the experiment, FastFlow's per phase
+    assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan", "autoplacement", "autoorder", "fastflow"}
+    assert {r["phase"] for r in validation if r["mode"] == "fastflow"} >= {"PROFILE_LTHP", "PROFILE_GTHP"}
     for row in validation:  # the model's prediction for the deployment the engine measured, and the gap
         measured, predicted = float(row["engine_examples_per_s"]), float(row["model_examples_per_s"])
         assert measured > 0 and predicted > 0

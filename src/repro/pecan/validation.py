@@ -21,17 +21,21 @@ the figure show what each explains:
 Neither is tuned to the engine's throughput: both are the model's formula on measured inputs.
 The model's convergence comes from `simulate` on each job, as many windows as the engine's run
 allowed.
+
+A FastFlow run keeps its workers throughout and changes what the client reads: its rows are per
+phase (`phase`: the policy's state, its profiles and its decision), each predicted as the cluster
+model runs that phase (repro.pecan.cluster.fastflow_capacity, the run's own local share).
 """
 
 import dataclasses
 
 from repro.errors import ReproError
-from repro.pecan.cluster import JobSpec, capacity, simulate
+from repro.pecan.cluster import JobSpec, capacity, fastflow_capacity, simulate
 
 MODELS = ("model", "model_tf")  # the column prefixes: Pillow-fed, engine-fed
 LABELS = {"model": "model, Pillow calibration, a CPU per worker",
           "model_tf": "model, the engine's TF pipeline measured, the machine's CPUs shared"}
-COLUMNS = ["experiment", "mode", "remote_workers", "local_workers", "windows", "engine_examples_per_s",
+COLUMNS = ["experiment", "mode", "remote_workers", "local_workers", "phase", "windows", "engine_examples_per_s",
            "model_examples_per_s", "model_vs_engine", "model_tf_examples_per_s", "model_tf_vs_engine",
            "engine_converged", "model_converged", "model_tf_converged"]
 
@@ -91,23 +95,28 @@ def validation_rows(metrics, calibrations, network_gbps, path="metrics.json"):
     for name, model_job in jobs.items():
         final = simulate(model_job).windows[-1]
         converged[f"{name}_converged"] = f"{final.remote}+{final.local}"
-    deployments = {}  # (remote, local) -> [examples, seconds, windows], windows whose worker set held still
+    deployments = {}  # (remote, local, phase) -> [examples, seconds, windows], windows whose worker set held still
     for window in metrics["windows"]:
         if sorted(window["workers"]) != sorted(window["workers_after"]):
             continue
         counts = (0, 0) if job.placement == "collocated" else _counts(window["workers"])
-        entry = deployments.setdefault(counts, [0, 0.0, 0])
+        entry = deployments.setdefault((*counts, window.get("phase", "")), [0, 0.0, 0])
         entry[0] += window["steps"] * job.batch_size
         entry[1] += window["seconds"]
         entry[2] += 1
     rows = []
-    for (remote, local), (examples, seconds, windows) in sorted(deployments.items()):
+    decision = (metrics.get("fastflow") or {}).get("decision") or {}
+    for (remote, local, phase), (examples, seconds, windows) in sorted(deployments.items()):
         measured = examples / seconds
         row = {"experiment": job.experiment, "mode": job.mode, "remote_workers": remote, "local_workers": local,
-               "windows": windows, "engine_examples_per_s": round(measured, 2)}
+               "phase": phase, "windows": windows, "engine_examples_per_s": round(measured, 2)}
         for name, model_job in jobs.items():
             bound = model_job.accelerator_batches_per_s * model_job.batch_size
-            predicted = min(bound, capacity(model_job, remote, local))
+            if phase:  # FastFlow: what the client read in that phase
+                supply = fastflow_capacity(model_job, phase, remote, decision.get("ratio_local", 1.0))
+            else:
+                supply = capacity(model_job, remote, local)
+            predicted = min(bound, supply)
             row[f"{name}_examples_per_s"] = round(predicted, 2)
             row[f"{name}_vs_engine"] = round(predicted / measured - 1, 4)
         rows.append({**row, **converged})
