@@ -161,3 +161,68 @@ def test_the_caption_names_each_missed_bar_with_the_workers_behind_both(tmp_path
     verdicts = paper_verdicts("Cachew_AP_FF", rows, PAPER_COSTS)
     assert missed_bars(rows, verdicts, PAPER_COSTS) == []
     assert "more than 15%" not in comparison_caption(settings, {}, verdicts, rows)
+
+
+def test_the_workers_a_paper_bar_bills():
+    from repro.pecan.comparisons import paper_workers
+
+    # ResNet50_v2-8's AutoPlacement: 0.5713 $ at 4.96 $/h is a 414.6 s epoch, 0.2559 $ of workers at 0.427319 $/h
+    assert paper_workers(*PAPER_COSTS["autoplacement"]["ResNet50_v2-8"], 4.96 / 3600) == pytest.approx(5.2, abs=1e-3)
+    assert paper_workers(2.0, 3.0, 1 / 3600, worker_price=0.5) == pytest.approx(3.0)  # a 2 h epoch, 6 worker-hours
+    assert paper_workers(1.0, 0.0, 1.0) == 0.0
+
+
+def _verdict_row(workload, mode, tpu, worker, total):
+    """A comparison row: each quantity (mean, ci_low, ci_high)."""
+    row = {"workload": workload, "mode": mode, "repeats": 3}
+    for quantity, values in (("tpu_cost", tpu), ("worker_cost", worker), ("total_cost", total)):
+        row.update(zip((f"{quantity}_mean", f"{quantity}_ci_low", f"{quantity}_ci_high"), values))
+    return row
+
+
+def test_paper_verdicts_row_by_row():
+    paper = {"autoorder": {"W": [20.0, 0.0], "V": [1.234567, 0.5]}}
+    rows = [_verdict_row("W", "autoorder", (23.0, 22.123456, 23.987654), (0.333333, 0.111111, 0.555555),
+                         (23.456789, 20.012, 24.5)),
+            _verdict_row("W", "cachew", (1, 1, 1), (1, 1, 1), (2, 2, 2)),  # no paper value: no verdict
+            _verdict_row("V", "autoorder", (1.2, 1.1, 1.3), (0.5, 0.5, 0.5), (1.7, 1.6, 1.8))]
+    verdicts = paper_verdicts("Fig", rows, paper)
+    common = {"figure": "Fig", "workload": "W", "mode": "autoorder", "repeats": 3}
+    # 23 against 20: 15.0% exactly is within; 20 lies 2.1185 below the interval (beyond the rounding)
+    assert verdicts[0] == {**common, "quantity": "tpu_cost", "paper": 20.0, "reference_rounding": 0.005, "mean": 23.0,
+                           "ci_low": 22.1235, "ci_high": 23.9877, "verdict": "outside", "outside_by": -2.1185,
+                           "deviation_pct": 15.0, "within_15pct": "yes"}
+    # a paper value of 0: no deviation in percent
+    assert verdicts[1] == {**common, "quantity": "worker_cost", "paper": 0.0, "reference_rounding": 0.005, "mean": 0.3333,
+                           "ci_low": 0.1111, "ci_high": 0.5556, "verdict": "outside", "outside_by": -0.1061,
+                           "deviation_pct": "", "within_15pct": ""}
+    # the total's labels round twice: 20 is 0.012 below, 0.002 beyond the rounding of 0.01
+    assert verdicts[2] == {**common, "quantity": "total_cost", "paper": 20.0, "reference_rounding": 0.01, "mean": 23.4568,
+                           "ci_low": 20.012, "ci_high": 24.5, "verdict": "outside", "outside_by": -0.002,
+                           "deviation_pct": 17.3, "within_15pct": "no"}
+    assert [v["paper"] for v in verdicts[3:]] == [1.2346, 0.5, 1.7346]
+    assert [(v["verdict"], v["outside_by"]) for v in verdicts[3:]] == [("inside", 0.0)] * 3
+
+
+def test_ordering_notes_name_the_cheaper_system_and_a_tie():
+    def rows(option, costs):
+        return [{"workload": w, "mode": m, "total_cost_mean": c} for w, by_mode in costs.items() for m, c in by_mode.items()]
+
+    fig6 = {"A": {"collocated": 4.0, "cachew": 1.6, "fastflow": 3.0, "autoplacement": 1.0},
+            "B": {"collocated": 4.0, "cachew": 1.6, "fastflow": 0.9, "autoplacement": 1.0}}
+    assert ordering_notes("autoplacement", rows("autoplacement", fig6)) == [
+        "B: FastFlow (0.90 $) below Pecan AutoPlacement (1.00 $)"]
+    fig7 = {"A": {"cachew": 1.6, "autoorder": 1.2}, "B": {"cachew": 1.15, "autoorder": 1.15},
+            "C": {"cachew": 1.0, "autoorder": 1.1}}
+    assert ordering_notes("autoorder", rows("autoorder", fig7)) == [
+        "B: Pecan AutoOrder (1.15 $) not below Cachew (1.15 $)", "C: Pecan AutoOrder (1.10 $) not below Cachew (1.00 $)"]
+
+
+def test_check_comparison_names_the_config_and_every_experiment():
+    from repro.pecan.comparisons import check_comparison
+
+    experiments = {"B": {"modes": ["cachew", "autoorder"]}, "A": {"modes": ["cachew"]}}
+    with pytest.raises(ReproError, match=r"^config: plots\.comparisons\.F\.workloads: unknown workload 'X'; expected "
+                                         r"experiments of pecan\.experiments \(A, B\)$"):
+        check_comparison("F", {"option": "autoorder", "workloads": ["X"]}, experiments)
+    assert check_comparison("F", {"option": "autoorder", "workloads": ["B"]}, experiments) is OPTIONS["autoorder"]

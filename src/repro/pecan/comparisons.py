@@ -113,6 +113,13 @@ def paper_verdicts(name, rows, paper):
 PAPER_WORKER_PRICE = 0.427319
 
 
+def paper_workers(tpu_cost, worker_cost, tpu_price_per_s, worker_price=PAPER_WORKER_PRICE):
+    """The remote workers a paper bar bills on average: its worker cost over the worker-hours of its
+    epoch, the epoch being its TPU cost at the TPU's price (dollars per second)."""
+    epoch_h = tpu_cost / tpu_price_per_s / 3600
+    return worker_cost / worker_price / epoch_h
+
+
 def missed_bars(rows, verdicts, paper, worker_price=PAPER_WORKER_PRICE):
     """Each bar whose total lies more than 15% from the paper's, with the workers behind both: the
     mean remote and local workers here, and the remote workers the paper's bar bills over its epoch
@@ -123,9 +130,7 @@ def missed_bars(rows, verdicts, paper, worker_price=PAPER_WORKER_PRICE):
         if v["quantity"] != "total_cost" or v["within_15pct"] != "no":
             continue
         row = by_bar[v["workload"], v["mode"]]
-        tpu, worker = paper[v["mode"]][v["workload"]]
-        tpu_price_per_s = row["tpu_cost_mean"] / row["epoch_time_mean"]
-        billed = worker / (worker_price / 3600) / (tpu / tpu_price_per_s)
+        billed = paper_workers(*paper[v["mode"]][v["workload"]], row["tpu_cost_mean"] / row["epoch_time_mean"], worker_price)
         missed.append(f"{v['workload']} {v['mode']} {v['deviation_pct']:+.0f}% (here {row['remote_workers_mean']:.1f} "
                       f"remote + {row['local_workers_mean']:.1f} local workers; the paper's bar bills {billed:.1f} remote)")
     return missed
