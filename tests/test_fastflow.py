@@ -44,13 +44,18 @@ def test_ratio_local_when_remote_alone_could_cover_the_deficit():
     assert fastflow_ratio_local(1000, 800, 500, 1.0, 0.5) == pytest.approx(0.6)
     # lthp 300 <= rthp 900: off_data = max(900, 700 x 1) -> (1000 - 900) / 1000
     assert fastflow_ratio_local(1000, 300, 900, 1.0, 0.0) == pytest.approx(0.1)
+    # the decoded share grows by the candidate's cycles over the local profile's: 200 x (1 + 0.5 / 2) = 250,
+    # off_data = mean(500, 250) -> (1000 - 375) / 1000
+    assert fastflow_ratio_local(1000, 800, 500, 2.0, 0.5) == pytest.approx(0.625)
+    # lthp = rthp: not more, so off_data = max(600, 400) -> (1000 - 600) / 1000
+    assert fastflow_ratio_local(1000, 600, 600, 1.0, 0.0) == pytest.approx(0.4)
 
 
 def test_offloads_only_above_the_threshold():
     remote = {"ELEMENT": (500.0, 0.0), "BATCH": (500.0, 0.0)}
     assert not fastflow_decide(100, 130, remote, 1.0).offload  # 1.3 exactly: not more than the threshold
     kept = fastflow_decide(100, 130, remote, 1.0)
-    assert (kept.cut, kept.ratio_local) == (None, 1.0)
+    assert (kept.offload, kept.cut, kept.ratio_local, kept.score) == (False, None, 1.0, {}) and kept.offload is False
     assert fastflow_decide(100, 131, remote, 1.0).offload
     assert not fastflow_decide(100, 131, remote, 1.0, threshold=2.0).offload
 
@@ -103,6 +108,14 @@ def test_the_policy_decides_with_the_hosts_cycles_where_every_profile_measured_t
     for (batch_time, cpu), given in zip(windows, (True, False, True, True)):
         policy.decide(2, 0, batch_time, host_cpu=cpu if given else None)
     assert policy.decision.cut == "BATCH"
+
+
+def test_the_policy_decides_with_its_own_threshold():
+    for threshold, decided in ((2.0, LOCAL_ONLY), (1.3, OFFLOADED)):
+        policy = FastFlowPlacement(remote=2, threshold=threshold)
+        for batch_time in (1.0, 1 / 1.5, 1 / 5.0, 1 / 5.0):  # GTHP / LTHP = 1.5
+            policy.decide(2, 0, batch_time)
+        assert policy.state == decided, threshold
 
 
 def test_no_offload_when_the_host_keeps_up():
