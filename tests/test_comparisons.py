@@ -226,3 +226,77 @@ def test_check_comparison_names_the_config_and_every_experiment():
                                          r"experiments of pecan\.experiments \(A, B\)$"):
         check_comparison("F", {"option": "autoorder", "workloads": ["X"]}, experiments)
     assert check_comparison("F", {"option": "autoorder", "workloads": ["B"]}, experiments) is OPTIONS["autoorder"]
+
+
+@pytest.mark.parametrize("font_size", [9, 6])
+def test_the_comparison_figure_draws_fig8s_bars_labels_whiskers_and_markers(monkeypatch, font_size):
+    """What plot_comparison puts on the axes, artist by artist (the figure is captured before it is saved)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    import repro.plots
+    from repro.pecan.comparisons import STYLE as COLOURS
+
+    saved = []
+    monkeypatch.setattr(repro.plots, "_save", lambda fig, outputs, caption, style: saved.append((fig, caption, style)))
+    rows = []
+    for workload, (cachew, autoorder) in {"W1": ((1.0, 0.5), (0.8, 0.0)), "W2": ((0.6, 0.25), (0.5, 0.125))}.items():
+        for mode, (tpu, worker) in (("cachew", cachew), ("autoorder", autoorder)):
+            total = tpu + worker
+            rows.append({"workload": workload, "mode": mode, "repeats": 3.0, "tpu_cost_mean": tpu, "worker_cost_mean": worker,
+                         "total_cost_mean": total, "total_cost_ci_low": total - 0.05, "total_cost_ci_high": total + 0.1})
+    paper = {"autoorder": {"W1": [2.0, 3.0], "W2": [1.0, 0.5]}}  # W1's 5.0 is the highest value: the y axis fits it
+    style = {"width_in": 5.0, "height_in": 3.6, "dpi": 60, "font_size": font_size, "show_reference": True}
+    drawn = plot_comparison(rows, "autoorder", ["f.png"], "the caption", style, paper)
+    width = 0.33
+    lefts = {("W1", "cachew"): -0.165, ("W2", "cachew"): 0.835, ("W1", "autoorder"): 0.165, ("W2", "autoorder"): 1.165}
+    assert [(w, m, x) for w, m, x in drawn] == [(w, m, pytest.approx(x)) for (w, m), x in lefts.items()]
+    fig, caption, saved_style = saved[0]
+    ax = fig.axes[0]
+    assert plt.rcParams["font.size"] == font_size and plt.rcParams["hatch.linewidth"] == 0.8
+    assert tuple(fig.get_size_inches()) == pytest.approx((8.0, 3.6 * 1.1))
+    assert caption == "Fig 7 (autoorder): the caption; bars: mean of N=3 repeats, whiskers: 95% t-interval of the mean total"
+    assert saved_style == {**style, "width_in": 8.0}
+    # bars: each TPU cost from 0, the worker cost stacked and hatched where there is one (W1's AutoOrder has none)
+    bars = [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height(), p.get_width(), p.get_facecolor(), p.get_edgecolor(),
+             p.get_linewidth(), p.get_hatch()) for p in ax.patches]
+    expected = []
+    for (workload, mode), left in lefts.items():
+        row = next(r for r in rows if (r["workload"], r["mode"]) == (workload, mode))
+        tpu_colour, worker_colour, _ = COLOURS[mode]
+        expected.append((left, 0.0, row["tpu_cost_mean"], width, to_rgba(tpu_colour), to_rgba("black"), 0.5, None))
+        if row["worker_cost_mean"] > 0:
+            expected.append((left, row["tpu_cost_mean"], row["worker_cost_mean"], width, to_rgba(worker_colour),
+                             to_rgba("black"), 0.5, "//"))
+    assert len(bars) == len(expected) == 7
+    for bar, want in zip(bars, expected):
+        assert bar[:4] == pytest.approx(want[:4]) and bar[4:] == want[4:]
+    # the TPU cost written inside each bar
+    texts = [(t.get_position(), t.get_text(), t.get_ha(), t.get_va(), t.get_rotation(), t.get_color(), t.get_fontsize())
+             for t in ax.texts]
+    assert texts == [((pytest.approx(left), pytest.approx(bar[2] / 2)), f"{bar[2]:.2f}", "center", "center", 90.0, "white",
+                      max(5, font_size - 2)) for left, bar in zip(lefts.values(), [b for b in expected if b[1] == 0.0])]
+    # whiskers: the total's interval at every bar
+    segments = [s for c in ax.collections for s in c.get_segments()]
+    assert sorted((round(s[0][0], 3), round(s[0][1], 3), round(s[1][1], 3)) for s in segments) == sorted(
+        (round(left, 3), round(r["total_cost_ci_low"], 3), round(r["total_cost_ci_high"], 3))
+        for (w, m), left in lefts.items() for r in rows if (r["workload"], r["mode"]) == (w, m))
+    # the paper's values: a black triangle right of each AutoOrder bar, labelled once
+    markers = [line for line in ax.lines if line.get_marker() == "<"]
+    assert [(line.get_xdata()[0], line.get_ydata()[0]) for line in markers] == [
+        (pytest.approx(0.165 + width * 0.75), 5.0), (pytest.approx(1.165 + width * 0.75), 1.5)]
+    assert all((line.get_color(), line.get_markersize(), line.get_linestyle()) == ("black", 5.0, "None") for line in markers)
+    assert markers[0].get_label() == "the paper's values" and markers[1].get_label().startswith("_")
+    assert ax.get_ylim() == pytest.approx((0, 5.0 * 1.3)) and ax.get_xlim() == pytest.approx((-0.6, 1.6))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["W1", "W2"] and ax.get_xlabel() == "Model"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["Cachew", "Pecan AutoOrder", "TPU cost", "Remote worker cost", "the paper's values"]
+    plt.close(fig)
+    # without the paper's values (or with show_reference off) the y axis fits the bars, and no marker is drawn
+    for paper_values, show in ((None, True), (paper, False)):
+        saved.clear()
+        plot_comparison(rows, "autoorder", ["f.png"], "c", {**style, "show_reference": show}, paper_values)
+        ax = saved[0][0].axes[0]
+        assert ax.get_ylim() == pytest.approx((0, (1.5 + 0.1) * 1.3))
+        assert not [line for line in ax.lines if line.get_marker() == "<"]
+        plt.close(saved[0][0])
