@@ -291,6 +291,13 @@ def test_the_comparison_figure_draws_fig8s_bars_labels_whiskers_and_markers(monk
     assert [t.get_text() for t in ax.get_xticklabels()] == ["W1", "W2"] and ax.get_xlabel() == "Model"
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["Cachew", "Pecan AutoOrder", "TPU cost", "Remote worker cost", "the paper's values"]
+    patches = [(h.get_facecolor(), h.get_edgecolor(), h.get_linewidth(), h.get_hatch()) for h in ax.get_legend().legend_handles[:4]]
+    assert patches == [(to_rgba(COLOURS["cachew"][0]), to_rgba("black"), 0.5, None),
+                       (to_rgba(COLOURS["autoorder"][0]), to_rgba("black"), 0.5, None),
+                       (to_rgba("white"), to_rgba("black"), 0.5, None), (to_rgba("white"), to_rgba("black"), 0.5, "//")]
+    assert ax.get_ylabel() == "Total training cost per epoch ($)" and ax.get_axisbelow() is True
+    assert all(line.get_visible() and line.get_linewidth() == 0.5 for line in ax.get_ygridlines())
+    assert not any(line.get_visible() for line in ax.get_xgridlines())
     plt.close(fig)
     # without the paper's values (or with show_reference off) the y axis fits the bars, and no marker is drawn
     for paper_values, show in ((None, True), (paper, False)):

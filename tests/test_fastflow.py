@@ -47,6 +47,8 @@ def test_ratio_local_when_remote_alone_could_cover_the_deficit():
     # the decoded share grows by the candidate's cycles over the local profile's: 200 x (1 + 0.5 / 2) = 250,
     # off_data = mean(500, 250) -> (1000 - 375) / 1000
     assert fastflow_ratio_local(1000, 800, 500, 2.0, 0.5) == pytest.approx(0.625)
+    # lthp + rthp = gthp: not short of it, so the offloaded share counts: mean(300, 300 x 1.5) -> 0.625, not 0.7
+    assert fastflow_ratio_local(1000, 700, 300, 1.0, 0.5) == pytest.approx(0.625)
     # lthp = rthp: not more, so off_data = max(600, 400) -> (1000 - 600) / 1000
     assert fastflow_ratio_local(1000, 600, 600, 1.0, 0.0) == pytest.approx(0.4)
 
@@ -143,11 +145,12 @@ def test_the_cluster_model_runs_fastflow_with_its_split():
 def test_a_worker_count_below_one_is_refused_naming_the_key(value):
     with pytest.raises(ReproError, match=r"^pecan\.modes\.fastflow\.remote_workers: FastFlow needs .* at least 1"):
         fixed_remote_workers("fastflow", {"placement": "fastflow", "remote_workers": value})
-    with pytest.raises(ReproError, match="remote_workers"):
+    with pytest.raises(ReproError, match=r"^remote_workers: FastFlow needs"):
         fastflow_workers(value)
 
 
 def test_the_worker_count_defaults_to_two_and_is_configurable():
+    assert fastflow_workers(1) == 1 and fastflow_workers(2) == 2  # one worker is enough
     assert fixed_remote_workers("fastflow", {"placement": "fastflow"}) == 2
     assert fixed_remote_workers("fastflow", {"placement": "fastflow", "remote_workers": 5}) == 5
     assert fixed_remote_workers("short", {"placement": "fixed", "remote_workers": 0}) == 0
