@@ -245,6 +245,7 @@ def test_the_comparison_figure_draws_fig8s_bars_labels_whiskers_and_markers(monk
             total = tpu + worker
             rows.append({"workload": workload, "mode": mode, "repeats": 3.0, "tpu_cost_mean": tpu, "worker_cost_mean": worker,
                          "total_cost_mean": total, "total_cost_ci_low": total - 0.05, "total_cost_ci_high": total + 0.1})
+    rows[0]["repeats"] = 2.0  # fewer repeats of one bar: the caption says both counts
     paper = {"autoorder": {"W1": [2.0, 3.0], "W2": [1.0, 0.5]}}  # W1's 5.0 is the highest value: the y axis fits it
     style = {"width_in": 5.0, "height_in": 3.6, "dpi": 60, "font_size": font_size, "show_reference": True}
     drawn = plot_comparison(rows, "autoorder", ["f.png"], "the caption", style, paper)
@@ -255,7 +256,7 @@ def test_the_comparison_figure_draws_fig8s_bars_labels_whiskers_and_markers(monk
     ax = fig.axes[0]
     assert plt.rcParams["font.size"] == font_size and plt.rcParams["hatch.linewidth"] == 0.8
     assert tuple(fig.get_size_inches()) == pytest.approx((8.0, 3.6 * 1.1))
-    assert caption == "Fig 7 (autoorder): the caption; bars: mean of N=3 repeats, whiskers: 95% t-interval of the mean total"
+    assert caption == "Fig 7 (autoorder): the caption; bars: mean of N=2/3 repeats, whiskers: 95% t-interval of the mean total"
     assert saved_style == {**style, "width_in": 8.0}
     # bars: each TPU cost from 0, the worker cost stacked and hatched where there is one (W1's AutoOrder has none)
     bars = [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height(), p.get_width(), p.get_facecolor(), p.get_edgecolor(),
@@ -296,6 +297,9 @@ def test_the_comparison_figure_draws_fig8s_bars_labels_whiskers_and_markers(monk
                        (to_rgba(COLOURS["autoorder"][0]), to_rgba("black"), 0.5, None),
                        (to_rgba("white"), to_rgba("black"), 0.5, None), (to_rgba("white"), to_rgba("black"), 0.5, "//")]
     assert ax.get_ylabel() == "Total training cost per epoch ($)" and ax.get_axisbelow() is True
+    box = ax.get_legend()
+    assert (box._loc, box._ncols, box.get_frame_on()) == (1, 3, False)  # fig8.py's place for Fig 7: upper right
+    assert {t.get_fontsize() for t in box.get_texts()} == {max(6, font_size - 1)}
     assert all(line.get_visible() and line.get_linewidth() == 0.5 for line in ax.get_ygridlines())
     assert not any(line.get_visible() for line in ax.get_xgridlines())
     plt.close(fig)
