@@ -6,11 +6,14 @@ five workloads, their tables and the figures). Goal: under 5 minutes of workflow
 machine (set-up excluded). The row also gives the load average before and after, and each
 calibrate job's seconds (Snakemake's benchmark files): on a shared machine other work moves them.
 
-    python benchmarks/figures67.py [--preset local|artifact]
+    python benchmarks/figures67.py [--preset local|artifact] [--keep DIR]
+
+--keep DIR copies the figures, their tables, verdicts and logs out of the temporary copy into DIR.
 """
 
 import argparse
 import csv
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +29,7 @@ GOAL_S = 300
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="local", choices=["local", "artifact"])
+    parser.add_argument("--keep", type=Path, help="copy the figures, tables, verdicts and logs here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = copy_workflow(Path(tmp) / "wf")
@@ -37,6 +41,9 @@ def main():
         seconds = time.monotonic() - start
         if proc.returncode != 0:
             sys.exit(f"snakemake failed:\n{proc.stderr[-2000:]}")
+        if args.keep:
+            for part in ("plots", "results/tables", "results/reference", "results/logs/comparison"):
+                shutil.copytree(work / part, args.keep / part, dirs_exist_ok=True)
         calibrate = {}
         for path in sorted((work / "results" / "benchmarks" / "calibrate").glob("*.tsv")):
             with open(path, newline="") as fh:

@@ -126,3 +126,183 @@ def test_the_options_are_fig8s():
     assert OPTIONS["autoplacement"]["basename"] == "Cachew_AP_FF" and OPTIONS["autoorder"]["basename"] == "AutoOrder_Cost"
     assert set(PAPER_COSTS) == {"autoplacement", "autoorder", "fastflow"}
     assert all(list(values) == WORKLOADS for values in PAPER_COSTS.values())
+
+
+def test_the_caption_names_each_missed_bar_with_the_workers_behind_both(tmp_path):
+    from repro.pecan.cli import comparison_caption
+    from repro.pecan.comparisons import missed_bars
+
+    paths = tables(tmp_path)
+    # ResNet50_v2-8's AutoPlacement at 11 remote + 10 local workers, a total 30% above the paper's
+    tpu, worker = PAPER_COSTS["autoplacement"]["ResNet50_v2-8"]
+    costs = {"collocated": (4.0, 0.0), "cachew": (0.6, 1.0), "fastflow": PAPER_COSTS["fastflow"]["ResNet50_v2-8"],
+             "autoplacement": (tpu, 1.3 * (tpu + worker) - tpu)}
+    cost_table(paths[0], costs)
+    rows = comparison_rows("autoplacement", WORKLOADS, paths)
+    for row in rows:
+        if (row["workload"], row["mode"]) == ("ResNet50_v2-8", "autoplacement"):
+            row.update(remote_workers_mean=11.0, local_workers_mean=10.0, epoch_time_mean=tpu / 4.96 * 3600)
+    verdicts = paper_verdicts("Cachew_AP_FF", rows, PAPER_COSTS)
+    # the paper's bar: 0.256 $ of workers at 0.427319 $/h over its 414.6 s epoch (0.571 $ at 4.96 $/h): 5.2 workers
+    expected = "ResNet50_v2-8 autoplacement +30% (here 11.0 remote + 10.0 local workers; the paper's bar bills 5.2 remote)"
+    assert missed_bars(rows, verdicts, PAPER_COSTS) == [expected]
+    settings = {"backend": "local", "preset": "artifact", "workloads": WORKLOADS, "engine_caption": None}
+    text = comparison_caption(settings, {}, verdicts, rows)
+    assert f"totals more than 15% from the paper's: {expected}: the preset's costs follow the artifact's Cachew log" in text
+    local = comparison_caption({**settings, "preset": "local"}, {}, verdicts, rows)
+    assert expected in local and "Cachew log" not in local
+    # every bar within 15%: none named
+    rows = comparison_rows("autoplacement", WORKLOADS, tables(tmp_path))
+    verdicts = paper_verdicts("Cachew_AP_FF", rows, PAPER_COSTS)
+    assert missed_bars(rows, verdicts, PAPER_COSTS) == []
+    assert "more than 15%" not in comparison_caption(settings, {}, verdicts, rows)
+
+
+def test_the_workers_a_paper_bar_bills():
+    from repro.pecan.comparisons import paper_workers
+
+    # ResNet50_v2-8's AutoPlacement: 0.5713 $ at 4.96 $/h is a 414.6 s epoch, 0.2559 $ of workers at 0.427319 $/h
+    assert paper_workers(*PAPER_COSTS["autoplacement"]["ResNet50_v2-8"], 4.96 / 3600) == pytest.approx(5.2, abs=1e-3)
+    assert paper_workers(2.0, 3.0, 1 / 3600, worker_price=0.5) == pytest.approx(3.0)  # a 2 h epoch, 6 worker-hours
+    assert paper_workers(1.0, 0.0, 1.0) == 0.0
+
+
+def _verdict_row(workload, mode, tpu, worker, total):
+    """A comparison row: each quantity (mean, ci_low, ci_high)."""
+    row = {"workload": workload, "mode": mode, "repeats": 3}
+    for quantity, values in (("tpu_cost", tpu), ("worker_cost", worker), ("total_cost", total)):
+        row.update(zip((f"{quantity}_mean", f"{quantity}_ci_low", f"{quantity}_ci_high"), values))
+    return row
+
+
+def test_paper_verdicts_row_by_row():
+    paper = {"autoorder": {"W": [20.0, 0.0], "V": [1.234567, 0.5]}}
+    rows = [_verdict_row("W", "autoorder", (23.0, 22.123456, 23.987654), (0.333333, 0.111111, 0.555555),
+                         (23.456789, 20.012, 24.5)),
+            _verdict_row("W", "cachew", (1, 1, 1), (1, 1, 1), (2, 2, 2)),  # no paper value: no verdict
+            _verdict_row("V", "autoorder", (1.2, 1.1, 1.3), (0.5, 0.5, 0.5), (1.7, 1.6, 1.8))]
+    verdicts = paper_verdicts("Fig", rows, paper)
+    common = {"figure": "Fig", "workload": "W", "mode": "autoorder", "repeats": 3}
+    # 23 against 20: 15.0% exactly is within; 20 lies 2.1185 below the interval (beyond the rounding)
+    assert verdicts[0] == {**common, "quantity": "tpu_cost", "paper": 20.0, "reference_rounding": 0.005, "mean": 23.0,
+                           "ci_low": 22.1235, "ci_high": 23.9877, "verdict": "outside", "outside_by": -2.1185,
+                           "deviation_pct": 15.0, "within_15pct": "yes"}
+    # a paper value of 0: no deviation in percent
+    assert verdicts[1] == {**common, "quantity": "worker_cost", "paper": 0.0, "reference_rounding": 0.005, "mean": 0.3333,
+                           "ci_low": 0.1111, "ci_high": 0.5556, "verdict": "outside", "outside_by": -0.1061,
+                           "deviation_pct": "", "within_15pct": ""}
+    # the total's labels round twice: 20 is 0.012 below, 0.002 beyond the rounding of 0.01
+    assert verdicts[2] == {**common, "quantity": "total_cost", "paper": 20.0, "reference_rounding": 0.01, "mean": 23.4568,
+                           "ci_low": 20.012, "ci_high": 24.5, "verdict": "outside", "outside_by": -0.002,
+                           "deviation_pct": 17.3, "within_15pct": "no"}
+    assert [v["paper"] for v in verdicts[3:]] == [1.2346, 0.5, 1.7346]
+    assert [(v["verdict"], v["outside_by"]) for v in verdicts[3:]] == [("inside", 0.0)] * 3
+
+
+def test_ordering_notes_name_the_cheaper_system_and_a_tie():
+    def rows(option, costs):
+        return [{"workload": w, "mode": m, "total_cost_mean": c} for w, by_mode in costs.items() for m, c in by_mode.items()]
+
+    fig6 = {"A": {"collocated": 4.0, "cachew": 1.6, "fastflow": 3.0, "autoplacement": 1.0},
+            "B": {"collocated": 4.0, "cachew": 1.6, "fastflow": 0.9, "autoplacement": 1.0}}
+    assert ordering_notes("autoplacement", rows("autoplacement", fig6)) == [
+        "B: FastFlow (0.90 $) below Pecan AutoPlacement (1.00 $)"]
+    fig7 = {"A": {"cachew": 1.6, "autoorder": 1.2}, "B": {"cachew": 1.15, "autoorder": 1.15},
+            "C": {"cachew": 1.0, "autoorder": 1.1}}
+    assert ordering_notes("autoorder", rows("autoorder", fig7)) == [
+        "B: Pecan AutoOrder (1.15 $) not below Cachew (1.15 $)", "C: Pecan AutoOrder (1.10 $) not below Cachew (1.00 $)"]
+
+
+def test_check_comparison_names_the_config_and_every_experiment():
+    from repro.pecan.comparisons import check_comparison
+
+    experiments = {"B": {"modes": ["cachew", "autoorder"]}, "A": {"modes": ["cachew"]}}
+    with pytest.raises(ReproError, match=r"^config: plots\.comparisons\.F\.workloads: unknown workload 'X'; expected "
+                                         r"experiments of pecan\.experiments \(A, B\)$"):
+        check_comparison("F", {"option": "autoorder", "workloads": ["X"]}, experiments)
+    assert check_comparison("F", {"option": "autoorder", "workloads": ["B"]}, experiments) is OPTIONS["autoorder"]
+
+
+@pytest.mark.parametrize("font_size", [9, 6])
+def test_the_comparison_figure_draws_fig8s_bars_labels_whiskers_and_markers(monkeypatch, font_size):
+    """What plot_comparison puts on the axes, artist by artist (the figure is captured before it is saved)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    import repro.plots
+    from repro.pecan.comparisons import STYLE as COLOURS
+
+    saved = []
+    monkeypatch.setattr(repro.plots, "_save", lambda fig, outputs, caption, style: saved.append((fig, caption, style)))
+    rows = []
+    for workload, (cachew, autoorder) in {"W1": ((1.0, 0.5), (0.8, 0.0)), "W2": ((0.6, 0.25), (0.5, 0.125))}.items():
+        for mode, (tpu, worker) in (("cachew", cachew), ("autoorder", autoorder)):
+            total = tpu + worker
+            rows.append({"workload": workload, "mode": mode, "repeats": 3.0, "tpu_cost_mean": tpu, "worker_cost_mean": worker,
+                         "total_cost_mean": total, "total_cost_ci_low": total - 0.05, "total_cost_ci_high": total + 0.1})
+    rows[0]["repeats"] = 2.0  # fewer repeats of one bar: the caption says both counts
+    paper = {"autoorder": {"W1": [2.0, 3.0], "W2": [1.0, 0.5]}}  # W1's 5.0 is the highest value: the y axis fits it
+    style = {"width_in": 5.0, "height_in": 3.6, "dpi": 60, "font_size": font_size, "show_reference": True}
+    drawn = plot_comparison(rows, "autoorder", ["f.png"], "the caption", style, paper)
+    width = 0.33
+    lefts = {("W1", "cachew"): -0.165, ("W2", "cachew"): 0.835, ("W1", "autoorder"): 0.165, ("W2", "autoorder"): 1.165}
+    assert [(w, m, x) for w, m, x in drawn] == [(w, m, pytest.approx(x)) for (w, m), x in lefts.items()]
+    fig, caption, saved_style = saved[0]
+    ax = fig.axes[0]
+    assert plt.rcParams["font.size"] == font_size and plt.rcParams["hatch.linewidth"] == 0.8
+    assert tuple(fig.get_size_inches()) == pytest.approx((8.0, 3.6 * 1.1))
+    assert caption == "Fig 7 (autoorder): the caption; bars: mean of N=2/3 repeats, whiskers: 95% t-interval of the mean total"
+    assert saved_style == {**style, "width_in": 8.0}
+    # bars: each TPU cost from 0, the worker cost stacked and hatched where there is one (W1's AutoOrder has none)
+    bars = [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height(), p.get_width(), p.get_facecolor(), p.get_edgecolor(),
+             p.get_linewidth(), p.get_hatch()) for p in ax.patches]
+    expected = []
+    for (workload, mode), left in lefts.items():
+        row = next(r for r in rows if (r["workload"], r["mode"]) == (workload, mode))
+        tpu_colour, worker_colour, _ = COLOURS[mode]
+        expected.append((left, 0.0, row["tpu_cost_mean"], width, to_rgba(tpu_colour), to_rgba("black"), 0.5, None))
+        if row["worker_cost_mean"] > 0:
+            expected.append((left, row["tpu_cost_mean"], row["worker_cost_mean"], width, to_rgba(worker_colour),
+                             to_rgba("black"), 0.5, "//"))
+    assert len(bars) == len(expected) == 7
+    for bar, want in zip(bars, expected):
+        assert bar[:4] == pytest.approx(want[:4]) and bar[4:] == want[4:]
+    # the TPU cost written inside each bar
+    texts = [(t.get_position(), t.get_text(), t.get_ha(), t.get_va(), t.get_rotation(), t.get_color(), t.get_fontsize())
+             for t in ax.texts]
+    assert texts == [((pytest.approx(left), pytest.approx(bar[2] / 2)), f"{bar[2]:.2f}", "center", "center", 90.0, "white",
+                      max(5, font_size - 2)) for left, bar in zip(lefts.values(), [b for b in expected if b[1] == 0.0])]
+    # whiskers: the total's interval at every bar
+    segments = [s for c in ax.collections for s in c.get_segments()]
+    assert sorted((round(s[0][0], 3), round(s[0][1], 3), round(s[1][1], 3)) for s in segments) == sorted(
+        (round(left, 3), round(r["total_cost_ci_low"], 3), round(r["total_cost_ci_high"], 3))
+        for (w, m), left in lefts.items() for r in rows if (r["workload"], r["mode"]) == (w, m))
+    # the paper's values: a black triangle right of each AutoOrder bar, labelled once
+    markers = [line for line in ax.lines if line.get_marker() == "<"]
+    assert [(line.get_xdata()[0], line.get_ydata()[0]) for line in markers] == [
+        (pytest.approx(0.165 + width * 0.75), 5.0), (pytest.approx(1.165 + width * 0.75), 1.5)]
+    assert all((line.get_color(), line.get_markersize(), line.get_linestyle()) == ("black", 5.0, "None") for line in markers)
+    assert markers[0].get_label() == "the paper's values" and markers[1].get_label().startswith("_")
+    assert ax.get_ylim() == pytest.approx((0, 5.0 * 1.3)) and ax.get_xlim() == pytest.approx((-0.6, 1.6))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["W1", "W2"] and ax.get_xlabel() == "Model"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["Cachew", "Pecan AutoOrder", "TPU cost", "Remote worker cost", "the paper's values"]
+    patches = [(h.get_facecolor(), h.get_edgecolor(), h.get_linewidth(), h.get_hatch()) for h in ax.get_legend().legend_handles[:4]]
+    assert patches == [(to_rgba(COLOURS["cachew"][0]), to_rgba("black"), 0.5, None),
+                       (to_rgba(COLOURS["autoorder"][0]), to_rgba("black"), 0.5, None),
+                       (to_rgba("white"), to_rgba("black"), 0.5, None), (to_rgba("white"), to_rgba("black"), 0.5, "//")]
+    assert ax.get_ylabel() == "Total training cost per epoch ($)" and ax.get_axisbelow() is True
+    box = ax.get_legend()
+    assert (box._loc, box._ncols, box.get_frame_on()) == (1, 3, False)  # fig8.py's place for Fig 7: upper right
+    assert {t.get_fontsize() for t in box.get_texts()} == {max(6, font_size - 1)}
+    assert all(line.get_visible() and line.get_linewidth() == 0.5 for line in ax.get_ygridlines())
+    assert not any(line.get_visible() for line in ax.get_xgridlines())
+    plt.close(fig)
+    # without the paper's values (or with show_reference off) the y axis fits the bars, and no marker is drawn
+    for paper_values, show in ((None, True), (paper, False)):
+        saved.clear()
+        plot_comparison(rows, "autoorder", ["f.png"], "c", {**style, "show_reference": show}, paper_values)
+        ax = saved[0][0].axes[0]
+        assert ax.get_ylim() == pytest.approx((0, (1.5 + 0.1) * 1.3))
+        assert not [line for line in ax.lines if line.get_marker() == "<"]
+        plt.close(saved[0][0])

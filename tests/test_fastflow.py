@@ -44,13 +44,20 @@ def test_ratio_local_when_remote_alone_could_cover_the_deficit():
     assert fastflow_ratio_local(1000, 800, 500, 1.0, 0.5) == pytest.approx(0.6)
     # lthp 300 <= rthp 900: off_data = max(900, 700 x 1) -> (1000 - 900) / 1000
     assert fastflow_ratio_local(1000, 300, 900, 1.0, 0.0) == pytest.approx(0.1)
+    # the decoded share grows by the candidate's cycles over the local profile's: 200 x (1 + 0.5 / 2) = 250,
+    # off_data = mean(500, 250) -> (1000 - 375) / 1000
+    assert fastflow_ratio_local(1000, 800, 500, 2.0, 0.5) == pytest.approx(0.625)
+    # lthp + rthp = gthp: not short of it, so the offloaded share counts: mean(300, 300 x 1.5) -> 0.625, not 0.7
+    assert fastflow_ratio_local(1000, 700, 300, 1.0, 0.5) == pytest.approx(0.625)
+    # lthp = rthp: not more, so off_data = max(600, 400) -> (1000 - 600) / 1000
+    assert fastflow_ratio_local(1000, 600, 600, 1.0, 0.0) == pytest.approx(0.4)
 
 
 def test_offloads_only_above_the_threshold():
     remote = {"ELEMENT": (500.0, 0.0), "BATCH": (500.0, 0.0)}
     assert not fastflow_decide(100, 130, remote, 1.0).offload  # 1.3 exactly: not more than the threshold
     kept = fastflow_decide(100, 130, remote, 1.0)
-    assert (kept.cut, kept.ratio_local) == (None, 1.0)
+    assert (kept.offload, kept.cut, kept.ratio_local, kept.score) == (False, None, 1.0, {}) and kept.offload is False
     assert fastflow_decide(100, 131, remote, 1.0).offload
     assert not fastflow_decide(100, 131, remote, 1.0, threshold=2.0).offload
 
@@ -78,6 +85,41 @@ def test_the_policy_profiles_once_then_keeps_its_decision():
         assert policy.decide(2, 0, batch_time) == (2, 0) and policy.ratio_local == pytest.approx(0.4 / 0.7)
 
 
+def test_the_policy_decides_with_the_hosts_cycles_where_every_profile_measured_them():
+    """The tf.data engine passes the client's CPU seconds per batch of each window (FastFlow's cycles)."""
+    windows = ((1 / 0.4, 0.5), (1 / 3.0, 0.0), (1 / 0.3, 0.25), (1 / 0.28, 0.05))  # LTHP, GTHP, RTHP x 2 cuts
+    policy = FastFlowPlacement(remote=2)
+    for batch_time, cpu in windows:
+        assert policy.decide(2, 0, batch_time, host_cpu=cpu) == (2, 0)
+    assert policy.cycles == {"PROFILE_LTHP": 0.5, "PROFILE_GTHP": 0.0, "PROFILE_RTHP_ELEMENT": 0.25,
+                             "PROFILE_RTHP_BATCH": 0.05}
+    # ELEMENT: 0.3 + 0.4 x (1 - 0.25 / 0.5) = 0.5; BATCH: 0.28 + 0.4 x (1 - 0.05 / 0.5) = 0.64
+    assert policy.decision.cut == "BATCH" and policy.decision.score == pytest.approx({"ELEMENT": 0.5, "BATCH": 0.64})
+    assert policy.ratio_local == pytest.approx(fastflow_ratio_local(3.0, 0.4, 0.28, 0.5, 0.05))
+    # without them (the cluster model), or with the local profile's missing or zero, the host's cycles
+    # are the local profile's 1 against 0: ELEMENT 0.7, BATCH 0.68
+    for cpus in ((None,) * 4, (None, 0.0, 0.25, 0.05), (0.5, 0.0, None, 0.05), (0.0, 0.0, 0.25, 0.05)):
+        policy = FastFlowPlacement(remote=2)
+        for (batch_time, _), cpu in zip(windows, cpus):
+            policy.decide(2, 0, batch_time, host_cpu=cpu)
+        assert policy.decision.cut == "ELEMENT", cpus
+        assert policy.decision.score == pytest.approx({"ELEMENT": 0.7, "BATCH": 0.68}), cpus
+        assert policy.ratio_local == pytest.approx(fastflow_ratio_local(3.0, 0.4, 0.3, 1.0, 0.0)), cpus
+    # the GTHP profile's cycles are not needed
+    policy = FastFlowPlacement(remote=2)
+    for (batch_time, cpu), given in zip(windows, (True, False, True, True)):
+        policy.decide(2, 0, batch_time, host_cpu=cpu if given else None)
+    assert policy.decision.cut == "BATCH"
+
+
+def test_the_policy_decides_with_its_own_threshold():
+    for threshold, decided in ((2.0, LOCAL_ONLY), (1.3, OFFLOADED)):
+        policy = FastFlowPlacement(remote=2, threshold=threshold)
+        for batch_time in (1.0, 1 / 1.5, 1 / 5.0, 1 / 5.0):  # GTHP / LTHP = 1.5
+            policy.decide(2, 0, batch_time)
+        assert policy.state == decided, threshold
+
+
 def test_no_offload_when_the_host_keeps_up():
     policy = FastFlowPlacement(remote=3)
     for batch_time in (1.0, 1 / 1.2, 1 / 5.0, 1 / 5.0):
@@ -103,11 +145,12 @@ def test_the_cluster_model_runs_fastflow_with_its_split():
 def test_a_worker_count_below_one_is_refused_naming_the_key(value):
     with pytest.raises(ReproError, match=r"^pecan\.modes\.fastflow\.remote_workers: FastFlow needs .* at least 1"):
         fixed_remote_workers("fastflow", {"placement": "fastflow", "remote_workers": value})
-    with pytest.raises(ReproError, match="remote_workers"):
+    with pytest.raises(ReproError, match=r"^remote_workers: FastFlow needs"):
         fastflow_workers(value)
 
 
 def test_the_worker_count_defaults_to_two_and_is_configurable():
+    assert fastflow_workers(1) == 1 and fastflow_workers(2) == 2  # one worker is enough
     assert fixed_remote_workers("fastflow", {"placement": "fastflow"}) == 2
     assert fixed_remote_workers("fastflow", {"placement": "fastflow", "remote_workers": 5}) == 5
     assert fixed_remote_workers("short", {"placement": "fixed", "remote_workers": 0}) == 0

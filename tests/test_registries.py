@@ -38,7 +38,6 @@ PIPELINES["thumbnails"] = Pipeline(
     ops=(Op("decode", decode, keep_position=True), Op("to_float", to_float, shape_preserving=True),
          Op("crop_32", crop_32, tf=tf_crop_32), Op("normalize", normalize, shape_preserving=True, requires=("to_float",))),
     image_size=(96, 64),
-    time_scale=1.0,
 )
 DISTRIBUTIONS["halfnormal"] = Distribution(("scale",), (1.0,), lambda stats, scale: stats.halfnorm(scale=scale))
 

@@ -155,6 +155,36 @@ def test_validation_gives_each_worker_the_cpu_share_it_measured():
     assert rows[1, 0]["model_tf_vs_engine"] == 0 and rows[1, 0]["model_examples_per_s"] == 100  # Pillow-fed: whole CPUs
 
 
+def test_validation_predicts_each_fastflow_phase_as_the_model_runs_it(tmp_path):
+    """FastFlow keeps its two workers; its rows are per phase: the client's own pipeline (one CPU), the
+    accelerator alone, the workers, and the decided split."""
+    from repro.pecan.validation import COLUMNS, validation_rows
+    from repro.plots import plot_validation
+
+    metrics = _engine_metrics("fastflow", windows=[(TWO, TWO, 1.0)] * 6)
+    metrics["spec"].update(placement="fastflow", fixed_remote_workers=2)
+    phases = ["PROFILE_LTHP", "PROFILE_GTHP", "PROFILE_RTHP_ELEMENT", "PROFILE_RTHP_BATCH", "OFFLOADED", "OFFLOADED"]
+    for window, phase in zip(metrics["windows"], phases):
+        window["phase"] = phase
+    metrics["fastflow"] = {"decision": {"offload": True, "cut": "BATCH", "ratio_local": 0.25}}
+    rows = validation_rows(metrics, CALIBRATION, 32)
+    assert [(r["remote_workers"], r["local_workers"], r["phase"], r["windows"]) for r in rows] == [
+        (2, 0, "OFFLOADED", 2), (2, 0, "PROFILE_GTHP", 1), (2, 0, "PROFILE_LTHP", 1), (2, 0, "PROFILE_RTHP_BATCH", 1),
+        (2, 0, "PROFILE_RTHP_ELEMENT", 1)]
+    assert set(rows[0]) == set(COLUMNS)
+    # engine-fed (25 ms per element, 2 CPUs shared): the client's pipeline 40/s, the workers 80/s; the
+    # split: a quarter local at 40/s sets the pace (160/s) but the bound is 100; GTHP: only the bound
+    tf = {r["phase"]: r["model_tf_examples_per_s"] for r in rows}
+    assert tf == {"PROFILE_LTHP": 40, "PROFILE_GTHP": 100, "PROFILE_RTHP_ELEMENT": 80, "PROFILE_RTHP_BATCH": 80,
+                  "OFFLOADED": 100}
+    metrics["fastflow"]["decision"]["ratio_local"] = 0.75  # three quarters local: 40 / 0.75 = 53.3/s
+    assert {r["phase"]: r["model_tf_examples_per_s"] for r in validation_rows(metrics, CALIBRATION, 32)}["OFFLOADED"] \
+        == pytest.approx(53.33)
+    plot_validation(rows, [tmp_path / "v.png"], "Validation", "caption",
+                    {"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 80})
+    assert (tmp_path / "v.png").stat().st_size > 1000
+
+
 def test_validation_caps_by_the_machines_cpus_only_where_the_workers_share_it():
     from repro.pecan.validation import engine_job
 
@@ -764,7 +794,8 @@ def _build_fig8_on_the_engine(tmp_path):
     engine = tmp_path / "engine.yaml"
     engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, "images": 16}}}))
     configs = ("--configfile", str(TINY), str(REPO / "config" / "examples" / "tfdata.yaml"), str(engine))
-    snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json", *configs, timeout=400)
+    # six modes, FastFlow among them
+    snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json", *configs, timeout=900)
     # the validation can fail (on a busy machine the engine may stray from the model): it gives a
     # verdict either way, and its exit status follows it; the table is kept to be read
     validated = snakemake(tmp_path, "plots/validation_ResNet50_v2-8.pdf", "--keep-incomplete", *configs, check=False)
@@ -782,13 +813,15 @@ def _build_fig8_on_the_engine(tmp_path):
         for status in (run / "service").glob("*.status.json"):  # the run stopped every process it started
             assert not alive(json.loads(status.read_text())["pid"]), status
     table = (tmp_path / "results" / "tables" / "ResNet50_v2-8.csv").read_text().splitlines()
-    assert len(table) == 4
+    assert len(table) == 7  # a row per mode: the artifact's three and the paper's AutoPlacement, AutoOrder and FastFlow
     settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
     assert "engine tfdata" in settings["figure"]["engine_caption"]
     assert "derived by each run from its measured pipeline cost" in settings["figure"]["engine_caption"]
     with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
         validation = list(csv.DictReader(fh))
-    assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan"}
+    # every mode of the experiment, FastFlow's per phase
+    assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan", "autoplacement", "autoorder", "fastflow"}
+    assert {r["phase"] for r in validation if r["mode"] == "fastflow"} >= {"PROFILE_LTHP", "PROFILE_GTHP"}
     # at the derived scale collocated is below the bound (its one CPU at most 60% of the demand)
     assert all(r["model_tf_below_bound"] == "True" for r in validation if r["mode"] == "collocated")
     for row in validation:  # the model's prediction for the deployment the engine measured, and the gap
@@ -815,3 +848,61 @@ def _build_fig8_on_the_engine(tmp_path):
     status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
     assert f"[FAILED] tf.data service (results/cluster/local/tfdata): dispatcher (pid {dispatcher['pid']}) is not running" \
         in status, failed.stdout[-3000:] + failed.stderr[-3000:]
+
+
+# -- FastFlow on the engine --------------------------------------------------------------------
+
+FASTFLOW_PROFILES = ["PROFILE_LTHP", "PROFILE_GTHP", "PROFILE_RTHP_ELEMENT", "PROFILE_RTHP_BATCH"]
+
+
+def test_fastflows_split_reads_its_share_from_the_clients_pipeline(tf):
+    from repro.pecan.tfdata.engine import local_share
+
+    for ratio, local in ((0.3, 30), (0.0, 0), (1.0, 100), (4 / 7, 57)):
+        choices = list(local_share(ratio).take(100).as_numpy_iterator())
+        assert choices.count(0) == local and set(choices) <= {0, 1}, ratio
+    # evenly spread: every 10 items hold 3 of the client's own at 0.3
+    choices = list(local_share(0.3).take(100).as_numpy_iterator())
+    assert all(choices[i:i + 10].count(0) == 3 for i in range(0, 100, 10))
+
+
+@pytest.mark.parametrize("time_scale, decided", [(3.0, "OFFLOADED"), (60.0, "LOCAL_ONLY")])
+def test_fastflow_profiles_once_decides_once_and_keeps_its_workers(tf, tmp_path, pecan_config, data, time_scale, decided):
+    """A bound far above what the client's one CPU makes (time scale 3): FastFlow offloads and the
+    client reads both its own pipeline and the service's; a bound the client keeps up with (60): it
+    does not. Either way its two workers run, and are billed, from start to end."""
+    from repro.pecan.costs import cost_row
+    from repro.pecan.policies import fastflow_decide
+    from repro.pecan.tfdata.engine import run
+
+    spec = _spec(pecan_config, "fastflow", time_scale=time_scale)
+    assert (spec.placement, spec.fixed_remote_workers) == ("fastflow", 2)
+    metrics = run(spec, tmp_path / "run", data)
+    assert [d["state"] for d in metrics["decisions"]] == FASTFLOW_PROFILES[1:] + [decided]
+    phases = [w["phase"] for w in metrics["windows"]]
+    assert phases[:4] == FASTFLOW_PROFILES and set(phases[4:]) == {decided} and len(phases) >= 4 + spec.settle_windows
+    assert all(len(w["workers"]) == len(w["workers_after"]) == 2 for w in metrics["windows"])
+    # the decision is FastFlow's rule on what the engine measured: throughput and the client's CPU per profile
+    ff = metrics["fastflow"]
+    profiles, cycles = ff["profiles"], ff["cycles"]
+    assert set(profiles) == set(FASTFLOW_PROFILES) and set(cycles) == set(FASTFLOW_PROFILES)
+    expected = fastflow_decide(profiles["PROFILE_LTHP"], profiles["PROFILE_GTHP"],
+                               {cut: (profiles[f"PROFILE_RTHP_{cut}"], cycles[f"PROFILE_RTHP_{cut}"])
+                                for cut in ("ELEMENT", "BATCH")}, cycles["PROFILE_LTHP"])
+    assert ff["decision"]["offload"] == expected.offload == (decided == "OFFLOADED")
+    assert ff["decision"]["ratio_local"] == pytest.approx(expected.ratio_local)
+    if decided == "OFFLOADED":
+        assert 0 < expected.ratio_local < 1 and expected.cut in ("ELEMENT", "BATCH")
+        # the host makes batches itself only in the local profile
+        assert cycles["PROFILE_RTHP_BATCH"] < cycles["PROFILE_LTHP"]
+    # the log: the profiles as info lines, training throughput only after the decision, two workers
+    log = (tmp_path / "run" / "run.log").read_text()
+    assert [line.split("FastFlow profile ")[1].split(":")[0] for line in log.splitlines()
+            if "FastFlow profile" in line] == FASTFLOW_PROFILES
+    parsed = parse_log(tmp_path / "run" / "run.log")
+    assert (parsed.remote_workers, parsed.local_workers, parsed.converged) == (2, 0, True)
+    assert parsed.samples == len(phases) - 4
+    assert metrics["throughput"] <= spec.accelerator_examples_per_s / spec.time_scale * 1.05
+    row = cost_row(parsed, "fastflow", "resnet", pecan_config["models"]["resnet"], 4.96, 0.427319)
+    assert row["worker_cost"] == pytest.approx(2 * row["epoch_time"] / 3600 * 0.427319)
+    assert not (tmp_path / "run" / "service" / "state.json").exists()  # every worker stopped

@@ -272,8 +272,7 @@ def check_references(config, source="config"):
         if name in pecan["experiments"] or name in config["plots"]["figures"]:
             raise ReproError(f"{source}: plots.comparisons.{name}: the name of an experiment or figure too; "
                              "expected a name of its own (its table and plot are named after it)")
-        if pecan["engine"] == "model":  # the tf.data engine runs no FastFlow: these figures are the model's
-            check_comparison(name, spec, pecan["experiments"], source)
+        check_comparison(name, spec, pecan["experiments"], source)
     for key, extra, module in needed_extras(config):
         _require_extra(source, key, extra, module)
 

@@ -244,7 +244,8 @@ def plot_validation(rows, outputs, title, caption, style,
                    linewidth=0.8, label=label if x == 0 else None)
             ax.text(left + k * width, value, f"{row[f'{name}_vs_engine']:+.0%}", ha="center", va="bottom",
                     fontsize=small, rotation=90)
-    labels = [f"{LABELS.get(r['mode'], r['mode'])} {r['remote_workers']}r+{r['local_workers']}l" for r in rows]
+    labels = [f"{LABELS.get(r['mode'], r['mode'])} {r['remote_workers']}r+{r['local_workers']}l"
+              + (f" {r['phase'].removeprefix('PROFILE_')}" if r.get("phase") else "") for r in rows]
     ax.set_xticks(range(len(rows)), labels, fontsize=max(5, style["font_size"] - 2), rotation=35, ha="right")
     ax.set_ylabel("examples/s (miniature scale)")
     ax.set_title(title)

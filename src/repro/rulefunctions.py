@@ -161,8 +161,7 @@ def all_targets(config, report):
         (f"results/reference/{figure}.csv", "reference_verdicts", "Reference verdicts", {"figure": figure}) for figure in pecan
     ]
     report_items += [(f"results/provenance/{figure}.json", "provenance", "Provenance", {"figure": figure}) for figure in pecan + trims]
-    # the paper's Fig 6 and 7 need FastFlow, which the tf.data engine does not run (docs/TFDATA.md)
-    comparisons = list(config["plots"].get("comparisons", {})) if config["pecan"]["engine"] == "model" else []
+    comparisons = list(config["plots"].get("comparisons", {}))
     report_items += [(f"plots/{name}.png", "comparison_figure", "Figures", {"figure": name}) for name in comparisons]
     report_items += [(f"results/provenance/{name}.json", "provenance", "Provenance", {"figure": name}) for name in comparisons]
     report_items += [(f"results/tables/{name}.csv", "comparison_table", "Cost tables", {"experiment": name}) for name in comparisons]

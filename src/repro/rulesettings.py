@@ -113,7 +113,7 @@ def comparison_settings(config, name):
     return Settings({
         "option": spec["option"],
         "workloads": spec["workloads"],
-        "engine_caption": engine.caption(config["pecan"], spec["workloads"][0]) if engine.caption else None,
+        "engine_caption": engine.caption(config["pecan"], spec["workloads"]) if engine.caption else None,
         "style": config["plots"]["style"],
         "backend": config["backend"],
         "preset": config["calibration"]["preset"],

@@ -108,6 +108,34 @@ def paper_verdicts(name, rows, paper):
     return verdicts
 
 
+# The price per worker-hour the paper's worker costs are billed at: the artifact's policy setting
+# (its FastFlow bars price exactly 2 workers at it)
+PAPER_WORKER_PRICE = 0.427319
+
+
+def paper_workers(tpu_cost, worker_cost, tpu_price_per_s, worker_price=PAPER_WORKER_PRICE):
+    """The remote workers a paper bar bills on average: its worker cost over the worker-hours of its
+    epoch, the epoch being its TPU cost at the TPU's price (dollars per second)."""
+    epoch_h = tpu_cost / tpu_price_per_s / 3600
+    return worker_cost / worker_price / epoch_h
+
+
+def missed_bars(rows, verdicts, paper, worker_price=PAPER_WORKER_PRICE):
+    """Each bar whose total lies more than 15% from the paper's, with the workers behind both: the
+    mean remote and local workers here, and the remote workers the paper's bar bills over its epoch
+    (its worker cost / price per worker-hour / its epoch, the epoch its TPU cost at this row's TPU price)."""
+    by_bar = {(r["workload"], r["mode"]): r for r in rows}
+    missed = []
+    for v in verdicts:
+        if v["quantity"] != "total_cost" or v["within_15pct"] != "no":
+            continue
+        row = by_bar[v["workload"], v["mode"]]
+        billed = paper_workers(*paper[v["mode"]][v["workload"]], row["tpu_cost_mean"] / row["epoch_time_mean"], worker_price)
+        missed.append(f"{v['workload']} {v['mode']} {v['deviation_pct']:+.0f}% (here {row['remote_workers_mean']:.1f} "
+                      f"remote + {row['local_workers_mean']:.1f} local workers; the paper's bar bills {billed:.1f} remote)")
+    return missed
+
+
 def ordering_notes(option, rows):
     """What the paper's orderings say, checked on the means: Fig 6, AutoPlacement cheapest of the four;
     Fig 7, AutoOrder below Cachew. One line per workload where it does not hold."""

@@ -64,7 +64,8 @@ def _stop_tfdata(record):
     return Service(record["directory"]).stop()
 
 
-def _tfdata_caption(pecan, experiment):
+def _tfdata_caption(pecan, experiments):
+    """The engine's caption for a figure of one experiment (a name) or several (a list)."""
     scale = pecan["tfdata"].get("time_scale")
     scale = (f"x{scale:g}" if scale is not None else
              "derived by each run from its measured pipeline cost and the machine's CPUs, per mode below")

@@ -283,8 +283,9 @@ class FastFlowPlacement:
     of elements the accelerator host's own pipeline produces (1.0 before offloading and without it).
 
     The cluster model sets the deployment of each profiling window from `state`; the host's CPU
-    seconds per element are the same in every cut here (batching is not modelled apart), so the
-    candidates' cycles are 0 of the local profile's 1.
+    seconds per element are the same in every cut there (batching is not modelled apart), so the
+    candidates' cycles are 0 of the local profile's 1. The tf.data engine measures them: its
+    client's CPU seconds per batch in each profile (`host_cpu`), as FastFlow counts the host's cycles.
     """
 
     remote: int = FASTFLOW_WORKERS
@@ -293,24 +294,33 @@ class FastFlowPlacement:
     state: str = PROFILE_LTHP
     ratio_local: float = 1.0
     profiles: dict = field(default_factory=dict)  # profile state -> batches per second observed in it
+    cycles: dict = field(default_factory=dict)  # profile state -> host CPU seconds per batch, where measured
     decision: FastFlowDecision = None
 
     def __post_init__(self):
         fastflow_workers(self.remote)
         self._order = [PROFILE_LTHP, PROFILE_GTHP] + [f"PROFILE_RTHP_{cut}" for cut in FASTFLOW_CUTS]
 
-    def decide(self, remote, local, batch_time):
+    def decide(self, remote, local, batch_time, host_cpu=None):
+        """Record the window's profile (and the host's CPU seconds per batch, `host_cpu`, where
+        measured); after the last one, decide. The deployment never changes."""
         if self.state in (LOCAL_ONLY, OFFLOADED):
             return self.remote, self.local
         self.profiles[self.state] = 1.0 / batch_time
+        if host_cpu is not None:
+            self.cycles[self.state] = host_cpu
         following = self._order.index(self.state) + 1
         if following < len(self._order):
             self.state = self._order[following]
             return self.remote, self.local
         p = self.profiles
+        # FastFlow's cycles where every profile measured them, else the local profile's 1 against 0
+        measured = set(self._order) - {PROFILE_GTHP} <= set(self.cycles) and self.cycles[PROFILE_LTHP] > 0
+        pcycle = self.cycles[PROFILE_LTHP] if measured else 1.0
         self.decision = fastflow_decide(p[PROFILE_LTHP], p[PROFILE_GTHP],
-                                        {cut: (p[f"PROFILE_RTHP_{cut}"], 0.0) for cut in FASTFLOW_CUTS}, 1.0,
-                                        self.threshold)
+                                        {cut: (p[f"PROFILE_RTHP_{cut}"],
+                                               self.cycles[f"PROFILE_RTHP_{cut}"] if measured else 0.0)
+                                         for cut in FASTFLOW_CUTS}, pcycle, self.threshold)
         self.ratio_local = self.decision.ratio_local
         self.state = OFFLOADED if self.decision.offload else LOCAL_ONLY
         return self.remote, self.local

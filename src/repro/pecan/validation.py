@@ -32,17 +32,21 @@ the deployments below the bound of the engine-fed model (`TESTED_BY`), those at 
 counted apart, and `verdict` says the validation failed when fewer than `MIN_TESTED` deployments
 are below the bound (nothing was tested) or fewer than `MIN_AGREEMENT` of them agree within the
 tolerance.
+
+A FastFlow run keeps its workers throughout and changes what the client reads: its rows are per
+phase (`phase`: the policy's state, its profiles and its decision), each predicted as the cluster
+model runs that phase (repro.pecan.cluster.fastflow_capacity, the run's own local share).
 """
 
 import dataclasses
 
 from repro.errors import ReproError
-from repro.pecan.cluster import JobSpec, capacity, simulate
+from repro.pecan.cluster import JobSpec, capacity, fastflow_capacity, simulate
 
 MODELS = ("model", "model_tf")  # the column prefixes: Pillow-fed, engine-fed
 LABELS = {"model": "model, Pillow calibration, a CPU per worker",
           "model_tf": "model, the engine's TF pipeline measured, the machine's CPUs shared"}
-COLUMNS = ["experiment", "mode", "remote_workers", "local_workers", "windows", "engine_examples_per_s",
+COLUMNS = ["experiment", "mode", "remote_workers", "local_workers", "phase", "windows", "engine_examples_per_s",
            "bound_examples_per_s", "cpu_share", "model_examples_per_s", "model_vs_engine", "model_below_bound",
            "model_tf_examples_per_s", "model_tf_vs_engine", "model_tf_below_bound",
            "engine_converged", "model_converged", "model_tf_converged"]
@@ -122,29 +126,33 @@ def validation_rows(metrics, calibrations, network_gbps, path="metrics.json"):
     for name, model_job in jobs.items():
         final = simulate(model_job).windows[-1]
         converged[f"{name}_converged"] = f"{final.remote}+{final.local}"
-    # (remote, local) -> [examples, seconds, windows, [per window: mean CPU share of its workers]],
-    # over the windows whose worker set held still
+    # (remote, local, phase) -> [examples, seconds, windows, [per window: mean CPU share of its workers]],
+    # over the windows whose worker set held still (phase: FastFlow's state, what the client read)
     deployments = {}
     for window in metrics["windows"]:
         if sorted(window["workers"]) != sorted(window["workers_after"]):
             continue
         counts = (0, 0) if job.placement == "collocated" else _counts(window["workers"])
-        entry = deployments.setdefault(counts, [0, 0.0, 0, []])
+        entry = deployments.setdefault((*counts, window.get("phase", "")), [0, 0.0, 0, []])
         entry[0] += window["steps"] * job.batch_size
         entry[1] += window["seconds"]
         entry[2] += 1
         entry[3].append(_window_share(window, job.placement))
     rows = []
-    for (remote, local), (examples, seconds, windows, shares) in sorted(deployments.items()):
+    decision = (metrics.get("fastflow") or {}).get("decision") or {}
+    for (remote, local, phase), (examples, seconds, windows, shares) in sorted(deployments.items()):
         measured = examples / seconds
         share = sum(shares) / len(shares)
         jobs["model_tf"] = with_share(engine, share)
         bound = job.accelerator_batches_per_s * job.batch_size  # the same for both models
         row = {"experiment": job.experiment, "mode": job.mode, "remote_workers": remote, "local_workers": local,
-               "windows": windows, "engine_examples_per_s": round(measured, 2), "bound_examples_per_s": round(bound, 2),
-               "cpu_share": round(share, 4)}
+               "phase": phase, "windows": windows, "engine_examples_per_s": round(measured, 2),
+               "bound_examples_per_s": round(bound, 2), "cpu_share": round(share, 4)}
         for name, model_job in jobs.items():
-            supply = capacity(model_job, remote, local)
+            if phase:  # FastFlow: what the client read in that phase
+                supply = fastflow_capacity(model_job, phase, remote, decision.get("ratio_local", 1.0))
+            else:
+                supply = capacity(model_job, remote, local)
             predicted = min(bound, supply)
             row[f"{name}_examples_per_s"] = round(predicted, 2)
             row[f"{name}_vs_engine"] = round(predicted / measured - 1, 4)

@@ -21,10 +21,19 @@ line, the workers that served it (the processes that run, report a task and whos
 matches) as a `ClientHeartbeat` block, and the placement policy (repro.pecan.policies, as the
 cluster model uses them) decides the next deployment, which the engine starts or stops as real
 processes. A window in which the worker set changed is logged but not shown to the policy.
+
+FastFlow (repro.pecan.policies.FastFlowPlacement) keeps its remote workers, started before training,
+for the whole run and changes what the client reads instead (FastFlowSource): one window per
+profile (the client's own pipeline; one cached batch; every element from the workers, cut before
+or after the batching), then, decided once, its own pipeline alone or both, the client's share of
+elements (or batches) fixed by FastFlow's formula. Stock tf.data has no partial offload (FastFlow's
+fork adds it to distribute()); here the client interleaves its pipeline and the service's in that
+fixed proportion. The profiles are logged as info lines, not as training throughput.
 """
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import os
 import queue
@@ -39,6 +48,8 @@ from repro.fsutil import atomic_path, write_json
 from repro.pecan.cluster import JobSpec, make_policy
 from repro.pecan.costs import lookup
 from repro.pecan.logs import LogWriter, parse_log
+from repro.pecan.policies import LOCAL_ONLY, OFFLOADED, PROFILE_GTHP, PROFILE_LTHP, FastFlowPlacement, fastflow_workers
+from repro.pecan.run import fixed_remote_workers
 from repro.pecan.tfdata import check_sweep, cpus_available, ops, tensorflow
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
 
@@ -56,7 +67,9 @@ MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "ma
 # The derived scale (derive_scale): collocated preprocessing may deliver at most this share of
 # the accelerator's demand (the paper's collocated runs are input-bound).
 COLLOCATED_SHARE = 0.6
-STOPPED = ("STABLE", "FIXED")  # policy states after which the deployment no longer changes
+STOPPED = ("STABLE", "FIXED", LOCAL_ONLY, OFFLOADED)  # policy states after which the deployment no longer changes
+# Batches read, not timed, after FastFlow switches what the client reads (graph set-up, a new job)
+SWITCH_WARMUP_BATCHES = 4
 # Before every run, its pipeline's own cost (measure_pipeline_cost): batches read and discarded
 # first (the graph's first runs, allocations), then batches each measured on its own.
 COST_WARMUP_BATCHES, COST_BATCHES = 2, 6
@@ -68,7 +81,7 @@ class EngineSpec:
 
     experiment: str
     mode: str
-    placement: str  # collocated, cachew, autoplacement or fixed
+    placement: str  # collocated, cachew, autoplacement, fixed or fastflow
     autoorder: bool
     pipeline: str
     batch_size: int
@@ -172,6 +185,7 @@ class MeasuredWindow:
     workers: list  # serving at the window's start
     workers_after: list  # serving at its end
     cpu_share: dict = field(default_factory=dict)  # {worker or "collocated": its CPU share (Sharing)}
+    phase: str = ""  # FastFlow: the policy's state while the window ran (what the client read)
 
     @property
     def counts(self):
@@ -188,14 +202,14 @@ class Deployment:
     def running(self, kind):
         return sum(1 for w in self.service.state["workers"] if w["kind"] == kind)
 
-    def apply(self, remote, local):
+    def apply(self, remote, local, wait=False):
         self.target = remote, local
         self.service.prune()
         for kind, target in (("remote", remote), ("local", local)):
             while self.running(kind) > target:
                 self.service.remove_worker(kind)
             while self.running(kind) < target:
-                self.service.add_worker(kind, self.threads, wait=False)
+                self.service.add_worker(kind, self.threads, wait=wait)
 
 
 def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_steps=None, **miniature):
@@ -213,9 +227,6 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
            if not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1)]
     if bad:
         raise ReproError(f"--{bad[0].replace('_', '-')} {settings[bad[0]]}: expected a positive whole number")
-    if mode_cfg["placement"] == "fastflow":  # its partial offload lives in FastFlow's TF fork (distribute(ratio_local))
-        raise ReproError(f"pecan.modes.{mode}.placement: fastflow splits elements between the client's own pipeline "
-                         "and the service, which the tf.data engine does not do; expected engine: model for this mode")
     if time_scale is None:
         time_scale = 0.0  # derived by the run from its own measurements (derive_scale)
     elif not time_scale > 0:
@@ -228,13 +239,16 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
         raise ReproError(f"--decision-steps {decision_steps}: expected a positive whole number")
     max_local = min(mode_cfg.get("max_local_workers", cluster["max_local_workers"]), settings["max_local_workers"])
     max_remote = min(cluster["max_remote_workers"], settings["max_remote_workers"])
+    fixed_remote = min(fixed_remote_workers(mode, mode_cfg), max_remote)
+    if mode_cfg["placement"] == "fastflow":  # its fixed workers, as many as the miniature cluster has
+        fastflow_workers(fixed_remote, "--max-remote-workers")
     return EngineSpec(
         experiment=experiment, mode=mode, placement=mode_cfg["placement"], autoorder=mode_cfg["autoorder"],
         pipeline=model["pipeline"], batch_size=settings["batch_size"], decision_steps=decision_steps,
         accelerator_examples_per_s=accelerator,
         time_scale=float(time_scale), worker_threads=settings["worker_threads"],
         collocated_threads=settings["collocated_threads"], max_remote_workers=max_remote,
-        max_local_workers=max_local, fixed_remote_workers=min(mode_cfg.get("remote_workers", 0), max_remote),
+        max_local_workers=max_local, fixed_remote_workers=fixed_remote,
         fixed_local_workers=min(mode_cfg.get("local_workers", 0), max_local),
         cachew_threshold_up=cluster["cachew_threshold_up"], client_cost=cluster["policy_prices"]["client_cost"],
         worker_cost=cluster["policy_prices"]["worker_cost"], settle_windows=settings["settle_windows"],
@@ -325,15 +339,71 @@ def resolve_scale(spec, manifest, pipeline_cost, given=None):
     return spec, given
 
 
+def _distribute(dataset, service, job_name):
+    return dataset.apply(tf.data.experimental.service.distribute(
+        processing_mode="parallel_epochs", service=f"grpc://{service.address}", job_name=job_name, compression=None))
+
+
 def client_dataset(spec, manifest, service):
     order = "autoorder" if spec.autoorder else "declared"
     threads = spec.collocated_threads if service is None else spec.worker_threads
     dataset, names = ops.dataset(manifest, order, spec.batch_size, threads)
     if service is not None:
-        dataset = dataset.apply(tf.data.experimental.service.distribute(
-            processing_mode="parallel_epochs", service=f"grpc://{service.address}",
-            job_name=f"{spec.experiment}-{spec.mode}", compression=None))
+        dataset = _distribute(dataset, service, f"{spec.experiment}-{spec.mode}")
     return dataset.prefetch(2), names
+
+
+def local_share(ratio):
+    """FastFlow's fixed split as a choice sequence: 0 (the client's pipeline) for `ratio` of the
+    items, evenly spread, 1 (the service) for the rest."""
+    steps = tf.data.Dataset.range(2**62)  # endless: item i is local when floor((i+1)r) passes an integer
+    return steps.map(lambda i: tf.cast(tf.math.floor(tf.cast(i + 1, tf.float64) * ratio)
+                                       == tf.math.floor(tf.cast(i, tf.float64) * ratio), tf.int64))
+
+
+def fastflow_dataset(spec, manifest, service, phase, decision):
+    """What the client reads in FastFlow's `phase`: its own pipeline on `collocated_threads` threads
+    (the host's budget; LTHP and LOCAL_ONLY), one cached batch of it re-read (GTHP: only the
+    accelerator bounds it), the service's elements at a cut (RTHP_<cut>: ELEMENT sends elements and
+    the client batches them, BATCH sends batches) or, offloaded, both in the decision's split at its
+    cut. Returns (dataset, op names)."""
+    order = "autoorder" if spec.autoorder else "declared"
+    job = f"{spec.experiment}-{spec.mode}-{phase.lower()}"
+    if phase in (PROFILE_LTHP, LOCAL_ONLY, PROFILE_GTHP):
+        dataset, names = ops.dataset(manifest, order, spec.batch_size, spec.collocated_threads)
+        if phase == PROFILE_GTHP:
+            dataset = dataset.take(1).cache().repeat()
+        return dataset.prefetch(2), names
+    cut = decision.cut if phase == OFFLOADED else phase.removeprefix("PROFILE_RTHP_")
+    batched = cut == "BATCH"
+    remote, names = ops.dataset(manifest, order, spec.batch_size, spec.worker_threads, batched)
+    dataset = _distribute(remote, service, job)
+    if phase == OFFLOADED:
+        local, _ = ops.dataset(manifest, order, spec.batch_size, spec.collocated_threads, batched)
+        dataset = tf.data.Dataset.choose_from_datasets([local, dataset], local_share(decision.ratio_local))
+    if not batched:
+        dataset = ops.batch(dataset, manifest, spec.batch_size)
+    return dataset.prefetch(2), names
+
+
+class FastFlowSource:
+    """The client's batches under FastFlow: read from what the policy's state asks for, made anew
+    (fastflow_dataset) when the state changes. Used by one thread at a time (Batches' reader)."""
+
+    def __init__(self, spec, manifest, service, policy):
+        self.spec, self.manifest, self.service, self.policy = spec, manifest, service, policy
+        self.phase, self.names, self._iterator = None, [], None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.policy.state != self.phase:
+            self._iterator = None  # the previous phase's job is released with its iterator
+            dataset, self.names = fastflow_dataset(self.spec, self.manifest, self.service, self.policy.state,
+                                                   self.policy.decision)
+            self._iterator, self.phase = iter(dataset), self.policy.state
+        return next(self._iterator)
 
 
 class Batches:
@@ -462,22 +532,31 @@ class Sharing:
 
 def train(spec, iterator, service, policy, deployment, on_window=None):
     """Run windows until the deployment settles (or max_windows); return (windows, decisions)."""
-    serving = service.serving if service is not None else list
     sharing = Sharing(service)
+    fastflow = isinstance(policy, FastFlowPlacement)
+    if service is None:
+        serving = list
+    elif fastflow:  # its workers are deployed (and billed) whether the client reads from them or not
+        def serving():
+            return service.serving(idle=True)
+    else:
+        serving = service.serving
     windows, decisions = [], []
     step, start, settled = 0, time.monotonic(), 0
     while len(windows) < spec.max_windows and settled < spec.settle_windows:
         before = serving()
+        phase = policy.state if fastflow else ""
         shares_before = sharing.snapshot()
-        window_start = time.monotonic()
+        window_start, cpu_start = time.monotonic(), time.process_time()
         for _ in range(spec.decision_steps):
             next(iterator)
             time.sleep(spec.step_time_s)
         seconds = time.monotonic() - window_start
+        host_cpu = (time.process_time() - cpu_start) / spec.decision_steps
         shares = Sharing.shares(shares_before, sharing.snapshot())
         if service is not None:  # a worker that runs but serves no task yet is no part of the deployment
             shares = {name: share for name, share in shares.items() if name in before}
-        window = MeasuredWindow(window_start - start, step, spec.decision_steps, seconds, before, serving(), shares)
+        window = MeasuredWindow(window_start - start, step, spec.decision_steps, seconds, before, serving(), shares, phase)
         windows.append(window)
         step += spec.decision_steps
         if on_window:
@@ -488,7 +567,9 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
         if sorted(window.workers) != sorted(window.workers_after):
             settled = 0
             continue
-        target = policy.decide(*window.counts, window.seconds / window.steps)
+        # FastFlow counts the host's cycles per batch in each profile (the client's CPU: its pipeline, receiving)
+        extra = {"host_cpu": host_cpu} if fastflow else {}
+        target = policy.decide(*window.counts, window.seconds / window.steps, **extra)
         if not decisions or (decisions[-1]["state"], decisions[-1]["remote"], decisions[-1]["local"]) != (
                 policy.state, *target):
             decisions.append({"time_s": time.monotonic() - start, "state": policy.state, "remote": target[0],
@@ -499,7 +580,11 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
             # without workers would wait forever, so the run ends at the deployment it has
             decisions[-1]["note"] = "the policy asked for no workers: not applied, the run ends"
             break
-        if target != deployment.target:  # a worker that died is not replaced: the run goes on without it
+        if fastflow and policy.state != phase:  # the client reads something else from now on
+            settled = 0
+            for _ in range(SWITCH_WARMUP_BATCHES):
+                next(iterator)
+        elif target != deployment.target:  # a worker that died is not replaced: the run goes on without it
             settled = 0
             deployment.apply(*target)
         elif target != window.counts:
@@ -522,8 +607,12 @@ def write_log(spec, windows, path, started, order_names):
             if spec.placement != "collocated":
                 writer.heartbeat(window.start_s, window.workers_after)
             end = window.start_s + window.seconds
-            writer.time_history(end, window.seconds, window.steps * spec.batch_size / window.seconds,
-                                window.first_step, window.first_step + window.steps)
+            rate = window.steps * spec.batch_size / window.seconds
+            if window.phase.startswith("PROFILE_"):  # FastFlow's profiles: not training throughput (GTHP re-reads a batch)
+                writer.info(end, f"FastFlow profile {window.phase}: {rate:.2f} examples per second over "
+                                 f"{window.steps} steps")
+                continue
+            writer.time_history(end, window.seconds, rate, window.first_step, window.first_step + window.steps)
         last = windows[-1]
         writer.info(last.start_s + last.seconds, f"Training finished: {len(windows)} windows")
 
@@ -571,15 +660,22 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
                 _forget_service(out / "service", fresh)
                 raise
     deployment = Deployment(service, spec.worker_threads) if service else None
-    # collocated: the host's thread budget is its CPUs; with the service the client is not pinned
-    budget = process_cpus(spec.collocated_threads) if service is None else contextlib.nullcontext()
+    fastflow = isinstance(policy, FastFlowPlacement)
+    # collocated and FastFlow (its own pipeline and what it receives): the host's thread budget is its
+    # CPUs; with the service alone the client is not pinned
+    budget = process_cpus(spec.collocated_threads) if service is None or fastflow else contextlib.nullcontext()
     try:
-        if deployment:
-            deployment.apply(policy.remote, policy.local)
+        if deployment:  # FastFlow's workers are started before training, as its user launches them
+            deployment.apply(policy.remote, policy.local, wait=fastflow)
         with budget:
             names = []
 
             def open_iterator():  # registering the dataset and creating the job wait on the service too
+                if fastflow:
+                    source = FastFlowSource(spec, manifest, service, policy)
+                    next(source)  # the first batch; the names are then known
+                    names.extend(source.names)
+                    return itertools.chain([None], source)
                 dataset, order = client_dataset(spec, manifest, service)
                 names.extend(order)
                 return iter(dataset)
@@ -630,6 +726,10 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
         "converged": parsed.converged,
         "worker_hosts": [h["name"] for h in service.remote.hosts] if service and service.remote else [],
         "pipeline_cost": pipeline_cost,
+        # FastFlow's profiles (batches/s), the host's CPU seconds per batch in each, and its one decision
+        **({"fastflow": {"profiles": policy.profiles, "cycles": policy.cycles,
+                         "decision": dataclasses.asdict(policy.decision) if policy.decision else None}}
+           if fastflow else {}),
         # the CPUs this process may use: on the local backend, the ones the client, the dispatcher and
         # every worker share (workers are pinned among them, service.py)
         "cpus": cpus_available(),

@@ -354,21 +354,27 @@ def ordered_ops(manifest, order):
     return autoorder(ops, inflation(manifest))
 
 
-def dataset(manifest, order, batch_size, threads):
+def dataset(manifest, order, batch_size, threads, batched=True):
     """The endless, batched pipeline (images only, plus boxes for RetinaNet) on a private threadpool
     of `threads` threads, each map `threads`-way parallel and each op at most `threads`-way
-    parallel inside. Returns (dataset, op names in order)."""
+    parallel inside. Returns (dataset, op names in order). batched=False: its elements, before the
+    batching (`batch` makes the batches of such a dataset, as here)."""
     ops, _ = ordered_ops(manifest, order)
     ds = _source(manifest).repeat().enumerate().map(_read)
     for op in ops:
         ds = ds.map(op.fn, num_parallel_calls=threads, deterministic=False)
     ds = ds.map(lambda e: {k: v for k, v in e.items() if k != "index"})
-    if PILLOW_PIPELINES[manifest["pipeline"]].padded:
-        ds = ds.padded_batch(batch_size, drop_remainder=True).prefetch(1)
-    else:
-        ds = ds.batch(batch_size, drop_remainder=True).prefetch(1)
+    if batched:
+        ds = batch(ds, manifest, batch_size)
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
     options.threading.max_intra_op_parallelism = threads  # decode and resize kernels would use every core
     options.autotune.cpu_budget = threads
     return ds.with_options(options), [op.name for op in ops]
+
+
+def batch(elements, manifest, batch_size):
+    """The pipeline's batches of `elements` (padded where its elements differ in length)."""
+    if PILLOW_PIPELINES[manifest["pipeline"]].padded:
+        return elements.padded_batch(batch_size, drop_remainder=True).prefetch(1)
+    return elements.batch(batch_size, drop_remainder=True).prefetch(1)

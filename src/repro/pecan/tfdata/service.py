@@ -340,8 +340,9 @@ class Service:
 
     # -- what is running -------------------------------------------------------------------
 
-    def serving(self):
-        """Addresses of running workers that report a task (that serve the job now)."""
+    def serving(self, idle=False):
+        """Addresses of running workers that report a task (that serve the job now); idle=True: of
+        every running worker that reports its address (idle or not)."""
         if not self.state:
             return []
         for proc in self._children.values():
@@ -352,7 +353,7 @@ class Service:
         names = []
         for entry in self.state["workers"]:
             status = polled[id(entry)][1] if "host" in entry else _fresh(entry["status"], entry["pid"])
-            if status and status["tasks"] > 0:
+            if status and (idle or status["tasks"] > 0):
                 names.append(status["address"])
         return names
 
