@@ -2,6 +2,7 @@
 the workflow's rules run: cost-table, figure, validation, estimate, check-reproducibility."""
 
 import argparse
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -201,7 +202,7 @@ def _calibrate(args):
 
 
 def _run(args):
-    from repro.config import load_config
+    from repro.config import check_settings, load_config
     from repro.pecan.engines import engine_of, run_engine
     from repro.pecan.run import load_calibrations
 
@@ -213,10 +214,12 @@ def _run(args):
         if missing:
             raise ReproError(f"--settings {args.settings}: not the run settings the workflow writes "
                              f"(missing {', '.join(missing)})")
+        check_settings(config, f"--settings {args.settings}")
     else:
         config = load_config(args.config)
-    metrics = run_engine(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,
-                         backend=args.backend, service_dir=args.service_dir)
+    with settings_keys(f"--settings {args.settings}") if args.settings else contextlib.nullcontext():
+        metrics = run_engine(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,
+                             backend=args.backend, service_dir=args.service_dir)
     print(f"{args.out}: {engine_of(config)} engine, {metrics['remote_workers']} remote + "
           f"{metrics['local_workers']} local workers, {metrics['throughput']:.0f} examples/s")
 
@@ -455,12 +458,12 @@ def _validation(args):
 
 @settings_keys()
 def _estimate(args):
-    from repro.config import load_config
+    from repro.config import check_settings, load_config
     from repro.fsutil import write_text
     from repro.pecan.estimate import estimate, format_estimate
     from repro.pecan.run import load_calibrations
 
-    config = args.settings if args.settings is not None else load_config(args.config)
+    config = check_settings(args.settings) if args.settings is not None else load_config(args.config)
     table = format_estimate(estimate(config, load_calibrations(args.calibration)))
     if args.output:
         write_text(args.output, table + "\n")

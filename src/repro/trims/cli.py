@@ -257,9 +257,11 @@ def _store_state(path):
 
 
 def _store_start(args):
+    from repro.config import check_settings
     from repro.trims import service
 
-    record = service.start(args.settings, args.state)
+    settings = check_settings(args.settings, places={"base_path": ("trims", "base_path"), "server": ("trims", "server")})
+    record = service.start(settings, args.state)
     print(f"model store pid {record['process']['pid']} on {record['socket']}"
           + (" (found running)" if record.get("reused") else ""))
 
