@@ -158,8 +158,12 @@ def test_store_answers_a_manifest_that_is_a_fifo(hostile_store):
     _refused(hostile_store, "manifest-fifo", "not a regular file")
 
 
-@pytest.mark.parametrize("name, message", [("squeeze\0net", "no NUL byte"), ("m" * 300, "at most 255 bytes")],
-                         ids=["nul-byte", "overlong"])
+@pytest.mark.parametrize("name, message", [
+    ("squeeze\0net", "no NUL byte"), ("m" * 300, "at most 255 bytes"), ("\ud800", "not UTF-8"),
+    ("..", "one path component"), (".", "one path component"),
+    # another name for the model's own directory would load its weights a second time
+    (f"x/../{MODEL}", "one path component"), (f"./{MODEL}", "one path component"), (f"{MODEL}/", "one path component"),
+], ids=["nul-byte", "overlong", "lone-surrogate", "dot-dot", "dot", "up-and-back", "dot-slash", "trailing-slash"])
 def test_store_answers_a_model_name_it_cannot_use(hostile_store, name, message):
     _refused(hostile_store, name, message)
 
