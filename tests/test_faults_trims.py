@@ -714,3 +714,18 @@ def test_measuring_a_model_whose_weights_are_a_fifo_is_refused(models, tmp_path,
     code = main(["trims", "memory", "--base-path", str(base), "--measure", MODEL])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "model.params: is a FIFO; expected a regular file" in err[0], err
+
+
+@pytest.mark.parametrize("megabytes", ["9" * 23, str((1 << 24) + 1)], ids=["overflow", "past-16-tib"])
+def test_a_host_tier_beyond_any_machine_is_refused_before_serving(models, tmp_path, megabytes):
+    sock = tmp_path / "store.sock"
+    argv = [*_server_argv(models, sock), f"--persist-cpu-mb={megabytes}"]
+    try:
+        proc = subprocess.run([sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True, timeout=30,
+                              cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        _stop_whatever_answers(sock)
+        raise
+    assert proc.returncode == 1 and re.fullmatch(r"repro: error: --persist-cpu-mb: expected a whole number of MiB from 0 "
+                                                 r"\(no host tier\) to \d+, got -?\d+\n", proc.stderr), proc.stderr
+    assert not sock.exists()

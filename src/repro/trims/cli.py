@@ -429,7 +429,7 @@ def _current_model(directory, name, seed):
 
 def _server_run(args):
     from repro.trims.runtimes import resolve_device
-    from repro.trims.server import budget_bytes, serve, start_daemon
+    from repro.trims.server import budget_bytes, serve, start_daemon, tier_bytes
 
     socket_path = _socket(args)
     base = _setting(args, "base_path", "base_path")
@@ -437,9 +437,7 @@ def _server_run(args):
     policy = _setting(args, "eviction", "server_eviction")
     device = resolve_device(_setting(args, "device", "device"))
     budget = budget_bytes(fraction, args.memory_mb, device)
-    if args.persist_cpu_mb < 0:
-        raise ReproError(f"--persist-cpu-mb must be 0 or more, got {args.persist_cpu_mb}")
-    persist = args.persist_cpu_mb << 20
+    persist = tier_bytes(args.persist_cpu_mb)
     where = f"{policy}, budget {budget >> 20} MiB of {device} memory" + (
         f", host tier {args.persist_cpu_mb} MiB" if persist else "")
     info = _setting(args, "info_file", "server_info_path")
