@@ -141,3 +141,15 @@ FAULTS = [*SETTINGS_FAULTS]
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
 def test_hostile_input(fault, tmp_path, monkeypatch, capsys):
     check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("name, written", [("p.pdf", ["p.pdf"]), ("p.PNG", ["p.PNG"]), ("p", ["p.pdf", "p.png"])],
+                         ids=["pdf", "png-upper-case", "basename"])
+def test_pecan_plot_writes_the_file_named(tmp_path, monkeypatch, capsys, name, written):
+    """-o names a file in full, or a basename as the artifact's fig8.py takes it (BASE.pdf and BASE.png)."""
+    from support import run_repro
+
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_repro(["pecan", "plot", "-t", "1", "2", "3", "-o", name], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == written

@@ -78,7 +78,8 @@ def add_commands(sub):
                       "(default results/tables/Cachew_AP_FF.csv or results/tables/AutoOrder_Cost.csv)")
     plot.add_argument("-m", "--model", default="ResNet50_v2-8", help="the workload, the figure's title")
     plot.add_argument("-o", "--out_file", "--out-file", dest="out_file", default="plots/ResNet50_v2-8",
-                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8)")
+                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8); "
+                      "a name ending in .pdf or .png: that file only")
     plot.add_argument("-t", "--tpu_costs", "--tpu-costs", dest="tpu_costs", nargs=3, type=float,
                       metavar=("COLLOCATED", "CACHEW", "PECAN"), help="TPU cost per epoch ($) of each mode")
     plot.add_argument("-c", "--cpu_costs", "--cpu-costs", dest="cpu_costs", nargs=3, type=float,
@@ -291,14 +292,17 @@ def _plot(args):
             value = values.get(column, 0)
             row.update({f"{column}_mean": value, f"{column}_ci_low": value, f"{column}_ci_high": value})
         rows.append(row)
-    outputs = [f"{args.out_file}.pdf", f"{args.out_file}.png"]
+    if Path(args.out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
+        outputs = [args.out_file]
+    else:  # a basename, as fig8.py takes it: BASE.pdf and BASE.png
+        outputs = [f"{args.out_file}.pdf", f"{args.out_file}.png"]
     Path(args.out_file).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "costs.csv"
         write_table(rows, table, columns=list(rows[0]))
         plot_costs(table, outputs, args.model, "cost numbers given on the command line",
                    {"font_size": 9, "width_in": 5.0, "height_in": 3.6, "dpi": 150, "show_reference": False})
-    print(f"{outputs[0]}, {outputs[1]}: collocated, Cachew, Pecan")
+    print(f"{', '.join(outputs)}: collocated, Cachew, Pecan")
 
 
 def _plot_comparison(args):
