@@ -135,7 +135,28 @@ SETTINGS_FAULTS = [
           r"repro: error: --settings: server.eviction: 3 is not of type 'string'"),
 ]
 
-FAULTS = [*SETTINGS_FAULTS]
+
+
+def _trace(*events):
+    return lambda ctx: _write(ctx.dir / "t.json", json.dumps({"traceEvents": [
+        {"name": "a", "ph": "X", "pid": 1, "tid": 1, **event} for event in events]}))
+
+
+def _original_summary(*events):
+    return lambda ctx: ["trace", "summarize", "--format", "original", _trace(*events)(ctx), "-o", str(ctx.dir / "s.json")]
+
+
+TRACE_FAULTS = [
+    # -- the original tools' summary: integer nanoseconds and dates from any finite microseconds --
+    Fault("original-summary-duration-past-nanoseconds", _original_summary({"ts": 1, "dur": 1e308}),
+          r"repro: error: .*/t.json: end_to_end_process_time of 1e\+308 us is not a finite number of nanoseconds"),
+    Fault("original-summary-timestamp-past-9999", _original_summary({"ts": 1e300, "dur": 1}),
+          r"repro: error: .*/t.json: timestamp 1e\+300 us is no date between the years 1 and 9999"),
+    Fault("original-summary-timestamp-before-year-1", _original_summary({"ts": -1e17, "dur": 1}),
+          r"repro: error: .*/t.json: timestamp -1e\+17 us is no date"),
+]
+
+FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
