@@ -161,6 +161,8 @@ def compare_table(reports):
         for mode, data in report["modes"].items():
             # the first shared request loads the model into the store: steady state excludes it
             results = data["results"][1:] if mode == "shared" and len(data["results"]) > 1 else data["results"]
+            if not results:
+                raise ValueError(f"{mode} mode made no requests")
             phases = [_trace_phases(r["trace"]) for r in results]
             latencies = np.array([r["latency_us"] for r in results]) / 1000
             row[f"{mode}_latency_ms"] = float(np.median(latencies))
@@ -181,16 +183,24 @@ def summary(compare_paths, distribution_paths):
     def load(path):
         return read_json(path, "an experiment's report.json")
 
+    def rows(table, path):
+        try:
+            return table([load(path)])
+        except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
+            raise ReproError(f"{path}: not an experiment's report.json ({type(exc).__name__}: {str(exc)[:200]})") from None
+        except ReproError as exc:  # a trace it names, or no requests to draw intervals from
+            raise ReproError(str(exc) if str(exc).startswith(f"{path}:") else f"{path}: {exc}") from None
+
+    compared = [row for path in compare_paths for row in rows(compare_table, path)]
+    distributions = sorted((row for path in distribution_paths for row in rows(distribution_table, path)),
+                           key=lambda r: (r["distribution"], r["concurrency"]))
     traces = summarize([Path(p).parent / "traces" for p in compare_paths], group_by=("model_name", "upr_enabled"))
-    return {
-        "compare": compare_table([load(p) for p in compare_paths]),
-        "distributions": distribution_table([load(p) for p in distribution_paths]),
-        "trace_statistics": traces["groups"],
-    }
+    return {"compare": compared, "distributions": distributions, "trace_statistics": traces["groups"]}
 
 
-_NUMBER = "a number"
-_INTERVAL = "a [low, high] pair of numbers"
+MAX_SUMMARY_NUMBER = 1e9  # ms (11 days), requests, clients: past it a figure's axis overflows; a summary never holds one
+_NUMBER = f"a number from 0 to {MAX_SUMMARY_NUMBER:g}"
+_INTERVAL = f"a [low, high] pair of numbers from 0 to {MAX_SUMMARY_NUMBER:g}"
 # what each figure reads of the summary: its table's key, and per row the fields plot_trims draws
 _SUMMARY_ROWS = {
     "trims_model_load": ("compare", {"model": "a string", "speedup": _NUMBER, **{
@@ -205,7 +215,7 @@ _SUMMARY_ROWS = {
 
 def _is(value, kind):
     def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_SUMMARY_NUMBER
 
     if kind == _NUMBER:
         return number(value)
