@@ -156,7 +156,128 @@ TRACE_FAULTS = [
           r"repro: error: .*/t.json: timestamp -1e\+17 us is no date"),
 ]
 
-FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS]
+STYLE = {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False}
+
+
+def _engine_metrics(**changed):
+    """A tf.data engine run's metrics.json as the validation reads it, top-level or spec keys changed."""
+    from test_tfdata import ONE, TWO
+    from test_tfdata import _engine_metrics as metrics
+
+    run = metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 0.5), (TWO, TWO, 0.5)])
+    for key, value in changed.items():
+        (run["spec"] if key in run["spec"] else run)[key] = value
+    return run
+
+
+def _validation(style=STYLE, network="32", output=("v.pdf", "v.png"), **metrics):
+    def prepare(ctx):
+        return ["pecan", "validation", "E", "--metrics", _write(ctx.dir / "m.json", json.dumps(_engine_metrics(**metrics))),
+                "--calibration", _write(ctx.dir / "resnet.json", _calibration("resnet")), "--network-gbps", network,
+                "--style", json.dumps(style), "--output", *(str(ctx.dir / o) for o in output), "--table", str(ctx.dir / "v.csv")]
+
+    return prepare
+
+
+COMPARE_RESULTS = [{"latency_us": 1000 + i, "trace": "traces/t.json", "ok": True, "hit": True} for i in range(3)]
+
+
+def _trims_summary(compare=None, output="s.json"):
+    """`repro trims summary` of a compare report (`compare`: the report, changed) and a distribution report."""
+    def prepare(ctx):
+        trace = {"traceEvents": [{"name": "read_params", "cat": "io", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+                 "otherData": {"model_name": "m", "upr_enabled": True}}
+        _write(ctx.dir / "c" / "traces" / "t.json", json.dumps(trace))
+        results = [{**r, "trace": str(ctx.dir / "c" / r["trace"])} for r in COMPARE_RESULTS]
+        report = {"experiment": "compare", "model": "m", "store": {},
+                  "modes": {"original": {"results": results, "wall_s": 1}, "shared": {"results": results, "wall_s": 1}}}
+        distribution = {"experiment": "distribution", "distribution": "uniform", "params": [], "concurrency": 1,
+                        "results": results, "wall_s": 1, "evictions": 0, "store": {}}
+        text = json.dumps(compare(report) if compare else report).replace('"traces/t.json"', json.dumps(
+            str(ctx.dir / "c" / "traces" / "t.json")))
+        return ["trims", "summary", "--compare", _write(ctx.dir / "c" / "report.json", text),
+                "--distributions", _write(ctx.dir / "d" / "report.json", json.dumps(distribution)), "-o", str(ctx.dir / output)]
+
+    return prepare
+
+
+def _mode_results(results):
+    def change(report):
+        report["modes"]["original"]["results"] = results
+        return report
+
+    return change
+
+
+SUMMARY_ROW = {"model": "m", "speedup": 2, **{f"{m}_{f}": v for m in ("original", "shared") for f, v in (
+    ("latency_ms", 1.0), ("latency_ci_ms", [0.5, 1.5]), ("requests", 3))}}
+
+
+def _trims_plot(style=None, output=("p.pdf", "p.png"), **row):
+    return lambda ctx: ["trims", "plot", "trims_model_load", "--summary", _write(ctx.dir / "s.json", json.dumps(
+        {"compare": [{**SUMMARY_ROW, **row}]})), "--style", json.dumps(style or {}), "--output",
+                        *(str(ctx.dir / o) for o in output)]
+
+
+FIGURE_FAULTS = [
+    # -- a figure's style by hand: the schema's types and bounds (a dpi of 1e9 fills the memory) ------
+    Fault("validation-style-dpi-a-string", _validation(style={**STYLE, "dpi": "x"}),
+          r"repro: error: --style: dpi: 'x' is not of type 'integer'"),
+    Fault("validation-style-dpi-1e9", _validation(style={**STYLE, "dpi": 10 ** 9}),
+          r"repro: error: --style: dpi: 1000000000 is greater than the maximum of 1200", bounded=True),
+    Fault("validation-style-width-1e300", _validation(style={**STYLE, "width_in": 1e300}),
+          r"repro: error: --style: width_in: 1e\+300 is greater than the maximum of 100", bounded=True),
+    Fault("validation-style-width-0", _validation(style={**STYLE, "width_in": 0}),
+          r"repro: error: --style: width_in: 0 is less than the minimum of 1"),
+    Fault("validation-style-unknown-key", _validation(style={**STYLE, "colour": 1}),
+          r"repro: error: --style: \(top level\): Additional properties are not allowed \('colour' was unexpected\)"),
+    Fault("trims-plot-style-width-a-string", _trims_plot(style={"width_in": "5"}),
+          r"repro: error: --style: width_in: '5' is not of type 'number'"),
+    # -- a figure's file: a suffix matplotlib writes, known before the work is done ----------------
+    Fault("validation-output-txt", _validation(output=("v.txt", "v.png")),
+          r"repro pecan validation: error: argument --output: '.*v.txt': expected a file name ending in one of .pdf", code=2),
+    Fault("trims-plot-output-json", _trims_plot(output=("p.json", "p.png")),
+          r"repro trims plot: error: argument --output: '.*p.json': expected a file name ending in one of", code=2),
+    # -- a run's metrics.json that is not one: named, not an IndexError or ValueError traceback -----
+    Fault("validation-metrics-decision-steps-0", _validation(decision_steps=0),
+          r"repro: error: --metrics .*/m.json: not a tf.data engine run's metrics.json \(IndexError"),
+    Fault("validation-metrics-windows-a-mapping", _validation(windows={}),
+          r"repro: error: --metrics .*/m.json: not tf.data engine runs' metrics.json \(ValueError"),
+    Fault("validation-network-1e308", _validation(network="1e308"),
+          r"repro: error: --network-gbps: expected a positive number of at most 100000, got 1e\+308"),
+    # -- trims summary: its output is not one of its reports; a report that is not one is named ------
+    Fault("trims-summary-output-is-a-report", _trims_summary(output="c/report.json"),
+          r"repro: error: -o/--output .*/c/report.json: is one of the inputs"),
+    Fault("trims-summary-modes-a-list", _trims_summary(lambda r: {**r, "modes": []}),
+          r"repro: error: .*/c/report.json: not an experiment's report.json \(AttributeError"),
+    Fault("trims-summary-no-requests", _trims_summary(_mode_results([])),
+          r"repro: error: .*/c/report.json: not an experiment's report.json \(ValueError: original mode made no requests\)"),
+    Fault("trims-summary-latency-a-string", _trims_summary(_mode_results([{**COMPARE_RESULTS[0], "latency_us": "x"}])),
+          r"repro: error: .*/c/report.json: not an experiment's report.json \(TypeError"),
+    Fault("trims-summary-lacks-model", _trims_summary(lambda r: {k: v for k, v in r.items() if k != "model"}),
+          r"repro: error: .*/c/report.json: not an experiment's report.json \(KeyError: 'model'\)"),
+    # -- trims plot: numbers a figure's axis cannot hold ---------------------------------------------
+    Fault("trims-plot-latency-1e308", _trims_plot(original_latency_ms=1e308),
+          r"repro: error: .*/s.json: compare\[0\].original_latency_ms: expected a number from 0 to 1e\+09, got 1e\+308"),
+    Fault("trims-plot-latency-negative", _trims_plot(shared_latency_ms=-1),
+          r"repro: error: .*/s.json: compare\[0\].shared_latency_ms: expected a number from 0 to 1e\+09, got -1"),
+]
+
+
+def _comparison_table_over_its_input(ctx):
+    table = _write(ctx.dir / "t.csv", "mode,tpu_cost_mean\ncollocated,1.0\n")
+    return ["pecan", "comparison-table", "--option", "autoorder", "--workload", "W", "--table", table, "-o", table]
+
+
+OUTPUT_FAULTS = [
+    Fault("comparison-table-output-is-its-table", _comparison_table_over_its_input,
+          r"repro: error: -o/--output .*/t.csv: is one of the inputs"),
+    Fault("trims-store-status-output-is-its-state", lambda ctx: [
+        "trims", "store", "status", "--state", _write(ctx.dir / "state.json", '{"base_path": "b", "socket": "s"}'),
+        "--expect", "x", "-o", str(ctx.dir / "state.json")], r"repro: error: -o/--output .*/state.json: is one of the inputs"),
+]
+
+FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

@@ -95,17 +95,18 @@ def validate_config(config, source="config"):
     return config
 
 
-def check_settings(settings, flag="--settings", places=None):
+def check_settings(settings, flag="--settings", places=None, at=()):
     """Settings written by hand (`--settings`) hold the values a config holds: check each against the
     schema where the workflow takes it from, so a wrong type or an absurd number is named by key
     before it is used. `places` gives a key's place in the config where it is not the same key at the
-    top (a tuple of keys; None: not a config value). A key they lack is left to `settings_keys`."""
+    top (a tuple of keys; None: not a config value); `at`: where every other key lies (the top: ()).
+    A key they lack is left to `settings_keys`."""
     from jsonschema import Draft202012Validator
 
     places = places or {}
     shaped, where = {}, {}
     for key, value in settings.items():
-        place = places.get(key, (key,))
+        place = places.get(key, (*at, key))
         if place is None:
             continue
         node = shaped
@@ -123,8 +124,20 @@ def check_settings(settings, flag="--settings", places=None):
             if tuple(path[:len(place)]) == place:
                 path = [key, *path[len(place):]]
                 break
+        else:  # the mapping `at` names itself (a key it does not allow)
+            path = path[len(at):] if tuple(path[:len(at)]) == at else path
         raise ReproError(f"{flag}: {_shortened('.'.join(path) or '(top level)')}: {_shortened(error.message)}")
     return settings
+
+
+def check_style(style, flag="--style"):
+    """A figure's style given by hand (plots.style as JSON): each value checked against the schema, the
+    keys it lacks filled in with the schema's defaults."""
+    if not isinstance(style, dict):
+        raise ReproError(f"{flag}: expected a JSON object of plots.style keys, got {type(style).__name__}")
+    check_settings(style, flag, at=("plots", "style"))
+    defaults = schema()["properties"]["plots"]["properties"]["style"]["properties"]
+    return {**{key: spec["default"] for key, spec in defaults.items()}, **style}
 
 
 def _without_required(tree):

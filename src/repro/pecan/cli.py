@@ -9,9 +9,10 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
-from repro.settings import settings_argument, settings_keys
+from repro.settings import figure_file, settings_argument, settings_keys
 
 MAX_DOLLARS = 1e9  # per epoch, on `pecan plot`'s command line
+MAX_NETWORK_GBPS = 100_000  # as the config schema bounds pecan.cluster.network_gbps
 MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
 
 
@@ -124,7 +125,8 @@ def _workflow_commands(psub):
     figure.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     figure.add_argument("--settings", required=True, type=settings_argument,
                         help="the figure's settings as JSON (repro.rulesettings.figure_settings)")
-    figure.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    figure.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
+                        help="the figure files")
     figure.add_argument("--verdicts", required=True, help="CSV of the reference values' verdicts to write")
     figure.set_defaults(func=_figure, writes={"output": "--output", "verdicts": "--verdicts"}, reads=("table", "calibration"))
 
@@ -134,7 +136,7 @@ def _workflow_commands(psub):
     both.add_argument("--workload", nargs="+", required=True, dest="workloads", help="the workloads (experiments), on x")
     both.add_argument("--table", nargs="+", required=True, dest="tables", help="each workload's cost table, in order")
     both.add_argument("-o", "--output", required=True, help="CSV file to write")
-    both.set_defaults(func=_comparison_table)
+    both.set_defaults(func=_comparison_table, writes={"output": "-o/--output"}, reads=("tables",))
 
     comparison = psub.add_parser("comparison", help="a figure over several workloads (plots.comparisons) and the "
                                  "paper's values' verdicts")
@@ -143,9 +145,11 @@ def _workflow_commands(psub):
     comparison.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     comparison.add_argument("--settings", required=True, type=settings_argument,
                             help="the figure's settings as JSON (repro.rulesettings.comparison_settings)")
-    comparison.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    comparison.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
+                        help="the figure files")
     comparison.add_argument("--verdicts", required=True, help="CSV of the paper values' verdicts to write")
-    comparison.set_defaults(func=_comparison)
+    comparison.set_defaults(func=_comparison, writes={"output": "--output", "verdicts": "--verdicts"},
+                            reads=("table", "calibration"))
 
     valid = psub.add_parser("validation", help="the engine's measured throughput per deployment next to the "
                             "cluster model's (repro.pecan.validation)")
@@ -154,7 +158,8 @@ def _workflow_commands(psub):
     valid.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     valid.add_argument("--network-gbps", type=float, required=True, help="pecan.cluster.network_gbps")
     valid.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
-    valid.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    valid.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
+                        help="the figure files")
     valid.add_argument("--table", required=True, help="CSV file to write")
     valid.set_defaults(func=_validation, writes={"output": "--output", "table": "--table"}, reads=("metrics", "calibration"))
 
@@ -353,6 +358,7 @@ def _cost_table(args):
 
 @settings_keys()
 def _figure(args):
+    from repro.config import check_style
     from repro.pecan.costtable import write_table
     from repro.pecan.presets import REFERENCE_PLOTS
     from repro.pecan.reproducibility import VERDICT_COLUMNS, reference_verdicts
@@ -365,7 +371,8 @@ def _figure(args):
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])
     modes = settings.get("modes")
-    plot_costs(args.table, args.output, settings["experiment"], text, settings["style"], reference, modes)
+    plot_costs(args.table, args.output, settings["experiment"], text, check_style(settings["style"], "--settings style"),
+               reference, modes)
     verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)
     write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
     print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
@@ -401,7 +408,9 @@ def comparison_caption(settings, calibrations, verdicts):
     return text
 
 
+@settings_keys()
 def _comparison(args):
+    from repro.config import check_style
     from repro.pecan.comparisons import VERDICT_COLUMNS, ordering_notes, paper_verdicts
     from repro.pecan.costtable import write_table
     from repro.pecan.presets import PAPER_COSTS
@@ -412,7 +421,8 @@ def _comparison(args):
     rows = _comparison_rows(args.table)
     verdicts = paper_verdicts(args.comparison, rows, PAPER_COSTS)
     text = comparison_caption(settings, load_calibrations(args.calibration), verdicts)
-    plot_comparison(rows, settings["option"], args.output, text, settings["style"], PAPER_COSTS)
+    plot_comparison(rows, settings["option"], args.output, text, check_style(settings["style"], "--settings style"),
+                    PAPER_COSTS)
     write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
     totals = [v for v in verdicts if v["quantity"] == "total_cost"]
     print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
@@ -436,27 +446,33 @@ def _comparison_rows(path):
 
 
 def _validation(args):
+    from repro.config import check_style
     from repro.fsutil import read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.run import load_calibrations
     from repro.pecan.validation import COLUMNS, caption_text, validation_rows
     from repro.plots import plot_validation
 
+    style = check_style(args.style)
     calibrations = load_calibrations(args.calibration)
     rows, runs = [], []
-    if not math.isfinite(args.network_gbps) or args.network_gbps <= 0:
-        raise ReproError(f"--network-gbps: expected a positive number, got {args.network_gbps}")
+    if not math.isfinite(args.network_gbps) or not 0 < args.network_gbps <= MAX_NETWORK_GBPS:
+        raise ReproError(f"--network-gbps: expected a positive number of at most {MAX_NETWORK_GBPS}, got {args.network_gbps}")
     for path in args.metrics:
         metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
         runs.append(metrics)
         try:
             rows += validation_rows(metrics, calibrations, args.network_gbps, path)
-        except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
             raise ReproError(f"--metrics {path}: not a tf.data engine run's metrics.json ({type(exc).__name__}: "
                              f"{exc})") from None
+    try:  # the caption reads every run's measured inputs
+        text = caption_text(rows, runs)
+    except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
+        raise ReproError(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json "
+                         f"({type(exc).__name__}: {exc})") from None
     write_table(rows, args.table, COLUMNS)
-    text = caption_text(rows, runs)
-    plot_validation(rows, args.output, f"Validation: {args.experiment}", text, args.style)
+    plot_validation(rows, args.output, f"Validation: {args.experiment}", text, style)
     print(text)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
-from repro.settings import settings_argument
+from repro.settings import figure_file, settings_argument
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.workload import DISTRIBUTIONS
 
@@ -204,7 +204,7 @@ def _workflow_commands(tsub):
     status.add_argument("--state", required=True, help="the state JSON store start wrote")
     status.add_argument("--expect", required=True, metavar="DIGEST", help="digest of the settings it must run with")
     status.add_argument("-o", "--output", required=True, help="status JSON to write when every check passes")
-    status.set_defaults(func=_store_status, writes={"output": "-o/--output"})
+    status.set_defaults(func=_store_status, writes={"output": "-o/--output"}, reads=("state",))
 
     fetch = tsub.add_parser("fetch", help="copy a model from an asset store into the base path, checksums verified")
     fetch.add_argument("model")
@@ -232,14 +232,15 @@ def _workflow_commands(tsub):
     summ.add_argument("--compare", nargs="+", required=True, help="compare reports (report.json)")
     summ.add_argument("--distributions", nargs="+", required=True, help="distribution reports (report.json)")
     summ.add_argument("-o", "--output", required=True, help="summary JSON to write")
-    summ.set_defaults(func=_summary, writes={"output": "-o/--output"})
+    summ.set_defaults(func=_summary, writes={"output": "-o/--output"}, reads=("compare", "distributions"))
 
     plot = tsub.add_parser("plot", help="a TrIMS figure from the summary")
     plot.add_argument("figure", choices=["trims_model_load", "trims_distributions"])
     plot.add_argument("--summary", required=True, help="the summary JSON (trims summary)")
     plot.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
-    plot.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
-    plot.set_defaults(func=_plot, writes={"output": "--output"})
+    plot.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
+                        help="the figure files")
+    plot.set_defaults(func=_plot, writes={"output": "--output"}, reads=("summary",))
 
 
 def _store_state(path):
@@ -316,11 +317,12 @@ def _summary(args):
 
 
 def _plot(args):
+    from repro.config import check_style
     from repro.plots import plot_trims
 
     from repro.trims.experiments import read_summary
 
-    plot_trims(args.figure, read_summary(args.summary, args.figure), args.output, args.style)
+    plot_trims(args.figure, read_summary(args.summary, args.figure), args.output, check_style(args.style))
 
 
 def _server_flags(parser):
