@@ -9,6 +9,7 @@ changed or deleted under the test's directory, no process left running.
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 from test_faults_input import CONFIG, Fault, _calibration, _write, check_fault
@@ -277,7 +278,21 @@ OUTPUT_FAULTS = [
         "--expect", "x", "-o", str(ctx.dir / "state.json")], r"repro: error: -o/--output .*/state.json: is one of the inputs"),
 ]
 
-FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS]
+
+
+def _doctor(text):
+    return lambda ctx: ["doctor", "--profile", str(Path(_write(ctx.dir / "profile" / "config.yaml", text)).parent)]
+
+
+DOCTOR_FAULTS = [
+    Fault(f"doctor-{option}-{kind}", _doctor(f"{option}: {value}\n"),
+          rf"repro: error: .*/config.yaml: {option}: expected a plugin name \(letters, digits, - and _\), got {got}")
+    for option in ("executor", "default-storage-provider")
+    for kind, value, got in (("a-list", "[a]", r"\"\['a'\]\""), ("a-mapping", "{a: 1}", r"\"\{'a': 1\}\""),
+                             ("a-number", "5", "'5'"), ("a-path", "../x", r"'\.\./x'"))
+]
+
+FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
