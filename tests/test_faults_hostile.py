@@ -292,7 +292,37 @@ DOCTOR_FAULTS = [
                              ("a-number", "5", "'5'"), ("a-path", "../x", r"'\.\./x'"))
 ]
 
-FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS]
+CLIENT = {"eager": True, "eager_async": False, "cold_cache": True, "seed": 0,
+          "server": {"eviction": "lru", "memory_mb": 300, "device": "cpu"}, "iterations": 5}
+
+
+def _experiment(kind="compare", settings=CLIENT, extra=()):
+    """`repro trims experiment` against a store state that does not exist: what is refused is refused
+    before the store would be started for it."""
+    words = ["compare", "squeezenet_1.1"] if kind == "compare" else [
+        "distribution", "pareto", "--params", "1", "1.5", "--concurrency", "2", "--models", "squeezenet_1.1"]
+    return lambda ctx: ["trims", "experiment", *words, *extra, "--store", str(ctx.dir / "none.json"),
+                        "--settings", json.dumps(settings), "--out", str(ctx.dir / "out")]
+
+
+EXPERIMENT_FAULTS = [
+    Fault("experiment-settings-eager-a-string", _experiment(settings={**CLIENT, "eager": "yes"}),
+          r"repro: error: --settings: eager: 'yes' is not of type 'boolean'"),
+    Fault("experiment-settings-iterations-1e12", _experiment(settings={**CLIENT, "iterations": 10 ** 12}),
+          r"repro: error: --settings: iterations: 1000000000000 is greater than the maximum of 1000000"),
+    Fault("experiment-settings-server-a-list", _experiment("distribution", {**CLIENT, "server": []}),
+          r"repro: error: --settings: server: \[\] is not of type 'object'"),
+    Fault("experiment-settings-lacks-seed", _experiment(settings={k: v for k, v in CLIENT.items() if k != "seed"}),
+          r"repro: error: --settings: lacks key 'seed'"),
+    Fault("experiment-model-dot-dot", lambda ctx: [a if a != "squeezenet_1.1" else ".." for a in _experiment()(ctx)],
+          r"repro: error: model name '\.\.': expected a directory name, one path component"),
+    Fault("experiment-concurrency-1e6", _experiment("distribution", extra=["--concurrency", "1000000"]),
+          r"repro: error: --concurrency: expected 1 to 1024 clients, got 1000000"),
+    Fault("experiment-params-infinite", _experiment("distribution", extra=["--params", "inf"]),
+          r"repro: error: --params: expected finite numbers"),
+]
+
+FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

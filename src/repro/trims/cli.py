@@ -12,6 +12,7 @@ socket lies in a directory only this user can enter (repro.processes.private_dir
 import argparse
 import itertools
 import json
+import math
 import os
 import shutil
 import socket
@@ -290,21 +291,50 @@ def _fetch(args):
     print(f"{manifest['model']}: {manifest['params_bytes']} bytes of weights, checksums verified")
 
 
+def _client_settings(settings, experiment):
+    """The client settings a TrIMS experiment is given (repro.rulesettings.trims_client_settings), each value
+    checked where the config holds it, before the store is started for them."""
+    from repro.config import check_settings
+
+    places = {key: ("trims", "client", key) for key in ("eager", "eager_async", "cold_cache")}
+    places.update(seed=("trims", "seed"), server=("trims", "server"), iterations=("trims", experiment, "iterations"))
+    check_settings(settings, places=places)
+    missing = [key for key in places if key not in settings]
+    if missing:
+        raise ReproError(f"--settings: lacks key {missing[0]!r} (expected the settings the workflow passes; "
+                         "see repro.rulesettings.trims_client_settings)")
+    return settings
+
+
+MAX_CONCURRENCY, MAX_PARAMETER = 1024, 1e6  # as the config schema bounds trims.distributions
+
+
 def _experiment_compare(args):
     from repro.trims import service
     from repro.trims.experiments import run_compare
+    from repro.trims.models import check_model_name
 
+    settings = _client_settings(args.settings, "compare")
+    check_model_name(args.model)
     store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
-    run_compare(args.model, args.settings, store["base_path"], store["socket"], Path(args.out))
+    run_compare(args.model, settings, store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
 
 
 def _experiment_distribution(args):
     from repro.trims import service
     from repro.trims.experiments import run_distribution
+    from repro.trims.models import check_model_name
 
+    settings = _client_settings(args.settings, "distributions")
+    if not 1 <= args.concurrency <= MAX_CONCURRENCY:
+        raise ReproError(f"--concurrency: expected 1 to {MAX_CONCURRENCY} clients, got {str(args.concurrency)[:40]}")
+    if not all(math.isfinite(p) and abs(p) <= MAX_PARAMETER for p in args.params):
+        raise ReproError(f"--params: expected finite numbers from -{MAX_PARAMETER:g} to {MAX_PARAMETER:g}, got {args.params}")
+    for model in args.models:
+        check_model_name(model)
     store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
-    run_distribution(args.distribution, args.params, args.concurrency, args.settings, args.models,
+    run_distribution(args.distribution, args.params, args.concurrency, settings, args.models,
                      store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
 
