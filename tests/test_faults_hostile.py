@@ -297,11 +297,12 @@ CLIENT = {"eager": True, "eager_async": False, "cold_cache": True, "seed": 0,
 
 
 def _experiment(kind="compare", settings=CLIENT, extra=()):
-    """`repro trims experiment` against a store state that does not exist: what is refused is refused
-    before the store would be started for it."""
+    """`repro trims experiment` with a store state that records no settings to start a store with: what is
+    refused is refused before the store would be started."""
     words = ["compare", "squeezenet_1.1"] if kind == "compare" else [
         "distribution", "pareto", "--params", "1", "1.5", "--concurrency", "2", "--models", "squeezenet_1.1"]
-    return lambda ctx: ["trims", "experiment", *words, *extra, "--store", str(ctx.dir / "none.json"),
+    return lambda ctx: ["trims", "experiment", *words, *extra, "--store", _write(
+        ctx.dir / "state.json", json.dumps({"base_path": str(ctx.dir / "models"), "socket": str(ctx.dir / "s.sock")})),
                         "--settings", json.dumps(settings), "--out", str(ctx.dir / "out")]
 
 

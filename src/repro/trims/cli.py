@@ -314,6 +314,7 @@ def _experiment_compare(args):
     from repro.trims.experiments import run_compare
     from repro.trims.models import check_model_name
 
+    _store_state(args.store)  # a state that is no state named first, as it would be without these checks
     settings = _client_settings(args.settings, "compare")
     check_model_name(args.model)
     store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
@@ -326,6 +327,7 @@ def _experiment_distribution(args):
     from repro.trims.experiments import run_distribution
     from repro.trims.models import check_model_name
 
+    _store_state(args.store)
     settings = _client_settings(args.settings, "distributions")
     if not 1 <= args.concurrency <= MAX_CONCURRENCY:
         raise ReproError(f"--concurrency: expected 1 to {MAX_CONCURRENCY} clients, got {str(args.concurrency)[:40]}")
