@@ -541,7 +541,7 @@ def test_fetch_refuses_a_model_name_that_is_a_path(work, capsys):
     _copy_model(work.models, work.dir / "assets" / MODEL)
     _one_line(lambda: main(["trims", "fetch", f"x/../../{MODEL}", "--asset-store", str(work.dir / "assets" / "a"),
                             "--base-path", str(work.dir / "base")]), work, capsys,
-              r"^repro: error: model .*: expected a model name, not a path")
+              r"^repro: error: model name .*: expected a directory name, one path component")
 
 
 def test_memory_refuses_a_model_outside_the_base_path(work, capsys):
@@ -549,7 +549,7 @@ def test_memory_refuses_a_model_outside_the_base_path(work, capsys):
     (work.dir / "base").mkdir()
     _one_line(lambda: main(["trims", "memory", "../outside", "--base-path", str(work.dir / "base"), "--socket",
                             str(work.dir / "none.sock")]), work, capsys,
-              r"^repro: error: model '\.\./outside' is outside the store's base path")
+              r"^repro: error: model name '\.\./outside': expected a directory name, one path component")
 
 
 def test_memory_names_a_graph_that_is_not_onnx(work, capsys):
@@ -623,7 +623,7 @@ def test_a_store_record_that_is_no_regular_file_is_refused_before_a_store_starts
     else:
         record.symlink_to("/dev/zero")
     settings = json.dumps({"base_path": str(tmp_path / "models"),
-                           "server": {"memory_mb": 10, "eviction": "lru", "device": "cpu", "persist_cpu_mb": 0}})
+                           "server": {"memory_mb": 10, "eviction": "lru", "device": "cpu"}})
 
     def limited():
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))

@@ -40,9 +40,7 @@ def fetch_model(asset_store, model, base_path):
     verifying every file against the sha256 its manifest records."""
     from repro.trims.models import check_model_name
 
-    check_model_name(model)
-    if model in (".", "..") or "/" in model:
-        raise ReproError(f"model {model!r}: expected a model name, not a path")
+    check_model_name(model)  # one path component: nothing is written outside base_path
     target = Path(base_path) / model
     source = None if str(asset_store).startswith("gs://") else Path(asset_store) / model
     manifest = None if source is None else load_manifest(source)  # checked before anything is written
