@@ -321,7 +321,8 @@ def test_store_refuses_models_outside_its_base_path(models, module_server, tmp_p
     name = str(evil) if where == "absolute" else os.path.relpath(evil, models)
     conn, reader = _raw(sock)
     answer = _ask(conn, reader, json.dumps({"op": "acquire", "model": name}).encode() + b"\n")
-    assert answer["ok"] is False and "outside the store's base path" in answer["error"], answer
+    # a name that is a path is refused as one; a symlink leading out: test_faults_trims
+    assert answer["ok"] is False and "one path component" in answer["error"], answer
     assert _ask(conn, reader, b'{"op": "status"}\n')["models"] == {}
     conn.close()
 

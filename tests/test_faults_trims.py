@@ -158,8 +158,12 @@ def test_store_answers_a_manifest_that_is_a_fifo(hostile_store):
     _refused(hostile_store, "manifest-fifo", "not a regular file")
 
 
-@pytest.mark.parametrize("name, message", [("squeeze\0net", "no NUL byte"), ("m" * 300, "at most 255 bytes")],
-                         ids=["nul-byte", "overlong"])
+@pytest.mark.parametrize("name, message", [
+    ("squeeze\0net", "no NUL byte"), ("m" * 300, "at most 255 bytes"), ("\ud800", "not UTF-8"),
+    ("..", "one path component"), (".", "one path component"),
+    # another name for the model's own directory would load its weights a second time
+    (f"x/../{MODEL}", "one path component"), (f"./{MODEL}", "one path component"), (f"{MODEL}/", "one path component"),
+], ids=["nul-byte", "overlong", "lone-surrogate", "dot-dot", "dot", "up-and-back", "dot-slash", "trailing-slash"])
 def test_store_answers_a_model_name_it_cannot_use(hostile_store, name, message):
     _refused(hostile_store, name, message)
 
@@ -537,7 +541,7 @@ def test_fetch_refuses_a_model_name_that_is_a_path(work, capsys):
     _copy_model(work.models, work.dir / "assets" / MODEL)
     _one_line(lambda: main(["trims", "fetch", f"x/../../{MODEL}", "--asset-store", str(work.dir / "assets" / "a"),
                             "--base-path", str(work.dir / "base")]), work, capsys,
-              r"^repro: error: model .*: expected a model name, not a path")
+              r"^repro: error: model name .*: expected a directory name, one path component")
 
 
 def test_memory_refuses_a_model_outside_the_base_path(work, capsys):
@@ -545,7 +549,7 @@ def test_memory_refuses_a_model_outside_the_base_path(work, capsys):
     (work.dir / "base").mkdir()
     _one_line(lambda: main(["trims", "memory", "../outside", "--base-path", str(work.dir / "base"), "--socket",
                             str(work.dir / "none.sock")]), work, capsys,
-              r"^repro: error: model '\.\./outside' is outside the store's base path")
+              r"^repro: error: model name '\.\./outside': expected a directory name, one path component")
 
 
 def test_memory_names_a_graph_that_is_not_onnx(work, capsys):
@@ -619,7 +623,7 @@ def test_a_store_record_that_is_no_regular_file_is_refused_before_a_store_starts
     else:
         record.symlink_to("/dev/zero")
     settings = json.dumps({"base_path": str(tmp_path / "models"),
-                           "server": {"memory_mb": 10, "eviction": "lru", "device": "cpu", "persist_cpu_mb": 0}})
+                           "server": {"memory_mb": 10, "eviction": "lru", "device": "cpu"}})
 
     def limited():
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
@@ -710,3 +714,18 @@ def test_measuring_a_model_whose_weights_are_a_fifo_is_refused(models, tmp_path,
     code = main(["trims", "memory", "--base-path", str(base), "--measure", MODEL])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "model.params: is a FIFO; expected a regular file" in err[0], err
+
+
+@pytest.mark.parametrize("megabytes", ["9" * 23, str((1 << 24) + 1)], ids=["overflow", "past-16-tib"])
+def test_a_host_tier_beyond_any_machine_is_refused_before_serving(models, tmp_path, megabytes):
+    sock = tmp_path / "store.sock"
+    argv = [*_server_argv(models, sock), f"--persist-cpu-mb={megabytes}"]
+    try:
+        proc = subprocess.run([sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True, timeout=30,
+                              cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        _stop_whatever_answers(sock)
+        raise
+    assert proc.returncode == 1 and re.fullmatch(r"repro: error: --persist-cpu-mb: expected a whole number of MiB from 0 "
+                                                 r"\(no host tier\) to \d+, got -?\d+\n", proc.stderr), proc.stderr
+    assert not sock.exists()

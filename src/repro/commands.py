@@ -204,10 +204,13 @@ def _state_keys(path):
 @settings_keys()
 def _cluster_start(args):
     from repro.backends import get_backend, start_cluster
-    from repro.config import load_config
+    from repro.config import check_settings, load_config
     from repro.rulesettings import cluster_settings
 
-    settings = args.settings if args.settings is not None else cluster_settings(load_config(args.config))
+    if args.settings is not None:
+        settings = check_settings(args.settings, places={"engine": ("pecan", "engine")})
+    else:
+        settings = cluster_settings(load_config(args.config))
     state = start_cluster(settings, args.state)
     print(get_backend(state["backend"]).describe(state))
 

@@ -81,6 +81,60 @@ def validate_config(config, source="config"):
     return config
 
 
+def check_settings(settings, flag="--settings", places=None, at=()):
+    """Settings written by hand (`--settings`) hold the values a config holds: check each against the
+    schema where the workflow takes it from, so a wrong type or an absurd number is named by key
+    before it is used. `places` gives a key's place in the config where it is not the same key at the
+    top (a tuple of keys; None: not a config value); `at`: where every other key lies (the top: ()).
+    A key they lack is left to `settings_keys`."""
+    from jsonschema import Draft202012Validator
+
+    places = places or {}
+    shaped, where = {}, {}
+    for key, value in settings.items():
+        place = places.get(key, (*at, key))
+        if place is None:
+            continue
+        node = shaped
+        for part in place[:-1]:
+            node = node.setdefault(part, {})
+        node[place[-1]] = value
+        where[tuple(place)] = key
+    _reject_non_finite(shaped, flag, [])
+    errors = sorted(Draft202012Validator(_without_required(schema())).iter_errors(shaped),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        path = [str(p) for p in error.absolute_path]
+        for place, key in where.items():  # named as the settings name it
+            if tuple(path[:len(place)]) == place:
+                path = [key, *path[len(place):]]
+                break
+        else:  # the mapping `at` names itself (a key it does not allow)
+            path = path[len(at):] if tuple(path[:len(at)]) == at else path
+        raise ReproError(f"{flag}: {_shortened('.'.join(path) or '(top level)')}: {_shortened(error.message)}")
+    return settings
+
+
+def check_style(style, flag="--style"):
+    """A figure's style given by hand (plots.style as JSON): each value checked against the schema, the
+    keys it lacks filled in with the schema's defaults."""
+    if not isinstance(style, dict):
+        raise ReproError(f"{flag}: expected a JSON object of plots.style keys, got {type(style).__name__}")
+    check_settings(style, flag, at=("plots", "style"))
+    defaults = schema()["properties"]["plots"]["properties"]["style"]["properties"]
+    return {**{key: spec["default"] for key, spec in defaults.items()}, **style}
+
+
+def _without_required(tree):
+    """The schema with no key required: settings hold a part of a config."""
+    if isinstance(tree, dict):
+        return {k: _without_required(v) for k, v in tree.items() if not (k == "required" and isinstance(v, list))}
+    if isinstance(tree, list):
+        return [_without_required(v) for v in tree]
+    return tree
+
+
 def _shortened(text, limit=200):
     """An error message quotes the value at fault: a long one shortened in the middle, so the line
     stays readable and still ends with what was expected."""

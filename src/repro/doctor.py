@@ -54,21 +54,27 @@ def read_profile(directory):
     return path, profile
 
 
-def plugins(profile):
-    """(kind, name, option) for the executor and default storage the profile names."""
+_PLUGIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")  # as a plugin's package name ends
+
+
+def plugins(profile, path="profile"):
+    """(kind, name, option) for the executor and default storage the profile names; ReproError naming
+    the option where its value cannot name a plugin."""
     found = []
-    executor = profile.get("executor")
-    if executor and str(executor) not in BUILTIN_EXECUTORS:
-        found.append(("executor", str(executor), "executor"))
-    storage = profile.get("default-storage-provider")
-    if storage:
-        found.append(("storage", str(storage), "default-storage-provider"))
+    for kind, option in (("executor", "executor"), ("storage", "default-storage-provider")):
+        name = profile.get(option)
+        if name is None or name == "":
+            continue
+        if not isinstance(name, str) or not _PLUGIN_NAME.fullmatch(name):
+            raise ReproError(f"{path}: {option}: expected a plugin name (letters, digits, - and _), got {str(name)[:100]!r}")
+        if not (kind == "executor" and name in BUILTIN_EXECUTORS):
+            found.append((kind, name, option))
     return found
 
 
 def missing_plugins(path, profile):
     problems = []
-    for kind, name, option in plugins(profile):
+    for kind, name, option in plugins(profile, path):
         module = f"snakemake_{kind}_plugin_{name.replace('-', '_')}"
         try:
             installed = importlib.util.find_spec(module) is not None
@@ -125,6 +131,7 @@ def missing_credentials(environ=os.environ):
 def check_profile(directory):
     """Every problem found, one line each (empty: the profile can start), and a summary of it."""
     path, profile = read_profile(directory)
+    used = plugins(profile, path)  # first: a value that names no plugin is the one problem to name
     problems = missing_plugins(path, profile) + unset_variables(path, profile)
     used = {(kind, name) for kind, name, _ in plugins(profile)}
     if used & GOOGLE_PLUGINS:

@@ -136,7 +136,9 @@ def _save(fig, outputs, caption, style, line=0.035):
 
 def _errors(values, intervals):
     """Matplotlib's yerr (distances below and above) from values and their [low, high] intervals."""
-    return [[v - low for v, (low, _) in zip(values, intervals)], [high - v for v, (_, high) in zip(values, intervals)]]
+    # a percentile bootstrap interval need not hold its estimate: no bar below it or above it then
+    return [[max(0, v - low) for v, (low, _) in zip(values, intervals)],
+            [max(0, high - v) for v, (_, high) in zip(values, intervals)]]
 
 
 def plot_model_load(rows, outputs, caption, style):

@@ -57,3 +57,16 @@ def settings_digest(settings):
     """A short, stable fingerprint of `settings`: a state records it, status checks compare it."""
     text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+FIGURE_FORMATS = ("pdf", "png", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff")  # matplotlib's, by file suffix
+
+
+def figure_file(text):
+    """argparse type: a figure file whose suffix names a format matplotlib writes (it picks the format
+    by the suffix, and fails only after everything else was computed and written)."""
+    suffix = text.rsplit(".", 1)[-1].lower() if "." in text.rsplit("/", 1)[-1] else ""
+    if suffix not in FIGURE_FORMATS:
+        raise argparse.ArgumentTypeError(f"{text[:200]!r}: expected a file name ending in one of "
+                                         f"{', '.join('.' + f for f in FIGURE_FORMATS)}")
+    return text

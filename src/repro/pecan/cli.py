@@ -2,15 +2,17 @@
 the workflow's rules run: cost-table, figure, validation, estimate, check-reproducibility."""
 
 import argparse
+import contextlib
 import math
 import sys
 from pathlib import Path
 
 from repro.errors import ReproError
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
-from repro.settings import settings_argument, settings_keys
+from repro.settings import figure_file, settings_argument, settings_keys
 
 MAX_DOLLARS = 1e9  # per epoch, on `pecan plot`'s command line
+MAX_NETWORK_GBPS = 100_000  # as the config schema bounds pecan.cluster.network_gbps
 MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
 
 
@@ -80,7 +82,8 @@ def add_commands(sub):
                       "(default results/tables/Cachew_AP_FF.csv or results/tables/AutoOrder_Cost.csv)")
     plot.add_argument("-m", "--model", default="ResNet50_v2-8", help="the workload, the figure's title")
     plot.add_argument("-o", "--out_file", "--out-file", dest="out_file", default="plots/ResNet50_v2-8",
-                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8)")
+                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8); "
+                      "a name ending in .pdf or .png: that file only")
     plot.add_argument("-t", "--tpu_costs", "--tpu-costs", dest="tpu_costs", nargs=3, type=float,
                       metavar=("COLLOCATED", "CACHEW", "PECAN"), help="TPU cost per epoch ($) of each mode")
     plot.add_argument("-c", "--cpu_costs", "--cpu-costs", dest="cpu_costs", nargs=3, type=float,
@@ -125,7 +128,8 @@ def _workflow_commands(psub):
     figure.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     figure.add_argument("--settings", required=True, type=settings_argument,
                         help="the figure's settings as JSON (repro.rulesettings.figure_settings)")
-    figure.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    figure.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
+                        help="the figure files")
     figure.add_argument("--verdicts", required=True, help="CSV of the reference values' verdicts to write")
     figure.set_defaults(func=_figure, writes={"output": "--output", "verdicts": "--verdicts"}, reads=("table", "calibration"))
 
@@ -135,7 +139,7 @@ def _workflow_commands(psub):
     both.add_argument("--workload", nargs="+", required=True, dest="workloads", help="the workloads (experiments), on x")
     both.add_argument("--table", nargs="+", required=True, dest="tables", help="each workload's cost table, in order")
     both.add_argument("-o", "--output", required=True, help="CSV file to write")
-    both.set_defaults(func=_comparison_table)
+    both.set_defaults(func=_comparison_table, writes={"output": "-o/--output"}, reads=("tables",))
 
     comparison = psub.add_parser("comparison", help="a figure over several workloads (plots.comparisons) and the "
                                  "paper's values' verdicts")
@@ -144,9 +148,11 @@ def _workflow_commands(psub):
     comparison.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     comparison.add_argument("--settings", required=True, type=settings_argument,
                             help="the figure's settings as JSON (repro.rulesettings.comparison_settings)")
-    comparison.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    comparison.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
+                        help="the figure files")
     comparison.add_argument("--verdicts", required=True, help="CSV of the paper values' verdicts to write")
-    comparison.set_defaults(func=_comparison)
+    comparison.set_defaults(func=_comparison, writes={"output": "--output", "verdicts": "--verdicts"},
+                            reads=("table", "calibration"))
 
     valid = psub.add_parser("validation", help="the engine's measured throughput per deployment next to the "
                             "cluster model's (repro.pecan.validation)")
@@ -155,7 +161,8 @@ def _workflow_commands(psub):
     valid.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
     valid.add_argument("--network-gbps", type=float, required=True, help="pecan.cluster.network_gbps")
     valid.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
-    valid.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
+    valid.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
+                        help="the figure files")
     valid.add_argument("--table", required=True, help="CSV file to write")
     valid.set_defaults(func=_validation, writes={"output": "--output", "table": "--table"}, reads=("metrics", "calibration"))
 
@@ -209,7 +216,7 @@ def _calibrate(args):
 
 
 def _run(args):
-    from repro.config import load_config
+    from repro.config import check_settings, load_config
     from repro.pecan.engines import engine_of, run_engine
     from repro.pecan.run import load_calibrations
 
@@ -221,10 +228,12 @@ def _run(args):
         if missing:
             raise ReproError(f"--settings {args.settings}: not the run settings the workflow writes "
                              f"(missing {', '.join(missing)})")
+        check_settings(config, f"--settings {args.settings}")
     else:
         config = load_config(args.config)
-    metrics = run_engine(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,
-                         backend=args.backend, service_dir=args.service_dir)
+    with settings_keys(f"--settings {args.settings}") if args.settings else contextlib.nullcontext():
+        metrics = run_engine(config, args.experiment, args.mode, load_calibrations(args.calibration), args.out,
+                             backend=args.backend, service_dir=args.service_dir)
     print(f"{args.out}: {engine_of(config)} engine, {metrics['remote_workers']} remote + "
           f"{metrics['local_workers']} local workers, {metrics['throughput']:.0f} examples/s")
 
@@ -298,14 +307,17 @@ def _plot(args):
             value = values.get(column, 0)
             row.update({f"{column}_mean": value, f"{column}_ci_low": value, f"{column}_ci_high": value})
         rows.append(row)
-    outputs = [f"{args.out_file}.pdf", f"{args.out_file}.png"]
+    if Path(args.out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
+        outputs = [args.out_file]
+    else:  # a basename, as fig8.py takes it: BASE.pdf and BASE.png
+        outputs = [f"{args.out_file}.pdf", f"{args.out_file}.png"]
     Path(args.out_file).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "costs.csv"
         write_table(rows, table, columns=list(rows[0]))
         plot_costs(table, outputs, args.model, "cost numbers given on the command line",
                    {"font_size": 9, "width_in": 5.0, "height_in": 3.6, "dpi": 150, "show_reference": False})
-    print(f"{outputs[0]}, {outputs[1]}: collocated, Cachew, Pecan")
+    print(f"{', '.join(outputs)}: collocated, Cachew, Pecan")
 
 
 def _plot_comparison(args):
@@ -357,6 +369,7 @@ def _cost_table(args):
 
 @settings_keys()
 def _figure(args):
+    from repro.config import check_style
     from repro.pecan.costtable import write_table
     from repro.pecan.presets import REFERENCE_PLOTS
     from repro.pecan.reproducibility import VERDICT_COLUMNS, reference_verdicts
@@ -372,7 +385,8 @@ def _figure(args):
     scales = [(row["mode"], row.get("time_scale")) for row in figure_rows(args.table, modes)]
     if settings["engine_caption"] and all(scale for _, scale in scales):
         text += "; time scale " + ", ".join(f"{mode} x{float(scale):.3g}" for mode, scale in scales)
-    plot_costs(args.table, args.output, settings["experiment"], text, settings["style"], reference, modes)
+    plot_costs(args.table, args.output, settings["experiment"], text, check_style(settings["style"], "--settings style"),
+               reference, modes)
     verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)
     write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
     print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
@@ -414,7 +428,9 @@ def comparison_caption(settings, calibrations, verdicts, rows):
     return text
 
 
+@settings_keys()
 def _comparison(args):
+    from repro.config import check_style
     from repro.pecan.comparisons import VERDICT_COLUMNS, ordering_notes, paper_verdicts
     from repro.pecan.costtable import write_table
     from repro.pecan.presets import PAPER_COSTS
@@ -425,7 +441,8 @@ def _comparison(args):
     rows = _comparison_rows(args.table)
     verdicts = paper_verdicts(args.comparison, rows, PAPER_COSTS)
     text = comparison_caption(settings, load_calibrations(args.calibration), verdicts, rows)
-    plot_comparison(rows, settings["option"], args.output, text, settings["style"], PAPER_COSTS)
+    plot_comparison(rows, settings["option"], args.output, text, check_style(settings["style"], "--settings style"),
+                    PAPER_COSTS)
     write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
     totals = [v for v in verdicts if v["quantity"] == "total_cost"]
     print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
@@ -449,29 +466,35 @@ def _comparison_rows(path):
 
 
 def _validation(args):
+    from repro.config import check_style
     from repro.fsutil import read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.run import load_calibrations
     from repro.pecan.validation import COLUMNS, caption_text, validation_rows, verdict
     from repro.plots import plot_validation
 
+    style = check_style(args.style)
     calibrations = load_calibrations(args.calibration)
     rows, runs = [], []
-    if not math.isfinite(args.network_gbps) or args.network_gbps <= 0:
-        raise ReproError(f"--network-gbps: expected a positive number, got {args.network_gbps}")
+    if not math.isfinite(args.network_gbps) or not 0 < args.network_gbps <= MAX_NETWORK_GBPS:
+        raise ReproError(f"--network-gbps: expected a positive number of at most {MAX_NETWORK_GBPS}, got {args.network_gbps}")
     for path in args.metrics:
         metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
         runs.append(metrics)
         try:
             rows += validation_rows(metrics, calibrations, args.network_gbps, path)
-        except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
             raise ReproError(f"--metrics {path}: not a tf.data engine run's metrics.json ({type(exc).__name__}: "
                              f"{exc})") from None
+    try:  # the caption reads every run's measured inputs
+        text = caption_text(rows, runs)
+    except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
+        raise ReproError(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json "
+                         f"({type(exc).__name__}: {exc})") from None
     write_table(rows, args.table, COLUMNS)
-    text = caption_text(rows, runs)
     passed, headline = verdict(rows)
     plot_validation(rows, args.output, f"Validation: {args.experiment}" + ("" if passed else f" ({headline.split(':')[0]})"),
-                    text, args.style)
+                    text, style)
     print(text)
     if not passed:  # the table and the figure stay: they show why
         raise ReproError(f"{args.experiment}: {headline}")
@@ -479,12 +502,12 @@ def _validation(args):
 
 @settings_keys()
 def _estimate(args):
-    from repro.config import load_config
+    from repro.config import check_settings, load_config
     from repro.fsutil import write_text
     from repro.pecan.estimate import estimate, format_estimate
     from repro.pecan.run import load_calibrations
 
-    config = args.settings if args.settings is not None else load_config(args.config)
+    config = check_settings(args.settings) if args.settings is not None else load_config(args.config)
     table = format_estimate(estimate(config, load_calibrations(args.calibration)))
     if args.output:
         write_text(args.output, table + "\n")

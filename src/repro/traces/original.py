@@ -3,8 +3,10 @@ pkg/trace/trace.go): a JSON array with one record per trace, times as integer na
 times as RFC 3339, and with `detailed` the phases under the original's keys.
 """
 
+import math
 from datetime import UTC, datetime
 
+from repro.errors import TraceError
 from repro.traces.summarize import find_traces, summarize_trace
 
 # record key -> (category, event names): the original's event name, and this project's client's
@@ -26,12 +28,20 @@ FIELDS = ("run_id", "server", "upr_enabled", "eager_mode", "eager_mode_async", "
           "experiment_description")
 
 
-def _rfc3339(microseconds):
-    return datetime.fromtimestamp(microseconds / 1e6, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+def _rfc3339(microseconds, path):
+    try:
+        moment = datetime.fromtimestamp(microseconds / 1e6, UTC)
+    except (OverflowError, ValueError, OSError):  # past the years a date holds (1 to 9999)
+        raise TraceError(path, f"timestamp {microseconds} us is no date between the years 1 and 9999") from None
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _ns(microseconds):
-    return round(microseconds * 1000)
+def _ns(microseconds, path, key):
+    """Integer nanoseconds, as the original writes them; a time that overflows is an error, never Infinity."""
+    nanoseconds = microseconds * 1000
+    if not math.isfinite(nanoseconds):
+        raise TraceError(path, f"{key} of {microseconds} us is not a finite number of nanoseconds")
+    return round(nanoseconds)
 
 
 def original_record(path, detailed=True, strict=True):
@@ -39,9 +49,9 @@ def original_record(path, detailed=True, strict=True):
     summary = summarize_trace(path, detailed=True, strict=strict)
     events = summary["detailed_events"]
     record = {key: summary.get(key) for key in FIELDS}
-    record["end_to_end_process_time"] = _ns(summary["end_to_end_process_time"])
-    record["end_to_end_time"] = _ns(summary["end_to_end_time"])
-    start = summary.get("start_at") or (_rfc3339(min(e["start"] for e in events)) if events else None)
+    for key in ("end_to_end_process_time", "end_to_end_time"):
+        record[key] = _ns(summary[key], path, key)
+    start = summary.get("start_at") or (_rfc3339(min(e["start"] for e in events), path) if events else None)
     record["init_time"] = start
     if detailed:
         phases = {}
@@ -49,7 +59,8 @@ def original_record(path, detailed=True, strict=True):
             for key, (category, names) in PHASES.items():
                 if event["cat"] == category and event["name"] in names:
                     phases[key] = {"name": event["name"], "category": category,
-                                   "start_time_t": _rfc3339(event["start"]), "duration": _ns(event["duration"])}
+                                   "start_time_t": _rfc3339(event["start"], path),
+                                   "duration": _ns(event["duration"], path, f"{event['name']}'s duration")}
         record["events"] = phases
     return record
 

@@ -12,6 +12,7 @@ socket lies in a directory only this user can enter (repro.processes.private_dir
 import argparse
 import itertools
 import json
+import math
 import os
 import shutil
 import socket
@@ -23,7 +24,7 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
-from repro.settings import settings_argument
+from repro.settings import figure_file, settings_argument
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.figures import FIGURES
 from repro.trims.modelstore import DEVICE_CHOICES
@@ -206,7 +207,7 @@ def _workflow_commands(tsub):
     status.add_argument("--state", required=True, help="the state JSON store start wrote")
     status.add_argument("--expect", required=True, metavar="DIGEST", help="digest of the settings it must run with")
     status.add_argument("-o", "--output", required=True, help="status JSON to write when every check passes")
-    status.set_defaults(func=_store_status, writes={"output": "-o/--output"})
+    status.set_defaults(func=_store_status, writes={"output": "-o/--output"}, reads=("state",))
 
     fetch = tsub.add_parser("fetch", help="copy a model from an asset store into the base path, checksums verified")
     fetch.add_argument("model")
@@ -234,14 +235,15 @@ def _workflow_commands(tsub):
     summ.add_argument("--compare", nargs="+", required=True, help="compare reports (report.json)")
     summ.add_argument("--distributions", nargs="+", required=True, help="distribution reports (report.json)")
     summ.add_argument("-o", "--output", required=True, help="summary JSON to write")
-    summ.set_defaults(func=_summary, writes={"output": "-o/--output"})
+    summ.set_defaults(func=_summary, writes={"output": "-o/--output"}, reads=("compare", "distributions"))
 
     plot = tsub.add_parser("plot", help="a TrIMS figure from the summary")
     plot.add_argument("figure", choices=list(FIGURES))
     plot.add_argument("--summary", required=True, help="the summary JSON (trims summary)")
     plot.add_argument("--style", required=True, type=settings_argument, help="plots.style as JSON")
-    plot.add_argument("--output", nargs=2, required=True, metavar=("PDF", "PNG"), help="the figure files")
-    plot.set_defaults(func=_plot, writes={"output": "--output"})
+    plot.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
+                        help="the figure files")
+    plot.set_defaults(func=_plot, writes={"output": "--output"}, reads=("summary",))
 
 
 def _store_state(path):
@@ -259,9 +261,11 @@ def _store_state(path):
 
 
 def _store_start(args):
+    from repro.config import check_settings
     from repro.trims import service
 
-    record = service.start(args.settings, args.state)
+    settings = check_settings(args.settings, places={"base_path": ("trims", "base_path"), "server": ("trims", "server")})
+    record = service.start(settings, args.state)
     print(f"model store pid {record['process']['pid']} on {record['socket']}"
           + (" (found running)" if record.get("reused") else ""))
 
@@ -289,21 +293,52 @@ def _fetch(args):
     print(f"{manifest['model']}: {manifest['params_bytes']} bytes of weights, checksums verified")
 
 
+def _client_settings(settings, experiment):
+    """The client settings a TrIMS experiment is given (repro.rulesettings.trims_client_settings), each value
+    checked where the config holds it, before the store is started for them."""
+    from repro.config import check_settings
+
+    places = {key: ("trims", "client", key) for key in ("eager", "eager_async", "cold_cache")}
+    places.update(seed=("trims", "seed"), server=("trims", "server"), iterations=("trims", experiment, "iterations"))
+    check_settings(settings, places=places)
+    missing = [key for key in places if key not in settings]
+    if missing:
+        raise ReproError(f"--settings: lacks key {missing[0]!r} (expected the settings the workflow passes; "
+                         "see repro.rulesettings.trims_client_settings)")
+    return settings
+
+
+MAX_CONCURRENCY, MAX_PARAMETER = 1024, 1e6  # as the config schema bounds trims.distributions
+
+
 def _experiment_compare(args):
     from repro.trims import service
     from repro.trims.experiments import run_compare
+    from repro.trims.models import check_model_name
 
+    _store_state(args.store)  # a state that is no state named first, as it would be without these checks
+    settings = _client_settings(args.settings, "compare")
+    check_model_name(args.model)
     store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
-    run_compare(args.model, args.settings, store["base_path"], store["socket"], Path(args.out))
+    run_compare(args.model, settings, store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
 
 
 def _experiment_distribution(args):
     from repro.trims import service
     from repro.trims.experiments import run_distribution
+    from repro.trims.models import check_model_name
 
+    _store_state(args.store)
+    settings = _client_settings(args.settings, "distributions")
+    if not 1 <= args.concurrency <= MAX_CONCURRENCY:
+        raise ReproError(f"--concurrency: expected 1 to {MAX_CONCURRENCY} clients, got {str(args.concurrency)[:40]}")
+    if not all(math.isfinite(p) and abs(p) <= MAX_PARAMETER for p in args.params):
+        raise ReproError(f"--params: expected finite numbers from -{MAX_PARAMETER:g} to {MAX_PARAMETER:g}, got {args.params}")
+    for model in args.models:
+        check_model_name(model)
     store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
-    run_distribution(args.distribution, args.params, args.concurrency, args.settings, args.models,
+    run_distribution(args.distribution, args.params, args.concurrency, settings, args.models,
                      store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
 
@@ -316,11 +351,12 @@ def _summary(args):
 
 
 def _plot(args):
+    from repro.config import check_style
     from repro.plots import plot_trims
 
     from repro.trims.figures import read_summary
 
-    plot_trims(args.figure, read_summary(args.summary, args.figure), args.output, args.style)
+    plot_trims(args.figure, read_summary(args.summary, args.figure), args.output, check_style(args.style))
 
 
 def _server_flags(parser):
@@ -429,7 +465,7 @@ def _current_model(directory, name, seed):
 
 def _server_run(args):
     from repro.trims.runtimes import resolve_device
-    from repro.trims.server import budget_bytes, serve, start_daemon
+    from repro.trims.server import budget_bytes, serve, start_daemon, tier_bytes
 
     socket_path = _socket(args)
     base = _setting(args, "base_path", "base_path")
@@ -437,9 +473,7 @@ def _server_run(args):
     policy = _setting(args, "eviction", "server_eviction")
     device = resolve_device(_setting(args, "device", "device"))
     budget = budget_bytes(fraction, args.memory_mb, device)
-    if args.persist_cpu_mb < 0:
-        raise ReproError(f"--persist-cpu-mb must be 0 or more, got {args.persist_cpu_mb}")
-    persist = args.persist_cpu_mb << 20
+    persist = tier_bytes(args.persist_cpu_mb)
     where = f"{policy}, budget {budget >> 20} MiB of {device} memory" + (
         f", host tier {args.persist_cpu_mb} MiB" if persist else "")
     info = _setting(args, "info_file", "server_info_path")

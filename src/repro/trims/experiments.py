@@ -40,9 +40,7 @@ def fetch_model(asset_store, model, base_path):
     verifying every file against the sha256 its manifest records."""
     from repro.trims.models import check_model_name
 
-    check_model_name(model)
-    if model in (".", "..") or "/" in model:
-        raise ReproError(f"model {model!r}: expected a model name, not a path")
+    check_model_name(model)  # one path component: nothing is written outside base_path
     target = Path(base_path) / model
     source = None if str(asset_store).startswith("gs://") else Path(asset_store) / model
     manifest = None if source is None else load_manifest(source)  # checked before anything is written
@@ -161,6 +159,8 @@ def compare_table(reports):
         for mode, data in report["modes"].items():
             # the first shared request loads the model into the store: steady state excludes it
             results = data["results"][1:] if mode == "shared" and len(data["results"]) > 1 else data["results"]
+            if not results:
+                raise ValueError(f"{mode} mode made no requests")
             phases = [_trace_phases(r["trace"]) for r in results]
             latencies = np.array([r["latency_us"] for r in results]) / 1000
             row[f"{mode}_latency_ms"] = float(np.median(latencies))
@@ -181,12 +181,65 @@ def summary(compare_paths, distribution_paths):
     def load(path):
         return read_json(path, "an experiment's report.json")
 
+    def rows(table, path):
+        try:
+            return table([load(path)])
+        except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
+            raise ReproError(f"{path}: not an experiment's report.json ({type(exc).__name__}: {str(exc)[:200]})") from None
+        except ReproError as exc:  # a trace it names, or no requests to draw intervals from
+            raise ReproError(str(exc) if str(exc).startswith(f"{path}:") else f"{path}: {exc}") from None
+
+    compared = [row for path in compare_paths for row in rows(compare_table, path)]
+    distributions = sorted((row for path in distribution_paths for row in rows(distribution_table, path)),
+                           key=lambda r: (r["distribution"], r["concurrency"]))
     traces = summarize([Path(p).parent / "traces" for p in compare_paths], group_by=("model_name", "upr_enabled"))
-    return {
-        "compare": compare_table([load(p) for p in compare_paths]),
-        "distributions": distribution_table([load(p) for p in distribution_paths]),
-        "trace_statistics": traces["groups"],
-    }
+    return {"compare": compared, "distributions": distributions, "trace_statistics": traces["groups"]}
+
+
+MAX_SUMMARY_NUMBER = 1e9  # ms (11 days), requests, clients: past it a figure's axis overflows; a summary never holds one
+_NUMBER = f"a number from 0 to {MAX_SUMMARY_NUMBER:g}"
+_INTERVAL = f"a [low, high] pair of numbers from 0 to {MAX_SUMMARY_NUMBER:g}"
+# what each figure reads of the summary: its table's key, and per row the fields plot_trims draws
+_SUMMARY_ROWS = {
+    "trims_model_load": ("compare", {"model": "a string", "speedup": _NUMBER, **{
+        f"{mode}_{field}": kind for mode in ("original", "shared") for field, kind in
+        (("latency_ms", _NUMBER), ("latency_ci_ms", _INTERVAL), ("requests", _NUMBER))}}),
+    "trims_distributions": ("distributions", {"distribution": "a string", "concurrency": _NUMBER, "requests": _NUMBER,
+                                              "hit_rate": _NUMBER, "hit_rate_ci": _INTERVAL, **{
+                                                  f"p{q}{field}": kind for q in (50, 90, 99) for field, kind in
+                                                  (("_ms", _NUMBER), ("_ci_ms", _INTERVAL))}}),
+}
+
+
+def _is(value, kind):
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_SUMMARY_NUMBER
+
+    if kind == _NUMBER:
+        return number(value)
+    if kind == _INTERVAL:
+        return isinstance(value, list) and len(value) == 2 and all(number(v) for v in value)
+    return isinstance(value, str)
+
+
+def read_summary(path, figure):
+    """The summary `trims summary` wrote, checked for what `figure` draws; ReproError naming the file
+    and the first entry that is not what it should be."""
+    what = "the TrIMS summary JSON that trims summary writes"
+    summary = read_json(path, what)
+    key, fields = _SUMMARY_ROWS[figure]
+    if not isinstance(summary, dict):
+        raise ReproError(f"{path}: expected a JSON object ({what}), got {type(summary).__name__}")
+    rows = summary.get(key)
+    if not isinstance(rows, list) or not rows:
+        raise ReproError(f"{path}: {key}: expected a non-empty list of table rows ({what}), got {str(rows)[:60]}")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ReproError(f"{path}: {key}[{i}]: expected an object (a table row), got {type(row).__name__}")
+        for field, kind in fields.items():
+            if not _is(row.get(field), kind):
+                raise ReproError(f"{path}: {key}[{i}].{field}: expected {kind}, got {str(row.get(field))[:60]}")
+    return summary
 
 
 def distribution_table(reports):

@@ -355,10 +355,19 @@ def generate(name, directory, seed=0):
 
 
 def check_model_name(model):
-    """`model` if it can name a model directory: a non-empty string without NUL bytes, at most 255 bytes."""
+    """`model` if it can name a model directory: one path component (so no two names lead to one
+    directory, which the store would load twice), without NUL bytes, UTF-8 (or bytes a file name
+    decodes to), at most 255 bytes."""
     if not isinstance(model, str) or not model:
         raise ReproError(f"model name must be a non-empty string, got {model!r}")
-    if "\0" in model or len(model.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+    if "/" in model or model in (".", ".."):
+        raise ReproError(f"model name {model[:80]!r}: expected a directory name, one path component "
+                         "(no '/', not '.' or '..')")
+    try:
+        encoded = model.encode("utf-8", "surrogateescape")  # a file name's undecodable bytes come back as they were
+    except UnicodeEncodeError:
+        raise ReproError(f"model name {model[:80]!r}: not UTF-8 (a lone surrogate); expected a directory name") from None
+    if "\0" in model or len(encoded) > MAX_NAME_BYTES:
         raise ReproError(f"model name {model[:80]!r}: expected a directory name (no NUL byte, at most "
                          f"{MAX_NAME_BYTES} bytes)")
     return model

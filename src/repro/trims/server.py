@@ -145,6 +145,14 @@ def budget_bytes(fraction=None, megabytes=None, device="cpu"):
     return int(psutil.virtual_memory().total * fraction)
 
 
+def tier_bytes(megabytes):
+    """The host tier's size (--persist-cpu-mb): 0 (none) up to MAX_MEMORY_MB, as the budget is bounded."""
+    if not 0 <= megabytes <= MAX_MEMORY_MB:
+        raise ReproError(f"--persist-cpu-mb: expected a whole number of MiB from 0 (no host tier) to {MAX_MEMORY_MB}, "
+                         f"got {str(megabytes)[:40]}")
+    return int(megabytes) << 20
+
+
 MAX_SOCKET_PATH = 107  # bytes: a Unix socket address holds 108 with the terminating NUL (Linux)
 
 

@@ -1,0 +1,343 @@
+"""Fault injection, continued: what a hostile user gives the commands that the other fault files do
+not try. Settings written by hand with values of the wrong type or past their bounds, model store
+requests with names no model has, size flags without bounds, output paths.
+
+Each row runs as test_faults_input's rows do (`check_fault`): exit code 1 (2 for argparse's usage
+errors), one line on stderr naming the key, flag or file and what was expected, nothing written,
+changed or deleted under the test's directory, no process left running.
+"""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from test_faults_input import CONFIG, Fault, _calibration, _write, check_fault
+
+pytestmark = pytest.mark.fault
+
+
+def _config_settings(make, *args):
+    from repro.config import load_config
+
+    return make(load_config(CONFIG), *args)
+
+
+def _changed(settings, keys, value):
+    settings = copy.deepcopy(dict(settings))
+    node = settings
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    return settings
+
+
+def _calibrations(ctx):
+    return [_write(ctx.dir / f"{p}.json", _calibration(p)) for p in ("resnet", "retinanet")]
+
+
+def _run_settings(keys, value):
+    """`repro pecan run --settings FILE` with the workflow's run settings, one value changed."""
+    def prepare(ctx):
+        from repro.rulesettings import run_settings
+
+        settings = _changed(_config_settings(run_settings, "ResNet50_v2-8", "pecan"), keys, value)
+        return ["pecan", "run", "--settings", _write(ctx.dir / "settings.json", json.dumps(settings)),
+                "--experiment", "ResNet50_v2-8", "--mode", "pecan", "--calibration", *_calibrations(ctx),
+                "--out", str(ctx.dir / "run")]
+
+    return prepare
+
+
+def _estimate_settings(keys, value):
+    def prepare(ctx):
+        from repro.rulesettings import estimate_settings
+
+        settings = _changed(_config_settings(estimate_settings), keys, value)
+        return ["pecan", "estimate", "--settings", json.dumps(settings), "--calibration", *_calibrations(ctx),
+                "--output", str(ctx.dir / "estimate.txt")]
+
+    return prepare
+
+
+def _cluster_settings(keys, value):
+    def prepare(ctx):
+        from repro.rulesettings import cluster_settings
+
+        settings = _changed(_config_settings(cluster_settings), keys, value)
+        return ["cluster", "start", "--settings", json.dumps(settings), "--state", str(ctx.dir / "cluster" / "state.json")]
+
+    return prepare
+
+
+def _store_settings(keys, value):
+    def prepare(ctx):
+        from repro.rulesettings import trims_store_settings
+
+        settings = _changed(_config_settings(trims_store_settings), keys, value)
+        return ["trims", "store", "start", "--settings", json.dumps(settings), "--state", str(ctx.dir / "store" / "state.json")]
+
+    return prepare
+
+
+SETTINGS_FAULTS = [
+    # -- settings written by hand: a wrong type or an absurd value, named by key --------------------
+    Fault("run-settings-seed-a-string", _run_settings(["seed"], "x"),
+          r"repro: error: --settings .*/settings.json: seed: 'x' is not of type 'integer'"),
+    Fault("run-settings-repeats-a-billion", _run_settings(["repeats"], 10 ** 9),
+          r"repro: error: --settings .*/settings.json: repeats: 1000000000 is greater than the maximum of 10000", bounded=True),
+    Fault("run-settings-batch-size-a-string", _run_settings(["pecan", "models", "resnet", "batch_size"], "big"),
+          r"repro: error: --settings .*: pecan.models.resnet.batch_size: 'big' is not of type 'integer'"),
+    Fault("run-settings-mode-a-list", _run_settings(["pecan", "modes", "pecan"], [1]),
+          r"repro: error: --settings .*: pecan.modes.pecan: \[1\] is not of type 'object'"),
+    Fault("run-settings-cluster-a-list", _run_settings(["pecan", "cluster"], []),
+          r"repro: error: --settings .*: pecan.cluster: \[\] is not of type 'object'"),
+    Fault("run-settings-epochs-fractional", _run_settings(["pecan", "modes", "pecan", "epochs"], 2.5),
+          r"repro: error: --settings .*: pecan.modes.pecan.epochs: 2.5 is not of type 'integer'"),
+    Fault("run-settings-calibration-a-string", _run_settings(["calibration"], "x"),
+          r"repro: error: --settings .*: calibration: 'x' is not of type 'object'"),
+    Fault("run-settings-network-a-string", _run_settings(["pecan", "cluster", "network_gbps"], "32"),
+          r"repro: error: --settings .*: pecan.cluster.network_gbps: '32' is not of type 'number'"),
+    Fault("run-settings-policy-prices-null", _run_settings(["pecan", "cluster", "policy_prices"], None),
+          r"repro: error: --settings .*: pecan.cluster.policy_prices: None is not of type 'object'"),
+    Fault("run-settings-modes-a-string", _run_settings(["pecan", "experiments", "ResNet50_v2-8", "modes"], "pecan"),
+          r"repro: error: --settings .*: pecan.experiments.ResNet50_v2-8.modes: 'pecan' is not of type 'array'"),
+    Fault("run-settings-autoorder-yes", _run_settings(["pecan", "modes", "pecan", "autoorder"], "yes"),
+          r"repro: error: --settings .*: pecan.modes.pecan.autoorder: 'yes' is not of type 'boolean'"),
+    Fault("estimate-settings-seed-a-string", _estimate_settings(["seed"], "x"),
+          r"repro: error: --settings: seed: 'x' is not of type 'integer'"),
+    Fault("estimate-settings-models-a-list", _estimate_settings(["pecan", "models"], []),
+          r"repro: error: --settings: pecan.models: \[\] is not of type 'object'"),
+    Fault("estimate-settings-worker-price-a-string", _estimate_settings(["pecan", "prices", "worker"], "1"),
+          r"repro: error: --settings: pecan.prices.worker: '1' is not of type 'number'"),
+    Fault("estimate-settings-worker-price-1e308", _estimate_settings(["pecan", "prices", "worker"], 1e308),
+          r"repro: error: --settings: pecan.prices.worker: 1e\+308 is greater than the maximum of 1000000"),
+    Fault("estimate-settings-preset-a-number", _estimate_settings(["calibration", "preset"], 5),
+          r"repro: error: --settings: calibration.preset: 5 is not of type 'string'"),
+    Fault("cluster-start-settings-trace-store-empty", _cluster_settings(["trace_store"], ""),
+          r"repro: error: --settings: trace_store: '' should be non-empty"),
+    Fault("cluster-start-settings-trace-store-a-number", _cluster_settings(["trace_store"], 5),
+          r"repro: error: --settings: trace_store: 5 is not of type 'string'"),
+    Fault("cluster-start-settings-backend-a-list", _cluster_settings(["backend"], []),
+          r"repro: error: --settings: backend: \[\] is not of type 'string'"),
+    Fault("cluster-start-settings-ssh-a-string", _cluster_settings(["ssh"], "x"),
+          r"repro: error: --settings: ssh: 'x' is not of type 'object'"),
+    Fault("cluster-start-settings-engine-a-number", _cluster_settings(["engine"], 5),
+          r"repro: error: --settings: engine: 5 is not of type 'string'"),
+    Fault("store-start-settings-base-path-a-number", _store_settings(["base_path"], 5),
+          r"repro: error: --settings: base_path: 5 is not of type 'string'"),
+    Fault("store-start-settings-server-a-list", _store_settings(["server"], []),
+          r"repro: error: --settings: server: \[\] is not of type 'object'"),
+    Fault("store-start-settings-memory-a-string", _store_settings(["server", "memory_mb"], "x"),
+          r"repro: error: --settings: server.memory_mb: 'x' is not of type 'integer'"),
+    Fault("store-start-settings-memory-1e30", _store_settings(["server", "memory_mb"], 1e30),
+          r"repro: error: --settings: server.memory_mb: 1e\+30 is greater than the maximum of \d+"),
+    Fault("store-start-settings-eviction-a-number", _store_settings(["server", "eviction"], 3),
+          r"repro: error: --settings: server.eviction: 3 is not of type 'string'"),
+]
+
+
+
+def _trace(*events):
+    return lambda ctx: _write(ctx.dir / "t.json", json.dumps({"traceEvents": [
+        {"name": "a", "ph": "X", "pid": 1, "tid": 1, **event} for event in events]}))
+
+
+def _original_summary(*events):
+    return lambda ctx: ["trace", "summarize", "--format", "original", _trace(*events)(ctx), "-o", str(ctx.dir / "s.json")]
+
+
+TRACE_FAULTS = [
+    # -- the original tools' summary: integer nanoseconds and dates from any finite microseconds --
+    Fault("original-summary-duration-past-nanoseconds", _original_summary({"ts": 1, "dur": 1e308}),
+          r"repro: error: .*/t.json: end_to_end_process_time of 1e\+308 us is not a finite number of nanoseconds"),
+    Fault("original-summary-timestamp-past-9999", _original_summary({"ts": 1e300, "dur": 1}),
+          r"repro: error: .*/t.json: timestamp 1e\+300 us is no date between the years 1 and 9999"),
+    Fault("original-summary-timestamp-before-year-1", _original_summary({"ts": -1e17, "dur": 1}),
+          r"repro: error: .*/t.json: timestamp -1e\+17 us is no date"),
+]
+
+STYLE = {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False}
+
+
+def _engine_metrics(**changed):
+    """A tf.data engine run's metrics.json as the validation reads it, top-level or spec keys changed."""
+    from test_tfdata import ONE, TWO
+    from test_tfdata import _engine_metrics as metrics
+
+    run = metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 0.5), (TWO, TWO, 0.5)])
+    for key, value in changed.items():
+        (run["spec"] if key in run["spec"] else run)[key] = value
+    return run
+
+
+def _validation(style=STYLE, network="32", output=("v.pdf", "v.png"), **metrics):
+    def prepare(ctx):
+        return ["pecan", "validation", "E", "--metrics", _write(ctx.dir / "m.json", json.dumps(_engine_metrics(**metrics))),
+                "--calibration", _write(ctx.dir / "resnet.json", _calibration("resnet")), "--network-gbps", network,
+                "--style", json.dumps(style), "--output", *(str(ctx.dir / o) for o in output), "--table", str(ctx.dir / "v.csv")]
+
+    return prepare
+
+
+COMPARE_RESULTS = [{"latency_us": 1000 + i, "trace": "traces/t.json", "ok": True, "hit": True} for i in range(3)]
+
+
+def _trims_summary(compare=None, output="s.json"):
+    """`repro trims summary` of a compare report (`compare`: the report, changed) and a distribution report."""
+    def prepare(ctx):
+        trace = {"traceEvents": [{"name": "read_params", "cat": "io", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+                 "otherData": {"model_name": "m", "upr_enabled": True}}
+        _write(ctx.dir / "c" / "traces" / "t.json", json.dumps(trace))
+        results = [{**r, "trace": str(ctx.dir / "c" / r["trace"])} for r in COMPARE_RESULTS]
+        report = {"experiment": "compare", "model": "m", "store": {},
+                  "modes": {"original": {"results": results, "wall_s": 1}, "shared": {"results": results, "wall_s": 1}}}
+        distribution = {"experiment": "distribution", "distribution": "uniform", "params": [], "concurrency": 1,
+                        "results": results, "wall_s": 1, "evictions": 0, "store": {}}
+        text = json.dumps(compare(report) if compare else report).replace('"traces/t.json"', json.dumps(
+            str(ctx.dir / "c" / "traces" / "t.json")))
+        return ["trims", "summary", "--compare", _write(ctx.dir / "c" / "report.json", text),
+                "--distributions", _write(ctx.dir / "d" / "report.json", json.dumps(distribution)), "-o", str(ctx.dir / output)]
+
+    return prepare
+
+
+def _mode_results(results):
+    def change(report):
+        report["modes"]["original"]["results"] = results
+        return report
+
+    return change
+
+
+SUMMARY_ROW = {"model": "m", "speedup": 2, **{f"{m}_{f}": v for m in ("original", "shared") for f, v in (
+    ("latency_ms", 1.0), ("latency_ci_ms", [0.5, 1.5]), ("requests", 3))}}
+
+
+def _trims_plot(style=None, output=("p.pdf", "p.png"), **row):
+    return lambda ctx: ["trims", "plot", "trims_model_load", "--summary", _write(ctx.dir / "s.json", json.dumps(
+        {"compare": [{**SUMMARY_ROW, **row}]})), "--style", json.dumps(style or {}), "--output",
+                        *(str(ctx.dir / o) for o in output)]
+
+
+FIGURE_FAULTS = [
+    # -- a figure's style by hand: the schema's types and bounds (a dpi of 1e9 fills the memory) ------
+    Fault("validation-style-dpi-a-string", _validation(style={**STYLE, "dpi": "x"}),
+          r"repro: error: --style: dpi: 'x' is not of type 'integer'"),
+    Fault("validation-style-dpi-1e9", _validation(style={**STYLE, "dpi": 10 ** 9}),
+          r"repro: error: --style: dpi: 1000000000 is greater than the maximum of 1200", bounded=True),
+    Fault("validation-style-width-1e300", _validation(style={**STYLE, "width_in": 1e300}),
+          r"repro: error: --style: width_in: 1e\+300 is greater than the maximum of 100", bounded=True),
+    Fault("validation-style-width-0", _validation(style={**STYLE, "width_in": 0}),
+          r"repro: error: --style: width_in: 0 is less than the minimum of 1"),
+    Fault("validation-style-unknown-key", _validation(style={**STYLE, "colour": 1}),
+          r"repro: error: --style: \(top level\): Additional properties are not allowed \('colour' was unexpected\)"),
+    Fault("trims-plot-style-width-a-string", _trims_plot(style={"width_in": "5"}),
+          r"repro: error: --style: width_in: '5' is not of type 'number'"),
+    # -- a figure's file: a suffix matplotlib writes, known before the work is done ----------------
+    Fault("validation-output-txt", _validation(output=("v.txt", "v.png")),
+          r"repro pecan validation: error: argument --output: '.*v.txt': expected a file name ending in one of .pdf", code=2),
+    Fault("trims-plot-output-json", _trims_plot(output=("p.json", "p.png")),
+          r"repro trims plot: error: argument --output: '.*p.json': expected a file name ending in one of", code=2),
+    # -- a run's metrics.json that is not one: named, not an IndexError or ValueError traceback -----
+    Fault("validation-metrics-decision-steps-0", _validation(decision_steps=0),
+          r"repro: error: --metrics .*/m.json: not a tf.data engine run's metrics.json \(IndexError"),
+    Fault("validation-metrics-windows-a-mapping", _validation(windows={}),
+          r"repro: error: --metrics .*/m.json: not tf.data engine runs' metrics.json \(ValueError"),
+    Fault("validation-network-1e308", _validation(network="1e308"),
+          r"repro: error: --network-gbps: expected a positive number of at most 100000, got 1e\+308"),
+    # -- trims summary: its output is not one of its reports; a report that is not one is named ------
+    Fault("trims-summary-output-is-a-report", _trims_summary(output="c/report.json"),
+          r"repro: error: -o/--output .*/c/report.json: is one of the inputs"),
+    Fault("trims-summary-modes-a-list", _trims_summary(lambda r: {**r, "modes": []}),
+          r"repro: error: .*/c/report.json: not an experiment's report.json \(AttributeError"),
+    Fault("trims-summary-no-requests", _trims_summary(_mode_results([])),
+          r"repro: error: .*/c/report.json: not an experiment's report.json \(ValueError: original mode made no requests\)"),
+    Fault("trims-summary-latency-a-string", _trims_summary(_mode_results([{**COMPARE_RESULTS[0], "latency_us": "x"}])),
+          r"repro: error: .*/c/report.json: not an experiment's report.json \(TypeError"),
+    Fault("trims-summary-lacks-model", _trims_summary(lambda r: {k: v for k, v in r.items() if k != "model"}),
+          r"repro: error: .*/c/report.json: not an experiment's report.json \(KeyError: 'model'\)"),
+    # -- trims plot: numbers a figure's axis cannot hold ---------------------------------------------
+    Fault("trims-plot-latency-1e308", _trims_plot(original_latency_ms=1e308),
+          r"repro: error: .*/s.json: compare\[0\].original_latency_ms: expected a number from 0 to 1e\+09, got 1e\+308"),
+    Fault("trims-plot-latency-negative", _trims_plot(shared_latency_ms=-1),
+          r"repro: error: .*/s.json: compare\[0\].shared_latency_ms: expected a number from 0 to 1e\+09, got -1"),
+]
+
+
+def _comparison_table_over_its_input(ctx):
+    table = _write(ctx.dir / "t.csv", "mode,tpu_cost_mean\ncollocated,1.0\n")
+    return ["pecan", "comparison-table", "--option", "autoorder", "--workload", "W", "--table", table, "-o", table]
+
+
+OUTPUT_FAULTS = [
+    Fault("comparison-table-output-is-its-table", _comparison_table_over_its_input,
+          r"repro: error: -o/--output .*/t.csv: is one of the inputs"),
+    Fault("trims-store-status-output-is-its-state", lambda ctx: [
+        "trims", "store", "status", "--state", _write(ctx.dir / "state.json", '{"base_path": "b", "socket": "s"}'),
+        "--expect", "x", "-o", str(ctx.dir / "state.json")], r"repro: error: -o/--output .*/state.json: is one of the inputs"),
+]
+
+
+
+def _doctor(text):
+    return lambda ctx: ["doctor", "--profile", str(Path(_write(ctx.dir / "profile" / "config.yaml", text)).parent)]
+
+
+DOCTOR_FAULTS = [
+    Fault(f"doctor-{option}-{kind}", _doctor(f"{option}: {value}\n"),
+          rf"repro: error: .*/config.yaml: {option}: expected a plugin name \(letters, digits, - and _\), got {got}")
+    for option in ("executor", "default-storage-provider")
+    for kind, value, got in (("a-list", "[a]", r"\"\['a'\]\""), ("a-mapping", "{a: 1}", r"\"\{'a': 1\}\""),
+                             ("a-number", "5", "'5'"), ("a-path", "../x", r"'\.\./x'"))
+]
+
+CLIENT = {"eager": True, "eager_async": False, "cold_cache": True, "seed": 0,
+          "server": {"eviction": "lru", "memory_mb": 300, "device": "cpu"}, "iterations": 5}
+
+
+def _experiment(kind="compare", settings=CLIENT, extra=()):
+    """`repro trims experiment` with a store state that records no settings to start a store with: what is
+    refused is refused before the store would be started."""
+    words = ["compare", "squeezenet_1.1"] if kind == "compare" else [
+        "distribution", "pareto", "--params", "1", "1.5", "--concurrency", "2", "--models", "squeezenet_1.1"]
+    return lambda ctx: ["trims", "experiment", *words, *extra, "--store", _write(
+        ctx.dir / "state.json", json.dumps({"base_path": str(ctx.dir / "models"), "socket": str(ctx.dir / "s.sock")})),
+                        "--settings", json.dumps(settings), "--out", str(ctx.dir / "out")]
+
+
+EXPERIMENT_FAULTS = [
+    Fault("experiment-settings-eager-a-string", _experiment(settings={**CLIENT, "eager": "yes"}),
+          r"repro: error: --settings: eager: 'yes' is not of type 'boolean'"),
+    Fault("experiment-settings-iterations-1e12", _experiment(settings={**CLIENT, "iterations": 10 ** 12}),
+          r"repro: error: --settings: iterations: 1000000000000 is greater than the maximum of 1000000"),
+    Fault("experiment-settings-server-a-list", _experiment("distribution", {**CLIENT, "server": []}),
+          r"repro: error: --settings: server: \[\] is not of type 'object'"),
+    Fault("experiment-settings-lacks-seed", _experiment(settings={k: v for k, v in CLIENT.items() if k != "seed"}),
+          r"repro: error: --settings: lacks key 'seed'"),
+    Fault("experiment-model-dot-dot", lambda ctx: [a if a != "squeezenet_1.1" else ".." for a in _experiment()(ctx)],
+          r"repro: error: model name '\.\.': expected a directory name, one path component"),
+    Fault("experiment-concurrency-1e6", _experiment("distribution", extra=["--concurrency", "1000000"]),
+          r"repro: error: --concurrency: expected 1 to 1024 clients, got 1000000"),
+    Fault("experiment-params-infinite", _experiment("distribution", extra=["--params", "inf"]),
+          r"repro: error: --params: expected finite numbers"),
+]
+
+FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS]
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
+def test_hostile_input(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("name, written", [("p.pdf", ["p.pdf"]), ("p.PNG", ["p.PNG"]), ("p", ["p.pdf", "p.png"])],
+                         ids=["pdf", "png-upper-case", "basename"])
+def test_pecan_plot_writes_the_file_named(tmp_path, monkeypatch, capsys, name, written):
+    """-o names a file in full, or a basename as the artifact's fig8.py takes it (BASE.pdf and BASE.png)."""
+    from support import run_repro
+
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_repro(["pecan", "plot", "-t", "1", "2", "3", "-o", name], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == written
