@@ -243,7 +243,7 @@ FIGURE_FAULTS = [
     Fault("validation-metrics-decision-steps-0", _validation(decision_steps=0),
           r"repro: error: --metrics .*/m.json: not a tf.data engine run's metrics.json \(IndexError"),
     Fault("validation-metrics-windows-a-mapping", _validation(windows={}),
-          r"repro: error: --metrics .*/m.json: not tf.data engine runs' metrics.json \(ValueError"),
+          r"repro: error: --metrics .*/m.json: not tf.data engine runs' metrics.json \(no window whose workers held still"),
     Fault("validation-network-1e308", _validation(network="1e308"),
           r"repro: error: --network-gbps: expected a positive number of at most 100000, got 1e\+308"),
     # -- trims summary: its output is not one of its reports; a report that is not one is named ------

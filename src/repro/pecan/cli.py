@@ -491,6 +491,9 @@ def _validation(args):
     except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
         raise ReproError(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json "
                          f"({type(exc).__name__}: {exc})") from None
+    if not rows:
+        raise ReproError(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json (no window whose "
+                         "workers held still: no deployment measured)")
     write_table(rows, args.table, COLUMNS)
     passed, headline = verdict(rows)
     plot_validation(rows, args.output, f"Validation: {args.experiment}" + ("" if passed else f" ({headline.split(':')[0]})"),

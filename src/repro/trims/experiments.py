@@ -196,52 +196,6 @@ def summary(compare_paths, distribution_paths):
     return {"compare": compared, "distributions": distributions, "trace_statistics": traces["groups"]}
 
 
-MAX_SUMMARY_NUMBER = 1e9  # ms (11 days), requests, clients: past it a figure's axis overflows; a summary never holds one
-_NUMBER = f"a number from 0 to {MAX_SUMMARY_NUMBER:g}"
-_INTERVAL = f"a [low, high] pair of numbers from 0 to {MAX_SUMMARY_NUMBER:g}"
-# what each figure reads of the summary: its table's key, and per row the fields plot_trims draws
-_SUMMARY_ROWS = {
-    "trims_model_load": ("compare", {"model": "a string", "speedup": _NUMBER, **{
-        f"{mode}_{field}": kind for mode in ("original", "shared") for field, kind in
-        (("latency_ms", _NUMBER), ("latency_ci_ms", _INTERVAL), ("requests", _NUMBER))}}),
-    "trims_distributions": ("distributions", {"distribution": "a string", "concurrency": _NUMBER, "requests": _NUMBER,
-                                              "hit_rate": _NUMBER, "hit_rate_ci": _INTERVAL, **{
-                                                  f"p{q}{field}": kind for q in (50, 90, 99) for field, kind in
-                                                  (("_ms", _NUMBER), ("_ci_ms", _INTERVAL))}}),
-}
-
-
-def _is(value, kind):
-    def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_SUMMARY_NUMBER
-
-    if kind == _NUMBER:
-        return number(value)
-    if kind == _INTERVAL:
-        return isinstance(value, list) and len(value) == 2 and all(number(v) for v in value)
-    return isinstance(value, str)
-
-
-def read_summary(path, figure):
-    """The summary `trims summary` wrote, checked for what `figure` draws; ReproError naming the file
-    and the first entry that is not what it should be."""
-    what = "the TrIMS summary JSON that trims summary writes"
-    summary = read_json(path, what)
-    key, fields = _SUMMARY_ROWS[figure]
-    if not isinstance(summary, dict):
-        raise ReproError(f"{path}: expected a JSON object ({what}), got {type(summary).__name__}")
-    rows = summary.get(key)
-    if not isinstance(rows, list) or not rows:
-        raise ReproError(f"{path}: {key}: expected a non-empty list of table rows ({what}), got {str(rows)[:60]}")
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise ReproError(f"{path}: {key}[{i}]: expected an object (a table row), got {type(row).__name__}")
-        for field, kind in fields.items():
-            if not _is(row.get(field), kind):
-                raise ReproError(f"{path}: {key}[{i}].{field}: expected {kind}, got {str(row.get(field))[:60]}")
-    return summary
-
-
 def distribution_table(reports):
     """Per distribution and concurrency: latency percentiles (ms) with 95% percentile-bootstrap intervals
     over the requests, requests/s and store hit rate (with its interval)."""

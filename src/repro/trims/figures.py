@@ -5,8 +5,9 @@ from dataclasses import dataclass
 from repro.errors import ReproError
 from repro.fsutil import read_json
 
-_NUMBER = "a number"
-_INTERVAL = "a [low, high] pair of numbers"
+MAX_SUMMARY_NUMBER = 1e9  # ms (11 days), requests, clients: past it a figure's axis overflows; a summary never holds one
+_NUMBER = f"a number from 0 to {MAX_SUMMARY_NUMBER:g}"
+_INTERVAL = f"a [low, high] pair of numbers from 0 to {MAX_SUMMARY_NUMBER:g}"
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ FIGURES = {
 
 def _is(value, kind):
     def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_SUMMARY_NUMBER
 
     if kind == _NUMBER:
         return number(value)
