@@ -39,10 +39,11 @@ figures: setup
 
 # Each tier ends with its wall time (tests/conftest.py); -rs lists why each skipped test was skipped
 # (the package that would enable it). benchmarks/tests_time.py times the tiers.
-# Unit tests run on every CPU beside the workflow and service tests, which keep to one worker
-# (tests/conftest.py); WORKERS=0 runs everything in one process.
+PYTEST := $(RUN) pytest -q -rs
+# The unit tests run on every CPU (pytest-xdist, a module per worker: modules share fixtures);
+# WORKERS=0 runs them in one process. The workflow and service tests run one at a time: they share
+# the tiny build, SLURM and sshd, and wait on timing.
 WORKERS ?= auto
-PYTEST := $(RUN) pytest -q -rs -n $(WORKERS) --dist loadgroup
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
 test: $(VENV)/.test-extras
@@ -51,7 +52,7 @@ test: $(VENV)/.test-extras
 # unit tests only: no Snakemake runs, no ssh, SLURM or GPU, no package registry, no tf.data service
 # or other long-running programs (the `service` marker)
 test-fast: $(VENV)/.test-extras
-	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -m "not workflow and not registry and not service" --durations=10
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -n $(WORKERS) --dist loadfile -m "not workflow and not registry and not service" --durations=10
 
 # everything, the Google Batch extra's tests included: what CI runs (.ci/run, which also installs
 # sshd and SLURM and requires their tests)

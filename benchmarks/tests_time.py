@@ -10,7 +10,7 @@ shared machine the numbers move with the load: compare two trees side by side in
     python benchmarks/tests_time.py                      # test-fast, then test
     python benchmarks/tests_time.py --tiers test-fast --rounds 3
     python benchmarks/tests_time.py --repo ../other-tree --tiers test-fast
-    python benchmarks/tests_time.py --tiers test --workers 0,auto   # serial against pytest-xdist
+    python benchmarks/tests_time.py --tiers test-fast --workers 0,auto   # one process against pytest-xdist
 """
 
 import argparse

@@ -155,24 +155,11 @@ SERVER_FIXTURES = {"server", "module_server"}
 SERVICE_FIXTURES = {"tf"}
 
 
-# Under pytest-xdist (`-n auto --dist loadgroup`, as the Makefile runs the suite) the modules that
-# run Snakemake, services or TensorFlow share one worker, whole and in order, as without xdist: they
-# share session and module fixtures (the tiny build, SLURM, sshd) and wait on timing; the other
-# modules' tests fill the other workers.
-HEAVY_MARKERS = {"workflow", "service", "registry"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker, and before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    heavy_modules = set()
     for item in items:
         if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.service)
-        if HEAVY_MARKERS & {mark.name for mark in item.iter_markers()}:
-            heavy_modules.add(item.path)
-    for item in items:
-        if item.path in heavy_modules:
-            item.add_marker(pytest.mark.xdist_group("heavy"))
     if "MUTANT_UNDER_TEST" not in os.environ:
         return
     left_out = [item for item in items if SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))]
