@@ -111,20 +111,16 @@ def test_engine_tfdata_refuses_a_pipeline_without_a_tf_form_at_config_check(monk
     validate_config(copy.deepcopy(config))
 
 
-def test_every_pipeline_with_a_tf_form_has_a_time_scale_and_the_caption_names_each():
-    """The engine runs every pipeline with its record's time scale; a figure over several workloads
-    names each workload's scale where they differ."""
+def test_the_engine_caption_names_the_configured_scale_or_says_each_run_derives_its_own():
+    """Without pecan.tfdata.time_scale every run derives its scale from its own measurements (the cost
+    table carries each mode's); a figure of one workload or several says so, or names the one set."""
     from repro.config import load_config
     from repro.pecan.engines import ENGINES
     from support import REPO
 
-    assert {name: p.time_scale for name, p in PIPELINES.items() if p.tf_form} == {
-        "resnet": 18.0, "retinanet": 6.0, "simclr": 21.0, "asr": 3.0}
     pecan = load_config(REPO / "config" / "config.yaml")["pecan"]
     caption = ENGINES["tfdata"].caption
-    assert "(accelerator step time x18;" in caption(pecan, "ResNet50_v2-8")
-    assert "(accelerator step time x18;" in caption(pecan, ["ResNet50_v2-8", "ResNet50_v3-8"])
-    assert ("(accelerator step time x18 ResNet50_v2-8, x21 SimCLR, x6 RetinaNet, x3 ASRTrans, x18 ResNet50_v3-8;"
-            in caption(pecan, ["ResNet50_v2-8", "SimCLR", "RetinaNet", "ASRTrans", "ResNet50_v3-8"]))
+    for experiments in ("ResNet50_v2-8", ["ResNet50_v2-8", "SimCLR", "RetinaNet", "ASRTrans", "ResNet50_v3-8"]):
+        assert "(accelerator step time derived by each run from its measured pipeline cost" in caption(pecan, experiments)
     pecan["tfdata"]["time_scale"] = 5  # the config's one scale for every pipeline
     assert "(accelerator step time x5;" in caption(pecan, ["ResNet50_v2-8", "SimCLR"])
