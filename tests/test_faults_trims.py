@@ -659,16 +659,22 @@ def test_trims_tools_tool_config_that_cannot_be_built(work, capsys, text, patter
               r"^trims-tools: error: .*bad.yml: " + pattern)
 
 
+def _serve(argv, sock, cwd):
+    """`repro` with a server command line expected to be refused; a server the old code started on
+    `sock` is stopped."""
+    try:
+        return subprocess.run([sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True, timeout=30,
+                              cwd=cwd)
+    except subprocess.TimeoutExpired:
+        _stop_whatever_answers(sock)
+        raise
+
+
 def test_a_memory_budget_beyond_any_machine_is_refused_before_serving(models, tmp_path):
     sock = tmp_path / "store.sock"
     argv = _server_argv(models, sock)
     argv[argv.index("--memory-mb") + 1] = "9" * 23
-    try:
-        proc = subprocess.run([sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True, timeout=30,
-                              cwd=tmp_path)
-    except subprocess.TimeoutExpired:
-        _stop_whatever_answers(sock)
-        raise
+    proc = _serve(argv, sock, tmp_path)
     assert proc.returncode == 1 and re.fullmatch(r"repro: error: --memory-mb: expected a whole number of MiB from 1 to \d+, "
                                                  r"got 9+\n", proc.stderr), proc.stderr
     assert not sock.exists()
@@ -719,13 +725,7 @@ def test_measuring_a_model_whose_weights_are_a_fifo_is_refused(models, tmp_path,
 @pytest.mark.parametrize("megabytes", ["9" * 23, str((1 << 24) + 1)], ids=["overflow", "past-16-tib"])
 def test_a_host_tier_beyond_any_machine_is_refused_before_serving(models, tmp_path, megabytes):
     sock = tmp_path / "store.sock"
-    argv = [*_server_argv(models, sock), f"--persist-cpu-mb={megabytes}"]
-    try:
-        proc = subprocess.run([sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True, timeout=30,
-                              cwd=tmp_path)
-    except subprocess.TimeoutExpired:
-        _stop_whatever_answers(sock)
-        raise
+    proc = _serve([*_server_argv(models, sock), f"--persist-cpu-mb={megabytes}"], sock, tmp_path)
     assert proc.returncode == 1 and re.fullmatch(r"repro: error: --persist-cpu-mb: expected a whole number of MiB from 0 "
                                                  r"\(no host tier\) to \d+, got -?\d+\n", proc.stderr), proc.stderr
     assert not sock.exists()
