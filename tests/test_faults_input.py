@@ -584,3 +584,41 @@ def test_a_receipt_whose_key_is_not_a_name_is_refused(tmp_path, capsys, key):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "not an upload receipt" in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("key", ["../secret.json", "traces/../../secret.json", "/tmp/secret.json", "traces//t.json",
+                                 "./t.json", "a\\..\\secret.json", ""])
+def test_a_receipt_key_that_leaves_the_store_is_refused(tmp_path, capsys, key):
+    """A key naming a file beside the store, with a matching checksum beside it, is not read."""
+    from repro.fsutil import sha256_file
+
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"traceEvents": []}')
+    (tmp_path / "secret.json.sha256").write_text(sha256_file(secret) + "\n")
+    (tmp_path / "store" / "traces").mkdir(parents=True)
+    receipt = tmp_path / "upload.json"
+    receipt.write_text(json.dumps({"store": str(tmp_path / "store"),
+                                   "objects": [{"key": key, "sha256": sha256_file(secret)}]}))
+    code = main(["trace", "download", "-o", str(tmp_path / "out"), str(receipt)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "expected a relative path of plain names" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.fault
+def test_a_store_object_that_is_a_symlink_out_of_the_store_is_refused(tmp_path, capsys):
+    from repro.fsutil import sha256_file
+
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"traceEvents": []}')
+    (tmp_path / "store" / "traces").mkdir(parents=True)
+    (tmp_path / "store" / "traces" / "t.json").symlink_to(secret)
+    (tmp_path / "store" / "traces" / "t.json.sha256").write_text(sha256_file(secret) + "\n")
+    receipt = tmp_path / "upload.json"
+    receipt.write_text(json.dumps({"store": str(tmp_path / "store"),
+                                   "objects": [{"key": "traces/t.json", "sha256": sha256_file(secret)}]}))
+    code = main(["trace", "download", "-o", str(tmp_path / "out"), str(receipt)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "leads outside the store" in err[0], err
+    assert not (tmp_path / "out").exists()

@@ -21,15 +21,22 @@ class LocalStore:
         self.root = Path(root)
 
     def put(self, path, key):
-        target = self.root / key
+        target = self._path(key)
         with atomic_path(target) as tmp:
             shutil.copyfile(path, tmp)
         digest = sha256(target)
         (self.root / f"{key}.sha256").write_text(digest + "\n")
         return {"key": key, "sha256": digest, "bytes": target.stat().st_size}
 
+    def _path(self, key):
+        """The object's file; a key that resolves outside the store (a symlink inside it) is refused."""
+        path = self.root / check_key(key)
+        if not path.resolve().is_relative_to(self.root.resolve()):
+            raise ReproError(f"trace store {self.root}: key {key!r} leads outside the store")
+        return path
+
     def get(self, key, destination, expected_sha256=None):
-        source = self.root / key
+        source = self._path(key)
         sidecar = self.root / f"{key}.sha256"
         if not source.is_file() or not sidecar.is_file():
             raise ReproError(f"trace store {self.root}: no object {key!r}")
@@ -105,6 +112,15 @@ class GCSStore:
         return sorted(blob.name[start:] for blob in blobs)
 
 
+def check_key(key):
+    """An object key: a relative path of plain names, since a key like `../x` would name a file outside the store."""
+    parts = key.split("/")
+    if not key or "\x00" in key or "\\" in key or any(part in ("", ".", "..") for part in parts):
+        raise ReproError(f"trace store key {key!r}: expected a relative path of plain names (no '..', '.', "
+                         "empty parts, backslash or NUL)")
+    return key
+
+
 def _check_expected(store, key, actual, expected):
     """Refuse an object whose content is not what was uploaded (before it lands under its name)."""
     if expected is not None and actual != expected:
@@ -144,6 +160,11 @@ def read_receipt(receipt):
                        for e in data["objects"])):
         raise ReproError(f"{receipt}: not an upload receipt (expected 'store' and 'objects' with each object's key "
                          "and sha256, as a run writes upload.json)")
+    for entry in data["objects"]:
+        try:
+            check_key(entry["key"])
+        except ReproError as exc:
+            raise ReproError(f"{receipt}: {exc}") from None
     return data["store"], data["objects"]
 
 
