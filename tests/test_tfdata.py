@@ -99,8 +99,9 @@ def test_validation_refuses_runs_of_the_model(tmp_path):
         validation_rows({"experiment": "E", "mode": "pecan"}, {}, 32, "m.json")
 
 
-def _engine_metrics(mode="cachew", windows=(), pipeline_cost=True, cpus=2, worker_hosts=()):
-    """A tf.data engine run's metrics.json as the validation reads it (no TensorFlow needed)."""
+def _engine_metrics(mode="cachew", windows=(), pipeline_cost=True, cpus=2, worker_hosts=(), send=0.0, receive=0.0):
+    """A tf.data engine run's metrics.json as the validation reads it (no TensorFlow needed); `send`
+    and `receive`: the transfer probe's CPU seconds per byte."""
     spec = {"experiment": "E", "mode": mode, "placement": "cachew" if mode == "cachew" else "autoplacement",
             "autoorder": mode == "pecan", "pipeline": "resnet", "batch_size": 10, "decision_steps": 4,
             "accelerator_examples_per_s": 1000.0, "time_scale": 10.0, "worker_threads": 1, "collocated_threads": 1,
@@ -110,8 +111,38 @@ def _engine_metrics(mode="cachew", windows=(), pipeline_cost=True, cpus=2, worke
                "windows": [{"steps": 4, "seconds": s, "workers": w, "workers_after": a} for w, a, s in windows]}
     if pipeline_cost:  # 25 ms per element: one 1-CPU worker 40 examples/s, the bound 100
         metrics.update(cpus=cpus, pipeline_cost={"order": "autoorder" if spec["autoorder"] else "declared",
-                                                 "cpu_s_per_element": 0.025, "bytes_per_element": 1000.0})
+                                                 "cpu_s_per_element": 0.025, "bytes_per_element": 1000.0},
+                       transfer_cost={"send_s_per_byte": send, "receive_s_per_byte": receive,
+                                      "worker_s_per_element": send * 1000, "client_s_per_element": receive * 1000})
     return metrics
+
+
+def test_validation_counts_the_cpu_that_moving_each_element_costs():
+    """Sending 1000 bytes costs the worker 5 ms besides its 25 ms pipeline (one worker: 33.3
+    examples/s), receiving costs the client 10 ms on the same 2 CPUs (at most 2 / 40 ms = 50/s);
+    collocated moves nothing."""
+    from repro.pecan.validation import caption_text, validation_rows
+
+    metrics = _engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)], send=5e-6, receive=1e-5)
+    rows = {(r["remote_workers"], r["local_workers"]): r for r in validation_rows(metrics, CALIBRATION, 32)}
+    assert rows[1, 0]["model_tf_examples_per_s"] == pytest.approx(33.33)
+    assert rows[2, 0]["model_tf_examples_per_s"] == 50
+    assert rows[1, 0]["model_examples_per_s"] == 100  # the Pillow-fed model has no such cost
+    assert "as each run's probe measured it: 5.00 ms CPU sending, 10.00 ms receiving" in caption_text(
+        list(rows.values()), [metrics])
+    collocated = _engine_metrics("collocated", windows=[([], [], 1.0)], send=5e-6, receive=1e-5)
+    collocated["spec"]["placement"] = "collocated"
+    del collocated["transfer_cost"]  # a collocated run has no service to probe
+    assert validation_rows(collocated, CALIBRATION, 32)[0]["model_tf_examples_per_s"] == 40
+
+
+def test_validation_of_a_run_without_its_transfer_probe_asks_for_a_rerun():
+    from repro.pecan.validation import validation_rows
+
+    metrics = _engine_metrics(windows=[(ONE, ONE, 1.0)])
+    del metrics["transfer_cost"]
+    with pytest.raises(ReproError, match=r"m.json: no transfer_cost .* run it again"):
+        validation_rows(metrics, CALIBRATION, 32, "m.json")
 
 
 # the Pillow calibration: 5 ms per element, so one worker (200 examples/s) reaches the bound (100)
@@ -589,6 +620,10 @@ def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_
                 if "Worker Address" in line}) >= 2
     assert parsed.converged and parsed.remote_workers in (1, 2) and parsed.local_workers == 0
     assert metrics["remote_workers"] == parsed.remote_workers
+    # the transfer probe: a float32 image per element, sent and received at some CPU per byte
+    transfer = metrics["transfer_cost"]
+    assert transfer["bytes_per_element"] == metrics["pipeline_cost"]["bytes_per_element"] == 224 * 224 * 3 * 4
+    assert transfer["batches"] >= 8 and 0 < transfer["send_s_per_byte"] < 1e-7 and 0 < transfer["receive_s_per_byte"] < 1e-7
     for window in metrics["windows"]:  # each serving worker's CPU share, measured on this machine
         assert set(window["cpu_share"]) <= set(window["workers"]) | set(window["workers_after"])
         assert all(0 < share <= 1 for share in window["cpu_share"].values())

@@ -6,7 +6,8 @@ Time advances in decision windows of `decision_steps` training steps. In each wi
       data service: remote workers x remote vCPUs + local workers x local vCPUs, the remote part
       also limited by the accelerator host's network (preprocessed bytes per element);
       where the job runs on one machine of `host_cpus` CPUs (the tf.data engine's miniature
-      cluster), no deployment preprocesses on more CPUs than that machine has;
+      cluster), no deployment preprocesses on more CPUs than that machine has, and moving an
+      element from worker to client costs CPU on both sides (send_s_per_byte, receive_s_per_byte);
   throughput = min(accelerator bound, capacity) x seeded log-normal noise.
 The placement policy observes the window's batch time and picks the next deployment, which takes
 effect in the next window. FastFlow (repro.pecan.policies.FastFlowPlacement) runs one window per
@@ -66,6 +67,12 @@ class JobSpec:
     # CPUs that every worker and the client share (one machine); 0: every worker has CPUs of its
     # own (the artifact's cluster), and capacity grows with every worker added
     host_cpus: float = 0.0
+    # CPU seconds per byte to move an element from a worker to the client (serialising, the
+    # socket, decoding), on the worker and on the client: measured on one machine over loopback
+    # (repro.pecan.tfdata.engine.measure_transfer_cost); 0 where the cluster's network term is
+    # the only cost of moving it
+    send_s_per_byte: float = 0.0
+    receive_s_per_byte: float = 0.0
 
 
 @dataclass
@@ -91,12 +98,15 @@ class Simulation:
 
 def capacity(spec, remote, local):
     """Examples per second the preprocessing side can deliver with this deployment."""
-    cap = spec.host_cpus / spec.cost_per_element if spec.host_cpus > 0 else math.inf
     if spec.placement == "collocated":
+        cap = spec.host_cpus / spec.cost_per_element if spec.host_cpus > 0 else math.inf
         return min(spec.collocated_vcpus / spec.cost_per_element, cap)
-    remote_rate = remote * spec.remote_worker_vcpus / spec.cost_per_element
+    served = spec.cost_per_element + spec.send_s_per_byte * spec.bytes_per_element  # a worker's CPU per element
+    # one machine: the workers' CPU and the client's receiving share its CPUs
+    cap = spec.host_cpus / (served + spec.receive_s_per_byte * spec.bytes_per_element) if spec.host_cpus > 0 else math.inf
+    remote_rate = remote * spec.remote_worker_vcpus / served
     network_rate = spec.network_gbps * 1e9 / 8 / spec.bytes_per_element
-    return min(local * spec.local_worker_vcpus / spec.cost_per_element + min(remote_rate, network_rate), cap)
+    return min(local * spec.local_worker_vcpus / served + min(remote_rate, network_rate), cap)
 
 
 def fastflow_capacity(spec, state, remote, ratio_local):

@@ -13,7 +13,9 @@ the figure show what each explains:
 * `model_tf` (the engine-fed model): inputs measured for the system the engine runs. The cost and
   bytes per element are the run's own pipeline (its TF ops, in its order) measured by the run
   itself in-process on one CPU before its service started (metrics.json `pipeline_cost`,
-  repro.pecan.tfdata.engine.measure_pipeline_cost). The CPUs are the machine's: on the local
+  repro.pecan.tfdata.engine.measure_pipeline_cost). Moving an element from a worker to the client
+  costs CPU on both sides (sending, receiving), measured per byte by the run's probe before its
+  deployment started (metrics.json `transfer_cost`, measure_transfer_cost). The CPUs are the machine's: on the local
   backend the client, the dispatcher and every worker share `cpus` CPUs (metrics.json), so no
   deployment preprocesses on more than that many (JobSpec.host_cpus). Where remote workers ran on
   other hosts (ssh backend) that cap does not describe them, and it is left out. Each worker (and
@@ -85,10 +87,16 @@ def engine_job(metrics, calibration, network_gbps, path="metrics.json"):
     order = "autoorder" if metrics["spec"]["autoorder"] else "declared"
     if cost["order"] != order:
         raise ReproError(f"{path}: pipeline_cost measured the {cost['order']} order, the run used {order}")
+    transfer = metrics.get("transfer_cost") or {}
+    if not transfer and metrics["spec"]["placement"] != "collocated":
+        raise ReproError(f"{path}: no transfer_cost (a run from before the engine measured moving its batches); "
+                         "run it again (snakemake --forcerun run)")
     shared = 0 if metrics.get("worker_hosts") else metrics["cpus"]  # workers on other hosts: not one machine
     return dataclasses.replace(miniature_job(metrics, calibration, network_gbps),
                                cost_per_element=cost["cpu_s_per_element"],
-                               bytes_per_element=cost["bytes_per_element"], host_cpus=shared)
+                               bytes_per_element=cost["bytes_per_element"], host_cpus=shared,
+                               send_s_per_byte=transfer.get("send_s_per_byte", 0.0),
+                               receive_s_per_byte=transfer.get("receive_s_per_byte", 0.0))
 
 
 def _window_share(window, placement):
@@ -243,5 +251,21 @@ def caption_text(rows, runs, tolerance=0.15):
             f"Model fed the engine's own TF pipeline measured by each run in-process on one CPU ({measured} ms CPU "
             f"per element), the {'/'.join(map(str, cpus))} CPUs the client, dispatcher and workers share, and the "
             f"share of its CPU each worker measured ({share}): "
-            f"{summary(rows, tolerance, 'model_tf')}. Neither model counts sending the batches "
-            f"({mb:.1f} MB per element) from worker to client over loopback, or the client's and dispatcher's own CPU")
+            f"{summary(rows, tolerance, 'model_tf')}. {_transfer_text(runs, mb)}")
+
+
+def _transfer_text(runs, mb):
+    """What the caption says of moving the batches from worker to client."""
+    probes = [m["transfer_cost"] for m in runs if m.get("transfer_cost")]
+    if not probes:
+        return (f"Neither model counts sending the batches ({mb:.1f} MB per element) from worker to client, "
+                "or the client's and dispatcher's own CPU")
+    sent = [1e3 * p["worker_s_per_element"] for p in probes]
+    received = [1e3 * p["client_s_per_element"] for p in probes]
+    return (f"The engine-fed model also counts moving each element ({mb:.1f} MB) from worker to client, as each "
+            f"run's probe measured it: {_span(sent)} ms CPU sending, {_span(received)} ms receiving; the Pillow-fed "
+            "model does not; neither counts the dispatcher's own CPU")
+
+
+def _span(values):
+    return f"{min(values):.2f}-{max(values):.2f}" if max(values) - min(values) >= 0.005 else f"{values[0]:.2f}"

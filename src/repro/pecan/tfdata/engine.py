@@ -73,6 +73,8 @@ SWITCH_WARMUP_BATCHES = 4
 # Before every run, its pipeline's own cost (measure_pipeline_cost): batches read and discarded
 # first (the graph's first runs, allocations), then batches each measured on its own.
 COST_WARMUP_BATCHES, COST_BATCHES = 2, 6
+# The transfer probe (measure_transfer_cost): batches read first, then at least this many, and this long
+TRANSFER_WARMUP_BATCHES, TRANSFER_BATCHES, TRANSFER_MIN_S = 3, 8, 0.5
 
 
 @dataclass(frozen=True)
@@ -308,12 +310,56 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
         del iterator
     nbytes = sum(int(tensor.numpy().nbytes) for tensor in batch.values()) / spec.batch_size
     cpu_spread = spread(cpu)
+    layout = {name: [list(tensor.shape), tensor.dtype.name] for name, tensor in batch.items()}
     return {"pipeline": spec.pipeline, "order": order, "ops": names, "threads": 1, "batch_size": spec.batch_size,
+            "batch_layout": layout,
             "warmup_batches": warmup, "batches": batches,
             "statistic": "median over batches of the process's CPU seconds per element, pinned to one CPU",
             "cpu_s_per_element": cpu_spread["median"], "cpu_s": cpu_spread, "cpu_s_min": min(cpu),
             "wall_s_per_element": spread(wall)["median"], "bytes_per_element": nbytes,
             "load_average": list(os.getloadavg()), "seconds": time.monotonic() - started}
+
+
+def measure_transfer_cost(spec, layout, service, warmup=TRANSFER_WARMUP_BATCHES, batches=TRANSFER_BATCHES,
+                          min_seconds=TRANSFER_MIN_S):
+    """CPU seconds per byte to move a batch of the run's layout from a worker to this client over the
+    service, on each side: what a worker and the client pay per element besides the pipeline.
+
+    A worker of the run's threads serves one batch of that layout (`layout`: {name: [shape, dtype]},
+    measure_pipeline_cost's `batch_layout`) made once and cached, so it spends its CPU only on
+    sending (the service's encoding, gRPC, the socket); the client reads it as training reads
+    batches (uncompressed, _distribute), spending its CPU on receiving and decoding. The worker's
+    CPU time comes from its threads' schedstat, the client's from this process's CPU time, over
+    at least `batches` batches and `min_seconds`. The probe worker runs on this machine (with ssh
+    workers too: the same software sends there) and is stopped before the run's deployment starts.
+    """
+    started = time.monotonic()
+    entry = service.add_worker("local", spec.worker_threads, wait=True)
+    try:
+        shapes = {name: tf.TensorShape(shape) for name, (shape, _) in layout.items()}
+        dtypes = {name: tf.as_dtype(dtype) for name, (_, dtype) in layout.items()}
+        batch = tf.data.Dataset.range(1).map(lambda _: {name: tf.ones(shapes[name], dtypes[name]) for name in layout})
+        iterator = iter(_distribute(batch.cache().repeat(), service, f"{spec.experiment}-{spec.mode}-transfer"))
+        for _ in range(warmup):
+            next(iterator)
+        count, worker_start, client_start, wall_start = 0, sched_times(entry["pid"]), time.process_time(), time.monotonic()
+        while count < batches or time.monotonic() - wall_start < min_seconds:
+            next(iterator)
+            count += 1
+        worker_end, client_s = sched_times(entry["pid"]), time.process_time() - client_start
+        del iterator
+    finally:
+        service.remove_worker("local")
+    if worker_start is None or worker_end is None:
+        raise ReproError(f"{service.state_path}: the transfer probe's worker (pid {entry['pid']}) stopped while probed")
+    worker_s = sum(ran for tid, (ran, _) in worker_end.items()) - sum(ran for ran, _ in worker_start.values())
+    nbytes = count * sum(math.prod(shape) * tf.as_dtype(dtype).size for shape, dtype in layout.values())
+    elements = count * spec.batch_size
+    return {"statistic": "CPU seconds over the probe's batches, a cached batch sent by one worker to this client",
+            "batches": count, "bytes_per_element": nbytes / elements,
+            "worker_s_per_element": worker_s / elements, "client_s_per_element": client_s / elements,
+            "send_s_per_byte": worker_s / nbytes, "receive_s_per_byte": client_s / nbytes,
+            "seconds": time.monotonic() - started}
 
 
 def resolve_scale(spec, manifest, pipeline_cost, given=None):
@@ -664,7 +710,10 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     # collocated and FastFlow (its own pipeline and what it receives): the host's thread budget is its
     # CPUs; with the service alone the client is not pinned
     budget = process_cpus(spec.collocated_threads) if service is None or fastflow else contextlib.nullcontext()
+    transfer_cost = None
     try:
+        if service:  # the model's other input: what moving the run's batches from a worker to the client costs
+            transfer_cost = measure_transfer_cost(spec, pipeline_cost["batch_layout"], service)
         if deployment:  # FastFlow's workers are started before training, as its user launches them
             deployment.apply(policy.remote, policy.local, wait=fastflow)
         with budget:
@@ -726,6 +775,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
         "converged": parsed.converged,
         "worker_hosts": [h["name"] for h in service.remote.hosts] if service and service.remote else [],
         "pipeline_cost": pipeline_cost,
+        **({"transfer_cost": transfer_cost} if transfer_cost else {}),
         # FastFlow's profiles (batches/s), the host's CPU seconds per batch in each, and its one decision
         **({"fastflow": {"profiles": policy.profiles, "cycles": policy.cycles,
                          "decision": dataclasses.asdict(policy.decision) if policy.decision else None}}
