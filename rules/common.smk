@@ -20,7 +20,10 @@ from repro.rulefunctions import (
     output_dir,
     per_mode,
     stop_trims_store,
+    sweep_counts,
+    sweep_outputs,
     untracked,
+    validation_metrics,
 )
 from repro.rulesettings import (
     Settings,
@@ -34,6 +37,7 @@ from repro.rulesettings import (
     provenance_settings,
     run_settings,
     settings_digest,
+    sweep_settings,
     trims_client_settings,
     trims_distribution,
     trims_models,

@@ -26,3 +26,28 @@ rule run:
         " --experiment {wildcards.experiment:q} --mode {wildcards.mode:q}"
         " --calibration {input.calibration:q} --run-dir {params.run_dir:q}"
         " --receipt {output.receipt:q} > {log:q} 2>&1"
+
+
+# The tf.data engine's sweep (pecan.tfdata.sweep): a run per remote worker count, held fixed, at one
+# scale; the validation reads them beside the modes' runs, a curve for the model to match.
+if sweep_counts(config):
+
+    rule sweep:
+        output:
+            metrics=sweep_outputs(config),
+        log:
+            "results/logs/sweep/{experiment}.log",
+        benchmark:
+            "results/benchmarks/sweep/{experiment}.tsv"
+        conda:
+            ENV
+        threads: 1
+        resources:
+            mem_mb=SMALL_JOB["mem_mb"],
+            runtime=10,
+        params:
+            settings=by_wildcards(sweep_settings, config, "experiment"),
+            out=output_dir(0, levels=2),
+        shell:
+            "repro pecan tfdata sweep --settings {params.settings:q}"
+            " --experiment {wildcards.experiment:q} --out {params.out:q} > {log:q} 2>&1"

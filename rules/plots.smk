@@ -95,10 +95,10 @@ rule provenance:
 
 
 # The engine's runs (pecan.engine: tfdata) against the cluster model's predictions for the same
-# deployments, calibration and scale.
+# deployments, calibration and scale, and the sweep's runs where pecan.tfdata.sweep lists counts.
 rule validation:
     input:
-        metrics=per_mode(config, RUN_METRICS),
+        metrics=validation_metrics(config),
         calibration=experiment_calibrations(EXPERIMENT_CALIBRATIONS),
     output:
         pdf="plots/validation_{experiment}.pdf",

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -364,6 +365,30 @@ def test_a_sweep_beyond_the_cpus_is_refused_at_config_check_naming_the_key(tf):
     assert validate_config(config)["pecan"]["tfdata"]["sweep"] == [0, 1]
     config["pecan"]["tfdata"] = {}
     assert validate_config(config)["pecan"]["tfdata"]["sweep"] == []  # the default: no sweep
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("change, expected", [
+    (lambda s: s["pecan"]["tfdata"].update(sweep=[0, 4097]), r"--settings: pecan\.tfdata\.sweep\.1: 4097 is greater than"),
+    (lambda s: s["pecan"]["tfdata"].update(sweep=[0, "1"]), r"--settings: pecan\.tfdata\.sweep\.1: '1' is not of type"),
+    (lambda s: s["pecan"]["tfdata"].update(sweep=[]), r"--settings: pecan\.tfdata\.sweep is empty; expected remote worker"),
+    (lambda s: s.pop("pecan"), r"--settings: lacks key 'pecan'"),
+    (lambda s: s["pecan"]["modes"].update(other=s["pecan"]["modes"].pop("cachew")), r"unknown mode 'cachew'"),
+], ids=["beyond-bound", "string", "empty", "no-pecan", "no-mode"])
+def test_the_sweep_rules_settings_are_checked_before_anything_runs(tf, tmp_path, change, expected):
+    """`repro pecan tfdata sweep --settings` as the sweep rule passes them, one value broken: one line
+    naming the key, exit 1, nothing written."""
+    from repro.rulesettings import sweep_settings
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["pecan"].update(engine="tfdata", tfdata={"sweep": [0, 1], "images": 16})
+    settings = json.loads(json.dumps(sweep_settings(validate_config(config), "ResNet50_v2-8")))
+    change(settings)
+    result = subprocess.run([str(REPRO), "pecan", "tfdata", "sweep", "--settings", json.dumps(settings), "--experiment",
+                             "ResNet50_v2-8", "--out", str(tmp_path / "sweep")], capture_output=True, text=True)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and re.search(expected, lines[0]), result.stderr
+    assert not (tmp_path / "sweep").exists()
 
 
 @pytest.mark.fault
@@ -827,7 +852,7 @@ def _build_fig8_on_the_engine(tmp_path):
     from repro.pecan.tfdata.service import Service
 
     engine = tmp_path / "engine.yaml"
-    engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, "images": 16}}}))
+    engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, "images": 16, "sweep": [0, 2]}}}))
     configs = ("--configfile", str(TINY), str(REPO / "config" / "examples" / "tfdata.yaml"), str(engine))
     # six modes, FastFlow among them
     snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json", *configs, timeout=900)
@@ -854,8 +879,10 @@ def _build_fig8_on_the_engine(tmp_path):
     assert "derived by each run from its measured pipeline cost" in settings["figure"]["engine_caption"]
     with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
         validation = list(csv.DictReader(fh))
-    # every mode of the experiment, FastFlow's per phase
-    assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan", "autoplacement", "autoorder", "fastflow"}
+    # every mode of the experiment, FastFlow's per phase, and the sweep's counts (the sweep rule's runs)
+    assert {r["mode"] for r in validation} == {"collocated", "cachew", "pecan", "autoplacement", "autoorder", "fastflow",
+                                               "sweep"}
+    assert {r["remote_workers"] for r in validation if r["mode"] == "sweep"} == {"0", "2"}
     assert {r["phase"] for r in validation if r["mode"] == "fastflow"} >= {"PROFILE_LTHP", "PROFILE_GTHP"}
     # at the derived scale collocated is below the bound (its one CPU at most 60% of the demand)
     assert all(r["model_tf_below_bound"] == "True" for r in validation if r["mode"] == "collocated")

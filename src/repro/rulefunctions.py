@@ -16,6 +16,8 @@ from repro.snakemake_adapter import per_job, untracked  # noqa: F401  (the rule 
 # A Pecan run's directory and its metrics, which the cost, validation and `all` targets ask for.
 RUN_DIR = "results/runs/{experiment}/{mode}"
 RUN_METRICS = f"{RUN_DIR}/metrics.json"
+# The tf.data engine's sweep: a run per remote worker count, which the validation reads with the modes' runs
+SWEEP_METRICS = "results/sweep/{experiment}/{count}/metrics.json"
 
 
 def by_wildcards(settings, config, *names):
@@ -58,6 +60,30 @@ def per_mode(config, pattern):
     def files(wildcards):
         experiment = wildcards.experiment
         return [pattern.format(experiment=experiment, mode=mode) for mode in modes_of(config, experiment)]
+
+    return per_job(files)
+
+
+def sweep_counts(config):
+    """The remote worker counts of the tf.data engine's sweep (pecan.tfdata.sweep); none under another engine."""
+    pecan = config["pecan"]
+    return list(pecan.get("tfdata", {}).get("sweep", [])) if pecan["engine"] == "tfdata" else []
+
+
+def sweep_outputs(config):
+    """The sweep rule's outputs: each count's metrics, for the job's experiment."""
+    return [SWEEP_METRICS.format(experiment="{experiment}", count=count) for count in sweep_counts(config)]
+
+
+def validation_metrics(config):
+    """An input function: the engine runs the validation of the job's experiment reads, each mode's
+    and each of the sweep's counts'."""
+    counts = sweep_counts(config)
+
+    def files(wildcards):
+        experiment = wildcards.experiment
+        return ([RUN_METRICS.format(experiment=experiment, mode=mode) for mode in modes_of(config, experiment)]
+                + [SWEEP_METRICS.format(experiment=experiment, count=count) for count in counts])
 
     return per_job(files)
 

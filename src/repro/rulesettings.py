@@ -54,8 +54,24 @@ def run_settings(config, experiment, mode):
     engine = {"engine": pecan["engine"]}
     section = ENGINES[pecan["engine"]].section
     if section:  # an engine's own settings matter to its runs only
-        # (but the tf.data engine's `sweep`, which `repro pecan tfdata sweep` reads, not a run)
+        # (but the tf.data engine's `sweep`, which the sweep rule reads, not a run)
         engine[section] = {key: value for key, value in pecan[section].items() if key != "sweep"}
+    return _experiment_settings(config, experiment, mode, engine)
+
+
+def sweep_settings(config, experiment):
+    """What `repro pecan tfdata sweep` reads for one experiment: what its runs read, in SWEEP_MODE's
+    pipeline order, and the tf.data engine's settings with the counts."""
+    return _experiment_settings(config, experiment, SWEEP_MODE,
+                                {"engine": "tfdata", "tfdata": config["pecan"].get("tfdata", {})})
+
+
+SWEEP_MODE = "cachew"  # the sweep's runs hold workers fixed: only this mode's pipeline order matters
+
+
+def _experiment_settings(config, experiment, mode, engine):
+    pecan = config["pecan"]
+    exp = pecan["experiments"][experiment]
     return Settings({
         "seed": config["seed"],
         "repeats": config["repeats"],

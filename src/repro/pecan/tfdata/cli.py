@@ -5,6 +5,7 @@ import sys
 
 from repro.errors import ReproError
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S
+from repro.settings import settings_argument
 
 
 def _port(text):
@@ -70,14 +71,17 @@ def add_commands(psub):
                                         "workers held fixed (0: the client's own pipeline), at one miniature scale; "
                                         "writes <out>/<count>/run.log and metrics.json, which `repro pecan validation` "
                                         "reads as any engine run's.")
-    sweep.add_argument("--config", default="config/config.yaml")
+    source = sweep.add_mutually_exclusive_group()
+    source.add_argument("--config", help="workflow config (default config/config.yaml)")
+    source.add_argument("--settings", type=settings_argument,
+                        help="the sweep's settings as the workflow passes them (JSON text), instead of --config")
     sweep.add_argument("--experiment", required=True)
     sweep.add_argument("--mode", default="cachew", help="the mode whose pipeline order the sweep runs (default cachew)")
     sweep.add_argument("--counts", type=int, nargs="+", help="remote worker counts (default: pecan.tfdata.sweep)")
     sweep.add_argument("--out", required=True, help="directory of the sweep's runs")
     sweep.add_argument("--data", help="where the generated JPEGs are written once (default: <out>/data)")
     sweep.add_argument("--service-dir", help="use the service started there (default: each count starts its own)")
-    sweep.add_argument("--seed", type=int, default=0)
+    sweep.add_argument("--seed", type=int, help="default: the settings' seed, else 0")
     sweep.set_defaults(func=_sweep)
 
 
@@ -85,20 +89,32 @@ def _sweep(args):
     import signal
     from pathlib import Path
 
-    from repro.config import load_config
+    from repro.config import check_settings, load_config
+    from repro.pecan.costs import lookup
     from repro.pecan.tfdata import check_sweep, cpus_available
-    from repro.pecan.tfdata.engine import spec_from_config, sweep
+    from repro.settings import settings_keys
 
-    config = load_config(args.config)
-    miniature = dict(config["pecan"].get("tfdata", {}))
+    if args.settings is not None:
+        config, source = check_settings(args.settings), "--settings"
+    else:
+        source = args.config or "config/config.yaml"
+        config = load_config(source)
+    with settings_keys():  # what the sweep reads, checked before TensorFlow is imported
+        pecan = config["pecan"]
+        lookup(pecan["experiments"], args.experiment, "experiment")
+        lookup(pecan["modes"], args.mode, "mode")
+        miniature = dict(pecan.get("tfdata", {}))
+        seed = args.seed if args.seed is not None else config.get("seed", 0)
     counts, key = (args.counts, "--counts") if args.counts else (miniature.pop("sweep", []), "pecan.tfdata.sweep")
     miniature.pop("sweep", None)
     if not counts:
-        raise ReproError(f"{args.config}: pecan.tfdata.sweep is empty; expected remote worker counts, or --counts")
-    spec = spec_from_config(config["pecan"], args.experiment, args.mode, seed=args.seed,
-                            time_scale=miniature.pop("time_scale", None),
-                            decision_steps=miniature.pop("decision_steps", None), **miniature)
-    check_sweep(counts, spec.worker_threads, cpus_available(), key)
+        raise ReproError(f"{source}: pecan.tfdata.sweep is empty; expected remote worker counts, or --counts")
+    check_sweep(counts, miniature.get("worker_threads", 1), cpus_available(), key)
+    from repro.pecan.tfdata.engine import spec_from_config, sweep
+
+    with settings_keys():
+        spec = spec_from_config(pecan, args.experiment, args.mode, seed=seed, time_scale=miniature.pop("time_scale", None),
+                                decision_steps=miniature.pop("decision_steps", None), **miniature)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = sweep(spec, counts, args.out, args.data or Path(args.out) / "data", args.service_dir)
     for count, metrics in zip(counts, runs):
