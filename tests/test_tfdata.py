@@ -187,6 +187,22 @@ def test_validation_gives_each_worker_the_cpu_share_it_measured():
     assert rows[1, 0]["model_tf_vs_engine"] == 0 and rows[1, 0]["model_examples_per_s"] == 100  # Pillow-fed: whole CPUs
 
 
+def test_a_processes_share_counts_every_thread_it_ran_over_the_time_its_pipeline_wanted_a_cpu(tf):
+    """A worker whose pipeline thread ran 0.5 s and waited 0.3 s, while its sending thread ran 0.2 s:
+    it got 0.7 s of the 0.8 s it wanted its CPU (its own threads taking turns are not a loss); two
+    CPUs halve it; a share never exceeds 1; a process that is gone, or another process under the
+    same name, is not measured."""
+    from repro.pecan.tfdata.engine import Sharing
+
+    zero = {"1": (0.0, 0.0), "2": (0.0, 0.0)}
+    after = {"1": (0.5, 0.3), "2": (0.2, 0.1)}
+    assert Sharing.shares({"w": (7, 1, zero)}, {"w": (7, 1, after)}) == {"w": 0.875}
+    assert Sharing.shares({"w": (7, 2, zero)}, {"w": (7, 2, after)}) == {"w": 0.4375}
+    assert Sharing.shares({"w": (7, 1, zero)}, {"w": (7, 1, {"1": (0.5, 0.0), "2": (0.4, 0.0)})}) == {"w": 1.0}
+    assert Sharing.shares({"w": (7, 1, zero)}, {"w": (8, 1, after)}) == {}
+    assert Sharing.shares({"w": (7, 1, zero)}, {"w": (7, 1, None)}) == {}
+
+
 def test_validation_predicts_each_fastflow_phase_as_the_model_runs_it(tmp_path):
     """FastFlow keeps its two workers; its rows are per phase: the client's own pipeline (one CPU), the
     accelerator alone, the workers, and the decided split."""

@@ -533,52 +533,53 @@ class Sharing:
 
     Workers and the collocated client are pinned to their CPUs (service.py, process_cpus), but the
     machine's other work, the client and the dispatcher run on the same CPUs, so a pinned process
-    does not get a whole CPU. Its share is its busiest thread's time on a CPU over its time
-    runnable (on a CPU or waiting for one, /proc/PID/task/*/schedstat): what it got when it had
-    work, not how much work it had, so a worker idle at the accelerator's bound is not counted as
-    slow. The validation's
-    engine-fed model gives each worker this share of its CPUs. Workers on other hosts (ssh) are
-    not measured.
+    does not get its whole CPUs. Its share is the CPU time all its threads got (the pipeline's, and
+    those sending what it makes) over the time its busiest thread, the pipeline's, was runnable (on
+    a CPU or waiting for one, /proc/PID/task/*/schedstat), per CPU it is pinned to, at most 1: what
+    it got while it had work, not how much work it had, so a worker idle at the accelerator's bound
+    is not counted as slow; and its own threads taking turns on its CPU are not counted as lost to
+    others (the model charges sending to the worker's CPU per element). The validation's engine-fed
+    model gives each worker this share of its CPUs. Workers on other hosts (ssh) are not measured.
     """
 
-    def __init__(self, service):
-        self.service = service
+    def __init__(self, service, collocated_threads=1):
+        self.service, self.collocated_threads = service, collocated_threads
 
     def processes(self):
+        """{name: (pid, CPUs it is pinned to)} of the preprocessing processes on this machine."""
         if self.service is None:
-            return {"collocated": os.getpid()}
+            return {"collocated": (os.getpid(), self.collocated_threads)}
         from repro.pecan.tfdata.service import _fresh
 
         found = {}
         for entry in self.service.state.get("workers", []):
             status = None if "host" in entry else _fresh(entry["status"], entry["pid"])
             if status:
-                found[status["address"]] = entry["pid"]
+                found[status["address"]] = entry["pid"], entry.get("threads", 1)
         return found
 
     def snapshot(self):
-        return {name: (pid, sched_times(pid)) for name, pid in self.processes().items()}
+        return {name: (pid, cpus, sched_times(pid)) for name, (pid, cpus) in self.processes().items()}
 
     @staticmethod
     def shares(before, after):
         result = {}
-        for name, (pid, first) in before.items():
-            second = after.get(name, (None, None))
-            if first is None or second[0] != pid or second[1] is None:
+        for name, (pid, cpus, first) in before.items():
+            second = after.get(name, (None, None, None))
+            if first is None or second[0] != pid or second[2] is None:
                 continue
-            # the thread that ran most: the pipeline's (with one thread per worker), which has work
-            # whenever the process does
             deltas = [(after_t[0] - first[tid][0], after_t[1] - first[tid][1])
-                      for tid, after_t in second[1].items() if tid in first]
+                      for tid, after_t in second[2].items() if tid in first]
             ran, waited = max(deltas, default=(0, 0))
             if ran + waited > 0:
-                result[name] = round(ran / (ran + waited), 4)
+                got = sum(delta[0] for delta in deltas)
+                result[name] = round(min(1.0, got / cpus / (ran + waited)), 4)
         return result
 
 
 def train(spec, iterator, service, policy, deployment, on_window=None):
     """Run windows until the deployment settles (or max_windows); return (windows, decisions)."""
-    sharing = Sharing(service)
+    sharing = Sharing(service, spec.collocated_threads)
     fastflow = isinstance(policy, FastFlowPlacement)
     if service is None:
         serving = list
