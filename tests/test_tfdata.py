@@ -233,6 +233,22 @@ def test_validation_predicts_each_fastflow_phase_as_the_model_runs_it(tmp_path):
     assert (tmp_path / "v.png").stat().st_size > 1000
 
 
+def test_fastflow_phases_take_the_share_of_the_pipeline_they_read():
+    """The client's own pipeline got half its CPU, the workers whole ones: the phase reading the
+    client's pipeline is predicted at half (20/s), the workers' phases at theirs (80/s)."""
+    from repro.pecan.validation import validation_rows
+
+    metrics = _engine_metrics("fastflow", windows=[(TWO, TWO, 1.0)] * 3)
+    metrics["spec"].update(placement="fastflow", fixed_remote_workers=2)
+    for window, phase in zip(metrics["windows"], ["PROFILE_LTHP", "PROFILE_RTHP_ELEMENT", "OFFLOADED"]):
+        window.update(phase=phase, cpu_share={"collocated": 0.5, TWO[0]: 1.0, TWO[1]: 1.0})
+    metrics["fastflow"] = {"decision": {"offload": True, "cut": "ELEMENT", "ratio_local": 0.5}}
+    rows = {r["phase"]: r for r in validation_rows(metrics, CALIBRATION, 32)}
+    assert rows["PROFILE_LTHP"]["cpu_share"] == 0.5 and rows["PROFILE_LTHP"]["model_tf_examples_per_s"] == 20
+    assert rows["PROFILE_RTHP_ELEMENT"]["cpu_share"] == 1 and rows["PROFILE_RTHP_ELEMENT"]["model_tf_examples_per_s"] == 80
+    assert rows["OFFLOADED"]["cpu_share"] == pytest.approx(0.8333, abs=1e-4)
+
+
 def test_validation_caps_by_the_machines_cpus_only_where_the_workers_share_it():
     from repro.pecan.validation import engine_job
 

@@ -44,6 +44,7 @@ import dataclasses
 
 from repro.errors import ReproError
 from repro.pecan.cluster import JobSpec, capacity, fastflow_capacity, simulate
+from repro.pecan.policies import LOCAL_ONLY, OFFLOADED, PROFILE_LTHP
 
 MODELS = ("model", "model_tf")  # the column prefixes: Pillow-fed, engine-fed
 LABELS = {"model": "model, Pillow calibration, a CPU per worker",
@@ -52,6 +53,7 @@ COLUMNS = ["experiment", "mode", "remote_workers", "local_workers", "phase", "wi
            "bound_examples_per_s", "cpu_share", "model_examples_per_s", "model_vs_engine", "model_below_bound",
            "model_tf_examples_per_s", "model_tf_vs_engine", "model_tf_below_bound",
            "engine_converged", "model_converged", "model_tf_converged"]
+CLIENT_PHASES = (PROFILE_LTHP, LOCAL_ONLY)  # FastFlow reads only the client's own pipeline
 TESTED_BY = "model_tf"  # the model fed the run's own measurements is the one the verdict rests on
 MIN_TESTED = 3  # deployments below the bound needed before the model counts as tested
 MIN_AGREEMENT = 0.8  # share of those within the tolerance
@@ -101,9 +103,17 @@ def engine_job(metrics, calibration, network_gbps, path="metrics.json"):
 
 def _window_share(window, placement):
     """The mean CPU share of a window's preprocessing processes as the engine measured them
-    (repro.pecan.tfdata.engine.Sharing); a process it did not measure (on another host) counts 1."""
+    (repro.pecan.tfdata.engine.Sharing); a process it did not measure (on another host) counts 1.
+    FastFlow's phases: the client's own pipeline ("collocated") where it reads that, the workers
+    where it reads theirs, both after it decided to offload."""
     measured = window.get("cpu_share") or {}
-    names = ["collocated"] if placement == "collocated" else window["workers"]
+    phase = window.get("phase", "")
+    if placement == "collocated" or phase in CLIENT_PHASES:
+        names = ["collocated"]
+    elif phase == OFFLOADED:
+        names = ["collocated", *window["workers"]]
+    else:
+        names = window["workers"]
     return sum(measured.get(name, 1.0) for name in names) / len(names) if names else 1.0
 
 

@@ -74,7 +74,7 @@ SWITCH_WARMUP_BATCHES = 4
 # first (the graph's first runs, allocations), then batches each measured on its own.
 COST_WARMUP_BATCHES, COST_BATCHES = 2, 6
 # The transfer probe (measure_transfer_cost): batches read first, then at least this many, and this long
-TRANSFER_WARMUP_BATCHES, TRANSFER_BATCHES, TRANSFER_MIN_S = 3, 8, 0.5
+TRANSFER_WARMUP_BATCHES, TRANSFER_BATCHES, TRANSFER_MIN_S = 3, 8, 1.0
 
 
 @dataclass(frozen=True)
@@ -352,7 +352,8 @@ def measure_transfer_cost(spec, layout, service, warmup=TRANSFER_WARMUP_BATCHES,
         service.remove_worker("local")
     if worker_start is None or worker_end is None:
         raise ReproError(f"{service.state_path}: the transfer probe's worker (pid {entry['pid']}) stopped while probed")
-    worker_s = sum(ran for tid, (ran, _) in worker_end.items()) - sum(ran for ran, _ in worker_start.values())
+    # per thread: a thread that exited meanwhile takes its whole time with it, one started since counts all of its
+    worker_s = sum(ran - worker_start.get(tid, (0.0, 0.0))[0] for tid, (ran, _) in worker_end.items())
     nbytes = count * sum(math.prod(shape) * tf.as_dtype(dtype).size for shape, dtype in layout.values())
     elements = count * spec.batch_size
     return {"statistic": "CPU seconds over the probe's batches, a cached batch sent by one worker to this client",
@@ -542,16 +543,18 @@ class Sharing:
     model gives each worker this share of its CPUs. Workers on other hosts (ssh) are not measured.
     """
 
-    def __init__(self, service, collocated_threads=1):
+    def __init__(self, service, collocated_threads=1, client=False):
         self.service, self.collocated_threads = service, collocated_threads
+        self.client = client or service is None  # the client runs a pipeline of its own (collocated, FastFlow)
 
     def processes(self):
-        """{name: (pid, CPUs it is pinned to)} of the preprocessing processes on this machine."""
+        """{name: (pid, CPUs it is pinned to)} of the preprocessing processes on this machine; the
+        client's own pipeline is "collocated"."""
+        found = {"collocated": (os.getpid(), self.collocated_threads)} if self.client else {}
         if self.service is None:
-            return {"collocated": (os.getpid(), self.collocated_threads)}
+            return found
         from repro.pecan.tfdata.service import _fresh
 
-        found = {}
         for entry in self.service.state.get("workers", []):
             status = None if "host" in entry else _fresh(entry["status"], entry["pid"])
             if status:
@@ -579,8 +582,8 @@ class Sharing:
 
 def train(spec, iterator, service, policy, deployment, on_window=None):
     """Run windows until the deployment settles (or max_windows); return (windows, decisions)."""
-    sharing = Sharing(service, spec.collocated_threads)
     fastflow = isinstance(policy, FastFlowPlacement)
+    sharing = Sharing(service, spec.collocated_threads, client=fastflow)
     if service is None:
         serving = list
     elif fastflow:  # its workers are deployed (and billed) whether the client reads from them or not
@@ -602,7 +605,7 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
         host_cpu = (time.process_time() - cpu_start) / spec.decision_steps
         shares = Sharing.shares(shares_before, sharing.snapshot())
         if service is not None:  # a worker that runs but serves no task yet is no part of the deployment
-            shares = {name: share for name, share in shares.items() if name in before}
+            shares = {name: share for name, share in shares.items() if name in before or name == "collocated"}
         window = MeasuredWindow(window_start - start, step, spec.decision_steps, seconds, before, serving(), shares, phase)
         windows.append(window)
         step += spec.decision_steps
