@@ -306,6 +306,19 @@ def _experiment(kind="compare", settings=CLIENT, extra=()):
                         "--settings", json.dumps(settings), "--out", str(ctx.dir / "out")]
 
 
+def _users(path, command, link_to=None):
+    """`command` with a file of the user's at `path` (or a symlink to `link_to`) under the test's directory."""
+    def prepare(ctx):
+        target = ctx.dir / path
+        if link_to is None:
+            _write(target, "the user's")
+        else:
+            target.parent.mkdir(parents=True)
+            target.symlink_to(ctx.dir / link_to)
+        return command(ctx)
+    return prepare
+
+
 EXPERIMENT_FAULTS = [
     Fault("experiment-settings-eager-a-string", _experiment(settings={**CLIENT, "eager": "yes"}),
           r"repro: error: --settings: eager: 'yes' is not of type 'boolean'"),
@@ -321,9 +334,25 @@ EXPERIMENT_FAULTS = [
           r"repro: error: --concurrency: expected 1 to 1024 clients, got 1000000"),
     Fault("experiment-params-infinite", _experiment("distribution", extra=["--params", "inf"]),
           r"repro: error: --params: expected finite numbers"),
+    # a user's directory where the traces would go is never deleted
+    Fault("experiment-compare-out-holds-users-traces", _users("out/traces/shared/mine.txt", _experiment()),
+          r"repro: error: --out .*/out/traces/shared: holds files this command did not write"),
+    Fault("experiment-distribution-out-holds-users-traces", _users("out/traces/mine.txt", _experiment("distribution")),
+          r"repro: error: --out .*/out/traces: holds files this command did not write"),
+    Fault("experiment-compare-traces-a-symlink", _users("out/traces/original", _experiment(), link_to="."),
+          r"repro: error: --out .*/out/traces/original: is not a directory this command made"),
 ]
 
-FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS]
+SCRATCH_FAULTS = [
+    Fault(f"check-reproducibility-scratch-holds-users-{name}", _users(
+        f"scratch/{name}/mine.txt", lambda ctx: ["pecan", "check-reproducibility", "--config", str(CONFIG), "--scratch",
+                                                 str(ctx.dir / "scratch"), "-o", str(ctx.dir / "o.csv")]),
+          rf"repro: error: --scratch .*/scratch/{name}: holds files this command did not write")
+    for name in ("run-1", "run-2")
+]
+
+FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
+          *SCRATCH_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

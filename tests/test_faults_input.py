@@ -574,6 +574,23 @@ def test_atomic_write_refuses_a_node_it_would_replace(tmp_path, kind):
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
+def test_a_fresh_directory_empties_only_what_it_made(tmp_path):
+    """Made and marked; made again, its earlier content goes; an empty directory of the user's is
+    taken, one holding the user's files is refused and kept."""
+    from repro.errors import ReproError
+    from repro.fsutil import fresh_directory
+
+    made = fresh_directory(tmp_path / "a" / "b", "--out")
+    (made / "old.json").write_text("{}")
+    assert not (fresh_directory(made, "--out") / "old.json").exists()
+    (tmp_path / "empty").mkdir()
+    fresh_directory(tmp_path / "empty", "--out")
+    _write(tmp_path / "users" / "keep.txt", "the user's")
+    with pytest.raises(ReproError, match=r"--out .*users: holds files this command did not write"):
+        fresh_directory(tmp_path / "users", "--out")
+    assert (tmp_path / "users" / "keep.txt").read_text() == "the user's"
+
+
 @pytest.mark.fault
 @pytest.mark.parametrize("key", [5, None, ["a"]])
 def test_a_receipt_whose_key_is_not_a_name_is_refused(tmp_path, capsys, key):

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -250,3 +251,34 @@ def expand_path(value, key="path", source="config"):
         if name not in os.environ:
             raise ReproError(f"{source}: {key}: environment variable ${name} is not set (in {value!r})")
     return os.path.expanduser(os.path.expandvars(value))
+
+
+OWN_DIRECTORY_MARK = ".repro-made"
+
+
+def check_fresh_directory(path, label):
+    """ReproError, naming `label`, unless `path` is new, an empty directory or one that
+    fresh_directory made (marked so): anything else may be the user's."""
+    path = Path(path)
+    if path.is_symlink() or path.exists() and not path.is_dir():
+        raise ReproError(f"{label} {path}: is not a directory this command made; expected a new or empty "
+                         "directory: remove it or name another")
+    if path.is_dir() and any(path.iterdir()) and not (path / OWN_DIRECTORY_MARK).is_file():
+        raise ReproError(f"{label} {path}: holds files this command did not write; expected a new or empty "
+                         "directory: remove it or name another")
+
+
+def fresh_directory(path, label):
+    """`path` made empty for this command's output: an earlier one it made (marked so) is removed,
+    a new one made and marked. A directory it did not make, holding anything, is refused naming
+    `label` (check_fresh_directory): it may be the user's, and is never deleted."""
+    path = Path(path)
+    check_fresh_directory(path, label)
+    if (path / OWN_DIRECTORY_MARK).is_file():
+        shutil.rmtree(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / OWN_DIRECTORY_MARK).touch()
+    except OSError as exc:
+        raise ReproError(f"{label} {path}: cannot write ({exc.strerror})") from None
+    return path

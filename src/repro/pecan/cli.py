@@ -181,7 +181,9 @@ def _workflow_commands(psub):
     check.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
     check.add_argument("--settings", type=settings_argument,
                        help="the whole checked config as JSON, instead of --config (the workflow passes its own)")
-    check.add_argument("--scratch", required=True, help="directory for the two chains (emptied first)")
+    check.add_argument("--scratch", required=True,
+                       help="directory for the two chains, run-1 and run-2 (emptied first where an earlier check "
+                       "made them)")
     check.add_argument("-o", "--output", required=True, help="CSV file to write")
     check.set_defaults(func=_check_reproducibility, writes={"output": "-o/--output"}, reads=("config",))
 

@@ -9,11 +9,10 @@ functions; every plotted number of the two chains compared within the configured
 95% interval the repeats give, and how far outside.
 """
 
-import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import read_csv, read_json, write_json
+from repro.fsutil import check_fresh_directory, fresh_directory, read_csv, read_json, write_json
 from repro.pecan.calibrate import calibrate_together
 from repro.pecan.comparisons import comparison_rows, read_rows
 from repro.pecan.costs import COLUMNS
@@ -68,10 +67,9 @@ def figure_pipelines(config, figures):
 
 
 def run_chain(config, figures, scratch):
-    """Calibrate, run and tabulate every figure's experiment in an emptied `scratch`; return the
+    """Calibrate, run and tabulate every figure's experiment in an empty `scratch`; return the
     plotted numbers {name: value} (calibration results included)."""
     scratch = Path(scratch)
-    shutil.rmtree(scratch, ignore_errors=True)
     cal = config["calibration"]
     pipelines = figure_pipelines(config, figures)
     calibrations = calibrate_together(pipelines, elements=cal["elements"], repeats=cal["repeats"])
@@ -165,9 +163,15 @@ def outside(rows):
 
 
 def check(config, figures, scratch_root):
-    """Run the chain twice in scratch_root/run-1 and run-2; return the comparison rows."""
+    """Run the chain twice in scratch_root/run-1 and run-2 (emptied first where this check made
+    them; refused where it did not); return the comparison rows."""
     check_figures(config, figures)
-    first, second = (run_chain(config, figures, Path(scratch_root) / f"run-{i}") for i in (1, 2))
+    scratches = [Path(scratch_root) / f"run-{i}" for i in (1, 2)]
+    for scratch in scratches:  # both, before either is emptied
+        check_fresh_directory(scratch, "--scratch")
+    for scratch in scratches:
+        fresh_directory(scratch, "--scratch")
+    first, second = (run_chain(config, figures, scratch) for scratch in scratches)
     return compare(first, second, config["reproducibility"]["tolerance"])
 
 

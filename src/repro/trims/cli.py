@@ -24,6 +24,7 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
+from repro.fsutil import check_fresh_directory
 from repro.settings import figure_file, settings_argument
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.figures import FIGURES
@@ -319,6 +320,8 @@ def _experiment_compare(args):
     _store_state(args.store)  # a state that is no state named first, as it would be without these checks
     settings = _client_settings(args.settings, "compare")
     check_model_name(args.model)
+    for mode in ("original", "shared"):
+        check_fresh_directory(Path(args.out) / "traces" / mode, "--out")
     store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
     run_compare(args.model, settings, store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
@@ -337,6 +340,7 @@ def _experiment_distribution(args):
         raise ReproError(f"--params: expected finite numbers from -{MAX_PARAMETER:g} to {MAX_PARAMETER:g}, got {args.params}")
     for model in args.models:
         check_model_name(model)
+    check_fresh_directory(Path(args.out) / "traces", "--out")
     store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
     run_distribution(args.distribution, args.params, args.concurrency, settings, args.models,
                      store["base_path"], store["socket"], Path(args.out))

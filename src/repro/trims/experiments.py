@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, read_json, sha256_file, write_json
+from repro.fsutil import atomic_path, fresh_directory, read_json, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions, store_fields
@@ -96,9 +96,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
     out_dir = Path(out_dir)
 
     def run(mode, original):
-        traces = out_dir / "traces" / mode
-        if traces.exists():
-            shutil.rmtree(traces)
+        traces = fresh_directory(out_dir / "traces" / mode, "--out")
         client = _client(base_path, socket_path, traces, original, settings,
                          {"experiment": "compare", "run_id": f"compare-{model}-{mode}", **store})
         plan = [(model, i) for i in range(settings["iterations"])]
@@ -119,9 +117,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
 def run_distribution(name, params, concurrency, settings, models, base_path, socket_path, out_dir):
     """Shared-mode requests following a popularity distribution at one concurrency level."""
     out_dir = Path(out_dir)
-    traces = out_dir / "traces"
-    if traces.exists():
-        shutil.rmtree(traces)
+    traces = fresh_directory(out_dir / "traces", "--out")
     plan = plan_requests(models, settings["iterations"], name, params, seed=settings["seed"])
     connection = StoreConnection(socket_path, timeout=30)
     connection.request({"op": "flush"})  # every run starts from an empty store

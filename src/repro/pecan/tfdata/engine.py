@@ -320,8 +320,8 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
             "load_average": list(os.getloadavg()), "seconds": time.monotonic() - started}
 
 
-def measure_transfer_cost(spec, layout, service, warmup=TRANSFER_WARMUP_BATCHES, batches=TRANSFER_BATCHES,
-                          min_seconds=TRANSFER_MIN_S):
+def measure_transfer_cost(spec, layout, service, batch_timeout_s, warmup=TRANSFER_WARMUP_BATCHES,
+                          batches=TRANSFER_BATCHES, min_seconds=TRANSFER_MIN_S):
     """CPU seconds per byte to move a batch of the run's layout from a worker to this client over the
     service, on each side: what a worker and the client pay per element besides the pipeline.
 
@@ -332,6 +332,8 @@ def measure_transfer_cost(spec, layout, service, warmup=TRANSFER_WARMUP_BATCHES,
     CPU time comes from its threads' schedstat, the client's from this process's CPU time, over
     at least `batches` batches and `min_seconds`. The probe worker runs on this machine (with ssh
     workers too: the same software sends there) and is stopped before the run's deployment starts.
+    Batches are read as the run reads them (Batches): a service that dies fails the probe after
+    `batch_timeout_s`, and signals reach it meanwhile.
     """
     started = time.monotonic()
     entry = service.add_worker("local", spec.worker_threads, wait=True)
@@ -339,15 +341,19 @@ def measure_transfer_cost(spec, layout, service, warmup=TRANSFER_WARMUP_BATCHES,
         shapes = {name: tf.TensorShape(shape) for name, (shape, _) in layout.items()}
         dtypes = {name: tf.as_dtype(dtype) for name, (_, dtype) in layout.items()}
         batch = tf.data.Dataset.range(1).map(lambda _: {name: tf.ones(shapes[name], dtypes[name]) for name in layout})
-        iterator = iter(_distribute(batch.cache().repeat(), service, f"{spec.experiment}-{spec.mode}-transfer"))
-        for _ in range(warmup):
-            next(iterator)
-        count, worker_start, client_start, wall_start = 0, sched_times(entry["pid"]), time.process_time(), time.monotonic()
-        while count < batches or time.monotonic() - wall_start < min_seconds:
-            next(iterator)
-            count += 1
-        worker_end, client_s = sched_times(entry["pid"]), time.process_time() - client_start
-        del iterator
+        dataset = _distribute(batch.cache().repeat(), service, f"{spec.experiment}-{spec.mode}-transfer")
+        iterator = Batches(lambda: iter(dataset), batch_timeout_s, lambda: stalled(service))
+        try:
+            for _ in range(warmup):
+                next(iterator)
+            count, worker_start = 0, sched_times(entry["pid"])
+            client_start, wall_start = time.process_time(), time.monotonic()
+            while count < batches or time.monotonic() - wall_start < min_seconds:
+                next(iterator)
+                count += 1
+            worker_end, client_s = sched_times(entry["pid"]), time.process_time() - client_start
+        finally:
+            iterator.close()
     finally:
         service.remove_worker("local")
     if worker_start is None or worker_end is None:
@@ -717,7 +723,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     transfer_cost = None
     try:
         if service:  # the model's other input: what moving the run's batches from a worker to the client costs
-            transfer_cost = measure_transfer_cost(spec, pipeline_cost["batch_layout"], service)
+            transfer_cost = measure_transfer_cost(spec, pipeline_cost["batch_layout"], service, batch_timeout_s)
         if deployment:  # FastFlow's workers are started before training, as its user launches them
             deployment.apply(policy.remote, policy.local, wait=fastflow)
         with budget:
