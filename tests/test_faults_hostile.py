@@ -276,6 +276,13 @@ OUTPUT_FAULTS = [
     Fault("trims-store-status-output-is-its-state", lambda ctx: [
         "trims", "store", "status", "--state", _write(ctx.dir / "state.json", '{"base_path": "b", "socket": "s"}'),
         "--expect", "x", "-o", str(ctx.dir / "state.json")], r"repro: error: -o/--output .*/state.json: is one of the inputs"),
+    Fault("calibrate-one-output-named-twice", lambda ctx: [
+        "pecan", "calibrate", "--pipeline", "resnet", "retinanet", "-o", "c.json", "./c.json"],
+          r"repro: error: -o/--output \./c.json: named twice as an output"),
+    Fault("plot-comparison-over-its-table", lambda ctx: [
+        "pecan", "plot", "-e", "autoorder", "--table", _write(ctx.dir / "plots" / "AutoOrder_Cost.png",
+                                                      "workload,mode,total_cost_mean\nW,cachew,1\nW,autoorder,1\n")],
+          r"repro: error: -e autoorder plots/AutoOrder_Cost.png: is one of the inputs"),
 ]
 
 

@@ -373,8 +373,13 @@ def refuse_overwriting_inputs(args):
         return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, os.PathLike))]
 
     inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
-    refuse_overwriting([(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)],
-                       inputs)
+    outputs = [(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)]
+    refuse_overwriting(outputs, inputs)
+    named = set()
+    for flag, path in outputs:  # one output written over another: the first one's content lost
+        if path != "-" and os.path.realpath(path) in named:
+            raise ReproError(f"{flag} {path}: named twice as an output; expected a file of its own for each")
+        named.add(os.path.realpath(path))
     for dest, flag in getattr(args, "writes", {}).items():  # after: "is one of the inputs" says more of a link to one
         for path in paths(dest):
             if path != "-":

@@ -325,6 +325,7 @@ def _plot(args):
 def _plot_comparison(args):
     """fig8.py's autoplacement/autoorder options, drawn from a comparison table: each workload at its own
     x position (fig8.py puts all five on the one -m model's) with the paper's values as markers."""
+    from repro.fsutil import refuse_overwriting
     from repro.pecan.comparisons import OPTIONS
     from repro.pecan.presets import PAPER_COSTS
     from repro.plots import plot_comparison
@@ -336,6 +337,7 @@ def _plot_comparison(args):
         raise ReproError(f"{table}: modes {sorted({r['mode'] for r in rows})}; -e {args.experiment} draws "
                          f"{OPTIONS[args.experiment]['modes']}")
     outputs = [f"{base}.pdf", f"{base}.png"]
+    refuse_overwriting([(f"-e {args.experiment}", output) for output in outputs], [table])
     Path(base).parent.mkdir(parents=True, exist_ok=True)
     plot_comparison(rows, args.experiment, outputs, f"cost numbers from {table}",
                     {"font_size": 9, "width_in": 8.0, "height_in": 4.0, "dpi": 150, "show_reference": True}, PAPER_COSTS)
