@@ -148,6 +148,11 @@ def _original_summary(*events):
 
 
 TRACE_FAULTS = [
+    # a file name that would break the error's line or drive the terminal is shown escaped
+    Fault("summarize-a-name-with-control-characters", lambda ctx: ["trace", "summarize", "bad\x1b[31mname\nnext.json"],
+          r"repro: error: bad\\x1b\[31mname\\nnext.json: no such file or directory$"),
+    Fault("summarize-an-existing-name-with-a-newline", lambda ctx: ["trace", "summarize", _write(ctx.dir / "a\nb.json", "[")],
+          r"repro: error: .*/a\\nb.json: "),
     # -- the original tools' summary: integer nanoseconds and dates from any finite microseconds --
     Fault("original-summary-duration-past-nanoseconds", _original_summary({"ts": 1, "dur": 1e308}),
           r"repro: error: .*/t.json: end_to_end_process_time of 1e\+308 us is not a finite number of nanoseconds"),

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 
-from repro.errors import ReproError
+from repro.errors import ReproError, one_line
 from repro.fsutil import write_json
 from repro.settings import settings_argument, settings_keys
 
@@ -308,7 +308,7 @@ def _doctor(args):
 
     problems, summary = check_profile(args.profile)
     for problem in problems:
-        print(f"repro: error: {problem}", file=sys.stderr)
+        print(f"repro: error: {one_line(problem)}", file=sys.stderr)
     if problems:
         return 1
     print(summary)
@@ -429,10 +429,10 @@ def run(args, prog="repro", spell=str):
             refuse_overwriting_inputs(args)
             code = args.func(args)  # a command returns its exit code, or None for success
     except ReproError as exc:
-        print(f"{prog}: error: {spell(str(exc))}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(spell(str(exc)))}", file=sys.stderr)
         return 1
     except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
-        print(f"{prog}: error: {_os_error(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(_os_error(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: cleaned up on the way out; 128 + signal, as shells do
         signum = getattr(exc, "signum", signal.SIGINT)

@@ -1,5 +1,11 @@
 """The one error type the package raises for bad input; the CLI turns it into exit code 1."""
 
+import re
+
+# C0 and C1 control characters and DEL: a name holding one would break the message's line or
+# drive the terminal (escape sequences)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
 
 class ReproError(Exception):
     """Bad input or a failed step, with a message that names the file, key or flag at fault."""
@@ -22,3 +28,9 @@ def invalid_yaml(path, exc):
     where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return ReproError(f"{path}: invalid YAML{where}: {problem}")
+
+
+def one_line(message):
+    """`message` with its control characters written as Python escapes (a newline as \\n), so that an
+    error naming a hostile file name is still one line, shown as it is."""
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], message)
