@@ -680,6 +680,35 @@ def test_a_memory_budget_beyond_any_machine_is_refused_before_serving(models, tm
     assert not sock.exists()
 
 
+def test_a_memory_budget_beyond_this_machine_is_refused_before_serving(models, tmp_path):
+    import psutil
+
+    sock = tmp_path / "store.sock"
+    argv = _server_argv(models, sock)
+    argv[argv.index("--memory-mb") + 1] = str((psutil.virtual_memory().total >> 20) + 1)
+    proc = _serve(argv, sock, tmp_path)
+    assert proc.returncode == 1 and re.fullmatch(r"repro: error: --memory-mb: \d+ MiB is more than this machine's "
+                                                 r"memory \(\d+ MiB\); expected a budget the host can hold\n",
+                                                 proc.stderr), proc.stderr
+    assert not sock.exists()
+
+
+def test_a_model_larger_than_the_free_shared_memory_is_refused_without_a_segment(monkeypatch):
+    """Writing into a segment past what /dev/shm holds would kill the server (SIGBUS): refused before
+    it is made. /dev/shm's free space is made small here; the check reads it with os.statvfs."""
+    from repro.errors import ReproError
+    from repro.trims import modelstore
+
+    real = os.statvfs(modelstore.SHM_DIR)
+    small = os.statvfs_result((*real[:4], 10, *real[5:]))  # 10 blocks free
+    monkeypatch.setattr(modelstore.os, "statvfs", lambda path: small)
+    before = set(os.listdir(modelstore.SHM_DIR))
+    with pytest.raises(ReproError, match=r"/dev/shm: 0 MiB free, a model of 1 MiB does not fit"):
+        modelstore.HostMemory(1 << 20, "repro-test-too-large")
+    assert set(os.listdir(modelstore.SHM_DIR)) == before
+    modelstore.HostMemory(10 * real.f_frsize, "repro-test-fits").close()  # what fits is made
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_daemon_start_interrupted_leaves_no_server(models, tmp_path, signum):
     """`trims server run -d` signalled while its daemon starts: the daemon ends with the command (as

@@ -68,6 +68,11 @@ class HostMemory:
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             # SharedMemory creates the segment before it sizes it, and leaves it behind when sizing fails
             raise ReproError(f"a model's size must be a whole number of bytes, got {size!r}")
+        # a segment is sized without being backed: writing past what /dev/shm holds kills the server (SIGBUS)
+        stats = os.statvfs(SHM_DIR)
+        if size > stats.f_bavail * stats.f_frsize:
+            raise ReproError(f"{SHM_DIR}: {stats.f_bavail * stats.f_frsize >> 20} MiB free, a model of {size >> 20} MiB "
+                             "does not fit; expected a larger /dev/shm (docker run --shm-size) or a smaller model")
         self.shm = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
 
     def staging(self, offset):

@@ -135,6 +135,10 @@ def budget_bytes(fraction=None, megabytes=None, device="cpu"):
     if megabytes is not None:
         if not 0 < megabytes <= MAX_MEMORY_MB:
             raise ReproError(f"--memory-mb: expected a whole number of MiB from 1 to {MAX_MEMORY_MB}, got {str(megabytes)[:40]}")
+        total = psutil.virtual_memory().total
+        if device == "cpu" and megabytes << 20 > total:
+            raise ReproError(f"--memory-mb: {megabytes} MiB is more than this machine's memory ({total >> 20} MiB); "
+                             "expected a budget the host can hold")
         return int(megabytes) << 20
     if not 0 < fraction <= 1:
         raise ReproError(f"--memory-fraction must be in (0, 1], got {fraction}")
