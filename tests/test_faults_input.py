@@ -298,6 +298,8 @@ INPUT_FAULTS = [
     Fault("run-calibration-fifo", _pecan_run(_fifo), r"repro: error: --calibration .*/fifo: is a FIFO", bounded=True),
     Fault("run-calibration-dev-zero", _pecan_run(lambda ctx: "/dev/zero"),
           r"repro: error: --calibration /dev/zero: is a character device", bounded=True),
+    Fault("summarize-trace-beyond-the-address-space", lambda ctx: ["trace", "summarize", _sparse(ctx, "huge.json", 3 << 30)],
+          r"repro: error: .*/huge.json: cannot map it into memory \(Cannot allocate memory\)$", bounded=True),
     Fault("run-calibration-huge", _pecan_run(lambda ctx: _sparse(ctx, "huge.json", 3 << 30)),
           r"repro: error: --calibration .*/huge.json: larger than \d+ MiB", bounded=True),
     Fault("run-settings-fifo",

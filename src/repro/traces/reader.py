@@ -491,7 +491,10 @@ class TraceReader:
         with fh:
             if self.size == 0:
                 raise TraceError(self.path, "empty file")
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:  # no address space for it (ulimit -v), or emptied since
+                raise TraceError(self.path, f"cannot map it into memory ({getattr(exc, 'strerror', None) or exc})") from None
 
     def _scan(self, parse_events, decode=None):
         """Yield raw event lists of about chunk_bytes each; set self._metadata at the end."""
