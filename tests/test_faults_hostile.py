@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_faults_input import CONFIG, Fault, _calibration, _write, check_fault
+from test_faults_input import CONFIG, LOGS, Fault, _calibration, _write, check_fault
 
 pytestmark = pytest.mark.fault
 
@@ -355,6 +355,27 @@ EXPERIMENT_FAULTS = [
           r"repro: error: --out .*/out/traces/original: is not a directory this command made"),
 ]
 
+TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
+NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
+
+# A file name that is not UTF-8 goes into no output (a CSV row, a JSON string cannot hold it): refused, named
+NAME_FAULTS = [
+    Fault("combine-a-trace-named-in-latin-1", lambda ctx: ["trace", "combine", _write(ctx.dir / f"{NOT_UTF8}.json", TRACE_JSON),
+                                                         "-o", str(ctx.dir / "c.json")],
+          r"repro: error: .*/t\\udcff.json: the file name is not UTF-8 text"),
+    Fault("summarize-a-directory-with-a-trace-named-in-latin-1",
+          lambda ctx: ["trace", "summarize", str(Path(_write(ctx.dir / "d" / f"{NOT_UTF8}.json", TRACE_JSON)).parent),
+                       "-o", str(ctx.dir / "s.json")],
+          r"repro: error: .*/d/t\\udcff.json: the file name is not UTF-8 text"),
+    Fault("provenance-an-input-named-in-latin-1",
+          lambda ctx: ["provenance", "--settings", "{}", "-o", str(ctx.dir / "p.json"), _write(ctx.dir / NOT_UTF8, "x")],
+          r"repro: error: .*/t\\udcff: the file name is not UTF-8 text"),
+    Fault("costs-a-log-named-in-latin-1",
+          lambda ctx: ["pecan", "costs", "--config", str(CONFIG), "--model", "resnet", "-o", str(ctx.dir / "c.csv"),
+                       _write(ctx.dir / f"{NOT_UTF8}.log", (LOGS / "resnet_pecan.log").read_bytes())],
+          r"repro: error: .*/t\\udcff.log: the file name is not UTF-8 text"),
+]
+
 SCRATCH_FAULTS = [
     Fault(f"check-reproducibility-scratch-holds-users-{name}", _users(
         f"scratch/{name}/mine.txt", lambda ctx: ["pecan", "check-reproducibility", "--config", str(CONFIG), "--scratch",
@@ -364,7 +385,7 @@ SCRATCH_FAULTS = [
 ]
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
-          *SCRATCH_FAULTS]
+          *SCRATCH_FAULTS, *NAME_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

@@ -54,6 +54,16 @@ def atomic_path(target):
         raise
 
 
+def check_text_name(path, what):
+    """ReproError unless the name of `path` is UTF-8: a file name's other bytes come from the file system
+    as lone surrogates, which no UTF-8 output (a CSV row, a JSON string) can hold. `what`: where the
+    name goes."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ReproError(f"{path}: the file name is not UTF-8 text, and {what}; rename the file") from None
+
+
 def check_output(target, label):
     """ReproError, naming `label`, when `target` exists and is not a regular file. Renaming a new file over
     a device, FIFO, socket or symlink would replace that node (as root, /dev/full) rather than write to it;

@@ -242,6 +242,7 @@ def _run(args):
 
 def _costs(args):
     from repro.config import load_config
+    from repro.fsutil import check_text_name
     from repro.pecan.costs import cost_row, lookup
     from repro.pecan.costtable import write_table
     from repro.pecan.logs import parse_log
@@ -265,6 +266,7 @@ def _costs(args):
     tpu_price = lookup(pecan["prices"]["tpu"], tpu_type, "TPU type (pecan.prices.tpu)")
     rows = []
     for log in logs:
+        check_text_name(log, "it names the log's row (experiment and mode)")
         parsed = parse_log(log, worker_matches=args.worker_matches, infer_workers=args.infer_workers)
         row = cost_row(parsed, Path(log).stem, model, pecan["models"][model], tpu_price, pecan["prices"]["worker"],
                        tpu_count=args.tpu_count)
