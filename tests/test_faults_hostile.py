@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_faults_input import CONFIG, LOGS, Fault, _calibration, _write, check_fault
+from test_faults_input import CONFIG, LOGS, Fault, _calibration, _fifo, _write, check_fault
 
 pytestmark = pytest.mark.fault
 
@@ -355,6 +355,39 @@ EXPERIMENT_FAULTS = [
           r"repro: error: --out .*/out/traces/original: is not a directory this command made"),
 ]
 
+def _comparison_table(content):
+    """`pecan comparison-table` of one workload whose cost table holds `content` (text, bytes, or a
+    function that makes them; None: a FIFO)."""
+    def prepare(ctx):
+        text = content() if callable(content) else content
+        table = _write(ctx.dir / "t.csv", text) if text is not None else _fifo(ctx, "t.csv")
+        return ["pecan", "comparison-table", "--option", "autoorder", "--workload", "W", "--table", table,
+                "-o", str(ctx.dir / "o.csv")]
+    return prepare
+
+
+def _spread_table(*rows):
+    """A cost table with the spread columns: (mode, value) rows, every number `value`."""
+    from repro.pecan.comparisons import COLUMNS
+
+    columns = [c for c in COLUMNS if c != "workload"]
+    return "\n".join([",".join(columns), *(",".join([mode, "3", *[str(value)] * (len(columns) - 2)]) for mode, value in rows)])
+
+
+# A comparison's cost tables are read as every other table is: bounded, regular, UTF-8, one row per mode
+TABLE_FAULTS = [
+    Fault("comparison-table-cost-table-binary", _comparison_table(b"\xff\xfe\x00mode\n"),
+          r"repro: error: .*/t.csv: not a text file \(expected a cost table\)"),
+    Fault("comparison-table-cost-table-with-a-byte-order-mark", _comparison_table(
+        lambda: b"\xef\xbb\xbf" + _spread_table(("cachew", 1)).encode()),
+          r"repro: error: .*/t.csv: no row for mode 'autoorder'"),
+    Fault("comparison-table-cost-table-a-fifo", _comparison_table(None),
+          r"repro: error: .*/t.csv: is a FIFO; expected a regular file"),
+    Fault("comparison-table-cost-table-mode-twice", _comparison_table(
+        lambda: _spread_table(("cachew", 1), ("cachew", 99), ("autoorder", 1))),
+          r"repro: error: .*/t.csv: two rows for mode 'cachew'; expected one row per mode"),
+]
+
 TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
 NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
 
@@ -385,7 +418,7 @@ SCRATCH_FAULTS = [
 ]
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
-          *SCRATCH_FAULTS, *NAME_FAULTS]
+          *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

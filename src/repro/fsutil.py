@@ -185,7 +185,7 @@ def read_csv(path, label, what, limit=JSON_LIMIT):
     import io
 
     try:
-        text = read_text(path, label, what, limit)
+        text = read_text(path, label, what, limit).removeprefix("\ufeff")  # a spreadsheet's byte order mark
         return list(csv.DictReader(io.StringIO(text, newline="")))
     except OSError as exc:
         raise ReproError(f"{label}: cannot read ({exc.strerror})") from None

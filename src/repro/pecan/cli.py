@@ -462,7 +462,7 @@ def _comparison_rows(path):
     """A comparison table's rows with its numbers as floats."""
     from repro.pecan.comparisons import read_rows
 
-    rows = read_rows(path)
+    rows = read_rows(path, "a comparison table")
     if not rows:
         raise ReproError(f"{path}: comparison table has no rows")
     try:
