@@ -388,6 +388,34 @@ TABLE_FAULTS = [
           r"repro: error: .*/t.csv: two rows for mode 'cachew'; expected one row per mode"),
 ]
 
+def _download(keys, existing=None):
+    """`trace download` of a receipt listing `keys` of a store under the test's directory (each object
+    its key as content); `existing`: a user's file already in the output directory, by name."""
+    def prepare(ctx):
+        import hashlib
+
+        objects = []
+        for key in keys:
+            _write(ctx.dir / "store" / key, key)
+            digest = hashlib.sha256(key.encode()).hexdigest()
+            _write(ctx.dir / "store" / f"{key}.sha256", digest + "\n")
+            objects.append({"key": key, "sha256": digest})
+        if existing:
+            _write(ctx.dir / "dl" / existing, "the user's")
+        receipt = _write(ctx.dir / "upload.json", json.dumps({"store": str(ctx.dir / "store"), "objects": objects}))
+        return ["trace", "download", receipt, "-o", str(ctx.dir / "dl")]
+    return prepare
+
+
+DOWNLOAD_FAULTS = [
+    # two objects of one file name: the second replaced the first, both reported verified
+    Fault("download-two-keys-one-file-name", _download(["a/x.json", "b/x.json"]),
+          r"repro: error: .*/upload.json: objects 'a/x.json' and 'b/x.json' both go to .*/dl/x.json"),
+    # a user's file of that name is kept (it was overwritten)
+    Fault("download-over-a-users-file", _download(["a/x.json"], existing="x.json"),
+          r"repro: error: -o/--output-dir: .*/dl/x.json holds a file that is not 'a/x.json'"),
+]
+
 TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
 NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
 
@@ -418,7 +446,7 @@ SCRATCH_FAULTS = [
 ]
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
-          *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS]
+          *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
