@@ -416,6 +416,31 @@ DOWNLOAD_FAULTS = [
           r"repro: error: -o/--output-dir: .*/dl/x.json holds a file that is not 'a/x.json'"),
 ]
 
+def _plot_comparison(edit):
+    """`pecan plot -e autoorder --table T`, T a comparison table of one workload with `edit` applied
+    to its text."""
+    def prepare(ctx):
+        from repro.pecan.comparisons import COLUMNS
+
+        rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in ("cachew", "autoorder")]
+        return ["pecan", "plot", "-e", "autoorder", "--table",
+                _write(ctx.dir / "t.csv", edit("\n".join([",".join(COLUMNS), *rows]) + "\n"))]
+    return prepare
+
+
+# A comparison table drawn by `pecan plot`: its columns, one row per bar, numbers a bar can show
+PLOT_TABLE_FAULTS = [
+    Fault("plot-comparison-table-lacks-columns", _plot_comparison(lambda t: "\n".join(",".join(line.split(",")[:5])
+                                                                                      for line in t.splitlines())),
+          r"repro: error: .*/t.csv: not a comparison table \(no column\(s\) tpu_cost_ci_high"),
+    Fault("plot-comparison-table-row-twice", _plot_comparison(lambda t: t + t.splitlines()[-1] + "\n"),
+          r"repro: error: .*/t.csv: row 3: a second row for workload 'W' and mode 'autoorder'"),
+    Fault("plot-comparison-table-1e308", _plot_comparison(lambda t: t.replace("1.0", "1e308")),
+          r"repro: error: .*/t.csv: row 1: tpu_cost_mean is 1e308; expected a non-negative number of at most"),
+    Fault("plot-comparison-table-negative", _plot_comparison(lambda t: t.replace(",1.0", ",-1.0", 1)),
+          r"repro: error: .*/t.csv: row 1: tpu_cost_mean is -1.0; expected a non-negative number"),
+]
+
 TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
 NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
 
@@ -446,7 +471,7 @@ SCRATCH_FAULTS = [
 ]
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
-          *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS]
+          *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
