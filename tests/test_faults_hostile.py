@@ -441,6 +441,19 @@ PLOT_TABLE_FAULTS = [
           r"repro: error: .*/t.csv: row 1: tpu_cost_mean is -1.0; expected a non-negative number"),
 ]
 
+def _status_of_unstarted_service(ctx):
+    """`cluster status` of a state naming a tf.data service that no start recorded (no directory)."""
+    (ctx.dir / "ts").mkdir()
+    state = {"backend": "local", "trace_store": str(ctx.dir / "ts"), "engine_service": {"engine": "tfdata", "address": "x:1"}}
+    return ["cluster", "status", "--state", _write(ctx.dir / "state.json", json.dumps(state))]
+
+
+# a status check makes nothing: the service's lock (and its directory) was made for a service never started
+STATUS_FAULTS = [
+    Fault("cluster-status-of-a-service-never-started", _status_of_unstarted_service,
+          r"repro: error: cluster status: 1 check\(s\) FAILED: tf.data service \(.*/tfdata\)$"),
+]
+
 TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
 NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
 
@@ -471,7 +484,8 @@ SCRATCH_FAULTS = [
 ]
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
-          *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS]
+          *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
+          *STATUS_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
