@@ -454,6 +454,14 @@ STATUS_FAULTS = [
           r"repro: error: cluster status: 1 check\(s\) FAILED: tf.data service \(.*/tfdata\)$"),
 ]
 
+# an output path through a file: the file that is no directory is named (mkdir said "File exists")
+PATH_FAULTS = [
+    Fault("costs-output-under-a-file", lambda ctx: [
+        "pecan", "costs", "--config", str(CONFIG), "--model", "resnet", str(LOGS / "resnet_pecan.log"),
+        "-o", str(Path(_write(ctx.dir / "f", "the user's")) / "sub" / "c.csv")],
+          r"repro: error: .*/f/sub/c.csv: cannot write: .*/f is not a directory$"),
+]
+
 TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
 NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
 
@@ -485,7 +493,7 @@ SCRATCH_FAULTS = [
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
           *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
-          *STATUS_FAULTS]
+          *STATUS_FAULTS, *PATH_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

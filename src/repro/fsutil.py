@@ -41,6 +41,10 @@ def atomic_path(target):
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
     except OSError as exc:
+        # mkdir says "File exists" where a parent is a file: name that parent
+        blocker = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise ReproError(f"{target}: cannot write: {blocker} is not a directory") from None
         raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
     try:
         yield Path(tmp)
