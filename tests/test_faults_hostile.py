@@ -511,3 +511,20 @@ def test_pecan_plot_writes_the_file_named(tmp_path, monkeypatch, capsys, name, w
     code, _, err = run_repro(["pecan", "plot", "-t", "1", "2", "3", "-o", name], capsys)
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == written
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`repro list | head -1`: the reader gone, the command ends as SIGPIPE ends a tool (128 + 13), with
+    nothing on stderr ('repro: error: Broken pipe' was shown)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", "repro.cli", "list"], stdout=write, stderr=subprocess.PIPE,
+                                cwd=tmp_path, timeout=60)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, b"")

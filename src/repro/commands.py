@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -432,6 +433,10 @@ def run(args, prog="repro", spell=str):
         print(f"{prog}: error: {one_line(spell(str(exc)))}", file=sys.stderr)
         return 1
     except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
+        if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
+            # `repro ... | head`: the reader has what it wanted; end quietly, as a tool SIGPIPE ends does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit writes nowhere
+            return 128 + signal.SIGPIPE
         print(f"{prog}: error: {one_line(_os_error(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: cleaned up on the way out; 128 + signal, as shells do
@@ -440,6 +445,16 @@ def run(args, prog="repro", spell=str):
               file=sys.stderr)
         return 128 + signum
     return code or 0
+
+
+def _stdout_reader_gone():
+    """Whether standard output is a pipe whose reader has closed it (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's captured output)
+        return False
 
 
 def _os_error(exc):
