@@ -1,5 +1,6 @@
 """The `repro` command. Exit codes: 0 success, 1 bad input or failed step, 2 usage error, 128 + the
-signal after Ctrl-C, SIGTERM or SIGHUP (each cleans up as Ctrl-C does).
+signal after Ctrl-C, SIGTERM or SIGHUP (each cleans up as Ctrl-C does), and quietly 141 (128 + SIGPIPE)
+when the reader of its output has gone (`repro list | head -1`).
 
 What a user can cause (bad input, an unwritable or missing file) ends in one line,
 `repro: error: ...`, naming the file, key or flag; only a defect in the package shows a traceback.
