@@ -462,6 +462,20 @@ PATH_FAULTS = [
           r"repro: error: .*/f/sub/c.csv: cannot write: .*/f is not a directory$"),
 ]
 
+def _estimate_two_calibrations(ctx):
+    """`pecan estimate` given two different calibrations of one pipeline (the last named was used)."""
+    calibrations = [_write(ctx.dir / f"{p}.json", _calibration(p)) for p in ("resnet", "retinanet", "simclr", "asr")]
+    other = _write(ctx.dir / "resnet-again.json", _calibration("resnet", cost=0.5))
+    return ["pecan", "estimate", "--config", str(CONFIG), "--calibration", *calibrations, other,
+            "-o", str(ctx.dir / "estimate.txt")]
+
+
+CALIBRATION_FAULTS = [
+    Fault("estimate-two-calibrations-of-one-pipeline", _estimate_two_calibrations,
+          r"repro: error: --calibration .*/resnet-again.json: a second calibration of pipeline 'resnet', other than "
+          r".*/resnet.json's; expected one per pipeline"),
+]
+
 TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
 NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
 
@@ -493,7 +507,7 @@ SCRATCH_FAULTS = [
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
           *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
-          *STATUS_FAULTS, *PATH_FAULTS]
+          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

@@ -225,8 +225,12 @@ def load_calibrations(paths):
                            for o in orders)):
             raise ReproError(f"--calibration {path}: not a calibration (expected the output of `repro pecan calibrate`)")
         _check_numbers(data, f"--calibration {path}")
-        result[data["pipeline"]] = data
-    return result
+        earlier = result.get(data["pipeline"])
+        if earlier is not None and earlier[1] != data:  # which of two calibrations a run used would be the last named
+            raise ReproError(f"--calibration {path}: a second calibration of pipeline {data['pipeline']!r}, other than "
+                             f"{earlier[0]}'s; expected one per pipeline")
+        result[data["pipeline"]] = (path, data)
+    return {pipeline: data for pipeline, (_, data) in result.items()}
 
 
 def _positive(value):
