@@ -476,6 +476,24 @@ CALIBRATION_FAULTS = [
           r".*/resnet.json's; expected one per pipeline"),
 ]
 
+def _run_over_users(name, content="the user's"):
+    """`pecan run --out run` where run/<name> (under repeats/, which a run replaces) is the user's."""
+    command = _run_settings(["seed"], 1)
+
+    def prepare(ctx):
+        _write(ctx.dir / "run" / name, content)
+        return command(ctx)
+    return prepare
+
+
+# A run replaces the repeats/ of an earlier run in its directory; a user's repeats/ was deleted with it
+REPEATS_FAULTS = [
+    Fault("run-out-holds-users-repeats-directory", _run_over_users("repeats/notes.txt"),
+          r"repro: error: run directory .*/run: .*/run/repeats is not the repeats/ directory a run writes"),
+    Fault("run-out-holds-users-repeats-file", _run_over_users("repeats"),
+          r"repro: error: run directory .*/run: .*/run/repeats is not the repeats/ directory a run writes"),
+]
+
 TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
 NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
 
@@ -507,7 +525,7 @@ SCRATCH_FAULTS = [
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
           *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
-          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS]
+          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
