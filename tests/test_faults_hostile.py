@@ -454,8 +454,14 @@ STATUS_FAULTS = [
           r"repro: error: cluster status: 1 check\(s\) FAILED: tf.data service \(.*/tfdata\)$"),
 ]
 
-# an output path through a file: the file that is no directory is named (mkdir said "File exists")
+# an output path through a file: the file that is no directory is named (mkdir said "File exists"); an
+# output named as a directory (a trailing '/') was written as a file of that name, an empty one as '.'
 PATH_FAULTS = [
+    Fault("costs-output-a-new-directory", lambda ctx: [
+        "pecan", "costs", "--config", str(CONFIG), "--model", "resnet", str(LOGS / "resnet_pecan.log"), "-o", "new/"],
+          r"repro: error: -o/--output 'new/': expected a file name, not a directory$"),
+    Fault("combine-output-empty", lambda ctx: ["trace", "combine", _write(ctx.dir / "t.json", TRACE_JSON), "-o", ""],
+          r"repro: error: -o/--output '': expected a file name, not an empty one$"),
     Fault("costs-output-under-a-file", lambda ctx: [
         "pecan", "costs", "--config", str(CONFIG), "--model", "resnet", str(LOGS / "resnet_pecan.log"),
         "-o", str(Path(_write(ctx.dir / "f", "the user's")) / "sub" / "c.csv")],

@@ -384,6 +384,8 @@ def refuse_overwriting_inputs(args):
         named.add(os.path.realpath(path))
     for dest, flag in getattr(args, "writes", {}).items():  # after: "is one of the inputs" says more of a link to one
         for path in paths(dest):
+            if not path or path.endswith(os.sep):  # Path() would drop the '/' and write a file of the directory's name
+                raise ReproError(f"{flag} {path!r}: expected a file name, not {'an empty one' if not path else 'a directory'}")
             if path != "-":
                 check_output(path, f"{flag} {path}")
 
