@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_faults_input import CONFIG, Fault, _calibration, _write, check_fault
+from test_faults_input import CONFIG, LOGS, Fault, _calibration, _fifo, _write, check_fault
 
 pytestmark = pytest.mark.fault
 
@@ -355,6 +355,172 @@ EXPERIMENT_FAULTS = [
           r"repro: error: --out .*/out/traces/original: is not a directory this command made"),
 ]
 
+def _comparison_table(content):
+    """`pecan comparison-table` of one workload whose cost table holds `content` (text, bytes, or a
+    function that makes them; None: a FIFO)."""
+    def prepare(ctx):
+        text = content() if callable(content) else content
+        table = _write(ctx.dir / "t.csv", text) if text is not None else _fifo(ctx, "t.csv")
+        return ["pecan", "comparison-table", "--option", "autoorder", "--workload", "W", "--table", table,
+                "-o", str(ctx.dir / "o.csv")]
+    return prepare
+
+
+def _spread_table(*rows):
+    """A cost table with the spread columns: (mode, value) rows, every number `value`."""
+    from repro.pecan.comparisons import COLUMNS
+
+    columns = [c for c in COLUMNS if c != "workload"]
+    return "\n".join([",".join(columns), *(",".join([mode, "3", *[str(value)] * (len(columns) - 2)]) for mode, value in rows)])
+
+
+# A comparison's cost tables are read as every other table is: bounded, regular, UTF-8, one row per mode
+TABLE_FAULTS = [
+    Fault("comparison-table-cost-table-binary", _comparison_table(b"\xff\xfe\x00mode\n"),
+          r"repro: error: .*/t.csv: not a text file \(expected a cost table\)"),
+    Fault("comparison-table-cost-table-with-a-byte-order-mark", _comparison_table(
+        lambda: b"\xef\xbb\xbf" + _spread_table(("cachew", 1)).encode()),
+          r"repro: error: .*/t.csv: no row for mode 'autoorder'"),
+    Fault("comparison-table-cost-table-a-fifo", _comparison_table(None),
+          r"repro: error: .*/t.csv: is a FIFO; expected a regular file"),
+    Fault("comparison-table-cost-table-mode-twice", _comparison_table(
+        lambda: _spread_table(("cachew", 1), ("cachew", 99), ("autoorder", 1))),
+          r"repro: error: .*/t.csv: two rows for mode 'cachew'; expected one row per mode"),
+]
+
+def _download(keys, existing=None):
+    """`trace download` of a receipt listing `keys` of a store under the test's directory (each object
+    its key as content); `existing`: a user's file already in the output directory, by name."""
+    def prepare(ctx):
+        import hashlib
+
+        objects = []
+        for key in keys:
+            _write(ctx.dir / "store" / key, key)
+            digest = hashlib.sha256(key.encode()).hexdigest()
+            _write(ctx.dir / "store" / f"{key}.sha256", digest + "\n")
+            objects.append({"key": key, "sha256": digest})
+        if existing:
+            _write(ctx.dir / "dl" / existing, "the user's")
+        receipt = _write(ctx.dir / "upload.json", json.dumps({"store": str(ctx.dir / "store"), "objects": objects}))
+        return ["trace", "download", receipt, "-o", str(ctx.dir / "dl")]
+    return prepare
+
+
+DOWNLOAD_FAULTS = [
+    # two objects of one file name: the second replaced the first, both reported verified
+    Fault("download-two-keys-one-file-name", _download(["a/x.json", "b/x.json"]),
+          r"repro: error: .*/upload.json: objects 'a/x.json' and 'b/x.json' both go to .*/dl/x.json"),
+    # a user's file of that name is kept (it was overwritten)
+    Fault("download-over-a-users-file", _download(["a/x.json"], existing="x.json"),
+          r"repro: error: -o/--output-dir: .*/dl/x.json holds a file that is not 'a/x.json'"),
+]
+
+def _plot_comparison(edit):
+    """`pecan plot -e autoorder --table T`, T a comparison table of one workload with `edit` applied
+    to its text."""
+    def prepare(ctx):
+        from repro.pecan.comparisons import COLUMNS
+
+        rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in ("cachew", "autoorder")]
+        return ["pecan", "plot", "-e", "autoorder", "--table",
+                _write(ctx.dir / "t.csv", edit("\n".join([",".join(COLUMNS), *rows]) + "\n"))]
+    return prepare
+
+
+# A comparison table drawn by `pecan plot`: its columns, one row per bar, numbers a bar can show
+PLOT_TABLE_FAULTS = [
+    Fault("plot-comparison-table-lacks-columns", _plot_comparison(lambda t: "\n".join(",".join(line.split(",")[:5])
+                                                                                      for line in t.splitlines())),
+          r"repro: error: .*/t.csv: not a comparison table \(no column\(s\) tpu_cost_ci_high"),
+    Fault("plot-comparison-table-row-twice", _plot_comparison(lambda t: t + t.splitlines()[-1] + "\n"),
+          r"repro: error: .*/t.csv: row 3: a second row for workload 'W' and mode 'autoorder'"),
+    Fault("plot-comparison-table-1e308", _plot_comparison(lambda t: t.replace("1.0", "1e308")),
+          r"repro: error: .*/t.csv: row 1: tpu_cost_mean is 1e308; expected a non-negative number of at most"),
+    Fault("plot-comparison-table-negative", _plot_comparison(lambda t: t.replace(",1.0", ",-1.0", 1)),
+          r"repro: error: .*/t.csv: row 1: tpu_cost_mean is -1.0; expected a non-negative number"),
+]
+
+def _status_of_unstarted_service(ctx):
+    """`cluster status` of a state naming a tf.data service that no start recorded (no directory)."""
+    (ctx.dir / "ts").mkdir()
+    state = {"backend": "local", "trace_store": str(ctx.dir / "ts"), "engine_service": {"engine": "tfdata", "address": "x:1"}}
+    return ["cluster", "status", "--state", _write(ctx.dir / "state.json", json.dumps(state))]
+
+
+# a status check makes nothing: the service's lock (and its directory) was made for a service never started
+STATUS_FAULTS = [
+    Fault("cluster-status-of-a-service-never-started", _status_of_unstarted_service,
+          r"repro: error: cluster status: 1 check\(s\) FAILED: tf.data service \(.*/tfdata\)$"),
+]
+
+# an output path through a file: the file that is no directory is named (mkdir said "File exists"); an
+# output named as a directory (a trailing '/') was written as a file of that name, an empty one as '.'
+PATH_FAULTS = [
+    Fault("costs-output-a-new-directory", lambda ctx: [
+        "pecan", "costs", "--config", str(CONFIG), "--model", "resnet", str(LOGS / "resnet_pecan.log"), "-o", "new/"],
+          r"repro: error: -o/--output 'new/': expected a file name, not a directory$"),
+    Fault("combine-output-empty", lambda ctx: ["trace", "combine", _write(ctx.dir / "t.json", TRACE_JSON), "-o", ""],
+          r"repro: error: -o/--output '': expected a file name, not an empty one$"),
+    Fault("costs-output-under-a-file", lambda ctx: [
+        "pecan", "costs", "--config", str(CONFIG), "--model", "resnet", str(LOGS / "resnet_pecan.log"),
+        "-o", str(Path(_write(ctx.dir / "f", "the user's")) / "sub" / "c.csv")],
+          r"repro: error: .*/f/sub/c.csv: cannot write: .*/f is not a directory$"),
+]
+
+def _estimate_two_calibrations(ctx):
+    """`pecan estimate` given two different calibrations of one pipeline (the last named was used)."""
+    calibrations = [_write(ctx.dir / f"{p}.json", _calibration(p)) for p in ("resnet", "retinanet", "simclr", "asr")]
+    other = _write(ctx.dir / "resnet-again.json", _calibration("resnet", cost=0.5))
+    return ["pecan", "estimate", "--config", str(CONFIG), "--calibration", *calibrations, other,
+            "-o", str(ctx.dir / "estimate.txt")]
+
+
+CALIBRATION_FAULTS = [
+    Fault("estimate-two-calibrations-of-one-pipeline", _estimate_two_calibrations,
+          r"repro: error: --calibration .*/resnet-again.json: a second calibration of pipeline 'resnet', other than "
+          r".*/resnet.json's; expected one per pipeline"),
+]
+
+def _run_over_users(name, content="the user's"):
+    """`pecan run --out run` where run/<name> (under repeats/, which a run replaces) is the user's."""
+    command = _run_settings(["seed"], 1)
+
+    def prepare(ctx):
+        _write(ctx.dir / "run" / name, content)
+        return command(ctx)
+    return prepare
+
+
+# A run replaces the repeats/ of an earlier run in its directory; a user's repeats/ was deleted with it
+REPEATS_FAULTS = [
+    Fault("run-out-holds-users-repeats-directory", _run_over_users("repeats/notes.txt"),
+          r"repro: error: run directory .*/run: .*/run/repeats is not the repeats/ directory a run writes"),
+    Fault("run-out-holds-users-repeats-file", _run_over_users("repeats"),
+          r"repro: error: run directory .*/run: .*/run/repeats is not the repeats/ directory a run writes"),
+]
+
+TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
+NOT_UTF8 = "t\udcff"  # the byte 0xff in a file name, as the file system's names come to Python
+
+# A file name that is not UTF-8 goes into no output (a CSV row, a JSON string cannot hold it): refused, named
+NAME_FAULTS = [
+    Fault("combine-a-trace-named-in-latin-1", lambda ctx: ["trace", "combine", _write(ctx.dir / f"{NOT_UTF8}.json", TRACE_JSON),
+                                                         "-o", str(ctx.dir / "c.json")],
+          r"repro: error: .*/t\\udcff.json: the file name is not UTF-8 text"),
+    Fault("summarize-a-directory-with-a-trace-named-in-latin-1",
+          lambda ctx: ["trace", "summarize", str(Path(_write(ctx.dir / "d" / f"{NOT_UTF8}.json", TRACE_JSON)).parent),
+                       "-o", str(ctx.dir / "s.json")],
+          r"repro: error: .*/d/t\\udcff.json: the file name is not UTF-8 text"),
+    Fault("provenance-an-input-named-in-latin-1",
+          lambda ctx: ["provenance", "--settings", "{}", "-o", str(ctx.dir / "p.json"), _write(ctx.dir / NOT_UTF8, "x")],
+          r"repro: error: .*/t\\udcff: the file name is not UTF-8 text"),
+    Fault("costs-a-log-named-in-latin-1",
+          lambda ctx: ["pecan", "costs", "--config", str(CONFIG), "--model", "resnet", "-o", str(ctx.dir / "c.csv"),
+                       _write(ctx.dir / f"{NOT_UTF8}.log", (LOGS / "resnet_pecan.log").read_bytes())],
+          r"repro: error: .*/t\\udcff.log: the file name is not UTF-8 text"),
+]
+
 SCRATCH_FAULTS = [
     Fault(f"check-reproducibility-scratch-holds-users-{name}", _users(
         f"scratch/{name}/mine.txt", lambda ctx: ["pecan", "check-reproducibility", "--config", str(CONFIG), "--scratch",
@@ -364,7 +530,8 @@ SCRATCH_FAULTS = [
 ]
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
-          *SCRATCH_FAULTS]
+          *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
+          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
@@ -382,3 +549,20 @@ def test_pecan_plot_writes_the_file_named(tmp_path, monkeypatch, capsys, name, w
     code, _, err = run_repro(["pecan", "plot", "-t", "1", "2", "3", "-o", name], capsys)
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == written
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`repro list | head -1`: the reader gone, the command ends as SIGPIPE ends a tool (128 + 13), with
+    nothing on stderr ('repro: error: Broken pipe' was shown)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", "repro.cli", "list"], stdout=write, stderr=subprocess.PIPE,
+                                cwd=tmp_path, timeout=60)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, b"")

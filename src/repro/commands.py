@@ -1,5 +1,6 @@
 """The `repro` command. Exit codes: 0 success, 1 bad input or failed step, 2 usage error, 128 + the
-signal after Ctrl-C, SIGTERM or SIGHUP (each cleans up as Ctrl-C does).
+signal after Ctrl-C, SIGTERM or SIGHUP (each cleans up as Ctrl-C does), and quietly 141 (128 + SIGPIPE)
+when the reader of its output has gone (`repro list | head -1`).
 
 What a user can cause (bad input, an unwritable or missing file) ends in one line,
 `repro: error: ...`, naming the file, key or flag; only a defect in the package shows a traceback.
@@ -13,6 +14,7 @@ import contextlib
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -382,6 +384,8 @@ def refuse_overwriting_inputs(args):
         named.add(os.path.realpath(path))
     for dest, flag in getattr(args, "writes", {}).items():  # after: "is one of the inputs" says more of a link to one
         for path in paths(dest):
+            if not path or path.endswith(os.sep):  # Path() would drop the '/' and write a file of the directory's name
+                raise ReproError(f"{flag} {path!r}: expected a file name, not {'an empty one' if not path else 'a directory'}")
             if path != "-":
                 check_output(path, f"{flag} {path}")
 
@@ -432,6 +436,10 @@ def run(args, prog="repro", spell=str):
         print(f"{prog}: error: {one_line(spell(str(exc)))}", file=sys.stderr)
         return 1
     except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
+        if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
+            # `repro ... | head`: the reader has what it wanted; end quietly, as a tool SIGPIPE ends does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit writes nowhere
+            return 128 + signal.SIGPIPE
         print(f"{prog}: error: {one_line(_os_error(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: cleaned up on the way out; 128 + signal, as shells do
@@ -440,6 +448,16 @@ def run(args, prog="repro", spell=str):
               file=sys.stderr)
         return 128 + signum
     return code or 0
+
+
+def _stdout_reader_gone():
+    """Whether standard output is a pipe whose reader has closed it (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's captured output)
+        return False
 
 
 def _os_error(exc):

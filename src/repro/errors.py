@@ -3,8 +3,9 @@
 import re
 
 # C0 and C1 control characters and DEL: a name holding one would break the message's line or
-# drive the terminal (escape sequences)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# drive the terminal (escape sequences); and lone surrogates (a file name's bytes that are not UTF-8),
+# which a strict UTF-8 stream cannot write
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 class ReproError(Exception):

@@ -41,6 +41,10 @@ def atomic_path(target):
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
     except OSError as exc:
+        # mkdir says "File exists" where a parent is a file: name that parent
+        blocker = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise ReproError(f"{target}: cannot write: {blocker} is not a directory") from None
         raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
     try:
         yield Path(tmp)
@@ -52,6 +56,16 @@ def atomic_path(target):
         if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):
             raise ReproError(f"{target}: cannot write ({exc.strerror or exc})") from None
         raise
+
+
+def check_text_name(path, what):
+    """ReproError unless the name of `path` is UTF-8: a file name's other bytes come from the file system
+    as lone surrogates, which no UTF-8 output (a CSV row, a JSON string) can hold. `what`: where the
+    name goes."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ReproError(f"{path}: the file name is not UTF-8 text, and {what}; rename the file") from None
 
 
 def check_output(target, label):
@@ -175,7 +189,7 @@ def read_csv(path, label, what, limit=JSON_LIMIT):
     import io
 
     try:
-        text = read_text(path, label, what, limit)
+        text = read_text(path, label, what, limit).removeprefix("\ufeff")  # a spreadsheet's byte order mark
         return list(csv.DictReader(io.StringIO(text, newline="")))
     except OSError as exc:
         raise ReproError(f"{label}: cannot read ({exc.strerror})") from None

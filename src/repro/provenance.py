@@ -4,7 +4,7 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from repro.fsutil import check_regular, sha256_file
+from repro.fsutil import check_regular, check_text_name, sha256_file
 
 PACKAGES = ("repro", "snakemake", "numpy", "pillow", "matplotlib", "orjson", "scipy", "onnxruntime")
 
@@ -37,6 +37,7 @@ def describe_figure(inputs, settings):
 
     for path in inputs:  # a FIFO or a device would never end its checksum
         check_regular(path, path, "a file a figure was drawn from")
+        check_text_name(path, "the record names it")
     commit, dirty = git_state()
     return {
         "inputs": [{"path": str(path), "sha256": sha256_file(path), "bytes": Path(path).stat().st_size}

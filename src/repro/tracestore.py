@@ -173,8 +173,17 @@ def download_traces(store, receipt, destination_dir):
     the store the receipt records, where the run uploaded them."""
     recorded, objects = read_receipt(receipt)
     store = open_store(recorded) if store is None else store
+    targets = {}
     for entry in objects:  # a trace fetched over the receipt would destroy the list it came from
-        refuse_overwriting([("-o/--output-dir", Path(destination_dir) / Path(entry["key"]).name)], [receipt])
+        target = Path(destination_dir) / Path(entry["key"]).name
+        refuse_overwriting([("-o/--output-dir", target)], [receipt])
+        if target in targets:  # the second would replace the first, both reported verified
+            raise ReproError(f"{receipt}: objects {targets[target]!r} and {entry['key']!r} both go to {target}; "
+                             "expected keys with distinct file names")
+        targets[target] = entry["key"]
+        if target.is_file() and not target.is_symlink() and sha256(target) != entry["sha256"]:
+            raise ReproError(f"-o/--output-dir: {target} holds a file that is not {entry['key']!r} (its sha256 differs); "
+                             "expected a new path, or the same trace fetched again")
     fetched = []
     for entry in objects:
         try:

@@ -242,6 +242,7 @@ def _run(args):
 
 def _costs(args):
     from repro.config import load_config
+    from repro.fsutil import check_text_name
     from repro.pecan.costs import cost_row, lookup
     from repro.pecan.costtable import write_table
     from repro.pecan.logs import parse_log
@@ -265,6 +266,7 @@ def _costs(args):
     tpu_price = lookup(pecan["prices"]["tpu"], tpu_type, "TPU type (pecan.prices.tpu)")
     rows = []
     for log in logs:
+        check_text_name(log, "it names the log's row (experiment and mode)")
         parsed = parse_log(log, worker_matches=args.worker_matches, infer_workers=args.infer_workers)
         row = cost_row(parsed, Path(log).stem, model, pecan["models"][model], tpu_price, pecan["prices"]["worker"],
                        tpu_count=args.tpu_count)
@@ -332,12 +334,12 @@ def _plot_comparison(args):
 
     base = f"plots/{OPTIONS[args.experiment]['basename']}"
     table = args.table or f"results/tables/{OPTIONS[args.experiment]['basename']}.csv"
+    outputs = [f"{base}.pdf", f"{base}.png"]
+    refuse_overwriting([(f"-e {args.experiment}", output) for output in outputs], [table])
     rows = _comparison_rows(table)
     if {r["mode"] for r in rows} != set(OPTIONS[args.experiment]["modes"]):
         raise ReproError(f"{table}: modes {sorted({r['mode'] for r in rows})}; -e {args.experiment} draws "
                          f"{OPTIONS[args.experiment]['modes']}")
-    outputs = [f"{base}.pdf", f"{base}.png"]
-    refuse_overwriting([(f"-e {args.experiment}", output) for output in outputs], [table])
     Path(base).parent.mkdir(parents=True, exist_ok=True)
     plot_comparison(rows, args.experiment, outputs, f"cost numbers from {table}",
                     {"font_size": 9, "width_in": 8.0, "height_in": 4.0, "dpi": 150, "show_reference": True}, PAPER_COSTS)
@@ -457,16 +459,33 @@ def _comparison(args):
 
 
 def _comparison_rows(path):
-    """A comparison table's rows with its numbers as floats."""
-    from repro.pecan.comparisons import read_rows
+    """A comparison table's rows with its numbers as floats: its columns, one row per workload and
+    mode, each number finite, non-negative and at most MAX_DOLLARS (a bar the figure can draw)."""
+    from repro.pecan.comparisons import COLUMNS, read_rows
 
-    rows = read_rows(path)
+    rows = read_rows(path, "a comparison table")
     if not rows:
         raise ReproError(f"{path}: comparison table has no rows")
-    try:
-        return [{k: (v if k in ("workload", "mode") else float(v)) for k, v in row.items()} for row in rows]
-    except ValueError as exc:
-        raise ReproError(f"{path}: not a comparison table ({exc})") from None
+    missing = [c for c in COLUMNS if c not in rows[0]]
+    if missing:
+        raise ReproError(f"{path}: not a comparison table (no column(s) {', '.join(missing)}); expected the "
+                         "columns `pecan comparison-table` writes")
+    seen, numbers = set(), []
+    for index, row in enumerate(rows, start=1):
+        if (row["workload"], row["mode"]) in seen:
+            raise ReproError(f"{path}: row {index}: a second row for workload {row['workload']!r} and mode "
+                             f"{row['mode']!r}; expected one row each")
+        seen.add((row["workload"], row["mode"]))
+        try:
+            number = {k: float(row[k]) for k in COLUMNS[2:]}
+        except (TypeError, ValueError):
+            raise ReproError(f"{path}: row {index}: expected numbers in {', '.join(COLUMNS[2:])}") from None
+        bad = next((k for k, v in number.items() if not (math.isfinite(v) and 0 <= v <= MAX_DOLLARS)), None)
+        if bad:
+            raise ReproError(f"{path}: row {index}: {bad} is {row[bad]}; expected a non-negative number of at "
+                             f"most {MAX_DOLLARS:g}")
+        numbers.append({"workload": row["workload"], "mode": row["mode"], **number})
+    return numbers
 
 
 def _validation(args):

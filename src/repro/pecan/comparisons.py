@@ -10,9 +10,8 @@ fig8.py builds its x positions from the one `-m` model, so its five-workload ser
 position; here every workload has its own.
 """
 
-import csv
-
 from repro.errors import ReproError
+from repro.fsutil import read_csv
 from repro.stats import verdict
 
 LABEL_ROUNDING = 0.005  # fig8.py labels cents: a labelled value stands for any within half a cent
@@ -56,12 +55,8 @@ def check_comparison(name, spec, experiments, source="config"):
     return option
 
 
-def read_rows(path):
-    try:
-        with open(path, newline="") as fh:
-            return list(csv.DictReader(fh))
-    except OSError as exc:
-        raise ReproError(f"{path}: cannot read cost table: {exc.strerror}") from None
+def read_rows(path, what="a cost table"):
+    return read_csv(path, str(path), what)
 
 
 def comparison_rows(option, workloads, tables):
@@ -72,7 +67,11 @@ def comparison_rows(option, workloads, tables):
         raise ReproError(f"{len(workloads)} workloads but {len(tables)} cost tables; expected one table per workload")
     rows = []
     for workload, table in zip(workloads, tables):
-        by_mode = {row["mode"]: row for row in read_rows(table)}
+        by_mode = {}
+        for row in read_rows(table):
+            if row.get("mode") in by_mode:  # which of two rows the figure would draw is anyone's guess
+                raise ReproError(f"{table}: two rows for mode {row['mode']!r}; expected one row per mode")
+            by_mode[row.get("mode")] = row
         for mode in modes:
             if mode not in by_mode:
                 raise ReproError(f"{table}: no row for mode {mode!r} (workload {workload!r}); expected modes {modes}")

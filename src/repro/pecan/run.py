@@ -3,6 +3,7 @@
 import dataclasses
 import math
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -201,12 +202,20 @@ def _run_into(stage, config, pecan, preset, experiment, mode, calibrations, back
     return metrics
 
 
+_REPEAT_LOG = re.compile(r"run-[0-9]+\.log")
+
+
 def remove_repeats(run_dir):
     """Remove an earlier run's repeats/ (and hidden ones a killed run left) from run_dir."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
-    for path in [run_dir / "repeats", *run_dir.glob(".repeats.*.tmp"), *run_dir.glob(".run.*.tmp")]:
+    repeats = run_dir / "repeats"
+    if os.path.lexists(repeats) and (repeats.is_symlink() or not repeats.is_dir() or not all(
+            _REPEAT_LOG.fullmatch(p.name) and p.is_file() and not p.is_symlink() for p in repeats.iterdir())):
+        raise ReproError(f"run directory {run_dir}: {repeats} is not the repeats/ directory a run writes (run-<n>.log "
+                         "files only); it may be yours: move it, or name another run directory")
+    for path in [repeats, *run_dir.glob(".repeats.*.tmp"), *run_dir.glob(".run.*.tmp")]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
@@ -225,8 +234,12 @@ def load_calibrations(paths):
                            for o in orders)):
             raise ReproError(f"--calibration {path}: not a calibration (expected the output of `repro pecan calibrate`)")
         _check_numbers(data, f"--calibration {path}")
-        result[data["pipeline"]] = data
-    return result
+        earlier = result.get(data["pipeline"])
+        if earlier is not None and earlier[1] != data:  # which of two calibrations a run used would be the last named
+            raise ReproError(f"--calibration {path}: a second calibration of pipeline {data['pipeline']!r}, other than "
+                             f"{earlier[0]}'s; expected one per pipeline")
+        result[data["pipeline"]] = (path, data)
+    return {pipeline: data for pipeline, (_, data) in result.items()}
 
 
 def _positive(value):

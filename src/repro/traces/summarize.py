@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError, TraceError
+from repro.fsutil import check_text_name
 from repro.traces.events import IGNORE_CATEGORY, column
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher, phase_codes
@@ -60,6 +61,8 @@ def find_traces(inputs):
             files.append(item)
         else:
             raise TraceError(item, "no such file or directory")
+    for path in files:
+        check_text_name(path, "a trace's name goes into the output")
     return files
 
 

@@ -447,7 +447,9 @@ def workflow_checks(directory):
     then the workers it expects registered, then a probe job served by them. The service holds no
     workers between runs, so the workers expected are probe workers the check starts and stops:
     one on every worker host (over ssh) where the service has worker hosts, else one here."""
-    Service(directory)  # a malformed state is named before anything is written there
+    recorded = Service(directory)  # a malformed state is named before anything is written there
+    if recorded.state is None:  # no service to hold: the lock would make a directory the start never made
+        return recorded.checks(probe=False, workers=False)
     with exclusive(directory):
         service = Service(directory, owned=True)
         lines = service.checks(probe=False, workers=False)
