@@ -67,8 +67,10 @@ def _stop_tfdata(record):
 def _tfdata_caption(pecan, experiments):
     """The engine's caption for a figure of one experiment (a name) or several (a list)."""
     scale = pecan["tfdata"].get("time_scale")
+    # a figure of one experiment lists each mode's derived scale after the caption (pecan figure)
     scale = (f"x{scale:g}" if scale is not None else
-             "derived by each run from its measured pipeline cost and the machine's CPUs, per mode below")
+             "derived by each run from its measured pipeline cost and the machine's CPUs"
+             + (", per mode below" if isinstance(experiments, str) else ""))
     return (f"engine tfdata: real runs on a tf.data service on this machine at miniature scale (accelerator step "
             f"time {scale}; dollars from the miniature run's workers and throughput; one run per mode)")
 
