@@ -346,6 +346,7 @@ def test_pecan_costs_accepts_extract_costs_options(tmp_path):
     (["--model=resnet", "--header=maybe"], "--header"),
     (["--model=resnet", "--accelerator=v4"], "--accelerator"),
     (["--model=resnet", "--tpu_count=0"], "--tpu-count"),
+    (["--model=resnet", "--tpu_count=4097"], "--tpu-count (1 to 4096)"),
     ([], "--experiment NAME"),
 ])
 def test_pecan_costs_bad_options_are_named(tmp_path, words, message):

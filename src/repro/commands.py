@@ -379,15 +379,14 @@ def refuse_overwriting_inputs(args):
     refuse_overwriting(outputs, inputs)
     named = set()
     for flag, path in outputs:  # one output written over another: the first one's content lost
-        if path != "-" and os.path.realpath(path) in named:
+        if os.path.realpath(path) in named:
             raise ReproError(f"{flag} {path}: named twice as an output; expected a file of its own for each")
         named.add(os.path.realpath(path))
     for dest, flag in getattr(args, "writes", {}).items():  # after: "is one of the inputs" says more of a link to one
         for path in paths(dest):
             if not path or path.endswith(os.sep):  # Path() would drop the '/' and write a file of the directory's name
                 raise ReproError(f"{flag} {path!r}: expected a file name, not {'an empty one' if not path else 'a directory'}")
-            if path != "-":
-                check_output(path, f"{flag} {path}")
+            check_output(path, f"{flag} {path}")
 
 
 class Terminated(KeyboardInterrupt):

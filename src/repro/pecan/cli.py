@@ -14,6 +14,7 @@ from repro.settings import figure_file, settings_argument, settings_keys
 MAX_DOLLARS = 1e9  # per epoch, on `pecan plot`'s command line
 MAX_NETWORK_GBPS = 100_000  # as the config schema bounds pecan.cluster.network_gbps
 MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
+MAX_TPUS = 4096  # `pecan costs --tpu-count`: the chips of the largest TPU pod (v4), so more is a typo
 
 
 def add_commands(sub):
@@ -252,8 +253,8 @@ def _costs(args):
         raise ReproError("pecan costs: no training log given (positional, or --path LOG)")
     if (args.experiment is None) == (args.model is None):
         raise ReproError("pecan costs: give --experiment NAME or --model NAME (from the config)")
-    if args.tpu_count < 1 or args.worker_matches < 1:
-        raise ReproError(f"--tpu-count and --worker-matches must be at least 1, got {args.tpu_count} and "
+    if not 1 <= args.tpu_count <= MAX_TPUS or args.worker_matches < 1:
+        raise ReproError(f"--tpu-count (1 to {MAX_TPUS}) and --worker-matches (at least 1): got {args.tpu_count} and "
                          f"{args.worker_matches}")
     pecan = load_config(args.config)["pecan"]
     if args.model:
