@@ -386,7 +386,17 @@ TABLE_FAULTS = [
     Fault("comparison-table-cost-table-mode-twice", _comparison_table(
         lambda: _spread_table(("cachew", 1), ("cachew", 99), ("autoorder", 1))),
           r"repro: error: .*/t.csv: two rows for mode 'cachew'; expected one row per mode"),
+    Fault("comparison-table-cost-table-a-negative-cost", _comparison_table(
+        lambda: _spread_table(("cachew", 1), ("autoorder", -2))),
+          r"repro: error: .*/t.csv: mode 'autoorder': tpu_cost_mean is -2; expected non-negative finite costs"),
+    Fault("comparison-table-cost-table-an-infinite-cost", _comparison_table(
+        lambda: _spread_table(("cachew", "inf"), ("autoorder", 1))),
+          r"repro: error: .*/t.csv: mode 'cachew': tpu_cost_mean is inf; expected non-negative finite costs"),
+    Fault("comparison-table-cost-table-no-repeats", _comparison_table(
+        lambda: _spread_table(("cachew", 1), ("autoorder", 1)).replace(",3,", ",0,")),
+          r"repro: error: .*/t.csv: mode 'cachew': repeats is 0; expected non-negative finite costs and at least one"),
 ]
+
 
 def _download(keys, existing=None):
     """`trace download` of a receipt listing `keys` of a store under the test's directory (each object

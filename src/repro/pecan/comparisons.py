@@ -10,6 +10,8 @@ fig8.py builds its x positions from the one `-m` model, so its five-workload ser
 position; here every workload has its own.
 """
 
+import math
+
 from repro.errors import ReproError
 from repro.fsutil import read_csv
 from repro.stats import verdict
@@ -77,10 +79,15 @@ def comparison_rows(option, workloads, tables):
                 raise ReproError(f"{table}: no row for mode {mode!r} (workload {workload!r}); expected modes {modes}")
             row = by_mode[mode]
             try:
-                rows.append({"workload": workload, "mode": mode, "repeats": int(row["repeats"]),
-                             **{f"{q}_{s}": float(row[f"{q}_{s}"]) for q in QUANTITIES for s in ("mean", "ci_low", "ci_high")}})
-            except (KeyError, ValueError):
+                numbers = {f"{q}_{s}": float(row[f"{q}_{s}"]) for q in QUANTITIES for s in ("mean", "ci_low", "ci_high")}
+                repeats = int(row["repeats"])
+            except (KeyError, TypeError, ValueError):
                 raise ReproError(f"{table}: no mean and interval per column (a table written before repeats; rerun costs)") from None
+            bad = next((k for k, v in numbers.items() if not (math.isfinite(v) and v >= 0)), None)
+            if bad or repeats < 1:
+                what = f"{bad} is {row[bad]}" if bad else f"repeats is {repeats}"
+                raise ReproError(f"{table}: mode {mode!r}: {what}; expected non-negative finite costs and at least one repeat")
+            rows.append({"workload": workload, "mode": mode, "repeats": repeats, **numbers})
     return rows
 
 
