@@ -426,6 +426,26 @@ DOWNLOAD_FAULTS = [
           r"repro: error: -o/--output-dir: .*/dl/x.json holds a file that is not 'a/x.json'"),
 ]
 
+def _fetch_from(kind):
+    """`trims fetch M` from an asset store whose M/model.onnx is a link to `kind` (a device that never ends)."""
+    def prepare(ctx):
+        model = ctx.dir / "assets" / "m"
+        _write(model / "manifest.json", json.dumps({
+            "model": "m", "input": {"name": "data", "shape": [1, 3, 2, 2]}, "output": "out", "params_bytes": 0,
+            "tensors": [], "sha256": {"model.onnx": "0" * 64, "model.params": "0" * 64}}))
+        _write(model / "model.params", b"")
+        (model / "model.onnx").symlink_to(kind)
+        return ["trims", "fetch", "m", "--asset-store", str(ctx.dir / "assets"), "--base-path", str(ctx.dir / "base")]
+    return prepare
+
+
+# A model in a local asset store: its files were copied however long they ran (/dev/zero: till the disk was full)
+FETCH_FAULTS = [
+    Fault("fetch-a-model-file-linked-to-dev-zero", _fetch_from("/dev/zero"),
+          r"repro: error: .*/assets/m/model.onnx: is a character device; expected a regular file", bounded=True),
+]
+
+
 def _plot_comparison(edit):
     """`pecan plot -e autoorder --table T`, T a comparison table of one workload with `edit` applied
     to its text."""
@@ -541,7 +561,7 @@ SCRATCH_FAULTS = [
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
           *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
-          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS]
+          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS, *FETCH_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
