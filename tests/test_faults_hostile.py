@@ -581,6 +581,23 @@ def test_pecan_plot_writes_the_file_named(tmp_path, monkeypatch, capsys, name, w
     assert sorted(p.name for p in tmp_path.iterdir()) == written
 
 
+@pytest.mark.parametrize("experiment, modes", [("autoorder", ("cachew", "autoorder")),
+                                               ("autoplacement", ("collocated", "cachew", "fastflow", "autoplacement"))])
+def test_pecan_plot_of_a_comparison_writes_the_file_named(tmp_path, monkeypatch, capsys, experiment, modes):
+    """-e autoorder/autoplacement with -o: the file named, and nothing else (plots/AutoOrder_Cost.pdf and .png
+    were written over, -o left unsaid)."""
+    from support import run_repro
+
+    from repro.pecan.comparisons import COLUMNS
+
+    monkeypatch.chdir(tmp_path)
+    rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in modes]
+    _write(tmp_path / "t.csv", "\n".join([",".join(COLUMNS), *rows]) + "\n")
+    code, _, err = run_repro(["pecan", "plot", "-e", experiment, "--table", "t.csv", "-o", "mine.pdf"], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.pdf", "t.csv"]
+
+
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     """`repro list | head -1`: the reader gone, the command ends as SIGPIPE ends a tool (128 + 13), with
     nothing on stderr ('repro: error: Broken pipe' was shown)."""

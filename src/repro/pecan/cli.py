@@ -78,13 +78,13 @@ def add_commands(sub):
     plot.add_argument("-e", "--experiment", default="final", choices=["final", "autoplacement", "autoorder"],
                       help="the figure: final (collocated, Cachew, Pecan, from -t/-c); autoplacement (Fig 6) and "
                       "autoorder (Fig 7) over every workload of a comparison table (--table), written to "
-                      "plots/Cachew_AP_FF and plots/AutoOrder_Cost as fig8.py does")
+                      "plots/Cachew_AP_FF and plots/AutoOrder_Cost as fig8.py does, or to -o")
     plot.add_argument("--table", help="autoplacement/autoorder: the comparison table "
                       "(default results/tables/Cachew_AP_FF.csv or results/tables/AutoOrder_Cost.csv)")
     plot.add_argument("-m", "--model", default="ResNet50_v2-8", help="the workload, the figure's title")
-    plot.add_argument("-o", "--out_file", "--out-file", dest="out_file", default="plots/ResNet50_v2-8",
-                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8); "
-                      "a name ending in .pdf or .png: that file only")
+    plot.add_argument("-o", "--out_file", "--out-file", dest="out_file",
+                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8, "
+                      "plots/Cachew_AP_FF or plots/AutoOrder_Cost); a name ending in .pdf or .png: that file only")
     plot.add_argument("-t", "--tpu_costs", "--tpu-costs", dest="tpu_costs", nargs=3, type=float,
                       metavar=("COLLOCATED", "CACHEW", "PECAN"), help="TPU cost per epoch ($) of each mode")
     plot.add_argument("-c", "--cpu_costs", "--cpu-costs", dest="cpu_costs", nargs=3, type=float,
@@ -312,17 +312,20 @@ def _plot(args):
             value = values.get(column, 0)
             row.update({f"{column}_mean": value, f"{column}_ci_low": value, f"{column}_ci_high": value})
         rows.append(row)
-    if Path(args.out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
-        outputs = [args.out_file]
-    else:  # a basename, as fig8.py takes it: BASE.pdf and BASE.png
-        outputs = [f"{args.out_file}.pdf", f"{args.out_file}.png"]
-    Path(args.out_file).parent.mkdir(parents=True, exist_ok=True)
+    outputs = _plot_outputs(args.out_file or "plots/ResNet50_v2-8")
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "costs.csv"
         write_table(rows, table, columns=list(rows[0]))
         plot_costs(table, outputs, args.model, "cost numbers given on the command line",
                    {"font_size": 9, "width_in": 5.0, "height_in": 3.6, "dpi": 150, "show_reference": False})
     print(f"{', '.join(outputs)}: collocated, Cachew, Pecan")
+
+
+def _plot_outputs(out_file):
+    """The files `-o out_file` names (their directory is made as each is written)."""
+    if Path(out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
+        return [out_file]
+    return [f"{out_file}.pdf", f"{out_file}.png"]  # a basename, as fig8.py takes it
 
 
 def _plot_comparison(args):
@@ -333,18 +336,16 @@ def _plot_comparison(args):
     from repro.pecan.presets import PAPER_COSTS
     from repro.plots import plot_comparison
 
-    base = f"plots/{OPTIONS[args.experiment]['basename']}"
     table = args.table or f"results/tables/{OPTIONS[args.experiment]['basename']}.csv"
-    outputs = [f"{base}.pdf", f"{base}.png"]
+    outputs = _plot_outputs(args.out_file or f"plots/{OPTIONS[args.experiment]['basename']}")
     refuse_overwriting([(f"-e {args.experiment}", output) for output in outputs], [table])
     rows = _comparison_rows(table)
     if {r["mode"] for r in rows} != set(OPTIONS[args.experiment]["modes"]):
         raise ReproError(f"{table}: modes {sorted({r['mode'] for r in rows})}; -e {args.experiment} draws "
                          f"{OPTIONS[args.experiment]['modes']}")
-    Path(base).parent.mkdir(parents=True, exist_ok=True)
     plot_comparison(rows, args.experiment, outputs, f"cost numbers from {table}",
                     {"font_size": 9, "width_in": 8.0, "height_in": 4.0, "dpi": 150, "show_reference": True}, PAPER_COSTS)
-    print(f"{outputs[0]}, {outputs[1]}: {', '.join(OPTIONS[args.experiment]['modes'])}")
+    print(f"{', '.join(outputs)}: {', '.join(OPTIONS[args.experiment]['modes'])}")
 
 
 def _compare_results(args):
