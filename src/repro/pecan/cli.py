@@ -338,7 +338,8 @@ def _plot_comparison(args):
 
     table = args.table or f"results/tables/{OPTIONS[args.experiment]['basename']}.csv"
     outputs = _plot_outputs(args.out_file or f"plots/{OPTIONS[args.experiment]['basename']}")
-    refuse_overwriting([(f"-e {args.experiment}", output) for output in outputs], [table])
+    flag = "-o/--out_file" if args.out_file else f"-e {args.experiment}"
+    refuse_overwriting([(flag, output) for output in outputs], [table])
     rows = _comparison_rows(table)
     if {r["mode"] for r in rows} != set(OPTIONS[args.experiment]["modes"]):
         raise ReproError(f"{table}: modes {sorted({r['mode'] for r in rows})}; -e {args.experiment} draws "
