@@ -458,6 +458,36 @@ def _plot_comparison(edit):
     return prepare
 
 
+def _figure_settings(command, **changed):
+    """`pecan figure F` or `pecan comparison AutoOrder_Cost` with its settings, `changed` written over them."""
+    def prepare(ctx):
+        from repro.pecan.comparisons import COLUMNS
+
+        rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in ("cachew", "autoorder")]
+        table = _write(ctx.dir / "t.csv", "\n".join([",".join(COLUMNS), *rows]) + "\n")
+        settings = {"backend": "local", "preset": "local", "engine_caption": None,
+                    "style": {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False},
+                    **({"option": "autoorder", "workloads": ["W"]} if command == "comparison"
+                       else {"experiment": "E", "reference": None}), **changed}
+        return ["pecan", command, "AutoOrder_Cost" if command == "comparison" else "F", "--table", table,
+                "--calibration", _write(ctx.dir / "r.json", _calibration("resnet")), "--settings", json.dumps(settings),
+                "--output", str(ctx.dir / "f.pdf"), str(ctx.dir / "f.png"), "--verdicts", str(ctx.dir / "v.csv")]
+    return prepare
+
+
+# Figure settings written by hand, a value of the wrong type: TypeError tracebacks ('argument of type 'int' is
+# not iterable', 'unhashable type: 'list'')
+FIGURE_SETTINGS_FAULTS = [
+    Fault("comparison-settings-workloads-a-number", _figure_settings("comparison", workloads=5),
+          r"repro: error: --settings: workloads: 5 is not of type 'array'"),
+    Fault("comparison-settings-option-a-list", _figure_settings("comparison", option=["autoorder"]),
+          r"repro: error: --settings: option: \['autoorder'\] is not of type 'string'"),
+    Fault("figure-settings-reference-a-list", _figure_settings("figure", reference=["x"]),
+          r"repro: error: --settings: reference: \['x'\] is not of type 'string'"),
+    Fault("figure-settings-modes-a-number", _figure_settings("figure", modes=5),
+          r"repro: error: --settings: modes: 5 is not of type 'array'"),
+]
+
 # A comparison table drawn by `pecan plot`: its columns, one row per bar, numbers a bar can show
 PLOT_TABLE_FAULTS = [
     Fault("plot-comparison-table-lacks-columns", _plot_comparison(lambda t: "\n".join(",".join(line.split(",")[:5])
@@ -561,7 +591,8 @@ SCRATCH_FAULTS = [
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
           *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
-          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS, *FETCH_FAULTS]
+          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS, *FETCH_FAULTS,
+          *FIGURE_SETTINGS_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

@@ -376,6 +376,16 @@ def _cost_table(args):
     print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
 
 
+def _check_figure_settings(settings, section, name, keys):
+    """Figure settings given by hand: `keys` checked where plots.<section>.<name> holds them, preset and
+    backend where the config does (style by check_style as it is drawn; a None is a key the spec left out)."""
+    from repro.config import check_settings
+
+    places = {**{key: ("plots", section, name, key) for key in keys}, "preset": ("calibration", "preset"),
+              "style": None, "engine_caption": None}
+    check_settings({key: value for key, value in settings.items() if value is not None}, places=places)
+
+
 @settings_keys()
 def _figure(args):
     from repro.config import check_style
@@ -387,6 +397,7 @@ def _figure(args):
     from repro.rulesettings import caption
 
     settings = args.settings
+    _check_figure_settings(settings, "figures", args.figure, ("experiment", "reference", "modes"))
     reference = REFERENCE_PLOTS.get(settings["reference"]) if settings["reference"] else None
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])
@@ -447,6 +458,7 @@ def _comparison(args):
     from repro.plots import plot_comparison
 
     settings = args.settings
+    _check_figure_settings(settings, "comparisons", args.comparison, ("option", "workloads"))
     rows = _comparison_rows(args.table)
     verdicts = paper_verdicts(args.comparison, rows, PAPER_COSTS)
     text = comparison_caption(settings, load_calibrations(args.calibration), verdicts, rows)
