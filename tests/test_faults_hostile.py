@@ -488,6 +488,32 @@ FIGURE_SETTINGS_FAULTS = [
           r"repro: error: --settings: modes: 5 is not of type 'array'"),
 ]
 
+def _cost_table_settings(keys, value):
+    """`pecan cost-table --settings S` with the workflow's cost settings, one value changed (settings checked
+    before any log is read: the logs named need not exist)."""
+    def prepare(ctx):
+        from repro.rulesettings import cost_settings
+
+        settings = _changed(_config_settings(cost_settings, "Getting_started"), keys, value)
+        return ["pecan", "cost-table", "--settings", json.dumps(settings), "--mode", "short", "--log", "run.log",
+                "--metrics", "metrics.json", "--summary", "summary.json", "-o", str(ctx.dir / "t.csv")]
+    return prepare
+
+
+# Cost settings written by hand: ZeroDivisionError and TypeError tracebacks
+COST_TABLE_SETTINGS_FAULTS = [
+    Fault("cost-table-settings-batch-size-0", _cost_table_settings(["model", "batch_size"], 0),
+          r"repro: error: --settings: model.batch_size: 0 is less than the minimum of 1"),
+    Fault("cost-table-settings-steps-a-string", _cost_table_settings(["model", "steps_per_epoch"], "x"),
+          r"repro: error: --settings: model.steps_per_epoch: 'x' is not of type 'integer'"),
+    Fault("cost-table-settings-model-a-number", _cost_table_settings(["model"], 5),
+          r"repro: error: --settings: model: 5 is not of type 'object'"),
+    Fault("cost-table-settings-tpu-price-a-list", _cost_table_settings(["tpu_price"], [1]),
+          r"repro: error: --settings: tpu_price: \[1\] is not of type 'number'"),
+    Fault("cost-table-settings-model-name-a-list", _cost_table_settings(["model_name"], [1]),
+          r"repro: error: --settings: model_name: \[1\] is not of type 'string'"),
+]
+
 # A comparison table drawn by `pecan plot`: its columns, one row per bar, numbers a bar can show
 PLOT_TABLE_FAULTS = [
     Fault("plot-comparison-table-lacks-columns", _plot_comparison(lambda t: "\n".join(",".join(line.split(",")[:5])
@@ -592,7 +618,7 @@ SCRATCH_FAULTS = [
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
           *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
           *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS, *FETCH_FAULTS,
-          *FIGURE_SETTINGS_FAULTS]
+          *FIGURE_SETTINGS_FAULTS, *COST_TABLE_SETTINGS_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

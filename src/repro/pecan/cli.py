@@ -367,9 +367,13 @@ def _compare_results(args):
 
 @settings_keys()
 def _cost_table(args):
+    from repro.config import check_settings
     from repro.pecan.costs import COLUMNS
     from repro.pecan.costtable import SPREAD_COLUMNS, cost_table, write_table
 
+    check_settings(args.settings, places={"model_name": ("pecan", "experiments", "e", "model"),
+                                          "model": ("pecan", "models", "m"), "tpu_price": ("pecan", "prices", "tpu", "t"),
+                                          "worker_price": ("pecan", "prices", "worker")})
     rows = cost_table(args.settings, args.modes, args.logs, args.metrics, args.summary)
     scales = ["time_scale"] if any("time_scale" in row for row in rows) else []  # tf.data engine runs
     write_table(rows, args.output, COLUMNS + SPREAD_COLUMNS + scales)
