@@ -160,6 +160,15 @@ TRACE_FAULTS = [
           r"repro: error: .*/t.json: timestamp 1e\+300 us is no date between the years 1 and 9999"),
     Fault("original-summary-timestamp-before-year-1", _original_summary({"ts": -1e17, "dur": 1}),
           r"repro: error: .*/t.json: timestamp -1e\+17 us is no date"),
+    # -o left out: the default summary.json was written over whatever held that name (the user's notes)
+    Fault("summarize-default-output-a-users-file",
+          lambda ctx: [_write(ctx.dir / "summary.json", "my notes\n"), "trace", "summarize", _trace({"ts": 1, "dur": 1})(ctx)][1:],
+          r"repro: error: -o/--output summary.json: holds a file that is not a trace summary; name the output with -o"),
+    Fault("summarize-each-directory-over-a-users-summary",
+          lambda ctx: [_write(ctx.dir / "d" / "summary.json", '{"mine": true}'),
+                       _write(ctx.dir / "d" / "t.json", '{"traceEvents": []}'), "trace", "summarize", "--each-directory",
+                       str(ctx.dir / "d")][2:],
+          r"repro: error: -o/--output .*/d/summary.json: holds a file that is not a trace summary"),
 ]
 
 STYLE = {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False}

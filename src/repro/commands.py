@@ -86,7 +86,7 @@ def _summarize(args):
     from pathlib import Path
 
     if not args.each_directory:
-        _summarize_into(args, args.inputs, args.output or "summary.json")
+        _summarize_into(args, args.inputs, args.output or _default_output("summary.json"))
         return
     not_directories = [p for p in args.inputs if not Path(p).is_dir()]
     if not_directories:
@@ -94,8 +94,16 @@ def _summarize(args):
     if args.output and len(args.inputs) > 1:
         raise ReproError("-o/--output: with --each-directory and several directories each writes its own "
                          "<directory>/summary.json; leave -o out")
-    for directory in args.inputs:
-        _summarize_into(args, [directory], args.output or str(Path(directory) / "summary.json"))
+    outputs = [args.output or _default_output(str(Path(directory) / "summary.json")) for directory in args.inputs]
+    for directory, output in zip(args.inputs, outputs):
+        _summarize_into(args, [directory], output)
+
+
+def _default_output(path):
+    from repro.traces.summarize import check_default_output
+
+    check_default_output(path)
+    return path
 
 
 def _summarize_into(args, inputs, output):

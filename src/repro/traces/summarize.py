@@ -9,6 +9,7 @@ All times in a summary are microseconds (the trace's own unit). Per trace:
 """
 
 import math
+import os
 from itertools import compress, repeat
 from operator import ne
 from pathlib import Path
@@ -64,6 +65,22 @@ def find_traces(inputs):
     for path in files:
         check_text_name(path, "a trace's name goes into the output")
     return files
+
+
+def check_default_output(path):
+    """ReproError unless `path`, the summary a command writes where -o is left out, is new or a summary
+    (either format) an earlier summarize wrote: anything else there is the user's, not to be written over."""
+    from repro.fsutil import read_json
+
+    if not os.path.lexists(path):
+        return
+    try:
+        data = read_json(path, "a trace summary")
+    except ReproError:
+        data = None
+    if not (isinstance(data, dict) and isinstance(data.get("traces"), list)
+            or isinstance(data, list) and all(isinstance(record, dict) for record in data)):
+        raise ReproError(f"-o/--output {path}: holds a file that is not a trace summary; name the output with -o")
 
 
 def summarize_trace(path, detailed=False, strict=True, reader_options=None):
