@@ -30,7 +30,7 @@ def _trace_commands(sub):
 
     combine = tsub.add_parser("combine", help="combine traces into one, one process row per input")
     combine.add_argument("inputs", nargs="+", help="trace files or directories")
-    combine.add_argument("-o", "--output", default="combined.json", help="output file (default: combined.json)")
+    combine.add_argument("-o", "--output", help="output file (default: combined.json)")
     combine.add_argument(
         "--adjust",
         action=argparse.BooleanOptionalAction,
@@ -76,6 +76,11 @@ def _combine(args):
     from repro.traces.summarize import find_traces
 
     inputs = find_traces(args.inputs)
+    if args.output is None:
+        from repro.fsutil import check_default_output
+        from repro.traces.summarize import is_trace
+
+        args.output = check_default_output("combined.json", "-o/--output", is_trace, "a combined trace")
     refuse_overwriting([("-o/--output", args.output)], inputs)  # also a trace found in an input directory
     report = combine(inputs, args.output, adjust=args.adjust, skip_first=args.skip_first, strict=not args.lenient)
     print(f"{args.output}: {report['events']} events from {report['inputs']} traces"
@@ -100,10 +105,10 @@ def _summarize(args):
 
 
 def _default_output(path):
-    from repro.traces.summarize import check_default_output
+    from repro.fsutil import check_default_output
+    from repro.traces.summarize import is_summary
 
-    check_default_output(path)
-    return path
+    return check_default_output(path, "-o/--output", is_summary, "a trace summary")
 
 
 def _summarize_into(args, inputs, output):

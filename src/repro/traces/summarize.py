@@ -9,7 +9,6 @@ All times in a summary are microseconds (the trace's own unit). Per trace:
 """
 
 import math
-import os
 from itertools import compress, repeat
 from operator import ne
 from pathlib import Path
@@ -67,20 +66,24 @@ def find_traces(inputs):
     return files
 
 
-def check_default_output(path):
-    """ReproError unless `path`, the summary a command writes where -o is left out, is new or a summary
-    (either format) an earlier summarize wrote: anything else there is the user's, not to be written over."""
+def is_summary(path):
+    """Whether `path` holds a summary (either format) that summarize wrote."""
     from repro.fsutil import read_json
 
-    if not os.path.lexists(path):
-        return
     try:
         data = read_json(path, "a trace summary")
     except ReproError:
-        data = None
-    if not (isinstance(data, dict) and isinstance(data.get("traces"), list)
-            or isinstance(data, list) and all(isinstance(record, dict) for record in data)):
-        raise ReproError(f"-o/--output {path}: holds a file that is not a trace summary; name the output with -o")
+        return False
+    return (isinstance(data, dict) and isinstance(data.get("traces"), list)
+            or isinstance(data, list) and all(isinstance(record, dict) for record in data))
+
+
+def is_trace(path):
+    """Whether `path` begins as a Chrome trace does (an array of events, or an object with traceEvents);
+    the start only: a combined trace may be large."""
+    with open(path, "rb") as fh:
+        start = fh.read(4096).lstrip()
+    return start[:1] == b"[" or start[:1] == b"{" and b'"traceEvents"' in start
 
 
 def summarize_trace(path, detailed=False, strict=True, reader_options=None):
