@@ -160,6 +160,19 @@ TRACE_FAULTS = [
           r"repro: error: .*/t.json: timestamp 1e\+300 us is no date between the years 1 and 9999"),
     Fault("original-summary-timestamp-before-year-1", _original_summary({"ts": -1e17, "dur": 1}),
           r"repro: error: .*/t.json: timestamp -1e\+17 us is no date"),
+    # -o left out: the default summary.json was written over whatever held that name (the user's notes)
+    Fault("summarize-default-output-a-users-file",
+          lambda ctx: [_write(ctx.dir / "summary.json", "my notes\n"), "trace", "summarize", _trace({"ts": 1, "dur": 1})(ctx)][1:],
+          r"repro: error: -o/--output summary.json: holds a file that is not a trace summary; name the output with -o"),
+    Fault("combine-default-output-a-users-file",
+          lambda ctx: [_write(ctx.dir / "combined.json", '{"mine": true}'), "trace", "combine",
+                       _trace({"ts": 1, "dur": 1})(ctx)][1:],
+          r"repro: error: -o/--output combined.json: holds a file that is not a combined trace; name the output with -o"),
+    Fault("summarize-each-directory-over-a-users-summary",
+          lambda ctx: [_write(ctx.dir / "d" / "summary.json", '{"mine": true}'),
+                       _write(ctx.dir / "d" / "t.json", '{"traceEvents": []}'), "trace", "summarize", "--each-directory",
+                       str(ctx.dir / "d")][2:],
+          r"repro: error: -o/--output .*/d/summary.json: holds a file that is not a trace summary"),
 ]
 
 STYLE = {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False}
@@ -426,6 +439,26 @@ DOWNLOAD_FAULTS = [
           r"repro: error: -o/--output-dir: .*/dl/x.json holds a file that is not 'a/x.json'"),
 ]
 
+def _fetch_from(kind):
+    """`trims fetch M` from an asset store whose M/model.onnx is a link to `kind` (a device that never ends)."""
+    def prepare(ctx):
+        model = ctx.dir / "assets" / "m"
+        _write(model / "manifest.json", json.dumps({
+            "model": "m", "input": {"name": "data", "shape": [1, 3, 2, 2]}, "output": "out", "params_bytes": 0,
+            "tensors": [], "sha256": {"model.onnx": "0" * 64, "model.params": "0" * 64}}))
+        _write(model / "model.params", b"")
+        (model / "model.onnx").symlink_to(kind)
+        return ["trims", "fetch", "m", "--asset-store", str(ctx.dir / "assets"), "--base-path", str(ctx.dir / "base")]
+    return prepare
+
+
+# A model in a local asset store: its files were copied however long they ran (/dev/zero: till the disk was full)
+FETCH_FAULTS = [
+    Fault("fetch-a-model-file-linked-to-dev-zero", _fetch_from("/dev/zero"),
+          r"repro: error: .*/assets/m/model.onnx: is a character device; expected a regular file", bounded=True),
+]
+
+
 def _plot_comparison(edit):
     """`pecan plot -e autoorder --table T`, T a comparison table of one workload with `edit` applied
     to its text."""
@@ -437,6 +470,62 @@ def _plot_comparison(edit):
                 _write(ctx.dir / "t.csv", edit("\n".join([",".join(COLUMNS), *rows]) + "\n"))]
     return prepare
 
+
+def _figure_settings(command, **changed):
+    """`pecan figure F` or `pecan comparison AutoOrder_Cost` with its settings, `changed` written over them."""
+    def prepare(ctx):
+        from repro.pecan.comparisons import COLUMNS
+
+        rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in ("cachew", "autoorder")]
+        table = _write(ctx.dir / "t.csv", "\n".join([",".join(COLUMNS), *rows]) + "\n")
+        settings = {"backend": "local", "preset": "local", "engine_caption": None,
+                    "style": {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False},
+                    **({"option": "autoorder", "workloads": ["W"]} if command == "comparison"
+                       else {"experiment": "E", "reference": None}), **changed}
+        return ["pecan", command, "AutoOrder_Cost" if command == "comparison" else "F", "--table", table,
+                "--calibration", _write(ctx.dir / "r.json", _calibration("resnet")), "--settings", json.dumps(settings),
+                "--output", str(ctx.dir / "f.pdf"), str(ctx.dir / "f.png"), "--verdicts", str(ctx.dir / "v.csv")]
+    return prepare
+
+
+# Figure settings written by hand, a value of the wrong type: TypeError tracebacks ('argument of type 'int' is
+# not iterable', 'unhashable type: 'list'')
+FIGURE_SETTINGS_FAULTS = [
+    Fault("comparison-settings-workloads-a-number", _figure_settings("comparison", workloads=5),
+          r"repro: error: --settings: workloads: 5 is not of type 'array'"),
+    Fault("comparison-settings-option-a-list", _figure_settings("comparison", option=["autoorder"]),
+          r"repro: error: --settings: option: \['autoorder'\] is not of type 'string'"),
+    Fault("figure-settings-reference-a-list", _figure_settings("figure", reference=["x"]),
+          r"repro: error: --settings: reference: \['x'\] is not of type 'string'"),
+    Fault("figure-settings-modes-a-number", _figure_settings("figure", modes=5),
+          r"repro: error: --settings: modes: 5 is not of type 'array'"),
+]
+
+def _cost_table_settings(keys, value):
+    """`pecan cost-table --settings S` with the workflow's cost settings, one value changed (settings checked
+    before any log is read: the logs named need not exist)."""
+    def prepare(ctx):
+        from repro.rulesettings import cost_settings
+
+        settings = _changed(_config_settings(cost_settings, "Getting_started"), keys, value)
+        return ["pecan", "cost-table", "--settings", json.dumps(settings), "--mode", "short", "--log", "run.log",
+                "--metrics", "metrics.json", "--summary", "summary.json", "-o", str(ctx.dir / "t.csv")]
+    return prepare
+
+
+# Cost settings written by hand: ZeroDivisionError and TypeError tracebacks
+COST_TABLE_SETTINGS_FAULTS = [
+    Fault("cost-table-settings-batch-size-0", _cost_table_settings(["model", "batch_size"], 0),
+          r"repro: error: --settings: model.batch_size: 0 is less than the minimum of 1"),
+    Fault("cost-table-settings-steps-a-string", _cost_table_settings(["model", "steps_per_epoch"], "x"),
+          r"repro: error: --settings: model.steps_per_epoch: 'x' is not of type 'integer'"),
+    Fault("cost-table-settings-model-a-number", _cost_table_settings(["model"], 5),
+          r"repro: error: --settings: model: 5 is not of type 'object'"),
+    Fault("cost-table-settings-tpu-price-a-list", _cost_table_settings(["tpu_price"], [1]),
+          r"repro: error: --settings: tpu_price: \[1\] is not of type 'number'"),
+    Fault("cost-table-settings-model-name-a-list", _cost_table_settings(["model_name"], [1]),
+          r"repro: error: --settings: model_name: \[1\] is not of type 'string'"),
+]
 
 # A comparison table drawn by `pecan plot`: its columns, one row per bar, numbers a bar can show
 PLOT_TABLE_FAULTS = [
@@ -541,7 +630,8 @@ SCRATCH_FAULTS = [
 
 FAULTS = [*SETTINGS_FAULTS, *TRACE_FAULTS, *FIGURE_FAULTS, *OUTPUT_FAULTS, *DOCTOR_FAULTS, *EXPERIMENT_FAULTS,
           *SCRATCH_FAULTS, *NAME_FAULTS, *TABLE_FAULTS, *DOWNLOAD_FAULTS, *PLOT_TABLE_FAULTS,
-          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS]
+          *STATUS_FAULTS, *PATH_FAULTS, *CALIBRATION_FAULTS, *REPEATS_FAULTS, *FETCH_FAULTS,
+          *FIGURE_SETTINGS_FAULTS, *COST_TABLE_SETTINGS_FAULTS]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
@@ -559,6 +649,23 @@ def test_pecan_plot_writes_the_file_named(tmp_path, monkeypatch, capsys, name, w
     code, _, err = run_repro(["pecan", "plot", "-t", "1", "2", "3", "-o", name], capsys)
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == written
+
+
+@pytest.mark.parametrize("experiment, modes", [("autoorder", ("cachew", "autoorder")),
+                                               ("autoplacement", ("collocated", "cachew", "fastflow", "autoplacement"))])
+def test_pecan_plot_of_a_comparison_writes_the_file_named(tmp_path, monkeypatch, capsys, experiment, modes):
+    """-e autoorder/autoplacement with -o: the file named, and nothing else (plots/AutoOrder_Cost.pdf and .png
+    were written over, -o left unsaid)."""
+    from support import run_repro
+
+    from repro.pecan.comparisons import COLUMNS
+
+    monkeypatch.chdir(tmp_path)
+    rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in modes]
+    _write(tmp_path / "t.csv", "\n".join([",".join(COLUMNS), *rows]) + "\n")
+    code, _, err = run_repro(["pecan", "plot", "-e", experiment, "--table", "t.csv", "-o", "mine.pdf"], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.pdf", "t.csv"]
 
 
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path):

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.fault
 CONFIG = REPO / "config" / "config.yaml"
 LOGS = REPO / "tests" / "fixtures" / "pecan-logs"
 MEMORY_LIMIT = 2 << 30  # address space of a bounded run: far below what the unbounded reads reached (8-9.6 GB)
+FILE_LIMIT = 256 << 20  # the largest file a bounded run may write: an endless copy ends there, not at a full disk
 DEADLINE_S = 60  # a bounded run's wall clock; the anchor bomb spun past it
 
 
@@ -477,8 +478,9 @@ INPUT_FAULTS = [
 
 
 def _limited():
-    """In the bounded child: an address space it cannot grow past, and SIGINT as at a terminal."""
+    """In the bounded child: an address space and file size it cannot grow past, and SIGINT as at a terminal."""
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

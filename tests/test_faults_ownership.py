@@ -529,3 +529,31 @@ def test_a_terminated_calibration_ends_as_after_ctrl_c(tmp_path, signum):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_run_leaves_the_staging_directory_of_a_run_still_writing_into_its_directory(tmp_path, monkeypatch, capsys):
+    """Two `pecan run --out D` at once: the second removed the first's hidden staging directory as if a
+    killed run had left it, and the first failed ('D/.run.x.tmp/repeats: No such file or directory').
+    A killed run's is still removed, and a file of the user's that only looks like one is kept."""
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    me = processes.describe(os.getpid(), "pecan run")
+    live = run_dir / f".run.{me['pid']}-{me['start_ticks']}.abc.tmp"  # this process's: a run still writing
+    live.mkdir(parents=True)
+    (live / "run.log").write_text("being written\n")
+    dead = run_dir / ".run.999999999-1.abc.tmp"  # a pid no process has: a killed run's
+    dead.mkdir()
+    mine = run_dir / ".run.notes.tmp"
+    mine.write_text("the user's\n")
+    calibrations = []
+    for pipeline in ("resnet", "retinanet"):
+        calibrations.append(tmp_path / f"{pipeline}.json")
+        calibrations[-1].write_text(json.dumps({
+            "pipeline": pipeline, "autoorder_saving": 0.1,
+            **{order: {"cpu_s_per_element": 0.01, "bytes_out_per_element": 10, "element_cpu_s": [0.01, 0.01]}
+               for order in ("declared", "autoorder")}}))
+    code, _, err = run_repro(["pecan", "run", "--config", CONFIG, "--experiment", "Getting_started", "--mode", "short",
+                              "--calibration", *calibrations, "--out", run_dir], capsys)
+    assert code == 0, err
+    assert (live / "run.log").read_text() == "being written\n" and mine.read_text() == "the user's\n"
+    assert not dead.exists()

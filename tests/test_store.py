@@ -147,6 +147,20 @@ def test_a_transient_failure_is_retried(tmp_path, gcs, emulator, monkeypatch):
         proxy.shutdown()
 
 
+def test_an_upload_writes_no_file_outside_the_store_through_a_symlinked_checksum(tmp_path):
+    """A `<key>.sha256` sidecar in the store that is a symlink: the user's file it named was overwritten
+    with the checksum. It is refused naming it, and the file is kept."""
+    (trace,) = trace_files(tmp_path, 1)
+    users = tmp_path / "users.txt"
+    users.write_text("the user's\n")
+    store = tmp_path / "store"
+    (store / "traces").mkdir(parents=True)
+    (store / "traces" / "t0.json.sha256").symlink_to(users)
+    with pytest.raises(ReproError, match=r"t0\.json\.sha256: is a symbolic link"):
+        LocalStore(store).put(trace, "traces/t0.json")
+    assert users.read_text() == "the user's\n"
+
+
 def test_bad_store_urls_are_refused():
     with pytest.raises(ReproError, match="expected gs://bucket"):
         GCSStore("gs://", client=object())

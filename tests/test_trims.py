@@ -504,6 +504,8 @@ def test_popularity_weights_and_distribution_laws():
     assert distribution("poisson", [2.5]).mean() == pytest.approx(2.5)
     assert check_params("pareto") == [1.0, 1.5] and check_params("pareto", []) == [1.0, 1.5]
     assert check_params("uniform", [0, 0.5]) == [0, 0.5]  # a range may start at 0
+    huge = popularity(["a", "b", "c"], "uniform", [1e308, 1.7e308], np.random.default_rng(2))  # draws whose sum overflows
+    assert huge.sum() == pytest.approx(1.0) and len(set(huge.tolist())) == 3
 
 
 def test_plans_refuse_nothing_to_run_and_a_cap_of_zero_plans_nothing():
@@ -521,7 +523,12 @@ def test_plans_refuse_nothing_to_run_and_a_cap_of_zero_plans_nothing():
 @pytest.mark.parametrize(
     "name, params, message",
     [("gamma", None, "unknown distribution"), ("pareto", [1], "takes 2 parameter"),
-     ("exponential", [-1], "rate=-1"), ("uniform", [2, 1], "must exceed"), ("weibull", [1, float("nan")], "lambda=nan")],
+     ("exponential", [-1], "rate=-1"), ("uniform", [2, 1], "must exceed"), ("weibull", [1, float("nan")], "lambda=nan"),
+     # finite parameters whose draws are not weights: numpy's ValueError ('lam value too large', 'Probabilities
+     # contain NaN', 'do not sum to 1') was a traceback
+     ("poisson", [1e300], "out of range for poisson"), ("pareto", [1e308, 0.001], "out of range for pareto"),
+     ("exponential", [1e-320], "out of range for exponential"), ("uniform", [-1e308, 1e308], "min=-1e\\+308 must be >= 0"),
+     ("uniform", [-1, 1], "min=-1 must be >= 0")],
 )
 def test_bad_distributions_are_refused(name, params, message):
     with pytest.raises(ReproError, match=message):

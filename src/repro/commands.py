@@ -30,7 +30,7 @@ def _trace_commands(sub):
 
     combine = tsub.add_parser("combine", help="combine traces into one, one process row per input")
     combine.add_argument("inputs", nargs="+", help="trace files or directories")
-    combine.add_argument("-o", "--output", default="combined.json", help="output file (default: combined.json)")
+    combine.add_argument("-o", "--output", help="output file (default: combined.json)")
     combine.add_argument(
         "--adjust",
         action=argparse.BooleanOptionalAction,
@@ -76,6 +76,11 @@ def _combine(args):
     from repro.traces.summarize import find_traces
 
     inputs = find_traces(args.inputs)
+    if args.output is None:
+        from repro.fsutil import check_default_output
+        from repro.traces.summarize import is_trace
+
+        args.output = check_default_output("combined.json", "-o/--output", is_trace, "a combined trace")
     refuse_overwriting([("-o/--output", args.output)], inputs)  # also a trace found in an input directory
     report = combine(inputs, args.output, adjust=args.adjust, skip_first=args.skip_first, strict=not args.lenient)
     print(f"{args.output}: {report['events']} events from {report['inputs']} traces"
@@ -86,7 +91,7 @@ def _summarize(args):
     from pathlib import Path
 
     if not args.each_directory:
-        _summarize_into(args, args.inputs, args.output or "summary.json")
+        _summarize_into(args, args.inputs, args.output or _default_output("summary.json"))
         return
     not_directories = [p for p in args.inputs if not Path(p).is_dir()]
     if not_directories:
@@ -94,8 +99,16 @@ def _summarize(args):
     if args.output and len(args.inputs) > 1:
         raise ReproError("-o/--output: with --each-directory and several directories each writes its own "
                          "<directory>/summary.json; leave -o out")
-    for directory in args.inputs:
-        _summarize_into(args, [directory], args.output or str(Path(directory) / "summary.json"))
+    outputs = [args.output or _default_output(str(Path(directory) / "summary.json")) for directory in args.inputs]
+    for directory, output in zip(args.inputs, outputs):
+        _summarize_into(args, [directory], output)
+
+
+def _default_output(path):
+    from repro.fsutil import check_default_output
+    from repro.traces.summarize import is_summary
+
+    return check_default_output(path, "-o/--output", is_summary, "a trace summary")
 
 
 def _summarize_into(args, inputs, output):

@@ -270,6 +270,20 @@ def expand_path(value, key="path", source="config"):
 OWN_DIRECTORY_MARK = ".repro-made"
 
 
+def check_default_output(path, label, is_ours, what):
+    """`path`, the output a command writes where its flag (`label`) is left out, where it is new or
+    `is_ours(path)` (what an earlier run wrote); otherwise ReproError naming it: the file is the user's."""
+    if os.path.lexists(path):
+        check_output(path, f"{label} {path}")
+        try:
+            ours = is_ours(path)
+        except OSError:
+            ours = False
+        if not ours:
+            raise ReproError(f"{label} {path}: holds a file that is not {what}; name the output with {label.split('/')[0]}")
+    return path
+
+
 def check_fresh_directory(path, label):
     """ReproError, naming `label`, unless `path` is new, an empty directory or one that
     fresh_directory made (marked so): anything else may be the user's."""

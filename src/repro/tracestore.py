@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, read_json, read_text, refuse_overwriting, write_json
+from repro.fsutil import atomic_path, check_output, read_json, read_text, refuse_overwriting, write_json, write_text
 from repro.fsutil import sha256_file as sha256
 
 
@@ -21,11 +21,12 @@ class LocalStore:
         self.root = Path(root)
 
     def put(self, path, key):
-        target = self._path(key)
+        target, sidecar = self._path(key), self.root / f"{key}.sha256"
+        check_output(sidecar, str(sidecar))  # before the object: a symlink would have been written through
         with atomic_path(target) as tmp:
             shutil.copyfile(path, tmp)
         digest = sha256(target)
-        (self.root / f"{key}.sha256").write_text(digest + "\n")
+        write_text(sidecar, digest + "\n")
         return {"key": key, "sha256": digest, "bytes": target.stat().st_size}
 
     def _path(self, key):

@@ -78,13 +78,13 @@ def add_commands(sub):
     plot.add_argument("-e", "--experiment", default="final", choices=["final", "autoplacement", "autoorder"],
                       help="the figure: final (collocated, Cachew, Pecan, from -t/-c); autoplacement (Fig 6) and "
                       "autoorder (Fig 7) over every workload of a comparison table (--table), written to "
-                      "plots/Cachew_AP_FF and plots/AutoOrder_Cost as fig8.py does")
+                      "plots/Cachew_AP_FF and plots/AutoOrder_Cost as fig8.py does, or to -o")
     plot.add_argument("--table", help="autoplacement/autoorder: the comparison table "
                       "(default results/tables/Cachew_AP_FF.csv or results/tables/AutoOrder_Cost.csv)")
     plot.add_argument("-m", "--model", default="ResNet50_v2-8", help="the workload, the figure's title")
-    plot.add_argument("-o", "--out_file", "--out-file", dest="out_file", default="plots/ResNet50_v2-8",
-                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8); "
-                      "a name ending in .pdf or .png: that file only")
+    plot.add_argument("-o", "--out_file", "--out-file", dest="out_file",
+                      help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8, "
+                      "plots/Cachew_AP_FF or plots/AutoOrder_Cost); a name ending in .pdf or .png: that file only")
     plot.add_argument("-t", "--tpu_costs", "--tpu-costs", dest="tpu_costs", nargs=3, type=float,
                       metavar=("COLLOCATED", "CACHEW", "PECAN"), help="TPU cost per epoch ($) of each mode")
     plot.add_argument("-c", "--cpu_costs", "--cpu-costs", dest="cpu_costs", nargs=3, type=float,
@@ -312,17 +312,20 @@ def _plot(args):
             value = values.get(column, 0)
             row.update({f"{column}_mean": value, f"{column}_ci_low": value, f"{column}_ci_high": value})
         rows.append(row)
-    if Path(args.out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
-        outputs = [args.out_file]
-    else:  # a basename, as fig8.py takes it: BASE.pdf and BASE.png
-        outputs = [f"{args.out_file}.pdf", f"{args.out_file}.png"]
-    Path(args.out_file).parent.mkdir(parents=True, exist_ok=True)
+    outputs = _plot_outputs(args.out_file or "plots/ResNet50_v2-8")
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "costs.csv"
         write_table(rows, table, columns=list(rows[0]))
         plot_costs(table, outputs, args.model, "cost numbers given on the command line",
                    {"font_size": 9, "width_in": 5.0, "height_in": 3.6, "dpi": 150, "show_reference": False})
     print(f"{', '.join(outputs)}: collocated, Cachew, Pecan")
+
+
+def _plot_outputs(out_file):
+    """The files `-o out_file` names (their directory is made as each is written)."""
+    if Path(out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
+        return [out_file]
+    return [f"{out_file}.pdf", f"{out_file}.png"]  # a basename, as fig8.py takes it
 
 
 def _plot_comparison(args):
@@ -333,18 +336,17 @@ def _plot_comparison(args):
     from repro.pecan.presets import PAPER_COSTS
     from repro.plots import plot_comparison
 
-    base = f"plots/{OPTIONS[args.experiment]['basename']}"
     table = args.table or f"results/tables/{OPTIONS[args.experiment]['basename']}.csv"
-    outputs = [f"{base}.pdf", f"{base}.png"]
-    refuse_overwriting([(f"-e {args.experiment}", output) for output in outputs], [table])
+    outputs = _plot_outputs(args.out_file or f"plots/{OPTIONS[args.experiment]['basename']}")
+    flag = "-o/--out_file" if args.out_file else f"-e {args.experiment}"
+    refuse_overwriting([(flag, output) for output in outputs], [table])
     rows = _comparison_rows(table)
     if {r["mode"] for r in rows} != set(OPTIONS[args.experiment]["modes"]):
         raise ReproError(f"{table}: modes {sorted({r['mode'] for r in rows})}; -e {args.experiment} draws "
                          f"{OPTIONS[args.experiment]['modes']}")
-    Path(base).parent.mkdir(parents=True, exist_ok=True)
     plot_comparison(rows, args.experiment, outputs, f"cost numbers from {table}",
                     {"font_size": 9, "width_in": 8.0, "height_in": 4.0, "dpi": 150, "show_reference": True}, PAPER_COSTS)
-    print(f"{outputs[0]}, {outputs[1]}: {', '.join(OPTIONS[args.experiment]['modes'])}")
+    print(f"{', '.join(outputs)}: {', '.join(OPTIONS[args.experiment]['modes'])}")
 
 
 def _compare_results(args):
@@ -365,13 +367,27 @@ def _compare_results(args):
 
 @settings_keys()
 def _cost_table(args):
+    from repro.config import check_settings
     from repro.pecan.costs import COLUMNS
     from repro.pecan.costtable import SPREAD_COLUMNS, cost_table, write_table
 
+    check_settings(args.settings, places={"model_name": ("pecan", "experiments", "e", "model"),
+                                          "model": ("pecan", "models", "m"), "tpu_price": ("pecan", "prices", "tpu", "t"),
+                                          "worker_price": ("pecan", "prices", "worker")})
     rows = cost_table(args.settings, args.modes, args.logs, args.metrics, args.summary)
     scales = ["time_scale"] if any("time_scale" in row for row in rows) else []  # tf.data engine runs
     write_table(rows, args.output, COLUMNS + SPREAD_COLUMNS + scales)
     print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
+
+
+def _check_figure_settings(settings, section, name, keys):
+    """Figure settings given by hand: `keys` checked where plots.<section>.<name> holds them, preset and
+    backend where the config does (style by check_style as it is drawn; a None is a key the spec left out)."""
+    from repro.config import check_settings
+
+    places = {**{key: ("plots", section, name, key) for key in keys}, "preset": ("calibration", "preset"),
+              "style": None, "engine_caption": None}
+    check_settings({key: value for key, value in settings.items() if value is not None}, places=places)
 
 
 @settings_keys()
@@ -385,6 +401,7 @@ def _figure(args):
     from repro.rulesettings import caption
 
     settings = args.settings
+    _check_figure_settings(settings, "figures", args.figure, ("experiment", "reference", "modes"))
     reference = REFERENCE_PLOTS.get(settings["reference"]) if settings["reference"] else None
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])
@@ -445,6 +462,7 @@ def _comparison(args):
     from repro.plots import plot_comparison
 
     settings = args.settings
+    _check_figure_settings(settings, "comparisons", args.comparison, ("option", "workloads"))
     rows = _comparison_rows(args.table)
     verdicts = paper_verdicts(args.comparison, rows, PAPER_COSTS)
     text = comparison_caption(settings, load_calibrations(args.calibration), verdicts, rows)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from repro import processes
 from repro.errors import ReproError
 from repro.fsutil import DIRECTORY_MODE, atomic_path, read_json, write_json
 from repro.pecan.calibrate import resample
@@ -147,11 +148,13 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     made = not out.exists()
     remove_repeats(out)
     out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".run.", suffix=".tmp", dir=out))
+    me = processes.describe(os.getpid(), "pecan run")  # in its name: removed as stale only once this run ended
+    stage = Path(tempfile.mkdtemp(prefix=f".run.{me['pid']}-{me['start_ticks']}.", suffix=".tmp", dir=out))
     try:
         metrics = _run_into(stage, config, pecan, preset, experiment, mode, calibrations, backend)
         trace = Path("traces") / f"{experiment}-{mode}.json"
         (out / "traces").mkdir(exist_ok=True)
+        remove_repeats(out)  # those of a run into this directory that ended while this one ran
         for name in ("run.log", trace, "repeats", "metrics.json"):  # metrics.json last: the run is complete
             if (stage / name).exists():
                 os.replace(stage / name, out / name)
@@ -203,6 +206,17 @@ def _run_into(stage, config, pecan, preset, experiment, mode, calibrations, back
 
 
 _REPEAT_LOG = re.compile(r"run-[0-9]+\.log")
+_STAGE = re.compile(r"\.run\.([0-9]+)-([0-9]+)\..+\.tmp")  # run_mode's staging directory: pid, start ticks
+
+
+def _stale_stages(run_dir):
+    """The staging directories in run_dir that runs no longer running left (not those of a run still
+    writing into it, nor a file of the user's that only looks like one)."""
+    me = processes.describe(os.getpid(), "pecan run")
+    for path in run_dir.glob(".run.*.tmp"):
+        owner = _STAGE.fullmatch(path.name)
+        if owner and not processes.matches({**me, "pid": int(owner[1]), "start_ticks": int(owner[2])}):
+            yield path
 
 
 def remove_repeats(run_dir):
@@ -215,7 +229,7 @@ def remove_repeats(run_dir):
             _REPEAT_LOG.fullmatch(p.name) and p.is_file() and not p.is_symlink() for p in repeats.iterdir())):
         raise ReproError(f"run directory {run_dir}: {repeats} is not the repeats/ directory a run writes (run-<n>.log "
                          "files only); it may be yours: move it, or name another run directory")
-    for path in [repeats, *run_dir.glob(".repeats.*.tmp"), *run_dir.glob(".run.*.tmp")]:
+    for path in [repeats, *run_dir.glob(".repeats.*.tmp"), *_stale_stages(run_dir)]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():

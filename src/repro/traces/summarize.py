@@ -66,6 +66,26 @@ def find_traces(inputs):
     return files
 
 
+def is_summary(path):
+    """Whether `path` holds a summary (either format) that summarize wrote."""
+    from repro.fsutil import read_json
+
+    try:
+        data = read_json(path, "a trace summary")
+    except ReproError:
+        return False
+    return (isinstance(data, dict) and isinstance(data.get("traces"), list)
+            or isinstance(data, list) and all(isinstance(record, dict) for record in data))
+
+
+def is_trace(path):
+    """Whether `path` begins as a Chrome trace does (an array of events, or an object with traceEvents);
+    the start only: a combined trace may be large."""
+    with open(path, "rb") as fh:
+        start = fh.read(4096).lstrip()
+    return start[:1] == b"[" or start[:1] == b"{" and b'"traceEvents"' in start
+
+
 def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     """Summary of one trace: run metadata, end_to_end_time and per-event-name durations."""
     try:

@@ -6,13 +6,14 @@ concurrency levels, against a store whose budget is smaller than the model set (
 distribution decides what stays resident).
 """
 
+import contextlib
 import shutil
 from pathlib import Path
 
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, fresh_directory, read_json, sha256_file, write_json
+from repro.fsutil import atomic_path, fresh_directory, open_regular, read_json, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions, store_fields
@@ -42,12 +43,10 @@ def fetch_model(asset_store, model, base_path):
 
     check_model_name(model)  # one path component: nothing is written outside base_path
     target = Path(base_path) / model
-    source = None if str(asset_store).startswith("gs://") else Path(asset_store) / model
-    manifest = None if source is None else load_manifest(source)  # checked before anything is written
-    target.mkdir(parents=True, exist_ok=True)
-    if source is None:
+    if str(asset_store).startswith("gs://"):
         from repro.tracestore import GCSStore
 
+        target.mkdir(parents=True, exist_ok=True)
         store = GCSStore(str(asset_store))
         store.get(f"{model}/manifest.json", target / ".manifest.fetched.json")
         try:
@@ -57,11 +56,19 @@ def fetch_model(asset_store, model, base_path):
         for name, expected in manifest["sha256"].items():
             store.get(f"{model}/{name}", target / name, expected_sha256=expected)
     else:
-        for name, expected in manifest["sha256"].items():
-            with atomic_path(target / name) as tmp:
-                shutil.copyfile(source / name, tmp)
-                if sha256_file(tmp) != expected:
-                    raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
+        source = Path(asset_store) / model
+        manifest = load_manifest(source)  # checked before anything is written
+        with contextlib.ExitStack() as opened:
+            # opened as regular files before anything is written: a link to /dev/zero was copied till the disk was full
+            files = {name: opened.enter_context(open_regular(source / name, str(source / name), "a model file"))
+                     for name in manifest["sha256"]}
+            target.mkdir(parents=True, exist_ok=True)
+            for name, expected in manifest["sha256"].items():
+                with atomic_path(target / name) as tmp:
+                    with open(tmp, "wb") as out:
+                        shutil.copyfileobj(files[name], out)
+                    if sha256_file(tmp) != expected:
+                        raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
     write_json(target / "manifest.json", manifest)  # last: its presence means the model is complete
     return manifest
 

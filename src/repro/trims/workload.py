@@ -47,6 +47,8 @@ def check_params(name, params=None):
     bad = [f"{n}={v}" for n, v in zip(spec.params, values) if not math.isfinite(v)]
     if spec.ordered and values[1] <= values[0]:
         bad.append(f"{spec.params[1]}={values[1]} must exceed {spec.params[0]}={values[0]}")
+    elif spec.ordered and values[0] < 0:  # its draws are the popularity weights: none below 0
+        bad.append(f"{spec.params[0]}={values[0]} must be >= 0")
     elif not spec.ordered:
         bad += [f"{n}={v} must be > 0" for n, v in zip(spec.params, values) if v <= 0]
     if bad:
@@ -66,10 +68,20 @@ def popularity(models, name, params, rng):
     """Normalised popularity weights, one draw per model."""
     import numpy as np
 
-    draws = np.asarray(distribution(name, params).rvs(size=len(models), random_state=rng), dtype=float)
-    if draws.sum() <= 0:
-        draws = np.ones(len(models))  # e.g. every Poisson draw was 0: no model is preferred
-    return draws / draws.sum()
+    values = check_params(name, params)
+    law = distribution(name, values)
+    with np.errstate(all="ignore"):
+        try:
+            draws = np.asarray(law.rvs(size=len(models), random_state=rng), dtype=float)
+        except ValueError as exc:  # numpy's own bounds, e.g. Poisson's 'lam value too large'
+            raise ReproError(f"--distribution-params: out of range for {name}: {exc}") from None
+        if not np.isfinite(draws).all():  # finite parameters whose draws overflow (or are 0 / 0)
+            raise ReproError(f"--distribution-params: out of range for {name}: {values} gives draws "
+                             "that are not finite numbers")
+        if draws.max() <= 0:
+            return np.full(len(models), 1 / len(models))  # e.g. every Poisson draw was 0: no model is preferred
+        draws = draws / draws.max()  # scaled first: a sum of draws near the largest float overflows
+        return draws / draws.sum()
 
 
 def plan_requests(models, iterations, name=None, params=None, model_iterations=-1, seed=0):
