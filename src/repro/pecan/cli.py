@@ -480,7 +480,7 @@ def _comparison(args):
 def _comparison_rows(path):
     """A comparison table's rows with its numbers as floats: its columns, one row per workload and
     mode, each number finite, non-negative and at most MAX_DOLLARS (a bar the figure can draw)."""
-    from repro.pecan.comparisons import COLUMNS, read_rows
+    from repro.pecan.comparisons import COLUMNS, not_a_cost, read_rows
 
     rows = read_rows(path, "a comparison table")
     if not rows:
@@ -499,7 +499,7 @@ def _comparison_rows(path):
             number = {k: float(row[k]) for k in COLUMNS[2:]}
         except (TypeError, ValueError):
             raise ReproError(f"{path}: row {index}: expected numbers in {', '.join(COLUMNS[2:])}") from None
-        bad = next((k for k, v in number.items() if not (math.isfinite(v) and 0 <= v <= MAX_DOLLARS)), None)
+        bad = not_a_cost(number, MAX_DOLLARS)
         if bad:
             raise ReproError(f"{path}: row {index}: {bad} is {row[bad]}; expected a non-negative number of at "
                              f"most {MAX_DOLLARS:g}")

@@ -61,6 +61,12 @@ def read_rows(path, what="a cost table"):
     return read_csv(path, str(path), what)
 
 
+def not_a_cost(numbers, limit=math.inf):
+    """The first key of `numbers` ({column: float}) whose value is no cost in dollars (negative, not
+    finite, above `limit`), or None."""
+    return next((k for k, v in numbers.items() if not (math.isfinite(v) and 0 <= v <= limit)), None)
+
+
 def comparison_rows(option, workloads, tables):
     """One row per workload (in order) and option mode (in fig8.py's order) from the workloads' cost
     tables (`tables`: paths in the order of `workloads`)."""
@@ -83,7 +89,7 @@ def comparison_rows(option, workloads, tables):
                 repeats = int(row["repeats"])
             except (KeyError, TypeError, ValueError):
                 raise ReproError(f"{table}: no mean and interval per column (a table written before repeats; rerun costs)") from None
-            bad = next((k for k, v in numbers.items() if not (math.isfinite(v) and v >= 0)), None)
+            bad = not_a_cost(numbers)
             if bad or repeats < 1:
                 what = f"{bad} is {row[bad]}" if bad else f"repeats is {repeats}"
                 raise ReproError(f"{table}: mode {mode!r}: {what}; expected non-negative finite costs and at least one repeat")
