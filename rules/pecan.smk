@@ -28,11 +28,14 @@ rule run:
         " --receipt {output.receipt:q} > {log:q} 2>&1"
 
 
-# The tf.data engine's sweep (pecan.tfdata.sweep): a run per remote worker count, held fixed, at one
-# scale; the validation reads them beside the modes' runs, a curve for the model to match.
+# The tf.data engine's sweep (pecan.tfdata.sweep): a run per remote worker count, held fixed, at the
+# scale the modes' runs derive from the same calibration; the validation reads them beside the
+# modes' runs, a curve for the model to match.
 if sweep_counts(config):
 
     rule sweep:
+        input:
+            calibration=experiment_calibrations(EXPERIMENT_CALIBRATIONS),
         output:
             metrics=sweep_outputs(config),
         log:
@@ -50,4 +53,5 @@ if sweep_counts(config):
             out=output_dir(0, levels=2),
         shell:
             "repro pecan tfdata sweep --settings {params.settings:q}"
-            " --experiment {wildcards.experiment:q} --out {params.out:q} > {log:q} 2>&1"
+            " --experiment {wildcards.experiment:q} --calibration {input.calibration:q}"
+            " --out {params.out:q} > {log:q} 2>&1"

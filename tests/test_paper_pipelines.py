@@ -111,9 +111,9 @@ def test_engine_tfdata_refuses_a_pipeline_without_a_tf_form_at_config_check(monk
     validate_config(copy.deepcopy(config))
 
 
-def test_the_engine_caption_names_the_configured_scale_or_says_each_run_derives_its_own():
-    """Without pecan.tfdata.time_scale every run derives its scale from its own measurements (the cost
-    table carries each mode's); a figure of one workload or several says so, or names the one set."""
+def test_the_engine_caption_names_the_configured_scale_or_says_it_is_derived_per_pipeline():
+    """Without pecan.tfdata.time_scale every run of a pipeline derives one scale from its calibrated TF
+    cost (the cost table carries it); a figure of one workload or several says so, or names the one set."""
     from repro.config import load_config
     from repro.pecan.engines import ENGINES
     from support import REPO
@@ -121,9 +121,10 @@ def test_the_engine_caption_names_the_configured_scale_or_says_each_run_derives_
     pecan = load_config(REPO / "config" / "config.yaml")["pecan"]
     caption = ENGINES["tfdata"].caption
     for experiments in ("ResNet50_v2-8", ["ResNet50_v2-8", "SimCLR", "RetinaNet", "ASRTrans", "ResNet50_v3-8"]):
-        assert "(accelerator step time derived by each run from its measured pipeline cost" in caption(pecan, experiments)
-    # one workload's figure lists each mode's scale after the caption; the comparisons do not
-    assert "per mode below" in caption(pecan, "ResNet50_v2-8")
-    assert "per mode below" not in caption(pecan, ["ResNet50_v2-8", "SimCLR"])
+        assert ("(accelerator step time derived from the pipeline's calibrated TF cost and the machine's CPUs, one per "
+                "pipeline") in caption(pecan, experiments)
+    # one workload's figure lists the scale after the caption; the comparisons do not
+    assert caption(pecan, "ResNet50_v2-8").count("one per pipeline, below;") == 1
+    assert "below" not in caption(pecan, ["ResNet50_v2-8", "SimCLR"])
     pecan["tfdata"]["time_scale"] = 5  # the config's one scale for every pipeline
     assert "(accelerator step time x5;" in caption(pecan, ["ResNet50_v2-8", "SimCLR"])

@@ -155,12 +155,14 @@ ONE, TWO, THREE = ["127.0.0.1:1"], ["127.0.0.1:1", "127.0.0.1:2"], ["127.0.0.1:1
 def test_validation_predicts_each_deployment_from_both_sets_of_inputs():
     from repro.pecan.validation import validation_rows
 
-    # measured: one worker 40 examples/s, two 80, three 80 (the third has no CPU of its own)
-    metrics = _engine_metrics(windows=[(ONE, ONE, 1.0), (ONE, TWO, 0.7), (TWO, TWO, 0.5), (TWO, TWO, 0.5),
-                                       (THREE, THREE, 0.5)])
+    # measured: one worker 40 examples/s, two 80, three 80 (the third has no CPU of its own); the first
+    # window after the change to two (100 examples/s, draining what was buffered) is not the deployment's
+    metrics = _engine_metrics(windows=[(ONE, ONE, 1.0), (ONE, TWO, 0.7), (TWO, TWO, 0.4), (TWO, TWO, 0.5),
+                                       (TWO, TWO, 0.5), (THREE, THREE, 0.5)])
     rows = {(r["remote_workers"], r["local_workers"]): r for r in validation_rows(metrics, CALIBRATION, 32)}
     assert sorted(rows) == [(1, 0), (2, 0), (3, 0)]  # the window whose worker set changed is left out
-    assert rows[1, 0]["engine_examples_per_s"] == 40 and rows[2, 0]["windows"] == 2
+    assert rows[1, 0]["engine_examples_per_s"] == 40 and rows[1, 0]["windows"] == 1
+    assert rows[2, 0]["engine_examples_per_s"] == 80 and rows[2, 0]["windows"] == 2  # and the one after it
     # Pillow-fed: every deployment at the bound; engine-fed: 1/0.025 per CPU, at most the machine's 2
     assert [rows[k]["model_examples_per_s"] for k in sorted(rows)] == [100, 100, 100]
     assert [rows[k]["model_tf_examples_per_s"] for k in sorted(rows)] == [40, 80, 80]
@@ -333,6 +335,38 @@ def test_validation_with_a_deployment_far_off_the_model_fails(tmp_path):
     result, _ = _validate(tmp_path, runs)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("validated: 3 of 3 deployments below the bound within ±15%")
+
+
+def test_every_run_of_a_pipeline_takes_one_scale_from_its_calibration(tf, pecan_config):
+    """The scale is derived from the pipeline's calibrated TF cost (beside a Pillow calibration, or a
+    TF one), the same for every mode; a configured scale, or a calibration without the TF cost, gives
+    none (the run derives its own)."""
+    from repro.pecan.tfdata import cpus_available
+    from repro.pecan.tfdata.engine import derive_scale, scale_from_calibration, spec_from_config
+
+    beside = {"ops_measured": "pillow", "tf_ops": {"declared": {"cpu_s_per_element": 0.004}}}
+    specs = [spec_from_config(pecan_config, "ResNet50_v2-8", mode) for mode in ("collocated", "cachew", "pecan")]
+    expected = derive_scale(0.004, specs[0].accelerator_examples_per_s, 1, 1, cpus_available())["time_scale"]
+    assert {scale_from_calibration(spec, beside)["time_scale"] for spec in specs} == {expected}
+    assert scale_from_calibration(specs[0], {"ops_measured": "tf", "declared": {"cpu_s_per_element": 0.004}}) == {
+        **derive_scale(0.004, specs[0].accelerator_examples_per_s, 1, 1, cpus_available()),
+        "source": "the calibration's TF cost of the declared order"}
+    assert scale_from_calibration(specs[0], {"ops_measured": "pillow"}) is None
+    assert scale_from_calibration(specs[0], None) is None
+    configured = spec_from_config(pecan_config, "ResNet50_v2-8", "cachew", time_scale=5.0)
+    assert scale_from_calibration(configured, beside) is None
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("tf_ops", [{"declared": {"cpu_s_per_element": 0}}, {"declared": {}}, [], {"declared": 5}])
+def test_a_calibration_whose_tf_cost_is_not_a_positive_number_is_refused(tmp_path, tf_ops):
+    from repro.pecan.run import load_calibrations
+
+    path = tmp_path / "resnet.json"
+    path.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, "tf_ops": tf_ops, **CALIBRATION["resnet"]}))
+    with pytest.raises(ReproError, match=rf"^--calibration {path}: tf_ops.declared.cpu_s_per_element: expected a "
+                                         "positive number$"):
+        load_calibrations([path])
 
 
 def test_the_derived_scale_puts_collocated_below_the_bound_and_the_largest_deployment_at_it():
@@ -895,6 +929,15 @@ def _build_fig8_on_the_engine(tmp_path):
     assert verdict.startswith(("validated: ", "validation failed: ", "not validated: accelerator-bound everywhere"))
     assert (validated.returncode == 0) == verdict.startswith("validated: "), verdict
     assert (tmp_path / "plots" / "fig8_ResNet50_v2-8.png").stat().st_size > 1000
+    calibration = json.loads((tmp_path / "results" / "calibration" / "resnet.json").read_text())
+    scales = set()  # every mode and the sweep: one scale, from the calibration's TF cost
+    for run in [tmp_path / "results" / "runs" / "ResNet50_v2-8" / mode for mode in ("collocated", "cachew", "pecan")] + [
+            tmp_path / "results" / "sweep" / "ResNet50_v2-8" / count for count in ("0", "2")]:
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["scale"]["cost_s_per_element"] == calibration["tf_ops"]["declared"]["cpu_s_per_element"]
+        assert metrics["scale"]["source"] == "the calibration's TF cost of the declared order"
+        scales.add(metrics["spec"]["time_scale"])
+    assert len(scales) == 1, scales
     for mode in ("collocated", "cachew", "pecan"):
         run = tmp_path / "results" / "runs" / "ResNet50_v2-8" / mode
         assert "repro tfdata engine" in (run / "run.log").read_text().splitlines()[0]
@@ -908,7 +951,7 @@ def _build_fig8_on_the_engine(tmp_path):
     assert len(table) == 7  # a row per mode: the artifact's three and the paper's AutoPlacement, AutoOrder and FastFlow
     settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
     assert "engine tfdata" in settings["figure"]["engine_caption"]
-    assert "derived by each run from its measured pipeline cost" in settings["figure"]["engine_caption"]
+    assert "derived from the pipeline's calibrated TF cost" in settings["figure"]["engine_caption"]
     with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
         validation = list(csv.DictReader(fh))
     # every mode of the experiment, FastFlow's per phase, and the sweep's counts (the sweep rule's runs)

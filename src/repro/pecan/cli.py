@@ -35,6 +35,9 @@ def add_commands(sub):
                      help=f"passes over both orders; per element and op the fastest is kept (default {REPEATS})")
     cal.add_argument("--ops", choices=("pillow", "tf"), default="pillow",
                      help="measure the Pillow functions (default) or the TF ops the tf.data engine runs (calibration.ops)")
+    cal.add_argument("--engine", choices=("model", "tfdata"), default="model",
+                     help="the engine the runs use (pecan.engine); tfdata with --ops pillow also measures the TF ops "
+                          "(`tf_ops`), from which the engine derives its miniature scale")
     cal.add_argument("-o", "--output", required=True, nargs="+", help="calibration JSON to write, one per --pipeline")
     cal.set_defaults(func=_calibrate, writes={"output": "-o/--output"})
 
@@ -201,21 +204,25 @@ def _calibrate(args):
             raise ReproError(f"{flag}: expected 1 to {most}, got {value}")
     if len(set(args.pipeline)) != len(args.pipeline):
         raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
-    if args.ops == "tf":
+    tf_ops = None
+    if args.ops == "tf" or args.engine == "tfdata":
         from repro.pecan.tfdata.calibrate import calibrate_tf
 
-        results = calibrate_tf(args.pipeline, elements=args.elements, repeats=args.repeats)
-    else:
-        results = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
+        tf_ops = calibrate_tf(args.pipeline, elements=args.elements, repeats=args.repeats)
+    results = tf_ops if args.ops == "tf" else calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
     for pipeline, output in zip(args.pipeline, args.output):
         result = results[pipeline]
+        if args.ops == "pillow" and tf_ops:  # the engine's measure beside the Pillow one
+            result["tf_ops"] = {key: tf_ops[pipeline][key] for key in ("declared", "autoorder", "statistic")}
         write_json(output, result)
         orders = {order: result[order] for order in ("declared", "autoorder")}
         print(f"{output}: " + ", ".join(f"{order} {o['cpu_s_per_element'] * 1e3:.2f} ms/element "
                                         f"({o['per_reference_kernel']:.2f} reference kernels)"
                                         for order, o in orders.items())
               + f"; reference kernel {result['reference_kernel']['cpu_s'] * 1e3:.2f} ms; "
-              f"{result['autoorder_saving']:.1%} saved; moves: {', '.join(result['autoorder']['moves']) or 'none'}")
+              f"{result['autoorder_saving']:.1%} saved; moves: {', '.join(result['autoorder']['moves']) or 'none'}"
+              + (f"; TF ops (the engine's scale) {result['tf_ops']['declared']['cpu_s_per_element'] * 1e3:.2f} ms/element"
+                 if "tf_ops" in result else ""))
 
 
 def _run(args):
@@ -408,7 +415,9 @@ def _figure(args):
     modes = settings.get("modes")
     scales = [(row["mode"], row.get("time_scale")) for row in figure_rows(args.table, modes)]
     if settings["engine_caption"] and all(scale for _, scale in scales):
-        text += "; time scale " + ", ".join(f"{mode} x{float(scale):.3g}" for mode, scale in scales)
+        shown = {f"x{float(scale):.3g}" for _, scale in scales}
+        text += "; time scale " + (shown.pop() if len(shown) == 1 else
+                                   ", ".join(f"{mode} x{float(scale):.3g}" for mode, scale in scales))
     plot_costs(args.table, args.output, settings["experiment"], text, check_style(settings["style"], "--settings style"),
                reference, modes)
     verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)

@@ -39,7 +39,8 @@ def _run_model(settings, experiment, mode, calibrations, out_dir, backend, servi
 def _run_tfdata(settings, experiment, mode, calibrations, out_dir, backend, service_dir):
     from repro.pecan.tfdata.engine import run_for_workflow
 
-    return run_for_workflow(settings, experiment, mode, out_dir, backend, service_dir)
+    pipeline = settings["pecan"]["models"][settings["pecan"]["experiments"][experiment]["model"]]["pipeline"]
+    return run_for_workflow(settings, experiment, mode, out_dir, backend, service_dir, calibrations.get(pipeline))
 
 
 def _start_tfdata(directory):
@@ -69,8 +70,8 @@ def _tfdata_caption(pecan, experiments):
     scale = pecan["tfdata"].get("time_scale")
     # a figure of one experiment lists each mode's derived scale after the caption (pecan figure)
     scale = (f"x{scale:g}" if scale is not None else
-             "derived by each run from its measured pipeline cost and the machine's CPUs"
-             + (", per mode below" if isinstance(experiments, str) else ""))
+             "derived from the pipeline's calibrated TF cost and the machine's CPUs, one per pipeline"
+             + (", below" if isinstance(experiments, str) else ""))
     return (f"engine tfdata: real runs on a tf.data service on this machine at miniature scale (accelerator step "
             f"time {scale}; dollars from the miniature run's workers and throughput; one run per mode)")
 

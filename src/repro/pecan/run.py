@@ -270,6 +270,10 @@ def _check_numbers(data, label):
         drawn = data[order].get("element_cpu_s")
         if drawn is not None and not (isinstance(drawn, list) and drawn and all(map(_positive, drawn))):
             raise ReproError(f"{label}: {order}.element_cpu_s: expected a non-empty list of positive numbers")
+    tf_ops = data.get("tf_ops")  # the tf.data engine derives its scale from it
+    if tf_ops is not None and not (isinstance(tf_ops, dict) and isinstance(tf_ops.get("declared"), dict)
+                                   and _positive(tf_ops["declared"].get("cpu_s_per_element"))):
+        raise ReproError(f"{label}: tf_ops.declared.cpu_s_per_element: expected a positive number")
     saving = data["autoorder_saving"]
     if not math.isfinite(saving) or saving >= 1:
         raise ReproError(f"{label}: autoorder_saving is {saving!r}; expected a finite fraction below 1")

@@ -82,6 +82,9 @@ def add_commands(psub):
     sweep.add_argument("--data", help="where the generated JPEGs are written once (default: <out>/data)")
     sweep.add_argument("--service-dir", help="use the service started there (default: each count starts its own)")
     sweep.add_argument("--seed", type=int, help="default: the settings' seed, else 0")
+    sweep.add_argument("--calibration", nargs="+", default=(),
+                       help="calibration JSON files; the pipeline's TF cost there sets the scale the modes' runs share "
+                            "(default: the first count's run derives it)")
     sweep.set_defaults(func=_sweep)
 
 
@@ -110,13 +113,16 @@ def _sweep(args):
     if not counts:
         raise ReproError(f"{source}: pecan.tfdata.sweep is empty; expected remote worker counts, or --counts")
     check_sweep(counts, miniature.get("worker_threads", 1), cpus_available(), key)
-    from repro.pecan.tfdata.engine import spec_from_config, sweep
+    from repro.pecan.run import load_calibrations
+    from repro.pecan.tfdata.engine import scale_from_calibration, spec_from_config, sweep
 
     with settings_keys():
         spec = spec_from_config(pecan, args.experiment, args.mode, seed=seed, time_scale=miniature.pop("time_scale", None),
                                 decision_steps=miniature.pop("decision_steps", None), **miniature)
+    calibration = load_calibrations(args.calibration).get(spec.pipeline)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    runs = sweep(spec, counts, args.out, args.data or Path(args.out) / "data", args.service_dir)
+    runs = sweep(spec, counts, args.out, args.data or Path(args.out) / "data", args.service_dir,
+                 scale=scale_from_calibration(spec, calibration))
     for count, metrics in zip(counts, runs):
         print(f"{args.out}/{count}: {count} remote worker(s): {metrics['throughput']:.0f} examples/s (miniature bound "
               f"{metrics['accelerator_bound_miniature']:.0f}, time scale x{metrics['spec']['time_scale']:.3g})")

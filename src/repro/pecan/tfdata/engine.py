@@ -11,10 +11,12 @@ prefetched meanwhile, as a TPU host's infeed does.
 Miniature scale: the accelerator's step time is the real one times one factor,
     step_time_s = batch_size x time_scale / accelerator examples per second
 (the accelerator's bound is the config's max_batches_per_s x the model's batch size). Unless the
-config sets `time_scale`, each run derives it from its own measurements (derive_scale): the
-pipeline's CPU cost per element, the collocated thread budget and the CPUs this machine lets it
-use, so that collocated preprocessing is input-bound and the largest deployment the machine
-holds reaches the accelerator; every log and metrics.json records the factor and how it was found.
+config sets `time_scale`, it is derived (derive_scale) from the declared pipeline's CPU cost per
+element in TF ops, the collocated thread budget and the CPUs this machine lets it use, so that
+collocated preprocessing is input-bound and the largest deployment the machine holds reaches the
+accelerator. The cost is the pipeline's calibration (scale_from_calibration: one scale for every
+mode of an experiment, and its sweep) or, where a run has none, the run's own measurement; every
+log and metrics.json records the factor and how it was found.
 
 Every `decision_steps` steps is one window: its measured batch time is logged as a `TimeHistory`
 line, the workers that served it (the processes that run, report a task and whose record still
@@ -369,11 +371,35 @@ def measure_transfer_cost(spec, layout, service, batch_timeout_s, warmup=TRANSFE
             "seconds": time.monotonic() - started}
 
 
+def calibrated_cost(calibration):
+    """The declared order's CPU seconds per element in TF ops on one pinned CPU, as a calibration
+    records it (`repro pecan calibrate --ops tf`, or `tf_ops` beside the Pillow measurement under
+    `--engine tfdata`); None in a calibration without it."""
+    if calibration is None:
+        return None
+    tf_ops = calibration if calibration.get("ops_measured") == "tf" else calibration.get("tf_ops")
+    return tf_ops["declared"]["cpu_s_per_element"] if tf_ops else None
+
+
+def scale_from_calibration(spec, calibration):
+    """The derived scale (derive_scale) from the pipeline's calibrated TF cost: every run of the
+    pipeline that reads this calibration (an experiment's modes, its sweep) gets the same one, so
+    their accelerator bounds and costs compare; None where the config sets the scale or the
+    calibration has no TF cost (the run then derives its own)."""
+    cost = calibrated_cost(calibration)
+    if not spec.derived or cost is None:
+        return None
+    scale = derive_scale(cost, spec.accelerator_examples_per_s, spec.collocated_threads, spec.worker_threads,
+                         cpus_available())
+    return {**scale, "source": "the calibration's TF cost of the declared order"}
+
+
 def resolve_scale(spec, manifest, pipeline_cost, given=None):
     """(spec, scale): the spec with its time scale and window length, derived (derive_scale) from the
     declared pipeline's measured CPU time per element on one pinned CPU when the config sets none
     (the same pipeline for every mode, so an experiment's modes share the accelerator; Pecan's run
-    measures it besides its own order)."""
+    measures it besides its own order). `given`: a scale derived already (a calibration's, a
+    sweep's first run's)."""
     if not spec.derived:
         return spec, {"rule": "configured", "time_scale": spec.time_scale}
     if given is None:
@@ -385,7 +411,10 @@ def resolve_scale(spec, manifest, pipeline_cost, given=None):
                              spec.worker_threads, cpus_available())
         # a window's length: ~WINDOW_S of the slowest deployment (collocated's CPUs, as loaded now:
         # wall time), not of the accelerator's step, which input-bound deployments never reach
+        given = {**given, "source": "this run's measurement of the declared order"}
         given["slowest_batch_s"] = spec.batch_size * declared["wall_s_per_element"] / spec.collocated_threads
+    elif "slowest_batch_s" not in given:  # a calibration's: the window from this run's pipeline, as loaded now
+        given = {**given, "slowest_batch_s": spec.batch_size * pipeline_cost["wall_s_per_element"] / spec.collocated_threads}
     spec = dataclasses.replace(spec, time_scale=given["time_scale"])
     if not spec.decision_steps:
         spec = dataclasses.replace(spec, decision_steps=window_steps(max(spec.step_time_s, given["slowest_batch_s"])))
@@ -798,14 +827,16 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     return metrics
 
 
-def sweep(spec, counts, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S):
+def sweep(spec, counts, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S,
+          scale=None):
     """Throughput against the number of remote workers, measured directly: for each of `counts`, a
     run of its own (out_dir/<count>: run.log, metrics.json) with that many remote workers held
     fixed for `settle_windows` windows (0: the client's own pipeline, as collocated), in the
-    order of `spec`'s mode. Every count runs at one scale: the first count's, derived as a run
-    derives it, unless `spec` has a configured one. Returns the runs' metrics, in `counts`' order."""
+    order of `spec`'s mode. Every count runs at one scale: `scale` (scale_from_calibration), else the
+    first count's, derived as a run derives it, unless `spec` has a configured one. Returns the runs'
+    metrics, in `counts`' order."""
     check_sweep(counts, spec.worker_threads, cpus_available())
-    results, scale = [], None
+    results = []
     for count in counts:
         fixed = dataclasses.replace(
             spec, mode="sweep", placement="collocated" if count == 0 else "fixed", fixed_remote_workers=count,
@@ -816,10 +847,12 @@ def sweep(spec, counts, out_dir, data_dir, service_dir=None, on_window=None, bat
     return results
 
 
-def run_for_workflow(settings, experiment, mode, out_dir, backend="local", service_dir=None):
+def run_for_workflow(settings, experiment, mode, out_dir, backend="local", service_dir=None, calibration=None):
     """The `run` rule's job with `pecan.engine: tfdata`: one real run of experiment x mode with the
     config's miniature settings (`pecan.tfdata`), written as every engine writes it: run.log,
-    metrics.json (with its one run as `repeats`: a real run is not repeated) and the trace."""
+    metrics.json (with its one run as `repeats`: a real run is not repeated) and the trace. The
+    scale is derived from the pipeline's `calibration` where it has the TF cost, so that every mode
+    of the experiment shares it (scale_from_calibration)."""
     from repro.pecan.run import window_events
     from repro.traces import write_trace
 
@@ -830,7 +863,7 @@ def run_for_workflow(settings, experiment, mode, out_dir, backend="local", servi
                             time_scale=miniature.pop("time_scale", None),
                             decision_steps=miniature.pop("decision_steps", None), **miniature)
     with exclusive(service_dir) if service_dir else contextlib.nullcontext():  # one run at a time on a shared one
-        metrics = run(spec, out, out / "data", service_dir)
+        metrics = run(spec, out, out / "data", service_dir, scale=scale_from_calibration(spec, calibration))
     windows = [(w["start_s"], w["seconds"], w["first_step"], w["steps"], *MeasuredWindow(**{
         k: w[k] for k in ("start_s", "first_step", "steps", "seconds", "workers", "workers_after")}).counts)
         for w in metrics["windows"]]
