@@ -1,6 +1,7 @@
 """Shared fixtures (generated models, a model store server, the GCS emulator, one full build of the tiny
 workflow), the fault suite's and the tier's summary lines, and the tests a mutation run leaves out."""
 
+import importlib.util
 import os
 import signal
 import socket
@@ -88,6 +89,19 @@ def emulator():
     yield f"http://127.0.0.1:{port}"
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def tf():
+    """TensorFlow (the 'tfdata' extra), or a skip naming it (a failure where REPRO_REQUIRE_TFDATA=1)."""
+    if importlib.util.find_spec("tensorflow") is None:
+        hint = "pip install -e '.[tfdata]'"
+        if os.environ.get("REPRO_REQUIRE_TFDATA") == "1":
+            raise RuntimeError(f"REPRO_REQUIRE_TFDATA=1 but tensorflow is not installed ({hint})")
+        pytest.skip(f"tensorflow is not installed ({hint})")
+    from repro.pecan.tfdata import tensorflow
+
+    return tensorflow()
 
 
 @pytest.fixture(scope="session")

@@ -194,3 +194,13 @@ def run_repro(argv, capsys):
         code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def store_processes(workdir):
+    """Model store servers this workflow directory started: none may outlive the invocation."""
+    import psutil
+
+    from repro.processes import runtime_dir
+
+    private = str(runtime_dir(workdir))
+    return [p for p in psutil.process_iter(["cmdline"]) if any(private in arg for arg in p.info["cmdline"] or ())]
