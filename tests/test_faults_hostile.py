@@ -10,6 +10,7 @@ changed or deleted under the test's directory, no process left running.
 import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_faults_input import CONFIG, LOGS, Fault, _calibration, _fifo, _write, check_fault
@@ -683,3 +684,35 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     finally:
         os.close(write)
     assert (result.returncode, result.stderr) == (141, b"")
+
+
+CONCURRENT_RUNS_FILES = {"run.log": "the other run's log\n", "traces/ResNet50_v2-8-pecan.json": '{"traceEvents": []}'}
+
+
+@pytest.mark.parametrize("others", [{}, CONCURRENT_RUNS_FILES], ids=["alone", "with-a-concurrent-run"])
+def test_a_failed_run_removes_only_what_it_wrote(tmp_path, monkeypatch, capsys, others):
+    """`pecan run --out run`, run/ new, fails. Alone, it leaves no run/; where a concurrent run into run/
+    has meanwhile moved its run.log and trace into place (not yet its metrics.json), its own staging
+    goes and the other run's files stay (the run directory it had made was removed whole, with them)."""
+    from support import run_repro
+
+    from repro.errors import ReproError
+    from repro.pecan import run as run_module
+
+    monkeypatch.chdir(tmp_path)
+    argv = _run_settings(["seed"], 1)(SimpleNamespace(dir=tmp_path))
+
+    def failing_beside_a_concurrent_run(spec):
+        for name, text in others.items():
+            _write(tmp_path / "run" / name, text)
+        raise ReproError("simulated failure")
+
+    monkeypatch.setattr(run_module, "simulate", failing_beside_a_concurrent_run)
+    code, _, err = run_repro(argv, capsys)
+    assert (code, err) == (1, "repro: error: simulated failure\n")
+    if not others:
+        assert not (tmp_path / "run").exists()
+        return
+    left = sorted(str(p.relative_to(tmp_path / "run")) for p in (tmp_path / "run").rglob("*") if p.is_file())
+    assert left == sorted(others)
+    assert all((tmp_path / "run" / name).read_text() == text for name, text in others.items())
