@@ -174,6 +174,16 @@ TRACE_FAULTS = [
                        _write(ctx.dir / "d" / "t.json", '{"traceEvents": []}'), "trace", "summarize", "--each-directory",
                        str(ctx.dir / "d")][2:],
           r"repro: error: -o/--output .*/d/summary.json: holds a file that is not a trace summary"),
+    # a top-level key twice: the last value was read, so a second, empty traceEvents list stood in for the events
+    Fault("summarize-trace-events-twice",
+          lambda ctx: ["trace", "summarize", _write(ctx.dir / "t.json", TRACE_JSON[:-1] + ', "traceEvents": []}'),
+                       "-o", str(ctx.dir / "s.json")],
+          r"repro: error: .*/t.json: not a Chrome trace: the key 'traceEvents' appears twice at the top level"),
+    Fault("combine-other-data-twice",
+          lambda ctx: ["trace", "combine", _write(ctx.dir / "t.json", TRACE_JSON.replace(" ", "")[:-1]
+                                                  + ',"otherData":{},"otherData":{"model_name":"m"}}'),
+                       "-o", str(ctx.dir / "c.json")],
+          r"repro: error: .*/t.json: not a Chrome trace: the key 'otherData' appears twice at the top level"),
 ]
 
 STYLE = {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False}
