@@ -696,6 +696,26 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     assert (result.returncode, result.stderr) == (141, b"")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [["list"], ["list", "backends"], ["doctor", "--profile", "profile"]],
+                         ids=["list", "list-one-registry", "doctor"])
+def test_output_to_a_full_device_names_standard_output(tmp_path, buffered, argv):
+    """`repro list > /dev/full`: one line naming standard output, exit status 1. Buffered (a file), the
+    write failed at exit: Python's 'Exception ignored ... OSError' lines, status 120; unbuffered, a
+    nameless 'repro: error: No space left on device'."""
+    import os
+    import subprocess
+    import sys
+
+    _write(tmp_path / "profile" / "config.yaml", "jobs: 1\n")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "repro.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+                                cwd=tmp_path, timeout=60, env=env if buffered else {**env, "PYTHONUNBUFFERED": "1"})
+    assert (result.returncode, result.stderr) == (1, b"repro: error: standard output: No space left on device\n")
+
+
 CONCURRENT_RUNS_FILES = {"run.log": "the other run's log\n", "traces/ResNet50_v2-8-pecan.json": '{"traceEvents": []}'}
 
 
