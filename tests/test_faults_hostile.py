@@ -326,6 +326,17 @@ DOCTOR_FAULTS = [
     for option in ("executor", "default-storage-provider")
     for kind, value, got in (("a-list", "[a]", r"\"\['a'\]\""), ("a-mapping", "{a: 1}", r"\"\{'a': 1\}\""),
                              ("a-number", "5", "'5'"), ("a-path", "../x", r"'\.\./x'"))
+] + [
+    # envvars (the variables passed to the jobs) of the wrong kind: Snakemake read a number as a name
+    Fault(f"doctor-envvars-{kind}", _doctor(f"envvars: {value}\n"),
+          rf"repro: error: .*/config.yaml: envvars: expected a list of environment variable names \(letters, digits "
+          rf"and _\), got {got}$")
+    for kind, value, got in (("a-number", "5", "'5'"), ("a-mapping", "{a: 1}", r"\"\{'a': 1\}\""),
+                             ("a-list-with-a-number", "[HOME, 5]", r"\"\['HOME', 5\]\""),
+                             ("a-name-with-a-dash", "[a-b]", r"\"\['a-b'\]\""))
+] + [
+    Fault("doctor-envvars-not-set", _doctor("envvars: [HOME, REPRO_TEST_NEVER_SET]\n"),
+          r"repro: error: .*/config.yaml: environment variable \$REPRO_TEST_NEVER_SET is not set \(used by envvars\)$"),
 ]
 
 CLIENT = {"eager": True, "eager_async": False, "cold_cache": True, "seed": 0,
