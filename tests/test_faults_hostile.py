@@ -521,6 +521,11 @@ FIGURE_SETTINGS_FAULTS = [
           r"repro: error: --settings: reference: \['x'\] is not of type 'string'"),
     Fault("figure-settings-modes-a-number", _figure_settings("figure", modes=5),
           r"repro: error: --settings: modes: 5 is not of type 'array'"),
+    # a caption that is not text was drawn as its Python repr
+    Fault("figure-settings-engine-caption-a-number", _figure_settings("figure", engine_caption=5),
+          r"repro: error: --settings: engine_caption: 5 is not of type 'string'$"),
+    Fault("comparison-settings-engine-caption-a-mapping", _figure_settings("comparison", engine_caption={"a": 1}),
+          r"repro: error: --settings: engine_caption: \{'a': 1\} is not of type 'string'$"),
 ]
 
 def _cost_table_settings(keys, value):
