@@ -604,6 +604,37 @@ def test_tool_config_values_of_the_wrong_kind(work, capsys, key, value):
 # -- refused before the run starts ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("earlier", [None, 7], ids=["new", "rebuilt-with-another-seed"])
+def test_an_interrupted_download_leaves_no_model_behind(tmp_path, monkeypatch, capsys, earlier):
+    """`trims-tools download assets` interrupted (Ctrl-C) while it writes the first model: nothing under
+    the base path looks like a model, not even an empty directory (the model's directory was made
+    first and left behind, with what had been written into it); a model it rebuilds stays as it was."""
+    import onnx
+
+    from repro.trims.models import ARCHITECTURES, generate, load_manifest
+
+    base = tmp_path / "models"
+    first = next(iter(ARCHITECTURES))
+    if earlier is not None:
+        generate(first, base / first, seed=earlier)
+    before = snapshot(tmp_path)
+    config = tmp_path / "carml.yml"
+    config.write_text(f"micro18:\n  base_path: {base}\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(onnx, "save_model", interrupted)  # the graph is written after the weights
+    code = tools_main(["download", "assets", f"--config={config}"])
+    assert (code, capsys.readouterr().err) == (130, "trims-tools: interrupted\n")
+    config.unlink()
+    if earlier is None:
+        assert not base.exists() or not any(base.iterdir())
+    else:
+        assert snapshot(tmp_path) == before
+        assert load_manifest(base / first, verify=True)["seed"] == earlier
+
+
 def test_a_shared_run_without_a_server_is_refused_before_it_starts(work, capsys):
     _one_line(lambda: main(["trims", "client", "run", "--device", "cpu", "--config", str(work.config), "--model", MODEL,
                             "--socket", str(work.dir / "nobody.sock")]), work, capsys,
