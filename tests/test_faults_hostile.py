@@ -10,6 +10,7 @@ changed or deleted under the test's directory, no process left running.
 import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_faults_input import CONFIG, LOGS, Fault, _calibration, _fifo, _write, check_fault
@@ -173,6 +174,16 @@ TRACE_FAULTS = [
                        _write(ctx.dir / "d" / "t.json", '{"traceEvents": []}'), "trace", "summarize", "--each-directory",
                        str(ctx.dir / "d")][2:],
           r"repro: error: -o/--output .*/d/summary.json: holds a file that is not a trace summary"),
+    # a top-level key twice: the last value was read, so a second, empty traceEvents list stood in for the events
+    Fault("summarize-trace-events-twice",
+          lambda ctx: ["trace", "summarize", _write(ctx.dir / "t.json", TRACE_JSON[:-1] + ', "traceEvents": []}'),
+                       "-o", str(ctx.dir / "s.json")],
+          r"repro: error: .*/t.json: not a Chrome trace: the key 'traceEvents' appears twice at the top level"),
+    Fault("combine-other-data-twice",
+          lambda ctx: ["trace", "combine", _write(ctx.dir / "t.json", TRACE_JSON.replace(" ", "")[:-1]
+                                                  + ',"otherData":{},"otherData":{"model_name":"m"}}'),
+                       "-o", str(ctx.dir / "c.json")],
+          r"repro: error: .*/t.json: not a Chrome trace: the key 'otherData' appears twice at the top level"),
 ]
 
 STYLE = {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False}
@@ -315,6 +326,17 @@ DOCTOR_FAULTS = [
     for option in ("executor", "default-storage-provider")
     for kind, value, got in (("a-list", "[a]", r"\"\['a'\]\""), ("a-mapping", "{a: 1}", r"\"\{'a': 1\}\""),
                              ("a-number", "5", "'5'"), ("a-path", "../x", r"'\.\./x'"))
+] + [
+    # envvars (the variables passed to the jobs) of the wrong kind: Snakemake read a number as a name
+    Fault(f"doctor-envvars-{kind}", _doctor(f"envvars: {value}\n"),
+          rf"repro: error: .*/config.yaml: envvars: expected a list of environment variable names \(letters, digits "
+          rf"and _\), got {got}$")
+    for kind, value, got in (("a-number", "5", "'5'"), ("a-mapping", "{a: 1}", r"\"\{'a': 1\}\""),
+                             ("a-list-with-a-number", "[HOME, 5]", r"\"\['HOME', 5\]\""),
+                             ("a-name-with-a-dash", "[a-b]", r"\"\['a-b'\]\""))
+] + [
+    Fault("doctor-envvars-not-set", _doctor("envvars: [HOME, REPRO_TEST_NEVER_SET]\n"),
+          r"repro: error: .*/config.yaml: environment variable \$REPRO_TEST_NEVER_SET is not set \(used by envvars\)$"),
 ]
 
 CLIENT = {"eager": True, "eager_async": False, "cold_cache": True, "seed": 0,
@@ -499,6 +521,11 @@ FIGURE_SETTINGS_FAULTS = [
           r"repro: error: --settings: reference: \['x'\] is not of type 'string'"),
     Fault("figure-settings-modes-a-number", _figure_settings("figure", modes=5),
           r"repro: error: --settings: modes: 5 is not of type 'array'"),
+    # a caption that is not text was drawn as its Python repr
+    Fault("figure-settings-engine-caption-a-number", _figure_settings("figure", engine_caption=5),
+          r"repro: error: --settings: engine_caption: 5 is not of type 'string'$"),
+    Fault("comparison-settings-engine-caption-a-mapping", _figure_settings("comparison", engine_caption={"a": 1}),
+          r"repro: error: --settings: engine_caption: \{'a': 1\} is not of type 'string'$"),
 ]
 
 def _cost_table_settings(keys, value):
@@ -683,3 +710,55 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     finally:
         os.close(write)
     assert (result.returncode, result.stderr) == (141, b"")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [["list"], ["list", "backends"], ["doctor", "--profile", "profile"]],
+                         ids=["list", "list-one-registry", "doctor"])
+def test_output_to_a_full_device_names_standard_output(tmp_path, buffered, argv):
+    """`repro list > /dev/full`: one line naming standard output, exit status 1. Buffered (a file), the
+    write failed at exit: Python's 'Exception ignored ... OSError' lines, status 120; unbuffered, a
+    nameless 'repro: error: No space left on device'."""
+    import os
+    import subprocess
+    import sys
+
+    _write(tmp_path / "profile" / "config.yaml", "jobs: 1\n")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "repro.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+                                cwd=tmp_path, timeout=60, env=env if buffered else {**env, "PYTHONUNBUFFERED": "1"})
+    assert (result.returncode, result.stderr) == (1, b"repro: error: standard output: No space left on device\n")
+
+
+CONCURRENT_RUNS_FILES = {"run.log": "the other run's log\n", "traces/ResNet50_v2-8-pecan.json": '{"traceEvents": []}'}
+
+
+@pytest.mark.parametrize("others", [{}, CONCURRENT_RUNS_FILES], ids=["alone", "with-a-concurrent-run"])
+def test_a_failed_run_removes_only_what_it_wrote(tmp_path, monkeypatch, capsys, others):
+    """`pecan run --out run`, run/ new, fails. Alone, it leaves no run/; where a concurrent run into run/
+    has meanwhile moved its run.log and trace into place (not yet its metrics.json), its own staging
+    goes and the other run's files stay (the run directory it had made was removed whole, with them)."""
+    from support import run_repro
+
+    from repro.errors import ReproError
+    from repro.pecan import run as run_module
+
+    monkeypatch.chdir(tmp_path)
+    argv = _run_settings(["seed"], 1)(SimpleNamespace(dir=tmp_path))
+
+    def failing_beside_a_concurrent_run(spec):
+        for name, text in others.items():
+            _write(tmp_path / "run" / name, text)
+        raise ReproError("simulated failure")
+
+    monkeypatch.setattr(run_module, "simulate", failing_beside_a_concurrent_run)
+    code, _, err = run_repro(argv, capsys)
+    assert (code, err) == (1, "repro: error: simulated failure\n")
+    if not others:
+        assert not (tmp_path / "run").exists()
+        return
+    left = sorted(str(p.relative_to(tmp_path / "run")) for p in (tmp_path / "run").rglob("*") if p.is_file())
+    assert left == sorted(others)
+    assert all((tmp_path / "run" / name).read_text() == text for name, text in others.items())

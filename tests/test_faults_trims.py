@@ -428,8 +428,9 @@ def work(models, tmp_path, monkeypatch):
     return SimpleNamespace(dir=directory, config=config, models=models)
 
 
-def _one_line(run, work, capsys, pattern):
-    """`run()` exits 1 with one line on stderr matching `pattern`, and writes, changes or deletes nothing."""
+def _one_line(run, work, capsys, pattern, status=1):
+    """`run()` exits with `status` (1: bad input, 2: a usage error) with one line on stderr matching `pattern`,
+    and writes, changes or deletes nothing."""
     before = snapshot(work.dir)
     try:
         code = run()
@@ -437,7 +438,7 @@ def _one_line(run, work, capsys, pattern):
         code = exc.code
     _, err = capsys.readouterr()
     lines = err.strip().splitlines()
-    assert code == 1 and len(lines) == 1 and re.search(pattern, lines[0]), f"exit {code}: {err[-2000:]}"
+    assert code == status and len(lines) == 1 and re.search(pattern, lines[0]), f"exit {code}: {err[-2000:]}"
     assert snapshot(work.dir) == before, "files were written, changed or deleted"
 
 
@@ -470,6 +471,38 @@ def test_trims_tools_client_flags_out_of_range(work, capsys, words, pattern):
 ], ids=["seed-negative-pareto", "seed-huge"])
 def test_repro_client_flags_out_of_range(work, capsys, words, pattern):
     _one_line(_repro(work, *words), work, capsys, r"^repro: error: " + pattern)
+
+
+@pytest.mark.parametrize("words, pattern", [
+    (["trims-tools", "client", "run", "--concurrent=0"], r"--concurrent: expected a whole number from 1"),
+    (["trims-tools", "client", "run", "--distribution=gauss"], r"--distribution: invalid choice 'gauss' \(choose from"),
+    (["trims-tools", "client", "run", "--distribution=pareto", "--distribution_params=1"],
+     r"--distribution_params: pareto takes 2 parameter\(s\)"),
+    (["trims-tools", "client", "run", "--distribution=pareto", "--distribution_params=1,-1"],
+     r"--distribution_params: out of range for pareto"),
+    (["trims-tools", "client", "compare", "--model_iterations=0"], r"--model_iterations: expected at least 1"),
+    (["trims-tools", "client", "run", "--models_percentage=200"], r"--models_percentage: expected a fraction"),
+    (["trims-tools", "run", "--concurrent=2000"], r"--concurrent: expected a whole number from 1 to 1024"),
+    (["trims-tools", "run", "--eviction=random"], r"--eviction: unknown policy 'random'"),
+    (["repro", "trims", "client", "run", "--concurrent", "0"], r"--concurrent: expected a whole number from 1"),
+    (["repro", "trims", "client", "run", "--distribution", "pareto", "--distribution-params", "1"],
+     r"--distribution-params: pareto takes 2 parameter\(s\)"),
+], ids=["concurrent-zero", "distribution-unknown", "distribution-params-one", "distribution-params-negative",
+        "compare-model-iterations-zero", "models-percentage-200", "run-concurrent-2000", "run-eviction-random",
+        "repro-concurrent-zero", "repro-distribution-params-one"])
+def test_client_flags_are_checked_before_the_model_directory(tmp_path, monkeypatch, capsys, words, pattern):
+    """A bad flag value is named as such where the model directory is missing (the missing directory
+    was named instead: the flag's error came only once models were there)."""
+    work = SimpleNamespace(dir=tmp_path / "work")
+    work.dir.mkdir()
+    monkeypatch.chdir(work.dir)
+    config = work.dir / "carml.yml"
+    config.write_text(f"micro18:\n  base_path: {work.dir / 'no-models'}\n  profile_output_directory: {work.dir / 'p'}\n")
+    program, *words = words
+    tools = program == "trims-tools"
+    argv = [*words, f"--config={config}"] if tools else [*words, "--original", "--device", "cpu", "--config", str(config)]
+    _one_line(lambda: (tools_main if tools else main)(argv), work, capsys, rf"^{program}: error: " + pattern,
+              status=2 if "invalid choice" in pattern else 1)
 
 
 def _broken(work, breaker):
@@ -569,6 +602,37 @@ def test_tool_config_values_of_the_wrong_kind(work, capsys, key, value):
 
 
 # -- refused before the run starts ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("earlier", [None, 7], ids=["new", "rebuilt-with-another-seed"])
+def test_an_interrupted_download_leaves_no_model_behind(tmp_path, monkeypatch, capsys, earlier):
+    """`trims-tools download assets` interrupted (Ctrl-C) while it writes the first model: nothing under
+    the base path looks like a model, not even an empty directory (the model's directory was made
+    first and left behind, with what had been written into it); a model it rebuilds stays as it was."""
+    import onnx
+
+    from repro.trims.models import ARCHITECTURES, generate, load_manifest
+
+    base = tmp_path / "models"
+    first = next(iter(ARCHITECTURES))
+    if earlier is not None:
+        generate(first, base / first, seed=earlier)
+    before = snapshot(tmp_path)
+    config = tmp_path / "carml.yml"
+    config.write_text(f"micro18:\n  base_path: {base}\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(onnx, "save_model", interrupted)  # the graph is written after the weights
+    code = tools_main(["download", "assets", f"--config={config}"])
+    assert (code, capsys.readouterr().err) == (130, "trims-tools: interrupted\n")
+    config.unlink()
+    if earlier is None:
+        assert not base.exists() or not any(base.iterdir())
+    else:
+        assert snapshot(tmp_path) == before
+        assert load_manifest(base / first, verify=True)["seed"] == earlier
 
 
 def test_a_shared_run_without_a_server_is_refused_before_it_starts(work, capsys):

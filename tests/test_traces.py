@@ -1001,8 +1001,6 @@ NOT_CUT = {  # large files the compact reading leaves to the general one
     "spaced after the start": lambda events: orjson.dumps(events[:4])[:-1] + b", " + json.dumps(events[4:])[1:].encode(),
     "many lists of objects": lambda events: orjson.dumps(  # more cuts inside one event than are tried
         [dict(events[0], args={"name": "server", "l": [{"a": n} for n in range(30)]}), *events[1:]]),
-    "repeated list key": lambda events: orjson.dumps({"traceEvents": events})[:-1] + b',"traceEvents":'
-    + orjson.dumps(events[2:4]) + b"}",
     "a list after the list": lambda events: orjson.dumps({"traceEvents": events})[:-1] + b',"gpus":[0,1],"n":1}',
     "a bad type": lambda events: orjson.dumps([*events[:9], dict(events[9], name=["x"]), *events[10:]]),
 }
@@ -1030,16 +1028,37 @@ def test_large_files_the_compact_cuts_cannot_vouch_for_read_as_before(tmp_path, 
     _same_as_general(tmp_path, monkeypatch, path, options, compact=False)
 
 
-def test_a_list_key_repeated_after_the_list_reads_as_before(tmp_path, monkeypatch):
+REPEATED_KEYS = {  # a top-level key twice: orjson took the last value, so the second list stood in for the first
+    "list key, as orjson writes": (lambda events: orjson.dumps({"traceEvents": events})[:-1] + b',"traceEvents":'
+                                   + orjson.dumps(events[2:4]) + b"}", "traceEvents"),
+    "list key, not a list": (lambda events: orjson.dumps({"traceEvents": events})[:-1] + b',"traceEvents":{"x":1}}',
+                             "traceEvents"),
+    "list key first, escaped": (lambda events: b'{"trace\\u0045vents":[],' + orjson.dumps({"traceEvents": events})[1:],
+                                "traceEvents"),
+    "other key, as orjson writes": (lambda events: orjson.dumps({"traceEvents": events, "otherData": {}})[:-1]
+                                    + b',"otherData":{"model_name":"m"}}', "otherData"),
+    "other key, spaced": (lambda events: json.dumps({"otherData": {}, "traceEvents": events}).encode()[:-1]
+                          + b', "otherData": {"model_name": "m"}}', "otherData"),
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 150}], ids=["whole", "chunked"])
+@pytest.mark.parametrize("name", sorted(REPEATED_KEYS))
+def test_a_top_level_key_repeated_is_refused_naming_it(tmp_path, monkeypatch, name, options):
+    make, key = REPEATED_KEYS[name]
     path = tmp_path / "t.json"
-    path.write_bytes(orjson.dumps({"traceEvents": rich_trace()})[:-1] + b',"traceEvents":{"x":1}}')
-    scans = _scan_spy(monkeypatch)
-    for options in ({}, {"whole_file_limit": 0, "chunk_bytes": 150}):
-        for tool in (lambda: summarize_trace(path, reader_options=options),
-                     lambda: combine([path], tmp_path / "c.json", reader_options=options)):
-            with pytest.raises(TraceError, match="not a Chrome trace"):  # the last one counts
-                tool()
-    assert scans  # chunked: the scan finds the repeated key
+    path.write_bytes(make(rich_trace()))
+    error = rf"t\.json: not a Chrome trace: the key '{key}' appears twice at the top level"
+    for general in (False, True):
+        with monkeypatch.context() as m:
+            if general:
+                _general_only(m)
+            for tool in (lambda: summarize_trace(path, reader_options=options),
+                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
+                         lambda: validate(path, reader_options=options)):
+                with pytest.raises(TraceError, match=error):
+                    tool()
+    assert not (tmp_path / "c.json").exists()
 
 
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])

@@ -320,6 +320,7 @@ BAD = {
     "bad phase": orjson.dumps(requests(30) + [{"ph": "?", "ts": 1, "pid": 1, "tid": 1}]),
     "timestamps too far apart": orjson.dumps([{"ph": "i", "ts": -1.7e308, "pid": 1, "tid": 1, "s": "t"},
                                              *requests(30), {"ph": "i", "ts": 1.7e308, "pid": 1, "tid": 1, "s": "t"}]),
+    "a top-level key twice": orjson.dumps({"traceEvents": requests(30), "otherData": {}})[:-1] + b',"otherData":{}}',
     "missing": None,
 }
 

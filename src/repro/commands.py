@@ -437,11 +437,59 @@ def _terminated_as_interrupted():
             signal.signal(signum, handler)
 
 
+STANDARD_OUTPUT = "standard output"  # the name an error writing it gives
+
+
+class _NamedStandardOutput:
+    """sys.stdout while a command runs: a write or flush that fails (a full disk, /dev/full, a reader
+    gone) raises an OSError naming standard output, where the stream's own names no file."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        with _named_standard_output_error():
+            return self._stream.write(text)
+
+    def flush(self):
+        with _named_standard_output_error():
+            return self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _named_standard_output_error():
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, STANDARD_OUTPUT) from None  # of the same subclass (BrokenPipeError)
+
+
+@contextlib.contextmanager
+def _standard_output_named():
+    """sys.stdout named in the errors of writing it while a command runs, and flushed before it ends: a
+    write that fails is the command's error, not an 'Exception ignored' at exit with status 120."""
+    stream = sys.stdout
+    if stream is None:  # closed by the shell (>&-): print writes nothing
+        yield
+        return
+    sys.stdout = _NamedStandardOutput(stream)
+    try:
+        yield
+        sys.stdout.flush()
+    finally:
+        sys.stdout = stream
+
+
 def run(args, prog="repro", spell=str):
     """Run a parsed command line; errors a user can cause become one line and exit status 1.
     `spell` rewrites an error message (trims-tools names its own flags)."""
     try:
-        with _terminated_as_interrupted():
+        with _terminated_as_interrupted(), _standard_output_named():
             refuse_overwriting_inputs(args)
             code = args.func(args)  # a command returns its exit code, or None for success
     except ReproError as exc:
@@ -450,8 +498,10 @@ def run(args, prog="repro", spell=str):
     except OSError as exc:  # a file the user named: missing, unreadable, a directory, a full disk
         if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
             # `repro ... | head`: the reader has what it wanted; end quietly, as a tool SIGPIPE ends does
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit writes nowhere
+            _discard_standard_output()
             return 128 + signal.SIGPIPE
+        if exc.filename == STANDARD_OUTPUT:  # what is left in its buffer cannot be written either
+            _discard_standard_output()
         print(f"{prog}: error: {one_line(_os_error(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: cleaned up on the way out; 128 + signal, as shells do
@@ -460,6 +510,14 @@ def run(args, prog="repro", spell=str):
               file=sys.stderr)
         return 128 + signum
     return code or 0
+
+
+def _discard_standard_output():
+    """Standard output made /dev/null: the flush at exit writes nowhere (it would fail again, an
+    'Exception ignored' and exit status 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _stdout_reader_gone():

@@ -85,7 +85,8 @@ def check_settings(settings, flag="--settings", places=None, at=()):
     """Settings written by hand (`--settings`) hold the values a config holds: check each against the
     schema where the workflow takes it from, so a wrong type or an absurd number is named by key
     before it is used. `places` gives a key's place in the config where it is not the same key at the
-    top (a tuple of keys; None: not a config value); `at`: where every other key lies (the top: ()).
+    top (a tuple of keys; None: not a config value; a mapping: the schema of a value the workflow
+    derives from the config, such as a caption); `at`: where every other key lies (the top: ()).
     A key they lack is left to `settings_keys`."""
     from jsonschema import Draft202012Validator
 
@@ -94,6 +95,11 @@ def check_settings(settings, flag="--settings", places=None, at=()):
     for key, value in settings.items():
         place = places.get(key, (*at, key))
         if place is None:
+            continue
+        if isinstance(place, dict):
+            error = next(Draft202012Validator(place).iter_errors(value), None)
+            if error is not None:
+                raise ReproError(f"{flag}: {_shortened(key)}: {_shortened(error.message)}")
             continue
         node = shaped
         for part in place[:-1]:

@@ -88,9 +88,26 @@ def missing_plugins(path, profile):
     return problems
 
 
+_VARIABLE_NAME = re.compile(r"\w+", re.ASCII)  # as Snakemake's register_envvars takes them
+
+
+def passed_variables(profile, path="profile"):
+    """The environment variables the profile's `envvars` passes to the jobs (one name, or a list of
+    them); ReproError naming the key where it is neither (Snakemake read a number as a name)."""
+    value = profile.get("envvars")
+    if value is None:
+        return []
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(name, str) and _VARIABLE_NAME.fullmatch(name) for name in names):
+        raise ReproError(f"{path}: envvars: expected a list of environment variable names (letters, digits and _), "
+                         f"got {str(value)[:100]!r}")
+    return names
+
+
 def unset_variables(path, profile, environ=os.environ):
-    """One problem per environment variable that the profile's values name and that is not set."""
-    unset = {}
+    """One problem per environment variable that the profile's values name, or its envvars passes to
+    the jobs, and that is not set (Snakemake refuses to start without those)."""
+    unset = {name: ["envvars"] for name in passed_variables(profile, path) if name not in environ}
 
     def walk(value, key):
         if isinstance(value, dict):

@@ -201,14 +201,18 @@ def _no_constant(name):
     raise ValueError(f"{name} is not a number JSON holds")
 
 
+def repeated_key(pairs):
+    """The first key that the (key, value) pairs of a JSON object name twice, or None."""
+    seen = set()
+    return next((key for key, _ in pairs if key in seen or seen.add(key)), None)
+
+
 def unique_keys(pairs):
     """json's object_pairs_hook: an object that names a key twice is refused (JSON readers differ on
     which of the two values counts)."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        seen = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise ValueError(f"key {twice!r} appears twice in one object")
+        raise ValueError(f"key {repeated_key(pairs)!r} appears twice in one object")
     return obj
 
 

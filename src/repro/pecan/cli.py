@@ -389,11 +389,12 @@ def _cost_table(args):
 
 def _check_figure_settings(settings, section, name, keys):
     """Figure settings given by hand: `keys` checked where plots.<section>.<name> holds them, preset and
-    backend where the config does (style by check_style as it is drawn; a None is a key the spec left out)."""
+    backend where the config does, engine_caption (which the workflow derives from the engine) as text
+    (style by check_style as it is drawn; a None is a key the spec left out)."""
     from repro.config import check_settings
 
     places = {**{key: ("plots", section, name, key) for key in keys}, "preset": ("calibration", "preset"),
-              "style": None, "engine_caption": None}
+              "style": None, "engine_caption": {"type": "string"}}
     check_settings({key: value for key, value in settings.items() if value is not None}, places=places)
 
 

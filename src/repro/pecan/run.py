@@ -1,6 +1,8 @@
 """One per-mode run on the local backend: simulate, write the artifact-format log, trace and metrics."""
 
+import contextlib
 import dataclasses
+import itertools
 import math
 import os
 import re
@@ -140,29 +142,52 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     metrics.json lists every repeat's parsed log. Everything is written to a hidden directory in
     out_dir and moved into place when all is done: repeats/ holds this run's repeats only, and a
     run that fails leaves nothing of its own (an earlier run's repeats are removed when this one
-    starts; a run directory this run made is removed again).
+    starts; the files it moved into place are removed again, and the directories it made where
+    they are empty). What others wrote into out_dir meanwhile (a concurrent run) is kept.
     """
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
     out = Path(out_dir)
-    made = not out.exists()
+    made = _missing_directories(out)
     remove_repeats(out)
     out.mkdir(parents=True, exist_ok=True)
     me = processes.describe(os.getpid(), "pecan run")  # in its name: removed as stale only once this run ended
     stage = Path(tempfile.mkdtemp(prefix=f".run.{me['pid']}-{me['start_ticks']}.", suffix=".tmp", dir=out))
+    placed, complete = {}, False  # what this run moved into out: path -> its inode
     try:
         metrics = _run_into(stage, config, pecan, preset, experiment, mode, calibrations, backend)
         trace = Path("traces") / f"{experiment}-{mode}.json"
+        made += _missing_directories(out / "traces")
         (out / "traces").mkdir(exist_ok=True)
         remove_repeats(out)  # those of a run into this directory that ended while this one ran
         for name in ("run.log", trace, "repeats", "metrics.json"):  # metrics.json last: the run is complete
             if (stage / name).exists():
+                placed[out / name] = os.lstat(stage / name).st_ino
                 os.replace(stage / name, out / name)
+        complete = True
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-        if made and not (out / "metrics.json").exists():
-            shutil.rmtree(out, ignore_errors=True)
+        if not complete:
+            _remove_own(placed, made)
     return metrics
+
+
+def _missing_directories(path):
+    """The directories that mkdir(parents=True) of `path` would make, deepest first."""
+    return list(itertools.takewhile(lambda directory: not os.path.lexists(directory), [path, *path.parents]))
+
+
+def _remove_own(placed, made):
+    """After a failed run: the files it moved into place that are still its own (a concurrent run may
+    have replaced them since), then the directories it made, each only where it is empty. Never a
+    whole directory: a concurrent run into the same one may have put its files there."""
+    for path, inode in placed.items():
+        with contextlib.suppress(OSError):
+            if os.lstat(path).st_ino == inode:
+                (shutil.rmtree if path.is_dir() and not path.is_symlink() else os.unlink)(path)
+    for directory in sorted(made, key=lambda path: len(path.parts), reverse=True):
+        with contextlib.suppress(OSError):  # not empty: it holds what others wrote
+            directory.rmdir()
 
 
 def _run_into(stage, config, pecan, preset, experiment, mode, calibrations, backend):

@@ -12,6 +12,7 @@ file this cannot vouch for (see ``NotCompact``) is read again the general way.
 """
 
 import gc
+import json
 import math
 import mmap
 import os
@@ -28,7 +29,7 @@ import numpy as np
 import orjson
 
 from repro.errors import ReproError, TraceError
-from repro.fsutil import file_kind, open_regular
+from repro.fsutil import file_kind, open_regular, repeated_key
 from repro.traces.events import PHASES, PHASES_WITHOUT_TS, check_event, first_bad_event
 from repro.traces.splice import find, spaced, words
 
@@ -63,7 +64,35 @@ def _loads(data, path):
         raise TraceError(path, f"invalid JSON ({exc})") from None
 
 
-def _root_metadata(doc, path):
+def _each_key_once_by_search(data, doc):
+    """Whether a byte search shows that the root object of the JSON `data` (`doc`, decoded) names each
+    key once: with no escape in `data`, a key is written as orjson writes it, so one occurrence of
+    its text is one of the key (a search as fast as the file is large, where parsing again is not)."""
+    return b"\\" not in data and all(data.count(orjson.dumps(key)) == 1 for key in doc)
+
+
+def _refuse_repeated_keys(data, doc, path):
+    """TraceError naming a key that the root object of the JSON `data` (`doc`, decoded) holds twice:
+    orjson and msgspec keep the last value, so a second traceEvents would stand in for the first,
+    unsaid. The byte search clears the files written as writers write them; the standard parser
+    tells for the others."""
+    if not isinstance(doc, dict) or _each_key_once_by_search(data, doc):
+        return
+    try:
+        pairs = json.loads(data, object_pairs_hook=lambda pairs: pairs)  # each object its pairs: nothing merged
+    except RecursionError:
+        raise TraceError(path, "invalid JSON (nested too deeply)") from None
+    except ValueError as exc:
+        raise TraceError(path, f"invalid JSON ({exc})") from None
+    twice = repeated_key(pairs)
+    if twice is not None:
+        raise TraceError(path, f"not a Chrome trace: the key {twice!r} appears twice at the top level; expected "
+                         "each key once (a JSON reader keeps one of the two values, unsaid)")
+
+
+def _root_metadata(doc, path, data):
+    """The top-level keys but traceEvents of the document `doc`, decoded from `data`."""
+    _refuse_repeated_keys(data, doc, path)
     if isinstance(doc, list):
         return {}
     if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
@@ -312,6 +341,8 @@ class TraceReader:
             elif first == b"{":
                 try:
                     top = _TOP_LEVEL.decode(data)
+                    if not _each_key_once_by_search(data, top):
+                        raise NotCompact  # the general reading tells whether a key is repeated
                     listed = top.get("traceEvents")
                     if listed is None or bytes(listed)[:1] != b"[":
                         raise NotCompact
@@ -441,11 +472,12 @@ class TraceReader:
             rest = mm[end + 1 :]
             if b'"traceEvents"' in rest:
                 return None  # a repeated key: orjson takes the last one
+            emptied = _LISTED_HEAD + b"]" + rest
             try:
-                doc = orjson.loads(_LISTED_HEAD + b"]" + rest)
+                doc = orjson.loads(emptied)
             except orjson.JSONDecodeError:
                 continue
-            self._metadata = _root_metadata(doc, self.path)
+            self._metadata = _root_metadata(doc, self.path, emptied)
             return end
         return None
 
@@ -460,8 +492,9 @@ class TraceReader:
 
     def _load_whole(self):
         if self._events is None:
-            doc = _loads(self._read_bytes(), self.path)
-            self._metadata = _root_metadata(doc, self.path)
+            data = self._read_bytes()
+            doc = _loads(data, self.path)
+            self._metadata = _root_metadata(doc, self.path, data)
             self._events = doc if isinstance(doc, list) else doc["traceEvents"]
         return self._events
 
@@ -664,8 +697,8 @@ class _ChunkScanner:
                 raise TraceError(self.path, "invalid JSON (data after the event array)")
             self.owner._metadata = {}
             return
-        doc = _loads(mm[:array_open] + b"[]" + mm[array_close + 1 :], self.path)
-        self.owner._metadata = _root_metadata(doc, self.path)
+        data = mm[:array_open] + b"[]" + mm[array_close + 1 :]
+        self.owner._metadata = _root_metadata(_loads(data, self.path), self.path, data)
 
 
 def read_trace(path, strict=True):

@@ -556,16 +556,22 @@ MAX_ITERATIONS = 1_000_000  # requests a run plans (the plan is a list in memory
 MAX_SEED = 2**63 - 1  # numpy's seeds are non-negative
 
 
-def check_client_flags(args):
-    """Refuse client flags out of range, naming the flag, before anything runs."""
-    checks = [("--concurrent", args.concurrent, 1, MAX_CONCURRENT), ("--iterations", args.iterations, 1, MAX_ITERATIONS),
-              ("--seed", args.seed, 0, MAX_SEED)]
+def check_client_flags(concurrent, iterations, model_iterations, seed=0, distribution=None, distribution_params=None):
+    """Refuse client flags out of range, naming the flag, before anything runs: before the model
+    directory is read too, so a bad flag is its own error wherever the models are (trims-tools
+    checks its flags with this before it lists the models)."""
+    from repro.trims.workload import check_params
+
+    checks = [("--concurrent", concurrent, 1, MAX_CONCURRENT), ("--iterations", iterations, 1, MAX_ITERATIONS),
+              ("--seed", seed, 0, MAX_SEED)]
     for flag, value, low, high in checks:
         if not low <= value <= high:
             raise ReproError(f"{flag}: expected a whole number from {low} to {high}, got {value}")
-    if args.model_iterations != -1 and not 1 <= args.model_iterations <= MAX_ITERATIONS:
+    if model_iterations != -1 and not 1 <= model_iterations <= MAX_ITERATIONS:
         raise ReproError(f"--model-iterations: expected at least 1 request per model (at most {MAX_ITERATIONS}), "
-                         f"or -1 for no cap; got {args.model_iterations}")
+                         f"or -1 for no cap; got {model_iterations}")
+    if distribution is not None:
+        check_params(distribution, distribution_params)
 
 
 def _check_store_answers(socket_path, device):
@@ -616,6 +622,8 @@ def _client_setup(args, shared):
     from repro.trims.runtimes import resolve_device
     from repro.trims.workload import plan_requests
 
+    check_client_flags(args.concurrent, args.iterations, args.model_iterations, args.seed, args.distribution,
+                       args.distribution_params)
     base = Path(_setting(args, "base_path", "base_path"))
     available = sorted(p.name for p in base.glob("*") if (p / "manifest.json").exists())
     if not available:
@@ -626,7 +634,6 @@ def _client_setup(args, shared):
     unknown = sorted(set(models) - set(available))
     if unknown:
         raise ReproError(f"--model: unknown model(s) {unknown}; {base} holds {available or 'no models'}")
-    check_client_flags(args)
     from repro.trims.models import check_model
 
     for model in models:  # before any request: a broken model is one line, not a failure per request

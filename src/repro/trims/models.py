@@ -9,15 +9,18 @@ inference runtimes do): SqueezeNet 1.1, AlexNet, ResNet-18/50 v1, VGG-16/19, and
 AlexNet/VGG-16 variants of the TrIMS paper with 454x454 / 448x448 inputs.
 """
 
+import contextlib
 import json
 import math
 import os
 import re
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, sha256_file, write_json
+from repro.fsutil import DIRECTORY_MODE, atomic_path, sha256_file, write_json
 
 GRAPH, PARAMS, MANIFEST = "model.onnx", "model.params", "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20  # the largest model here lists a few hundred tensors: a few tens of KiB
@@ -310,18 +313,45 @@ def parameter_count(name):
     return sum(_math.prod(shape) for shape in builder.weights.values())
 
 
+@contextlib.contextmanager
+def _staged_model(directory):
+    """A hidden directory beside `directory` to build a model in, put in place once the build is
+    complete: renamed to `directory` where there is none, else its files moved in (the old manifest
+    removed first and the new one moved in last: a directory without one is no model). Removed
+    when the build fails or is interrupted, so that nothing is left that looks like a model, not
+    even an empty directory; a model being rebuilt stays as it was."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    try:
+        yield stage
+        os.chmod(stage, DIRECTORY_MODE)
+        if not os.path.lexists(directory):
+            os.rename(stage, directory)
+            return
+        (directory / MANIFEST).unlink(missing_ok=True)
+        for name in (GRAPH, PARAMS, MANIFEST):
+            os.replace(stage / name, directory / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def generate(name, directory, seed=0):
-    """Write model.onnx, model.params and manifest.json for `name` into `directory`."""
+    """Write model.onnx, model.params and manifest.json for `name` into `directory` (built beside it
+    and moved into place when complete, see _staged_model)."""
+    if name not in ARCHITECTURES:
+        raise ReproError(f"unknown model {name!r}; expected one of {sorted(ARCHITECTURES)}")
+    with _staged_model(Path(directory)) as stage:
+        return _build(name, stage, seed)
+
+
+def _build(name, directory, seed):
+    """The files of model `name`, weights drawn with `seed`, written into `directory`; its manifest."""
     import onnx
     from onnx import TensorProto, helper
 
-    if name not in ARCHITECTURES:
-        raise ReproError(f"unknown model {name!r}; expected one of {sorted(ARCHITECTURES)}")
     side, build = ARCHITECTURES[name]
     builder = _Builder(seed)
     output = build(builder, "data", side)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     layout, offset = [], 0
     with atomic_path(directory / PARAMS) as tmp, open(tmp, "wb") as fh:
         for tensor_name, array in builder.weights.items():

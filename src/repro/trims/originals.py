@@ -236,23 +236,48 @@ def select_models(values, base_path):
             if not matches:
                 raise ReproError(f"--models: {item!r} matches none of {candidates} in {base_path}")
             chosen += [m for m in matches if m not in chosen]
-    if "models_percentage" in values:  # checked whether or not a distribution uses it: NaN is never a share
-        percentage = values["models_percentage"] * (100 if values["models_percentage"] <= 1 else 1)
-        if not 0 < percentage <= 100:
-            raise ReproError(f"--models_percentage: expected a fraction in (0, 1] or a percentage up to 100, "
-                             f"got {values['models_percentage']}")
-        if _distribution(values) is not None:
-            chosen = chosen[:math.ceil(len(chosen) * percentage / 100)]
+    percentage = _models_percentage(values)
+    if percentage is not None and _distribution(values) is not None:
+        chosen = chosen[:math.ceil(len(chosen) * percentage / 100)]
     return chosen
 
 
+def _models_percentage(values):
+    """--models_percentage as a percentage, where the command has the flag (None where not); checked
+    whether or not a distribution uses it: NaN is never a share."""
+    if "models_percentage" not in values:
+        return None
+    percentage = values["models_percentage"] * (100 if values["models_percentage"] <= 1 else 1)
+    if not 0 < percentage <= 100:
+        raise ReproError(f"--models_percentage: expected a fraction in (0, 1] or a percentage up to 100, "
+                         f"got {values['models_percentage']}")
+    return percentage
+
+
+def check_client_values(values):
+    """The client flags' values, checked before the models are listed: a bad flag is named as such
+    also where the model directory is missing or empty."""
+    from repro.trims.cli import check_client_flags
+
+    _models_percentage(values)
+    check_client_flags(values["concurrent"], values["iterations"], values["model_iterations"],
+                       distribution=_distribution(values),
+                       distribution_params=[float(param) for param in _distribution_params(values)])
+
+
 def _distribution(values):
+    from repro.trims.workload import DISTRIBUTIONS
+
     name = values["distribution"].lower()
     if name in ("", "none"):
         return None
     if name == "zipf":
         raise ReproError("--distribution: zipf is not implemented (in the original either)")
-    return DISTRIBUTION_ALIASES.get(name, name)
+    name = DISTRIBUTION_ALIASES.get(name, name)
+    if name not in DISTRIBUTIONS:  # a usage error, as repro's --distribution choices make it
+        raise UsageError(f"--distribution: invalid choice {values['distribution']!r} (choose from "
+                         f"{', '.join([*DISTRIBUTIONS, *DISTRIBUTION_ALIASES])})")
+    return name
 
 
 def _distribution_params(values):
@@ -273,6 +298,7 @@ def _bool_flag(argv, value, repro_flag):
 
 def client_argv(command, values, config, config_args):
     """The `repro trims client run|compare` command line of an original client command."""
+    check_client_values(values)
     argv = ["trims", "client", command, "--model", *select_models(values, config["base_path"]),
             "--iterations", str(values["iterations"]), "--model-iterations", str(values["model_iterations"]),
             "--concurrent", str(values["concurrent"]), "--process-per-request", "--trace-names", "original",
@@ -365,9 +391,10 @@ def translate(words):
         return [["trims", "memory", *models, "--format", values["format"], *config_args]], values, path
     if path[0] == "client":
         return [client_argv(path[1], values, config, config_args)], values, path
-    # top-level run: the store in the background, the client, the store stopped
-    client = client_argv("compare" if values["compare"] else "run", values, config, config_args)
+    # top-level run: the store in the background, the client, the store stopped (the store's flags
+    # checked first, with the client's, before the client lists the models)
     server = [*server_argv(values, given, config, config_args), "-d"]
+    client = client_argv("compare" if values["compare"] else "run", values, config, config_args)
     return [server, client, ["trims", "server", "stop", *config_args]], values, path
 
 
@@ -475,8 +502,8 @@ def main(argv=None):
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    except ReproError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+    except ReproError as exc:  # also repro's checks of the flags, named as the original spells them
+        print(f"{PROG}: error: {original_spelling(str(exc))}", file=sys.stderr)
         return 1
     # as the original, for this process and every process it starts
     os.environ["CUDA_VISIBLE_DEVICES"] = values["visible_devices"]
