@@ -40,24 +40,27 @@ figures: setup
 # Each tier ends with its wall time (tests/conftest.py); -rs lists why each skipped test was skipped
 # (the package that would enable it). benchmarks/tests_time.py times the tiers.
 PYTEST := $(RUN) pytest -q -rs
-# The unit tests run on every CPU (pytest-xdist, a module per worker: modules share fixtures);
-# WORKERS=0 runs them in one process. The workflow and service tests run one at a time: they share
-# the tiny build, SLURM and sshd, and wait on timing.
+# The tests run under pytest-xdist, a module per worker (a module's tests share its fixtures: the tiny
+# build, SLURM, sshd); WORKERS=0 runs them in one process. The unit tests compute: a worker per CPU.
+# The workflow and service tests mostly wait on the programs they start: two workers per CPU (at
+# most 8) keep the CPUs busy.
 WORKERS ?= auto
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n * 2 < 8 ? n * 2 : 8 )))
+DIST   := --dist loadfile
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
 test: $(VENV)/.test-extras
-	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test} $(PYTEST) --durations=15
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test} $(PYTEST) -n $(TEST_WORKERS) $(DIST) --durations=15
 
 # unit tests only: no Snakemake runs, no ssh, SLURM or GPU, no package registry, no tf.data service
 # or other long-running programs (the `service` marker)
 test-fast: $(VENV)/.test-extras
-	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -n $(WORKERS) --dist loadfile -m "not workflow and not registry and not service" --durations=10
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -n $(WORKERS) $(DIST) -m "not workflow and not registry and not service" --durations=10
 
 # everything, the Google Batch extra's tests included: what CI runs (.ci/run, which also installs
 # sshd and SLURM and requires their tests)
 test-all: $(VENV)/.all-extras
-	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-all} $(PYTEST) --durations=15
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-all} $(PYTEST) -n $(TEST_WORKERS) $(DIST) --durations=15
 
 # the mutation score of the core modules with the unit tests (tens of minutes; not part of `make test`):
 # a fresh run of mutmut ([tool.mutmut] in pyproject.toml), then the score per module

@@ -41,8 +41,9 @@ def main(argv=None):
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="the tree to time")
     parser.add_argument("--tiers", default="test-fast,test", help=f"comma-separated, of {', '.join(TIERS)}")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--workers", default="auto", help="comma-separated pytest-xdist worker counts (the Makefile's "
-                        "WORKERS; 0: one process), each tier timed with each, side by side")
+    parser.add_argument("--workers", default="default", help="comma-separated pytest-xdist worker counts (the Makefile's "
+                        "WORKERS for test-fast, TEST_WORKERS for the others; 0: one process; default: the Makefile's), "
+                        "each tier timed with each, side by side")
     parser.add_argument("make_args", nargs="*", help="passed to make (VENV=..., for example)")
     args = parser.parse_args(argv)
     tiers = args.tiers.split(",")
@@ -55,7 +56,9 @@ def main(argv=None):
         for tier in tiers:
             times = {}
             for count in workers:
-                r = run_tier(args.repo, tier, [f"WORKERS={count}", *args.make_args])
+                variable = "WORKERS" if tier == "test-fast" else "TEST_WORKERS"
+                chosen = [] if count == "default" else [f"{variable}={count}"]
+                r = run_tier(args.repo, tier, [*chosen, *args.make_args])
                 times[count] = r["pytest_s"]
                 pytest_s = f"{r['pytest_s']:.1f}" if r["pytest_s"] is not None else "?"
                 print(f"round {round_ + 1} {tier} workers={count}: pytest {pytest_s} s, make {r['make_s']:.1f} s, rc {r['rc']}, "

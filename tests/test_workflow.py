@@ -108,7 +108,7 @@ def test_adding_a_workload_plans_only_its_own_jobs(built):
                                      for rule in ("cluster_status", "run")])
 
 
-def test_switching_the_engine_reruns_the_runs_and_downstream_only(built):
+def test_switching_the_engine_reruns_the_calibrations_the_runs_and_downstream_only(built):
     if importlib.util.find_spec("tensorflow") is None:  # the config check needs the extra for engine tfdata
         if os.environ.get("REPRO_REQUIRE_TFDATA") == "1":
             raise RuntimeError("REPRO_REQUIRE_TFDATA=1 but tensorflow is not installed (pip install -e '.[tfdata]')")
@@ -123,6 +123,8 @@ def test_switching_the_engine_reruns_the_runs_and_downstream_only(built):
     drawn = {*figures, "SimCLR", "ASRTrans", "ResNet50_v3-8"}
     expected = ["all"] + [f"{rule}[{name}]" for name in ("AutoOrder_Cost", "Cachew_AP_FF")
                           for rule in ("comparison_table", "comparison", "provenance")]
+    # every calibration: under the tf.data engine it also measures the TF ops, the engine's scale
+    expected += [f"calibrate[{path.stem}]" for path in (built / "results" / "calibration").glob("*.json")]
     for experiment, modes in runs.items():
         expected += [f"{rule}[{experiment},{mode}]" for mode in modes for rule in ("cluster_status", "run")]
         if experiment in drawn:
