@@ -3,10 +3,10 @@
 import contextlib
 import dataclasses
 import itertools
-import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -281,8 +281,14 @@ def load_calibrations(paths):
     return {pipeline: data for pipeline, (_, data) in result.items()}
 
 
+def _finite(value):
+    """A number within float's range: compared, not math.isfinite, since an integer JSON holds may lie
+    past it (10**400), where math.isfinite raised OverflowError."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -sys.float_info.max <= value <= sys.float_info.max
+
+
 def _positive(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return _finite(value) and value > 0
 
 
 def _check_numbers(data, label):
@@ -300,5 +306,5 @@ def _check_numbers(data, label):
                                    and _positive(tf_ops["declared"].get("cpu_s_per_element"))):
         raise ReproError(f"{label}: tf_ops.declared.cpu_s_per_element: expected a positive number")
     saving = data["autoorder_saving"]
-    if not math.isfinite(saving) or saving >= 1:
+    if not _finite(saving) or saving >= 1:
         raise ReproError(f"{label}: autoorder_saving is {saving!r}; expected a finite fraction below 1")
