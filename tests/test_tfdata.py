@@ -345,14 +345,15 @@ def test_every_run_of_a_pipeline_takes_one_scale_from_its_calibration(tf, pecan_
 
 
 @pytest.mark.fault
-@pytest.mark.parametrize("tf_ops", [{"declared": {"cpu_s_per_element": 0}}, {"declared": {}}, [], {"declared": 5}])
+@pytest.mark.parametrize("tf_ops", [{"declared": {"cpu_s_per_element": 0}}, {"declared": {}}, [], {"declared": 5},
+                                    {"declared": {"cpu_s_per_element": 1e300}}, {"declared": {"cpu_s_per_element": 1e-320}}])
 def test_a_calibration_whose_tf_cost_is_not_a_positive_number_is_refused(tmp_path, tf_ops):
     from repro.pecan.run import load_calibrations
 
     path = tmp_path / "resnet.json"
     path.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, "tf_ops": tf_ops, **CALIBRATION["resnet"]}))
     with pytest.raises(ReproError, match=rf"^--calibration {path}: tf_ops.declared.cpu_s_per_element: expected a "
-                                         "positive number$"):
+                                         "positive number of CPU seconds, 1e-09 to 3600$"):
         load_calibrations([path])
 
 
