@@ -173,6 +173,23 @@ def test_validation_refuses_measurements_no_engine_writes(tmp_path, capsys, edit
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json", "m.json"]
 
 
+@pytest.mark.fault
+def test_validation_refuses_a_run_named_twice(tmp_path):
+    """The same metrics.json named twice (in another spelling too) is refused naming it: its
+    deployments were counted twice in the verdict (2 of 4 deployments where the run has 2)."""
+    runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)])]
+    _validate(tmp_path, runs)
+    (tmp_path / "v.csv").unlink()
+    for again in (tmp_path / "m0.json", f"{tmp_path}/./m0.json"):
+        result = subprocess.run([str(REPRO), "pecan", "validation", "E", "--metrics", str(tmp_path / "m0.json"),
+                                 str(again), "--calibration", str(tmp_path / "calibration.json"), "--network-gbps", "32",
+                                 "--style", "{}", "--output", str(tmp_path / "v.pdf"), str(tmp_path / "v.png"), "--table",
+                                 str(tmp_path / "v.csv")], capture_output=True, text=True)
+        assert (result.returncode, result.stderr) == (1, f"repro: error: --metrics {again}: the file {tmp_path / 'm0.json'} "
+                                                         "named already; expected each run's metrics.json once\n")
+        assert not (tmp_path / "v.csv").exists()
+
+
 # the Pillow calibration: 5 ms per element, so one worker (200 examples/s) reaches the bound (100)
 CALIBRATION = {"resnet": {order: {"cpu_s_per_element": 0.005, "bytes_out_per_element": 1000.0}
                           for order in ("declared", "autoorder")}}
