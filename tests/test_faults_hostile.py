@@ -732,6 +732,24 @@ def test_output_to_a_full_device_names_standard_output(tmp_path, buffered, argv)
     assert (result.returncode, result.stderr) == (1, b"repro: error: standard output: No space left on device\n")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [[], ["--help"], ["help"]], ids=["no-command", "help-flag", "help"])
+def test_trims_tools_usage_to_a_full_device_names_standard_output(buffered, argv):
+    """`trims-tools --help > /dev/full`: one line naming standard output, exit status 1, as repro's
+    commands; the usage was printed outside them: an OSError traceback unbuffered, Python's
+    'Exception ignored' lines and status 120 buffered."""
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "repro.trims.originals", *argv], stdout=full,
+                                stderr=subprocess.PIPE, timeout=60, env=env if buffered else {**env, "PYTHONUNBUFFERED": "1"})
+    assert (result.returncode, result.stderr) == (1, b"trims-tools: error: standard output: No space left on device\n")
+
+
 CONCURRENT_RUNS_FILES = {"run.log": "the other run's log\n", "traces/ResNet50_v2-8-pecan.json": '{"traceEvents": []}'}
 
 

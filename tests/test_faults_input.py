@@ -414,6 +414,16 @@ INPUT_FAULTS = [
     # -- numbers that divide by zero or overflow later: refused before anything is written ----------
     Fault("calibration-zero-cost", _pecan_run(_calibration("resnet", cost=0.0)),
           r"repro: error: --calibration .*/resnet.json: declared.cpu_s_per_element is 0.0; expected a positive number"),
+    Fault("calibration-cost-past-float", _pecan_run(_calibration("resnet").replace(": 0.01,", ": 1" + "0" * 400 + ",", 1)),
+          r"repro: error: --calibration .*/resnet.json: declared.cpu_s_per_element is 10{400}; expected a positive number"),
+    Fault("calibration-saving-past-float", _pecan_run(_calibration("resnet").replace(": 0.1,", ": -1" + "0" * 400 + ",", 1)),
+          r"repro: error: --calibration .*/resnet.json: autoorder_saving is -10{400}; expected a finite fraction below 1"),
+    Fault("calibration-tf-cost-of-1e300-s", _pecan_run(_calibration("resnet", tf_ops={"declared": {"cpu_s_per_element": 1e300}})),
+          r"repro: error: --calibration .*/resnet.json: tf_ops.declared.cpu_s_per_element: expected a positive number "
+          r"of CPU seconds, 1e-09 to 3600$"),
+    Fault("calibration-cost-of-1e-320-s", _pecan_run(_calibration("resnet", cost=1e-320)),
+          r"repro: error: --calibration .*/resnet.json: declared.cpu_s_per_element is 1e-320; expected a positive number "
+          r"of CPU seconds, 1e-09 to 3600$"),
     Fault("calibration-nan-cost", _pecan_run(_calibration("resnet", cost=float("nan"))),
           r"repro: error: --calibration .*/resnet.json: not JSON \(NaN is not a number JSON holds"),
     Fault("calibration-zero-bytes", _pecan_run(_calibration("resnet", size=0)),

@@ -635,6 +635,34 @@ def test_an_interrupted_download_leaves_no_model_behind(tmp_path, monkeypatch, c
         assert load_manifest(base / first, verify=True)["seed"] == earlier
 
 
+@pytest.mark.parametrize("earlier", [None, 7], ids=["new", "fetched-over-another-seed"])
+def test_an_interrupted_fetch_leaves_no_model_behind(work, monkeypatch, capsys, earlier):
+    """`repro trims fetch` interrupted (Ctrl-C) as it writes the manifest, its files copied: nothing
+    under the base path looks like a model, not even an empty directory (the model's directory was
+    made first and left with the files but no manifest); a model fetched again stays as it was (its
+    files were replaced under its old manifest)."""
+    from repro.trims import experiments
+    from repro.trims.models import generate, load_manifest
+
+    _copy_model(work.models, work.dir / "assets" / MODEL)
+    base = work.dir / "base"
+    if earlier is not None:
+        generate(MODEL, base / MODEL, seed=earlier)
+    before = snapshot(work.dir)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiments, "write_json", interrupted)  # the manifest is written last
+    code = main(["trims", "fetch", MODEL, "--asset-store", str(work.dir / "assets"), "--base-path", str(base)])
+    assert (code, capsys.readouterr().err) == (130, "repro: interrupted\n")
+    if earlier is None and base.exists():
+        base.rmdir()  # the base path may be left made, but empty
+    assert snapshot(work.dir) == before
+    if earlier is not None:
+        assert load_manifest(base / MODEL, verify=True)["seed"] == earlier
+
+
 def test_a_shared_run_without_a_server_is_refused_before_it_starts(work, capsys):
     _one_line(lambda: main(["trims", "client", "run", "--device", "cpu", "--config", str(work.config), "--model", MODEL,
                             "--socket", str(work.dir / "nobody.sock")]), work, capsys,

@@ -133,6 +133,63 @@ def test_validation_of_a_run_without_its_transfer_probe_asks_for_a_rerun():
         validation_rows(metrics, CALIBRATION, 32, "m.json")
 
 
+def _window(**fields):
+    return lambda m: m["windows"][0].update(fields)
+
+
+def _spec(**fields):
+    return lambda m: m["spec"].update(fields)
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("edit, message", [
+    (_window(seconds=-1.0), r"windows\[0\].seconds: expected a positive number"),
+    (_window(steps=True), r"windows\[0\].steps: expected a whole number of steps, at least 1"),
+    (_window(workers="ab", workers_after="ba"), r"windows\[0\].workers: expected a list of worker addresses"),
+    (_window(workers_after=None), r"windows\[0\].workers_after: expected a list of worker addresses"),
+    (_window(cpu_share={"127.0.0.1:1": -5.0}), r"windows\[0\].cpu_share: expected each process's CPU share, a fraction"),
+    (lambda m: m["windows"].insert(0, 7), r"windows\[0\]: expected an object \(a decision window\)"),
+    (_spec(batch_size=-10), r"spec.batch_size: expected a positive number"),
+    (_spec(time_scale=-10.0), r"spec.time_scale: expected a positive number"),
+], ids=["negative-seconds", "steps-true", "workers-a-string", "workers-after-null", "negative-cpu-share",
+        "window-a-number", "negative-batch", "negative-time-scale"])
+def test_validation_refuses_measurements_no_engine_writes(tmp_path, capsys, edit, message):
+    """A window or spec value the throughput or bound is computed from, malformed, is named and
+    nothing is written; a negative one was drawn as a negative throughput, bound or share, and
+    workers given as a string were counted by its characters."""
+    from repro.cli import main
+
+    metrics = _engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)])
+    edit(metrics)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(metrics))
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, **CALIBRATION["resnet"]}))
+    code = main(["pecan", "validation", "E", "--metrics", str(path), "--calibration", str(calibration),
+                 "--network-gbps", "32", "--style", "{}", "--output", str(tmp_path / "v.pdf"), str(tmp_path / "v.png"),
+                 "--table", str(tmp_path / "v.csv")])
+    err = capsys.readouterr().err
+    assert code == 1 and re.fullmatch(rf"repro: error: {re.escape(str(path))}: {message}.*\n", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json", "m.json"]
+
+
+@pytest.mark.fault
+def test_validation_refuses_a_run_named_twice(tmp_path):
+    """The same metrics.json named twice (in another spelling too) is refused naming it: its
+    deployments were counted twice in the verdict (2 of 4 deployments where the run has 2)."""
+    runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)])]
+    _validate(tmp_path, runs)
+    (tmp_path / "v.csv").unlink()
+    for again in (tmp_path / "m0.json", f"{tmp_path}/./m0.json"):
+        result = subprocess.run([str(REPRO), "pecan", "validation", "E", "--metrics", str(tmp_path / "m0.json"),
+                                 str(again), "--calibration", str(tmp_path / "calibration.json"), "--network-gbps", "32",
+                                 "--style", "{}", "--output", str(tmp_path / "v.pdf"), str(tmp_path / "v.png"), "--table",
+                                 str(tmp_path / "v.csv")], capture_output=True, text=True)
+        assert (result.returncode, result.stderr) == (1, f"repro: error: --metrics {again}: the file {tmp_path / 'm0.json'} "
+                                                         "named already; expected each run's metrics.json once\n")
+        assert not (tmp_path / "v.csv").exists()
+
+
 # the Pillow calibration: 5 ms per element, so one worker (200 examples/s) reaches the bound (100)
 CALIBRATION = {"resnet": {order: {"cpu_s_per_element": 0.005, "bytes_out_per_element": 1000.0}
                           for order in ("declared", "autoorder")}}
@@ -345,14 +402,15 @@ def test_every_run_of_a_pipeline_takes_one_scale_from_its_calibration(tf, pecan_
 
 
 @pytest.mark.fault
-@pytest.mark.parametrize("tf_ops", [{"declared": {"cpu_s_per_element": 0}}, {"declared": {}}, [], {"declared": 5}])
+@pytest.mark.parametrize("tf_ops", [{"declared": {"cpu_s_per_element": 0}}, {"declared": {}}, [], {"declared": 5},
+                                    {"declared": {"cpu_s_per_element": 1e300}}, {"declared": {"cpu_s_per_element": 1e-320}}])
 def test_a_calibration_whose_tf_cost_is_not_a_positive_number_is_refused(tmp_path, tf_ops):
     from repro.pecan.run import load_calibrations
 
     path = tmp_path / "resnet.json"
     path.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, "tf_ops": tf_ops, **CALIBRATION["resnet"]}))
     with pytest.raises(ReproError, match=rf"^--calibration {path}: tf_ops.declared.cpu_s_per_element: expected a "
-                                         "positive number$"):
+                                         "positive number of CPU seconds, 1e-09 to 3600$"):
         load_calibrations([path])
 
 

@@ -4,6 +4,7 @@ the workflow's rules run: cost-table, figure, validation, estimate, check-reprod
 import argparse
 import contextlib
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -530,8 +531,14 @@ def _validation(args):
     rows, runs = [], []
     if not math.isfinite(args.network_gbps) or not 0 < args.network_gbps <= MAX_NETWORK_GBPS:
         raise ReproError(f"--network-gbps: expected a positive number of at most {MAX_NETWORK_GBPS}, got {args.network_gbps}")
+    named = {}  # (device, inode): the spelling that named it first
     for path in args.metrics:
         metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
+        file = os.stat(path)
+        same = (file.st_dev, file.st_ino)
+        if same in named:  # its deployments would be counted twice in the verdict
+            raise ReproError(f"--metrics {path}: the file {named[same]} named already; expected each run's metrics.json once")
+        named[same] = path
         runs.append(metrics)
         try:
             rows += validation_rows(metrics, calibrations, args.network_gbps, path)

@@ -3,10 +3,10 @@
 import contextlib
 import dataclasses
 import itertools
-import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -281,24 +281,43 @@ def load_calibrations(paths):
     return {pipeline: data for pipeline, (_, data) in result.items()}
 
 
+def _finite(value):
+    """A number within float's range: compared, not math.isfinite, since an integer JSON holds may lie
+    past it (10**400), where math.isfinite raised OverflowError."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -sys.float_info.max <= value <= sys.float_info.max
+
+
 def _positive(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return _finite(value) and value > 0
+
+
+# CPU seconds per element as a calibration measures them: no pipeline here takes under a nanosecond or
+# an hour an element, and the tf.data engine's scale divides by the cost squared (derive_scale),
+# which past these is 0 or infinite
+MIN_CPU_S, MAX_CPU_S = 1e-9, 3600.0
+CPU_S_EXPECTED = f"a positive number of CPU seconds, {MIN_CPU_S:g} to {MAX_CPU_S:g}"
+
+
+def _cpu_seconds(value):
+    return _positive(value) and MIN_CPU_S <= value <= MAX_CPU_S
 
 
 def _check_numbers(data, label):
     """A calibration's costs divide the work a run simulates: each must be a positive finite number
-    (a zero cost would make the preprocessing infinitely fast, a zero size the network)."""
+    (a zero cost would make the preprocessing infinitely fast, a zero size the network), a CPU cost
+    one a scale can be derived from."""
     for order in ("declared", "autoorder"):
-        for key in ("cpu_s_per_element", "bytes_out_per_element"):
-            if not _positive(data[order][key]):
-                raise ReproError(f"{label}: {order}.{key} is {data[order][key]!r}; expected a positive number")
+        for key, fits, expected in (("cpu_s_per_element", _cpu_seconds, CPU_S_EXPECTED),
+                                    ("bytes_out_per_element", _positive, "a positive number")):
+            if not fits(data[order][key]):
+                raise ReproError(f"{label}: {order}.{key} is {data[order][key]!r}; expected {expected}")
         drawn = data[order].get("element_cpu_s")
         if drawn is not None and not (isinstance(drawn, list) and drawn and all(map(_positive, drawn))):
             raise ReproError(f"{label}: {order}.element_cpu_s: expected a non-empty list of positive numbers")
     tf_ops = data.get("tf_ops")  # the tf.data engine derives its scale from it
     if tf_ops is not None and not (isinstance(tf_ops, dict) and isinstance(tf_ops.get("declared"), dict)
-                                   and _positive(tf_ops["declared"].get("cpu_s_per_element"))):
-        raise ReproError(f"{label}: tf_ops.declared.cpu_s_per_element: expected a positive number")
+                                   and _cpu_seconds(tf_ops["declared"].get("cpu_s_per_element"))):
+        raise ReproError(f"{label}: tf_ops.declared.cpu_s_per_element: expected {CPU_S_EXPECTED}")
     saving = data["autoorder_saving"]
-    if not math.isfinite(saving) or saving >= 1:
+    if not _finite(saving) or saving >= 1:
         raise ReproError(f"{label}: autoorder_saving is {saving!r}; expected a finite fraction below 1")

@@ -41,6 +41,7 @@ model runs that phase (repro.pecan.cluster.fastflow_capacity, the run's own loca
 """
 
 import dataclasses
+import sys
 
 from repro.errors import ReproError
 from repro.pecan.cluster import JobSpec, capacity, fastflow_capacity, simulate
@@ -132,11 +133,45 @@ def _counts(names):
     return len(names) - local, local
 
 
+def _positive(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= sys.float_info.max
+
+
+def _is_share(value):  # as Sharing.shares measures it
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+def check_measured(metrics, path):
+    """ReproError naming the first value a deployment's throughput and bound are computed from
+    (steps x batch_size / seconds; accelerator_examples_per_s / time_scale) that is not what the
+    engine writes: a negative one was drawn as a negative throughput or bound, and workers given as
+    a string were counted by its characters."""
+    spec = metrics["spec"]
+    for key in ("batch_size", "time_scale", "accelerator_examples_per_s"):
+        if not _positive(spec.get(key)):
+            raise ReproError(f"{path}: spec.{key}: expected a positive number")
+    for i, window in enumerate(metrics["windows"]):
+        where = f"{path}: windows[{i}]"
+        if not isinstance(window, dict):
+            raise ReproError(f"{where}: expected an object (a decision window)")
+        for key in ("workers", "workers_after"):
+            if not (isinstance(window.get(key), list) and all(isinstance(name, str) for name in window[key])):
+                raise ReproError(f"{where}.{key}: expected a list of worker addresses")
+        if not (_positive(window.get("steps")) and isinstance(window["steps"], int)):
+            raise ReproError(f"{where}.steps: expected a whole number of steps, at least 1")
+        if not _positive(window.get("seconds")):
+            raise ReproError(f"{where}.seconds: expected a positive number")
+        shares = window.get("cpu_share") or {}
+        if not (isinstance(shares, dict) and all(_is_share(share) for share in shares.values())):
+            raise ReproError(f"{where}.cpu_share: expected each process's CPU share, a fraction from 0 to 1")
+
+
 def validation_rows(metrics, calibrations, network_gbps, path="metrics.json"):
     """One row per (mode, deployment) of one engine run: measured and predicted examples/s."""
     if metrics.get("engine") != "tfdata":
         raise ReproError(f"{path}: not a tf.data engine run (engine {metrics.get('engine', 'model')!r}); "
                          "the validation compares the engine's runs with the model: set pecan.engine: tfdata")
+    check_measured(metrics, path)
     pipeline = metrics["spec"]["pipeline"]
     if pipeline not in calibrations:
         raise ReproError(f"{path}: no calibration of pipeline {pipeline!r}")

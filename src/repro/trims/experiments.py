@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, fresh_directory, open_regular, read_json, sha256_file, write_json
+from repro.fsutil import fresh_directory, open_regular, read_json, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions, store_fields
@@ -38,38 +38,37 @@ def publish_model(model_dir, url):
 
 def fetch_model(asset_store, model, base_path):
     """Copy `model` from the asset store (a directory or gs://bucket/prefix) into base_path/model,
-    verifying every file against the sha256 its manifest records."""
-    from repro.trims.models import check_model_name
+    verifying every file against the sha256 its manifest records. The model is built beside its
+    directory and moved into place when complete (staged_model): an interrupted or failed fetch
+    leaves nothing that looks like a model, and a model fetched again stays as it was till then."""
+    from repro.trims.models import MANIFEST, check_model_name, staged_model
 
     check_model_name(model)  # one path component: nothing is written outside base_path
     target = Path(base_path) / model
     if str(asset_store).startswith("gs://"):
         from repro.tracestore import GCSStore
 
-        target.mkdir(parents=True, exist_ok=True)
         store = GCSStore(str(asset_store))
-        store.get(f"{model}/manifest.json", target / ".manifest.fetched.json")
-        try:
-            manifest = load_manifest_file(target / ".manifest.fetched.json")
-        finally:
-            (target / ".manifest.fetched.json").unlink(missing_ok=True)
-        for name, expected in manifest["sha256"].items():
-            store.get(f"{model}/{name}", target / name, expected_sha256=expected)
-    else:
-        source = Path(asset_store) / model
-        manifest = load_manifest(source)  # checked before anything is written
-        with contextlib.ExitStack() as opened:
-            # opened as regular files before anything is written: a link to /dev/zero was copied till the disk was full
-            files = {name: opened.enter_context(open_regular(source / name, str(source / name), "a model file"))
-                     for name in manifest["sha256"]}
-            target.mkdir(parents=True, exist_ok=True)
+        with staged_model(target) as stage:
+            store.get(f"{model}/manifest.json", stage / MANIFEST)
+            manifest = load_manifest_file(stage / MANIFEST)
             for name, expected in manifest["sha256"].items():
-                with atomic_path(target / name) as tmp:
-                    with open(tmp, "wb") as out:
-                        shutil.copyfileobj(files[name], out)
-                    if sha256_file(tmp) != expected:
-                        raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
-    write_json(target / "manifest.json", manifest)  # last: its presence means the model is complete
+                store.get(f"{model}/{name}", stage / name, expected_sha256=expected)
+            write_json(stage / MANIFEST, manifest)  # as checked, not as fetched
+        return manifest
+    source = Path(asset_store) / model
+    manifest = load_manifest(source)  # checked before anything is written
+    with contextlib.ExitStack() as opened:
+        # opened as regular files before anything is written: a link to /dev/zero was copied till the disk was full
+        files = {name: opened.enter_context(open_regular(source / name, str(source / name), "a model file"))
+                 for name in manifest["sha256"]}
+        with staged_model(target) as stage:
+            for name, expected in manifest["sha256"].items():
+                with open(stage / name, "wb") as out:
+                    shutil.copyfileobj(files[name], out)
+                if sha256_file(stage / name) != expected:
+                    raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
+            write_json(stage / MANIFEST, manifest)
     return manifest
 
 

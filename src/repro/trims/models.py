@@ -314,7 +314,7 @@ def parameter_count(name):
 
 
 @contextlib.contextmanager
-def _staged_model(directory):
+def staged_model(directory):
     """A hidden directory beside `directory` to build a model in, put in place once the build is
     complete: renamed to `directory` where there is none, else its files moved in (the old manifest
     removed first and the new one moved in last: a directory without one is no model). Removed
@@ -337,10 +337,10 @@ def _staged_model(directory):
 
 def generate(name, directory, seed=0):
     """Write model.onnx, model.params and manifest.json for `name` into `directory` (built beside it
-    and moved into place when complete, see _staged_model)."""
+    and moved into place when complete, see staged_model)."""
     if name not in ARCHITECTURES:
         raise ReproError(f"unknown model {name!r}; expected one of {sorted(ARCHITECTURES)}")
-    with _staged_model(Path(directory)) as stage:
+    with staged_model(Path(directory)) as stage:
         return _build(name, stage, seed)
 
 

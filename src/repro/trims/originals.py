@@ -13,6 +13,7 @@ import math
 import os
 import re
 import sys
+from types import SimpleNamespace
 from typing import NamedTuple
 
 from repro.errors import ReproError
@@ -486,17 +487,22 @@ def _parse_repro(parser, command):
         return None
 
 
+def _print_usage(status):
+    print(f"usage: {PROG} COMMAND [flags]: the original TRIMS tools' command lines, run by repro\n\ncommands:")
+    for path, flags in COMMANDS.items():
+        print(f"  {' '.join(path):<20} {' '.join(f'--{name}' for name in flags)}")
+    print(f"\nglobal flags: {' '.join(f'--{name}' for name in GLOBAL)}")
+    return status
+
+
 def main(argv=None):
     from repro.commands import build_parser, run
     from repro.trims.carml_config import original_defaults
 
     words = sys.argv[1:] if argv is None else list(argv)
     if not words or words[0] in ("-h", "--help", "help"):
-        print(f"usage: {PROG} COMMAND [flags]: the original TRIMS tools' command lines, run by repro\n\ncommands:")
-        for path, flags in COMMANDS.items():
-            print(f"  {' '.join(path):<20} {' '.join(f'--{name}' for name in flags)}")
-        print(f"\nglobal flags: {' '.join(f'--{name}' for name in GLOBAL)}")
-        return 0 if words else 2
+        # run as a command is: a write to standard output that fails is one line naming it, not a traceback
+        return run(SimpleNamespace(func=lambda _: _print_usage(0 if words else 2)), PROG)
     try:
         commands, values, path = translate(words)
     except UsageError as exc:
