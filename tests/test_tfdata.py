@@ -503,6 +503,21 @@ def test_the_sweep_rules_settings_are_checked_before_anything_runs(tf, tmp_path,
 
 
 @pytest.mark.fault
+def test_a_sweep_given_no_calibration_of_its_pipeline_is_refused_before_anything_runs(tmp_path):
+    """A calibration of another pipeline would be read for nothing (the first run would derive the
+    scale instead of the one the modes' runs share): one line naming the flag and the pipeline."""
+    other = tmp_path / "simclr.json"
+    other.write_text(json.dumps({"pipeline": "simclr", "autoorder_saving": 0.1, **CALIBRATION["resnet"]}))
+    result = subprocess.run([str(REPRO), "pecan", "tfdata", "sweep", "--experiment", "ResNet50_v2-8", "--counts", "0",
+                             "--calibration", str(other), "--out", str(tmp_path / "sweep")],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1 and result.stderr == (
+        f"repro: error: --calibration {other}: no calibration of pipeline 'resnet', the one ResNet50_v2-8 runs; "
+        "expected its calibration JSON\n"), result.stderr
+    assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.fault
 def test_calibration_ops_is_pillow_or_tf_and_tf_names_the_extra_without_tensorflow(tmp_path):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     assert validate_config(copy.deepcopy(config))["calibration"]["ops"] == "pillow"  # the default: as before
