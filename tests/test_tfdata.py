@@ -503,6 +503,16 @@ def test_the_sweep_rules_settings_are_checked_before_anything_runs(tf, tmp_path,
 
 
 @pytest.mark.fault
+def test_a_status_check_without_its_dispatcher_says_how_to_start_it_again(tf, tmp_path):
+    from repro.pecan.engines import RESTART, engine_service_checks
+
+    checks = engine_service_checks({"engine_service": {"engine": "tfdata", "directory": str(tmp_path / "tfdata")}})
+    assert [check["ok"] for check in checks] == [False]
+    assert checks[0]["detail"] == f"no tf.data service recorded in {tmp_path / 'tfdata' / 'state.json'}; {RESTART}"
+    assert RESTART.startswith("start it again: snakemake cluster_start --forcerun cluster_start")
+
+
+@pytest.mark.fault
 def test_a_sweep_given_no_calibration_of_its_pipeline_is_refused_before_anything_runs(tmp_path):
     """A calibration of another pipeline would be read for nothing (the first run would derive the
     scale instead of the one the modes' runs share): one line naming the flag and the pipeline."""

@@ -105,3 +105,4 @@ def _build_fig8_on_the_engine(tmp_path):
     status = (tmp_path / "results" / "logs" / "cluster" / "local" / "status" / "ResNet50_v2-8" / "pecan.log").read_text()
     assert f"[FAILED] tf.data service (results/cluster/local/tfdata): dispatcher (pid {dispatcher['pid']}) is not running" \
         in status, failed.stdout[-3000:] + failed.stderr[-3000:]
+    assert "is not running; start it again: snakemake cluster_start --forcerun cluster_start" in status

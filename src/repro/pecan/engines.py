@@ -51,12 +51,20 @@ def _start_tfdata(directory):
     return {"engine": "tfdata", "directory": str(directory), "address": Service.start(directory).address}
 
 
+# What a workflow whose dispatcher is gone (cluster_stop, a reboot) runs to start it again; finished
+# runs are kept (they take the cluster state as ancient)
+RESTART = "start it again: snakemake cluster_start --forcerun cluster_start, with this invocation's --configfile"
+
+
 def _tfdata_checks(record):
     from repro.pecan.tfdata.service import workflow_checks
 
     where = f"tf.data service ({record['directory']})"
-    return [{"name": f"{where}: {text}", "ok": True, "detail": ""} if ok else {"name": where, "ok": False, "detail": text}
-            for ok, text in workflow_checks(record["directory"])]
+    checks = workflow_checks(record["directory"])
+    gone = not checks[0][0] and checks[0][1].startswith(("no tf.data service recorded", "dispatcher (pid"))
+    return [{"name": f"{where}: {text}", "ok": True, "detail": ""} if ok else
+            {"name": where, "ok": False, "detail": f"{text}; {RESTART}" if gone and i == 0 else text}
+            for i, (ok, text) in enumerate(checks)]
 
 
 def _stop_tfdata(record):
