@@ -151,8 +151,10 @@ def _spec(**fields):
     (lambda m: m["windows"].insert(0, 7), r"windows\[0\]: expected an object \(a decision window\)"),
     (_spec(batch_size=-10), r"spec.batch_size: expected a positive number"),
     (_spec(time_scale=-10.0), r"spec.time_scale: expected a positive number"),
+    (lambda m: m["pipeline_cost"].update(cpu_s_per_element=-0.025), r"pipeline_cost.cpu_s_per_element: expected a "
+                                                                       "positive number"),
 ], ids=["negative-seconds", "steps-true", "workers-a-string", "workers-after-null", "negative-cpu-share",
-        "window-a-number", "negative-batch", "negative-time-scale"])
+        "window-a-number", "negative-batch", "negative-time-scale", "negative-pipeline-cost"])
 def test_validation_refuses_measurements_no_engine_writes(tmp_path, capsys, edit, message):
     """A window or spec value the throughput or bound is computed from, malformed, is named and
     nothing is written; a negative one was drawn as a negative throughput, bound or share, and
@@ -170,6 +172,22 @@ def test_validation_refuses_measurements_no_engine_writes(tmp_path, capsys, edit
                  "--table", str(tmp_path / "v.csv")])
     err = capsys.readouterr().err
     assert code == 1 and re.fullmatch(rf"repro: error: {re.escape(str(path))}: {message}.*\n", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json", "m.json"]
+
+
+@pytest.mark.fault
+def test_validation_refuses_a_run_of_another_experiment(tmp_path, capsys):
+    """The figure would be titled, and the verdict given, as the named experiment's."""
+    from repro.cli import main
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)])))  # experiment E
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, **CALIBRATION["resnet"]}))
+    code = main(["pecan", "validation", "X", "--metrics", str(path), "--calibration", str(calibration),
+                 "--network-gbps", "32", "--style", "{}", "--output", str(tmp_path / "v.pdf"), str(tmp_path / "v.png"),
+                 "--table", str(tmp_path / "v.csv")])
+    assert code == 1 and capsys.readouterr().err == f"repro: error: --metrics {path}: a run of experiment 'E'; expected X's\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json", "m.json"]
 
 

@@ -539,6 +539,10 @@ def _validation(args):
         if same in named:  # its deployments would be counted twice in the verdict
             raise ReproError(f"--metrics {path}: the file {named[same]} named already; expected each run's metrics.json once")
         named[same] = path
+        spec = metrics.get("spec") if isinstance(metrics, dict) else None
+        experiment = spec.get("experiment") if isinstance(spec, dict) else None
+        if experiment is not None and experiment != args.experiment:  # titled and judged as another experiment's
+            raise ReproError(f"--metrics {path}: a run of experiment {str(experiment)[:80]!r}; expected {args.experiment}'s")
         runs.append(metrics)
         try:
             rows += validation_rows(metrics, calibrations, args.network_gbps, path)

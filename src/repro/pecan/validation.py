@@ -150,6 +150,9 @@ def check_measured(metrics, path):
     for key in ("batch_size", "time_scale", "accelerator_examples_per_s"):
         if not _positive(spec.get(key)):
             raise ReproError(f"{path}: spec.{key}: expected a positive number")
+    cost = metrics.get("pipeline_cost")  # the engine-fed model's cost per element
+    if cost is not None and not (isinstance(cost, dict) and _positive(cost.get("cpu_s_per_element"))):
+        raise ReproError(f"{path}: pipeline_cost.cpu_s_per_element: expected a positive number")
     for i, window in enumerate(metrics["windows"]):
         where = f"{path}: windows[{i}]"
         if not isinstance(window, dict):
