@@ -1,8 +1,10 @@
 """Shared fixtures (generated models, a model store server, the GCS emulator, one full build of the tiny
 workflow), the fault suite's and the tier's summary lines, and the tests a mutation run leaves out."""
 
+import fcntl
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -108,11 +110,23 @@ def tf():
 def tiny_build(tmp_path_factory):
     """One full build of every target with the tiny config (tests/configs/tiny.yaml, --cores 2), made
     once per session: the longest step of the workflow tests. Tests that only read its results use it
-    as it is; tests that run Snakemake on it take a copy (the `built` fixture of test_workflow.py)."""
-    work = copy_workflow(tmp_path_factory.mktemp("tiny-build"))
-    snakemake(work, *configfiles(work))
+    as it is; tests that run Snakemake on it take a copy (the `built` fixture of test_workflow.py).
+    Under pytest-xdist the workers share one build: the first to need it makes it in the session's
+    common directory, under a lock the others wait on."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the directory every worker's base directory is in
+    work, done = root / "tiny-build", root / "tiny-build.done"
+    with open(root / "tiny-build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        made = not done.exists()
+        if made:
+            shutil.rmtree(work, ignore_errors=True)  # a build that failed part-way
+            snakemake(copy_workflow(work), *configfiles(work))
+            done.touch()
     yield work
-    stop_clusters(work)
+    if made:
+        stop_clusters(work)
 
 
 # -- fault suite summary ------------------------------------------------------------------
