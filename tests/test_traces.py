@@ -1,7 +1,9 @@
 import json
 import mmap
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -1080,7 +1082,7 @@ def test_whole_files_that_are_no_trace_are_errors_as_before(tmp_path, text):
 
 @pytest.mark.parametrize("text, error", [
     (b'{"traceEvents":[{"ph":"i","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"tid":1}', "truncated"),
-    (b'[{"ph":"i","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"tid":1}] x', "data after the event array"),
+    (b'[{"ph":"i","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"tid":1}] x', "data after"),
     (b'[{"ph":"i","ts":1,"pid":1,"tid":1},{"ph":"i","ts":2,"pid":1,"tid":1}', "not closed|unbalanced"),
 ])
 def test_large_files_cut_short_are_errors_as_before(tmp_path, text, error):
@@ -1560,3 +1562,24 @@ def test_copied_events_whatever_their_keys_order_values_and_args(tmp_path, monke
     path = dump(tmp_path / "t.json", trace)
     for options in ({}, {"whole_file_limit": 0, "chunk_bytes": chunk}):
         _combined_as_general(tmp_path, monkeypatch, path, options)
+
+
+@pytest.mark.fault
+def test_a_large_file_that_does_not_end_as_a_trace_is_refused_before_it_is_read(tmp_path):
+    """A file past the whole-file limit whose end is not the bracket that closes a trace (here a
+    gigabyte of zeros after the list's opening, sparse on disk) is refused at once: every reading
+    path read it to its end first (a minute for 8 GB)."""
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents": [')
+    os.truncate(path, 1 << 30)
+    message = (f"{path}: truncated, or with data after its end: its last character is not the ']' or '}}' that "
+               "closes a trace")
+    with pytest.raises(TraceError) as refused:
+        TraceReader(path).metadata
+    assert str(refused.value) == message
+    for command, said in ((["validate", str(path)], "INVALID"),
+                          (["summarize", str(path), "-o", str(tmp_path / "s.json")], "repro: error:")):
+        result = subprocess.run([str(Path(sys.executable).parent / "repro"), "trace", *command], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 1 and result.stderr == f"{said} {message}\n", result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]

@@ -35,6 +35,7 @@ from repro.traces.splice import find, spaced, words
 
 WHOLE_FILE_LIMIT = 64 << 20
 CHUNK_BYTES = 4 << 20
+TAIL_BYTES = 1 << 20  # how far into a file, from either end, its opening and closing brackets are looked for
 _WINDOW = 4 << 20
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
@@ -525,9 +526,17 @@ class TraceReader:
             if self.size == 0:
                 raise TraceError(self.path, "empty file")
             try:
-                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError) as exc:  # no address space for it (ulimit -v), or emptied since
                 raise TraceError(self.path, f"cannot map it into memory ({getattr(exc, 'strerror', None) or exc})") from None
+        # A trace that opens with '[' or '{' ends with the one that closes it: one that does not is
+        # refused now, not after reading the whole file up to its end (gigabytes of zeros took a minute)
+        head, tail = mm[:TAIL_BYTES].lstrip(_SPACE), mm[max(0, len(mm) - TAIL_BYTES):].rstrip(_SPACE)
+        if head[:1] in (b"[", b"{") and tail and tail[-1:] not in (b"]", b"}"):
+            mm.close()
+            raise TraceError(self.path, "truncated, or with data after its end: its last character is not the ']' or '}' "
+                                        "that closes a trace")
+        return mm
 
     def _scan(self, parse_events, decode=None):
         """Yield raw event lists of about chunk_bytes each; set self._metadata at the end."""
