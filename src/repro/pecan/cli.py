@@ -193,9 +193,27 @@ def _workflow_commands(psub):
     check.set_defaults(func=_check_reproducibility, writes={"output": "-o/--output"}, reads=("config",))
 
 
+def _calibration_records(args):
+    """Each pipeline's calibration record, in the ops `--ops` names; under `--engine tfdata` a Pillow record
+    also carries the TF ops' measure (`tf_ops`), from which the engine derives its time scale."""
+    from repro.pecan.calibrate import calibrate_together
+
+    tf_records = None
+    if args.ops == "tf" or args.engine == "tfdata":
+        from repro.pecan.tfdata.calibrate import calibrate_tf
+
+        tf_records = calibrate_tf(args.pipeline, elements=args.elements, repeats=args.repeats)
+    if args.ops == "tf":
+        return tf_records
+    records = calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
+    if tf_records:
+        for pipeline, record in records.items():
+            record["tf_ops"] = {key: tf_records[pipeline][key] for key in ("declared", "autoorder", "statistic")}
+    return records
+
+
 def _calibrate(args):
     from repro.fsutil import write_json
-    from repro.pecan.calibrate import calibrate_together
 
     if len(args.output) != len(args.pipeline):
         raise ReproError(f"--output: {len(args.output)} file(s) for {len(args.pipeline)} --pipeline value(s); "
@@ -205,16 +223,9 @@ def _calibrate(args):
             raise ReproError(f"{flag}: expected 1 to {most}, got {value}")
     if len(set(args.pipeline)) != len(args.pipeline):
         raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
-    tf_ops = None
-    if args.ops == "tf" or args.engine == "tfdata":
-        from repro.pecan.tfdata.calibrate import calibrate_tf
-
-        tf_ops = calibrate_tf(args.pipeline, elements=args.elements, repeats=args.repeats)
-    results = tf_ops if args.ops == "tf" else calibrate_together(args.pipeline, elements=args.elements, repeats=args.repeats)
+    records = _calibration_records(args)
     for pipeline, output in zip(args.pipeline, args.output):
-        result = results[pipeline]
-        if args.ops == "pillow" and tf_ops:  # the engine's measure beside the Pillow one
-            result["tf_ops"] = {key: tf_ops[pipeline][key] for key in ("declared", "autoorder", "statistic")}
+        result = records[pipeline]
         write_json(output, result)
         orders = {order: result[order] for order in ("declared", "autoorder")}
         print(f"{output}: " + ", ".join(f"{order} {o['cpu_s_per_element'] * 1e3:.2f} ms/element "

@@ -114,10 +114,11 @@ def _sweep(args):
         raise ReproError(f"{source}: pecan.tfdata.sweep is empty; expected remote worker counts, or --counts")
     check_sweep(counts, miniature.get("worker_threads", 1), cpus_available(), key)
     from repro.pecan.run import load_calibrations
+    from repro.rulesettings import experiment_pipeline
 
     calibrations = load_calibrations(args.calibration)
     with settings_keys():
-        pipeline = pecan["models"][pecan["experiments"][args.experiment]["model"]]["pipeline"]
+        pipeline = experiment_pipeline(pecan, args.experiment)
     if args.calibration and pipeline not in calibrations:  # its scale would be derived by the first run instead
         raise ReproError(f"--calibration {' '.join(args.calibration)}: no calibration of pipeline {pipeline!r}, the one "
                          f"{args.experiment} runs; expected its calibration JSON")
@@ -126,7 +127,7 @@ def _sweep(args):
     with settings_keys():
         spec = spec_from_config(pecan, args.experiment, args.mode, seed=seed, time_scale=miniature.pop("time_scale", None),
                                 decision_steps=miniature.pop("decision_steps", None), **miniature)
-    calibration = calibrations.get(spec.pipeline)
+    calibration = calibrations.get(pipeline)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = sweep(spec, counts, args.out, args.data or Path(args.out) / "data", args.service_dir,
                  scale=scale_from_calibration(spec, calibration))
