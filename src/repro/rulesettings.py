@@ -16,13 +16,9 @@ def calibrated_pipelines(config):
     return sorted({model["pipeline"] for model in config["pecan"]["models"].values()} | {ANCHOR})
 
 
-def experiment_pipeline(pecan, experiment):
-    """The input pipeline that `experiment`'s model trains on (`pecan` is the config's `pecan` section)."""
-    return pecan["models"][pecan["experiments"][experiment]["model"]]["pipeline"]
-
-
 def experiment_pipelines(config, experiments):
     """The pipelines whose calibrations the runs of `experiments` read (repro.pecan.presets.needed_calibrations)."""
+    from repro.pecan.costs import experiment_pipeline
     from repro.pecan.presets import needed_calibrations
 
     pecan, preset = config["pecan"], config["calibration"]["preset"]

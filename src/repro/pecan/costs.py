@@ -34,6 +34,11 @@ def experiment_mode(pecan, experiment, mode):
     return exp, mode_cfg
 
 
+def experiment_pipeline(pecan, experiment):
+    """The input pipeline that `experiment`'s model trains on (`pecan`: the config's `pecan` section)."""
+    return pecan["models"][pecan["experiments"][experiment]["model"]]["pipeline"]
+
+
 def cost_row(parsed, mode, model_name, model, tpu_price, worker_price, tpu_count=1):
     tpu_price = check_price(tpu_price, "tpu")
     worker_price = check_price(worker_price, "worker")

@@ -37,8 +37,8 @@ def _run_model(settings, experiment, mode, calibrations, out_dir, backend, servi
 
 
 def _run_tfdata(settings, experiment, mode, calibrations, out_dir, backend, service_dir):
+    from repro.pecan.costs import experiment_pipeline
     from repro.pecan.tfdata.engine import run_for_workflow
-    from repro.rulesettings import experiment_pipeline
 
     calibration = calibrations.get(experiment_pipeline(settings["pecan"], experiment))
     return run_for_workflow(settings, experiment, mode, out_dir, backend, service_dir, calibration)
