@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from support import REPO, configfiles, copy_workflow, free_port, snakemake, start_server, stop_clusters, stop_server
 
 SMALL_MODELS = ("squeezenet_1.1", "resnet18_v1")
@@ -106,6 +107,18 @@ def tf():
     return tensorflow()
 
 
+@pytest.fixture(scope="module")
+def pecan_config():
+    """The `pecan` section of config/config.yaml, as the engine's tests build their runs from it."""
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A directory for the engine's generated input data, written once per module (ops.write_data)."""
+    return tmp_path_factory.mktemp("data")
+
+
 @pytest.fixture(scope="session")
 def tiny_build(tmp_path_factory):
     """One full build of every target with the tiny config (tests/configs/tiny.yaml, --cores 2), made
@@ -178,7 +191,7 @@ def pytest_terminal_summary(terminalreporter, config):
 SERVER_FIXTURES = {"server", "module_server"}
 
 
-# Tests that use the tf.data service (test_tfdata.py's `tf` fixture) start TensorFlow processes and
+# Tests that use the tf.data service (the `tf` fixture) start TensorFlow processes and
 # wait on them: they are `service` tests, as are those marked so in their modules.
 SERVICE_FIXTURES = {"tf"}
 

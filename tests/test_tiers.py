@@ -24,8 +24,9 @@ def test_a_tier_ends_with_its_wall_time():
 
 
 def test_the_fast_tier_leaves_out_the_tfdata_service_tests():
-    service = _pytest("-q", "--collect-only", "-m", "service", "tests/test_tfdata.py").stdout
-    fast = _pytest("-q", "--collect-only", "-m", "not workflow and not registry and not service", "tests/test_tfdata.py").stdout
+    modules = ("tests/test_tfdata.py", "tests/test_tfdata_service.py")
+    service = _pytest("-q", "--collect-only", "-m", "service", *modules).stdout
+    fast = _pytest("-q", "--collect-only", "-m", "not workflow and not registry and not service", *modules).stdout
     assert "test_service_starts_answers_a_probe_job_and_stops_every_process" in service
     assert "test_service_starts_answers_a_probe_job_and_stops_every_process" not in fast
     assert "test_validation_predicts_each_deployment_from_both_sets_of_inputs" in fast  # a unit test stays
