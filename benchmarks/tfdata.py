@@ -17,7 +17,8 @@ from pathlib import Path
 from repro.config import load_config
 from repro.pecan.calibrate import calibrate
 from repro.pecan.tfdata import ops, tensorflow
-from repro.pecan.tfdata.engine import MINIATURE, process_cpus, run, spec_from_config
+from repro.pecan.tfdata.engine import process_cpus, run
+from repro.pecan.tfdata.spec import MINIATURE, spec_from_config
 from repro.pecan.tfdata.service import Service
 
 tf = tensorflow()

@@ -338,7 +338,8 @@ def test_tfdata_over_ssh_bad_ports_and_unreachable_worker_hosts_are_clear_errors
 def test_tfdata_run_with_a_worker_host_gone_names_it_and_writes_nothing(cluster, tmp_path):
     import yaml
 
-    from repro.pecan.tfdata.engine import run, spec_from_config
+    from repro.pecan.tfdata.engine import run
+    from repro.pecan.tfdata.spec import spec_from_config
 
     root, hosts = cluster
     backend = ssh_backend.BACKEND("ssh")

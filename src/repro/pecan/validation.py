@@ -2,7 +2,7 @@
 the throughput the engine measured next to the ones the model predicts for the same deployment,
 and the worker counts each converged to.
 
-The model's job is the engine run's own (repro.pecan.tfdata.engine.EngineSpec): its miniature
+The model's job is the engine run's own (repro.pecan.tfdata.spec.EngineSpec): its miniature
 accelerator bound, batch size, worker caps, window length and one CPU per worker thread, and the
 network the config gives the cluster. It is fed twice, with two sets of inputs, so the table and
 the figure show what each explains:

@@ -122,15 +122,16 @@ def _sweep(args):
     if args.calibration and pipeline not in calibrations:  # its scale would be derived by the first run instead
         raise ReproError(f"--calibration {' '.join(args.calibration)}: no calibration of pipeline {pipeline!r}, the one "
                          f"{args.experiment} runs; expected its calibration JSON")
-    from repro.pecan.tfdata.engine import scale_from_calibration, spec_from_config, sweep
+    from repro.pecan.tfdata.spec import scale_from_calibration, spec_from_config
 
     with settings_keys():
         spec = spec_from_config(pecan, args.experiment, args.mode, seed=seed, time_scale=miniature.pop("time_scale", None),
                                 decision_steps=miniature.pop("decision_steps", None), **miniature)
-    calibration = calibrations.get(pipeline)
+    scale = scale_from_calibration(spec, calibrations.get(pipeline))
+    from repro.pecan.tfdata.engine import sweep
+
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    runs = sweep(spec, counts, args.out, args.data or Path(args.out) / "data", args.service_dir,
-                 scale=scale_from_calibration(spec, calibration))
+    runs = sweep(spec, counts, args.out, args.data or Path(args.out) / "data", args.service_dir, scale=scale)
     for count, metrics in zip(counts, runs):
         print(f"{args.out}/{count}: {count} remote worker(s): {metrics['throughput']:.0f} examples/s (miniature bound "
               f"{metrics['accelerator_bound_miniature']:.0f}, time scale x{metrics['spec']['time_scale']:.3g})")
@@ -178,7 +179,7 @@ def _run(args):
     from pathlib import Path
 
     from repro.config import load_config
-    from repro.pecan.tfdata.engine import run, spec_from_config
+    from repro.pecan.tfdata.spec import spec_from_config
 
     miniature = {key: getattr(args, key) for key in ("batch_size", "decision_steps", "worker_threads",
                                                      "collocated_threads", "max_remote_workers", "max_local_workers",
@@ -187,6 +188,7 @@ def _run(args):
                             time_scale=args.time_scale, **miniature)
     if not (math.isfinite(args.batch_timeout) and args.batch_timeout > 0):
         raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive, finite number of seconds")
+    from repro.pecan.tfdata.engine import run  # TensorFlow: after the settings are checked
 
     def progress(window):
         print(f"  steps {window.first_step}-{window.first_step + window.steps}: "
