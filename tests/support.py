@@ -207,8 +207,8 @@ def store_processes(workdir):
 
 
 def engine_spec(pecan_config, mode, **overrides):
-    """A short tf.data engine run of ResNet50_v2-8 in `mode` (repro.pecan.tfdata.engine.EngineSpec)."""
-    from repro.pecan.tfdata.engine import spec_from_config
+    """A short tf.data engine run of ResNet50_v2-8 in `mode` (repro.pecan.tfdata.spec.EngineSpec)."""
+    from repro.pecan.tfdata.spec import spec_from_config
 
     settings = {"decision_steps": 8, "settle_windows": 3, "max_windows": 40, "images": 16, **overrides}
     return spec_from_config(pecan_config, "ResNet50_v2-8", mode, **settings)
