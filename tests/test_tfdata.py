@@ -382,7 +382,7 @@ def test_validation_with_a_deployment_far_off_the_model_fails(tmp_path):
     assert result.stdout.startswith("validated: 3 of 3 deployments below the bound within ±15%")
 
 
-def test_every_run_of_a_pipeline_takes_one_scale_from_its_calibration(tf, pecan_config):
+def test_every_run_of_a_pipeline_takes_one_scale_from_its_calibration(pecan_config):
     """The scale is derived from the pipeline's calibrated TF cost (beside a Pillow calibration, or a
     TF one), the same for every mode; a configured scale, or a calibration without the TF cost, gives
     none (the run derives its own)."""
