@@ -1,0 +1,120 @@
+"""Fault injection, an adversarial pass: help written to a full device, and a key repeated inside one
+trace event (read as the last of its values, unsaid).
+
+The command rows run as test_faults_input's rows do (`check_fault`): exit code 1, one line on stderr
+naming the file and the key, nothing written, no process left running.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from test_faults_input import Fault, _write, check_fault
+from test_traces import _general_only, rich_trace
+
+from repro.errors import TraceError
+from repro.traces import combine, summarize_trace, validate
+
+pytestmark = pytest.mark.fault
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["trace", "--help"], ["trace", "summarize", "--help"],
+                                  ["pecan", "calibrate", "--help"]], ids=["help", "h", "group-help", "command-help", "pecan"])
+def test_help_to_a_full_device_names_standard_output(tmp_path, buffered, argv):
+    """`repro --help > /dev/full`: one line naming standard output, exit status 1, as `repro list` has;
+    argparse ignored the failed write and exited 0 (unbuffered), or Python's flush at exit failed."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "repro.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+                                cwd=tmp_path, timeout=60, env=env if buffered else {**env, "PYTHONUNBUFFERED": "1"})
+    assert (result.returncode, result.stderr) == (1, b"repro: error: standard output: No space left on device\n")
+
+
+def test_help_and_usage_errors_exit_as_before(capsys):
+    from repro.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0 and capsys.readouterr().out.startswith("usage: repro")
+    with pytest.raises(SystemExit) as info:
+        main(["trace", "combine", "--no-such-flag"])
+    assert info.value.code == 2 and capsys.readouterr().out == ""
+
+
+EVENT = {"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}
+TWICE = b'{"traceEvents":[{"name":"a","ph":"X","ts":1,"dur":2,"pid":1,"tid":1,"name":"b"}]}'
+
+EVENT_KEY_FAULTS = [
+    Fault(f"{command}-an-event-names-a-key-twice",
+          lambda ctx, command=command: ["trace", command, _write(ctx.dir / "t.json", TWICE),
+                                        *(["-o", str(ctx.dir / "out.json")] if command != "validate" else [])],
+          ("INVALID" if command == "validate" else "repro: error:")
+          + r" .*/t.json: event 0: the key 'name' appears twice in one event; expected each key once")
+    for command in ("summarize", "combine", "validate")
+]
+
+
+@pytest.mark.parametrize("fault", EVENT_KEY_FAULTS, ids=[f.id for f in EVENT_KEY_FAULTS])
+def test_an_event_naming_a_key_twice_is_refused(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def _twice(events, at, key, value):
+    """The JSON text of `events` written compactly, the event at `at` naming `key` again (`value`)."""
+    texts = [orjson.dumps(event) for event in events]
+    texts[at] = texts[at][:-1] + b',"' + key.encode() + b'":' + orjson.dumps(value) + b"}"
+    return b"[" + b",".join(texts) + b"]"
+
+
+REPEATED_IN_AN_EVENT = {  # (the file's bytes, the event, the key)
+    "first event, as orjson writes": (lambda events: _twice(events, 0, "ph", "M"), 0, "ph"),
+    "middle event, in an object": (lambda events: b'{"traceEvents":' + _twice(events, 7, "ts", 5) + b"}", 7, "ts"),
+    "last event, a key no tool reads": (lambda events: _twice(events, 14, "color", "red")
+                                        .replace(b'"ctr"', b'"ctr","color":"blue"'), 14, "color"),
+    "after a nested object": (lambda events: _twice(events, 4, "name", "other"), 4, "name"),
+    "spaced": (lambda events: json.dumps(events[:3]).encode()[:-1] + b', {"ph": "B", "ts": 1, "ph": "E", "pid": 1}]',
+               3, "ph"),
+    "escaped": (lambda events: _twice(events, 2, "name", "quote\"d"), 2, "name"),
+    "key escaped": (lambda events: _twice(events, 2, "n\\u0061me", "x"), 2, "name"),
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 150}], ids=["whole", "chunked"])
+@pytest.mark.parametrize("name", sorted(REPEATED_IN_AN_EVENT))
+def test_a_key_repeated_in_one_event_is_refused_naming_it(tmp_path, monkeypatch, name, options):
+    """A key twice in one event: orjson and msgspec read the last value, unsaid (a second 'ph' made a
+    span a metadata event). Every reading, compact and general, whole and in chunks, refuses it,
+    naming the file, the event and the key."""
+    make, index, key = REPEATED_IN_AN_EVENT[name]
+    path = tmp_path / "t.json"
+    path.write_bytes(make(rich_trace()))
+    error = rf"t\.json: event {index}: the key '{key}' appears twice in one event"
+    for general in (False, True):
+        with monkeypatch.context() as m:
+            if general:
+                _general_only(m)
+            for tool in (lambda: summarize_trace(path, reader_options=options),
+                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
+                         lambda: validate(path, reader_options=options)):
+                with pytest.raises(TraceError, match=error):
+                    tool()
+    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 150}], ids=["whole", "chunked"])
+def test_a_key_that_events_and_their_args_share_is_no_repeat(tmp_path, monkeypatch, options):
+    """'name' in an event and in its args (a metadata event's), and the same key in two events, are each
+    named once in their object: read as ever."""
+    from test_traces import _same_as_general
+
+    events = rich_trace()
+    events[7]["args"] = {"name": "m", "cat": 3, "l": [{"name": 1}, {"name": 2}]}
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(events))
+    _same_as_general(tmp_path, monkeypatch, path, options)
