@@ -329,6 +329,9 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
     log_info = Path(log_file).stat() if Path(log_file).exists() else None
     if log_info is not None and not stat.S_ISREG(log_info.st_mode):
         raise ReproError(f"--log-file {log_file}: not a regular file (the daemon's output is appended to it)")
+    if Path(log_file).resolve().is_relative_to(Path(base_path).resolve()):  # appended to a model's manifest or weights
+        raise ReproError(f"--log-file {log_file}: inside --base-path {base_path}, the models the server reads; expected "
+                         "a log file elsewhere")
     cmd = [sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket", str(socket_path),
            "--base-path", str(base_path), "--memory-mb", str(max(1, budget >> 20)), "--eviction", policy,
            "--pid-file", str(pid_file), "--device", device, "--persist-cpu-mb", str(persist_bytes >> 20)]
