@@ -42,7 +42,7 @@ def atomic_path(target):
         os.close(fd)
     except OSError as exc:
         # mkdir says "File exists" where a parent is a file: name that parent
-        blocker = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), None)
+        blocker = not_a_directory(target.parent)
         if blocker is not None:
             raise ReproError(f"{target}: cannot write: {blocker} is not a directory") from None
         raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
@@ -56,6 +56,13 @@ def atomic_path(target):
         if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):
             raise ReproError(f"{target}: cannot write ({exc.strerror or exc})") from None
         raise
+
+
+def not_a_directory(path):
+    """The first of `path`'s parents, or `path`, that exists and is not a directory (where no directory
+    can be made), or None."""
+    path = Path(path)
+    return next((p for p in (*reversed(path.parents), path) if p.exists() and not p.is_dir()), None)
 
 
 def check_text_name(path, what):
