@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_faults_input import Fault, _write, check_fault
+from test_faults_input import CONFIG, Fault, _calibration, _write, check_fault
 from test_traces import _general_only, rich_trace
 
 from repro.errors import TraceError
@@ -118,3 +118,95 @@ def test_a_key_that_events_and_their_args_share_is_no_repeat(tmp_path, monkeypat
     path = tmp_path / "t.json"
     path.write_bytes(orjson.dumps(events))
     _same_as_general(tmp_path, monkeypatch, path, options)
+
+
+def _validation(ctx, experiment):
+    from test_faults_hostile import STYLE, _engine_metrics
+
+    return ["pecan", "validation", experiment, "--metrics", _write(ctx.dir / "m.json", json.dumps(_engine_metrics())),
+            "--calibration", _write(ctx.dir / "cal.json", _calibration("resnet")), "--network-gbps", "10",
+            "--style", json.dumps(STYLE), "--output", str(ctx.dir / "v.pdf"), str(ctx.dir / "v.png"),
+            "--table", str(ctx.dir / "v.csv")]
+
+
+def _download_into_a_file(ctx):
+    """A receipt of one trace in a local store, and -o naming a file of the user's."""
+    import hashlib
+
+    trace = b'{"traceEvents":[]}'
+    _write(ctx.dir / "store" / "traces" / "E" / "m" / "a.json", trace)
+    _write(ctx.dir / "store" / "traces" / "E" / "m" / "a.json.sha256", hashlib.sha256(trace).hexdigest() + "\n")
+    receipt = {"store": str(ctx.dir / "store"), "objects": [{"key": "traces/E/m/a.json",
+                                                              "sha256": hashlib.sha256(trace).hexdigest()}]}
+    return ["trace", "download", _write(ctx.dir / "up.json", json.dumps(receipt)), "-o", _write(ctx.dir / "out", "mine\n")]
+
+
+def _tfdata(command, *flags):
+    return lambda ctx: ["pecan", "tfdata", command, "--config", str(CONFIG), "--experiment", "ResNet50_v2-8",
+                        *(["--mode", "cachew"] if command == "run" else ["--counts", "0"]), "--out", str(ctx.dir / "run"),
+                        *flags]
+
+
+COMMAND_FAULTS = [
+    # the flags bypassed the schema that bounds the same settings in the config: a traceback from numpy
+    # (a negative seed), from time.sleep (an infinite time scale), or JPEGs generated without end
+    Fault("tfdata-run-negative-seed", _tfdata("run", "--seed", "-1"),
+          r"repro: error: --seed: seed: -1 is less than the minimum of 0"),
+    Fault("tfdata-run-seed-past-32-bits", _tfdata("run", "--seed", str(2**32)),
+          r"repro: error: --seed: seed: 4294967296 is greater than the maximum of 4294967295"),
+    Fault("tfdata-run-infinite-time-scale", _tfdata("run", "--time-scale", "inf"),
+          r"repro: error: --time-scale: pecan.tfdata.time_scale: inf is not a finite number"),
+    Fault("tfdata-run-images-without-bound", _tfdata("run", "--images", str(10**12)),
+          r"repro: error: --images: images: 1000000000000 is greater than the maximum of 1000000000"),
+    Fault("tfdata-sweep-negative-seed", _tfdata("sweep", "--seed", "-1"),
+          r"repro: error: --seed: seed: -1 is less than the minimum of 0"),
+    # the message read "a run of experiment 'E'; expected 's", naming no argument
+    Fault("validation-an-empty-experiment-name", lambda ctx: _validation(ctx, ""),
+          r"repro: error: experiment: expected the experiment's name \(the runs' spec.experiment\), got an empty one"),
+    # the error blamed the receipt and the store ("run it again to upload anew"), and named no flag
+    Fault("download-into-a-file", _download_into_a_file,
+          r"repro: error: -o/--output-dir .*/out: cannot write: .*/out is not a directory$"),
+]
+
+
+@pytest.mark.parametrize("fault", COMMAND_FAULTS, ids=[f.id for f in COMMAND_FAULTS])
+def test_command_faults(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("given, what", [("/dev/zero", "is not a regular file"), ("nope.yaml", "does not exist")])
+def test_trims_tools_names_a_config_it_cannot_read_once(tmp_path, monkeypatch, capsys, given, what):
+    """`trims-tools info config --config /dev/zero`: the note said /dev/zero does not exist, twice."""
+    from repro.trims.originals import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("CARML_CONFIG_FILE", raising=False)
+    assert main(["info", "config", "--config", given]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert notes == [f"trims-tools: note: --config: {given} {what}; searching as the original does"]
+
+
+def test_a_daemon_log_inside_the_base_path_is_refused(tmp_path, monkeypatch, capsys):
+    """`trims server run -d --log-file BASE/<model>/manifest.json`: the daemon's output was appended to
+    the model's manifest (the model no longer verified), and the daemon ran on."""
+    from test_faults_input import snapshot
+
+    from repro.trims.models import generate
+
+    monkeypatch.chdir(tmp_path)
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    before = snapshot(tmp_path)
+    socket_path = tmp_path / "s.sock"
+    argv = ["trims", "server", "run", "--socket", socket_path, "--base-path", tmp_path / "models", "--memory-mb", "64",
+            "-d", "--pid-file", tmp_path / "s.pid", "--log-file", tmp_path / "models" / "squeezenet_1.1" / "manifest.json"]
+    from support import run_repro
+
+    try:
+        code, _, err = run_repro(argv, capsys)
+    finally:
+        if socket_path.exists():  # the old code's daemon: stopped, not left running
+            run_repro(["trims", "server", "stop", "--socket", socket_path], capsys)
+    assert (code, err) == (1, f"repro: error: --log-file {tmp_path}/models/squeezenet_1.1/manifest.json: inside --base-path "
+                              f"{tmp_path}/models, the models the server reads; expected a log file elsewhere\n")
+    assert snapshot(tmp_path) == before
