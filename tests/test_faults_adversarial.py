@@ -208,5 +208,24 @@ def test_a_daemon_log_inside_the_base_path_is_refused(tmp_path, monkeypatch, cap
         if socket_path.exists():  # the old code's daemon: stopped, not left running
             run_repro(["trims", "server", "stop", "--socket", socket_path], capsys)
     assert (code, err) == (1, f"repro: error: --log-file {tmp_path}/models/squeezenet_1.1/manifest.json: inside --base-path "
-                              f"{tmp_path}/models, the models the server reads; expected a log file elsewhere\n")
+                              f"{tmp_path}/models, the models the server reads; expected a file elsewhere\n")
+    assert snapshot(tmp_path) == before
+
+
+def test_client_results_inside_the_base_path_are_refused(tmp_path, monkeypatch, capsys):
+    """`trims client run --results BASE/<model>/model.params`: the results JSON was written over the
+    model's weights once the requests were done (exit 0; the model then failed to load)."""
+    from support import run_repro
+    from test_faults_input import snapshot
+
+    from repro.trims.models import generate
+
+    monkeypatch.chdir(tmp_path)
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    before = snapshot(tmp_path)
+    weights = tmp_path / "models" / "squeezenet_1.1" / "model.params"
+    code, _, err = run_repro(["trims", "client", "run", "--original", "--base-path", tmp_path / "models", "--iterations", "1",
+                              "--results", weights, "--profile-output", "p"], capsys)
+    assert (code, err) == (1, f"repro: error: --results {weights}: inside --base-path {tmp_path}/models, the models the "
+                              "requests read; expected a file elsewhere\n")
     assert snapshot(tmp_path) == before

@@ -266,6 +266,13 @@ def refuse_overwriting(outputs, inputs):
                                  "name another output file")
 
 
+def refuse_inside(flag, output, directory_flag, directory, what):
+    """ReproError, naming both flags, where the output `output` lies inside the input directory
+    `directory` (`what` it holds, that the command reads): it would write over, or into, those files."""
+    if output and Path(output).resolve().is_relative_to(Path(directory).resolve()):
+        raise ReproError(f"{flag} {output}: inside {directory_flag} {directory}, {what}; expected a file elsewhere")
+
+
 _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 

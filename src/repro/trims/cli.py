@@ -24,7 +24,7 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
-from repro.fsutil import check_fresh_directory
+from repro.fsutil import check_fresh_directory, refuse_inside
 from repro.settings import figure_file, settings_argument
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.figures import FIGURES
@@ -625,9 +625,10 @@ def _client_setup(args, shared):
     check_client_flags(args.concurrent, args.iterations, args.model_iterations, args.seed, args.distribution,
                        args.distribution_params)
     base = Path(_setting(args, "base_path", "base_path"))
+    given = "--base-path" if getattr(args, "base_path", None) is not None else "the tool config's base_path"
+    refuse_inside("--results", args.results, given, base, "the models the requests read")  # written over one
     available = sorted(p.name for p in base.glob("*") if (p / "manifest.json").exists())
     if not available:
-        given = "--base-path" if getattr(args, "base_path", None) is not None else "the tool config's base_path"
         raise ReproError(f"{given} {base}: {'holds no models' if base.is_dir() else 'no such directory'} "
                          "(each model a directory with a manifest.json; `repro trims models` makes them)")
     models = args.models or available
