@@ -229,3 +229,24 @@ def test_client_results_inside_the_base_path_are_refused(tmp_path, monkeypatch, 
     assert (code, err) == (1, f"repro: error: --results {weights}: inside --base-path {tmp_path}/models, the models the "
                               "requests read; expected a file elsewhere\n")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 150}], ids=["whole", "chunked"])
+def test_a_complete_event_of_negative_duration_is_refused(tmp_path, monkeypatch, options):
+    """`"ph": "X", "dur": -5`: the event ends before it begins; read as it was, the summary reported an
+    end-to-end time and a mean of -5 us (exit 0). Every reading refuses it, naming the event."""
+    events = rich_trace()
+    events[7]["dur"] = -2.5
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(events))
+    error = r"t\.json: event 7: 'dur' must not be negative, found -2\.5"
+    for general in (False, True):
+        with monkeypatch.context() as m:
+            if general:
+                _general_only(m)
+            for tool in (lambda: summarize_trace(path, reader_options=options),
+                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
+                         lambda: validate(path, reader_options=options)):
+                with pytest.raises(TraceError, match=error):
+                    tool()
+    assert not (tmp_path / "c.json").exists()

@@ -322,8 +322,9 @@ def _compact_columns(events):
         complete = list(compress(events, map(eq, phases, repeat("X"))))
         starts, durations = field_values(complete, "ts"), field_values(complete, "dur")
         _within_64_bits(durations)
-        if not (math.isfinite(min(starts) + min(durations)) and math.isfinite(max(starts) + max(durations))):
-            raise NotCompact
+        shortest = min(durations)
+        if shortest < 0 or not (math.isfinite(min(starts) + shortest) and math.isfinite(max(starts) + max(durations))):
+            raise NotCompact  # the general reading names the event
     return columns
 
 
