@@ -148,6 +148,14 @@ def _tfdata(command, *flags):
 
 
 COMMAND_FAULTS = [
+    # a KeyError traceback; with base_path given, its directory was made (and a running store stopped) first
+    Fault("store-start-settings-without-keys", lambda ctx: ["trims", "store", "start", "--settings", "{}", "--state",
+                                                            str(ctx.dir / "s.json")],
+          r"repro: error: --settings: lacks key 'base_path' \(expected the settings the workflow passes"),
+    Fault("store-start-settings-without-a-server-key",
+          lambda ctx: ["trims", "store", "start", "--settings", json.dumps({"base_path": str(ctx.dir / "m"), "server": {
+              "memory_mb": 64, "eviction": "lru"}}), "--state", str(ctx.dir / "s.json")],
+          r"repro: error: --settings: lacks key 'device' \(expected the settings the workflow passes"),
     # the flags bypassed the schema that bounds the same settings in the config: a traceback from numpy
     # (a negative seed), from time.sleep (an infinite time scale), or JPEGs generated without end
     Fault("tfdata-run-negative-seed", _tfdata("run", "--seed", "-1"),
@@ -250,3 +258,31 @@ def test_a_complete_event_of_negative_duration_is_refused(tmp_path, monkeypatch,
                 with pytest.raises(TraceError, match=error):
                     tool()
     assert not (tmp_path / "c.json").exists()
+
+
+def test_profile_output_overwrite_replaces_only_a_directory_a_run_made(tmp_path, monkeypatch, capsys):
+    """`trims client run --profile-output p --profile-output-overwrite`, p holding the user's notes: the
+    whole directory was deleted. It is refused; a directory an earlier run made is replaced as ever."""
+    from support import run_repro
+    from test_faults_input import snapshot
+
+    from repro.trims.models import generate
+
+    monkeypatch.chdir(tmp_path)
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    client = ["trims", "client", "run", "--original", "--base-path", tmp_path / "models", "--iterations", "1",
+              "--device", "cpu"]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, _, err = run_repro([*client, "--profile-output", "made"], capsys)
+    assert code == 0, err
+    made = next(tmp_path.rglob("made"))  # <profile root>/<hostname>/made
+    users = made.parent / "users"
+    _write(users / "notes.txt", "my notes\n")
+    before = snapshot(tmp_path)
+    code, _, err = run_repro([*client, "--profile-output", "users", "--profile-output-overwrite"], capsys)
+    assert code == 1 and err == (f"repro: error: --profile-output 'users': {users.relative_to(tmp_path)} holds files no run "
+                                 "of this client made; --profile-output-overwrite replaces only a directory a run "
+                                 "made: remove it or choose another --profile-output\n")
+    assert snapshot(tmp_path) == before
+    code, _, err = run_repro([*client, "--profile-output", "made", "--profile-output-overwrite"], capsys)
+    assert code == 0, err

@@ -14,7 +14,6 @@ import itertools
 import json
 import math
 import os
-import shutil
 import socket
 import sys
 import time
@@ -24,8 +23,8 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
-from repro.fsutil import check_fresh_directory, refuse_inside
-from repro.settings import figure_file, settings_argument
+from repro.fsutil import OWN_DIRECTORY_MARK, check_fresh_directory, fresh_directory, refuse_inside
+from repro.settings import figure_file, settings_argument, settings_keys
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.figures import FIGURES
 from repro.trims.modelstore import DEVICE_CHOICES
@@ -261,6 +260,7 @@ def _store_state(path):
     return state
 
 
+@settings_keys()
 def _store_start(args):
     from repro.config import check_settings
     from repro.trims import service
@@ -543,12 +543,11 @@ def profile_directory(root, name, overwrite, share_hour=False):
         if not overwrite:
             raise ReproError(f"{directory}: holds an earlier run's traces; pass --profile-output-overwrite to "
                              "replace them, or choose another --profile-output")
-        if directory.is_dir():
-            shutil.rmtree(directory)
-        else:
-            directory.unlink()
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
+        if not (directory / OWN_DIRECTORY_MARK).is_file():  # the user's files: overwrite replaced them too
+            raise ReproError(f"--profile-output {name!r}: {directory} holds files no run of this client made; "
+                             "--profile-output-overwrite replaces only a directory a run made: remove it or choose "
+                             "another --profile-output")
+    return fresh_directory(directory, "--profile-output")  # an earlier run's removed, this one's made and marked
 
 
 MAX_CONCURRENT = 1024  # requests in flight: threads (or processes) of this client
