@@ -42,7 +42,7 @@ def atomic_path(target):
         os.close(fd)
     except OSError as exc:
         # mkdir says "File exists" where a parent is a file: name that parent
-        blocker = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), None)
+        blocker = not_a_directory(target.parent)
         if blocker is not None:
             raise ReproError(f"{target}: cannot write: {blocker} is not a directory") from None
         raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
@@ -56,6 +56,13 @@ def atomic_path(target):
         if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):
             raise ReproError(f"{target}: cannot write ({exc.strerror or exc})") from None
         raise
+
+
+def not_a_directory(path):
+    """The first of `path`'s parents, or `path`, that exists and is not a directory (where no directory
+    can be made), or None."""
+    path = Path(path)
+    return next((p for p in (*reversed(path.parents), path) if p.exists() and not p.is_dir()), None)
 
 
 def check_text_name(path, what):
@@ -257,6 +264,13 @@ def refuse_overwriting(outputs, inputs):
                 where = "" if str(path) == str(output) else f" ({path})"
                 raise ReproError(f"{flag} {output}: is one of the inputs{where}; writing it would overwrite that input: "
                                  "name another output file")
+
+
+def refuse_inside(flag, output, directory_flag, directory, what):
+    """ReproError, naming both flags, where the output `output` lies inside the input directory
+    `directory` (`what` it holds, that the command reads): it would write over, or into, those files."""
+    if output and Path(output).resolve().is_relative_to(Path(directory).resolve()):
+        raise ReproError(f"{flag} {output}: inside {directory_flag} {directory}, {what}; expected a file elsewhere")
 
 
 _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")

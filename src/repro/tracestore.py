@@ -10,7 +10,8 @@ import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, check_output, read_json, read_text, refuse_overwriting, write_json, write_text
+from repro.fsutil import (atomic_path, check_output, not_a_directory, read_json, read_text, refuse_overwriting, write_json,
+                          write_text)
 from repro.fsutil import sha256_file as sha256
 
 
@@ -185,6 +186,9 @@ def download_traces(store, receipt, destination_dir):
         if target.is_file() and not target.is_symlink() and sha256(target) != entry["sha256"]:
             raise ReproError(f"-o/--output-dir: {target} holds a file that is not {entry['key']!r} (its sha256 differs); "
                              "expected a new path, or the same trace fetched again")
+    blocker = not_a_directory(destination_dir)  # named apart: the fetch's errors are the store's
+    if blocker is not None:
+        raise ReproError(f"-o/--output-dir {destination_dir}: cannot write: {blocker} is not a directory")
     fetched = []
     for entry in objects:
         try:

@@ -537,6 +537,8 @@ def _validation(args):
     from repro.pecan.validation import COLUMNS, caption_text, validation_rows, verdict
     from repro.plots import plot_validation
 
+    if not args.experiment:  # no run's spec names it: every run would be refused as another experiment's
+        raise ReproError("experiment: expected the experiment's name (the runs' spec.experiment), got an empty one")
     style = check_style(args.style)
     calibrations = load_calibrations(args.calibration)
     rows, runs = [], []

@@ -91,8 +91,9 @@ def first_bad_event(events, columns=None):
         starts = list(compress(stamps, complete))
         if not set(map(type, durations)) <= _NUMBER_TYPE_SET:
             return _first_bad_by_loop(events)
+        shortest = min(durations)
         # every ts + dur lies between these two sums: both finite, all are
-        if not (math.isfinite(min(starts) + min(durations)) and math.isfinite(max(starts) + max(durations))):
+        if shortest < 0 or not (math.isfinite(min(starts) + shortest) and math.isfinite(max(starts) + max(durations))):
             return _first_bad_by_loop(events)
     return None
 
@@ -136,5 +137,7 @@ def check_event(event, path, index):
         dur = event.get("dur", 0)
         if not is_number(dur):
             raise TraceError(path, f"'dur' must be a number, found {_short(dur)}", index)
+        if dur < 0:  # it would end before it began: a negative time in every total it went into
+            raise TraceError(path, f"'dur' must not be negative, found {_short(dur)}", index)
         if not math.isfinite(ts + dur):
             raise TraceError(path, f"'ts' + 'dur' is not a finite number ({ts!r} + {dur!r})", index)

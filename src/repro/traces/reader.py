@@ -40,6 +40,7 @@ _WINDOW = 4 << 20
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
 _SPACE = b" \t\r\n"
+_SPACE_BYTES = (b" ", b"\t", b"\r", b"\n")
 _LISTED_HEAD = b'{"traceEvents":['
 _CUT_TRIES = 8  # places tried for a cut before the file is left to the general reading
 _LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the latest
@@ -89,6 +90,134 @@ def _refuse_repeated_keys(data, doc, path):
     if twice is not None:
         raise TraceError(path, f"not a Chrome trace: the key {twice!r} appears twice at the top level; expected "
                          "each key once (a JSON reader keeps one of the two values, unsaid)")
+
+
+class _Pairs(list):
+    """An object's (key, value) pairs, as the standard parser gives them: nothing merged."""
+
+
+def _repeated_event_key(data):
+    """(index, key) of the first event of the JSON `data` (an event array, or a trace object) that
+    names a key twice, or None; the standard parser, which merges nothing, tells."""
+    try:
+        doc = json.loads(data, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):
+        return None  # orjson has named the error, or will
+    if isinstance(doc, _Pairs):
+        doc = dict(doc).get("traceEvents")
+    if not isinstance(doc, list) or isinstance(doc, _Pairs):
+        return None
+    for index, event in enumerate(doc):
+        if isinstance(event, _Pairs) and (key := repeated_key(event)) is not None:
+            return index, key
+    return None
+
+
+def _key_marks(text):
+    """How often a quote is followed by a colon in `text`, whitespace aside: with no escape in it,
+    once for each key and each string that begins with a colon."""
+    if any(blank in text for blank in _SPACE_BYTES):
+        text = text.translate(None, _SPACE)
+    return text.count(b'":')
+
+
+def _keys_once_by_count(data, doc):
+    """Whether a byte count shows that no object of the JSON `data` (`doc`, decoded) names a key twice:
+    with no escape in `data`, orjson writes `doc` again with the same strings, so a key that decoding
+    merged away (and its value) is a mark fewer in what it writes."""
+    if b"\\" in data:
+        return False
+    try:
+        return _key_marks(data) == _key_marks(orjson.dumps(doc))
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes
+        return False
+
+
+def _refuse_repeated_event_keys(data, doc, path, first=0):
+    """TraceError naming an event of the JSON `data` (`doc`, decoded; its events numbered from `first`)
+    that names a key twice: orjson and msgspec keep the last value, unsaid. The byte count clears the
+    files with no key twice anywhere; the standard parser tells for the others."""
+    found = None if _keys_once_by_count(data, doc) else _repeated_event_key(data)
+    if found is not None:
+        index, key = found
+        raise TraceError(path, f"the key {key!r} appears twice in one event; expected each key once (a JSON "
+                         "reader keeps one of the two values, unsaid)", first + index)
+
+
+_QUOTE_COLON, _TOP_DEPTH = ord(":"), 2
+_BRACKETS = 0b00100110  # ORed into '[', ']', '{' or '}' (or 'Y', '_', 'y', DEL) it gives 127
+# The Trace Event Format's keys of an event: each its own bit of an event's mask, the others share the rest
+_EVENT_KEYS = (b"name", b"cat", b"ph", b"ts", b"tts", b"pid", b"tid", b"dur", b"tdur", b"args", b"id", b"id2", b"bp",
+               b"s", b"cname", b"scope", b"sf", b"stack", b"esf", b"estack", b"bind_id", b"flow_in", b"flow_out")
+
+
+def _key_bits():
+    """The bit of a key's mask for each (length up to 31, first byte, last byte) of its text."""
+    table = np.arange(32 << 16, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) >> np.uint64(40)
+    table = (len(_EVENT_KEYS) + table % (64 - len(_EVENT_KEYS))).astype(np.uint8)
+    for bit, key in enumerate(_EVENT_KEYS):
+        table[len(key) << 16 | key[0] << 8 | key[-1]] = bit
+    return table
+
+
+_KEY_BITS = _key_bits()
+
+
+def _event_keys_once(listed):
+    """Whether the JSON array of events `listed` shows by its bytes that no event names a key twice;
+    False where it cannot tell (escapes, whitespace between tokens, two keys that share a bit). A
+    large array is looked at in pieces of about CHUNK_BYTES, cut between events (where the piece
+    before closes each bracket it opens), which keeps the arrays of offsets small."""
+    if b"\\" in listed or spaced(listed):
+        return False
+    start = 1
+    while len(listed) - start > 2 * CHUNK_BYTES:
+        cut = listed.find(b"},{", start + CHUNK_BYTES)
+        if cut < 0:
+            break
+        if not _piece_keys_once(b"[" + listed[start : cut + 1] + b"]"):
+            return False
+        start = cut + 2
+    return _piece_keys_once(listed if start == 1 else b"[" + listed[start:])
+
+
+def _piece_keys_once(listed):
+    """_event_keys_once for compact JSON (no escapes, no whitespace between tokens): each key at an
+    event's top level sets a bit of the event's mask, by its length and first and last bytes, and
+    the bits are as many as the keys. False where two keys share a bit, or the brackets do not
+    close (a piece cut inside an event)."""
+    view = np.frombuffer(listed, np.uint8)
+    quotes = np.flatnonzero(view == _QUOTE)
+    if quotes.size % 2 or not quotes.size or quotes[-1] + 1 >= view.size:
+        return not quotes.size
+    closing = quotes[1::2]
+    keyed = np.flatnonzero(view[closing + 1] == _QUOTE_COLON)
+    ends, starts = closing[keyed], quotes[2 * keyed] + 1
+    tokens = np.flatnonzero((view | _BRACKETS) == 127)
+    bracket = view[tokens] & 0b11011111  # '{' and '}' as '[' and ']'
+    tokens = tokens[(bracket == _OPENERS[1]) | (bracket == _CLOSERS[1])]
+    tokens = tokens[np.searchsorted(quotes, tokens) % 2 == 0]  # outside strings
+    opens = (view[tokens] & 2) != 0
+    depth = np.cumsum(opens.astype(np.int32) * 2 - 1)
+    if not depth.size or depth[-1]:
+        return False
+    before = np.searchsorted(tokens, starts) - 1
+    top = np.flatnonzero(depth[before] == _TOP_DEPTH)
+    if not top.size:
+        return True
+    starts, ends = starts[top], ends[top]
+    event = np.cumsum((depth == _TOP_DEPTH) & opens)[before[top]]
+    bits = _KEY_BITS[np.minimum(ends - starts, 31) << 16 | view[starts].astype(np.int64) << 8 | view[ends - 1]]
+    first = np.flatnonzero(np.diff(event, prepend=-1))
+    masks = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), bits.astype(np.uint64)), first)
+    return bool((np.bitwise_count(masks) == np.diff(first, append=bits.size)).all())
+
+
+def _compact_keys_once(listed):
+    """NotCompact where an event of the JSON array `listed` names a key twice: the general reading
+    names it (msgspec keeps the last value, unsaid)."""
+    if not _event_keys_once(listed) and _repeated_event_key(listed) is not None:
+        raise NotCompact
 
 
 def _root_metadata(doc, path, data):
@@ -154,9 +283,11 @@ def _compact_events(data):
     """The Event structs of a JSON array of events, or NotCompact."""
     _check_utf8(data)
     try:
-        return _EVENT_LIST.decode(data)
+        events = _EVENT_LIST.decode(data)
     except (msgspec.DecodeError, RecursionError):  # ValidationError (a field's type) is a DecodeError
         raise NotCompact from None
+    _compact_keys_once(data)
+    return events
 
 
 def _within_64_bits(found):
@@ -191,8 +322,9 @@ def _compact_columns(events):
         complete = list(compress(events, map(eq, phases, repeat("X"))))
         starts, durations = field_values(complete, "ts"), field_values(complete, "dur")
         _within_64_bits(durations)
-        if not (math.isfinite(min(starts) + min(durations)) and math.isfinite(max(starts) + max(durations))):
-            raise NotCompact
+        shortest = min(durations)
+        if shortest < 0 or not (math.isfinite(min(starts) + shortest) and math.isfinite(max(starts) + max(durations))):
+            raise NotCompact  # the general reading names the event
     return columns
 
 
@@ -435,6 +567,7 @@ class TraceReader:
                     _check_utf8(listed)
                     try:
                         events = _EVENT_LIST.decode(listed)
+                        _compact_keys_once(listed)
                         break
                     except msgspec.ValidationError:
                         raise NotCompact from None
@@ -496,6 +629,7 @@ class TraceReader:
             data = self._read_bytes()
             doc = _loads(data, self.path)
             self._metadata = _root_metadata(doc, self.path, data)
+            _refuse_repeated_event_keys(data, doc, self.path)
             self._events = doc if isinstance(doc, list) else doc["traceEvents"]
         return self._events
 
@@ -558,9 +692,16 @@ class _ChunkScanner:
     def __init__(self, mm, path, chunk_bytes, parse_events, owner, decode=None):
         self.mm, self.path, self.chunk_bytes = mm, path, chunk_bytes
         self.parse_events, self.owner = parse_events, owner
-        self.decode = decode or (lambda data: _loads(data, path))  # a JSON array of events -> events
+        self.decode = decode or self._events  # a JSON array of events -> events
+        self.index = 0  # of the next chunk's first event
         self.first_slice = True
         self.released = 0
+
+    def _events(self, data):
+        events = _loads(data, self.path)
+        _refuse_repeated_event_keys(data, events, self.path, self.index)
+        self.index += len(events)
+        return events
 
     def _unescaped(self, quotes, window, base):
         """Drop the quotes that are escaped (preceded by an odd run of backslashes)."""

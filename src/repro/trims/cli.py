@@ -14,7 +14,6 @@ import itertools
 import json
 import math
 import os
-import shutil
 import socket
 import sys
 import time
@@ -24,8 +23,8 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
-from repro.fsutil import check_fresh_directory
-from repro.settings import figure_file, settings_argument
+from repro.fsutil import OWN_DIRECTORY_MARK, check_fresh_directory, fresh_directory, refuse_inside
+from repro.settings import figure_file, settings_argument, settings_keys
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.figures import FIGURES
 from repro.trims.modelstore import DEVICE_CHOICES
@@ -261,6 +260,7 @@ def _store_state(path):
     return state
 
 
+@settings_keys()
 def _store_start(args):
     from repro.config import check_settings
     from repro.trims import service
@@ -543,12 +543,11 @@ def profile_directory(root, name, overwrite, share_hour=False):
         if not overwrite:
             raise ReproError(f"{directory}: holds an earlier run's traces; pass --profile-output-overwrite to "
                              "replace them, or choose another --profile-output")
-        if directory.is_dir():
-            shutil.rmtree(directory)
-        else:
-            directory.unlink()
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
+        if not (directory / OWN_DIRECTORY_MARK).is_file():  # the user's files: overwrite replaced them too
+            raise ReproError(f"--profile-output {name!r}: {directory} holds files no run of this client made; "
+                             "--profile-output-overwrite replaces only a directory a run made: remove it or choose "
+                             "another --profile-output")
+    return fresh_directory(directory, "--profile-output")  # an earlier run's removed, this one's made and marked
 
 
 MAX_CONCURRENT = 1024  # requests in flight: threads (or processes) of this client
@@ -625,9 +624,10 @@ def _client_setup(args, shared):
     check_client_flags(args.concurrent, args.iterations, args.model_iterations, args.seed, args.distribution,
                        args.distribution_params)
     base = Path(_setting(args, "base_path", "base_path"))
+    given = "--base-path" if getattr(args, "base_path", None) is not None else "the tool config's base_path"
+    refuse_inside("--results", args.results, given, base, "the models the requests read")  # written over one
     available = sorted(p.name for p in base.glob("*") if (p / "manifest.json").exists())
     if not available:
-        given = "--base-path" if getattr(args, "base_path", None) is not None else "the tool config's base_path"
         raise ReproError(f"{given} {base}: {'holds no models' if base.is_dir() else 'no such directory'} "
                          "(each model a directory with a manifest.json; `repro trims models` makes them)")
     models = args.models or available

@@ -192,18 +192,20 @@ def _note(text):
 def _config_args(values):
     from repro.trims.carml_config import find_config
 
-    if values["config"] and not os.path.isfile(os.path.expanduser(values["config"])):
-        _note(f"--config: {values['config']} does not exist; searching as the original does")
+    given = values["config"] and os.path.expanduser(values["config"])
+    if given and not os.path.isfile(given):
+        what = "is not a regular file" if os.path.exists(given) else "does not exist"
+        _note(f"--config: {values['config']} {what}; searching as the original does")
     path = find_config(values["config"] or None)
     return ["--config", path] if path else []
 
 
-def _config(values):
+def _config(config_args):
+    """The tool config that `config_args` (from _config_args) name, over the defaults."""
     from repro.trims.carml_config import original_defaults
     from repro.trims.cli import load_tool_config
 
-    found = _config_args(values)
-    return load_tool_config(found[1] if found else None, {**_repro_defaults(), **original_defaults()})
+    return load_tool_config(config_args[1] if config_args else None, {**_repro_defaults(), **original_defaults()})
 
 
 def _repro_defaults():
@@ -377,14 +379,14 @@ def translate(words):
         raise UsageError(f"{' '.join(path)}: takes no arguments, got {positionals}")
     config_args = _config_args(values)
     if path == ("info", "config"):
-        config = {**_config(values), "visible_devices": values["visible_devices"]}
+        config = {**_config(config_args), "visible_devices": values["visible_devices"]}
         print(original_config_yaml(config, config_args[1] if config_args else None), end="")
         return [], values, path
     if path == ("download", "assets"):
         from repro.trims.models import ARCHITECTURES
 
         return [["trims", "models", *ARCHITECTURES, *config_args]], values, path
-    config = _config(values)
+    config = _config(config_args)
     if path == ("server", "run"):
         return [server_argv(values, given, config, config_args)], values, path
     if path == ("client", "memory_usage"):

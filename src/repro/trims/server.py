@@ -33,7 +33,7 @@ from pathlib import Path
 import psutil
 
 from repro.errors import ReproError
-from repro.fsutil import write_json
+from repro.fsutil import refuse_inside, write_json
 from repro.processes import describe, matches, private_directory, read_record, write_record
 from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_prefix
 
@@ -329,6 +329,7 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
     log_info = Path(log_file).stat() if Path(log_file).exists() else None
     if log_info is not None and not stat.S_ISREG(log_info.st_mode):
         raise ReproError(f"--log-file {log_file}: not a regular file (the daemon's output is appended to it)")
+    refuse_inside("--log-file", log_file, "--base-path", base_path, "the models the server reads")  # appended to one
     cmd = [sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket", str(socket_path),
            "--base-path", str(base_path), "--memory-mb", str(max(1, budget >> 20)), "--eviction", policy,
            "--pid-file", str(pid_file), "--device", device, "--persist-cpu-mb", str(persist_bytes >> 20)]

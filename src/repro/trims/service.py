@@ -118,6 +118,9 @@ def _start(settings, state_path, workdir):
     # it would be read as no record, and the new one could not be written over it
     check_output(record_path, f"{record_path} (the model store's record)")
     digest = settings_digest(settings)
+    # read before anything is stopped or made: settings that lack a key change nothing
+    base, server = settings["base_path"], settings["server"]
+    budget, policy, device = server["memory_mb"], server["eviction"], server["device"]
     record = processes.read_record(record_path)
     me = owner()
     if record and running(record, workdir):
@@ -133,13 +136,12 @@ def _start(settings, state_path, workdir):
     _stop(workdir)  # another incarnation, or one started with other settings
     state_path = Path(state_path)
     state_path.parent.mkdir(parents=True, exist_ok=True)
-    base = Path(settings["base_path"]).resolve()
+    base = Path(base).resolve()
     base.mkdir(parents=True, exist_ok=True)
-    server = settings["server"]
     socket_path = record_path.with_name("trims.sock")
     log = state_path.with_name("trims-server.log")
-    pid = start_daemon(socket_path, base, budget_bytes(megabytes=server["memory_mb"]), server["eviction"],
-                       record_path.with_name("trims.pid"), log, resolve_device(server["device"]))
+    pid = start_daemon(socket_path, base, budget_bytes(megabytes=budget), policy, record_path.with_name("trims.pid"), log,
+                       resolve_device(device))
     record = {"process": processes.describe(pid, "model store"), "socket": str(socket_path), "base_path": str(base),
               **server, "digest": digest, "settings": settings, "log": str(log), "started_at": time.time(),
               "users": [me] if me else []}

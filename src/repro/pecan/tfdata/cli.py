@@ -88,6 +88,22 @@ def add_commands(psub):
     sweep.set_defaults(func=_sweep)
 
 
+MINIATURE_FLAGS = ("time_scale", "batch_size", "decision_steps", "worker_threads", "collocated_threads",
+                   "max_remote_workers", "max_local_workers", "settle_windows", "max_windows", "images")
+
+
+def _check_flags(args, names):
+    """Each of the flags `names` that is given, checked against the config schema where the config holds
+    its value (the seed at the top, the others under pecan.tfdata): bounded, as the config is."""
+    from repro.config import check_settings
+
+    for name in names:
+        value = getattr(args, name)
+        if value is not None:
+            place = (name,) if name == "seed" else ("pecan", "tfdata", name)
+            check_settings({name: value}, f"--{name.replace('_', '-')}", places={name: place})
+
+
 def _sweep(args):
     import signal
     from pathlib import Path
@@ -97,6 +113,7 @@ def _sweep(args):
     from repro.pecan.tfdata import check_sweep, cpus_available
     from repro.settings import settings_keys
 
+    _check_flags(args, ("seed",))
     if args.settings is not None:
         config, source = check_settings(args.settings), "--settings"
     else:
@@ -181,11 +198,10 @@ def _run(args):
     from repro.config import load_config
     from repro.pecan.tfdata.spec import spec_from_config
 
-    miniature = {key: getattr(args, key) for key in ("batch_size", "decision_steps", "worker_threads",
-                                                     "collocated_threads", "max_remote_workers", "max_local_workers",
-                                                     "settle_windows", "max_windows", "images")}
+    miniature = {key: getattr(args, key) for key in MINIATURE_FLAGS if key != "time_scale"}
     spec = spec_from_config(load_config(args.config)["pecan"], args.experiment, args.mode, seed=args.seed,
                             time_scale=args.time_scale, **miniature)
+    _check_flags(args, ("seed", *MINIATURE_FLAGS))  # the bounds spec_from_config leaves out
     if not (math.isfinite(args.batch_timeout) and args.batch_timeout > 0):
         raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive, finite number of seconds")
     from repro.pecan.tfdata.engine import run  # TensorFlow: after the settings are checked

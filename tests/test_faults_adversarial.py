@@ -1,0 +1,288 @@
+"""Fault injection, an adversarial pass: help written to a full device, and a key repeated inside one
+trace event (read as the last of its values, unsaid).
+
+The command rows run as test_faults_input's rows do (`check_fault`): exit code 1, one line on stderr
+naming the file and the key, nothing written, no process left running.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from test_faults_input import CONFIG, Fault, _calibration, _write, check_fault
+from test_traces import _general_only, rich_trace
+
+from repro.errors import TraceError
+from repro.traces import combine, summarize_trace, validate
+
+pytestmark = pytest.mark.fault
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["trace", "--help"], ["trace", "summarize", "--help"],
+                                  ["pecan", "calibrate", "--help"]], ids=["help", "h", "group-help", "command-help", "pecan"])
+def test_help_to_a_full_device_names_standard_output(tmp_path, buffered, argv):
+    """`repro --help > /dev/full`: one line naming standard output, exit status 1, as `repro list` has;
+    argparse ignored the failed write and exited 0 (unbuffered), or Python's flush at exit failed."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "repro.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+                                cwd=tmp_path, timeout=60, env=env if buffered else {**env, "PYTHONUNBUFFERED": "1"})
+    assert (result.returncode, result.stderr) == (1, b"repro: error: standard output: No space left on device\n")
+
+
+def test_help_and_usage_errors_exit_as_before(capsys):
+    from repro.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0 and capsys.readouterr().out.startswith("usage: repro")
+    with pytest.raises(SystemExit) as info:
+        main(["trace", "combine", "--no-such-flag"])
+    assert info.value.code == 2 and capsys.readouterr().out == ""
+
+
+EVENT = {"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}
+TWICE = b'{"traceEvents":[{"name":"a","ph":"X","ts":1,"dur":2,"pid":1,"tid":1,"name":"b"}]}'
+
+EVENT_KEY_FAULTS = [
+    Fault(f"{command}-an-event-names-a-key-twice",
+          lambda ctx, command=command: ["trace", command, _write(ctx.dir / "t.json", TWICE),
+                                        *(["-o", str(ctx.dir / "out.json")] if command != "validate" else [])],
+          ("INVALID" if command == "validate" else "repro: error:")
+          + r" .*/t.json: event 0: the key 'name' appears twice in one event; expected each key once")
+    for command in ("summarize", "combine", "validate")
+]
+
+
+@pytest.mark.parametrize("fault", EVENT_KEY_FAULTS, ids=[f.id for f in EVENT_KEY_FAULTS])
+def test_an_event_naming_a_key_twice_is_refused(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def _twice(events, at, key, value):
+    """The JSON text of `events` written compactly, the event at `at` naming `key` again (`value`)."""
+    texts = [orjson.dumps(event) for event in events]
+    texts[at] = texts[at][:-1] + b',"' + key.encode() + b'":' + orjson.dumps(value) + b"}"
+    return b"[" + b",".join(texts) + b"]"
+
+
+REPEATED_IN_AN_EVENT = {  # (the file's bytes, the event, the key)
+    "first event, as orjson writes": (lambda events: _twice(events, 0, "ph", "M"), 0, "ph"),
+    "middle event, in an object": (lambda events: b'{"traceEvents":' + _twice(events, 7, "ts", 5) + b"}", 7, "ts"),
+    "last event, a key no tool reads": (lambda events: _twice(events, 14, "color", "red")
+                                        .replace(b'"ctr"', b'"ctr","color":"blue"'), 14, "color"),
+    "after a nested object": (lambda events: _twice(events, 4, "name", "other"), 4, "name"),
+    "spaced": (lambda events: json.dumps(events[:3]).encode()[:-1] + b', {"ph": "B", "ts": 1, "ph": "E", "pid": 1}]',
+               3, "ph"),
+    "escaped": (lambda events: _twice(events, 2, "name", "quote\"d"), 2, "name"),
+    "key escaped": (lambda events: _twice(events, 2, "n\\u0061me", "x"), 2, "name"),
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 150}], ids=["whole", "chunked"])
+@pytest.mark.parametrize("name", sorted(REPEATED_IN_AN_EVENT))
+def test_a_key_repeated_in_one_event_is_refused_naming_it(tmp_path, monkeypatch, name, options):
+    """A key twice in one event: orjson and msgspec read the last value, unsaid (a second 'ph' made a
+    span a metadata event). Every reading, compact and general, whole and in chunks, refuses it,
+    naming the file, the event and the key."""
+    make, index, key = REPEATED_IN_AN_EVENT[name]
+    path = tmp_path / "t.json"
+    path.write_bytes(make(rich_trace()))
+    error = rf"t\.json: event {index}: the key '{key}' appears twice in one event"
+    for general in (False, True):
+        with monkeypatch.context() as m:
+            if general:
+                _general_only(m)
+            for tool in (lambda: summarize_trace(path, reader_options=options),
+                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
+                         lambda: validate(path, reader_options=options)):
+                with pytest.raises(TraceError, match=error):
+                    tool()
+    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 150}], ids=["whole", "chunked"])
+def test_a_key_that_events_and_their_args_share_is_no_repeat(tmp_path, monkeypatch, options):
+    """'name' in an event and in its args (a metadata event's), and the same key in two events, are each
+    named once in their object: read as ever."""
+    from test_traces import _same_as_general
+
+    events = rich_trace()
+    events[7]["args"] = {"name": "m", "cat": 3, "l": [{"name": 1}, {"name": 2}]}
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(events))
+    _same_as_general(tmp_path, monkeypatch, path, options)
+
+
+def _validation(ctx, experiment):
+    from test_faults_hostile import STYLE, _engine_metrics
+
+    return ["pecan", "validation", experiment, "--metrics", _write(ctx.dir / "m.json", json.dumps(_engine_metrics())),
+            "--calibration", _write(ctx.dir / "cal.json", _calibration("resnet")), "--network-gbps", "10",
+            "--style", json.dumps(STYLE), "--output", str(ctx.dir / "v.pdf"), str(ctx.dir / "v.png"),
+            "--table", str(ctx.dir / "v.csv")]
+
+
+def _download_into_a_file(ctx):
+    """A receipt of one trace in a local store, and -o naming a file of the user's."""
+    import hashlib
+
+    trace = b'{"traceEvents":[]}'
+    _write(ctx.dir / "store" / "traces" / "E" / "m" / "a.json", trace)
+    _write(ctx.dir / "store" / "traces" / "E" / "m" / "a.json.sha256", hashlib.sha256(trace).hexdigest() + "\n")
+    receipt = {"store": str(ctx.dir / "store"), "objects": [{"key": "traces/E/m/a.json",
+                                                              "sha256": hashlib.sha256(trace).hexdigest()}]}
+    return ["trace", "download", _write(ctx.dir / "up.json", json.dumps(receipt)), "-o", _write(ctx.dir / "out", "mine\n")]
+
+
+def _tfdata(command, *flags):
+    return lambda ctx: ["pecan", "tfdata", command, "--config", str(CONFIG), "--experiment", "ResNet50_v2-8",
+                        *(["--mode", "cachew"] if command == "run" else ["--counts", "0"]), "--out", str(ctx.dir / "run"),
+                        *flags]
+
+
+COMMAND_FAULTS = [
+    # a KeyError traceback; with base_path given, its directory was made (and a running store stopped) first
+    Fault("store-start-settings-without-keys", lambda ctx: ["trims", "store", "start", "--settings", "{}", "--state",
+                                                            str(ctx.dir / "s.json")],
+          r"repro: error: --settings: lacks key 'base_path' \(expected the settings the workflow passes"),
+    Fault("store-start-settings-without-a-server-key",
+          lambda ctx: ["trims", "store", "start", "--settings", json.dumps({"base_path": str(ctx.dir / "m"), "server": {
+              "memory_mb": 64, "eviction": "lru"}}), "--state", str(ctx.dir / "s.json")],
+          r"repro: error: --settings: lacks key 'device' \(expected the settings the workflow passes"),
+    # the flags bypassed the schema that bounds the same settings in the config: a traceback from numpy
+    # (a negative seed), from time.sleep (an infinite time scale), or JPEGs generated without end
+    Fault("tfdata-run-negative-seed", _tfdata("run", "--seed", "-1"),
+          r"repro: error: --seed: seed: -1 is less than the minimum of 0"),
+    Fault("tfdata-run-seed-past-32-bits", _tfdata("run", "--seed", str(2**32)),
+          r"repro: error: --seed: seed: 4294967296 is greater than the maximum of 4294967295"),
+    Fault("tfdata-run-infinite-time-scale", _tfdata("run", "--time-scale", "inf"),
+          r"repro: error: --time-scale: pecan.tfdata.time_scale: inf is not a finite number"),
+    Fault("tfdata-run-images-without-bound", _tfdata("run", "--images", str(10**12)),
+          r"repro: error: --images: images: 1000000000000 is greater than the maximum of 1000000000"),
+    Fault("tfdata-sweep-negative-seed", _tfdata("sweep", "--seed", "-1"),
+          r"repro: error: --seed: seed: -1 is less than the minimum of 0"),
+    # the message read "a run of experiment 'E'; expected 's", naming no argument
+    Fault("validation-an-empty-experiment-name", lambda ctx: _validation(ctx, ""),
+          r"repro: error: experiment: expected the experiment's name \(the runs' spec.experiment\), got an empty one"),
+    # the error blamed the receipt and the store ("run it again to upload anew"), and named no flag
+    Fault("download-into-a-file", _download_into_a_file,
+          r"repro: error: -o/--output-dir .*/out: cannot write: .*/out is not a directory$"),
+]
+
+
+@pytest.mark.parametrize("fault", COMMAND_FAULTS, ids=[f.id for f in COMMAND_FAULTS])
+def test_command_faults(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("given, what", [("/dev/zero", "is not a regular file"), ("nope.yaml", "does not exist")])
+def test_trims_tools_names_a_config_it_cannot_read_once(tmp_path, monkeypatch, capsys, given, what):
+    """`trims-tools info config --config /dev/zero`: the note said /dev/zero does not exist, twice."""
+    from repro.trims.originals import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("CARML_CONFIG_FILE", raising=False)
+    assert main(["info", "config", "--config", given]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert notes == [f"trims-tools: note: --config: {given} {what}; searching as the original does"]
+
+
+def test_a_daemon_log_inside_the_base_path_is_refused(tmp_path, monkeypatch, capsys):
+    """`trims server run -d --log-file BASE/<model>/manifest.json`: the daemon's output was appended to
+    the model's manifest (the model no longer verified), and the daemon ran on."""
+    from test_faults_input import snapshot
+
+    from repro.trims.models import generate
+
+    monkeypatch.chdir(tmp_path)
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    before = snapshot(tmp_path)
+    socket_path = tmp_path / "s.sock"
+    argv = ["trims", "server", "run", "--socket", socket_path, "--base-path", tmp_path / "models", "--memory-mb", "64",
+            "-d", "--pid-file", tmp_path / "s.pid", "--log-file", tmp_path / "models" / "squeezenet_1.1" / "manifest.json"]
+    from support import run_repro
+
+    try:
+        code, _, err = run_repro(argv, capsys)
+    finally:
+        if socket_path.exists():  # the old code's daemon: stopped, not left running
+            run_repro(["trims", "server", "stop", "--socket", socket_path], capsys)
+    assert (code, err) == (1, f"repro: error: --log-file {tmp_path}/models/squeezenet_1.1/manifest.json: inside --base-path "
+                              f"{tmp_path}/models, the models the server reads; expected a file elsewhere\n")
+    assert snapshot(tmp_path) == before
+
+
+def test_client_results_inside_the_base_path_are_refused(tmp_path, monkeypatch, capsys):
+    """`trims client run --results BASE/<model>/model.params`: the results JSON was written over the
+    model's weights once the requests were done (exit 0; the model then failed to load)."""
+    from support import run_repro
+    from test_faults_input import snapshot
+
+    from repro.trims.models import generate
+
+    monkeypatch.chdir(tmp_path)
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    before = snapshot(tmp_path)
+    weights = tmp_path / "models" / "squeezenet_1.1" / "model.params"
+    code, _, err = run_repro(["trims", "client", "run", "--original", "--base-path", tmp_path / "models", "--iterations", "1",
+                              "--results", weights, "--profile-output", "p"], capsys)
+    assert (code, err) == (1, f"repro: error: --results {weights}: inside --base-path {tmp_path}/models, the models the "
+                              "requests read; expected a file elsewhere\n")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 150}], ids=["whole", "chunked"])
+def test_a_complete_event_of_negative_duration_is_refused(tmp_path, monkeypatch, options):
+    """`"ph": "X", "dur": -5`: the event ends before it begins; read as it was, the summary reported an
+    end-to-end time and a mean of -5 us (exit 0). Every reading refuses it, naming the event."""
+    events = rich_trace()
+    events[7]["dur"] = -2.5
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(events))
+    error = r"t\.json: event 7: 'dur' must not be negative, found -2\.5"
+    for general in (False, True):
+        with monkeypatch.context() as m:
+            if general:
+                _general_only(m)
+            for tool in (lambda: summarize_trace(path, reader_options=options),
+                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
+                         lambda: validate(path, reader_options=options)):
+                with pytest.raises(TraceError, match=error):
+                    tool()
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_profile_output_overwrite_replaces_only_a_directory_a_run_made(tmp_path, monkeypatch, capsys):
+    """`trims client run --profile-output p --profile-output-overwrite`, p holding the user's notes: the
+    whole directory was deleted. It is refused; a directory an earlier run made is replaced as ever."""
+    from support import run_repro
+    from test_faults_input import snapshot
+
+    from repro.trims.models import generate
+
+    monkeypatch.chdir(tmp_path)
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    client = ["trims", "client", "run", "--original", "--base-path", tmp_path / "models", "--iterations", "1",
+              "--device", "cpu"]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, _, err = run_repro([*client, "--profile-output", "made"], capsys)
+    assert code == 0, err
+    made = next(tmp_path.rglob("made"))  # <profile root>/<hostname>/made
+    users = made.parent / "users"
+    _write(users / "notes.txt", "my notes\n")
+    before = snapshot(tmp_path)
+    code, _, err = run_repro([*client, "--profile-output", "users", "--profile-output-overwrite"], capsys)
+    assert code == 1 and err == (f"repro: error: --profile-output 'users': {users.relative_to(tmp_path)} holds files no run "
+                                 "of this client made; --profile-output-overwrite replaces only a directory a run "
+                                 "made: remove it or choose another --profile-output\n")
+    assert snapshot(tmp_path) == before
+    code, _, err = run_repro([*client, "--profile-output", "made", "--profile-output-overwrite"], capsys)
+    assert code == 0, err
