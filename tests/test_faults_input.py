@@ -5,18 +5,23 @@ settings that lack what a command reads, calibrations that divide by zero.
 Each row of `INPUT_FAULTS` runs `repro` and requires exit code 1 (2 for argparse's usage errors),
 exactly one line on stderr matching `error` (naming the file, key or flag), no new, changed or
 deleted file under the test's directory and no process left running. A row that could fill the
-memory or never end on a regression (`bounded`) runs in a child process with its address space
-limited and a deadline, so that a regression fails the test instead of the machine.
+memory or never end on a regression (`bounded`) runs in a child process with the growth of its
+address space limited and a deadline, so that a regression fails the test instead of the machine.
+The child is forked from the test's process, which has imported `repro` already: each row pays no
+interpreter start (the command line's own process behaviour is tested in test_faults.py).
 """
 
+import contextlib
 import json
 import os
 import re
 import resource
+import selectors
 import signal
 import stat
-import subprocess
 import sys
+import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -487,25 +492,90 @@ INPUT_FAULTS = [
 ]
 
 
+def _address_space():
+    """This process's virtual memory size in bytes (the RLIMIT_AS measure)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * resource.getpagesize()
+
+
 def _limited():
-    """In the bounded child: an address space and file size it cannot grow past, and SIGINT as at a terminal."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    """In the bounded child: an address space it cannot grow by more than MEMORY_LIMIT past what it
+    inherited, a file size it cannot write past, and SIGINT as at a terminal."""
+    limit = _address_space() + MEMORY_LIMIT
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _run_bounded(argv, work):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
-           "OPENBLAS_NUM_THREADS": "1"}  # each OpenBLAS thread reserves address space of its own
-    proc = subprocess.Popen([sys.executable, "-m", "repro.cli", *argv], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_limited, start_new_session=True)
+def _child(argv, out, err):
+    """The forked child: `repro ARGV` (repro.cli.main) with stdout and stderr on the pipes `out` and
+    `err`, bounded; it ends with main's exit code, 1 and the traceback on an escaping exception, as the
+    `repro` program does. Never returns."""
+    code = 1
     try:
-        out, err = proc.communicate(timeout=DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own group, not yet reaped: ours
-        proc.communicate()
-        pytest.fail(f"repro {' '.join(argv)[:200]} did not end within {DEADLINE_S} s")
-    return proc.returncode, out, err
+        os.setsid()  # a group of its own, which the deadline kills whole
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", closefd=False)
+        _limited()
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's usage errors, `trace validate`
+            code = exc.code
+        if not isinstance(code, int):  # sys.exit(None) or sys.exit("message"), as the interpreter ends
+            if code is not None:
+                print(code, file=sys.stderr)
+            code = 0 if code is None else 1
+    except BaseException:  # noqa: BLE001 - reported as an uncaught exception ends a program
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _run_bounded(argv, work):
+    """(exit code, stdout, stderr) of `repro ARGV` in a forked child (cwd `work`): _child, read to its
+    end within DEADLINE_S, or the test fails and the child's process group is killed."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        os.chdir(work)
+        _child(argv, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    chunks = {out_r: [], err_r: []}
+    deadline = time.monotonic() + DEADLINE_S
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            ready = selector.select(timeout=max(left, 0)) if left > 0 else []
+            if not ready:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)  # its own group; the child is not reaped yet: ours
+                os.waitpid(pid, 0)
+                for fd in chunks:
+                    os.close(fd)
+                pytest.fail(f"repro {' '.join(argv)[:200]} did not end within {DEADLINE_S} s")
+            for key, _ in ready:
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)  # -N where signal N ended it
+    return code, *(b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
 
 
 @pytest.mark.parametrize("fault", INPUT_FAULTS, ids=[f.id for f in INPUT_FAULTS])
