@@ -196,6 +196,28 @@ def run_repro(argv, capsys):
     return code, out, err
 
 
+class _Hidden:
+    """A meta path finder under which `names` and their submodules cannot be found."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == hidden or name.startswith(hidden + ".") for hidden in self.names):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def hide_modules(monkeypatch, *names):
+    """From here to the test's end, `names` (and their submodules) cannot be imported in this process,
+    as where the extra that installs them is missing: importlib.util.find_spec and import raise
+    ModuleNotFoundError. Those imported already are set aside; monkeypatch puts everything back."""
+    monkeypatch.setattr(sys, "meta_path", [_Hidden(names), *sys.meta_path])
+    for name in list(sys.modules):
+        if any(name == hidden or name.startswith(hidden + ".") for hidden in names):
+            monkeypatch.delitem(sys.modules, name)
+
+
 def store_processes(workdir):
     """Model store servers this workflow directory started: none may outlive the invocation."""
     import psutil
