@@ -184,9 +184,11 @@ def snapshot(root):
     return entries
 
 
-def run_repro(argv, capsys):
-    """`repro ARGV` in this process: (exit code, stdout, stderr). An escaping exception fails the test."""
-    from repro.cli import main
+def run_repro(argv, capsys, main=None):
+    """`repro ARGV` in this process (or the entry point `main`, trims-tools' for one): (exit code, stdout,
+    stderr). An escaping exception fails the test."""
+    if main is None:
+        from repro.cli import main
 
     try:
         code = main([str(a) for a in argv])
