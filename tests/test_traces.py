@@ -510,15 +510,18 @@ def test_a_run_field_that_is_a_list_is_refused_naming_it(tmp_path):
     assert str(info.value) == f"{path}: otherData.model_name: expected a string, number or true/false, got list"
 
 
-def test_a_duration_from_a_64_bit_start_to_an_end_beyond_64_bits_is_taken_as_floats(tmp_path):
-    """The begin's timestamp fits in 64 bits, the end's does not: both are taken as floats, as
-    where both are beyond 64 bits."""
+@pytest.mark.parametrize("end", [2**63 + 5, 2**64 + 5], ids=["past-int64", "past-64-bits"])
+def test_a_duration_from_an_int64_start_to_an_end_past_int64_is_taken_as_floats(tmp_path, end):
+    """The begin's timestamp is an int64, the end's is not (an unsigned 64-bit integer, or larger):
+    both are taken as floats, as where both are beyond 64 bits; the end-to-end times are the span's
+    duration."""
     path = tmp_path / "t.json"
     path.write_text('{"traceEvents": [{"name": "a", "ph": "B", "ts": 0, "pid": 1, "tid": 1}, '
-                    f'{{"name": "a", "ph": "E", "ts": {2**64 + 5}, "pid": 1, "tid": 1}}]}}')
+                    f'{{"name": "a", "ph": "E", "ts": {end}, "pid": 1, "tid": 1}}]}}')
     summary = summarize_trace(path)
-    assert summary["end_to_end_time"] == summary["end_to_end_process_time"] == float(2**64 + 5)
-    assert summary["events"] == {"a": {"count": 1, "total": float(2**64 + 5), "mean": float(2**64 + 5)}}
+    assert summary["events"] == {"a": {"count": 1, "total": float(end), "mean": float(end)}}
+    for key in ("end_to_end_time", "end_to_end_process_time"):
+        assert type(summary[key]) is float and summary[key] == float(end), (key, summary[key])
 
 
 def test_a_trace_is_summarized_from_its_compact_chunks_and_read_again_with_the_same_options(tmp_path, monkeypatch):
