@@ -441,7 +441,7 @@ def test_a_calibration_whose_tf_cost_is_not_a_positive_number_is_refused(tmp_pat
 
 
 def test_the_derived_scale_puts_collocated_below_the_bound_and_the_largest_deployment_at_it():
-    from repro.pecan.tfdata.engine import derive_scale
+    from repro.pecan.tfdata.scale import derive_scale  # no TensorFlow needed
 
     # 4 ms per element: one CPU delivers 250 examples/s, two 500
     two = derive_scale(0.004, 3234.0, 1, 1, 2)
@@ -459,7 +459,7 @@ def test_the_derived_scale_puts_collocated_below_the_bound_and_the_largest_deplo
 @pytest.mark.fault
 @pytest.mark.parametrize("collocated, workers, cpus", [(1, 1, 1), (2, 1, 3), (1, 2, 1)])
 def test_too_few_cpus_for_an_input_bound_miniature_is_one_line(collocated, workers, cpus):
-    from repro.pecan.tfdata.engine import derive_scale
+    from repro.pecan.tfdata.scale import derive_scale
 
     with pytest.raises(ReproError, match=rf"^{cpus} CPU\(s\) available \(os.sched_getaffinity\): too few for an "
                                          r"input-bound miniature.*; expected at least \d+ CPUs, or set pecan.tfdata.time_scale$"):

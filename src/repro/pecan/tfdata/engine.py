@@ -53,6 +53,7 @@ from repro.pecan.logs import LogWriter, parse_log
 from repro.pecan.policies import LOCAL_ONLY, OFFLOADED, PROFILE_GTHP, PROFILE_LTHP, FastFlowPlacement, fastflow_workers
 from repro.pecan.run import fixed_remote_workers
 from repro.pecan.tfdata import check_sweep, cpus_available, ops, tensorflow
+from repro.pecan.tfdata.scale import check_cpus, derive_scale, max_workers_for
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
 
 tf = tensorflow()
@@ -66,9 +67,6 @@ MIN_WINDOW_STEPS = 8
 # the remote cap one more, so Cachew sees that a worker beyond the CPUs gains nothing.
 MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": None,
              "max_local_workers": None, "settle_windows": 3, "max_windows": 80, "images": 64}
-# The derived scale (derive_scale): collocated preprocessing may deliver at most this share of
-# the accelerator's demand (the paper's collocated runs are input-bound).
-COLLOCATED_SHARE = 0.6
 STOPPED = ("STABLE", "FIXED", LOCAL_ONLY, OFFLOADED)  # policy states after which the deployment no longer changes
 # Batches read, not timed, after FastFlow switches what the client reads (graph set-up, a new job)
 SWITCH_WARMUP_BATCHES = 4
@@ -114,48 +112,6 @@ class EngineSpec:
     def derived(self):
         """The time scale (and the window length that follows from it) is derived by the run."""
         return self.time_scale == 0
-
-
-def max_workers_for(cpus, worker_threads):
-    """(remote, local) worker caps where the config leaves them: the workers the CPUs hold, one
-    more remote one so that Cachew sees a worker beyond the CPUs gain nothing."""
-    held = max(1, cpus // worker_threads)
-    return held + 1, held
-
-
-def derive_scale(cost_s, accelerator_examples_per_s, collocated_threads, worker_threads, cpus):
-    """The miniature time scale from measurements: {time_scale, demand, ...} as metrics.json records it.
-
-    With `cost_s` CPU seconds per element, collocated's `collocated_threads` CPUs deliver
-    collocated_threads / cost_s examples/s and the largest deployment the machine holds (whole
-    workers on its `cpus`) delivers held / cost_s. The accelerator's miniature demand D must lie
-    between collocated_threads / (COLLOCATED_SHARE x cost_s) (collocated input-bound) and
-    held / cost_s (the largest deployment reaches the bound). D is the geometric middle of that
-    range, so that neither condition holds only by the margin of a measurement's noise; a larger
-    machine gets a larger D and a longer scaling curve. A machine whose CPUs cannot satisfy both
-    is refused in one line.
-    """
-    held = check_cpus(collocated_threads, worker_threads, cpus)
-    low, high = collocated_threads / (COLLOCATED_SHARE * cost_s), held / cost_s
-    demand = math.sqrt(low * high)
-    return {"rule": f"geometric middle of collocated at {COLLOCATED_SHARE:.0%} of demand and the largest deployment "
-                    "at the bound", "cost_s_per_element": cost_s, "cpus": cpus, "preprocessing_cpus": held,
-            "collocated_threads": collocated_threads, "demand_examples_per_s": demand,
-            "collocated_share": collocated_threads / cost_s / demand, "largest_share": high / demand,
-            "time_scale": accelerator_examples_per_s / demand}
-
-
-def check_cpus(collocated_threads, worker_threads, cpus):
-    """The CPUs of the largest deployment `cpus` CPUs hold (whole workers); a ReproError when they
-    cannot make any deployment input-bound at a scale where they reach the bound (derive_scale)."""
-    held = (cpus // worker_threads) * worker_threads
-    if held < collocated_threads / COLLOCATED_SHARE:
-        need = math.ceil(collocated_threads / COLLOCATED_SHARE / worker_threads) * worker_threads
-        raise ReproError(
-            f"{cpus} CPU(s) available (os.sched_getaffinity): too few for an input-bound miniature, where collocated "
-            f"({collocated_threads} CPU) delivers at most {COLLOCATED_SHARE:.0%} of the accelerator's demand and the "
-            f"largest deployment reaches it; expected at least {need} CPUs, or set pecan.tfdata.time_scale")
-    return held
 
 
 def window_steps(step_time_s):
