@@ -11,17 +11,11 @@ The child is forked from the test's process, which has imported `repro` already:
 interpreter start (the command line's own process behaviour is tested in test_faults.py).
 """
 
-import contextlib
 import json
 import os
 import re
-import resource
-import selectors
-import signal
 import stat
-import sys
-import time
-import traceback
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,7 +24,7 @@ from typing import Callable
 import psutil
 import pytest
 import yaml
-from support import REPO, configfiles, copy_workflow, run_repro, snakemake, snapshot
+from support import REPO, configfiles, copy_workflow, run_forked, run_repro, snakemake, snapshot
 
 from repro.cli import main
 
@@ -492,90 +486,14 @@ INPUT_FAULTS = [
 ]
 
 
-def _address_space():
-    """This process's virtual memory size in bytes (the RLIMIT_AS measure)."""
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[0]) * resource.getpagesize()
-
-
-def _limited():
-    """In the bounded child: an address space it cannot grow by more than MEMORY_LIMIT past what it
-    inherited, a file size it cannot write past, and SIGINT as at a terminal."""
-    limit = _address_space() + MEMORY_LIMIT
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _child(argv, out, err):
-    """The forked child: `repro ARGV` (repro.cli.main) with stdout and stderr on the pipes `out` and
-    `err`, bounded; it ends with main's exit code, 1 and the traceback on an escaping exception, as the
-    `repro` program does. Never returns."""
-    code = 1
-    try:
-        os.setsid()  # a group of its own, which the deadline kills whole
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        sys.stdout = open(1, "w", closefd=False)
-        sys.stderr = open(2, "w", closefd=False)
-        _limited()
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's usage errors, `trace validate`
-            code = exc.code
-        if not isinstance(code, int):  # sys.exit(None) or sys.exit("message"), as the interpreter ends
-            if code is not None:
-                print(code, file=sys.stderr)
-            code = 0 if code is None else 1
-    except BaseException:  # noqa: BLE001 - reported as an uncaught exception ends a program
-        traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
 def _run_bounded(argv, work):
-    """(exit code, stdout, stderr) of `repro ARGV` in a forked child (cwd `work`): _child, read to its
-    end within DEADLINE_S, or the test fails and the child's process group is killed."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(out_r)
-        os.close(err_r)
-        os.chdir(work)
-        _child(argv, out_w, err_w)
-    os.close(out_w)
-    os.close(err_w)
-    chunks = {out_r: [], err_r: []}
-    deadline = time.monotonic() + DEADLINE_S
-    with selectors.DefaultSelector() as selector:
-        for fd in chunks:
-            selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            ready = selector.select(timeout=max(left, 0)) if left > 0 else []
-            if not ready:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)  # its own group; the child is not reaped yet: ours
-                os.waitpid(pid, 0)
-                for fd in chunks:
-                    os.close(fd)
-                pytest.fail(f"repro {' '.join(argv)[:200]} did not end within {DEADLINE_S} s")
-            for key, _ in ready:
-                data = os.read(key.fd, 1 << 16)
-                if data:
-                    chunks[key.fd].append(data)
-                else:
-                    selector.unregister(key.fd)
-                    os.close(key.fd)
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)  # -N where signal N ended it
-    return code, *(b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
+    """(exit code, stdout, stderr) of `repro ARGV` in a child forked from the test's process (cwd
+    `work`): its address space can grow by MEMORY_LIMIT at most, its files by FILE_LIMIT, and it must
+    end within DEADLINE_S, or the test fails."""
+    try:
+        return run_forked(argv, work, DEADLINE_S, growth=MEMORY_LIMIT, file_size=FILE_LIMIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"repro {' '.join(argv)[:200]} did not end within {DEADLINE_S} s")
 
 
 @pytest.mark.parametrize("fault", INPUT_FAULTS, ids=[f.id for f in INPUT_FAULTS])
