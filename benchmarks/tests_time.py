@@ -2,10 +2,11 @@
 can run) and `make test-all` (what CI runs, less the services' install), each run as a user runs it.
 
 Each tier's pytest prints `tier NAME: S s wall` (tests/conftest.py); this prints that, the wall time
-of the whole make command (set-up included), the machine's load before and after, and the pytest
-summary line. Goals (on 2 cores, idle): test-fast < 60 s, test < 300 s, CI (.ci/run) < 720 s. On a
-shared machine the numbers move with the load: compare two trees side by side in one window
-(--repo for the other tree), not against an earlier measurement.
+of the whole make command (set-up included), its CPU time (user + system, of every process it
+waited for), the machine's load before and after, and the pytest summary line. Goals (on 2 cores,
+idle): test-fast < 60 s, test < 300 s, CI (.ci/run) < 720 s. On a shared machine the numbers
+move with the load: compare two trees side by side in one window (--repo for the other tree),
+not against an earlier measurement.
 
     python benchmarks/tests_time.py                      # test-fast, then test
     python benchmarks/tests_time.py --tiers test-fast --rounds 3
@@ -16,6 +17,7 @@ shared machine the numbers move with the load: compare two trees side by side in
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -26,13 +28,19 @@ TIERS = ("test-fast", "test", "test-all")
 
 def run_tier(repo, tier, make_args):
     load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(["make", "-C", str(repo), tier, *make_args], capture_output=True, text=True)
     wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds (user + system) of make and every process it waited for: on a shared machine this
+    # moves much less with the load than the wall clock does
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     out = proc.stdout + proc.stderr
     pytest_wall = re.search(r"^tier [\w-]+: ([\d.]+) s wall$", out, re.M)
     summary = [line for line in out.splitlines() if re.match(r"^=*\s*\d+ (passed|failed)", line.strip("= "))]
-    return {"tier": tier, "rc": proc.returncode, "make_s": wall, "pytest_s": float(pytest_wall.group(1)) if pytest_wall else None,
+    return {"tier": tier, "rc": proc.returncode, "make_s": wall, "cpu_s": cpu,
+            "pytest_s": float(pytest_wall.group(1)) if pytest_wall else None,
             "load_before": load, "load_after": os.getloadavg()[0], "summary": summary[-1].strip("= ") if summary else out[-300:]}
 
 
@@ -61,7 +69,8 @@ def main(argv=None):
                 r = run_tier(args.repo, tier, [*chosen, *args.make_args])
                 times[count] = r["pytest_s"]
                 pytest_s = f"{r['pytest_s']:.1f}" if r["pytest_s"] is not None else "?"
-                print(f"round {round_ + 1} {tier} workers={count}: pytest {pytest_s} s, make {r['make_s']:.1f} s, rc {r['rc']}, "
+                print(f"round {round_ + 1} {tier} workers={count}: pytest {pytest_s} s, make {r['make_s']:.1f} s, "
+                      f"CPU {r['cpu_s']:.1f} s, rc {r['rc']}, "
                       f"load {r['load_before']:.1f}->{r['load_after']:.1f}: {r['summary']}", flush=True)
                 failed |= r["rc"] != 0
             if len(workers) > 1 and all(times.values()):

@@ -4,11 +4,15 @@ model store servers."""
 import contextlib
 import os
 import re
+import resource
+import selectors
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -184,9 +188,11 @@ def snapshot(root):
     return entries
 
 
-def run_repro(argv, capsys):
-    """`repro ARGV` in this process: (exit code, stdout, stderr). An escaping exception fails the test."""
-    from repro.cli import main
+def run_repro(argv, capsys, main=None):
+    """`repro ARGV` in this process (or the entry point `main`, trims-tools' for one): (exit code, stdout,
+    stderr). An escaping exception fails the test."""
+    if main is None:
+        from repro.cli import main
 
     try:
         code = main([str(a) for a in argv])
@@ -194,6 +200,28 @@ def run_repro(argv, capsys):
         code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+class _Hidden:
+    """A meta path finder under which `names` and their submodules cannot be found."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == hidden or name.startswith(hidden + ".") for hidden in self.names):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def hide_modules(monkeypatch, *names):
+    """From here to the test's end, `names` (and their submodules) cannot be imported in this process,
+    as where the extra that installs them is missing: importlib.util.find_spec and import raise
+    ModuleNotFoundError. Those imported already are set aside; monkeypatch puts everything back."""
+    monkeypatch.setattr(sys, "meta_path", [_Hidden(names), *sys.meta_path])
+    for name in list(sys.modules):
+        if any(name == hidden or name.startswith(hidden + ".") for hidden in names):
+            monkeypatch.delitem(sys.modules, name)
 
 
 def store_processes(workdir):
@@ -204,6 +232,95 @@ def store_processes(workdir):
 
     private = str(runtime_dir(workdir))
     return [p for p in psutil.process_iter(["cmdline"]) if any(private in arg for arg in p.info["cmdline"] or ())]
+
+
+def _address_space():
+    """This process's virtual memory size in bytes (what RLIMIT_AS limits)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * resource.getpagesize()
+
+
+def _forked_child(argv, out, err, main, growth, file_size, env):
+    """In a child forked by run_forked: `main(argv)` with stdout and stderr on the pipes `out` and
+    `err`, in a process group of its own, its address space limited to `growth` bytes past what it
+    inherited and its files to `file_size` bytes (where given), SIGINT as at a terminal. Ends with
+    main's exit code, or 1 and the traceback where an exception escapes, as the program does."""
+    code = 1
+    try:
+        os.setsid()
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", closefd=False)
+        os.environ.update(env or {})
+        if growth is not None:
+            limit = _address_space() + growth
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if file_size is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if main is None:
+            from repro.cli import main
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:  # argparse's usage errors, `trace validate`
+            code = exc.code
+        if not isinstance(code, int):  # sys.exit(None) or sys.exit("message"), as the interpreter ends
+            if code is not None:
+                print(code, file=sys.stderr)
+            code = 0 if code is None else 1
+    except BaseException:  # noqa: BLE001 - reported as an uncaught exception ends a program
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def run_forked(argv, cwd, timeout, main=None, growth=None, file_size=None, env=None):
+    """`repro ARGV` (or the entry point `main`) in a child forked from this process, which has
+    imported the package already: no interpreter start, as the program would pay. The child runs in
+    `cwd` with `env` added to the environment, bounded as _forked_child says. Returns (exit code,
+    stdout, stderr); after `timeout` seconds its process group is killed and subprocess.TimeoutExpired
+    raised."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        os.chdir(cwd)
+        _forked_child(argv, out_w, err_w, main, growth, file_size, env)
+    os.close(out_w)
+    os.close(err_w)
+    chunks = {out_r: [], err_r: []}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            ready = selector.select(timeout=left) if left > 0 else []
+            if not ready:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)  # its own group; the child is not reaped yet: ours
+                os.waitpid(pid, 0)
+                for fd in chunks:
+                    os.close(fd)
+                raise subprocess.TimeoutExpired(["repro", *map(str, argv)], timeout)
+            for key, _ in ready:
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)  # -N where signal N ended it
+    return code, *(b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
 
 
 def engine_spec(pecan_config, mode, **overrides):

@@ -5,18 +5,17 @@ settings that lack what a command reads, calibrations that divide by zero.
 Each row of `INPUT_FAULTS` runs `repro` and requires exit code 1 (2 for argparse's usage errors),
 exactly one line on stderr matching `error` (naming the file, key or flag), no new, changed or
 deleted file under the test's directory and no process left running. A row that could fill the
-memory or never end on a regression (`bounded`) runs in a child process with its address space
-limited and a deadline, so that a regression fails the test instead of the machine.
+memory or never end on a regression (`bounded`) runs in a child process with the growth of its
+address space limited and a deadline, so that a regression fails the test instead of the machine.
+The child is forked from the test's process, which has imported `repro` already: each row pays no
+interpreter start (the command line's own process behaviour is tested in test_faults.py).
 """
 
 import json
 import os
 import re
-import resource
-import signal
 import stat
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,7 +24,7 @@ from typing import Callable
 import psutil
 import pytest
 import yaml
-from support import REPO, configfiles, copy_workflow, run_repro, snakemake, snapshot
+from support import REPO, configfiles, copy_workflow, run_forked, run_repro, snakemake, snapshot
 
 from repro.cli import main
 
@@ -487,25 +486,14 @@ INPUT_FAULTS = [
 ]
 
 
-def _limited():
-    """In the bounded child: an address space and file size it cannot grow past, and SIGINT as at a terminal."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _run_bounded(argv, work):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
-           "OPENBLAS_NUM_THREADS": "1"}  # each OpenBLAS thread reserves address space of its own
-    proc = subprocess.Popen([sys.executable, "-m", "repro.cli", *argv], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_limited, start_new_session=True)
+    """(exit code, stdout, stderr) of `repro ARGV` in a child forked from the test's process (cwd
+    `work`): its address space can grow by MEMORY_LIMIT at most, its files by FILE_LIMIT, and it must
+    end within DEADLINE_S, or the test fails."""
     try:
-        out, err = proc.communicate(timeout=DEADLINE_S)
+        return run_forked(argv, work, DEADLINE_S, growth=MEMORY_LIMIT, file_size=FILE_LIMIT)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own group, not yet reaped: ours
-        proc.communicate()
         pytest.fail(f"repro {' '.join(argv)[:200]} did not end within {DEADLINE_S} s")
-    return proc.returncode, out, err
 
 
 @pytest.mark.parametrize("fault", INPUT_FAULTS, ids=[f.id for f in INPUT_FAULTS])

@@ -29,7 +29,7 @@ from repro.cli import main
 from repro.processes import describe, matches, read_record
 from repro.trims.modelstore import segment_prefix
 from repro.trims.originals import main as tools_main
-from support import snapshot, start_server, stop_server
+from support import run_forked, snapshot, start_server, stop_server
 
 pytestmark = pytest.mark.fault
 
@@ -314,9 +314,7 @@ def test_a_log_file_that_is_a_fifo_is_refused(models, tmp_path):
     os.mkfifo(tmp_path / "log")
     sock = tmp_path / "store.sock"
     try:
-        proc = subprocess.run([sys.executable, "-m", "repro.cli", *_server_argv(models, sock, "-d", "--log-file",
-                                                                                  tmp_path / "log")],
-                              capture_output=True, text=True, timeout=30, cwd=tmp_path)
+        proc = _serve(_server_argv(models, sock, "-d", "--log-file", tmp_path / "log"), sock, tmp_path)
     finally:
         _stop_whatever_answers(sock)
     assert proc.returncode == 1 and "--log-file" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -324,12 +322,7 @@ def test_a_log_file_that_is_a_fifo_is_refused(models, tmp_path):
 
 def test_a_missing_base_path_is_refused_before_serving(tmp_path):
     sock = tmp_path / "store.sock"
-    try:
-        proc = subprocess.run([sys.executable, "-m", "repro.cli", *_server_argv(tmp_path / "nope", sock)],
-                              capture_output=True, text=True, timeout=30, cwd=tmp_path)
-    except subprocess.TimeoutExpired:
-        _stop_whatever_answers(sock)
-        raise
+    proc = _serve(_server_argv(tmp_path / "nope", sock), sock, tmp_path)
     assert proc.returncode == 1 and proc.stderr.startswith("repro: error: --base-path"), proc.stderr
     assert not sock.exists()
 
@@ -695,15 +688,11 @@ def test_an_upload_target_that_cannot_be_reached_is_refused_before_the_run(work,
 def test_a_store_record_that_is_no_regular_file_is_refused_before_a_store_starts(tmp_path, kind):
     """The model store's record (store.json in the private runtime directory) as a FIFO would hang
     `trims store start`, a link to /dev/zero fill its memory: refused by name, and no store starts."""
-    import resource
-
     from repro.processes import runtime_dir
 
     xdg, work = tmp_path / "xdg", tmp_path / "work"
     xdg.mkdir(mode=0o700)
     work.mkdir()
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg), "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
     old = os.environ.get("XDG_RUNTIME_DIR")
     os.environ["XDG_RUNTIME_DIR"] = str(xdg)
     try:
@@ -716,18 +705,10 @@ def test_a_store_record_that_is_no_regular_file_is_refused_before_a_store_starts
         record.symlink_to("/dev/zero")
     settings = json.dumps({"base_path": str(tmp_path / "models"),
                            "server": {"memory_mb": 10, "eviction": "lru", "device": "cpu"}})
-
-    def limited():
-        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-
-    proc = subprocess.Popen([sys.executable, "-m", "repro.cli", "trims", "store", "start", "--settings", settings,
-                             "--state", str(work / "state.json")], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=limited, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=60)
+    try:  # in a child forked from this process, its address space bounded: reading /dev/zero whole would fill it
+        code, _, err = run_forked(["trims", "store", "start", "--settings", settings, "--state", work / "state.json"],
+                                  work, 60, growth=2 << 30, env={"XDG_RUNTIME_DIR": str(xdg)})
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session, not yet reaped: ours
-        proc.communicate()
         pytest.fail("trims store start did not end within 60 s")
     finally:
         if (runtime_dir_pid := record.with_name("trims.pid")).is_file():  # a store it started: stop it by its record
@@ -735,8 +716,8 @@ def test_a_store_record_that_is_no_regular_file_is_refused_before_a_store_starts
             if pid and matches(pid):
                 os.kill(pid["pid"], signal.SIGTERM)
     kind_name = "a FIFO" if kind == "fifo" else "a symbolic link"
-    assert proc.returncode == 1 and re.fullmatch(rf"repro: error: .*store.json \(the model store's record\): is {kind_name}; "
-                                                 r"expected a regular file.*\n", err), err[-2000:]
+    assert code == 1 and re.fullmatch(rf"repro: error: .*store.json \(the model store's record\): is {kind_name}; "
+                                      r"expected a regular file.*\n", err), err[-2000:]
     assert not (work / "state.json").exists() and not record.with_name("trims.pid").exists()
 
 
@@ -752,14 +733,15 @@ def test_trims_tools_tool_config_that_cannot_be_built(work, capsys, text, patter
 
 
 def _serve(argv, sock, cwd):
-    """`repro` with a server command line expected to be refused; a server the old code started on
-    `sock` is stopped."""
+    """`repro` with a server command line expected to be refused, in a child forked from this process
+    (support.run_forked), as subprocess.run gives its result; a server the old code started on `sock`
+    is stopped."""
     try:
-        return subprocess.run([sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True, timeout=30,
-                              cwd=cwd)
+        code, out, err = run_forked(argv, cwd, 30)
     except subprocess.TimeoutExpired:
         _stop_whatever_answers(sock)
         raise
+    return subprocess.CompletedProcess(["repro", *argv], code, out, err)
 
 
 def test_a_memory_budget_beyond_any_machine_is_refused_before_serving(models, tmp_path):

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import BIN
+from support import BIN, run_repro
 from test_trims import fake_models
 
 from repro.trims.models import generate
+from repro.trims import originals
 from repro.trims.originals import COMMANDS, parse_flags, translate
 from repro.trims.modelstore import ModelStore
 
@@ -51,6 +52,18 @@ def _env(home):
     runtime.mkdir(mode=0o700, exist_ok=True)
     env.update(HOME=str(home), XDG_RUNTIME_DIR=str(runtime), PATH=f"{BIN}:{env['PATH']}")
     return env
+
+
+def in_process(monkeypatch, capsys, home, *words, main=originals.main):
+    """`main(words)` (trims-tools' entry point, or repro's) in this process, in the environment and
+    directory trims_tools gives the program: (exit code, stdout, stderr)."""
+    env = _env(home)
+    for key in ("CARML_CONFIG_FILE", "UPR_BASE_DIR", "GOPATH", "CUDA_VISIBLE_DEVICES"):  # main may set the last
+        monkeypatch.delenv(key, raising=False)
+    for key in ("HOME", "XDG_RUNTIME_DIR", "PATH"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.chdir(home)
+    return run_repro(words, capsys, main=main)
 
 
 def trims_tools(home, *words, ok=True, cwd=None):
@@ -234,11 +247,16 @@ def test_top_level_run_uploads_to_the_configured_bucket(tmp_path):
     (["client", "memory_usage", "-f", "xml"], 1, "--format: unknown format 'xml'"),
     (["frobnicate"], 2, "unknown command 'frobnicate'"),
 ])
-def test_bad_command_lines_name_the_flag(tmp_path, words, status, message):
+def test_bad_command_lines_name_the_flag(tmp_path, monkeypatch, capsys, words, status, message):
+    """Run by trims-tools' main in this process; an unknown command goes through the program itself."""
     (tmp_path / ".carml_config.yml").write_text(ORIGINAL_CONFIG)
     generate("squeezenet_1.1", tmp_path / "carml" / "data" / "mxnet" / "squeezenet_1.1", seed=1)
-    proc = trims_tools(tmp_path, *words, ok=False)
-    assert proc.returncode == status and message in proc.stderr, proc.stderr
+    if words == ["frobnicate"]:
+        proc = trims_tools(tmp_path, *words, ok=False)
+        code, err = proc.returncode, proc.stderr
+    else:
+        code, _, err = in_process(monkeypatch, capsys, tmp_path, *words)
+    assert code == status and message in err, err
 
 
 @pytest.mark.fault
@@ -349,9 +367,17 @@ def test_pecan_costs_accepts_extract_costs_options(tmp_path):
     (["--model=resnet", "--tpu_count=4097"], "--tpu-count (1 to 4096)"),
     ([], "--experiment NAME"),
 ])
-def test_pecan_costs_bad_options_are_named(tmp_path, words, message):
-    proc = _repro(tmp_path, "pecan", "costs", "--config", CONFIG, str(PECAN_LOGS / "resnet_pecan.log"), *words)
-    assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
+def test_pecan_costs_bad_options_are_named(tmp_path, monkeypatch, capsys, words, message):
+    """Run by repro's main in this process; without --experiment, through the `repro` program itself."""
+    argv = ["pecan", "costs", "--config", CONFIG, str(PECAN_LOGS / "resnet_pecan.log"), *words]
+    if not words:
+        proc = _repro(tmp_path, *argv)
+        code, err = proc.returncode, proc.stderr
+    else:
+        monkeypatch.setenv("HOME", str(tmp_path))
+        monkeypatch.chdir(tmp_path)
+        code, _, err = run_repro(argv, capsys)
+    assert code in (1, 2) and message in err, err
 
 
 @pytest.mark.service

@@ -111,13 +111,23 @@ def test_a_new_pipeline_runs_through_the_cli(extension, tmp_path):
     assert metrics["spec"]["batch_size"] == 64 and metrics["throughput"] > 0
 
 
-def test_a_new_pipeline_needs_its_calibration_and_the_local_preset(extension, tmp_path):
-    config = workload_config(tmp_path)
+@pytest.fixture(scope="module")
+def builtin_calibrations(tmp_path_factory):
+    """Calibrations of the built-in resnet and retinanet pipelines (no extension needed to make them),
+    made once, in this process; the tests only read them."""
+    from repro.cli import main
+
+    directory = tmp_path_factory.mktemp("calibrations")
     for pipeline in ("resnet", "retinanet"):
-        extension("repro.cli", "pecan", "calibrate", "--pipeline", pipeline, "--elements", "2", "--repeats", "1",
-                  "-o", str(tmp_path / f"{pipeline}.json"))
+        assert main(["pecan", "calibrate", "--pipeline", pipeline, "--elements", "2", "--repeats", "1",
+                     "-o", str(directory / f"{pipeline}.json")]) == 0
+    return directory
+
+
+def test_a_new_pipeline_needs_its_calibration_and_the_local_preset(extension, builtin_calibrations, tmp_path):
+    config = workload_config(tmp_path)
     args = ["pecan", "run", "--experiment", "Thumbnails", "--mode", "short", "--out", str(tmp_path / "run"),
-            "--calibration", str(tmp_path / "resnet.json"), str(tmp_path / "retinanet.json")]
+            "--calibration", str(builtin_calibrations / "resnet.json"), str(builtin_calibrations / "retinanet.json")]
     proc = extension("repro.cli", *args, "--config", str(config))
     assert proc.returncode == 1
     assert "no costs for pipeline 'thumbnails'" in proc.stderr and "repro pecan calibrate" in proc.stderr
@@ -167,16 +177,14 @@ def test_the_schema_names_come_from_the_registries():
     assert names("backends") == backend_names() == ["local", "ssh"]
 
 
-def test_an_engine_and_its_settings_come_from_its_registry_entry(extension, tmp_path):
+def test_an_engine_and_its_settings_come_from_its_registry_entry(extension, builtin_calibrations, tmp_path):
     """The engine's name and its settings section (with defaults) come from its Engine entry alone; a
     run with it writes what every engine writes."""
-    calibrations = []
-    for pipeline in ("resnet", "thumbnails"):
-        out = tmp_path / f"{pipeline}.json"
-        proc = extension("repro.cli", "pecan", "calibrate", "--pipeline", pipeline, "--elements", "2", "--repeats", "1",
-                         "-o", str(out))
-        assert proc.returncode == 0, proc.stderr
-        calibrations.append(str(out))
+    out = tmp_path / "thumbnails.json"
+    proc = extension("repro.cli", "pecan", "calibrate", "--pipeline", "thumbnails", "--elements", "2", "--repeats", "1",
+                     "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    calibrations = [str(builtin_calibrations / "resnet.json"), str(out)]
     config = workload_config(tmp_path, {"pecan": {"engine": "replay"}})
     proc = extension("repro.cli", "pecan", "run", "--config", str(config), "--experiment", "Thumbnails", "--mode", "short",
                      "--calibration", *calibrations, "--out", str(tmp_path / "run"))
@@ -190,6 +198,7 @@ def test_an_engine_and_its_settings_come_from_its_registry_entry(extension, tmp_
     assert proc.returncode == 1 and "pecan.engine: 'replay' is not one of ['model', 'tfdata']" in proc.stderr
 
 
+@pytest.mark.service  # runs TensorFlow
 def test_a_new_pipelines_tf_form_runs_on_the_tfdata_engines_ops(extension, tmp_path):
     """The pipeline's record carries its TF form: the tf.data engine's dataset runs it, no other file named."""
     pytest.importorskip("tensorflow")

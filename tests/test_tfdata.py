@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 import yaml
 
-from repro.config import validate_config
+from repro.config import load_config, validate_config
 from repro.errors import ReproError
 from repro.pecan.pipelines import IMAGENET_MEAN, IMAGENET_STD
-from support import TINY, copy_workflow, snakemake
+
+from support import TINY, copy_workflow, hide_modules, run_repro, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 REPRO = Path(sys.executable).parent / "repro"
@@ -50,6 +51,7 @@ def test_without_tensorflow_the_engine_names_the_extra(tmp_path):
 
 
 @pytest.mark.fault
+@pytest.mark.workflow
 def test_engine_tfdata_without_tensorflow_fails_at_config_check(tmp_path):
     """Snakemake's parse (the Snakefile's config check) names the extra; nothing runs."""
     copy_workflow(tmp_path)
@@ -175,17 +177,19 @@ def test_validation_refuses_a_run_of_another_experiment(tmp_path, capsys):
 
 
 @pytest.mark.fault
-def test_validation_refuses_a_run_named_twice(tmp_path):
+def test_validation_refuses_a_run_named_twice(tmp_path, capsys):
     """The same metrics.json named twice (in another spelling too) is refused naming it: its
-    deployments were counted twice in the verdict (2 of 4 deployments where the run has 2)."""
+    deployments were counted twice in the verdict (2 of 4 deployments where the run has 2). The first
+    spelling goes through the `repro` program (its exit code and stderr), the other through main()."""
     runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)])]
-    _validate(tmp_path, runs)
+    _validate(tmp_path, runs, capsys)
     (tmp_path / "v.csv").unlink()
-    for again in (tmp_path / "m0.json", f"{tmp_path}/./m0.json"):
-        result = subprocess.run([str(REPRO), "pecan", "validation", "E", "--metrics", str(tmp_path / "m0.json"),
-                                 str(again), "--calibration", str(tmp_path / "calibration.json"), "--network-gbps", "32",
-                                 "--style", "{}", "--output", str(tmp_path / "v.pdf"), str(tmp_path / "v.png"), "--table",
-                                 str(tmp_path / "v.csv")], capture_output=True, text=True)
+    for again, program in ((tmp_path / "m0.json", True), (f"{tmp_path}/./m0.json", False)):
+        argv = ["pecan", "validation", "E", "--metrics", str(tmp_path / "m0.json"), str(again), "--calibration",
+                str(tmp_path / "calibration.json"), "--network-gbps", "32", "--style", "{}", "--output",
+                str(tmp_path / "v.pdf"), str(tmp_path / "v.png"), "--table", str(tmp_path / "v.csv")]
+        result = (subprocess.run([str(REPRO), *argv], capture_output=True, text=True) if program
+                  else _repro(capsys, *argv))
         assert (result.returncode, result.stderr) == (1, f"repro: error: --metrics {again}: the file {tmp_path / 'm0.json'} "
                                                          "named already; expected each run's metrics.json once\n")
         assert not (tmp_path / "v.csv").exists()
@@ -333,7 +337,13 @@ def test_validation_summary_and_caption_count_each_model_column(tmp_path):
     assert (tmp_path / "v.png").stat().st_size > 1000
 
 
-def _validate(tmp_path, runs):
+def _repro(capsys, *argv):
+    """`repro ARGV` run in this process (repro.cli.main), as subprocess.run gives a program's result."""
+    code, out, err = run_repro(argv, capsys)
+    return subprocess.CompletedProcess(["repro", *argv], code, out, err)
+
+
+def _validate(tmp_path, runs, capsys):
     """`repro pecan validation` on engine runs' metrics (files in tmp_path): the result, the table."""
     paths = []
     for i, metrics in enumerate(runs):
@@ -342,23 +352,22 @@ def _validate(tmp_path, runs):
     calibration = tmp_path / "calibration.json"
     calibration.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, **CALIBRATION["resnet"]}))
     style = json.dumps({"font_size": 8, "width_in": 6, "height_in": 4, "dpi": 60})
-    result = subprocess.run([str(REPRO), "pecan", "validation", "E", "--metrics", *map(str, paths), "--calibration",
-                             str(calibration), "--network-gbps", "32", "--style", style, "--output",
-                             str(tmp_path / "v.pdf"), str(tmp_path / "v.png"), "--table", str(tmp_path / "v.csv")],
-                            capture_output=True, text=True)
+    result = _repro(capsys, "pecan", "validation", "E", "--metrics", *map(str, paths), "--calibration", str(calibration),
+                    "--network-gbps", "32", "--style", style, "--output", str(tmp_path / "v.pdf"),
+                    str(tmp_path / "v.png"), "--table", str(tmp_path / "v.csv"))
     with open(tmp_path / "v.csv") as fh:
         return result, list(csv.DictReader(fh))
 
 
 @pytest.mark.fault
-def test_validation_with_every_deployment_at_the_bound_is_not_validated(tmp_path):
+def test_validation_with_every_deployment_at_the_bound_is_not_validated(tmp_path, capsys):
     """Runs that never leave the accelerator's bound (the issue's nine deployments at 172-177
     examples/s, the model at its bound): agreement there tests nothing, so the validation fails."""
     fast = ["127.0.0.1:1", "127.0.0.1:2"]
     runs = [_engine_metrics(windows=[(fast, fast, 0.4)]), _engine_metrics("pecan", windows=[(fast, fast, 0.41)])]
     for metrics in runs:  # 5 ms per element: two workers deliver 400 examples/s, the bound is 100
         metrics["pipeline_cost"]["cpu_s_per_element"] = 0.005
-    result, table = _validate(tmp_path, runs)
+    result, table = _validate(tmp_path, runs, capsys)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == ("repro: error: E: not validated: accelerator-bound everywhere "
                                                       "(0 of 2 deployments below the bound, 3 needed)")
@@ -367,17 +376,17 @@ def test_validation_with_every_deployment_at_the_bound_is_not_validated(tmp_path
 
 
 @pytest.mark.fault
-def test_validation_with_a_deployment_far_off_the_model_fails(tmp_path):
+def test_validation_with_a_deployment_far_off_the_model_fails(tmp_path, capsys):
     """Three deployments below the bound, one measured at half what the model predicts: 2 of 3
     agree, under the 80% needed."""
     runs = [_engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)]), _engine_metrics("pecan", windows=[(TWO, TWO, 0.5)])]
-    result, table = _validate(tmp_path, runs)
+    result, table = _validate(tmp_path, runs, capsys)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == ("repro: error: E: validation failed: 2 of 3 deployments below the bound "
                                                       "within ±15% (80% needed)")
     assert sorted(float(r["model_tf_vs_engine"]) for r in table) == [0.0, 0.0, 1.0]
     runs[0]["windows"][1]["seconds"] = 0.5  # measured as predicted: validated
-    result, _ = _validate(tmp_path, runs)
+    result, _ = _validate(tmp_path, runs, capsys)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("validated: 3 of 3 deployments below the bound within ±15%")
 
@@ -416,7 +425,7 @@ def test_a_calibration_whose_tf_cost_is_not_a_positive_number_is_refused(tmp_pat
 
 
 def test_the_derived_scale_puts_collocated_below_the_bound_and_the_largest_deployment_at_it():
-    from repro.pecan.tfdata.spec import derive_scale
+    from repro.pecan.tfdata.spec import derive_scale  # no TensorFlow needed
 
     # 4 ms per element: one CPU delivers 250 examples/s, two 500
     two = derive_scale(0.004, 3234.0, 1, 1, 2)
@@ -514,14 +523,14 @@ def test_a_status_check_without_its_dispatcher_says_how_to_start_it_again(tf, tm
 
 
 @pytest.mark.fault
-def test_a_sweep_given_no_calibration_of_its_pipeline_is_refused_before_anything_runs(tmp_path):
+def test_a_sweep_given_no_calibration_of_its_pipeline_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
     """A calibration of another pipeline would be read for nothing (the first run would derive the
     scale instead of the one the modes' runs share): one line naming the flag and the pipeline."""
     other = tmp_path / "simclr.json"
     other.write_text(json.dumps({"pipeline": "simclr", "autoorder_saving": 0.1, **CALIBRATION["resnet"]}))
-    result = subprocess.run([str(REPRO), "pecan", "tfdata", "sweep", "--experiment", "ResNet50_v2-8", "--counts", "0",
-                             "--calibration", str(other), "--out", str(tmp_path / "sweep")],
-                            capture_output=True, text=True, cwd=REPO)
+    monkeypatch.chdir(REPO)
+    result = _repro(capsys, "pecan", "tfdata", "sweep", "--experiment", "ResNet50_v2-8", "--counts", "0",
+                    "--calibration", str(other), "--out", str(tmp_path / "sweep"))
     assert result.returncode == 1 and result.stderr == (
         f"repro: error: --calibration {other}: no calibration of pipeline 'resnet', the one ResNet50_v2-8 runs; "
         "expected its calibration JSON\n"), result.stderr
@@ -529,7 +538,7 @@ def test_a_sweep_given_no_calibration_of_its_pipeline_is_refused_before_anything
 
 
 @pytest.mark.fault
-def test_calibration_ops_is_pillow_or_tf_and_tf_names_the_extra_without_tensorflow(tmp_path):
+def test_calibration_ops_is_pillow_or_tf_and_tf_names_the_extra_without_tensorflow(tmp_path, monkeypatch):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     assert validate_config(copy.deepcopy(config))["calibration"]["ops"] == "pillow"  # the default: as before
     config["calibration"]["ops"] = "cuda"
@@ -537,10 +546,9 @@ def test_calibration_ops_is_pillow_or_tf_and_tf_names_the_extra_without_tensorfl
         validate_config(copy.deepcopy(config))
     config["calibration"]["ops"] = "tf"
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
-    code = HIDE_TENSORFLOW + "from repro.config import load_config\nload_config(sys.argv[1])\n"
-    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c.yaml")], capture_output=True, text=True, cwd=REPO)
-    assert result.returncode == 1
-    assert "calibration.ops: needs the 'tfdata' extra (pip install -e '.[tfdata]')" in result.stderr
+    hide_modules(monkeypatch, "tensorflow")  # as where the extra is not installed
+    with pytest.raises(ReproError, match=re.escape("calibration.ops: needs the 'tfdata' extra (pip install -e '.[tfdata]')")):
+        load_config(tmp_path / "c.yaml")
 
 
 def test_calibration_in_tf_ops_feeds_the_local_preset(tf, tmp_path):

@@ -487,6 +487,104 @@ def test_group_statistics_that_overflow_name_the_group():
         aggregate(events, ["model_name"])
 
 
+def test_group_by_a_field_no_trace_records_names_the_fields_there_are(tmp_path):
+    """Fields to group by: the run fields and every other plain value a trace's summary holds (not
+    what it measures, not its events)."""
+    from repro.traces.summarize import RUN_FIELDS, aggregate
+
+    path = dump(tmp_path / "t.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "pid": 1, "tid": 1}],
+                                      "otherData": {"batch": 4, "model_name": "m"}})
+    traces = [summarize_trace(path, detailed=True)]
+    assert aggregate(traces, ["batch"])[0]["group"] == {"batch": 4}
+    with pytest.raises(ReproError) as info:
+        aggregate(traces, ["batch", "nope"])
+    assert str(info.value) == (f"group-by field(s) ['nope']: no trace records them; fields to group by: "
+                               f"{sorted({*RUN_FIELDS, 'batch', 'file'})}")
+
+
+def test_a_run_field_that_is_a_list_is_refused_naming_it(tmp_path):
+    path = dump(tmp_path / "t.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "pid": 1, "tid": 1}],
+                                      "otherData": {"model_name": ["a"]}})
+    with pytest.raises(ReproError) as info:
+        summarize_trace(path)
+    assert str(info.value) == f"{path}: otherData.model_name: expected a string, number or true/false, got list"
+
+
+@pytest.mark.parametrize("end", [2**63 + 5, 2**64 + 5], ids=["past-int64", "past-64-bits"])
+def test_a_duration_from_an_int64_start_to_an_end_past_int64_is_taken_as_floats(tmp_path, end):
+    """The begin's timestamp is an int64, the end's is not (an unsigned 64-bit integer, or larger):
+    both are taken as floats, as where both are beyond 64 bits; the end-to-end times are the span's
+    duration."""
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [{"name": "a", "ph": "B", "ts": 0, "pid": 1, "tid": 1}, '
+                    f'{{"name": "a", "ph": "E", "ts": {end}, "pid": 1, "tid": 1}}]}}')
+    summary = summarize_trace(path)
+    assert summary["events"] == {"a": {"count": 1, "total": float(end), "mean": float(end)}}
+    for key in ("end_to_end_time", "end_to_end_process_time"):
+        assert type(summary[key]) is float and summary[key] == float(end), (key, summary[key])
+
+
+def test_a_trace_is_summarized_from_its_compact_chunks_and_read_again_with_the_same_options(tmp_path, monkeypatch):
+    """A trace the compact reading vouches for is never read as dicts; one it cannot (a timestamp
+    beyond 64 bits) is read again with the reader options given."""
+    summarize_module = sys.modules["repro.traces.summarize"]  # the package's `summarize` is the function
+    made = []
+
+    class Reader(TraceReader):
+        def __init__(self, path, **options):
+            made.append(options)
+            super().__init__(path, **options)
+
+    monkeypatch.setattr(summarize_module, "TraceReader", Reader)
+    plain = dump(tmp_path / "plain.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "pid": 1, "tid": 1}]})
+    with monkeypatch.context() as m:
+        m.setattr(TraceReader, "column_chunks", lambda self: pytest.fail("read as dicts"))
+        assert summarize_trace(plain, reader_options=CHUNKED)["events"] == {"a": {"count": 1, "total": 2, "mean": 2.0}}
+    assert made == [{"strict": True, **CHUNKED}]
+    made.clear()
+    beyond = tmp_path / "beyond.json"
+    beyond.write_text(f'{{"traceEvents": [{{"name": "a", "ph": "X", "ts": {2**64}, "dur": 2, "pid": 1, "tid": 1}}]}}')
+    assert summarize_trace(beyond, reader_options=CHUNKED)["events"]["a"]["count"] == 1
+    assert made == [{"strict": True, **CHUNKED}, {"strict": True, **CHUNKED}]
+
+
+def test_a_trace_whose_name_is_not_utf8_is_refused_naming_why(tmp_path):
+    from repro.traces.summarize import find_traces
+
+    name = os.fsdecode(b"run-\xff.json")
+    dump(tmp_path / name, {"traceEvents": []})
+    with pytest.raises(ReproError) as info:
+        find_traces([tmp_path])
+    assert str(info.value) == (f"{tmp_path / name}: the file name is not UTF-8 text, and a trace's name goes into the "
+                               "output; rename the file")
+
+
+def test_is_trace_reads_the_start_of_a_file_as_a_chrome_trace_begins(tmp_path):
+    from repro.traces.summarize import is_trace
+
+    cases = {b"  \n[{}]": True, b'{"traceEvents": []}': True, b'\t{"otherData": {}, "traceEvents": []}': True,
+             b'{"otherData": {}}': False, b"": False, b"traceEvents": False, b'"traceEvents"': False,
+             # the key must begin within the first 4096 bytes and end there: here it ends at the 4097th
+             b"{" + b" " * 4083 + b'"traceEvents": []}': False, b"{" + b" " * 4082 + b'"traceEvents": []}': True}
+    for i, (content, expected) in enumerate(cases.items()):
+        path = tmp_path / f"{i}.json"
+        path.write_bytes(content)
+        assert is_trace(path) is expected, content[:40]
+
+
+def test_is_summary_knows_both_summary_formats_and_nothing_else(tmp_path):
+    from repro.traces.summarize import is_summary
+
+    cases = {'{"traces": [], "groups": []}': True, '[{"file": "t.json"}]': True, "[]": True,
+             '{"traces": {}}': False, '{"groups": []}': False, '[{"file": "t.json"}, 3]': False, "[": False, "": False,
+             '"traces"': False}
+    for i, (content, expected) in enumerate(cases.items()):
+        path = tmp_path / f"{i}.json"
+        path.write_text(content)
+        assert is_summary(path) is expected, content
+    assert is_summary(tmp_path / "missing.json") is False
+
+
 def test_trace_search_skips_hidden_files_and_names_missing_inputs(tmp_path):
     from repro.traces.summarize import find_traces
 

@@ -23,6 +23,13 @@ def test_memory_report_has_measured_and_computed_columns(models, capsys):
 
 
 def test_memoryinfo_reads_combined_traces(models, tmp_path, capsys, monkeypatch):
+    """The models a combined trace names, in its order. Measuring each (a process of its own, seconds
+    each) is tested above: here it is a stand-in that records what it was asked."""
+    import sys
+
+    measured = []
+    monkeypatch.setattr(sys.modules["repro.trims.memory"], "measure",
+                        lambda model_dir: measured.append(model_dir.name) or {"measured_rss_bytes": 1, "measured_pss_bytes": 1})
     monkeypatch.setenv("HOME", str(tmp_path))
     config = tmp_path / "carml.yml"
     config.write_text(f"micro18:\n  base_path: {models}\n")
@@ -33,4 +40,4 @@ def test_memoryinfo_reads_combined_traces(models, tmp_path, capsys, monkeypatch)
     combine(traces, tmp_path / "compared-all.json")
     assert tools_main(["trace", "memoryinfo", str(tmp_path / "compared-all.json"), f"--config={config}"]) == 0
     rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
-    assert rows == ["squeezenet_1.1", "resnet18_v1"]
+    assert rows == measured == ["squeezenet_1.1", "resnet18_v1"]

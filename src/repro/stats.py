@@ -3,7 +3,6 @@
 import math
 
 import numpy as np
-from scipy import stats
 
 from repro.errors import ReproError
 
@@ -22,6 +21,8 @@ def mean_interval(values, confidence=CONFIDENCE):
     mean = float(values.mean())
     if values.size == 1 or np.all(values == values[0]):
         return mean, mean, mean
+    from scipy import stats  # imported here: scipy takes a second to import, and only this needs it
+
     half = stats.t.ppf(0.5 + confidence / 2, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size)
     return mean, float(mean - half), float(mean + half)
 

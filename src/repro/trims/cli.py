@@ -700,9 +700,10 @@ def _run_mode(args, options, plan, run_dir, original, label):
 
 
 def _memory(args):
-    from repro.trims.memory import format_report, model_memory
+    from repro.trims.memory import check_format, format_report, model_memory
     from repro.trims.server import StoreConnection
 
+    check_format(args.format)  # before the models are read and measured (seconds each)
     base = Path(_setting(args, "base_path", "base_path"))
     try:
         status = StoreConnection(_socket(args), timeout=2).request({"op": "status"})

@@ -105,10 +105,16 @@ def model_memory(model_dir, store_status=None, measured=True):
             "store_bytes": resident, "layers": layers}
 
 
-def format_report(rows, fmt):
-    """The models' memory as the original's formats: an ASCII table, CSV, TSV, or a C++ map initializer."""
+def check_format(fmt):
+    """`fmt` where it is one of FORMATS; a ReproError naming --format otherwise."""
     if fmt not in FORMATS:
         raise ReproError(f"--format: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def format_report(rows, fmt):
+    """The models' memory as the original's formats: an ASCII table, CSV, TSV, or a C++ map initializer."""
+    check_format(fmt)
     columns = ["model_name", "param_bytes", "activation_bytes", "store_bytes"]
     if rows and "measured_rss_bytes" in rows[0]:  # measured first; the computed figures stay beside it
         columns[1:1] = ["measured_rss_bytes", "measured_pss_bytes"]
