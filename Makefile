@@ -46,7 +46,7 @@ PYTEST := $(RUN) pytest -q -rs
 # most 8) keep the CPUs busy.
 WORKERS ?= auto
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n * 2 < 8 ? n * 2 : 8 )))
-DIST   := --dist loadfile --no-loadscope-reorder
+DIST   := --dist loadfile
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
 test: $(VENV)/.test-extras

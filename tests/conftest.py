@@ -196,22 +196,8 @@ SERVER_FIXTURES = {"server", "module_server"}
 SERVICE_FIXTURES = {"tf"}
 
 
-# The modules that take longest (real services, whole workflows, the README's every command), the
-# longest first. pytest-xdist hands whole modules to its workers in collection order (the Makefile's
-# --no-loadscope-reorder; by default it orders them by their count of tests, which put these few-test
-# modules last, where one of them ran on alone for minutes at the end).
-SLOW_MODULES = ("test_readme.py", "test_tfdata_runs.py", "test_tfdata_service.py", "test_ssh.py", "test_workflow.py",
-                "test_tfdata_workflow.py", "test_slurm.py", "test_workflow_store.py")
-
-
-def _slow_first(item):
-    name = item.path.name
-    return SLOW_MODULES.index(name) if name in SLOW_MODULES else len(SLOW_MODULES)
-
-
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_slow_first)
     for item in items:
         if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.service)
