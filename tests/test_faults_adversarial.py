@@ -14,10 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 from test_faults_input import CONFIG, Fault, _calibration, _write, check_fault
-from test_traces import _general_only, rich_trace
+from test_traces import every_reading_refuses, rich_trace
 
-from repro.errors import TraceError
-from repro.traces import combine, summarize_trace, validate
 
 pytestmark = pytest.mark.fault
 
@@ -95,16 +93,7 @@ def test_a_key_repeated_in_one_event_is_refused_naming_it(tmp_path, monkeypatch,
     path = tmp_path / "t.json"
     path.write_bytes(make(rich_trace()))
     error = rf"t\.json: event {index}: the key '{key}' appears twice in one event"
-    for general in (False, True):
-        with monkeypatch.context() as m:
-            if general:
-                _general_only(m)
-            for tool in (lambda: summarize_trace(path, reader_options=options),
-                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
-                         lambda: validate(path, reader_options=options)):
-                with pytest.raises(TraceError, match=error):
-                    tool()
-    assert not (tmp_path / "c.json").exists()
+    every_reading_refuses(path, tmp_path, monkeypatch, options, error)
 
 
 @pytest.mark.parametrize("options", [{}, {"whole_file_limit": 0, "chunk_bytes": 150}], ids=["whole", "chunked"])
@@ -248,16 +237,7 @@ def test_a_complete_event_of_negative_duration_is_refused(tmp_path, monkeypatch,
     path = tmp_path / "t.json"
     path.write_bytes(orjson.dumps(events))
     error = r"t\.json: event 7: 'dur' must not be negative, found -2\.5"
-    for general in (False, True):
-        with monkeypatch.context() as m:
-            if general:
-                _general_only(m)
-            for tool in (lambda: summarize_trace(path, reader_options=options),
-                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
-                         lambda: validate(path, reader_options=options)):
-                with pytest.raises(TraceError, match=error):
-                    tool()
-    assert not (tmp_path / "c.json").exists()
+    every_reading_refuses(path, tmp_path, monkeypatch, options, error)
 
 
 def test_profile_output_overwrite_replaces_only_a_directory_a_run_made(tmp_path, monkeypatch, capsys):

@@ -914,6 +914,21 @@ def test_span_matcher_agrees_with_a_stack_whatever_the_chunks(phases, cuts):
 # -- compact reading: the msgspec structs and copied-through JSON texts -------------------
 
 
+def every_reading_refuses(path, tmp_path, monkeypatch, options, error):
+    """summarize, combine and validate, on the compact reading and the general one, each refuse `path`
+    with a TraceError matching `error`; combine leaves no output."""
+    for general in (False, True):
+        with monkeypatch.context() as m:
+            if general:
+                _general_only(m)
+            for tool in (lambda: summarize_trace(path, reader_options=options),
+                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
+                         lambda: validate(path, reader_options=options)):
+                with pytest.raises(TraceError, match=error):
+                    tool()
+    assert not (tmp_path / "c.json").exists()
+
+
 def _general_only(monkeypatch):
     """Make every reading take the general (orjson) path."""
     from repro.traces.reader import NotCompact
@@ -1149,16 +1164,7 @@ def test_a_top_level_key_repeated_is_refused_naming_it(tmp_path, monkeypatch, na
     path = tmp_path / "t.json"
     path.write_bytes(make(rich_trace()))
     error = rf"t\.json: not a Chrome trace: the key '{key}' appears twice at the top level"
-    for general in (False, True):
-        with monkeypatch.context() as m:
-            if general:
-                _general_only(m)
-            for tool in (lambda: summarize_trace(path, reader_options=options),
-                         lambda: combine([path], tmp_path / "c.json", reader_options=options, workers=1),
-                         lambda: validate(path, reader_options=options)):
-                with pytest.raises(TraceError, match=error):
-                    tool()
-    assert not (tmp_path / "c.json").exists()
+    every_reading_refuses(path, tmp_path, monkeypatch, options, error)
 
 
 @pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
