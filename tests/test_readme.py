@@ -1,6 +1,8 @@
 """The documentation is executable: every command in the shell blocks of README.md, config/README.md
-and docs/*.md (DOCUMENTS, in that order) runs, as written, in a fresh copy of the workflow, in
-order (later commands see what earlier ones built).
+and docs/*.md (`documents()`, in that order) runs, as written, in a fresh copy of the workflow, in
+order (later commands see what earlier ones built). The documents that need nothing built before
+them (SEPARATE) run each in a copy of their own, as a test of its own, so that pytest-xdist runs
+them side by side; every other document runs after the README, in the README's copy.
 
 Snakemake commands get the tiny test config through a Snakemake profile named by SNAKEMAKE_PROFILE
 (the commands themselves are not changed). A block may be marked in a document, on the line before
@@ -18,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from support import BIN, REPO, TINY, copy_workflow, path_env, run_stopped_as_by_ctrl_c, stop_clusters
@@ -36,14 +39,28 @@ MODES = ("dry-run", "tfdata")
 TFDATA_MISSING = importlib.util.find_spec("tensorflow") is None
 
 
+# Documents whose commands build what they need themselves, each run in a fresh copy of its own
+SEPARATE = ("config/README.md", "docs/FIGURES.md")
+
+
 def documents():
     """The documents whose commands run: the README, the configuration's, then docs/ by name."""
     return [REPO / "README.md", REPO / "config" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
-def documented_commands():
-    """(document, command, mode, reason) for every command of every document, in order."""
-    return [(path.relative_to(REPO), *command) for path in documents() for command in readme_commands(path.read_text())]
+def documented_commands(names=None):
+    """(document, command, mode, reason) for every command of every document (or of the documents
+    `names`, as paths relative to the repository), in order."""
+    return [(path.relative_to(REPO), *command) for path in documents()
+            if names is None or str(path.relative_to(REPO)) in names for command in readme_commands(path.read_text())]
+
+
+def chains():
+    """The documents in the groups that each run in order in a fresh copy: the README with every
+    document not in SEPARATE, then each of SEPARATE alone."""
+    names = [str(path.relative_to(REPO)) for path in documents()]
+    assert set(SEPARATE) <= set(names), f"SEPARATE names a document that is not read: {SEPARATE}"
+    return [tuple(name for name in names if name not in SEPARATE), *((name,) for name in SEPARATE)]
 
 
 def readme_commands(text):
@@ -145,13 +162,16 @@ def fresh_copy(tmp_path):
 
 
 @pytest.mark.workflow
-def test_every_documented_command_runs_as_written(fresh_copy):
+@pytest.mark.parametrize("chain", [pytest.param(chain, id=chain[0], marks=pytest.mark.xdist_group(f"readme {chain[0]}"))
+                                   for chain in chains()])
+def test_every_documented_command_runs_as_written(fresh_copy, chain):
     work, profile = fresh_copy
-    commands = documented_commands()
+    commands = documented_commands(chain)
     env = path_env(SNAKEMAKE_PROFILE=str(profile), HOME=str(work.parent / "home"))
     (work.parent / "home").mkdir()
-    ran, checked = [], []
+    ran, checked, took = [], [], []
     for document, command, mode, reason in commands:
+        started = time.monotonic()
         if command.startswith("make test"):
             mode, reason = "dry-run", "the tests themselves (this test runs inside them)"
         script = command if mode == "run" else _checked(command)
@@ -164,14 +184,23 @@ def test_every_documented_command_runs_as_written(fresh_copy):
             assert proc.returncode == 0, (f"{document}: command failed ({mode}): {command}\n"
                                           f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
             assert "does not provide the extra" not in proc.stderr, f"{document}: {command}: {proc.stderr[-2000:]}"
+        took.append((time.monotonic() - started, f"{document}: {command}"))
         if mode == "run":
             ran.append(command)
         else:
             checked.append(f"  {document}: {command}  [{mode}: {reason}]")
     print(f"documents: {len(ran)} commands run, {len(checked)} checked by dry-run/parse only, as not runnable here:",
-          *checked, sep="\n")
-    assert len(ran) >= 10 and (work / "plots" / "fig8_ResNet50_v2-8.pdf").exists()
-    assert (work / "report.html").stat().st_size > 100_000
+          *checked, "slowest:", *(f"  {t:6.1f} s  {c}" for t, c in sorted(took, reverse=True)[:5]), sep="\n")
+    assert ran, f"{chain}: no command ran"
+    if "README.md" in chain:
+        assert len(ran) >= 10 and (work / "plots" / "fig8_ResNet50_v2-8.pdf").exists()
+        assert (work / "report.html").stat().st_size > 100_000
+
+
+def test_the_documents_run_in_chains_that_cover_each_once():
+    covered = [name for chain in chains() for name in chain]
+    assert sorted(covered) == sorted(str(path.relative_to(REPO)) for path in documents())
+    assert chains()[0][0] == "README.md" and ("docs/FIGURES.md",) in chains()
 
 
 def test_the_readmes_artifact_preset_numbers_are_what_the_code_computes(tmp_path):

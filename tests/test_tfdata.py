@@ -52,6 +52,17 @@ def test_without_tensorflow_the_engine_names_the_extra(tmp_path):
 
 @pytest.mark.fault
 @pytest.mark.workflow
+def test_tensorflow_is_imported_without_keras_which_stays_importable(tf):
+    """The engine's processes skip Keras' eager load inside TensorFlow's import (it never uses it);
+    Keras still imports afterwards for whatever asks for it."""
+    code = ("import sys; from repro.pecan.tfdata import tensorflow; tf = tensorflow(); "
+            "print('keras.src' in sys.modules, any(type(f).__name__ == '_WithoutKeras' for f in sys.meta_path)); "
+            "import keras; print(hasattr(keras, 'layers'), len(list(tf.data.Dataset.range(3))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False", "True", "3"], out.stdout
+
+
 def test_engine_tfdata_without_tensorflow_fails_at_config_check(tmp_path):
     """Snakemake's parse (the Snakefile's config check) names the extra; nothing runs."""
     copy_workflow(tmp_path)

@@ -5,8 +5,10 @@ TensorFlow is an optional dependency (the 'tfdata' extra); it is imported here, 
 the engine runs, so the default install and the cluster model never need it.
 """
 
+import importlib.abc
 import importlib.util
 import os
+import sys
 
 from repro.errors import ReproError
 
@@ -29,14 +31,31 @@ def check_sweep(counts, worker_threads, cpus, key="pecan.tfdata.sweep"):
 EXTRA_HINT = "the tf.data engine needs the 'tfdata' extra (pip install -e '.[tfdata]')"
 
 
+class _WithoutKeras(importlib.abc.MetaPathFinder):
+    """Refuses Keras' implementation (keras.src) while TensorFlow is imported. TensorFlow's import
+    loads it eagerly to register Keras' optimizers, and catches the ImportError when it cannot
+    (tensorflow/__init__.py): about 1.5 s of CPU in each of the engine's processes (client,
+    dispatcher, every worker), for modules that tf.data never uses."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "keras.src" or name.startswith("keras.src."):
+            raise ImportError(f"{name}: not loaded with TensorFlow for the tf.data engine")
+        return None
+
+
 def tensorflow():
-    """The tensorflow module, or a ReproError naming the extra when it is not installed."""
+    """The tensorflow module, or a ReproError naming the extra when it is not installed. Keras is
+    left out of the import (_WithoutKeras); it is imported as usual afterwards if anything asks."""
     # TensorFlow's C++ start-up banner (oneDNN, CPU features) goes to stderr unless told otherwise
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    without_keras = _WithoutKeras()
+    sys.meta_path.insert(0, without_keras)
     try:
         import tensorflow as tf
     except ImportError as exc:
         raise ReproError(f"{EXTRA_HINT}: cannot import tensorflow ({exc})") from None
+    finally:
+        sys.meta_path.remove(without_keras)
     return tf
 
 
