@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -266,3 +267,47 @@ def test_profile_output_overwrite_replaces_only_a_directory_a_run_made(tmp_path,
     assert snapshot(tmp_path) == before
     code, _, err = run_repro([*client, "--profile-output", "made", "--profile-output-overwrite"], capsys)
     assert code == 0, err
+
+
+# -- a forged process record: a process of the user's is never taken for the service's --------
+
+
+def _forge_tfdata_state(directory, proc):
+    """A tf.data state in `directory` naming `proc` (pid, start ticks, boot id exactly) as its dispatcher
+    and as a worker."""
+    from repro import processes
+
+    record = processes.describe(proc.pid, "tfdata dispatcher")
+    (directory / "state.json").write_text(json.dumps({
+        "dispatcher": {**record, "address": "localhost:1", "status": str(directory / "dispatcher.status.json")},
+        "workers": [{**record, "role": "tfdata worker", "kind": "local", "slot": 0, "cpus": [0], "threads": 1,
+                     "status": str(directory / "worker-0.status.json")}], "started": 1}))
+
+
+@pytest.mark.parametrize("how", ["working-directory", "command-line"])
+def test_a_forged_tfdata_state_never_signals_a_process_of_the_users(tmp_path, how):
+    """state.json forged to name a user's `sleep` running in the state directory (or a `tail -f` of its
+    log): `repro pecan tfdata stop` signalled it, as its working directory (or an argument) lay in
+    the state directory. Only a process started with the record's token belongs."""
+    from support import BIN
+
+    state = tmp_path / "tfdata"
+    state.mkdir()
+    (state / "dispatcher.log").write_text("")
+    argv = (["sleep", "300"] if how == "working-directory"
+            else [sys.executable, "-c", "import time; time.sleep(300)", str(state / "dispatcher.log")])
+    user = subprocess.Popen(argv, cwd=state if how == "working-directory" else tmp_path)
+    try:
+        deadline = time.monotonic() + 10
+        while b"300" not in Path(f"/proc/{user.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        _forge_tfdata_state(state, user)
+        for command in ("status", "stop"):  # stop forgets the state
+            proc = subprocess.run([str(BIN / "repro"), "pecan", "tfdata", command, "--state-dir", str(state)],
+                                  capture_output=True, text=True, cwd=tmp_path, timeout=120)
+            assert "Traceback" not in proc.stderr, proc.stderr
+            assert "not started for this state directory" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+            assert user.poll() is None, f"`repro pecan tfdata {command}` signalled a process it did not start"
+    finally:
+        user.kill()
+        user.wait()

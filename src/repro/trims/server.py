@@ -313,8 +313,9 @@ def server_pid(socket_path):
 
 
 def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu", persist_bytes=0,
-                 info_file=None, profile_dir=None):
-    """Start the server in its own session; return its pid once it answers. budget: bytes.
+                 info_file=None, profile_dir=None, environment=None):
+    """Start the server in its own session; return its pid once it answers. budget: bytes;
+    environment: entries added to its environment (repro.processes.owner_environment).
 
     The answering server must be the one started here: a server already on the socket is an error.
     """
@@ -336,7 +337,8 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
     cmd += ["--info-file", str(info_file)] if info_file else []
     cmd += ["--profile", str(profile_dir)] if profile_dir else []
     with open(log_file, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **(environment or {})})
     try:
         return _wait_answering(proc, socket_path, log_file)
     except BaseException:  # Ctrl-C, SIGTERM or SIGHUP while it starts: the daemon goes with this command
