@@ -137,7 +137,29 @@ def _tfdata(command, *flags):
                         *flags]
 
 
+def _tfdata_state(ctx, state, command="stop"):
+    """`repro pecan tfdata COMMAND` over a state.json holding `state` (its processes long gone)."""
+    gone = {"pid": 999999, "start_ticks": 1, "boot_id": "gone", "role": "tfdata dispatcher"}
+    state = {key: ({**gone, **value} if key == "dispatcher" else value) for key, value in state.items()}
+    state["workers"] = [{**gone, **worker} for worker in state.get("workers", [])]
+    _write(ctx.dir / "sd" / "state.json", json.dumps(state))
+    return ["pecan", "tfdata", command, "--state-dir", str(ctx.dir / "sd")]
+
+
 COMMAND_FAULTS = [
+    # an OverflowError from bind() when start restarts the dispatcher on its recorded port
+    Fault("tfdata-state-dispatcher-port-past-65535",
+          lambda ctx: _tfdata_state(ctx, {"dispatcher": {"address": "localhost:99999999", "status": "d.json"}}),
+          r"repro: error: .*/sd/state.json: dispatcher.address: expected host:port \(a port from 0 to 65535\), "
+          r"got 'localhost:99999999'"),
+    # an AttributeError: a worker on a host, and no hosts to reach it on
+    Fault("tfdata-state-worker-host-without-hosts",
+          lambda ctx: _tfdata_state(ctx, {"dispatcher": {"address": "localhost:1", "status": "d.json"}, "workers": [
+              {"status": "w.json", "kind": "remote", "slot": 0, "host": "h"}]}),
+          r"repro: error: .*/sd/state.json: workers\[0\].host: a worker on host 'h', but no worker hosts"),
+    # a KeyError from status: a state without its dispatcher
+    Fault("tfdata-state-without-a-dispatcher", lambda ctx: _tfdata_state(ctx, {"workers": []}, "status"),
+          r"repro: error: .*/sd/state.json: lacks key 'dispatcher'; not a state file the service wrote"),
     # a KeyError traceback; with base_path given, its directory was made (and a running store stopped) first
     Fault("store-start-settings-without-keys", lambda ctx: ["trims", "store", "start", "--settings", "{}", "--state",
                                                             str(ctx.dir / "s.json")],

@@ -92,8 +92,10 @@ def _check_state(path, state):
         raise ReproError(f"{path}: expected a JSON object (a tf.data service state), got {type(state).__name__}")
     if "dispatcher" in state:
         _check_record(path, "dispatcher", state["dispatcher"], {**_PROCESS, "address": str, "status": str})
-        if not re.fullmatch(r".+:\d+", state["dispatcher"]["address"]):
-            raise ReproError(f"{path}: dispatcher.address: expected host:port, got {state['dispatcher']['address']!r:.60}")
+        port = re.fullmatch(r".+:(\d{1,5})", state["dispatcher"]["address"])
+        if not port or int(port[1]) > 65535:
+            raise ReproError(f"{path}: dispatcher.address: expected host:port (a port from 0 to 65535), "
+                             f"got {state['dispatcher']['address']!r:.60}")
     workers = state.get("workers", [])
     if not isinstance(workers, list):
         raise ReproError(f"{path}: workers: expected a list of process records, got {type(workers).__name__}")
@@ -101,10 +103,15 @@ def _check_state(path, state):
         _check_record(path, f"workers[{i}]", worker, {**_PROCESS, "status": str, "kind": str, "slot": int})
         if "host" in worker:
             _check_record(path, f"workers[{i}]", worker, {"host": str})
+            if not state.get("ssh_workers"):
+                raise ReproError(f"{path}: workers[{i}].host: a worker on host {worker['host']!r:.60}, but no worker "
+                                 "hosts (ssh_workers) are recorded; not a state file the service wrote")
     if not isinstance(state.get("started", 0), int):
         raise ReproError(f"{path}: started: expected an integer, got {state['started']!r:.60}")
     if not isinstance(state.get("ssh_workers") or {}, dict):
         raise ReproError(f"{path}: ssh_workers: expected an object (the worker hosts), got {state['ssh_workers']!r:.60}")
+    if "dispatcher" not in state:  # every state the service writes records its dispatcher
+        raise ReproError(f"{path}: lacks key 'dispatcher'; not a state file the service wrote")
 
 
 class Service:
