@@ -157,6 +157,15 @@ COMMAND_FAULTS = [
           lambda ctx: _tfdata_state(ctx, {"dispatcher": {"address": "localhost:1", "status": "d.json"}, "workers": [
               {"status": "w.json", "kind": "remote", "slot": 0, "host": "h"}]}),
           r"repro: error: .*/sd/state.json: workers\[0\].host: a worker on host 'h', but no worker hosts"),
+    # an empty directory flag (`--out "$UNSET"`) was the working directory: a run, a tf.data service's
+    # journal or generated models written into it, a state.json there read and removed
+    *[Fault(f"empty-{flag[2:]}-{'-'.join(argv[1:3] if argv[1] == 'tfdata' else argv[:2])}", lambda ctx, argv=argv, flag=flag: [
+        *argv, *(["--calibration", _write(ctx.dir / "cal.json", _calibration("resnet"))] if argv[1] == "run" else []),
+        flag, ""], rf"repro: error: {flag} '': expected a directory name, not an empty one")
+      for argv, flag in [(["pecan", "run", "--config", str(CONFIG), "--experiment", "Getting_started", "--mode", "short"],
+                          "--out"),
+                         (["pecan", "tfdata", "stop"], "--state-dir"), (["pecan", "tfdata", "status"], "--state-dir"),
+                         (["trims", "models", "squeezenet_1.1"], "--base-path")]],
     # a KeyError from status: a state without its dispatcher
     Fault("tfdata-state-without-a-dispatcher", lambda ctx: _tfdata_state(ctx, {"workers": []}, "status"),
           r"repro: error: .*/sd/state.json: lacks key 'dispatcher'; not a state file the service wrote"),

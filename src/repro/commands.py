@@ -377,6 +377,12 @@ def build_parser(group=None):
     return parser
 
 
+# the directory flags: an empty value would name the working directory, unsaid (`--out "$UNSET"`)
+DIRECTORY_FLAGS = {"out": "--out", "state_dir": "--state-dir", "service_dir": "--service-dir", "run_dir": "--run-dir",
+                   "base_path": "--base-path", "asset_store": "--asset-store", "scratch": "--scratch", "data": "--data",
+                   "output_dir": "-o/--output-dir"}
+
+
 def refuse_overwriting_inputs(args):
     """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
     dests of the files it reads): writing one would destroy what it reads. Nor may an output be a
@@ -387,6 +393,9 @@ def refuse_overwriting_inputs(args):
         value = getattr(args, dest, None)
         return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, os.PathLike))]
 
+    for dest, flag in DIRECTORY_FLAGS.items():
+        if getattr(args, dest, None) == "":
+            raise ReproError(f"{flag} '': expected a directory name, not an empty one")
     inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
     outputs = [(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)]
     refuse_overwriting(outputs, inputs)
