@@ -5,8 +5,11 @@ The command rows run as test_faults_input's rows do (`check_fault`): exit code 1
 naming the file and the key, nothing written, no process left running.
 """
 
+import contextlib
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -342,3 +345,34 @@ def test_a_forged_tfdata_state_never_signals_a_process_of_the_users(tmp_path, ho
     finally:
         user.kill()
         user.wait()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_tfdata_start_stopped_while_its_dispatcher_starts_leaves_nothing_running(tmp_path, signum):
+    """SIGTERM to `repro pecan tfdata start` while its dispatcher imported TensorFlow: the command ended,
+    and the dispatcher, which no state.json recorded yet, ran on where `tfdata stop` could not reach it."""
+    import psutil
+    from support import BIN
+
+    state = tmp_path / "sd"
+    children = []
+    proc = subprocess.Popen([str(BIN / "repro"), "pecan", "tfdata", "start", "--state-dir", str(state)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not psutil.Process(proc.pid).children() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children and not (state / "state.json").exists(), "the dispatcher did not start, or started already"
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == 128 + signum
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, f"left running: {[child.cmdline() for child in alive]}"
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        for child in children:  # psutil checks each is still the process it found (its pid and start time)
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        proc.kill()
+        proc.wait()

@@ -196,13 +196,19 @@ class Service:
         if not wait:
             return record
         deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise ReproError(f"tf.data {role} exited with status {proc.returncode} before serving: "
-                                 f"{_log_tail(self.directory / log_name)}")
-            if _fresh(status, proc.pid):
-                return record
-            time.sleep(0.1)
+        try:
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise ReproError(f"tf.data {role} exited with status {proc.returncode} before serving: "
+                                     f"{_log_tail(self.directory / log_name)}")
+                if _fresh(status, proc.pid):
+                    return record
+                time.sleep(0.1)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP while it starts: no state records it, so it goes too
+            terminate(record, owner=self.directory)
+            self._children.pop(proc.pid, None)
+            proc.wait()
+            raise
         terminate(record, owner=self.directory)
         raise ReproError(f"tf.data {role} did not report within {START_TIMEOUT_S} s: {_log_tail(self.directory / log_name)}")
 
