@@ -376,3 +376,28 @@ def test_tfdata_start_stopped_while_its_dispatcher_starts_leaves_nothing_running
                 child.kill()
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
+def test_two_tfdata_starts_in_one_state_directory_run_one_dispatcher(tmp_path):
+    """Two `repro pecan tfdata start --state-dir sd` at once: each started a dispatcher and recorded it,
+    the second record replacing the first, so one dispatcher ran on that `tfdata stop` never stopped."""
+    import psutil
+    from support import BIN
+
+    state = tmp_path / "sd"
+    starts = [subprocess.Popen([str(BIN / "repro"), "pecan", "tfdata", "start", "--state-dir", str(state)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    try:
+        results = [start.communicate(timeout=180) for start in starts]
+        assert [start.returncode for start in starts] == [0, 0], results
+        dispatchers = [p for p in psutil.process_iter(["cmdline"])
+                       if str(state / "work_dir") in (p.info["cmdline"] or [])]
+        assert len(dispatchers) == 1, f"{len(dispatchers)} dispatchers run for one state directory"
+    finally:
+        subprocess.run([str(BIN / "repro"), "pecan", "tfdata", "stop", "--state-dir", str(state)], capture_output=True,
+                       timeout=120)
+        for process in psutil.process_iter(["cmdline"]):  # what the stop could not reach: started by this test
+            with contextlib.suppress(psutil.Error):
+                if str(state / "work_dir") in (process.info["cmdline"] or []):
+                    process.kill()

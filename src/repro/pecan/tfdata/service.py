@@ -158,8 +158,17 @@ class Service:
         repro.pecan.tfdata.remote.SshWorkers), recorded in its state.
 
         A dispatcher that died is restarted on its recorded port (when free) from its journal: the
-        workers still running reconnect to it and its jobs go on.
+        workers still running reconnect to it and its jobs go on. One start at a time: a second one
+        in the same directory finds the dispatcher the first started (else both would run, one unrecorded).
         """
+        cls(directory)  # a malformed state is named before anything is made there
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with open(Path(directory) / "start.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
+            return cls._start(directory, port, owned, ssh_workers)
+
+    @classmethod
+    def _start(cls, directory, port, owned, ssh_workers):
         service = cls(directory, owned)
         if service.dispatcher_running():
             if ssh_workers is not None and service.state.get("ssh_workers") != ssh_workers:
