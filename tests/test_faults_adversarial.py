@@ -149,6 +149,19 @@ def _tfdata_state(ctx, state, command="stop"):
     return ["pecan", "tfdata", command, "--state-dir", str(ctx.dir / "sd")]
 
 
+def _into_a_linked_model(ctx, command):
+    """`repro trims models|fetch squeezenet_1.1 --base-path bp`, bp/squeezenet_1.1 a link to a directory outside."""
+    (ctx.dir / "outside").mkdir()
+    (ctx.dir / "bp").mkdir()
+    (ctx.dir / "bp" / "squeezenet_1.1").symlink_to(ctx.dir / "outside")
+    if command == "models":
+        return ["trims", "models", "squeezenet_1.1", "--base-path", ctx.dir / "bp"]
+    from repro.trims.models import generate
+
+    generate("squeezenet_1.1", ctx.dir / "assets" / "squeezenet_1.1", seed=1)
+    return ["trims", "fetch", "squeezenet_1.1", "--asset-store", ctx.dir / "assets", "--base-path", ctx.dir / "bp"]
+
+
 COMMAND_FAULTS = [
     # an OverflowError from bind() when start restarts the dispatcher on its recorded port
     Fault("tfdata-state-dispatcher-port-past-65535",
@@ -169,6 +182,11 @@ COMMAND_FAULTS = [
                           "--out"),
                          (["pecan", "tfdata", "stop"], "--state-dir"), (["pecan", "tfdata", "status"], "--state-dir"),
                          (["trims", "models", "squeezenet_1.1"], "--base-path")]],
+    # the model's files were moved through a symlink in the base path to where it points (/tmp here)
+    *[Fault(f"trims-{command}-into-a-model-directory-symlinked-out",
+            lambda ctx, command=command: _into_a_linked_model(ctx, command),
+            r"repro: error: .*bp/squeezenet_1.1: is a symbolic link; expected a model's directory \(or nothing\)")
+      for command in ("models", "fetch")],
     # a KeyError from status: a state without its dispatcher
     Fault("tfdata-state-without-a-dispatcher", lambda ctx: _tfdata_state(ctx, {"workers": []}, "status"),
           r"repro: error: .*/sd/state.json: lacks key 'dispatcher'; not a state file the service wrote"),
