@@ -162,6 +162,15 @@ def _into_a_linked_model(ctx, command):
     return ["trims", "fetch", "squeezenet_1.1", "--asset-store", ctx.dir / "assets", "--base-path", ctx.dir / "bp"]
 
 
+def _cluster_run(ctx, settings):
+    """`repro cluster run --settings SETTINGS` on a started local backend."""
+    (ctx.dir / "store").mkdir()
+    state = _write(ctx.dir / "state.json", json.dumps({"backend": "local", "trace_store": str(ctx.dir / "store")}))
+    return ["cluster", "run", "--state", state, "--settings", json.dumps(settings), "--experiment", "Getting_started",
+            "--mode", "short", "--calibration", _write(ctx.dir / "cal.json", _calibration("resnet")),
+            "--run-dir", str(ctx.dir / "run"), "--receipt", str(ctx.dir / "run" / "upload.json")]
+
+
 COMMAND_FAULTS = [
     # an OverflowError from bind() when start restarts the dispatcher on its recorded port
     Fault("tfdata-state-dispatcher-port-past-65535",
@@ -187,6 +196,12 @@ COMMAND_FAULTS = [
             lambda ctx, command=command: _into_a_linked_model(ctx, command),
             r"repro: error: .*bp/squeezenet_1.1: is a symbolic link; expected a model's directory \(or nothing\)")
       for command in ("models", "fetch")],
+    # a KeyError and an AttributeError from the backend: --settings by hand, lacking a key or of a wrong type
+    *[Fault(f"cluster-run-settings-{name}", lambda ctx, settings=settings: _cluster_run(ctx, settings), error)
+      for name, settings, error in [
+          ("without-pecan", {}, r"repro: error: --settings: lacks key 'pecan' \(expected the settings the workflow"),
+          ("pecan-a-number", {"pecan": 5}, r"repro: error: --settings: pecan: 5 is not of type 'object'"),
+          ("negative-seed", {"seed": -1, "pecan": {}}, r"repro: error: --settings: seed: -1 is less than the minimum")]],
     # a KeyError from status: a state without its dispatcher
     Fault("tfdata-state-without-a-dispatcher", lambda ctx: _tfdata_state(ctx, {"workers": []}, "status"),
           r"repro: error: .*/sd/state.json: lacks key 'dispatcher'; not a state file the service wrote"),

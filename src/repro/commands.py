@@ -246,12 +246,15 @@ def _cluster_status(args):
         write_json(args.output, {"backend": state["backend"], "checks": checks})
 
 
+@settings_keys()
 def _cluster_run(args):
     from pathlib import Path
 
     from repro.backends import RunRequest, get_backend
+    from repro.config import check_settings
 
     state = _read_state(args.state)
+    check_settings(args.settings)  # config-shaped: a wrong type or an absurd number named by key
     request = RunRequest(settings=args.settings, experiment=args.experiment, mode=args.mode,
                          calibration_paths=tuple(args.calibration), run_dir=Path(args.run_dir),
                          receipt=Path(args.receipt))
