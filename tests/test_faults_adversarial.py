@@ -451,3 +451,22 @@ def test_a_gcs_store_without_credentials_is_one_line(tmp_path, monkeypatch, caps
                                "--store", "gs://b/p"],
                   r"repro: error: trace store gs://b/p: no Google credentials found; set them up with")
     check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+WORKER_HOSTS_FAULTS = [
+    Fault(f"tfdata-start-worker-hosts-{name}",
+          lambda ctx, hosts=hosts: ["pecan", "tfdata", "start", "--state-dir", str(ctx.dir / "sd"), "--worker-hosts",
+                                    _write(ctx.dir / "hosts.json", json.dumps(hosts))],
+          r"repro: error: --worker-hosts .*/hosts.json: expected an object with hosts \(a list of objects with a name")
+    for name, hosts in [("a-list", [1, 2]), ("hosts-a-number", {"hosts": 5}),
+                        ("host-without-an-address", {"hosts": [{"name": "h"}], "python": "python3", "worker_dir": "w",
+                                                     "dispatcher_host": "a"})]
+]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tfdata start needs the 'tfdata' extra")
+@pytest.mark.parametrize("fault", WORKER_HOSTS_FAULTS, ids=[f.id for f in WORKER_HOSTS_FAULTS])
+def test_tfdata_start_refuses_worker_hosts_it_could_not_use(fault, tmp_path, monkeypatch, capsys):
+    """`tfdata start --worker-hosts h.json` holding a list: the dispatcher started and the hosts went into
+    state.json, which every later status and stop refused, so nothing could stop that dispatcher."""
+    check_fault(fault, tmp_path, monkeypatch, capsys)
