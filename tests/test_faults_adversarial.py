@@ -223,6 +223,9 @@ COMMAND_FAULTS = [
           r"repro: error: --time-scale: pecan.tfdata.time_scale: inf is not a finite number"),
     Fault("tfdata-run-images-without-bound", _tfdata("run", "--images", str(10**12)),
           r"repro: error: --images: images: 1000000000000 is greater than the maximum of 1000000000"),
+    # the second run of a count replaced the first's <out>/<count>, after minutes of both
+    Fault("tfdata-sweep-a-count-twice", _tfdata("sweep", "--counts", "0", "0"),  # the later --counts holds
+          r"repro: error: --counts: 0 given twice; expected each count once \(its run writes <out>/0\)"),
     Fault("tfdata-sweep-negative-seed", _tfdata("sweep", "--seed", "-1"),
           r"repro: error: --seed: seed: -1 is less than the minimum of 0"),
     # the message read "a run of experiment 'E'; expected 's", naming no argument
