@@ -202,6 +202,13 @@ COMMAND_FAULTS = [
           ("without-pecan", {}, r"repro: error: --settings: lacks key 'pecan' \(expected the settings the workflow"),
           ("pecan-a-number", {"pecan": 5}, r"repro: error: --settings: pecan: 5 is not of type 'object'"),
           ("negative-seed", {"seed": -1, "pecan": {}}, r"repro: error: --settings: seed: -1 is less than the minimum")]],
+    # a store the config check let through: cluster start, an upload or a fetch refused it only once the
+    # workflow ran (a gs:///x store: a bucket named '')
+    *[Fault(f"config-{key.replace('.', '-')}-names-no-bucket",
+            lambda ctx, key=key, value=value: ["config", "check", "--base", str(CONFIG), _write(
+                ctx.dir / "c.yaml", f"trims:\n  asset_store: '{value}'\n" if "." in key else f"trace_store: '{value}'\n")],
+            rf"repro: error: .*c.yaml: {key}: '{value}' names no bucket; expected gs://bucket\[/prefix\] or a directory")
+      for key, value in (("trace_store", "gs://"), ("trims.asset_store", "gs:///models"))],
     # a KeyError from status: a state without its dispatcher
     Fault("tfdata-state-without-a-dispatcher", lambda ctx: _tfdata_state(ctx, {"workers": []}, "status"),
           r"repro: error: .*/sd/state.json: lacks key 'dispatcher'; not a state file the service wrote"),
