@@ -209,6 +209,11 @@ COMMAND_FAULTS = [
                 ctx.dir / "c.yaml", f"trims:\n  asset_store: '{value}'\n" if "." in key else f"trace_store: '{value}'\n")],
             rf"repro: error: .*c.yaml: {key}: '{value}' names no bucket; expected gs://bucket\[/prefix\] or a directory")
       for key, value in (("trace_store", "gs://"), ("trims.asset_store", "gs:///models"))],
+    # `pecan plot -o sub/` drew sub/.pdf and sub/.png, hidden files, and `-o .` drew ..pdf and ..png
+    *[Fault(f"plot-out-file-{name}", lambda ctx, given=given: [
+        "pecan", "plot", "-t", "1", "1", "1", "-o", given if given == "." else f"{ctx.dir}/{given}"],
+            rf"repro: error: -o/--out_file '.*{given}': expected a file name or a basename, not a directory")
+      for name, given in (("a-directory", "sub/"), ("dot", "."))],
     # a KeyError from status: a state without its dispatcher
     Fault("tfdata-state-without-a-dispatcher", lambda ctx: _tfdata_state(ctx, {"workers": []}, "status"),
           r"repro: error: .*/sd/state.json: lacks key 'dispatcher'; not a state file the service wrote"),
