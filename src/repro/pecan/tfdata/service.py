@@ -4,8 +4,8 @@ The service lives in a state directory: state.json (the process records, written
 after every change), each process's status file and log, and the dispatcher's fault-tolerant
 work_dir (its journal: a restarted dispatcher recovers its jobs and workers from it).
 Processes are only ever signalled through repro.processes records (pid + start ticks + boot id),
-and only those that belong to this state directory (started with its owner environment, or naming
-it on their command line): a state.json copied from another working directory names that
+and only those that belong to this state directory (started with its owner environment, whose
+random token the record keeps): a state.json copied from another working directory names that
 directory's processes, which are neither used nor stopped here.
 
 The servers are addressed over loopback (localhost). Local workers register as
