@@ -5,10 +5,14 @@ The command rows run as test_faults_input's rows do (`check_fault`): exit code 1
 naming the file and the key, nothing written, no process left running.
 """
 
+import contextlib
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -136,7 +140,83 @@ def _tfdata(command, *flags):
                         *flags]
 
 
+def _tfdata_state(ctx, state, command="stop"):
+    """`repro pecan tfdata COMMAND` over a state.json holding `state` (its processes long gone)."""
+    gone = {"pid": 999999, "start_ticks": 1, "boot_id": "gone", "role": "tfdata dispatcher"}
+    state = {key: ({**gone, **value} if key == "dispatcher" else value) for key, value in state.items()}
+    state["workers"] = [{**gone, **worker} for worker in state.get("workers", [])]
+    _write(ctx.dir / "sd" / "state.json", json.dumps(state))
+    return ["pecan", "tfdata", command, "--state-dir", str(ctx.dir / "sd")]
+
+
+def _into_a_linked_model(ctx, command):
+    """`repro trims models|fetch squeezenet_1.1 --base-path bp`, bp/squeezenet_1.1 a link to a directory outside."""
+    (ctx.dir / "outside").mkdir()
+    (ctx.dir / "bp").mkdir()
+    (ctx.dir / "bp" / "squeezenet_1.1").symlink_to(ctx.dir / "outside")
+    if command == "models":
+        return ["trims", "models", "squeezenet_1.1", "--base-path", ctx.dir / "bp"]
+    from repro.trims.models import generate
+
+    generate("squeezenet_1.1", ctx.dir / "assets" / "squeezenet_1.1", seed=1)
+    return ["trims", "fetch", "squeezenet_1.1", "--asset-store", ctx.dir / "assets", "--base-path", ctx.dir / "bp"]
+
+
+def _cluster_run(ctx, settings):
+    """`repro cluster run --settings SETTINGS` on a started local backend."""
+    (ctx.dir / "store").mkdir()
+    state = _write(ctx.dir / "state.json", json.dumps({"backend": "local", "trace_store": str(ctx.dir / "store")}))
+    return ["cluster", "run", "--state", state, "--settings", json.dumps(settings), "--experiment", "Getting_started",
+            "--mode", "short", "--calibration", _write(ctx.dir / "cal.json", _calibration("resnet")),
+            "--run-dir", str(ctx.dir / "run"), "--receipt", str(ctx.dir / "run" / "upload.json")]
+
+
 COMMAND_FAULTS = [
+    # an OverflowError from bind() when start restarts the dispatcher on its recorded port
+    Fault("tfdata-state-dispatcher-port-past-65535",
+          lambda ctx: _tfdata_state(ctx, {"dispatcher": {"address": "localhost:99999999", "status": "d.json"}}),
+          r"repro: error: .*/sd/state.json: dispatcher.address: expected host:port \(a port from 0 to 65535\), "
+          r"got 'localhost:99999999'"),
+    # an AttributeError: a worker on a host, and no hosts to reach it on
+    Fault("tfdata-state-worker-host-without-hosts",
+          lambda ctx: _tfdata_state(ctx, {"dispatcher": {"address": "localhost:1", "status": "d.json"}, "workers": [
+              {"status": "w.json", "kind": "remote", "slot": 0, "host": "h"}]}),
+          r"repro: error: .*/sd/state.json: workers\[0\].host: a worker on host 'h', but no worker hosts"),
+    # an empty directory flag (`--out "$UNSET"`) was the working directory: a run, a tf.data service's
+    # journal or generated models written into it, a state.json there read and removed
+    *[Fault(f"empty-{flag[2:]}-{'-'.join(argv[1:3] if argv[1] == 'tfdata' else argv[:2])}", lambda ctx, argv=argv, flag=flag: [
+        *argv, *(["--calibration", _write(ctx.dir / "cal.json", _calibration("resnet"))] if argv[1] == "run" else []),
+        flag, ""], rf"repro: error: {flag} '': expected a directory name, not an empty one")
+      for argv, flag in [(["pecan", "run", "--config", str(CONFIG), "--experiment", "Getting_started", "--mode", "short"],
+                          "--out"),
+                         (["pecan", "tfdata", "stop"], "--state-dir"), (["pecan", "tfdata", "status"], "--state-dir"),
+                         (["trims", "models", "squeezenet_1.1"], "--base-path")]],
+    # the model's files were moved through a symlink in the base path to where it points (/tmp here)
+    *[Fault(f"trims-{command}-into-a-model-directory-symlinked-out",
+            lambda ctx, command=command: _into_a_linked_model(ctx, command),
+            r"repro: error: .*bp/squeezenet_1.1: is a symbolic link; expected a model's directory \(or nothing\)")
+      for command in ("models", "fetch")],
+    # a KeyError and an AttributeError from the backend: --settings by hand, lacking a key or of a wrong type
+    *[Fault(f"cluster-run-settings-{name}", lambda ctx, settings=settings: _cluster_run(ctx, settings), error)
+      for name, settings, error in [
+          ("without-pecan", {}, r"repro: error: --settings: lacks key 'pecan' \(expected the settings the workflow"),
+          ("pecan-a-number", {"pecan": 5}, r"repro: error: --settings: pecan: 5 is not of type 'object'"),
+          ("negative-seed", {"seed": -1, "pecan": {}}, r"repro: error: --settings: seed: -1 is less than the minimum")]],
+    # a store the config check let through: cluster start, an upload or a fetch refused it only once the
+    # workflow ran (a gs:///x store: a bucket named '')
+    *[Fault(f"config-{key.replace('.', '-')}-names-no-bucket",
+            lambda ctx, key=key, value=value: ["config", "check", "--base", str(CONFIG), _write(
+                ctx.dir / "c.yaml", f"trims:\n  asset_store: '{value}'\n" if "." in key else f"trace_store: '{value}'\n")],
+            rf"repro: error: .*c.yaml: {key}: '{value}' names no bucket; expected gs://bucket\[/prefix\] or a directory")
+      for key, value in (("trace_store", "gs://"), ("trims.asset_store", "gs:///models"))],
+    # `pecan plot -o sub/` drew sub/.pdf and sub/.png, hidden files, and `-o .` drew ..pdf and ..png
+    *[Fault(f"plot-out-file-{name}", lambda ctx, given=given: [
+        "pecan", "plot", "-t", "1", "1", "1", "-o", given if given == "." else f"{ctx.dir}/{given}"],
+            rf"repro: error: -o/--out_file '.*{given}': expected a file name or a basename, not a directory")
+      for name, given in (("a-directory", "sub/"), ("dot", "."))],
+    # a KeyError from status: a state without its dispatcher
+    Fault("tfdata-state-without-a-dispatcher", lambda ctx: _tfdata_state(ctx, {"workers": []}, "status"),
+          r"repro: error: .*/sd/state.json: lacks key 'dispatcher'; not a state file the service wrote"),
     # a KeyError traceback; with base_path given, its directory was made (and a running store stopped) first
     Fault("store-start-settings-without-keys", lambda ctx: ["trims", "store", "start", "--settings", "{}", "--state",
                                                             str(ctx.dir / "s.json")],
@@ -155,6 +235,9 @@ COMMAND_FAULTS = [
           r"repro: error: --time-scale: pecan.tfdata.time_scale: inf is not a finite number"),
     Fault("tfdata-run-images-without-bound", _tfdata("run", "--images", str(10**12)),
           r"repro: error: --images: images: 1000000000000 is greater than the maximum of 1000000000"),
+    # the second run of a count replaced the first's <out>/<count>, after minutes of both
+    Fault("tfdata-sweep-a-count-twice", _tfdata("sweep", "--counts", "0", "0"),  # the later --counts holds
+          r"repro: error: --counts: 0 given twice; expected each count once \(its run writes <out>/0\)"),
     Fault("tfdata-sweep-negative-seed", _tfdata("sweep", "--seed", "-1"),
           r"repro: error: --seed: seed: -1 is less than the minimum of 0"),
     # the message read "a run of experiment 'E'; expected 's", naming no argument
@@ -266,3 +349,139 @@ def test_profile_output_overwrite_replaces_only_a_directory_a_run_made(tmp_path,
     assert snapshot(tmp_path) == before
     code, _, err = run_repro([*client, "--profile-output", "made", "--profile-output-overwrite"], capsys)
     assert code == 0, err
+
+
+# -- a forged process record: a process of the user's is never taken for the service's --------
+
+
+def _forge_tfdata_state(directory, proc):
+    """A tf.data state in `directory` naming `proc` (pid, start ticks, boot id exactly) as its dispatcher
+    and as a worker."""
+    from repro import processes
+
+    record = processes.describe(proc.pid, "tfdata dispatcher")
+    (directory / "state.json").write_text(json.dumps({
+        "dispatcher": {**record, "address": "localhost:1", "status": str(directory / "dispatcher.status.json")},
+        "workers": [{**record, "role": "tfdata worker", "kind": "local", "slot": 0, "cpus": [0], "threads": 1,
+                     "status": str(directory / "worker-0.status.json")}], "started": 1}))
+
+
+@pytest.mark.parametrize("how", ["working-directory", "command-line"])
+def test_a_forged_tfdata_state_never_signals_a_process_of_the_users(tmp_path, how):
+    """state.json forged to name a user's `sleep` running in the state directory (or a `tail -f` of its
+    log): `repro pecan tfdata stop` signalled it, as its working directory (or an argument) lay in
+    the state directory. Only a process started with the record's token belongs."""
+    from support import BIN
+
+    state = tmp_path / "tfdata"
+    state.mkdir()
+    (state / "dispatcher.log").write_text("")
+    argv = (["sleep", "300"] if how == "working-directory"
+            else [sys.executable, "-c", "import time; time.sleep(300)", str(state / "dispatcher.log")])
+    user = subprocess.Popen(argv, cwd=state if how == "working-directory" else tmp_path)
+    try:
+        deadline = time.monotonic() + 10
+        while b"300" not in Path(f"/proc/{user.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        _forge_tfdata_state(state, user)
+        for command in ("status", "stop"):  # stop forgets the state
+            proc = subprocess.run([str(BIN / "repro"), "pecan", "tfdata", command, "--state-dir", str(state)],
+                                  capture_output=True, text=True, cwd=tmp_path, timeout=120)
+            assert "Traceback" not in proc.stderr, proc.stderr
+            assert "not started for this state directory" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+            assert user.poll() is None, f"`repro pecan tfdata {command}` signalled a process it did not start"
+    finally:
+        user.kill()
+        user.wait()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_tfdata_start_stopped_while_its_dispatcher_starts_leaves_nothing_running(tmp_path, signum):
+    """SIGTERM to `repro pecan tfdata start` while its dispatcher imported TensorFlow: the command ended,
+    and the dispatcher, which no state.json recorded yet, ran on where `tfdata stop` could not reach it."""
+    import psutil
+    from support import BIN
+
+    state = tmp_path / "sd"
+    children = []
+    proc = subprocess.Popen([str(BIN / "repro"), "pecan", "tfdata", "start", "--state-dir", str(state)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not psutil.Process(proc.pid).children() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children and not (state / "state.json").exists(), "the dispatcher did not start, or started already"
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == 128 + signum
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, f"left running: {[child.cmdline() for child in alive]}"
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        for child in children:  # psutil checks each is still the process it found (its pid and start time)
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
+def test_two_tfdata_starts_in_one_state_directory_run_one_dispatcher(tmp_path):
+    """Two `repro pecan tfdata start --state-dir sd` at once: each started a dispatcher and recorded it,
+    the second record replacing the first, so one dispatcher ran on that `tfdata stop` never stopped."""
+    import psutil
+    from support import BIN
+
+    state = tmp_path / "sd"
+    starts = [subprocess.Popen([str(BIN / "repro"), "pecan", "tfdata", "start", "--state-dir", str(state)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    try:
+        results = [start.communicate(timeout=180) for start in starts]
+        assert [start.returncode for start in starts] == [0, 0], results
+        dispatchers = [p for p in psutil.process_iter(["cmdline"])
+                       if str(state / "work_dir") in (p.info["cmdline"] or [])]
+        assert len(dispatchers) == 1, f"{len(dispatchers)} dispatchers run for one state directory"
+    finally:
+        subprocess.run([str(BIN / "repro"), "pecan", "tfdata", "stop", "--state-dir", str(state)], capture_output=True,
+                       timeout=120)
+        for process in psutil.process_iter(["cmdline"]):  # what the stop could not reach: started by this test
+            with contextlib.suppress(psutil.Error):
+                if str(state / "work_dir") in (process.info["cmdline"] or []):
+                    process.kill()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
+def test_a_gcs_store_without_credentials_is_one_line(tmp_path, monkeypatch, capsys):
+    """`repro trace download --store gs://b/p` where no Google credentials are set up: google-auth's
+    DefaultCredentialsError as a traceback (trims fetch and trims models --publish alike)."""
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")  # not a Google Compute Engine machine: no metadata server asked
+    receipt = json.dumps({"store": "gs://b", "objects": [{"key": "a.json", "sha256": "0" * 64}]})
+    fault = Fault("download-from-gcs-without-credentials",
+                  lambda ctx: ["trace", "download", _write(ctx.dir / "up.json", receipt), "-o", str(ctx.dir / "out"),
+                               "--store", "gs://b/p"],
+                  r"repro: error: trace store gs://b/p: no Google credentials found; set them up with")
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+WORKER_HOSTS_FAULTS = [
+    Fault(f"tfdata-start-worker-hosts-{name}",
+          lambda ctx, hosts=hosts: ["pecan", "tfdata", "start", "--state-dir", str(ctx.dir / "sd"), "--worker-hosts",
+                                    _write(ctx.dir / "hosts.json", json.dumps(hosts))],
+          r"repro: error: --worker-hosts .*/hosts.json: expected an object with hosts \(a list of objects with a name")
+    for name, hosts in [("a-list", [1, 2]), ("hosts-a-number", {"hosts": 5}),
+                        ("host-without-an-address", {"hosts": [{"name": "h"}], "python": "python3", "worker_dir": "w",
+                                                     "dispatcher_host": "a"})]
+]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tfdata start needs the 'tfdata' extra")
+@pytest.mark.parametrize("fault", WORKER_HOSTS_FAULTS, ids=[f.id for f in WORKER_HOSTS_FAULTS])
+def test_tfdata_start_refuses_worker_hosts_it_could_not_use(fault, tmp_path, monkeypatch, capsys):
+    """`tfdata start --worker-hosts h.json` holding a list: the dispatcher started and the hosts went into
+    state.json, which every later status and stop refused, so nothing could stop that dispatcher."""
+    check_fault(fault, tmp_path, monkeypatch, capsys)

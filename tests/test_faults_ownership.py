@@ -173,10 +173,11 @@ def test_the_remote_worker_helper_stops_only_workers_of_its_directory(tmp_path):
     mine, other = tmp_path / "mine", tmp_path / "other"
     mine.mkdir()
     other.mkdir()
+    marks = processes.owner_environment(other)  # as the helper's start gives a worker
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "--status",
-                               str(other / "worker-0.status.json")], cwd=tmp_path)
+                               str(other / "worker-0.status.json")], cwd=tmp_path, env={**os.environ, **marks})
     try:
-        record = json.dumps(processes.describe(worker.pid, "tfdata worker"))
+        record = json.dumps(processes.describe(worker.pid, "tfdata worker", marks[processes.OWNER_TOKEN]))
         helper = [sys.executable, "-m", "repro.pecan.tfdata.remote", "stop"]
         proc = subprocess.run([*helper, "--dir", str(mine), "--record", record], capture_output=True, text=True)
         assert (proc.returncode, proc.stdout.strip()) == (0, "not running"), proc.stderr

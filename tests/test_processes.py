@@ -12,8 +12,10 @@ from support import run_stopped_as_by_ctrl_c, sleeper
 
 
 def test_a_record_matches_its_process_and_terminate_stops_it(tmp_path):
-    proc = sleeper(cwd=tmp_path)
-    record = processes.describe(proc.pid, "test")
+    marks = processes.owner_environment(tmp_path)
+    proc = sleeper(env=marks)
+    _wait_exec(proc, b"60")
+    record = processes.describe(proc.pid, "test", marks[processes.OWNER_TOKEN])
     processes.write_record(tmp_path / "p.json", record)
     assert processes.read_record(tmp_path / "p.json") == record
     assert processes.matches(record)
@@ -74,32 +76,40 @@ def test_a_program_the_tests_time_out_gets_ctrl_c_with_everything_it_started(tmp
 
 
 def test_a_process_belongs_to_the_directory_it_was_started_for(tmp_path):
-    """Started with a directory's owner environment, or naming a path in it on its command line
-    (relative to its own working directory): it belongs to that directory, also once the directory
-    has been moved, and to no other (a copy, a sibling, a directory that does not exist)."""
+    """Started with a directory's owner environment, and recorded with that environment's token: it
+    belongs to that directory, also once the directory has been moved, and to no other (a copy, a
+    sibling, a directory that does not exist). Running in the directory, or naming a path in it on its
+    command line, proves nothing: any program of the user's may (`tail -f` of a log there)."""
     mine, other = tmp_path / "mine", tmp_path / "other"
     mine.mkdir()
     other.mkdir()
-    by_environment = subprocess.Popen(["sleep", "60"], env={**processes.owner_environment(mine)}, cwd=tmp_path)
+    marks = processes.owner_environment(mine)
+    by_environment = subprocess.Popen(["sleep", "60"], env={**marks}, cwd=tmp_path)
     by_argument = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--status",
                                     "mine/x.status.json"], cwd=tmp_path)
+    by_directory = subprocess.Popen(["sleep", "60"], cwd=mine)
     neither = subprocess.Popen(["sleep", "60"], cwd=other)
+    token = marks[processes.OWNER_TOKEN]
     try:
-        for proc in (by_environment, by_argument):
+        _wait_exec(by_environment, b"60")
+        record = processes.describe(by_environment.pid, "test", token)
+        assert processes.belongs(by_environment.pid, mine, token) and processes.matches(record, mine)
+        assert not processes.belongs(by_environment.pid, other, token) and not processes.matches(record, other)
+        assert not processes.belongs(by_environment.pid, tmp_path / "nowhere", token)
+        # a record with another token names a process it did not start; one without a token (written
+        # before records had them) names it by its owner environment alone
+        assert not processes.matches({**record, "token": "forged"}, mine)
+        assert processes.matches({key: value for key, value in record.items() if key != "token"}, mine)
+        for proc in (by_argument, by_directory, neither):
             _wait_exec(proc, b"60")
-            record = processes.describe(proc.pid, "test")
-            assert processes.belongs(proc.pid, mine) and processes.matches(record, mine)
-            assert not processes.belongs(proc.pid, other) and not processes.matches(record, other)
-            assert not processes.belongs(proc.pid, tmp_path / "nowhere")
-        _wait_exec(neither, b"60")
-        assert not processes.belongs(neither.pid, mine)
-        assert not processes.terminate(processes.describe(neither.pid, "test"), owner=mine)
-        assert neither.poll() is None
+            assert not processes.belongs(proc.pid, mine)
+            assert not processes.terminate(processes.describe(proc.pid, "test"), owner=mine)
+            assert proc.poll() is None
         moved = tmp_path / "moved"
         mine.rename(moved)
-        assert processes.belongs(by_environment.pid, moved)  # its device and inode: the same directory
+        assert processes.belongs(by_environment.pid, moved, token)  # its device and inode: the same directory
     finally:
-        for proc in (by_environment, by_argument, neither):
+        for proc in (by_environment, by_argument, by_directory, neither):
             proc.kill()
             proc.wait()
 

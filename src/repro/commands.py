@@ -246,12 +246,15 @@ def _cluster_status(args):
         write_json(args.output, {"backend": state["backend"], "checks": checks})
 
 
+@settings_keys()
 def _cluster_run(args):
     from pathlib import Path
 
     from repro.backends import RunRequest, get_backend
+    from repro.config import check_settings
 
     state = _read_state(args.state)
+    check_settings(args.settings)  # config-shaped: a wrong type or an absurd number named by key
     request = RunRequest(settings=args.settings, experiment=args.experiment, mode=args.mode,
                          calibration_paths=tuple(args.calibration), run_dir=Path(args.run_dir),
                          receipt=Path(args.receipt))
@@ -377,6 +380,12 @@ def build_parser(group=None):
     return parser
 
 
+# the directory flags: an empty value would name the working directory, unsaid (`--out "$UNSET"`)
+DIRECTORY_FLAGS = {"out": "--out", "state_dir": "--state-dir", "service_dir": "--service-dir", "run_dir": "--run-dir",
+                   "base_path": "--base-path", "asset_store": "--asset-store", "scratch": "--scratch", "data": "--data",
+                   "output_dir": "-o/--output-dir"}
+
+
 def refuse_overwriting_inputs(args):
     """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
     dests of the files it reads): writing one would destroy what it reads. Nor may an output be a
@@ -387,6 +396,9 @@ def refuse_overwriting_inputs(args):
         value = getattr(args, dest, None)
         return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, os.PathLike))]
 
+    for dest, flag in DIRECTORY_FLAGS.items():
+        if getattr(args, dest, None) == "":
+            raise ReproError(f"{flag} '': expected a directory name, not an empty one")
     inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
     outputs = [(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)]
     refuse_overwriting(outputs, inputs)

@@ -77,6 +77,9 @@ def validate_config(config, source="config"):
         if isinstance(value, str) and ("{" in value or "}" in value):
             raise ReproError(f"{source}: {'.'.join(keys)}: {value!r} holds a brace; expected a path without "
                              "{ or } (the workflow's rules would read them as wildcards)")
+        if isinstance(value, str) and value.startswith("gs://") and not value[5:].partition("/")[0]:
+            raise ReproError(f"{source}: {'.'.join(keys)}: {value!r} names no bucket; expected gs://bucket[/prefix] "
+                             "or a directory")
     check_references(config, source)
     return config
 

@@ -6,15 +6,18 @@ program. A record keeps the pid together with the kernel's start time of that pr
 three before anything is signalled, so a stale pid file can never stop a foreign process.
 
 An identity alone is not ownership either: a record copied from another working directory (a
-copied `results/`) names that directory's live processes exactly. So a process is only signalled
-for the state directory whose record names it when it also belongs to that directory (`belongs`):
-it was started with `owner_environment(directory)` in its environment, or its command line names
-a path in that directory.
+copied `results/`) names that directory's live processes exactly, and a record can be written to
+name any process of the user's (a `sleep` in the state directory, a `tail -f` of its log). So a
+process is only signalled for the state directory whose record names it when it also belongs to
+that directory (`belongs`): it was started with `owner_environment(directory)` in its environment,
+and the random token that environment holds is the record's own `token` (`describe(..., token=)`).
+Neither its working directory nor its command line is proof: any program may have those.
 """
 
 import hashlib
 import json
 import os
+import secrets
 import signal
 import stat
 import tempfile
@@ -29,6 +32,8 @@ _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 # moved working directory keeps them; a copied one does not)
 OWNER_DIRECTORY = "REPRO_OWNER_DIRECTORY"
 OWNER_ID = "REPRO_OWNER_ID"
+# a random value made for each process started: the record holds it too
+OWNER_TOKEN = "REPRO_OWNER_TOKEN"
 
 
 def _stat_fields(pid):
@@ -47,12 +52,14 @@ def _boot_id():
         return ""
 
 
-def describe(pid, role):
-    """The identity of a running process: what `matches` checks later."""
+def describe(pid, role, token=None):
+    """The identity of a running process: what `matches` checks later. token: the OWNER_TOKEN of the
+    owner_environment it was started with (what `belongs` requires of it)."""
     fields = _stat_fields(pid)
     if fields is None:
         raise ProcessLookupError(pid)
-    return {"pid": int(pid), "start_ticks": int(fields[19]), "boot_id": _boot_id(), "role": role}
+    return {"pid": int(pid), "start_ticks": int(fields[19]), "boot_id": _boot_id(), "role": role,
+            **({"token": token} if token is not None else {})}
 
 
 def alive(pid):
@@ -69,7 +76,7 @@ def matches(record, owner=None):
     fields = _stat_fields(record["pid"])
     same = (fields is not None and fields[0] != "Z" and int(fields[19]) == record.get("start_ticks")
             and record.get("boot_id") == _boot_id())
-    return same and (owner is None or belongs(record["pid"], owner))
+    return same and (owner is None or belongs(record["pid"], owner, record.get("token")))
 
 
 def _directory_id(path):
@@ -79,20 +86,19 @@ def _directory_id(path):
 
 def owner_environment(directory):
     """The environment entries that mark a process started for the state directory `directory`
-    (which must exist) as that directory's: `belongs` reads them back from /proc/<pid>/environ."""
+    (which must exist) as that directory's: `belongs` reads them back from /proc/<pid>/environ.
+    Each call makes a new OWNER_TOKEN, which the process's record keeps (describe's token)."""
     directory = Path(directory).resolve()
-    return {OWNER_DIRECTORY: str(directory), OWNER_ID: _directory_id(directory)}
+    return {OWNER_DIRECTORY: str(directory), OWNER_ID: _directory_id(directory), OWNER_TOKEN: secrets.token_hex(16)}
 
 
-def _within(path, directory):
-    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
-
-
-def belongs(pid, directory):
+def belongs(pid, directory, token=None):
     """Whether process `pid` was started for the state directory `directory`: its environment holds
-    owner_environment of that directory (its path, or its device and inode after a move), or an
-    argument of its command line (relative ones taken from its working directory) or its working
-    directory lies in it. A process of another user, whose environment cannot be read, does not."""
+    owner_environment of that directory (its path, or its device and inode after a move) and, when
+    the record has a `token`, that token (a record without one was written before records had them,
+    or by a caller that recorded the process by its pid alone).
+    A process of another user, whose environment cannot be read, does not; nor one that merely runs
+    in the directory or names a file of it."""
     import psutil
 
     try:
@@ -102,21 +108,12 @@ def belongs(pid, directory):
     except OSError:  # no such directory: nothing was started for it
         return False
     try:
-        process = psutil.Process(pid)
-        environment = process.environ()
-        if environment.get(OWNER_DIRECTORY) == here or environment.get(OWNER_ID) == ident:
-            return True
-        cwd = process.cwd()
-        arguments = process.cmdline()
+        environment = psutil.Process(pid).environ()
     except (psutil.Error, OSError):
         return False
-    if _within(os.path.realpath(cwd), here):
-        return True
-    for argument in arguments:
-        for word in {argument, argument.partition("=")[2]} - {""}:
-            if os.sep in word and _within(os.path.realpath(os.path.join(cwd, word)), here):
-                return True
-    return False
+    if environment.get(OWNER_DIRECTORY) != here and environment.get(OWNER_ID) != ident:
+        return False
+    return token is None or environment.get(OWNER_TOKEN) == token
 
 
 def write_record(path, record):

@@ -66,6 +66,7 @@ class GCSStore:
     credentials, GOOGLE_CLOUD_PROJECT); STORAGE_EMULATOR_HOST points the client at an emulator."""
 
     def __init__(self, url, client=None, retry_deadline_s=60.0):
+        from google.auth.exceptions import DefaultCredentialsError
         from google.cloud.storage.retry import DEFAULT_RETRY
 
         if not url.startswith("gs://") or len(url) <= 5:
@@ -73,7 +74,12 @@ class GCSStore:
         bucket, _, prefix = url[5:].partition("/")
         self.url, self.prefix = url, prefix.strip("/")
         self.root = url
-        self.client = client or _gcs_client()
+        try:
+            self.client = client or _gcs_client()
+        except DefaultCredentialsError:
+            raise ReproError(f"trace store {url}: no Google credentials found; set them up with `gcloud auth "
+                             "application-default login` or GOOGLE_APPLICATION_CREDENTIALS, or name a local "
+                             "directory") from None
         self.bucket = self.client.bucket(bucket)
         self.retry = DEFAULT_RETRY.with_delay(initial=0.2, maximum=5.0).with_timeout(retry_deadline_s)
 

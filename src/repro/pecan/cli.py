@@ -342,6 +342,8 @@ def _plot(args):
 
 def _plot_outputs(out_file):
     """The files `-o out_file` names (their directory is made as each is written)."""
+    if out_file.endswith(os.sep) or Path(out_file).name in ("", ".", ".."):  # 'sub/' made sub/.pdf and sub/.png
+        raise ReproError(f"-o/--out_file {out_file!r}: expected a file name or a basename, not a directory")
     if Path(out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
         return [out_file]
     return [f"{out_file}.pdf", f"{out_file}.png"]  # a basename, as fig8.py takes it

@@ -319,7 +319,12 @@ def staged_model(directory):
     complete: renamed to `directory` where there is none, else its files moved in (the old manifest
     removed first and the new one moved in last: a directory without one is no model). Removed
     when the build fails or is interrupted, so that nothing is left that looks like a model, not
-    even an empty directory; a model being rebuilt stays as it was."""
+    even an empty directory; a model being rebuilt stays as it was. A symbolic link in its place is
+    refused: the files would be moved to wherever it points."""
+    if directory.is_symlink() or os.path.lexists(directory) and not directory.is_dir():
+        kind = "a symbolic link" if directory.is_symlink() else "not a directory"
+        raise ReproError(f"{directory}: is {kind}; expected a model's directory (or nothing) there: remove it, "
+                         "or name another base path")
     directory.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
     try:

@@ -34,7 +34,7 @@ import psutil
 
 from repro.errors import ReproError
 from repro.fsutil import refuse_inside, write_json
-from repro.processes import describe, matches, private_directory, read_record, write_record
+from repro.processes import describe, matches, owner_environment, private_directory, read_record, write_record
 from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_prefix
 
 _OPS = ("acquire", "release", "status", "flush", "shutdown")
@@ -313,8 +313,10 @@ def server_pid(socket_path):
 
 
 def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, device="cpu", persist_bytes=0,
-                 info_file=None, profile_dir=None):
-    """Start the server in its own session; return its pid once it answers. budget: bytes.
+                 info_file=None, profile_dir=None, environment=None):
+    """Start the server in its own session; return its pid once it answers. budget: bytes;
+    environment: entries added to its environment (default: repro.processes.owner_environment of
+    the pid file's directory, which it then belongs to).
 
     The answering server must be the one started here: a server already on the socket is an error.
     """
@@ -335,8 +337,11 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
            "--pid-file", str(pid_file), "--device", device, "--persist-cpu-mb", str(persist_bytes >> 20)]
     cmd += ["--info-file", str(info_file)] if info_file else []
     cmd += ["--profile", str(profile_dir)] if profile_dir else []
+    if environment is None:
+        environment = owner_environment(Path(pid_file).parent) if Path(pid_file).parent.is_dir() else {}
     with open(log_file, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **environment})
     try:
         return _wait_answering(proc, socket_path, log_file)
     except BaseException:  # Ctrl-C, SIGTERM or SIGHUP while it starts: the daemon goes with this command

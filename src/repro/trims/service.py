@@ -140,9 +140,11 @@ def _start(settings, state_path, workdir):
     base.mkdir(parents=True, exist_ok=True)
     socket_path = record_path.with_name("trims.sock")
     log = state_path.with_name("trims-server.log")
+    marks = processes.owner_environment(record_path.parent)
     pid = start_daemon(socket_path, base, budget_bytes(megabytes=budget), policy, record_path.with_name("trims.pid"), log,
-                       resolve_device(device))
-    record = {"process": processes.describe(pid, "model store"), "socket": str(socket_path), "base_path": str(base),
+                       resolve_device(device), environment=marks)
+    store = processes.describe(pid, "model store", marks[processes.OWNER_TOKEN])
+    record = {"process": store, "socket": str(socket_path), "base_path": str(base),
               **server, "digest": digest, "settings": settings, "log": str(log), "started_at": time.time(),
               "users": [me] if me else []}
     processes.write_record(record_path, record)
@@ -252,11 +254,12 @@ def leave(invocation, workdir="."):
 
 def _start_watchdog(workdir, record_path, log):
     """The store's watchdog (`watch`), in a session of its own; its process record."""
+    marks = processes.owner_environment(record_path.parent)
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "repro.trims.service", "watch", str(Path(workdir).resolve()),
                                  str(record_path)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True, env={**os.environ, **processes.owner_environment(record_path.parent)})
-    return processes.describe(proc.pid, "model store watchdog")
+                                start_new_session=True, env={**os.environ, **marks})
+    return processes.describe(proc.pid, "model store watchdog", marks[processes.OWNER_TOKEN])
 
 
 def watch(workdir, interval_s=WATCH_INTERVAL_S):

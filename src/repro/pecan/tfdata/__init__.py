@@ -19,10 +19,13 @@ def cpus_available():
 
 def check_sweep(counts, worker_threads, cpus, key="pecan.tfdata.sweep"):
     """A ReproError naming `key` for a count of remote workers whose CPUs this machine does not have
-    (workers are pinned to CPUs of their own: a count beyond them measures sharing, not workers)."""
-    for count in counts:
+    (workers are pinned to CPUs of their own: a count beyond them measures sharing, not workers), or
+    for a count given twice (each count's run writes <out>/<count>: the second replaced the first)."""
+    for i, count in enumerate(counts):
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ReproError(f"{key}: {count!r}: expected a whole number of remote workers, 0 or more")
+        if count in counts[:i]:
+            raise ReproError(f"{key}: {count} given twice; expected each count once (its run writes <out>/{count})")
         if count * worker_threads > cpus:
             raise ReproError(f"{key}: {count} remote worker(s) of {worker_threads} thread(s) need {count * worker_threads} "
                              f"CPUs; {cpus} available (os.sched_getaffinity); expected at most {cpus // worker_threads}")

@@ -1,5 +1,6 @@
 """`repro pecan tfdata ...`: the tf.data service engine's commands (TensorFlow imported only when run)."""
 
+import json
 import math
 import sys
 
@@ -166,11 +167,25 @@ def _start(args):
         from repro.fsutil import read_json
 
         ssh_workers = read_json(args.worker_hosts, "the worker hosts as JSON", f"--worker-hosts {args.worker_hosts}")
+        _check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
     service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers)
     for _ in range(args.workers):
         service.add_worker("remote", args.threads)
     print(f"{args.state_dir}: dispatcher at {service.address}")
     return 0 if print_checks(service.checks(probe=False)) else 1
+
+
+def _check_worker_hosts(flag, hosts):
+    """Refuse worker hosts that are not what the ssh backend writes (SshWorkers' config): recorded in the
+    state, they made every later status and stop fail, the dispatcher left running."""
+    listed = hosts.get("hosts") if isinstance(hosts, dict) else None
+    if not (isinstance(listed, list) and listed
+            and all(isinstance(h, dict) and isinstance(h.get("name"), str) and isinstance(h.get("address"), str)
+                    for h in listed)
+            and all(isinstance(hosts.get(key), str) for key in ("python", "worker_dir", "dispatcher_host"))):
+        raise ReproError(f"{flag}: expected an object with hosts (a list of objects with a name and an address), "
+                         "python, worker_dir and dispatcher_host, as the ssh backend writes; got "
+                         f"{json.dumps(hosts)[:80]}")
 
 
 def _status(args):

@@ -33,7 +33,7 @@ START_TIMEOUT_S = 90  # as repro.pecan.tfdata.service: the worker imports Tensor
 # -- on the worker host ------------------------------------------------------------------------
 
 def _start(args):
-    from repro.processes import describe, owner_environment
+    from repro.processes import OWNER_TOKEN, describe, owner_environment
 
     directory = Path(args.dir)
     directory.mkdir(parents=True, exist_ok=True)
@@ -42,13 +42,14 @@ def _start(args):
     status = directory / f"worker-{args.number}.status.json"
     status.unlink(missing_ok=True)
     log_path = directory / f"worker-{args.number}.log"
+    marks = owner_environment(directory)
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", "worker",
                                  "--dispatcher", args.dispatcher, "--host", args.host, "--threads", str(args.threads),
                                  "--cpus", ",".join(map(str, cpus)), "--status", str(status)],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, **owner_environment(directory)})
-    record = {**describe(proc.pid, "tfdata worker"), "log": str(log_path), "status": str(status), "cpus": cpus}
+                                env={**os.environ, **marks})
+    record = {**describe(proc.pid, "tfdata worker", marks[OWNER_TOKEN]), "log": str(log_path), "status": str(status), "cpus": cpus}
     print(json.dumps(record), flush=True)
     return 0
 
@@ -153,7 +154,7 @@ class SshWorkers:
     def stop(self, entry):
         words = [self.config["python"], "-m", "repro.pecan.tfdata.remote", "stop", "--dir", self.config["worker_dir"],
                  "--record", json.dumps(
-            {k: entry[k] for k in ("pid", "start_ticks", "boot_id", "role")})]
+            {k: entry[k] for k in ("pid", "start_ticks", "boot_id", "role", "token") if k in entry})]
         return self._run(entry["host"], " ".join(shlex.quote(w) for w in words)).strip() == "stopped"
 
     def poll(self, entries, fresh_s):

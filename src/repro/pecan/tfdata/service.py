@@ -4,8 +4,8 @@ The service lives in a state directory: state.json (the process records, written
 after every change), each process's status file and log, and the dispatcher's fault-tolerant
 work_dir (its journal: a restarted dispatcher recovers its jobs and workers from it).
 Processes are only ever signalled through repro.processes records (pid + start ticks + boot id),
-and only those that belong to this state directory (started with its owner environment, or naming
-it on their command line): a state.json copied from another working directory names that
+and only those that belong to this state directory (started with its owner environment, whose
+random token the record keeps): a state.json copied from another working directory names that
 directory's processes, which are neither used nor stopped here.
 
 The servers are addressed over loopback (localhost). Local workers register as
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import read_json, write_json
-from repro.processes import describe, matches, owner_environment, read_record, terminate
+from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, terminate
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
 # How long a run's client waits for one batch before the run fails: the longest wait that is not a
@@ -92,8 +92,10 @@ def _check_state(path, state):
         raise ReproError(f"{path}: expected a JSON object (a tf.data service state), got {type(state).__name__}")
     if "dispatcher" in state:
         _check_record(path, "dispatcher", state["dispatcher"], {**_PROCESS, "address": str, "status": str})
-        if not re.fullmatch(r".+:\d+", state["dispatcher"]["address"]):
-            raise ReproError(f"{path}: dispatcher.address: expected host:port, got {state['dispatcher']['address']!r:.60}")
+        port = re.fullmatch(r".+:(\d{1,5})", state["dispatcher"]["address"])
+        if not port or int(port[1]) > 65535:
+            raise ReproError(f"{path}: dispatcher.address: expected host:port (a port from 0 to 65535), "
+                             f"got {state['dispatcher']['address']!r:.60}")
     workers = state.get("workers", [])
     if not isinstance(workers, list):
         raise ReproError(f"{path}: workers: expected a list of process records, got {type(workers).__name__}")
@@ -101,10 +103,15 @@ def _check_state(path, state):
         _check_record(path, f"workers[{i}]", worker, {**_PROCESS, "status": str, "kind": str, "slot": int})
         if "host" in worker:
             _check_record(path, f"workers[{i}]", worker, {"host": str})
+            if not state.get("ssh_workers"):
+                raise ReproError(f"{path}: workers[{i}].host: a worker on host {worker['host']!r:.60}, but no worker "
+                                 "hosts (ssh_workers) are recorded; not a state file the service wrote")
     if not isinstance(state.get("started", 0), int):
         raise ReproError(f"{path}: started: expected an integer, got {state['started']!r:.60}")
     if not isinstance(state.get("ssh_workers") or {}, dict):
         raise ReproError(f"{path}: ssh_workers: expected an object (the worker hosts), got {state['ssh_workers']!r:.60}")
+    if "dispatcher" not in state:  # every state the service writes records its dispatcher
+        raise ReproError(f"{path}: lacks key 'dispatcher'; not a state file the service wrote")
 
 
 class Service:
@@ -151,8 +158,17 @@ class Service:
         repro.pecan.tfdata.remote.SshWorkers), recorded in its state.
 
         A dispatcher that died is restarted on its recorded port (when free) from its journal: the
-        workers still running reconnect to it and its jobs go on.
+        workers still running reconnect to it and its jobs go on. One start at a time: a second one
+        in the same directory finds the dispatcher the first started (else both would run, one unrecorded).
         """
+        cls(directory)  # a malformed state is named before anything is made there
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with open(Path(directory) / "start.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
+            return cls._start(directory, port, owned, ssh_workers)
+
+    @classmethod
+    def _start(cls, directory, port, owned, ssh_workers):
         service = cls(directory, owned)
         if service.dispatcher_running():
             if ssh_workers is not None and service.state.get("ssh_workers") != ssh_workers:
@@ -178,23 +194,30 @@ class Service:
 
     def _spawn(self, role, arguments, status, log_name, wait=True):
         log = open(self.directory / log_name, "w")
+        marks = owner_environment(self.directory)
         with log:
             parent = ["--parent", str(os.getpid())] if self.owned else []
             proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", role, *arguments, *parent],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env={**os.environ, **owner_environment(self.directory)})
+                                    start_new_session=True, env={**os.environ, **marks})
         self._children[proc.pid] = proc
-        record = {**describe(proc.pid, f"tfdata {role}"), "log": str(self.directory / log_name)}
+        record = {**describe(proc.pid, f"tfdata {role}", marks[OWNER_TOKEN]), "log": str(self.directory / log_name)}
         if not wait:
             return record
         deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise ReproError(f"tf.data {role} exited with status {proc.returncode} before serving: "
-                                 f"{_log_tail(self.directory / log_name)}")
-            if _fresh(status, proc.pid):
-                return record
-            time.sleep(0.1)
+        try:
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise ReproError(f"tf.data {role} exited with status {proc.returncode} before serving: "
+                                     f"{_log_tail(self.directory / log_name)}")
+                if _fresh(status, proc.pid):
+                    return record
+                time.sleep(0.1)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP while it starts: no state records it, so it goes too
+            terminate(record, owner=self.directory)
+            self._children.pop(proc.pid, None)
+            proc.wait()
+            raise
         terminate(record, owner=self.directory)
         raise ReproError(f"tf.data {role} did not report within {START_TIMEOUT_S} s: {_log_tail(self.directory / log_name)}")
 
