@@ -175,7 +175,7 @@ def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
                         if "ResNet50_v2-8_pecan" in line and line.endswith("RUNNING")), None)
             time.sleep(0.2)
         assert job, "the pecan run never started"
-        time.sleep(2)
+        time.sleep(2)  # the job's command is under way, not only its allocation
         subprocess.run(["scancel", job], check=True)
         out, _ = runner.communicate(timeout=900)
         assert runner.returncode != 0

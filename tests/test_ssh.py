@@ -217,7 +217,7 @@ def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster
         deadline = time.monotonic() + 120
         while not remote_run_pids(root) and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(0.5)
+        time.sleep(0.5)  # the remote run is past its start-up, writing its log
         for pid in remote_run_pids(root):
             os.kill(pid, signal.SIGKILL)
         out, _ = runner.communicate(timeout=300)

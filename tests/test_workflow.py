@@ -253,7 +253,7 @@ def test_interrupted_run_is_redone(workdir):
     deadline = time.monotonic() + 120
     while not (run_dir.exists() and (workdir / "results" / "logs" / "run").exists()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(1.0)
+    time.sleep(1.0)  # the run has begun writing its outputs: the kill leaves them half-made
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (workdir / target).exists()
