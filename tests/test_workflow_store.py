@@ -189,12 +189,15 @@ def test_after_ctrl_c_during_trims_runs_only_the_unfinished_ones_are_redone(work
         rc, output = _finish(interrupted)
     assert len(done) == 1 and rc != 0, output
     # the held run either ended with the Ctrl-C, leaving no report, or had already written its report
-    # in full before the signal was handled (a report is renamed into place whole): either way, a
-    # report that exists is complete and is not redone, and one that does not is
+    # in full before the signal was handled (a report is renamed into place whole): a report that
+    # exists is complete. The run finished before the Ctrl-C is not redone; the held one is redone
+    # when it left no report, and may be when it did (Snakemake, interrupted, may not have recorded
+    # its end and then counts it incomplete)
     finished = [model for model, path in reports.items() if path.exists()]
     assert all(json.loads(reports[model].read_text()) for model in finished)
     assert not store_processes(workdir)
     jobs = planned_jobs(workdir, *targets, *args)
-    assert all((f"trims_compare[{model}]" in jobs) == (model not in finished) for model in reports), (jobs, output)
+    assert f"trims_compare[{done[0]}]" not in jobs, (jobs, output)
+    assert todo in finished or f"trims_compare[{todo}]" in jobs, (jobs, output)
     snakemake(workdir, *targets, *args)
     assert all(path.exists() for path in reports.values()) and not store_processes(workdir)
