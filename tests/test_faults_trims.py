@@ -783,6 +783,34 @@ def test_a_model_larger_than_the_free_shared_memory_is_refused_without_a_segment
     modelstore.HostMemory(10 * real.f_frsize, "repro-test-fits").close()  # what fits is made
 
 
+def test_a_stop_signal_inside_the_daemons_fork_leaves_no_server(models, tmp_path):
+    """SIGTERM that comes while subprocess.Popen forks the daemon (before it returns the child) is
+    held until the daemon is known, then stops it with the command: no server, socket or pid file."""
+    import repro.trims.server as server
+
+    sock = tmp_path / "s.sock"
+
+    class SignalledInsidePopen(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGTERM)  # before Popen has returned
+            time.sleep(0.5)  # where the signal is not put off, its handler raises here
+
+    def signalled_main(argv):
+        server.subprocess.Popen = SignalledInsidePopen  # the forked child's own module: this test's is untouched
+        return main(argv)
+
+    code, _, err = run_forked(["trims", "server", "run", "-d", "--socket", str(sock), "--base-path", str(models),
+                               "--memory-mb", "50", "--pid-file", str(tmp_path / "s.pid"), "--log-file",
+                               str(tmp_path / "s.log")], tmp_path, 60, main=signalled_main)
+    assert code == 128 + signal.SIGTERM, err
+    daemons = [p for p in psutil.process_iter(["cmdline"]) if str(sock) in (p.info["cmdline"] or ())]
+    for daemon in daemons:  # where it did outlive the command: this test started it; psutil checks it is the same
+        daemon.terminate()
+    assert not daemons, "the daemon outlived the command that started it"
+    assert not sock.exists() and not (tmp_path / "s.pid").exists()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_daemon_start_interrupted_leaves_no_server(models, tmp_path, signum):
     """`trims server run -d` signalled while its daemon starts: the daemon ends with the command (as

@@ -34,7 +34,8 @@ import psutil
 
 from repro.errors import ReproError
 from repro.fsutil import refuse_inside, write_json
-from repro.processes import describe, matches, owner_environment, private_directory, read_record, write_record
+from repro.processes import (describe, matches, owner_environment, private_directory, read_record, spawn, stop_child,
+                              write_record)
 from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_prefix
 
 _OPS = ("acquire", "release", "status", "flush", "shutdown")
@@ -340,24 +341,13 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
     if environment is None:
         environment = owner_environment(Path(pid_file).parent) if Path(pid_file).parent.is_dir() else {}
     with open(log_file, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, **environment})
+        proc = spawn(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                     env={**os.environ, **environment})
     try:
         return _wait_answering(proc, socket_path, log_file)
     except BaseException:  # Ctrl-C, SIGTERM or SIGHUP while it starts: the daemon goes with this command
-        _stop_child(proc)
+        stop_child(proc)  # (SIGTERM: the store cleans up its socket and pid file)
         raise
-
-
-def _stop_child(proc):
-    """SIGTERM our child (the store cleans up its socket and pid file), SIGKILL it after 10 s."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _wait_answering(proc, socket_path, log_file):
@@ -376,7 +366,7 @@ def _wait_answering(proc, socket_path, log_file):
                 proc.wait()
             raise ReproError(f"a model store server already runs on {socket_path} (pid {answering})")
         time.sleep(0.05)
-    _stop_child(proc)
+    stop_child(proc)
     raise ReproError(f"model store server did not answer on {socket_path} within 30 s; see {log_file}")
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import read_json, write_json
-from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, terminate
+from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, terminate
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
 # How long a run's client waits for one batch before the run fails: the longest wait that is not a
@@ -197,9 +197,9 @@ class Service:
         marks = owner_environment(self.directory)
         with log:
             parent = ["--parent", str(os.getpid())] if self.owned else []
-            proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", role, *arguments, *parent],
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env={**os.environ, **marks})
+            proc = spawn([sys.executable, "-m", "repro.pecan.tfdata.server", role, *arguments, *parent],
+                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                         env={**os.environ, **marks})
         self._children[proc.pid] = proc
         record = {**describe(proc.pid, f"tfdata {role}", marks[OWNER_TOKEN]), "log": str(self.directory / log_name)}
         if not wait:
