@@ -597,11 +597,11 @@ def _estimate(args):
 
 @settings_keys()
 def _check_reproducibility(args):
-    from repro.config import load_config
+    from repro.config import check_settings, load_config
     from repro.pecan.costtable import write_table
     from repro.pecan.reproducibility import CHECK_COLUMNS, check, outside
 
-    config = args.settings if args.settings is not None else load_config(args.config)
+    config = check_settings(args.settings) if args.settings is not None else load_config(args.config)
     rows = check(config, config["reproducibility"]["figures"], args.scratch)
     write_table(rows, args.output, CHECK_COLUMNS)
     for row in rows:
