@@ -320,10 +320,11 @@ def client_argv(command, values, config, config_args):
         params = _distribution_params(values)
         if params:
             argv += ["--distribution-params", *params]
+    # free text as --flag=VALUE: a value that begins with '-' is never read as a flag of its own
     if values["profile_output"]:
-        argv += ["--profile-output", values["profile_output"]]
+        argv.append(f"--profile-output={values['profile_output']}")
     if values["experiment_description"]:
-        argv += ["--experiment-description", values["experiment_description"]]
+        argv.append(f"--experiment-description={values['experiment_description']}")
     for name, repro_flag in (("eager", "--eager"), ("eager_async", "--eager-async"),
                              ("profile_output_overwrite", "--profile-output-overwrite"),
                              ("monitor_memory", "--monitor-memory"), ("trace_upload", "--trace-upload")):
@@ -526,11 +527,14 @@ def main(argv=None):
     # as the original, for this process and every process it starts
     os.environ["CUDA_VISIBLE_DEVICES"] = values["visible_devices"]
     defaults = {**_repro_defaults(), **original_defaults()}
-    status = 0
+    parsed = []  # every command line checked before the first runs: no store is left running for a client refused
     for command in commands:
         args = _parse_repro(build_parser(), command)
         if args is None:
             return 2
+        parsed.append(args)
+    status = 0
+    for command, args in zip(commands, parsed):
         args.tool_defaults = defaults
         status = run(args, PROG, original_spelling) or status
         if status and command[:3] == ["trims", "server", "run"]:
