@@ -567,7 +567,7 @@ def test_second_pass_command_faults(fault, tmp_path, monkeypatch, capsys):
     check_fault(fault, tmp_path, monkeypatch, capsys)
 
 
-def _trims_tools(tmp_path, monkeypatch, capsys, argv):
+def _trims_tools(tmp_path, monkeypatch, capsys, argv, config=""):
     from support import run_repro
 
     from repro.trims.originals import main
@@ -575,7 +575,7 @@ def _trims_tools(tmp_path, monkeypatch, capsys, argv):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("CARML_CONFIG_FILE", raising=False)
-    _write(tmp_path / "c.yml", f"micro18:\n  base_path: {tmp_path / 'm'}\n")
+    _write(tmp_path / "c.yml", f"micro18:\n  base_path: {tmp_path / 'm'}\n{config}")
     return run_repro([*argv[:2], "--config", tmp_path / "c.yml", *argv[2:]], capsys, main=main)  # after the command
 
 
@@ -625,3 +625,23 @@ def test_trims_tools_reads_a_dash_named_trace_after_a_double_dash(tmp_path, monk
     code, _, err = _trims_tools(tmp_path, monkeypatch, capsys, [*command, "--", "-t.json"])
     assert code == 0, err
     assert (tmp_path / "out.json").is_file()
+
+
+def test_trims_tools_run_hands_on_text_that_begins_with_a_dash(tmp_path, monkeypatch, capsys):
+    """`trims-tools run --experiment_description=-x`: the store started, then the client's command line was
+    refused ("--experiment-description: expected one argument", exit 2) and the store left running."""
+    from support import run_repro
+
+    from repro.trims.models import generate
+
+    generate("squeezenet_1.1", tmp_path / "m" / "squeezenet_1.1", seed=1)
+    socket_path = tmp_path / "s.sock"
+    config = f"  server_socket: {socket_path}\n  profile_output_directory: {tmp_path / 'p'}\n"
+    try:
+        code, _, err = _trims_tools(tmp_path, monkeypatch, capsys, ["run", "--experiment_description=-x",
+                                                                    "--profile_output=-o", "-n", "1"], config)
+    finally:
+        if socket_path.exists():  # the old code's store: stopped, not left running
+            run_repro(["trims", "server", "stop", "--socket", socket_path], capsys)
+    assert code == 0, err
+    assert [p.name for p in (tmp_path / "p").glob("*/*")] == ["-o"]
