@@ -97,6 +97,17 @@ def run_chain(config, figures, scratch):
     return plotted_numbers(figures, calibrations, rows_by_figure)
 
 
+def _results_table(config, figure, results):
+    name = figure if figure in config["plots"]["comparisons"] else config["plots"]["figures"][figure]["experiment"]
+    return Path(results) / "tables" / f"{name}.csv"
+
+
+def results_files(config, figures, results):
+    """The files of `results` that results_numbers reads: each pipeline's calibration, each figure's table."""
+    return ([Path(results) / "calibration" / f"{pipeline}.json" for pipeline in figure_pipelines(config, figures)]
+            + [_results_table(config, figure, results) for figure in figures])
+
+
 def results_numbers(config, figures, results):
     """The plotted numbers of a finished workflow's `results/` directory (its calibrations and
     cost tables), to compare two clones or two machines."""
@@ -109,8 +120,7 @@ def results_numbers(config, figures, results):
                 raise FileNotFoundError(2, "No such file or directory", str(path))
             calibrations[pipeline] = read_json(path, "the output of `repro pecan calibrate`")
         for figure in figures:
-            name = figure if figure in config["plots"]["comparisons"] else config["plots"]["figures"][figure]["experiment"]
-            table = results / "tables" / f"{name}.csv"
+            table = _results_table(config, figure, results)
             if not table.exists():
                 raise FileNotFoundError(2, "No such file or directory", str(table))
             rows_by_figure[figure] = read_csv(table, str(table), "a cost table")
