@@ -645,3 +645,27 @@ def test_trims_tools_run_hands_on_text_that_begins_with_a_dash(tmp_path, monkeyp
             run_repro(["trims", "server", "stop", "--socket", socket_path], capsys)
     assert code == 0, err
     assert [p.name for p in (tmp_path / "p").glob("*/*")] == ["-o"]
+
+
+def _compare_results_into(ctx, output):
+    """`repro pecan compare-results r1 r2 --figure fig8_ResNet50_v2-8 -o OUTPUT` over two finished results/ directories."""
+    order = {"cpu_s_per_element": 0.01, "bytes_out_per_element": 10, "per_reference_kernel": 10.0}
+    calibration = {"pipeline": "resnet", "autoorder_saving": 0.1, "reference_kernel": {"cpu_s": 0.001},
+                   "declared": order, "autoorder": order}
+    for results in ("r1", "r2"):
+        _write(ctx.dir / results / "calibration" / "resnet.json", json.dumps(calibration))
+        _write(ctx.dir / results / "tables" / "ResNet50_v2-8.csv", "mode,tpu_cost_mean,worker_cost_mean\nshort,1.5,0.5\n")
+    return ["pecan", "compare-results", ctx.dir / "r1", ctx.dir / "r2", "--config", CONFIG, "--figure", "fig8_ResNet50_v2-8",
+            "-o", ctx.dir / output]
+
+
+# the comparison CSV was written over a cost table or a calibration of the results it compared (exit 0)
+COMPARE_RESULTS_FAULTS = [
+    Fault(f"compare-results-output-over-{name}", lambda ctx, output=output: _compare_results_into(ctx, output),
+          rf"repro: error: -o/--output .*/{output}: is one of the inputs; writing it would overwrite that input")
+    for name, output in (("a-table", "r1/tables/ResNet50_v2-8.csv"), ("a-calibration", "r2/calibration/resnet.json"))]
+
+
+@pytest.mark.parametrize("fault", COMPARE_RESULTS_FAULTS, ids=[f.id for f in COMPARE_RESULTS_FAULTS])
+def test_compare_results_never_writes_over_what_it_compares(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
