@@ -374,7 +374,8 @@ def _compare_results(args):
     from repro.config import load_config
     from repro.fsutil import refuse_overwriting
     from repro.pecan.costtable import write_table
-    from repro.pecan.reproducibility import CHECK_COLUMNS, check_figures, compare, outside, results_files, results_numbers
+    from repro.pecan.reproducibility import (CHECK_COLUMNS, check_figures, check_same_numbers, compare, outside,
+                                             results_files, results_numbers)
 
     config = load_config(args.config)
     figures = (check_figures(config, args.figure, "--figure") if args.figure
@@ -383,6 +384,7 @@ def _compare_results(args):
     refuse_overwriting([("-o/--output", args.output)],
                        [path for results in (args.first, args.second) for path in results_files(config, figures, results)])
     first, second = (results_numbers(config, figures, d) for d in (args.first, args.second))
+    check_same_numbers(first, second, args.first, args.second)
     rows = compare(first, second, config["reproducibility"]["tolerance"])
     write_table(rows, args.output, CHECK_COLUMNS)
     held, missed = outside(rows)
