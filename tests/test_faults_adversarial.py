@@ -678,3 +678,13 @@ COMPARE_RESULTS_FAULTS += [
 @pytest.mark.parametrize("fault", COMPARE_RESULTS_FAULTS, ids=[f.id for f in COMPARE_RESULTS_FAULTS])
 def test_compare_results_never_writes_over_what_it_compares(fault, tmp_path, monkeypatch, capsys):
     check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def test_cluster_status_compares_an_empty_digest(tmp_path, monkeypatch, capsys):
+    """`cluster status --expect ""` (an unset variable): the digest check was skipped and the status written (exit 0)."""
+    fault = Fault("cluster-status-empty-expect", lambda ctx: [
+        "cluster", "status", "--state", _write(ctx.dir / "state.json", json.dumps({"backend": "local", "trace_store": str(
+            Path(_write(ctx.dir / "store" / "a.json", "{}")).parent), "settings_digest": "d"})), "--expect", "", "-o",
+        str(ctx.dir / "status.json")],
+                  r"repro: error: cluster status: 1 check\(s\) FAILED: cluster state .*/state.json matches the configuration")
+    check_fault(fault, tmp_path, monkeypatch, capsys)
