@@ -688,3 +688,16 @@ def test_cluster_status_compares_an_empty_digest(tmp_path, monkeypatch, capsys):
         str(ctx.dir / "status.json")],
                   r"repro: error: cluster status: 1 check\(s\) FAILED: cluster state .*/state.json matches the configuration")
     check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("concurrency", ["0", "01", "7"])
+def test_a_trims_concurrency_the_config_lacks_is_no_target(workdir, concurrency):
+    """`snakemake results/trims/runs/distribution/uniform-c0/report.json`: planned (exit 0) with the store
+    start, generation and fetch before it, to fail at --concurrency; c01 planned a second run of c1."""
+    from support import configfiles, snakemake
+
+    proc = snakemake(workdir, "--dry-run", *configfiles(workdir), "--",
+                     f"results/trims/runs/distribution/uniform-c{concurrency}/report.json", check=False)
+    assert proc.returncode != 0
+    assert "MissingRuleException" in proc.stdout + proc.stderr
