@@ -701,3 +701,18 @@ def test_a_trims_concurrency_the_config_lacks_is_no_target(workdir, concurrency)
                      f"results/trims/runs/distribution/uniform-c{concurrency}/report.json", check=False)
     assert proc.returncode != 0
     assert "MissingRuleException" in proc.stdout + proc.stderr
+
+
+def test_trims_summary_refuses_a_run_reported_twice(tmp_path):
+    """`trims summary --distributions r.json r.json`: the run's rows twice (exit 0), each bar drawn twice."""
+    from repro.errors import ReproError
+    from repro.trims.experiments import summary
+
+    report = {"experiment": "distribution", "distribution": "uniform", "params": [0.0, 1.0], "concurrency": 1,
+              "wall_s": 0.3, "evictions": 0, "store": {"store_eviction": "lru", "store_budget_bytes": 1 << 26,
+                                                      "store_device": "cpu", "store_host_tier_bytes": 0},
+              "results": [{"model": "m", "iteration": i, "ok": True, "latency_us": 1000.0 + i, "trace": "t.json",
+                           "hit": i > 0} for i in range(5)]}
+    path = _write(tmp_path / "report.json", json.dumps(report))
+    with pytest.raises(ReproError, match=r"^--distributions: two reports of uniform 1; expected one report per run$"):
+        summary([], [path, path])
