@@ -93,4 +93,4 @@ wildcard_constraints:
     trims_job=r"[A-Za-z0-9_][A-Za-z0-9_.-]*",
     model=one_of(TRIMS_MODELS, "no-models"),
     distribution=one_of(TRIMS_DISTRIBUTIONS, "no-distributions"),
-    concurrency=r"\d+",
+    concurrency=one_of([str(c) for c in TRIMS_CONCURRENCY], "no-concurrency"),

@@ -485,3 +485,234 @@ def test_tfdata_start_refuses_worker_hosts_it_could_not_use(fault, tmp_path, mon
     """`tfdata start --worker-hosts h.json` holding a list: the dispatcher started and the hosts went into
     state.json, which every later status and stop refused, so nothing could stop that dispatcher."""
     check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+# -- a second adversarial pass: values read from files and recorded state, and arguments handed on --
+
+
+COST_SETTINGS = {"model_name": "resnet", "model": {"pipeline": "resnet", "batch_size": 1024, "steps_per_epoch": 1251},
+                 "tpu_price": 4.96, "worker_price": 0.42}
+REPEAT = {"throughput": 3000.0, "remote_workers": 2, "local_workers": 1}
+
+
+def _cost_table(ctx, metrics, modes=("short",)):
+    """`repro pecan cost-table` of a run whose metrics.json holds `metrics` (one log and metrics file per mode)."""
+    log = Path(__file__).parent / "fixtures" / "pecan-logs" / "resnet_cachew.log"
+    summary = _write(ctx.dir / "summary.json", json.dumps({"traces": [{"mode": mode} for mode in modes]}))
+    path = _write(ctx.dir / "metrics.json", json.dumps(metrics))
+    return ["pecan", "cost-table", "--settings", json.dumps(COST_SETTINGS), "--mode", *modes, "--log", *[log] * len(modes),
+            "--metrics", *[path] * len(modes), "--summary", summary, "-o", str(ctx.dir / "table.csv")]
+
+
+def _store_state(ctx, state):
+    return _write(ctx.dir / "store.json", json.dumps({"base_path": str(ctx.dir / "m"), "socket": str(ctx.dir / "s.sock"),
+                                                      "digest": "d", **state}))
+
+
+STORE = {"memory_mb": 64, "eviction": "lru", "device": "cpu"}
+CLIENT = {"eager": True, "eager_async": False, "cold_cache": False, "seed": 0, "server": STORE, "iterations": 1}
+
+SECOND_PASS_FAULTS = [
+    # the whole config by hand, used unchecked: a TypeError, or a wrong type named as a missing key
+    *[Fault(f"check-reproducibility-settings-{name}",
+            lambda ctx, settings=settings: ["pecan", "check-reproducibility", "--settings", json.dumps(settings),
+                                            "--scratch", str(ctx.dir / "scratch"), "-o", str(ctx.dir / "check.csv")],
+            error)
+      for name, settings, error in [
+          ("plots-a-number", {"reproducibility": {"figures": ["x"]}, "plots": 5},
+           r"repro: error: --settings: plots: 5 is not of type 'object'"),
+          ("figures-a-number", {"reproducibility": {"figures": 5}},
+           r"repro: error: --settings: reproducibility.figures: 5 is not of type 'array'")]],
+    # a metrics.json's values reached the arithmetic unchecked: tracebacks, or its lacking key blamed on --settings
+    *[Fault(f"cost-table-metrics-{name}", lambda ctx, metrics=metrics: _cost_table(ctx, metrics), error)
+      for name, metrics, error in [
+          ("throughput-a-string", {"repeats": [{**REPEAT, "throughput": "fast"}]},
+           r"repro: error: .*/metrics.json: repeats\[0\].throughput: expected a number from 0 to 1e\+12, got 'fast'"),
+          ("workers-past-a-float", {"repeats": [REPEAT, {**REPEAT, "remote_workers": 10**400}]},
+           r"repro: error: .*/metrics.json: repeats\[1\].remote_workers: expected a number from 0 to 1e\+12"),
+          ("tfdata-without-a-time-scale", {"engine": "tfdata", "spec": {}, "repeats": [REPEAT]},
+           r"repro: error: .*/metrics.json: spec.time_scale: expected a tf.data engine run's positive time scale, got None"),
+          ("tfdata-time-scale-a-string", {"engine": "tfdata", "spec": {"time_scale": "x"}, "repeats": [REPEAT]},
+           r"repro: error: .*/metrics.json: spec.time_scale: expected a tf.data engine run's positive time scale, got 'x'")]],
+    # two rows for one mode (exit 0): the figure and the comparison tables refuse such a table later
+    Fault("cost-table-a-mode-twice", lambda ctx: _cost_table(ctx, {"repeats": [REPEAT]}, ("short", "short")),
+          r"repro: error: --mode: 'short' given twice; expected each mode once"),
+    # a state's recorded settings started a store unchecked: a KeyError, a TypeError, or the base path
+    # made and a server started that exited at once; a huge budget named a flag never given
+    *[Fault(f"store-status-state-settings-{name}",
+            lambda ctx, settings=settings: ["trims", "store", "status", "--state", _store_state(ctx, {"settings": settings}),
+                                            "--expect", "d", "-o", str(ctx.dir / "status.json")], error)
+      for name, settings, error in [
+          ("empty", {}, r"repro: error: .*/store.json: settings: lacks key 'base_path'"),
+          ("memory-a-string", {"base_path": "m", "server": {**STORE, "memory_mb": "x"}},
+           r"repro: error: .*/store.json: settings: server.memory_mb: 'x' is not of type 'integer'"),
+          ("unknown-eviction", {"base_path": "m", "server": {**STORE, "eviction": "bogus"}},
+           r"repro: error: .*/store.json: settings: server.eviction: 'bogus' is not one of"),
+          ("huge-budget", {"base_path": "m", "server": {**STORE, "memory_mb": 10**10}},
+           r"repro: error: .*/store.json: settings: server.memory_mb: 10000000000 is greater than the maximum")]],
+    # an unknown distribution was refused only after --out/traces was made and the store started for it
+    *[Fault(f"experiment-distribution-{name}",
+            lambda ctx, distribution=distribution, params=params: [
+                "trims", "experiment", "distribution", distribution, "--params", *params, "--concurrency", "1",
+                "--models", "squeezenet_1.1", "--store", _store_state(ctx, {}), "--settings", json.dumps(CLIENT),
+                "--out", str(ctx.dir / "out")], error)
+      for name, distribution, params, error in [
+          ("unknown", "bogus", ["0", "1"], r"repro: error: distribution: unknown distribution 'bogus'"),
+          ("parameter-count", "pareto", ["1", "2", "3"], r"repro: error: --params: pareto takes 2 parameter\(s\)")]],
+]
+
+
+@pytest.mark.parametrize("fault", SECOND_PASS_FAULTS, ids=[f.id for f in SECOND_PASS_FAULTS])
+def test_second_pass_command_faults(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def _trims_tools(tmp_path, monkeypatch, capsys, argv, config=""):
+    from support import run_repro
+
+    from repro.trims.originals import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("CARML_CONFIG_FILE", raising=False)
+    _write(tmp_path / "c.yml", f"micro18:\n  base_path: {tmp_path / 'm'}\n{config}")
+    return run_repro([*argv[:2], "--config", tmp_path / "c.yml", *argv[2:]], capsys, main=main)  # after the command
+
+
+@pytest.mark.parametrize("name, error", [
+    ("-h", "unknown model '-h': no {base}/-h/manifest.json"),
+    ("--base-path=/etc", "model name '--base-path=/etc': expected a directory name, one path component"),
+    ("--format=json", "unknown model '--format=json': no {base}/--format=json/manifest.json")])
+def test_trims_tools_reads_a_traced_model_name_as_a_name(tmp_path, monkeypatch, capsys, name, error):
+    """`trims-tools trace memoryinfo t.json`, the trace's model_name "-h": repro's usage text (exit 2);
+    "--base-path=/etc" moved the base path. A trace's text is a model name, never a flag."""
+    (tmp_path / "m").mkdir()
+    trace = _write(tmp_path / "t.json", json.dumps({"traceEvents": [], "otherData": {"model_name": name}}))
+    code, out, err = _trims_tools(tmp_path, monkeypatch, capsys, ["trace", "memoryinfo", trace])
+    assert (code, out) == (1, "")
+    assert err.startswith("trims-tools: error: " + error.format(base=tmp_path / "m")) and err.count("\n") == 1, err
+
+
+def test_trims_tools_refuses_a_model_directory_named_like_a_flag(tmp_path, monkeypatch, capsys):
+    """`trims-tools client memory_usage`, the base path holding a model directory named --format=json: it
+    was read as repro's flag, and that model left out of the table (exit 0)."""
+    from repro.trims.models import generate
+
+    generate("squeezenet_1.1", tmp_path / "m" / "--format=json", seed=1)
+    code, out, err = _trims_tools(tmp_path, monkeypatch, capsys, ["client", "memory_usage"])
+    assert (code, out) == (1, "")
+    assert err == (f"trims-tools: error: micro18.base_path: {tmp_path}/m/--format=json: a model directory whose name "
+                   "begins with '-'; expected a model's name (rename or move it)\n")
+
+
+def test_trims_tools_names_a_models_list_of_no_names(tmp_path, monkeypatch, capsys):
+    """`--models ,,,`: repro's "the following arguments are required: models" (exit 2), naming no flag given."""
+    from repro.trims.models import generate
+
+    generate("squeezenet_1.1", tmp_path / "m" / "squeezenet_1.1", seed=1)
+    code, _, err = _trims_tools(tmp_path, monkeypatch, capsys, ["client", "memory_usage", "--models", ",,,"])
+    assert (code, err) == (1, "trims-tools: error: --models: ',,,' names no model; expected a comma-separated list of "
+                              "names or regular expressions, or all\n")
+
+
+@pytest.mark.parametrize("command", [["trace", "combine", "--output", "out.json"],
+                                     ["trace", "summarize", "--deep", "--output", "out.json"]], ids=["combine", "summarize"])
+def test_trims_tools_reads_a_dash_named_trace_after_a_double_dash(tmp_path, monkeypatch, capsys, command):
+    """`trims-tools trace combine --output out.json -- -t.json` (the original's `--` ends its flags): the file
+    reached repro's command line as a flag ("the following arguments are required: inputs", exit 2)."""
+    _write(tmp_path / "-t.json", json.dumps({"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1,
+                                                               "tid": 1}]}))
+    code, _, err = _trims_tools(tmp_path, monkeypatch, capsys, [*command, "--", "-t.json"])
+    assert code == 0, err
+    assert (tmp_path / "out.json").is_file()
+
+
+def test_trims_tools_run_hands_on_text_that_begins_with_a_dash(tmp_path, monkeypatch, capsys):
+    """`trims-tools run --experiment_description=-x`: the store started, then the client's command line was
+    refused ("--experiment-description: expected one argument", exit 2) and the store left running."""
+    from support import run_repro
+
+    from repro.trims.models import generate
+
+    generate("squeezenet_1.1", tmp_path / "m" / "squeezenet_1.1", seed=1)
+    socket_path = tmp_path / "s.sock"
+    config = f"  server_socket: {socket_path}\n  profile_output_directory: {tmp_path / 'p'}\n"
+    try:
+        code, _, err = _trims_tools(tmp_path, monkeypatch, capsys, ["run", "--experiment_description=-x",
+                                                                    "--profile_output=-o", "-n", "1"], config)
+    finally:
+        if socket_path.exists():  # the old code's store: stopped, not left running
+            run_repro(["trims", "server", "stop", "--socket", socket_path], capsys)
+    assert code == 0, err
+    assert [p.name for p in (tmp_path / "p").glob("*/*")] == ["-o"]
+
+
+def _compare_results_into(ctx, output, second_table="mode,tpu_cost_mean,worker_cost_mean\nshort,1.5,0.5\n"):
+    """`repro pecan compare-results r1 r2 --figure fig8_ResNet50_v2-8 -o OUTPUT` over two finished results/ directories."""
+    order = {"cpu_s_per_element": 0.01, "bytes_out_per_element": 10, "per_reference_kernel": 10.0}
+    calibration = {"pipeline": "resnet", "autoorder_saving": 0.1, "reference_kernel": {"cpu_s": 0.001},
+                   "declared": order, "autoorder": order}
+    for results in ("r1", "r2"):
+        _write(ctx.dir / results / "calibration" / "resnet.json", json.dumps(calibration))
+        _write(ctx.dir / results / "tables" / "ResNet50_v2-8.csv",
+               "mode,tpu_cost_mean,worker_cost_mean\nshort,1.5,0.5\n" if results == "r1" else second_table)
+    return ["pecan", "compare-results", ctx.dir / "r1", ctx.dir / "r2", "--config", CONFIG, "--figure", "fig8_ResNet50_v2-8",
+            "-o", ctx.dir / output]
+
+
+# the comparison CSV was written over a cost table or a calibration of the results it compared (exit 0)
+COMPARE_RESULTS_FAULTS = [
+    Fault(f"compare-results-output-over-{name}", lambda ctx, output=output: _compare_results_into(ctx, output),
+          rf"repro: error: -o/--output .*/{output}: is one of the inputs; writing it would overwrite that input")
+    for name, output in (("a-table", "r1/tables/ResNet50_v2-8.csv"), ("a-calibration", "r2/calibration/resnet.json"))]
+# the second results' bars of another mode: a KeyError; a NaN in them: blamed on the output file
+COMPARE_RESULTS_FAULTS += [
+    Fault("compare-results-another-mode", lambda ctx: _compare_results_into(
+        ctx, "c.csv", "mode,tpu_cost_mean,worker_cost_mean\nlong,1.5,0.5\n"),
+          r"repro: error: .*/r1: has 'fig8_ResNet50_v2-8 short tpu_cost \$', which .*/r2 lacks; expected results of the same"),
+    Fault("compare-results-a-nan-cost", lambda ctx: _compare_results_into(
+        ctx, "c.csv", "mode,tpu_cost_mean,worker_cost_mean\nshort,nan,0.5\n"),
+          r"repro: error: .*/r2: fig8_ResNet50_v2-8 short tpu_cost \$ is nan, not a finite number")]
+
+
+@pytest.mark.parametrize("fault", COMPARE_RESULTS_FAULTS, ids=[f.id for f in COMPARE_RESULTS_FAULTS])
+def test_compare_results_never_writes_over_what_it_compares(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def test_cluster_status_compares_an_empty_digest(tmp_path, monkeypatch, capsys):
+    """`cluster status --expect ""` (an unset variable): the digest check was skipped and the status written (exit 0)."""
+    fault = Fault("cluster-status-empty-expect", lambda ctx: [
+        "cluster", "status", "--state", _write(ctx.dir / "state.json", json.dumps({"backend": "local", "trace_store": str(
+            Path(_write(ctx.dir / "store" / "a.json", "{}")).parent), "settings_digest": "d"})), "--expect", "", "-o",
+        str(ctx.dir / "status.json")],
+                  r"repro: error: cluster status: 1 check\(s\) FAILED: cluster state .*/state.json matches the configuration")
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("concurrency", ["0", "01", "7"])
+def test_a_trims_concurrency_the_config_lacks_is_no_target(workdir, concurrency):
+    """`snakemake results/trims/runs/distribution/uniform-c0/report.json`: planned (exit 0) with the store
+    start, generation and fetch before it, to fail at --concurrency; c01 planned a second run of c1."""
+    from support import configfiles, snakemake
+
+    proc = snakemake(workdir, "--dry-run", *configfiles(workdir), "--",
+                     f"results/trims/runs/distribution/uniform-c{concurrency}/report.json", check=False)
+    assert proc.returncode != 0
+    assert "MissingRuleException" in proc.stdout + proc.stderr
+
+
+def test_trims_summary_refuses_a_run_reported_twice(tmp_path):
+    """`trims summary --distributions r.json r.json`: the run's rows twice (exit 0), each bar drawn twice."""
+    from repro.errors import ReproError
+    from repro.trims.experiments import summary
+
+    report = {"experiment": "distribution", "distribution": "uniform", "params": [0.0, 1.0], "concurrency": 1,
+              "wall_s": 0.3, "evictions": 0, "store": {"store_eviction": "lru", "store_budget_bytes": 1 << 26,
+                                                      "store_device": "cpu", "store_host_tier_bytes": 0},
+              "results": [{"model": "m", "iteration": i, "ok": True, "latency_us": 1000.0 + i, "trace": "t.json",
+                           "hit": i > 0} for i in range(5)]}
+    path = _write(tmp_path / "report.json", json.dumps(report))
+    with pytest.raises(ReproError, match=r"^--distributions: two reports of uniform 1; expected one report per run$"):
+        summary([], [path, path])

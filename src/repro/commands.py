@@ -236,7 +236,7 @@ def _cluster_status(args):
     state = _read_state(args.state)
     with _state_keys(args.state):
         checks = get_backend(state["backend"]).status(state, args.calibration)
-    if args.expect:
+    if args.expect is not None:  # an empty digest (`--expect "$UNSET"`) is compared too, never skipped
         checks.insert(0, state_check(state, args.state, args.expect))
     print(format_checks(checks))
     failed = [c["name"] for c in checks if not c["ok"]]

@@ -372,13 +372,19 @@ def _plot_comparison(args):
 
 def _compare_results(args):
     from repro.config import load_config
+    from repro.fsutil import refuse_overwriting
     from repro.pecan.costtable import write_table
-    from repro.pecan.reproducibility import CHECK_COLUMNS, check_figures, compare, outside, results_numbers
+    from repro.pecan.reproducibility import (CHECK_COLUMNS, check_figures, check_same_numbers, compare, outside,
+                                             results_files, results_numbers)
 
     config = load_config(args.config)
     figures = (check_figures(config, args.figure, "--figure") if args.figure
                else check_figures(config, config["reproducibility"]["figures"]))
+    # a table or a calibration of either results directory, written over with the comparison
+    refuse_overwriting([("-o/--output", args.output)],
+                       [path for results in (args.first, args.second) for path in results_files(config, figures, results)])
     first, second = (results_numbers(config, figures, d) for d in (args.first, args.second))
+    check_same_numbers(first, second, args.first, args.second)
     rows = compare(first, second, config["reproducibility"]["tolerance"])
     write_table(rows, args.output, CHECK_COLUMNS)
     held, missed = outside(rows)
@@ -597,11 +603,11 @@ def _estimate(args):
 
 @settings_keys()
 def _check_reproducibility(args):
-    from repro.config import load_config
+    from repro.config import check_settings, load_config
     from repro.pecan.costtable import write_table
     from repro.pecan.reproducibility import CHECK_COLUMNS, check, outside
 
-    config = args.settings if args.settings is not None else load_config(args.config)
+    config = check_settings(args.settings) if args.settings is not None else load_config(args.config)
     rows = check(config, config["reproducibility"]["figures"], args.scratch)
     write_table(rows, args.output, CHECK_COLUMNS)
     for row in rows:

@@ -29,6 +29,12 @@ def with_spread(row, repeats, mode, model_name, model, tpu_price, worker_price):
 
 
 _REPEAT_KEYS = {"throughput", "remote_workers", "local_workers"}
+MAX_REPEAT_VALUE = 1e12  # examples/second or workers: far above any run's, below where the costs overflow
+
+
+def _repeat_value(value):
+    """Whether a repeat's throughput or worker count is a number the cost table can price."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_REPEAT_VALUE
 
 
 def mode_row(log, metrics, mode, settings):
@@ -42,9 +48,20 @@ def mode_row(log, metrics, mode, settings):
                          "rerun the run")
     if not repeats:
         raise ReproError(f"{metrics}: no 'repeats' list (written by an older version; rerun the run)")
-    row = with_spread(cost_row(parse_log(log), mode, *prices), repeats, mode, *prices)
+    for index, repeat in enumerate(repeats):
+        key = next((k for k in sorted(_REPEAT_KEYS) if not _repeat_value(repeat[k])), None)
+        if key is not None:
+            raise ReproError(f"{metrics}: repeats[{index}].{key}: expected a number from 0 to {MAX_REPEAT_VALUE:g}, "
+                             f"got {repr(repeat[key])[:40]}; rerun the run")
+    scale = None
     if data.get("engine") == "tfdata":  # its miniature scale, derived per run unless configured
-        row["time_scale"] = round(data["spec"]["time_scale"], 3)
+        scale = data["spec"].get("time_scale") if isinstance(data.get("spec"), dict) else None
+        if not _repeat_value(scale) or not scale > 0:
+            raise ReproError(f"{metrics}: spec.time_scale: expected a tf.data engine run's positive time scale, "
+                             f"got {repr(scale)[:40]}; rerun the run")
+    row = with_spread(cost_row(parse_log(log), mode, *prices), repeats, mode, *prices)
+    if scale is not None:
+        row["time_scale"] = round(scale, 3)
     return row
 
 
@@ -60,6 +77,9 @@ def cost_table(settings, modes, logs, metrics, summary):
     if not len(modes) == len(logs) == len(metrics):
         raise ReproError(f"cost table: {len(modes)} modes, {len(logs)} logs and {len(metrics)} metrics files; "
                          "expected one of each per mode, in the same order")
+    repeated = next((mode for index, mode in enumerate(modes) if mode in modes[:index]), None)
+    if repeated is not None:  # two rows of one mode: the figure and the comparison tables refuse such a table
+        raise ReproError(f"--mode: {repeated!r} given twice; expected each mode once (one row per mode)")
     rows = []
     for mode, log, metrics_path in zip(modes, logs, metrics):
         if mode not in summarized:

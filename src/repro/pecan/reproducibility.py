@@ -9,6 +9,7 @@ functions; every plotted number of the two chains compared within the configured
 95% interval the repeats give, and how far outside.
 """
 
+import math
 from pathlib import Path
 
 from repro.errors import ReproError
@@ -97,6 +98,17 @@ def run_chain(config, figures, scratch):
     return plotted_numbers(figures, calibrations, rows_by_figure)
 
 
+def _results_table(config, figure, results):
+    name = figure if figure in config["plots"]["comparisons"] else config["plots"]["figures"][figure]["experiment"]
+    return Path(results) / "tables" / f"{name}.csv"
+
+
+def results_files(config, figures, results):
+    """The files of `results` that results_numbers reads: each pipeline's calibration, each figure's table."""
+    return ([Path(results) / "calibration" / f"{pipeline}.json" for pipeline in figure_pipelines(config, figures)]
+            + [_results_table(config, figure, results) for figure in figures])
+
+
 def results_numbers(config, figures, results):
     """The plotted numbers of a finished workflow's `results/` directory (its calibrations and
     cost tables), to compare two clones or two machines."""
@@ -109,15 +121,29 @@ def results_numbers(config, figures, results):
                 raise FileNotFoundError(2, "No such file or directory", str(path))
             calibrations[pipeline] = read_json(path, "the output of `repro pecan calibrate`")
         for figure in figures:
-            name = figure if figure in config["plots"]["comparisons"] else config["plots"]["figures"][figure]["experiment"]
-            table = results / "tables" / f"{name}.csv"
+            table = _results_table(config, figure, results)
             if not table.exists():
                 raise FileNotFoundError(2, "No such file or directory", str(table))
             rows_by_figure[figure] = read_csv(table, str(table), "a cost table")
-        return plotted_numbers(figures, calibrations, rows_by_figure)
+        numbers = plotted_numbers(figures, calibrations, rows_by_figure)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ReproError(f"{results}: not a finished workflow's results directory for figures {list(figures)} "
                          f"({type(exc).__name__}: {exc}); build them first (snakemake --cores 1)") from None
+    bad = next((name for name, value in numbers.items() if not math.isfinite(value)), None)
+    if bad is not None:  # named here, not as the comparison's output file holding it
+        raise ReproError(f"{results}: {bad} is {numbers[bad]}, not a finite number; expected a finished workflow's "
+                         "results (build them again)")
+    return numbers
+
+
+def check_same_numbers(first, second, first_name, second_name):
+    """ReproError naming a number only one of two results directories has (another mode or pipeline)."""
+    for numbers, other, name, other_name in ((first, second, first_name, second_name),
+                                             (second, first, second_name, first_name)):
+        only = next((number for number in numbers if number not in other), None)
+        if only is not None:
+            raise ReproError(f"{name}: has {only!r}, which {other_name} lacks; expected results of the same "
+                             "figures, modes and pipelines")
 
 
 def tolerance_of(name, tolerance):

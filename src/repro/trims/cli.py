@@ -265,7 +265,7 @@ def _store_start(args):
     from repro.config import check_settings
     from repro.trims import service
 
-    settings = check_settings(args.settings, places={"base_path": ("trims", "base_path"), "server": ("trims", "server")})
+    settings = check_settings(args.settings, places=service.SETTINGS_PLACES)
     record = service.start(settings, args.state)
     print(f"model store pid {record['process']['pid']} on {record['socket']}"
           + (" (found running)" if record.get("reused") else ""))
@@ -331,6 +331,7 @@ def _experiment_distribution(args):
     from repro.trims import service
     from repro.trims.experiments import run_distribution
     from repro.trims.models import check_model_name
+    from repro.trims.workload import check_params
 
     _store_state(args.store)
     settings = _client_settings(args.settings, "distributions")
@@ -340,6 +341,11 @@ def _experiment_distribution(args):
         raise ReproError(f"--params: expected finite numbers from -{MAX_PARAMETER:g} to {MAX_PARAMETER:g}, got {args.params}")
     for model in args.models:
         check_model_name(model)
+    try:  # before --out is made and the store started for nothing; named as this command's arguments
+        check_params(args.distribution, args.params)
+    except ReproError as exc:
+        raise ReproError(str(exc).replace("--distribution-params", "--params").replace("--distribution", "distribution")) \
+            from None
     check_fresh_directory(Path(args.out) / "traces", "--out")
     store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
     run_distribution(args.distribution, args.params, args.concurrency, settings, args.models,

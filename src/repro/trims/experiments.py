@@ -194,6 +194,13 @@ def summary(compare_paths, distribution_paths):
     compared = [row for path in compare_paths for row in rows(compare_table, path)]
     distributions = sorted((row for path in distribution_paths for row in rows(distribution_table, path)),
                            key=lambda r: (r["distribution"], r["concurrency"]))
+    # one run twice (a report named twice, or two runs of one model): its bars and traces counted twice
+    for flag, table, key in (("--compare", compared, ("model",)), ("--distributions", distributions,
+                                                                   ("distribution", "concurrency"))):
+        seen = [tuple(row[k] for k in key) for row in table]
+        twice = next((run for index, run in enumerate(seen) if run in seen[:index]), None)
+        if twice is not None:
+            raise ReproError(f"{flag}: two reports of {' '.join(map(str, twice))}; expected one report per run")
     traces = summarize([Path(p).parent / "traces" for p in compare_paths], group_by=("model_name", "upr_enabled"))
     return {"compare": compared, "distributions": distributions, "trace_statistics": traces["groups"]}
 

@@ -239,6 +239,14 @@ def select_models(values, base_path):
             if not matches:
                 raise ReproError(f"--models: {item!r} matches none of {candidates} in {base_path}")
             chosen += [m for m in matches if m not in chosen]
+        if not chosen:
+            raise ReproError(f"--models: {values['models']!r} names no model; expected a comma-separated list of names "
+                             "or regular expressions, or all")
+    # each name reaches repro's command line as an argument: one that begins with '-' would be read as a flag
+    dashed = [m for m in chosen if m.startswith("-")]
+    if dashed:
+        raise ReproError(f"micro18.base_path: {Path(base_path) / dashed[0]}: a model directory whose name begins with "
+                         "'-'; expected a model's name (rename or move it)")
     percentage = _models_percentage(values)
     if percentage is not None and _distribution(values) is not None:
         chosen = chosen[:math.ceil(len(chosen) * percentage / 100)]
@@ -312,10 +320,11 @@ def client_argv(command, values, config, config_args):
         params = _distribution_params(values)
         if params:
             argv += ["--distribution-params", *params]
+    # free text as --flag=VALUE: a value that begins with '-' is never read as a flag of its own
     if values["profile_output"]:
-        argv += ["--profile-output", values["profile_output"]]
+        argv.append(f"--profile-output={values['profile_output']}")
     if values["experiment_description"]:
-        argv += ["--experiment-description", values["experiment_description"]]
+        argv.append(f"--experiment-description={values['experiment_description']}")
     for name, repro_flag in (("eager", "--eager"), ("eager_async", "--eager-async"),
                              ("profile_output_overwrite", "--profile-output-overwrite"),
                              ("monitor_memory", "--monitor-memory"), ("trace_upload", "--trace-upload")):
@@ -372,7 +381,8 @@ def translate(words):
     for name in sorted(given & set(NO_EFFECT)):
         _note(f"--{name} has no effect here: {NO_EFFECT[name]}")
     if path == ("trace", "memoryinfo"):
-        return [["trims", "memory", *_traced_models(positionals), *_config_args(values)]], values, path
+        # the traces' model names after `--`: a name is never read as a flag ("-h", "--base-path=/x")
+        return [["trims", "memory", *_config_args(values), "--", *_traced_models(positionals)]], values, path
     if path[0] == "trace":
         return [_trace_argv(path[1], values, positionals)], values, path
     if positionals:
@@ -391,7 +401,7 @@ def translate(words):
         return [server_argv(values, given, config, config_args)], values, path
     if path == ("client", "memory_usage"):
         models = select_models(values, config["base_path"])
-        return [["trims", "memory", *models, "--format", values["format"], *config_args]], values, path
+        return [["trims", "memory", "--format", values["format"], *config_args, "--", *models]], values, path
     if path[0] == "client":
         return [client_argv(path[1], values, config, config_args)], values, path
     # top-level run: the store in the background, the client, the store stopped (the store's flags
@@ -455,12 +465,13 @@ def _traced_models(paths):
 def _trace_argv(command, values, positionals):
     if not positionals:
         raise UsageError(f"trace {command}: expected at least one trace file or directory")
+    # the files after `--`, as the original reads them: a file named -t.json is a file, not a flag
     if command == "combine":
-        argv = ["trace", "combine", *positionals, "-o", values["output"]]
+        argv = ["trace", "combine", "-o", values["output"]]
         argv.append("--adjust" if values["adjust"] else "--no-adjust")
         _bool_flag(argv, values["skip_first"], "--skip-first")
-        return argv
-    argv = ["trace", "summarize", *positionals, "--format", "original"]
+        return [*argv, "--", *positionals]
+    argv = ["trace", "summarize", "--format", "original"]
     if values["output"]:
         argv += ["-o", values["output"]]
     elif values["deep"]:
@@ -470,7 +481,7 @@ def _trace_argv(command, values, positionals):
         argv.append("--detailed")
     if not values["deep"]:
         argv.append("--each-directory")
-    return argv
+    return [*argv, "--", *positionals]
 
 
 def _parse_repro(parser, command):
@@ -516,11 +527,14 @@ def main(argv=None):
     # as the original, for this process and every process it starts
     os.environ["CUDA_VISIBLE_DEVICES"] = values["visible_devices"]
     defaults = {**_repro_defaults(), **original_defaults()}
-    status = 0
+    parsed = []  # every command line checked before the first runs: no store is left running for a client refused
     for command in commands:
         args = _parse_repro(build_parser(), command)
         if args is None:
             return 2
+        parsed.append(args)
+    status = 0
+    for command, args in zip(commands, parsed):
         args.tool_defaults = defaults
         status = run(args, PROG, original_spelling) or status
         if status and command[:3] == ["trims", "server", "run"]:

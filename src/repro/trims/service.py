@@ -36,6 +36,9 @@ from repro.fsutil import check_output, read_json, write_json
 from repro.settings import settings_digest
 
 RECORD = "store.json"
+# where the config holds each of the store's settings (repro.rulesettings.trims_store_settings)
+SETTINGS_PLACES = {"base_path": ("trims", "base_path"), "server": ("trims", "server")}
+SERVER_KEYS = ("memory_mb", "eviction", "device")
 INVOCATION_VARIABLE = "REPRO_INVOCATION"
 WATCH_INTERVAL_S = 1.0
 
@@ -183,6 +186,15 @@ def ensure(state_path, workdir="."):
         raise ReproError(f"{state_path}: the model store state does not record its settings (written by an older "
                          "version); start the store again with `snakemake trims_store_start --forcerun "
                          "trims_store_start`")
+    # checked as `trims store start` checks them, before anything is made, started or stopped
+    from repro.config import check_settings
+
+    check_settings(settings, f"{state_path}: settings", places=SETTINGS_PLACES)
+    lacking = next((key for key in ("base_path", "server") if key not in settings), None) or next(
+        (key for key in SERVER_KEYS if key not in settings["server"]), None)
+    if lacking:
+        raise ReproError(f"{state_path}: settings: lacks key {lacking!r}; start the store again with "
+                         "`snakemake trims_store_start --forcerun trims_store_start`")
     return start(settings, state_path, workdir)
 
 
