@@ -74,8 +74,9 @@ lint: $(VENV)/.test-extras
 	$(RUN) snakemake --lint
 	$(RUN) snakefmt --check Snakefile rules/
 
-# stop whatever this directory's workflow left running (a model store after a killed run) first
+# stop whatever this directory's workflow left running first, on every backend it used (a model
+# store after a killed run, a tf.data service, the ssh hosts' servers)
 clean:
-	-$(RUN) repro cluster stop --state results/cluster/local/state.json
+	-for state in results/cluster/*/state.json; do if [ -f "$$state" ]; then $(RUN) repro cluster stop --state "$$state"; fi; done
 	rm -rf results/* plots/* .snakemake
 	touch results/.gitkeep plots/.gitkeep

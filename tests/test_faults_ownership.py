@@ -264,6 +264,26 @@ def test_a_malformed_cluster_state_still_leaves_no_model_store_running(tmp_path,
         service.stop(tmp_path)
 
 
+def test_make_clean_stops_the_state_of_every_backend_before_it_deletes_them(tmp_path):
+    """`make clean` stops what each backend's state records (the ssh hosts' servers too), not only
+    the local backend's, before it deletes the states that name them. `repro` is a stand-in that
+    records its command lines: what is tested here is the Makefile's loop."""
+    shutil.copy(REPO / "Makefile", tmp_path)
+    (tmp_path / "plots").mkdir()
+    for backend in ("local", "ssh"):
+        (tmp_path / "results" / "cluster" / backend).mkdir(parents=True)
+        (tmp_path / "results" / "cluster" / backend / "state.json").write_text("{}")
+    stand_in = tmp_path / "bin" / "repro"
+    stand_in.parent.mkdir()
+    stand_in.write_text('#!/bin/sh\necho "$@" >> "$CALLS"\n')
+    stand_in.chmod(0o755)
+    subprocess.run(["make", "clean"], cwd=tmp_path, check=True, capture_output=True,
+                   env={**os.environ, "PATH": f"{stand_in.parent}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")})
+    assert sorted((tmp_path / "calls").read_text().splitlines()) == [
+        f"cluster stop --state results/cluster/{backend}/state.json" for backend in ("local", "ssh")]
+    assert not (tmp_path / "results" / "cluster").exists()
+
+
 def _naming(text):
     found = []
     for process in psutil.process_iter(["cmdline", "status"]):
