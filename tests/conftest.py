@@ -161,8 +161,6 @@ def pytest_configure(config):
     # registered here rather than among pyproject.toml's markers: a change there makes `make` reinstall
     config.addinivalue_line("markers", "service: starts real services or whole programs and waits on them (the tf.data "
                             "service, the original tools), or runs TensorFlow: seconds each; make test-fast leaves them out")
-    # pytest-xdist's own marker, registered here too for runs without it (-p no:xdist)
-    config.addinivalue_line("markers", "xdist_group(name): tests that run on the same pytest-xdist worker")
 
 
 _STARTED = pytest.StashKey[float]()
@@ -198,15 +196,11 @@ SERVER_FIXTURES = {"server", "module_server"}
 SERVICE_FIXTURES = {"tf"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker, and before pytest-xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.service)
-        # `--dist loadgroup` (the Makefile): a module's tests go to one worker, since they share its
-        # fixtures (SLURM, sshd), unless a test names a group of its own (the documents' chains)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if "MUTANT_UNDER_TEST" not in os.environ:
         return
     left_out = [item for item in items if SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))]

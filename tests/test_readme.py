@@ -1,8 +1,9 @@
 """The documentation is executable: every command in the shell blocks of README.md, config/README.md
 and docs/*.md (`documents()`, in that order) runs, as written, in a fresh copy of the workflow, in
 order (later commands see what earlier ones built). The documents that need nothing built before
-them (SEPARATE) run each in a copy of their own, as a test of its own, so that pytest-xdist runs
-them side by side; every other document runs after the README, in the README's copy.
+them (SEPARATE) run each in a copy of their own, from a module of their own, so that pytest-xdist (a
+module per worker) runs them beside the README's; every other document runs after the README, in
+the README's copy.
 
 Snakemake commands get the tiny test config through a Snakemake profile named by SNAKEMAKE_PROFILE
 (the commands themselves are not changed). A block may be marked in a document, on the line before
@@ -22,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pytest
 from support import BIN, REPO, TINY, copy_workflow, path_env, run_stopped_as_by_ctrl_c, stop_clusters
 
@@ -39,8 +42,9 @@ MODES = ("dry-run", "tfdata")
 TFDATA_MISSING = importlib.util.find_spec("tensorflow") is None
 
 
-# Documents whose commands build what they need themselves, each run in a fresh copy of its own
-SEPARATE = ("config/README.md", "docs/FIGURES.md")
+# Documents whose commands build what they need themselves: each runs in a fresh copy of its own,
+# from the test module named here
+SEPARATE = {"config/README.md": "test_readme_config.py", "docs/FIGURES.md": "test_readme_figures.py"}
 
 
 def documents():
@@ -162,9 +166,13 @@ def fresh_copy(tmp_path):
 
 
 @pytest.mark.workflow
-@pytest.mark.parametrize("chain", [pytest.param(chain, id=chain[0], marks=pytest.mark.xdist_group(f"readme {chain[0]}"))
-                                   for chain in chains()])
-def test_every_documented_command_runs_as_written(fresh_copy, chain):
+def test_every_documented_command_runs_as_written(fresh_copy):
+    run_documents(fresh_copy, chains()[0])
+
+
+def run_documents(fresh_copy, chain):
+    """Every command of the documents `chain` (paths relative to the repository), in order, in the
+    fresh copy: run as written, or checked where a document marks its block."""
     work, profile = fresh_copy
     commands = documented_commands(chain)
     env = path_env(SNAKEMAKE_PROFILE=str(profile), HOME=str(work.parent / "home"))
@@ -201,6 +209,8 @@ def test_the_documents_run_in_chains_that_cover_each_once():
     covered = [name for chain in chains() for name in chain]
     assert sorted(covered) == sorted(str(path.relative_to(REPO)) for path in documents())
     assert chains()[0][0] == "README.md" and ("docs/FIGURES.md",) in chains()
+    for document, module in SEPARATE.items():  # each separate document is run by its module
+        assert f'run_documents(fresh_copy, ("{document}",))' in (Path(__file__).parent / module).read_text(), module
 
 
 def test_the_readmes_artifact_preset_numbers_are_what_the_code_computes(tmp_path):

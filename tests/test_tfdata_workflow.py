@@ -97,7 +97,6 @@ def _build_fig8_on_the_engine(tmp_path):
 
 
 @pytest.mark.workflow
-@pytest.mark.xdist_group("tfdata dispatcher died")  # beside the build above, on another pytest-xdist worker
 def test_a_dispatcher_that_died_between_runs_fails_the_status_and_no_run_starts(tf, tmp_path):
     from repro.pecan.tfdata.service import Service
 
