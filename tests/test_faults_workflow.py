@@ -12,7 +12,7 @@ import yaml
 from support import BIN, REPO, configfiles, sleeper, snakemake
 
 from repro import processes
-from repro.config import validate_config
+from repro.config import check_settings, validate_config
 from repro.errors import ReproError
 from repro.trims import service
 
@@ -186,7 +186,7 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
         record = service.start(settings, state)
         assert not service.leave(bystander) and service.running(record)  # it never used the store
         monkeypatch.setenv(service.INVOCATION_VARIABLE, second)
-        assert service.ensure(state)["reused"]  # a co-user, not an adoption
+        assert service.ensure(state, check_settings)["reused"]  # a co-user, not an adoption
         assert "left running" not in capsys.readouterr().err
         with pytest.raises(ReproError, match=rf"runs with other settings for another Snakemake invocation of this "
                                              rf"workflow \(pid {sleepers[0].pid}\), which still runs"):
@@ -194,7 +194,7 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
         assert not service.leave(first) and service.running(record)  # the second still uses it
         assert service.leave(second) and not processes.matches(record["process"])  # the last user stops it
         monkeypatch.setenv(service.INVOCATION_VARIABLE, first)
-        record = service.ensure(state)  # the state stays: the next run starts the store from it
+        record = service.ensure(state, check_settings)  # the state stays: the next run starts the store from it
         assert service.running(record) and not record.get("reused")
         # its watchdog gone too (else it stops the store: test_faults_ownership), its only user is
         # killed: its end never comes
@@ -202,7 +202,7 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
         sleepers[0].kill()
         sleepers[0].wait()
         monkeypatch.setenv(service.INVOCATION_VARIABLE, second)
-        assert service.ensure(state)["process"] == record["process"]  # found and adopted, not restarted
+        assert service.ensure(state, check_settings)["process"] == record["process"]  # found and adopted, not restarted
         assert "was left running by an invocation that has ended" in capsys.readouterr().err
         assert service.leave(second)
         assert not processes.matches(record["process"])
@@ -224,7 +224,7 @@ def test_parallel_status_checks_start_one_store(tmp_path, monkeypatch):
     service.stop(tmp_path)
     try:
         with ThreadPoolExecutor(4) as pool:
-            records = list(pool.map(lambda _: service.ensure(state), range(4)))
+            records = list(pool.map(lambda _: service.ensure(state, check_settings), range(4)))
         assert len({json.dumps(r["process"], sort_keys=True) for r in records}) == 1
         assert records[0]["process"] != first["process"] and service.running(records[0])
         assert sum(not r.get("reused") for r in records) == 1

@@ -272,13 +272,14 @@ def _store_start(args):
 
 
 def _store_status(args):
+    from repro.config import check_settings
     from repro.backends import format_checks
     from repro.fsutil import write_json
     from repro.trims import service
 
     state = _store_state(args.state)
     if state.get("digest") == args.expect:  # started with these settings: running again if it stopped
-        state = service.ensure(args.state)
+        state = service.ensure(args.state, check_settings)
     checks = service.status(state, args.expect)
     print(format_checks(checks))
     failed = [c["name"] for c in checks if not c["ok"]]
@@ -313,6 +314,7 @@ MAX_CONCURRENCY, MAX_PARAMETER = 1024, 1e6  # as the config schema bounds trims.
 
 
 def _experiment_compare(args):
+    from repro.config import check_settings
     from repro.trims import service
     from repro.trims.experiments import run_compare
     from repro.trims.models import check_model_name
@@ -322,12 +324,13 @@ def _experiment_compare(args):
     check_model_name(args.model)
     for mode in ("original", "shared"):
         check_fresh_directory(Path(args.out) / "traces" / mode, "--out")
-    store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
+    store = service.ensure(args.store, check_settings)  # started again if it no longer runs (a killed run, cluster_stop)
     run_compare(args.model, settings, store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
 
 
 def _experiment_distribution(args):
+    from repro.config import check_settings
     from repro.trims import service
     from repro.trims.experiments import run_distribution
     from repro.trims.models import check_model_name
@@ -347,7 +350,7 @@ def _experiment_distribution(args):
         raise ReproError(str(exc).replace("--distribution-params", "--params").replace("--distribution", "distribution")) \
             from None
     check_fresh_directory(Path(args.out) / "traces", "--out")
-    store = service.ensure(args.store)  # started again if it no longer runs (a killed run, cluster_stop)
+    store = service.ensure(args.store, check_settings)  # started again if it no longer runs (a killed run, cluster_stop)
     run_distribution(args.distribution, args.params, args.concurrency, settings, args.models,
                      store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")

@@ -173,10 +173,12 @@ def _join(record, record_path, me):
     return record
 
 
-def ensure(state_path, workdir="."):
+def ensure(state_path, check_settings, workdir="."):
     """The store the state file `state_path` describes, running: found (and adopted when orphaned),
     or started again with the settings the state recorded (it stopped when its invocation ended, or
-    was stopped by `snakemake cluster_stop`). Returns its record; state_path is rewritten."""
+    was stopped by `snakemake cluster_stop`). Returns its record; state_path is rewritten.
+    check_settings: repro.config.check_settings (from the command layer, above this one), which
+    checks the recorded settings as `trims store start` checks its own."""
     try:
         state = read_json(state_path, "the model store state JSON that trims store start writes")
     except ReproError as exc:
@@ -187,8 +189,6 @@ def ensure(state_path, workdir="."):
                          "version); start the store again with `snakemake trims_store_start --forcerun "
                          "trims_store_start`")
     # checked as `trims store start` checks them, before anything is made, started or stopped
-    from repro.config import check_settings
-
     check_settings(settings, f"{state_path}: settings", places=SETTINGS_PLACES)
     lacking = next((key for key in ("base_path", "server") if key not in settings), None) or next(
         (key for key in SERVER_KEYS if key not in settings["server"]), None)
