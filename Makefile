@@ -27,8 +27,10 @@ $(VENV)/.all-extras: $(VENV)/.test-extras
 
 setup: $(BIN)/repro
 
-# rules call the `repro` command, so the virtualenv's bin/ goes first on PATH
-RUN    := PATH=$(abspath $(BIN)):$$PATH
+# rules call the `repro` command, so the virtualenv's bin/ goes first on PATH. Python caches compiled
+# modules (a workflow or a test run starts `repro` hundreds of times; each would otherwise compile
+# the package again), even where the environment sets PYTHONDONTWRITEBYTECODE.
+RUN    := PATH=$(abspath $(BIN)):$$PATH PYTHONDONTWRITEBYTECODE=
 
 # the figure and its provenance record (inputs, settings, commit, machine)
 fig8: setup

@@ -191,9 +191,9 @@ def pytest_terminal_summary(terminalreporter, config):
 SERVER_FIXTURES = {"server", "module_server"}
 
 
-# Tests that use the tf.data service (the `tf` fixture) start TensorFlow processes and
-# wait on them: they are `service` tests, as are those marked so in their modules.
-SERVICE_FIXTURES = {"tf"}
+# Tests that use the tf.data service (the `tf` fixture) or a model store server start those
+# programs and wait on them: they are `service` tests, as are those marked so in their modules.
+SERVICE_FIXTURES = {"tf", "hostile_store", *SERVER_FIXTURES}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

@@ -427,6 +427,7 @@ def _segments(sock):
 
 
 @pytest.mark.parametrize("cleaner", ["restart", "stop"])
+@pytest.mark.service
 def test_a_killed_servers_shared_memory_is_removed(models, tmp_path, capsys, cleaner):
     sock = tmp_path / "store.sock"
     pid = start_server(models, tmp_path)
@@ -449,6 +450,7 @@ def test_a_killed_servers_shared_memory_is_removed(models, tmp_path, capsys, cle
     assert not _segments(sock)
 
 
+@pytest.mark.service
 def test_cluster_stop_removes_a_killed_model_stores_shared_memory(models, tmp_path):
     from repro.trims import service
 
@@ -471,7 +473,7 @@ def test_cluster_stop_removes_a_killed_model_stores_shared_memory(models, tmp_pa
 # -- clients -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["original", "shared"])
+@pytest.mark.parametrize("mode", ["original", pytest.param("shared", marks=pytest.mark.service)])
 @pytest.mark.parametrize("damage", ["corrupt", "truncated"])
 def test_damaged_model_files_fail_their_requests(models, tmp_path, capsys, damage, mode):
     base = tmp_path / "base"

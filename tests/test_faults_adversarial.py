@@ -427,6 +427,7 @@ def test_tfdata_start_stopped_while_its_dispatcher_starts_leaves_nothing_running
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
+@pytest.mark.service
 def test_two_tfdata_starts_in_one_state_directory_run_one_dispatcher(tmp_path):
     """Two `repro pecan tfdata start --state-dir sd` at once: each started a dispatcher and recorded it,
     the second record replacing the first, so one dispatcher ran on that `tfdata stop` never stopped."""
@@ -627,6 +628,7 @@ def test_trims_tools_reads_a_dash_named_trace_after_a_double_dash(tmp_path, monk
     assert (tmp_path / "out.json").is_file()
 
 
+@pytest.mark.service
 def test_trims_tools_run_hands_on_text_that_begins_with_a_dash(tmp_path, monkeypatch, capsys):
     """`trims-tools run --experiment_description=-x`: the store started, then the client's command line was
     refused ("--experiment-description: expected one argument", exit 2) and the store left running."""

@@ -21,9 +21,10 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from support import BIN, REPO, path_env, run_repro, snakemake, snapshot
+from support import BIN, REPO, path_env, run_forked, run_repro, snakemake, snapshot
 
 from repro import processes
+from repro.cli import main
 
 pytestmark = pytest.mark.fault
 
@@ -209,6 +210,7 @@ def test_an_empty_service_directory_deletes_no_state_in_the_working_directory(tm
 # -- the model store outlives no invocation --------------------------------------------------
 
 
+@pytest.mark.service
 def test_the_model_store_stops_when_its_invocations_end_without_saying_so(tmp_path, monkeypatch):
     """Snakemake runs onerror only when its scheduler returns: a WorkflowError (e.g. `make clean`
     removing .snakemake under it), a SIGKILL or --no-hooks end it without `leave`. The store stops
@@ -244,6 +246,7 @@ def test_the_model_store_stops_when_its_invocations_end_without_saying_so(tmp_pa
         invocation.wait()
 
 
+@pytest.mark.service
 def test_a_malformed_cluster_state_still_leaves_no_model_store_running(tmp_path, monkeypatch):
     """`make clean` runs `repro cluster stop` on whatever state is there: one that cannot be used is
     named in one line, and the model store is stopped all the same."""
@@ -482,6 +485,34 @@ def test_a_terminated_command_cleans_up_as_after_ctrl_c(big_trace, tmp_path, com
             return
         assert json.loads((out / "result.json").read_text()), "ended with 0 but its output is not whole"
     pytest.fail(f"in three tries, {command} ended before the signal came")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_as_the_output_temporary_is_made_leaves_none(tmp_path, signum):
+    """A stop signal that came inside mkstemp, once the output's temporary file was made but before
+    the writer knew its name (the moment `repro trace combine` has forked its workers), left it."""
+    from repro import fsutil
+
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    out = tmp_path / "out"
+    out.mkdir()
+    made_then_signalled = fsutil.tempfile.mkstemp
+
+    def signalled_main(argv):
+        def mkstemp(*args, **kwargs):
+            made = made_then_signalled(*args, **kwargs)
+            os.kill(os.getpid(), signum)
+            time.sleep(0.5)  # where the signal is not put off, its handler raises here
+            return made
+
+        fsutil.tempfile = SimpleNamespace(mkstemp=mkstemp)  # the forked child's module: this test's is untouched
+        return main(argv)
+
+    code, _, err = run_forked(["trace", "combine", str(trace), "-o", str(out / "c.json")], tmp_path, 60,
+                              main=signalled_main)
+    assert code == 128 + signum, err
+    assert list(out.iterdir()) == [], "the temporary file was left"
 
 
 def _terminate_during_work(big_trace, out, command, signum, workers):

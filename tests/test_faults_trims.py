@@ -218,6 +218,7 @@ def _as_another_user(sock, requests, uid=65534):
     return json.loads(data)
 
 
+@pytest.mark.service
 def test_store_serves_only_its_own_user(models, tmp_path):
     """A socket anyone can reach (umask 000, a world-writable directory): another user's requests
     are refused on every connection, whatever the directory's mode."""
@@ -283,6 +284,7 @@ def test_a_file_at_the_socket_path_is_never_deleted(models, tmp_path, capsys, mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["some.csv"]  # no log, no pid file
 
 
+@pytest.mark.service
 def test_a_socket_another_program_answers_on_is_not_taken(models, tmp_path, capsys):
     sock = tmp_path / "busy.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -327,6 +329,7 @@ def test_a_missing_base_path_is_refused_before_serving(tmp_path):
     assert not sock.exists()
 
 
+@pytest.mark.service
 def test_the_server_removes_only_the_socket_it_bound(models, tmp_path):
     pid = start_server(models, tmp_path)
     record = describe(pid, "test server")
@@ -783,6 +786,7 @@ def test_a_model_larger_than_the_free_shared_memory_is_refused_without_a_segment
     modelstore.HostMemory(10 * real.f_frsize, "repro-test-fits").close()  # what fits is made
 
 
+@pytest.mark.service
 def test_a_stop_signal_inside_the_daemons_fork_leaves_no_server(models, tmp_path):
     """SIGTERM that comes while subprocess.Popen forks the daemon (before it returns the child) is
     held until the daemon is known, then stops it with the command: no server, socket or pid file."""
@@ -812,6 +816,7 @@ def test_a_stop_signal_inside_the_daemons_fork_leaves_no_server(models, tmp_path
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.service
 def test_a_daemon_start_interrupted_leaves_no_server(models, tmp_path, signum):
     """`trims server run -d` signalled while its daemon starts: the daemon ends with the command (as
     every repro command cleans up after Ctrl-C, SIGTERM or SIGHUP), leaving no socket behind."""

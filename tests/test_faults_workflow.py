@@ -146,6 +146,7 @@ def test_malformed_cluster_states_are_one_line_errors(tmp_path):
         assert proc.stderr.startswith(f"repro: error: {state}: ") and "Traceback" not in proc.stderr
 
 
+@pytest.mark.service
 def test_deleting_results_under_a_running_store_does_not_orphan_it(tmp_path, monkeypatch):
     """`rm -rf results` while the model store runs: the next start finds it through the private runtime
     directory of this workflow directory; a start with other settings stops it first."""
@@ -171,6 +172,7 @@ def _invocation(process):
     return f"{process.pid}:{processes.describe(process.pid, 'x')['start_ticks']}"
 
 
+@pytest.mark.service
 def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_path, monkeypatch, capsys):
     """The store's users are the invocations ($REPRO_INVOCATION) that started or reused it: one that
     never used it leaves it running at its end, as does one whose co-user still runs; the last user
@@ -213,6 +215,7 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
             process.wait()
 
 
+@pytest.mark.service
 def test_parallel_status_checks_start_one_store(tmp_path, monkeypatch):
     """Parallel TrIMS jobs each make sure the stopped store runs again: one store starts, all use it."""
     from concurrent.futures import ThreadPoolExecutor

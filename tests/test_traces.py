@@ -634,6 +634,24 @@ def test_writer_round_trip_and_atomicity(tmp_path):
     assert list(tmp_path.glob("*half*")) == []
 
 
+@pytest.mark.parametrize("where", ["opening", "ending"])
+def test_a_writer_interrupted_while_it_opens_or_ends_leaves_no_temporary(tmp_path, monkeypatch, where):
+    """A SIGHUP that lands while the trace's end is written (`repro trace combine` under `timeout -s
+    HUP`) left the temporary file behind: nothing named it for removal after the file was closed."""
+    from repro.traces import writer as writer_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "opening":
+        monkeypatch.setattr(writer_module, "open", interrupted, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        with writer_module.TraceWriter(tmp_path / "t.json", {"otherData": {"x": 1}}) as trace:
+            trace.write_events(one_of_each_phase())
+            monkeypatch.setattr(writer_module.orjson, "dumps", interrupted)  # the metadata, at the end
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_exit_codes(tmp_path, trims_trace, capsys):
     out = tmp_path / "out.json"
     assert main(["trace", "combine", str(trims_trace), "-o", str(out)]) == 0

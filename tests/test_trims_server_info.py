@@ -5,6 +5,7 @@ import json
 import os
 
 import psutil
+import pytest
 
 from repro.cli import main
 from repro.processes import describe
@@ -14,6 +15,7 @@ from repro.trims.originals import translate
 from support import stop_server
 
 
+@pytest.mark.service
 def test_server_info_and_trace(models, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sock, info, prof = tmp_path / "s.sock", tmp_path / "info.json", tmp_path / "prof"

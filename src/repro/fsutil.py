@@ -17,6 +17,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from repro import stopsignals
 from repro.errors import ReproError
 
 
@@ -36,21 +37,26 @@ def atomic_path(target):
     """Yield a temporary path in the target's directory; rename it to `target` on success."""
     target = Path(target)
     check_output(target, str(target))
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = None
+    try:  # from the moment the temporary exists: an exception, a stop signal's too, removes it
+        with stopsignals.deferred() as caught:  # until `tmp` names it
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            except OSError as exc:
+                # mkdir says "File exists" where a parent is a file: name that parent
+                blocker = not_a_directory(target.parent)
+                if blocker is not None:
+                    raise ReproError(f"{target}: cannot write: {blocker} is not a directory") from None
+                raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
         os.close(fd)
-    except OSError as exc:
-        # mkdir says "File exists" where a parent is a file: name that parent
-        blocker = not_a_directory(target.parent)
-        if blocker is not None:
-            raise ReproError(f"{target}: cannot write: {blocker} is not a directory") from None
-        raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
-    try:
+        stopsignals.raise_deferred(caught)
         yield Path(tmp)
         os.chmod(tmp, OUTPUT_MODE)
         os.replace(tmp, target)
     except BaseException as exc:
+        if tmp is None:
+            raise
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):

@@ -17,8 +17,9 @@ import multiprocessing
 import os
 import signal
 
+from repro.stopsignals import STOP_SIGNALS
+
 _FAILED = "repro.pool: task failed"
-_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 class TaskFailed(Exception):
@@ -38,7 +39,7 @@ def _serve(run, tasks, conn):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as Ctrl-C: a hang-up reaches the parent, which stops them
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: terminate() ends a worker at once
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)  # blocked by the parent while it forked this worker
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent while it forked this worker
     try:
         for task in tasks:
             try:
@@ -66,7 +67,7 @@ class Pool:
                 process = context.Process(target=_serve, args=(run, tasks[k::workers], child), daemon=True)
                 # a signal that stops the parent (Ctrl-C, SIGTERM, SIGHUP) waits until the worker is
                 # recorded, so that close() stops it, and the worker takes no parent's handler
-                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
                 try:
                     process.start()
                     child.close()

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from repro import stopsignals
 from repro.errors import ReproError
 from repro.fsutil import read_json, write_text
 
@@ -120,35 +121,18 @@ def write_record(path, record):
     write_text(path, json.dumps(record) + "\n")
 
 
-# The signals that stop a command as Ctrl-C does (repro.commands)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 def spawn(command, **popen):
     """subprocess.Popen(command, **popen) for a process that must not outlive this one's stop. A
     stop signal (Ctrl-C, SIGTERM, SIGHUP) that comes while Popen forks would be raised inside it,
     with the child running and no Popen object to stop it by: such a signal is put off until Popen
-    has returned, then stops the child (stop_child) and is raised as it came. (A handler, not the
-    signal mask: the mask is per thread, and a process-directed signal goes to any thread.)"""
+    has returned, then stops the child (stop_child) and is raised as it came."""
     import subprocess
-    import threading
 
-    if threading.current_thread() is not threading.main_thread():  # handlers are the main thread's
-        return subprocess.Popen(command, **popen)
-    caught, previous = [], {}
-    for signum in STOP_SIGNALS:
-        handler = signal.getsignal(signum)
-        if handler not in (signal.SIG_IGN, None):  # ignored stays ignored (nohup); None: not set from Python
-            previous[signum] = handler
-            signal.signal(signum, lambda number, frame: caught.append(number))
-    try:
+    with stopsignals.deferred() as caught:
         proc = subprocess.Popen(command, **popen)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     if caught:
         stop_child(proc)
-        signal.raise_signal(caught[0])  # its own handler runs now
+        stopsignals.raise_deferred(caught)
     return proc
 
 

@@ -1,5 +1,6 @@
 """Streaming Chrome trace writer: events go to disk as they come, the file appears complete or not at all."""
 
+import contextlib
 import os
 
 import orjson
@@ -18,15 +19,18 @@ class TraceWriter:
         self.path = path
         self.metadata = dict(metadata or {})
         self.count = 0
-        self._ctx = None
+        self._stack = None
         self._fh = None
         self.temporary = None
 
     def __enter__(self):
-        self._ctx = atomic_path(self.path)
-        tmp = self.temporary = self._ctx.__enter__()  # renamed to `path` on success
-        self._fh = open(tmp, "wb", buffering=1 << 20)
-        self._fh.write(b'{"traceEvents":[')
+        # one stack for the file and its temporary: a failure, or a signal's exception, that comes
+        # while the file is opened or ended removes the temporary too
+        with contextlib.ExitStack() as stack:
+            tmp = self.temporary = stack.enter_context(atomic_path(self.path))  # renamed to `path` on success
+            self._fh = stack.enter_context(open(tmp, "wb", buffering=1 << 20))
+            self._fh.write(b'{"traceEvents":[')
+            self._stack = stack.pop_all()
         return self
 
     def write_events(self, events):
@@ -60,16 +64,16 @@ class TraceWriter:
         self.write_events([event])
 
     def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
+        if exc_type is None:
+            try:
                 self._fh.write(b"]")
                 for key, value in self.metadata.items():
                     self._fh.write(b"," + orjson.dumps(key) + b":" + orjson.dumps(value, default=str))
                 self._fh.write(b"}\n")
-        finally:
-            self._fh.close()
-        return self._ctx.__exit__(exc_type, exc, tb)
-
+            except BaseException as error:  # the temporary goes, and the error with its cause goes on
+                self._stack.__exit__(type(error), error, error.__traceback__)
+                raise
+        return self._stack.__exit__(exc_type, exc, tb)
 
 def separated_size(bodies):
     """The size of `bodies` as TraceWriter writes them one after the other."""
