@@ -22,6 +22,7 @@ import threading
 from repro.errors import ReproError, one_line
 from repro.fsutil import write_json
 from repro.settings import settings_argument, settings_keys
+from repro.stopsignals import STOP_SIGNALS, AfterImports
 
 
 def _trace_commands(sub):
@@ -415,7 +416,7 @@ def refuse_overwriting_inputs(args):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C's KeyboardInterrupt is: the same
+    """Ctrl-C, SIGTERM or SIGHUP, raised where the command is, as Ctrl-C's KeyboardInterrupt is: the same
     clean-up runs (workers stopped, temporary files removed), then the exit status is 128 + signal."""
 
     def __init__(self, signum):
@@ -426,20 +427,24 @@ class Terminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def _terminated_as_interrupted():
     """While a command runs: SIGTERM and SIGHUP do what Ctrl-C does. A signal that is ignored (nohup)
-    stays ignored; once one came, a repeat is ignored until the clean-up is over."""
+    stays ignored; one that comes during an import is raised once the import is over; once one is
+    raised, a repeat is ignored until the clean-up is over."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {}
+    after_imports = AfterImports()
 
     def terminated(signum, frame):
+        if after_imports.put_off(signum, frame):
+            return
         for other in previous:
             signal.signal(other, signal.SIG_IGN)
         raise Terminated(signum)
 
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in STOP_SIGNALS:
         handler = signal.getsignal(signum)
-        if handler is not signal.SIG_IGN:
+        if handler is not signal.SIG_IGN and (signum != signal.SIGINT or handler is signal.default_int_handler):
             previous[signum] = handler
             signal.signal(signum, terminated)
     try:
