@@ -83,9 +83,11 @@ def test_validation_refuses_runs_of_the_model(tmp_path):
         validation_rows({"experiment": "E", "mode": "pecan"}, {}, 32, "m.json")
 
 
-def _engine_metrics(mode="cachew", windows=(), pipeline_cost=True, cpus=2, worker_hosts=(), send=0.0, receive=0.0):
+def _engine_metrics(mode="cachew", windows=(), pipeline_cost=True, cpus=2, worker_hosts=(), send=0.0, receive=0.0,
+                    served=None):
     """A tf.data engine run's metrics.json as the validation reads it (no TensorFlow needed); `send`
-    and `receive`: the transfer probe's CPU seconds per byte."""
+    and `receive`: the transfer probe's CPU seconds per byte; `served`: its worker's CPU seconds per
+    element serving the pipeline (none: a run from before the probe measured it)."""
     spec = {"experiment": "E", "mode": mode, "placement": "cachew" if mode == "cachew" else "autoplacement",
             "autoorder": mode == "pecan", "pipeline": "resnet", "batch_size": 10, "decision_steps": 4,
             "accelerator_examples_per_s": 1000.0, "time_scale": 10.0, "worker_threads": 1, "collocated_threads": 1,
@@ -97,7 +99,8 @@ def _engine_metrics(mode="cachew", windows=(), pipeline_cost=True, cpus=2, worke
         metrics.update(cpus=cpus, pipeline_cost={"order": "autoorder" if spec["autoorder"] else "declared",
                                                  "cpu_s_per_element": 0.025, "bytes_per_element": 1000.0},
                        transfer_cost={"send_s_per_byte": send, "receive_s_per_byte": receive,
-                                      "worker_s_per_element": send * 1000, "client_s_per_element": receive * 1000})
+                                      "worker_s_per_element": send * 1000, "client_s_per_element": receive * 1000,
+                                      **({"served_s_per_element": served} if served else {})})
     return metrics
 
 
@@ -118,6 +121,19 @@ def test_validation_counts_the_cpu_that_moving_each_element_costs():
     collocated["spec"]["placement"] = "collocated"
     del collocated["transfer_cost"]  # a collocated run has no service to probe
     assert validation_rows(collocated, CALIBRATION, 32)[0]["model_tf_examples_per_s"] == 40
+
+
+def test_a_workers_cost_measured_serving_the_pipeline_is_what_the_model_gives_it():
+    """The probe's worker served the pipeline at 50 ms of CPU per element (more than the 25 ms
+    pipeline plus 5 ms sending, measured apart): one worker 20 examples/s, two 40; the receiving
+    client on the same 2 CPUs caps them at 2 / 60 ms = 33.3."""
+    from repro.pecan.validation import caption_text, validation_rows
+
+    metrics = _engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)], send=5e-6, receive=1e-5, served=0.05)
+    rows = {(r["remote_workers"], r["local_workers"]): r for r in validation_rows(metrics, CALIBRATION, 32)}
+    assert rows[1, 0]["model_tf_examples_per_s"] == 20
+    assert rows[2, 0]["model_tf_examples_per_s"] == pytest.approx(33.33)
+    assert "the probe's worker serving the run's pipeline: 50.00 ms" in caption_text(list(rows.values()), [metrics])
 
 
 def test_validation_of_a_run_without_its_transfer_probe_asks_for_a_rerun():

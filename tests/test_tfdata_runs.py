@@ -57,6 +57,8 @@ def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_
     transfer = metrics["transfer_cost"]
     assert transfer["bytes_per_element"] == metrics["pipeline_cost"]["bytes_per_element"] == 224 * 224 * 3 * 4
     assert transfer["batches"] >= 8 and 0 < transfer["send_s_per_byte"] < 1e-7 and 0 < transfer["receive_s_per_byte"] < 1e-7
+    # then the run's pipeline, served by that worker: its CPU per element, pipeline and sending
+    assert transfer["served_batches"] >= 8 and 0 < transfer["served_s_per_element"] < 1
     for window in metrics["windows"]:  # each serving worker's CPU share, measured on this machine
         assert set(window["cpu_share"]) <= set(window["workers"]) | set(window["workers_after"])
         assert all(0 < share <= 1 for share in window["cpu_share"].values())

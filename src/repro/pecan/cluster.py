@@ -7,7 +7,8 @@ Time advances in decision windows of `decision_steps` training steps. In each wi
       also limited by the accelerator host's network (preprocessed bytes per element);
       where the job runs on one machine of `host_cpus` CPUs (the tf.data engine's miniature
       cluster), no deployment preprocesses on more CPUs than that machine has, and moving an
-      element from worker to client costs CPU on both sides (send_s_per_byte, receive_s_per_byte);
+      element from worker to client costs CPU on both sides (send_s_per_byte, receive_s_per_byte),
+      or a worker's CPU per element served is measured whole (served_s_per_element);
   throughput = min(accelerator bound, capacity) x seeded log-normal noise.
 The placement policy observes the window's batch time and picks the next deployment, which takes
 effect in the next window. FastFlow (repro.pecan.policies.FastFlowPlacement) runs one window per
@@ -73,6 +74,10 @@ class JobSpec:
     # the only cost of moving it
     send_s_per_byte: float = 0.0
     receive_s_per_byte: float = 0.0
+    # CPU seconds a worker spends per element it serves, pipeline and sending together, measured
+    # with a worker serving the run's pipeline (measure_transfer_cost); 0: the pipeline's cost plus
+    # the sending, each measured apart
+    served_s_per_element: float = 0.0
 
 
 @dataclass
@@ -101,7 +106,7 @@ def capacity(spec, remote, local):
     if spec.placement == "collocated":
         cap = spec.host_cpus / spec.cost_per_element if spec.host_cpus > 0 else math.inf
         return min(spec.collocated_vcpus / spec.cost_per_element, cap)
-    served = spec.cost_per_element + spec.send_s_per_byte * spec.bytes_per_element  # a worker's CPU per element
+    served = spec.served_s_per_element or spec.cost_per_element + spec.send_s_per_byte * spec.bytes_per_element
     # one machine: the workers' CPU and the client's receiving share its CPUs
     cap = spec.host_cpus / (served + spec.receive_s_per_byte * spec.bytes_per_element) if spec.host_cpus > 0 else math.inf
     remote_rate = remote * spec.remote_worker_vcpus / served

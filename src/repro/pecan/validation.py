@@ -15,7 +15,10 @@ the figure show what each explains:
   itself in-process on one CPU before its service started (metrics.json `pipeline_cost`,
   repro.pecan.tfdata.engine.measure_pipeline_cost). Moving an element from a worker to the client
   costs CPU on both sides (sending, receiving), measured per byte by the run's probe before its
-  deployment started (metrics.json `transfer_cost`, measure_transfer_cost). The CPUs are the machine's: on the local
+  deployment started (metrics.json `transfer_cost`, measure_transfer_cost); the same probe's
+  worker then serves the run's pipeline, and what it spends per element served (pipeline and
+  sending, every thread busy, the client receiving beside it) is a worker's cost in the model
+  (`served_s_per_element`; runs from before it had one add the two measured apart). The CPUs are the machine's: on the local
   backend the client, the dispatcher and every worker share `cpus` CPUs (metrics.json), so no
   deployment preprocesses on more than that many (JobSpec.host_cpus). Where remote workers ran on
   other hosts (ssh backend) that cap does not describe them, and it is left out. Each worker (and
@@ -102,7 +105,8 @@ def engine_job(metrics, calibration, network_gbps, path="metrics.json"):
                                cost_per_element=cost["cpu_s_per_element"],
                                bytes_per_element=cost["bytes_per_element"], host_cpus=shared,
                                send_s_per_byte=transfer.get("send_s_per_byte", 0.0),
-                               receive_s_per_byte=transfer.get("receive_s_per_byte", 0.0))
+                               receive_s_per_byte=transfer.get("receive_s_per_byte", 0.0),
+                               served_s_per_element=transfer.get("served_s_per_element", 0.0))
 
 
 def _window_share(window, placement):
@@ -321,9 +325,12 @@ def _transfer_text(runs, mb):
                 "or the client's and dispatcher's own CPU")
     sent = [1e3 * p["worker_s_per_element"] for p in probes]
     received = [1e3 * p["client_s_per_element"] for p in probes]
+    served = [1e3 * p["served_s_per_element"] for p in probes if p.get("served_s_per_element")]
+    worker = (f"; a worker's CPU per element, the probe's worker serving the run's pipeline: {_span(served)} ms, "
+              "the engine-fed model's cost of a worker") if served else ""
     return (f"The engine-fed model also counts moving each element ({mb:.1f} MB) from worker to client, as each "
-            f"run's probe measured it: {_span(sent)} ms CPU sending, {_span(received)} ms receiving; the Pillow-fed "
-            "model does not; neither counts the dispatcher's own CPU")
+            f"run's probe measured it: {_span(sent)} ms CPU sending, {_span(received)} ms receiving{worker}; the "
+            "Pillow-fed model does not; neither counts the dispatcher's own CPU")
 
 
 def _span(values):

@@ -183,53 +183,73 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
             "load_average": list(os.getloadavg()), "seconds": time.monotonic() - started}
 
 
-def measure_transfer_cost(spec, layout, service, batch_timeout_s, warmup=TRANSFER_WARMUP_BATCHES,
+def measure_transfer_cost(spec, manifest, layout, service, batch_timeout_s, warmup=TRANSFER_WARMUP_BATCHES,
                           batches=TRANSFER_BATCHES, min_seconds=TRANSFER_MIN_S):
-    """CPU seconds per byte to move a batch of the run's layout from a worker to this client over the
-    service, on each side: what a worker and the client pay per element besides the pipeline.
+    """CPU seconds to move a batch of the run's layout from a worker to this client over the service,
+    on each side, and what a worker pays per element serving the run's own pipeline: the model's
+    inputs for a deployment with workers, measured before the run's deployment starts.
 
-    A worker of the run's threads serves one batch of that layout (`layout`: {name: [shape, dtype]},
-    measure_pipeline_cost's `batch_layout`) made once and cached, so it spends its CPU only on
-    sending (the service's encoding, gRPC, the socket); the client reads it as training reads
-    batches (uncompressed, _distribute), spending its CPU on receiving and decoding. The worker's
-    CPU time comes from its threads' schedstat, the client's from this process's CPU time, over
-    at least `batches` batches and `min_seconds`. The probe worker runs on this machine (with ssh
-    workers too: the same software sends there) and is stopped before the run's deployment starts.
-    Batches are read as the run reads them (Batches): a service that dies fails the probe after
-    `batch_timeout_s`, and signals reach it meanwhile.
+    One worker of the run's threads serves twice. First one batch of that layout (`layout`: {name:
+    [shape, dtype]}, measure_pipeline_cost's `batch_layout`) made once and cached, so that it spends
+    its CPU only on sending (the service's encoding, gRPC, the socket); the client reads it as
+    training reads batches (uncompressed, _distribute), spending its CPU on receiving and decoding.
+    Then the run's pipeline (`manifest`, in the run's order), read as fast as the worker serves it:
+    the worker's CPU per element as a deployment's workers pay it, every thread of it busy and the
+    client receiving beside it, which on a shared machine is more than the pipeline's cost measured
+    alone on one CPU plus the sending. The worker's CPU time comes from its threads' schedstat, the
+    client's from this process's CPU time, over at least `batches` batches and `min_seconds` in
+    each phase. The probe worker runs on this machine (with ssh workers too: the same software
+    sends there) and is stopped before the run's deployment starts. Batches are read as the run
+    reads them (Batches): a service that dies fails the probe after `batch_timeout_s`, and signals
+    reach it meanwhile.
     """
     started = time.monotonic()
     entry = service.add_worker("local", spec.worker_threads, wait=True)
     try:
         shapes = {name: tf.TensorShape(shape) for name, (shape, _) in layout.items()}
         dtypes = {name: tf.as_dtype(dtype) for name, (_, dtype) in layout.items()}
-        batch = tf.data.Dataset.range(1).map(lambda _: {name: tf.ones(shapes[name], dtypes[name]) for name in layout})
-        dataset = _distribute(batch.cache().repeat(), service, f"{spec.experiment}-{spec.mode}-transfer")
-        iterator = Batches(lambda: iter(dataset), batch_timeout_s, lambda: stalled(service))
-        try:
-            for _ in range(warmup):
-                next(iterator)
-            count, worker_start = 0, sched_times(entry["pid"])
-            client_start, wall_start = time.process_time(), time.monotonic()
-            while count < batches or time.monotonic() - wall_start < min_seconds:
-                next(iterator)
-                count += 1
-            worker_end, client_s = sched_times(entry["pid"]), time.process_time() - client_start
-        finally:
-            iterator.close()
+        cached = tf.data.Dataset.range(1).map(lambda _: {name: tf.ones(shapes[name], dtypes[name]) for name in layout})
+        job = f"{spec.experiment}-{spec.mode}"
+        count, worker_s, client_s = _probe(_distribute(cached.cache().repeat(), service, f"{job}-transfer"), service,
+                                           entry, batch_timeout_s, warmup, batches, min_seconds)
+        pipeline, _ = ops.dataset(manifest, "autoorder" if spec.autoorder else "declared", spec.batch_size,
+                                  spec.worker_threads)
+        served, served_worker_s, served_client_s = _probe(_distribute(pipeline, service, f"{job}-served"), service,
+                                                          entry, batch_timeout_s, warmup, batches, min_seconds)
     finally:
         service.remove_worker("local")
+    nbytes = count * sum(math.prod(shape) * tf.as_dtype(dtype).size for shape, dtype in layout.values())
+    elements, served_elements = count * spec.batch_size, served * spec.batch_size
+    return {"statistic": "CPU seconds over the probe's batches, a cached batch sent by one worker to this client; "
+                         "then the run's pipeline served by that worker",
+            "batches": count, "bytes_per_element": nbytes / elements,
+            "worker_s_per_element": worker_s / elements, "client_s_per_element": client_s / elements,
+            "send_s_per_byte": worker_s / nbytes, "receive_s_per_byte": client_s / nbytes,
+            "served_batches": served, "served_s_per_element": served_worker_s / served_elements,
+            "served_client_s_per_element": served_client_s / served_elements,
+            "seconds": time.monotonic() - started}
+
+
+def _probe(dataset, service, entry, batch_timeout_s, warmup, batches, min_seconds):
+    """(batches, worker CPU seconds, client CPU seconds) reading `dataset` from the probe's worker
+    (`entry`) for at least `batches` batches and `min_seconds`, after `warmup` batches."""
+    iterator = Batches(lambda: iter(dataset), batch_timeout_s, lambda: stalled(service))
+    try:
+        for _ in range(warmup):
+            next(iterator)
+        count, worker_start = 0, sched_times(entry["pid"])
+        client_start, wall_start = time.process_time(), time.monotonic()
+        while count < batches or time.monotonic() - wall_start < min_seconds:
+            next(iterator)
+            count += 1
+        worker_end, client_s = sched_times(entry["pid"]), time.process_time() - client_start
+    finally:
+        iterator.close()
     if worker_start is None or worker_end is None:
         raise ReproError(f"{service.state_path}: the transfer probe's worker (pid {entry['pid']}) stopped while probed")
     # per thread: a thread that exited meanwhile takes its whole time with it, one started since counts all of its
     worker_s = sum(ran - worker_start.get(tid, (0.0, 0.0))[0] for tid, (ran, _) in worker_end.items())
-    nbytes = count * sum(math.prod(shape) * tf.as_dtype(dtype).size for shape, dtype in layout.values())
-    elements = count * spec.batch_size
-    return {"statistic": "CPU seconds over the probe's batches, a cached batch sent by one worker to this client",
-            "batches": count, "bytes_per_element": nbytes / elements,
-            "worker_s_per_element": worker_s / elements, "client_s_per_element": client_s / elements,
-            "send_s_per_byte": worker_s / nbytes, "receive_s_per_byte": client_s / nbytes,
-            "seconds": time.monotonic() - started}
+    return count, worker_s, client_s
 
 
 def resolve_scale(spec, manifest, pipeline_cost, given=None):
@@ -590,7 +610,8 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     transfer_cost = None
     try:
         if service:  # the model's other input: what moving the run's batches from a worker to the client costs
-            transfer_cost = measure_transfer_cost(spec, pipeline_cost["batch_layout"], service, batch_timeout_s)
+            transfer_cost = measure_transfer_cost(spec, manifest, pipeline_cost["batch_layout"], service,
+                                                  batch_timeout_s)
         if deployment:  # FastFlow's workers are started before training, as its user launches them
             deployment.apply(policy.remote, policy.local, wait=fastflow)
         with budget:
