@@ -786,6 +786,30 @@ def test_a_model_larger_than_the_free_shared_memory_is_refused_without_a_segment
     modelstore.HostMemory(10 * real.f_frsize, "repro-test-fits").close()  # what fits is made
 
 
+def test_a_stop_signal_as_the_server_binds_its_socket_leaves_neither_socket_nor_pid_file(models, tmp_path):
+    """SIGTERM that comes once the store has bound its socket, before its clean-up covers it (the
+    moment a daemon still starting is stopped by the command that started it), left the socket."""
+    import repro.trims.server as server
+
+    sock = tmp_path / "s.sock"
+    identity = server._socket_identity
+
+    def signalled_main(argv):
+        def socket_identity(path):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)  # where the signal is not put off, its handler raises here
+            return identity(path)
+
+        server._socket_identity = socket_identity  # the forked child's own module: this test's is untouched
+        return main(argv)
+
+    code, _, err = run_forked(["trims", "server", "run", "--socket", str(sock), "--base-path", str(models),
+                               "--memory-mb", "50", "--pid-file", str(tmp_path / "s.pid")], tmp_path, 60,
+                              main=signalled_main)
+    assert code == 128 + signal.SIGTERM, err
+    assert not sock.exists() and not (tmp_path / "s.pid").exists()
+
+
 @pytest.mark.service
 def test_a_stop_signal_inside_the_daemons_fork_leaves_no_server(models, tmp_path):
     """SIGTERM that comes while subprocess.Popen forks the daemon (before it returns the child) is

@@ -36,6 +36,7 @@ from repro.errors import ReproError
 from repro.fsutil import refuse_inside, write_json
 from repro.processes import (describe, matches, owner_environment, private_directory, read_record, spawn, stop_child,
                               write_record)
+from repro.stopsignals import deferred, raise_deferred
 from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_prefix
 
 _OPS = ("acquire", "release", "status", "flush", "shutdown")
@@ -263,22 +264,25 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
                        events=[] if profile_dir else None)
     server_id, started = str(uuid.uuid4()), _now()
     try:
-        server = _Server(str(socket_path), _Handler)
+        with deferred() as caught:  # the socket bound and known as this server's, or not bound at all
+            server = _Server(str(socket_path), _Handler)
+            bound = _socket_identity(socket_path)
     except OSError as exc:
         store.close()
         raise ReproError(f"--socket {socket_path}: cannot listen there ({exc.strerror})") from None
-    bound = _socket_identity(socket_path)
-    server.store = store
-    record = describe(os.getpid(), "trims-server")
-    if pid_file:
-        write_record(pid_file, record)
-    if info_file:
-        write_json(info_file, _server_info(store, server_id, started, socket_path))
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    if ready:
-        ready()
-    try:
+    record = None
+    try:  # from here on, however the server ends (a stop signal as it starts too), its socket goes
+        raise_deferred(caught)
+        server.store = store
+        record = describe(os.getpid(), "trims-server")
+        if pid_file:
+            write_record(pid_file, record)
+        if info_file:
+            write_json(info_file, _server_info(store, server_id, started, socket_path))
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+        if ready:
+            ready()
         server.serve_forever()
     finally:
         server.server_close()
@@ -295,7 +299,7 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
         with contextlib.suppress(OSError):  # only the socket this server bound: not one put there since
             if _socket_identity(socket_path) == bound:
                 socket_path.unlink()
-        if pid_file and read_record(pid_file) == record:
+        if pid_file and record is not None and read_record(pid_file) == record:
             Path(pid_file).unlink(missing_ok=True)
 
 
