@@ -331,7 +331,7 @@ def _plot(args):
             value = values.get(column, 0)
             row.update({f"{column}_mean": value, f"{column}_ci_low": value, f"{column}_ci_high": value})
         rows.append(row)
-    outputs = _plot_outputs(args.out_file or "plots/ResNet50_v2-8")
+    outputs = _plot_outputs(args.out_file, "plots/ResNet50_v2-8")
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "costs.csv"
         write_table(rows, table, columns=list(rows[0]))
@@ -340,8 +340,11 @@ def _plot(args):
     print(f"{', '.join(outputs)}: collocated, Cachew, Pecan")
 
 
-def _plot_outputs(out_file):
-    """The files `-o out_file` names (their directory is made as each is written)."""
+def _plot_outputs(out_file, default):
+    """The files `-o out_file` (`default` where not given) names (their directory is made as each is written)."""
+    if out_file == "":  # as every other -o refuses it; `or default` drew the default figure over plots/
+        raise ReproError("-o/--out_file '': expected a file name or a basename, not an empty one")
+    out_file = out_file or default
     if out_file.endswith(os.sep) or Path(out_file).name in ("", ".", ".."):  # 'sub/' made sub/.pdf and sub/.png
         raise ReproError(f"-o/--out_file {out_file!r}: expected a file name or a basename, not a directory")
     if Path(out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
@@ -358,7 +361,7 @@ def _plot_comparison(args):
     from repro.plots import plot_comparison
 
     table = args.table or f"results/tables/{OPTIONS[args.experiment]['basename']}.csv"
-    outputs = _plot_outputs(args.out_file or f"plots/{OPTIONS[args.experiment]['basename']}")
+    outputs = _plot_outputs(args.out_file, f"plots/{OPTIONS[args.experiment]['basename']}")
     flag = "-o/--out_file" if args.out_file else f"-e {args.experiment}"
     refuse_overwriting([(flag, output) for output in outputs], [table])
     rows = _comparison_rows(table)
