@@ -6,7 +6,7 @@ or file and what was expected, no traceback and nothing written.
 """
 
 import pytest
-from support import run_repro, snapshot
+from support import configfiles, copy_workflow, run_repro, snakemake, snapshot
 
 
 pytestmark = pytest.mark.fault
@@ -21,3 +21,25 @@ def test_plot_with_an_empty_out_file_is_refused(experiment, tmp_path, monkeypatc
     assert (code, out, err) == (1, "", "repro: error: -o/--out_file '': expected a file name or a basename, "
                                          "not an empty one\n")
     assert snapshot(tmp_path) == {}
+
+
+def test_model_directories_beginning_with_a_dash_reach_the_trims_commands(tmp_path):
+    """trims.base_path and trims.asset_store '-models', '-assets' (directory names the config check
+    accepts): the rules pass them as --flag=VALUE, since `--base-path -assets` made every model job end
+    in argparse's "expected one argument"."""
+    import shlex
+
+    from repro.commands import build_parser
+
+    work = copy_workflow(tmp_path / "work")
+    config = configfiles(tmp_path, {"trims": {"base_path": "-models", "asset_store": "-assets"}})
+    proc = snakemake(work, "results/summary/trims.json", "--dry-run", "--printshellcmds", *config)
+    out = proc.stdout + proc.stderr
+    lines = [line.removeprefix("Shell command: ") for line in out.splitlines()
+             if line.startswith(("Shell command: repro trims models", "Shell command: repro trims fetch"))]
+    assert len(lines) == 4, out[-3000:]  # two models, each generated and fetched
+    for line in lines:
+        words = shlex.split(line.split(" > ")[0])
+        args = build_parser().parse_args(words[1:])
+        assert args.base_path == ("-assets" if words[2] == "models" else "-models"), line
+        assert words[2] == "models" or args.asset_store == "-assets", line
