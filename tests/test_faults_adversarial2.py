@@ -43,3 +43,28 @@ def test_model_directories_beginning_with_a_dash_reach_the_trims_commands(tmp_pa
         args = build_parser().parse_args(words[1:])
         assert args.base_path == ("-assets" if words[2] == "models" else "-models"), line
         assert words[2] == "models" or args.asset_store == "-assets", line
+
+
+EMPTY_NAMES = {  # a command line with an empty file name (`"$UNSET"`), and the flag or argument named
+    "trace summarize": (["trace", "summarize", "", "-o", "s.json"], "inputs"),
+    "trace combine": (["trace", "combine", "t.json", "", "-o", "c.json"], "inputs"),
+    "trace validate": (["trace", "validate", ""], "inputs"),
+    "config check": (["config", "check", ""], "files"),
+    "config check --base": (["config", "check", "--base", ""], "--base"),
+    "pecan plot --table": (["pecan", "plot", "-e", "autoplacement", "--table", "", "-o", "p"], "--table"),
+    "pecan costs": (["pecan", "costs", ""], "logs"),
+    "trims summary": (["trims", "summary", "--compare", "", "--distributions", "d.json", "-o", "s.json"], "--compare"),
+}
+
+
+@pytest.mark.parametrize("case", EMPTY_NAMES, ids=list(EMPTY_NAMES))
+def test_an_empty_input_name_is_refused(case, tmp_path, monkeypatch, capsys):
+    """An input named '' was read as the working directory, unsaid: `trace summarize ''` summarised every
+    trace under it, `pecan plot --table ''` drew the default table, `config check ''` named '.'."""
+    argv, name = EMPTY_NAMES[case]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.json").write_text('[{"name":"a","ph":"X","ts":1,"dur":2,"pid":1,"tid":1}]')
+    before = snapshot(tmp_path)
+    code, out, err = run_repro(argv, capsys)
+    assert (code, out, err) == (1, "", f"repro: error: {name} '': expected a file name, not an empty one\n")
+    assert snapshot(tmp_path) == before

@@ -61,7 +61,7 @@ def _trace_commands(sub):
 
     val = tsub.add_parser("validate", help="check that files are well-formed Chrome traces")
     val.add_argument("inputs", nargs="+", help="trace files")
-    val.set_defaults(func=_validate)
+    val.set_defaults(func=_validate, reads=("inputs",))
 
     down = tsub.add_parser("download", help="fetch the traces a run's upload receipt lists, checksums verified")
     down.add_argument("receipt", help="the run's upload receipt (upload.json)")
@@ -304,7 +304,7 @@ def _config_command(sub):
                             "would (a missing file or invalid YAML named with its line)")
     check.add_argument("files", nargs="*", help="the files a workflow gets with --configfile, in that order")
     check.add_argument("--base", default="config/config.yaml", help="the workflow's own config (default %(default)s)")
-    check.set_defaults(func=_config_check)
+    check.set_defaults(func=_config_check, reads=("files", "base"))
 
 
 def _config_check(args):
@@ -387,6 +387,10 @@ DIRECTORY_FLAGS = {"out": "--out", "state_dir": "--state-dir", "service_dir": "-
                    "output_dir": "-o/--output-dir"}
 
 
+# the `reads` that are positional arguments: named as argparse's usage names them, not as a flag
+POSITIONAL_READS = ("inputs", "logs", "files")
+
+
 def refuse_overwriting_inputs(args):
     """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
     dests of the files it reads): writing one would destroy what it reads. Nor may an output be a
@@ -400,6 +404,10 @@ def refuse_overwriting_inputs(args):
     for dest, flag in DIRECTORY_FLAGS.items():
         if getattr(args, dest, None) == "":
             raise ReproError(f"{flag} '': expected a directory name, not an empty one")
+    for dest in getattr(args, "reads", ()):  # '' is the working directory to Path(): read as an input directory
+        if "" in paths(dest):
+            name = dest if dest in POSITIONAL_READS else "--" + dest.replace("_", "-")
+            raise ReproError(f"{name} '': expected a file name, not an empty one")
     inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
     outputs = [(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)]
     refuse_overwriting(outputs, inputs)

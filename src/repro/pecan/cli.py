@@ -95,7 +95,7 @@ def add_commands(sub):
                       default=[0.0, 0.0, 0.0], metavar=("COLLOCATED", "CACHEW", "PECAN"),
                       help="remote worker cost per epoch ($) of each mode (default 0)")
     plot.add_argument("-r", "--repeats", type=int, default=1, help="accepted for fig8.py's command lines; unused there too")
-    plot.set_defaults(func=_plot)
+    plot.set_defaults(func=_plot, reads=("table",))
 
     same = psub.add_parser("compare-results", help="compare the plotted numbers of two results/ directories",
                            description="Every plotted number (calibrations, each figure's bar segments) of two "
