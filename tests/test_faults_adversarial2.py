@@ -5,6 +5,8 @@ Each bad input ends as test_faults_input's rows do: exit code 1, one line on std
 or file and what was expected, no traceback and nothing written.
 """
 
+from pathlib import Path
+
 import pytest
 from support import configfiles, copy_workflow, run_repro, snakemake, snapshot
 
@@ -68,3 +70,18 @@ def test_an_empty_input_name_is_refused(case, tmp_path, monkeypatch, capsys):
     code, out, err = run_repro(argv, capsys)
     assert (code, out, err) == (1, "", f"repro: error: {name} '': expected a file name, not an empty one\n")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("key", ["trace_store", "trims.base_path"])
+def test_a_path_under_an_unknown_users_home_is_refused(key, tmp_path, capsys):
+    """`~nosuchuser/x` in a path key: refused as an unset `$VAR` is, naming the key; expanduser left it as
+    written and the workflow made a directory named '~nosuchuser' in the working directory."""
+    section, _, name = key.rpartition(".")
+    value = "~repro-no-such-user/x"
+    config = tmp_path / "c.yaml"
+    config.write_text(f"{section}: {{{name}: '{value}'}}\n" if section else f"{name}: '{value}'\n")
+    base = Path(__file__).parents[1] / "config" / "config.yaml"
+    code, out, err = run_repro(["config", "check", "--base", base, config], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: {base} + {config}: {key}: ~repro-no-such-user names no user's home directory "
+                   f"here (in '{value}')\n")

@@ -283,12 +283,16 @@ _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 
 def expand_path(value, key="path", source="config"):
-    """`~` and `$NAME`/`${NAME}` expanded; an unset variable is an error naming the key."""
+    """`~` and `$NAME`/`${NAME}` expanded; an unset variable or an unknown `~user` is an error naming the key."""
     for match in _ENV_VAR.finditer(value):
         name = match.group(1).strip("{}")
         if name not in os.environ:
             raise ReproError(f"{source}: {key}: environment variable ${name} is not set (in {value!r})")
-    return os.path.expanduser(os.path.expandvars(value))
+    expanded = os.path.expanduser(os.path.expandvars(value))
+    if value.startswith("~") and expanded.startswith("~"):  # expanduser leaves a user it cannot find as written
+        user = value.split("/", 1)[0]
+        raise ReproError(f"{source}: {key}: {user} names no user's home directory here (in {value!r})")
+    return expanded
 
 
 OWN_DIRECTORY_MARK = ".repro-made"
