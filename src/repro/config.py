@@ -7,6 +7,7 @@ The Snakefile calls `validate_config` on Snakemake's merged config (config/confi
 
 import importlib.util
 import math
+import os
 from importlib.resources import files
 from pathlib import Path
 
@@ -242,8 +243,28 @@ def check_placeholders(text, allowed, key):
                              + ", ".join(f"{{{n}}}" for n in sorted(allowed)))
 
 
+# The directories under results/ that the rules write (rules/*.smk); a job deletes its outputs before it
+# runs, so a trace store among them loses what runs uploaded (trace_store: results put the store's
+# traces/<experiment>/<mode>/ keys where download_traces writes results/traces/<experiment>/<mode>/).
+WORKFLOW_OUTPUT_DIRS = ("benchmarks", "calibration", "cluster", "cost_estimate", "logs", "provenance", "reference",
+                        "reproducibility", "runs", "summary", "sweep", "tables", "traces", "trims", "validation")
+
+
+def _check_trace_store(store, source):
+    """ReproError unless a local trace store (relative to the workflow directory) lies outside the
+    directories the workflow's jobs write."""
+    if store.startswith("gs://"):
+        return
+    parts = Path(os.path.relpath(os.path.abspath(store))).parts
+    if parts[:1] == ("results",) and (len(parts) == 1 or parts[1] in WORKFLOW_OUTPUT_DIRS):
+        inside = "results/traces" if len(parts) == 1 else f"results/{parts[1]}"
+        raise ReproError(f"{source}: trace_store: {store!r} puts the store's traces in {inside}, which the workflow's "
+                         "jobs write (and delete before they run); expected a directory of its own, such as results/store")
+
+
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
+    _check_trace_store(config["trace_store"], source)
     pecan = config["pecan"]
     for name, exp in pecan["experiments"].items():
         where = f"{source}: pecan.experiments.{name}"
