@@ -103,3 +103,13 @@ def test_a_trace_store_among_the_workflows_outputs_is_refused(store, inside, tmp
                    "results/store\n")
     code, out, err = run_repro(["config", "check", "--base", base], capsys)  # the default, results/store
     assert (code, err) == (0, "")
+
+
+@pytest.mark.parametrize("argv", [["doctor", "--profile", ""], ["trims", "server", "run", "--profile", ""]],
+                         ids=["doctor", "trims-server"])
+def test_an_empty_profile_directory_is_refused(argv, tmp_path, monkeypatch, capsys):
+    """`--profile ''` named the working directory, unsaid: doctor reported '.: not a Snakemake profile'."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_repro(argv, capsys)
+    assert (code, out, err) == (1, "", "repro: error: --profile '': expected a directory name, not an empty one\n")
+    assert snapshot(tmp_path) == {}

@@ -384,7 +384,7 @@ def build_parser(group=None):
 # the directory flags: an empty value would name the working directory, unsaid (`--out "$UNSET"`)
 DIRECTORY_FLAGS = {"out": "--out", "state_dir": "--state-dir", "service_dir": "--service-dir", "run_dir": "--run-dir",
                    "base_path": "--base-path", "asset_store": "--asset-store", "scratch": "--scratch", "data": "--data",
-                   "output_dir": "-o/--output-dir"}
+                   "output_dir": "-o/--output-dir", "profile": "--profile"}
 
 
 # the `reads` that are positional arguments: named as argparse's usage names them, not as a flag
