@@ -133,3 +133,17 @@ def test_a_plot_stopped_while_its_png_renders_leaves_neither_file(stop, tmp_path
     code, out, err = run_repro(["pecan", "plot", "-t", "1", "2", "3", "-o", "fig"], capsys)
     assert code == (130 if stop is KeyboardInterrupt else 1), err
     assert snapshot(tmp_path) == {}
+
+
+def test_an_output_under_a_file_is_refused_before_the_work(tmp_path, monkeypatch, capsys):
+    """`repro pecan calibrate ... -o in.json/x.json`: refused before the measurement, naming the flag; the
+    parent that is a file was found only when the output was written, after the work."""
+    import repro.pecan.cli
+
+    monkeypatch.setattr(repro.pecan.cli, "_calibration_records", lambda args: pytest.fail("measured"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.json").write_text("{}")
+    code, out, err = run_repro(["pecan", "calibrate", "--pipeline", "resnet", "-o", "in.json/x.json"], capsys)
+    assert (code, out, err) == (1, "", "repro: error: -o/--output in.json/x.json: cannot write: in.json is not a "
+                                         "directory\n")
+

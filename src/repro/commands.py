@@ -395,7 +395,7 @@ def refuse_overwriting_inputs(args):
     """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
     dests of the files it reads): writing one would destroy what it reads. Nor may an output be a
     device, FIFO, socket, symlink or directory: refused before the command runs, not after its work."""
-    from repro.fsutil import check_output, refuse_overwriting
+    from repro.fsutil import check_output, not_a_directory, refuse_overwriting
 
     def paths(dest):
         value = getattr(args, dest, None)
@@ -421,6 +421,9 @@ def refuse_overwriting_inputs(args):
             if not path or path.endswith(os.sep):  # Path() would drop the '/' and write a file of the directory's name
                 raise ReproError(f"{flag} {path!r}: expected a file name, not {'an empty one' if not path else 'a directory'}")
             check_output(path, f"{flag} {path}")
+            blocker = not_a_directory(os.path.dirname(path) or ".")  # before the work, not when it is written
+            if blocker is not None:
+                raise ReproError(f"{flag} {path}: cannot write: {blocker} is not a directory")
 
 
 class Terminated(KeyboardInterrupt):
