@@ -147,3 +147,15 @@ def test_an_output_under_a_file_is_refused_before_the_work(tmp_path, monkeypatch
     assert (code, out, err) == (1, "", "repro: error: -o/--output in.json/x.json: cannot write: in.json is not a "
                                          "directory\n")
 
+
+def test_calibrations_are_written_all_or_none(tmp_path, monkeypatch, capsys):
+    """`repro pecan calibrate --pipeline resnet retinanet -o a.json /proc/none/b.json`: the second cannot be
+    written, so neither is; a.json was left, with exit status 1."""
+    import repro.pecan.cli
+
+    monkeypatch.setattr(repro.pecan.cli, "_calibration_records", lambda args: {"resnet": {"a": 1}, "retinanet": {"b": 2}})
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_repro(["pecan", "calibrate", "--pipeline", "resnet", "retinanet", "-o", "a.json",
+                                "/proc/repro-none/b.json"], capsys)
+    assert (code, out) == (1, "") and err.startswith("repro: error: /proc/repro-none/b.json: cannot write ("), err
+    assert snapshot(tmp_path) == {}

@@ -114,13 +114,18 @@ def _non_finite(obj, where=""):
     return None
 
 
-def write_json(target, obj):
+def json_text(target, obj):
+    """The text write_json writes to `target` (named where `obj` holds NaN or Infinity)."""
     try:
         text = json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False)
     except ValueError:
         raise ReproError(f"{target}: {_non_finite(obj)} is not a finite number; JSON output holds no NaN or "
                          "Infinity") from None
-    write_text(target, text + "\n")
+    return text + "\n"
+
+
+def write_json(target, obj):
+    write_text(target, json_text(target, obj))
 
 
 # An input is a regular file: a FIFO would hang its reader and a device such as /dev/zero never ends.

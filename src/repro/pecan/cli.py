@@ -213,7 +213,7 @@ def _calibration_records(args):
 
 
 def _calibrate(args):
-    from repro.fsutil import write_json
+    from repro.fsutil import atomic_path, json_text
 
     if len(args.output) != len(args.pipeline):
         raise ReproError(f"--output: {len(args.output)} file(s) for {len(args.pipeline)} --pipeline value(s); "
@@ -224,9 +224,11 @@ def _calibrate(args):
     if len(set(args.pipeline)) != len(args.pipeline):
         raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
     records = _calibration_records(args)
+    with contextlib.ExitStack() as stack:  # all or none: one output that cannot be written leaves no other
+        for pipeline, output in zip(args.pipeline, args.output):
+            stack.enter_context(atomic_path(output)).write_text(json_text(output, records[pipeline]))
     for pipeline, output in zip(args.pipeline, args.output):
         result = records[pipeline]
-        write_json(output, result)
         orders = {order: result[order] for order in ("declared", "autoorder")}
         print(f"{output}: " + ", ".join(f"{order} {o['cpu_s_per_element'] * 1e3:.2f} ms/element "
                                         f"({o['per_reference_kernel']:.2f} reference kernels)"
