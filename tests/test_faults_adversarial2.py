@@ -5,10 +5,11 @@ Each bad input ends as test_faults_input's rows do: exit code 1, one line on std
 or file and what was expected, no traceback and nothing written.
 """
 
+import signal
 from pathlib import Path
 
 import pytest
-from support import configfiles, copy_workflow, run_repro, snakemake, snapshot
+from support import configfiles, copy_workflow, run_forked, run_repro, snakemake, snapshot
 
 
 pytestmark = pytest.mark.fault
@@ -158,4 +159,39 @@ def test_calibrations_are_written_all_or_none(tmp_path, monkeypatch, capsys):
     code, out, err = run_repro(["pecan", "calibrate", "--pipeline", "resnet", "retinanet", "-o", "a.json",
                                 "/proc/repro-none/b.json"], capsys)
     assert (code, out) == (1, "") and err.startswith("repro: error: /proc/repro-none/b.json: cannot write ("), err
+    assert snapshot(tmp_path) == {}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_the_parser_is_built_ends_as_a_commands(signum, tmp_path, monkeypatch):
+    """A stop signal while `repro pecan ...` built its parser (pecan's commands import numpy: a third of a
+    second at start-up, before the command's handlers): the signal's default killed the process (exit -15),
+    and Ctrl-C there printed a KeyboardInterrupt traceback (3 of 165 random Ctrl-Cs)."""
+    import repro.cli
+
+    build_parser = repro.cli.build_parser
+
+    def signalled(group=None):
+        signal.raise_signal(signum)  # as it comes while the command groups import
+        return build_parser(group)
+
+    monkeypatch.setattr(repro.cli, "build_parser", signalled)
+    code, out, err = run_forked(["pecan", "plot", "-t", "1", "2", "3", "-o", "fig"], tmp_path, timeout=120)
+    assert (code, out, err) == (128 + signum, "", f"repro: terminated ({signal.Signals(signum).name})\n")
+    assert snapshot(tmp_path) == {}
+
+
+def test_ctrl_c_while_the_parser_is_built_ends_as_a_commands(tmp_path, monkeypatch, capsys):
+    import repro.cli
+
+    def interrupted(group=None):
+        raise KeyboardInterrupt  # Python's Ctrl-C, as it comes while the command groups import
+
+    monkeypatch.setattr(repro.cli, "build_parser", interrupted)
+    monkeypatch.chdir(tmp_path)
+    try:
+        result = run_repro(["pecan", "plot", "-t", "1", "2", "3"], capsys)
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped repro's main: the program printed its traceback")
+    assert result == (130, "", "repro: interrupted\n")
     assert snapshot(tmp_path) == {}

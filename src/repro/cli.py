@@ -13,11 +13,14 @@ from repro.commands import COMMAND_GROUPS, build_parser, run  # noqa: F401  (tes
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser, parsed = build_parser(argv[0] if argv else None), []
+    parsed = []
 
     def parse(_):
         # as a command: help that cannot be written is one line naming standard output (argparse
-        # ignores a failed write), so it is written here, after argparse; --help's SystemExit goes on
+        # ignores a failed write), so it is written here, after argparse; --help's SystemExit goes on.
+        # The parser too is built here: its command groups import numpy (a third of a second), and a
+        # stop signal meanwhile ends as a command's does, not in a traceback or the signal's own death
+        parser = build_parser(argv[0] if argv else None)
         text = io.StringIO()
         try:
             with contextlib.redirect_stdout(text):
