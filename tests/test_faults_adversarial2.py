@@ -88,22 +88,25 @@ def test_a_path_under_an_unknown_users_home_is_refused(key, tmp_path, capsys):
                    f"here (in '{value}')\n")
 
 
-@pytest.mark.parametrize("store, inside", [("results", "results/traces"), ("./results/traces/store", "results/traces"),
-                                           ("results/runs/store", "results/runs")])
-def test_a_trace_store_among_the_workflows_outputs_is_refused(store, inside, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("store", ["results", "./results/", "{tmp}/work/results"])
+def test_a_trace_store_where_the_workflow_downloads_traces_is_refused(store, tmp_path, monkeypatch, capsys):
     """trace_store: results put the store's keys (traces/<experiment>/<mode>/) where download_traces writes:
     Snakemake deleted that output before the job, so the upload was gone and every download failed with
     "no object ... run it again to upload anew", which could not help."""
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    store = store.format(tmp=tmp_path)
     (tmp_path / "c.yaml").write_text(f"trace_store: {store}\n")
     base = Path(__file__).parents[1] / "config" / "config.yaml"
-    code, out, err = run_repro(["config", "check", "--base", base, "c.yaml"], capsys)
+    code, out, err = run_repro(["config", "check", "--base", base, tmp_path / "c.yaml"], capsys)
     assert (code, out) == (1, "")
-    assert err == (f"repro: error: {base} + c.yaml: trace_store: {store!r} puts the store's traces in {inside}, which "
-                   "the workflow's jobs write (and delete before they run); expected a directory of its own, such as "
-                   "results/store\n")
-    code, out, err = run_repro(["config", "check", "--base", base], capsys)  # the default, results/store
-    assert (code, err) == (0, "")
+    assert err == (f"repro: error: {base} + {tmp_path / 'c.yaml'}: trace_store: {store!r} keeps the store's traces in "
+                   "results/traces, where the workflow downloads them (and deletes them before each download); "
+                   "expected a directory of its own, such as results/store\n")
+    for fine in ("results/store", "results/traces/store", "store", "."):  # the default, and other directories
+        (tmp_path / "c.yaml").write_text(f"trace_store: {fine}\n")
+        code, out, err = run_repro(["config", "check", "--base", base, tmp_path / "c.yaml"], capsys)
+        assert (code, err) == (0, ""), fine
 
 
 @pytest.mark.parametrize("argv", [["doctor", "--profile", ""], ["trims", "server", "run", "--profile", ""]],

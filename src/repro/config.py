@@ -243,23 +243,21 @@ def check_placeholders(text, allowed, key):
                              + ", ".join(f"{{{n}}}" for n in sorted(allowed)))
 
 
-# The directories under results/ that the rules write (rules/*.smk); a job deletes its outputs before it
-# runs, so a trace store among them loses what runs uploaded (trace_store: results put the store's
-# traces/<experiment>/<mode>/ keys where download_traces writes results/traces/<experiment>/<mode>/).
-WORKFLOW_OUTPUT_DIRS = ("benchmarks", "calibration", "cluster", "cost_estimate", "logs", "provenance", "reference",
-                        "reproducibility", "runs", "summary", "sweep", "tables", "traces", "trims", "validation")
+# The directory download_traces writes, results/traces/<experiment>/<mode>/: a local trace store at
+# results puts its keys, traces/<experiment>/<mode>/, there, and Snakemake deletes a job's outputs
+# before it runs, so every download found its upload gone.
+DOWNLOADED_TRACES = Path("results", "traces")
 
 
 def _check_trace_store(store, source):
-    """ReproError unless a local trace store (relative to the workflow directory) lies outside the
-    directories the workflow's jobs write."""
+    """ReproError where a local trace store (relative to the workflow directory) keeps its traces
+    where the workflow downloads them."""
     if store.startswith("gs://"):
         return
-    parts = Path(os.path.relpath(os.path.abspath(store))).parts
-    if parts[:1] == ("results",) and (len(parts) == 1 or parts[1] in WORKFLOW_OUTPUT_DIRS):
-        inside = "results/traces" if len(parts) == 1 else f"results/{parts[1]}"
-        raise ReproError(f"{source}: trace_store: {store!r} puts the store's traces in {inside}, which the workflow's "
-                         "jobs write (and delete before they run); expected a directory of its own, such as results/store")
+    if Path(os.path.relpath(os.path.abspath(store))) / "traces" == DOWNLOADED_TRACES:
+        raise ReproError(f"{source}: trace_store: {store!r} keeps the store's traces in {DOWNLOADED_TRACES}, where the "
+                         "workflow downloads them (and deletes them before each download); expected a directory of "
+                         "its own, such as results/store")
 
 
 def check_references(config, source="config"):
