@@ -57,6 +57,9 @@ EMPTY_NAMES = {  # a command line with an empty file name (`"$UNSET"`), and the 
     "pecan plot --table": (["pecan", "plot", "-e", "autoplacement", "--table", "", "-o", "p"], "--table"),
     "pecan costs": (["pecan", "costs", ""], "logs"),
     "trims summary": (["trims", "summary", "--compare", "", "--distributions", "d.json", "-o", "s.json"], "--compare"),
+    "trace download": (["trace", "download", "", "-o", "d"], "receipt"),
+    "trims experiment --store": (["trims", "experiment", "compare", "squeezenet_1.1", "--store", "", "--settings", "{}",
+                                  "--out", "e"], "--store"),
 }
 
 
@@ -197,4 +200,14 @@ def test_ctrl_c_while_the_parser_is_built_ends_as_a_commands(tmp_path, monkeypat
     except KeyboardInterrupt:
         pytest.fail("KeyboardInterrupt escaped repro's main: the program printed its traceback")
     assert result == (130, "", "repro: interrupted\n")
+    assert snapshot(tmp_path) == {}
+
+
+def test_download_from_an_empty_store_name_is_refused(tmp_path, monkeypatch, capsys):
+    """`repro trace download upload.json --store ''` read the empty name as no --store and downloaded from
+    the store the receipt names, unsaid."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_repro(["trace", "download", "upload.json", "--store", "", "-o", "d"], capsys)
+    assert (code, out, err) == (1, "", "repro: error: --store '': expected a directory or gs://bucket/prefix, not an "
+                                         "empty one (leave --store out for the store the receipt names)\n")
     assert snapshot(tmp_path) == {}

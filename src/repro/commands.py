@@ -68,7 +68,7 @@ def _trace_commands(sub):
     down.add_argument("--store", help="the trace store to read from: a directory or gs://bucket/prefix (default: the "
                       "one the receipt records, where the run uploaded its traces)")
     down.add_argument("-o", "--output-dir", required=True, help="directory to put the traces in")
-    down.set_defaults(func=_download)
+    down.set_defaults(func=_download, reads=("receipt",))
 
 
 def _combine(args):
@@ -150,6 +150,9 @@ def _validate(args):
 def _download(args):
     from repro.tracestore import download_traces, open_store
 
+    if args.store == "":  # `or` read it as no --store: the receipt's store, unsaid
+        raise ReproError("--store '': expected a directory or gs://bucket/prefix, not an empty one (leave --store out "
+                         "for the store the receipt names)")
     store = open_store(args.store) if args.store else None
     for entry in download_traces(store, args.receipt, args.output_dir):
         print(f"{entry['key']}: sha256 {entry['sha256']} verified")
@@ -388,7 +391,7 @@ DIRECTORY_FLAGS = {"out": "--out", "state_dir": "--state-dir", "service_dir": "-
 
 
 # the `reads` that are positional arguments: named as argparse's usage names them, not as a flag
-POSITIONAL_READS = ("inputs", "logs", "files")
+POSITIONAL_READS = ("inputs", "logs", "files", "receipt")
 
 
 def refuse_overwriting_inputs(args):
