@@ -211,3 +211,32 @@ def test_download_from_an_empty_store_name_is_refused(tmp_path, monkeypatch, cap
     assert (code, out, err) == (1, "", "repro: error: --store '': expected a directory or gs://bucket/prefix, not an "
                                          "empty one (leave --store out for the store the receipt names)\n")
     assert snapshot(tmp_path) == {}
+
+
+IMPORT_HOOK = """
+import signal, sys
+
+class SignalOnImport:  # the stop signal comes as `repro` imports its command tree
+    def find_spec(self, name, path=None, target=None):
+        if name == "repro.commands":
+            signal.raise_signal(signal.{signal})
+        return None
+
+sys.meta_path.insert(0, SignalOnImport())
+from repro.cli import main
+sys.exit(main(["list", "backends"]))
+"""
+
+
+@pytest.mark.parametrize("signum, said", [(signal.SIGINT, "repro: interrupted"), (signal.SIGTERM, "repro: terminated (SIGTERM)"),
+                                          (signal.SIGHUP, "repro: terminated (SIGHUP)")], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_the_command_tree_imports_ends_as_a_commands(signum, said, tmp_path):
+    """Ctrl-C in the first tens of milliseconds, while `repro` imported its command tree (argparse, the file
+    tools) at module level, printed a KeyboardInterrupt traceback (4 of about 300 random Ctrl-Cs at 0.02 to
+    0.04 s); SIGTERM and SIGHUP killed it (-15, -1)."""
+    import subprocess
+    import sys
+
+    code = IMPORT_HOOK.replace("{signal}", signal.Signals(signum).name)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert (result.returncode, result.stdout, result.stderr) == (128 + signum, "", said + "\n")
