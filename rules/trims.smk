@@ -66,7 +66,7 @@ rule trims_generate:
         assets=output_dir(levels=2),
     shell:
         "repro trims models {wildcards.model:q} --seed {params.seed:q}"
-        " --base-path {params.assets:q} > {log:q} 2>&1"
+        " --base-path={params.assets:q} > {log:q} 2>&1"
 
 
 # From a local asset store generated above, or from a GCS bucket (gs://...) filled beforehand
@@ -86,8 +86,8 @@ rule trims_fetch:
         asset_store=config["trims"]["asset_store"],
         base_path=output_dir(levels=2),
     shell:
-        "repro trims fetch {wildcards.model:q} --asset-store {params.asset_store:q}"
-        " --base-path {params.base_path:q} > {log:q} 2>&1"
+        "repro trims fetch {wildcards.model:q} --asset-store={params.asset_store:q}"
+        " --base-path={params.base_path:q} > {log:q} 2>&1"
 
 
 # TrIMS runs measure latency: each takes every core so no other job disturbs it.

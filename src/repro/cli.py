@@ -3,21 +3,44 @@
     repro {trace,cluster,provenance,config,doctor,pecan,trims} ...
 """
 
-import contextlib
-import io
 import sys
-from types import SimpleNamespace
 
-from repro.commands import COMMAND_GROUPS, build_parser, run  # noqa: F401  (tests and tools import them from here)
+# What tests and tools import from here, imported with the command tree when first asked for: the
+# program itself imports it in main(), once the stop signals are put off (see there).
+_COMMAND_TREE = ("COMMAND_GROUPS", "build_parser", "run")
+
+
+def __getattr__(name):
+    if name in _COMMAND_TREE:
+        import repro.commands
+
+        return getattr(repro.commands, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv=None):
+    from repro import stopsignals
+
+    # the command tree's imports (argparse, the file tools: tens of milliseconds) come before its
+    # handlers: a stop signal meanwhile is put off, then ends the command as a later one does, with
+    # 128 + signal, rather than in a KeyboardInterrupt traceback or the signal's own death
+    with stopsignals.deferred() as caught:
+        import contextlib
+        import io
+        from types import SimpleNamespace
+
+        import repro.commands  # noqa: F401
+    program = sys.modules[__name__]  # its build_parser and run, as a test may have replaced them
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser, parsed = build_parser(argv[0] if argv else None), []
+    parsed = []
 
     def parse(_):
         # as a command: help that cannot be written is one line naming standard output (argparse
-        # ignores a failed write), so it is written here, after argparse; --help's SystemExit goes on
+        # ignores a failed write), so it is written here, after argparse; --help's SystemExit goes on.
+        # The parser too is built here: its command groups import numpy (a third of a second), and a
+        # stop signal meanwhile ends as a command's does, not in a traceback or the signal's own death
+        stopsignals.raise_deferred(caught)  # here, where the command's handlers are set
+        parser = program.build_parser(argv[0] if argv else None)
         text = io.StringIO()
         try:
             with contextlib.redirect_stdout(text):
@@ -27,8 +50,8 @@ def main(argv=None):
                 sys.stdout.write(text.getvalue())
                 sys.stdout.flush()
 
-    status = run(SimpleNamespace(func=parse))
-    return run(parsed[0]) if parsed else status
+    status = program.run(SimpleNamespace(func=parse))
+    return program.run(parsed[0]) if parsed else status
 
 
 if __name__ == "__main__":

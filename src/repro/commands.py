@@ -61,14 +61,14 @@ def _trace_commands(sub):
 
     val = tsub.add_parser("validate", help="check that files are well-formed Chrome traces")
     val.add_argument("inputs", nargs="+", help="trace files")
-    val.set_defaults(func=_validate)
+    val.set_defaults(func=_validate, reads=("inputs",))
 
     down = tsub.add_parser("download", help="fetch the traces a run's upload receipt lists, checksums verified")
     down.add_argument("receipt", help="the run's upload receipt (upload.json)")
     down.add_argument("--store", help="the trace store to read from: a directory or gs://bucket/prefix (default: the "
                       "one the receipt records, where the run uploaded its traces)")
     down.add_argument("-o", "--output-dir", required=True, help="directory to put the traces in")
-    down.set_defaults(func=_download)
+    down.set_defaults(func=_download, reads=("receipt",))
 
 
 def _combine(args):
@@ -150,6 +150,9 @@ def _validate(args):
 def _download(args):
     from repro.tracestore import download_traces, open_store
 
+    if args.store == "":  # `or` read it as no --store: the receipt's store, unsaid
+        raise ReproError("--store '': expected a directory or gs://bucket/prefix, not an empty one (leave --store out "
+                         "for the store the receipt names)")
     store = open_store(args.store) if args.store else None
     for entry in download_traces(store, args.receipt, args.output_dir):
         print(f"{entry['key']}: sha256 {entry['sha256']} verified")
@@ -304,7 +307,7 @@ def _config_command(sub):
                             "would (a missing file or invalid YAML named with its line)")
     check.add_argument("files", nargs="*", help="the files a workflow gets with --configfile, in that order")
     check.add_argument("--base", default="config/config.yaml", help="the workflow's own config (default %(default)s)")
-    check.set_defaults(func=_config_check)
+    check.set_defaults(func=_config_check, reads=("files", "base"))
 
 
 def _config_check(args):
@@ -384,14 +387,18 @@ def build_parser(group=None):
 # the directory flags: an empty value would name the working directory, unsaid (`--out "$UNSET"`)
 DIRECTORY_FLAGS = {"out": "--out", "state_dir": "--state-dir", "service_dir": "--service-dir", "run_dir": "--run-dir",
                    "base_path": "--base-path", "asset_store": "--asset-store", "scratch": "--scratch", "data": "--data",
-                   "output_dir": "-o/--output-dir"}
+                   "output_dir": "-o/--output-dir", "profile": "--profile"}
+
+
+# the `reads` that are positional arguments: named as argparse's usage names them, not as a flag
+POSITIONAL_READS = ("inputs", "logs", "files", "receipt")
 
 
 def refuse_overwriting_inputs(args):
     """A command's outputs (its parser's `writes`: {dest: flag}) must not be its inputs (`reads`:
     dests of the files it reads): writing one would destroy what it reads. Nor may an output be a
     device, FIFO, socket, symlink or directory: refused before the command runs, not after its work."""
-    from repro.fsutil import check_output, refuse_overwriting
+    from repro.fsutil import check_output, not_a_directory, refuse_overwriting
 
     def paths(dest):
         value = getattr(args, dest, None)
@@ -400,6 +407,10 @@ def refuse_overwriting_inputs(args):
     for dest, flag in DIRECTORY_FLAGS.items():
         if getattr(args, dest, None) == "":
             raise ReproError(f"{flag} '': expected a directory name, not an empty one")
+    for dest in getattr(args, "reads", ()):  # '' is the working directory to Path(): read as an input directory
+        if "" in paths(dest):
+            name = dest if dest in POSITIONAL_READS else "--" + dest.replace("_", "-")
+            raise ReproError(f"{name} '': expected a file name, not an empty one")
     inputs = [path for dest in getattr(args, "reads", ()) for path in paths(dest)]
     outputs = [(flag, path) for dest, flag in getattr(args, "writes", {}).items() for path in paths(dest)]
     refuse_overwriting(outputs, inputs)
@@ -413,6 +424,9 @@ def refuse_overwriting_inputs(args):
             if not path or path.endswith(os.sep):  # Path() would drop the '/' and write a file of the directory's name
                 raise ReproError(f"{flag} {path!r}: expected a file name, not {'an empty one' if not path else 'a directory'}")
             check_output(path, f"{flag} {path}")
+            blocker = not_a_directory(os.path.dirname(path) or ".")  # before the work, not when it is written
+            if blocker is not None:
+                raise ReproError(f"{flag} {path}: cannot write: {blocker} is not a directory")
 
 
 class Terminated(KeyboardInterrupt):

@@ -7,6 +7,7 @@ The Snakefile calls `validate_config` on Snakemake's merged config (config/confi
 
 import importlib.util
 import math
+import os
 from importlib.resources import files
 from pathlib import Path
 
@@ -242,8 +243,26 @@ def check_placeholders(text, allowed, key):
                              + ", ".join(f"{{{n}}}" for n in sorted(allowed)))
 
 
+# The directory download_traces writes, results/traces/<experiment>/<mode>/: a local trace store at
+# results puts its keys, traces/<experiment>/<mode>/, there, and Snakemake deletes a job's outputs
+# before it runs, so every download found its upload gone.
+DOWNLOADED_TRACES = Path("results", "traces")
+
+
+def _check_trace_store(store, source):
+    """ReproError where a local trace store (relative to the workflow directory) keeps its traces
+    where the workflow downloads them."""
+    if store.startswith("gs://"):
+        return
+    if Path(os.path.relpath(os.path.abspath(store))) / "traces" == DOWNLOADED_TRACES:
+        raise ReproError(f"{source}: trace_store: {store!r} keeps the store's traces in {DOWNLOADED_TRACES}, where the "
+                         "workflow downloads them (and deletes them before each download); expected a directory of "
+                         "its own, such as results/store")
+
+
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
+    _check_trace_store(config["trace_store"], source)
     pecan = config["pecan"]
     for name, exp in pecan["experiments"].items():
         where = f"{source}: pecan.experiments.{name}"

@@ -114,13 +114,18 @@ def _non_finite(obj, where=""):
     return None
 
 
-def write_json(target, obj):
+def json_text(target, obj):
+    """The text write_json writes to `target` (named where `obj` holds NaN or Infinity)."""
     try:
         text = json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False)
     except ValueError:
         raise ReproError(f"{target}: {_non_finite(obj)} is not a finite number; JSON output holds no NaN or "
                          "Infinity") from None
-    write_text(target, text + "\n")
+    return text + "\n"
+
+
+def write_json(target, obj):
+    write_text(target, json_text(target, obj))
 
 
 # An input is a regular file: a FIFO would hang its reader and a device such as /dev/zero never ends.
@@ -283,12 +288,16 @@ _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 
 def expand_path(value, key="path", source="config"):
-    """`~` and `$NAME`/`${NAME}` expanded; an unset variable is an error naming the key."""
+    """`~` and `$NAME`/`${NAME}` expanded; an unset variable or an unknown `~user` is an error naming the key."""
     for match in _ENV_VAR.finditer(value):
         name = match.group(1).strip("{}")
         if name not in os.environ:
             raise ReproError(f"{source}: {key}: environment variable ${name} is not set (in {value!r})")
-    return os.path.expanduser(os.path.expandvars(value))
+    expanded = os.path.expanduser(os.path.expandvars(value))
+    if value.startswith("~") and expanded.startswith("~"):  # expanduser leaves a user it cannot find as written
+        user = value.split("/", 1)[0]
+        raise ReproError(f"{source}: {key}: {user} names no user's home directory here (in {value!r})")
+    return expanded
 
 
 OWN_DIRECTORY_MARK = ".repro-made"

@@ -1,5 +1,6 @@
 """Figures in the style of the Pecan paper: cost per epoch per mode, remote-worker cost stacked and hatched."""
 
+import contextlib
 import math
 import textwrap
 
@@ -128,8 +129,11 @@ def _save(fig, outputs, caption, style, line=0.035):
     wrapped = textwrap.fill(caption, width=int(style["width_in"] * 19))
     fig.text(0.01, 0.01, wrapped, fontsize=max(5, style["font_size"] - 3), ha="left", va="bottom", style="italic")
     fig.tight_layout(rect=(0, 0.03 + line * wrapped.count("\n") + 0.04, 1, 1))
-    for output in outputs:
-        with atomic_path(output) as tmp:
+    # every file rendered before any is renamed into place: a stop or a failure while the PNG renders
+    # (most of the time) leaves neither, not a new PDF beside no PNG or last run's
+    with contextlib.ExitStack() as stack:
+        for output in outputs:
+            tmp = stack.enter_context(atomic_path(output))
             fig.savefig(tmp, format=str(output).rsplit(".", 1)[-1], dpi=style["dpi"])
     plt.close(fig)
 

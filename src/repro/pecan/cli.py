@@ -95,7 +95,7 @@ def add_commands(sub):
                       default=[0.0, 0.0, 0.0], metavar=("COLLOCATED", "CACHEW", "PECAN"),
                       help="remote worker cost per epoch ($) of each mode (default 0)")
     plot.add_argument("-r", "--repeats", type=int, default=1, help="accepted for fig8.py's command lines; unused there too")
-    plot.set_defaults(func=_plot)
+    plot.set_defaults(func=_plot, reads=("table",))
 
     same = psub.add_parser("compare-results", help="compare the plotted numbers of two results/ directories",
                            description="Every plotted number (calibrations, each figure's bar segments) of two "
@@ -213,7 +213,7 @@ def _calibration_records(args):
 
 
 def _calibrate(args):
-    from repro.fsutil import write_json
+    from repro.fsutil import atomic_path, json_text
 
     if len(args.output) != len(args.pipeline):
         raise ReproError(f"--output: {len(args.output)} file(s) for {len(args.pipeline)} --pipeline value(s); "
@@ -224,9 +224,11 @@ def _calibrate(args):
     if len(set(args.pipeline)) != len(args.pipeline):
         raise ReproError(f"--pipeline: {' '.join(args.pipeline)} names a pipeline twice")
     records = _calibration_records(args)
+    with contextlib.ExitStack() as stack:  # all or none: one output that cannot be written leaves no other
+        for pipeline, output in zip(args.pipeline, args.output):
+            stack.enter_context(atomic_path(output)).write_text(json_text(output, records[pipeline]))
     for pipeline, output in zip(args.pipeline, args.output):
         result = records[pipeline]
-        write_json(output, result)
         orders = {order: result[order] for order in ("declared", "autoorder")}
         print(f"{output}: " + ", ".join(f"{order} {o['cpu_s_per_element'] * 1e3:.2f} ms/element "
                                         f"({o['per_reference_kernel']:.2f} reference kernels)"
@@ -331,7 +333,7 @@ def _plot(args):
             value = values.get(column, 0)
             row.update({f"{column}_mean": value, f"{column}_ci_low": value, f"{column}_ci_high": value})
         rows.append(row)
-    outputs = _plot_outputs(args.out_file or "plots/ResNet50_v2-8")
+    outputs = _plot_outputs(args.out_file, "plots/ResNet50_v2-8")
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "costs.csv"
         write_table(rows, table, columns=list(rows[0]))
@@ -340,8 +342,11 @@ def _plot(args):
     print(f"{', '.join(outputs)}: collocated, Cachew, Pecan")
 
 
-def _plot_outputs(out_file):
-    """The files `-o out_file` names (their directory is made as each is written)."""
+def _plot_outputs(out_file, default):
+    """The files `-o out_file` (`default` where not given) names (their directory is made as each is written)."""
+    if out_file == "":  # as every other -o refuses it; `or default` drew the default figure over plots/
+        raise ReproError("-o/--out_file '': expected a file name or a basename, not an empty one")
+    out_file = out_file or default
     if out_file.endswith(os.sep) or Path(out_file).name in ("", ".", ".."):  # 'sub/' made sub/.pdf and sub/.png
         raise ReproError(f"-o/--out_file {out_file!r}: expected a file name or a basename, not a directory")
     if Path(out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
@@ -358,7 +363,7 @@ def _plot_comparison(args):
     from repro.plots import plot_comparison
 
     table = args.table or f"results/tables/{OPTIONS[args.experiment]['basename']}.csv"
-    outputs = _plot_outputs(args.out_file or f"plots/{OPTIONS[args.experiment]['basename']}")
+    outputs = _plot_outputs(args.out_file, f"plots/{OPTIONS[args.experiment]['basename']}")
     flag = "-o/--out_file" if args.out_file else f"-e {args.experiment}"
     refuse_overwriting([(flag, output) for output in outputs], [table])
     rows = _comparison_rows(table)

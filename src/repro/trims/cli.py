@@ -229,7 +229,7 @@ def _workflow_commands(tsub):
         parser.add_argument("--settings", required=True, type=settings_argument,
                             help="client settings as JSON (repro.rulesettings.trims_client_settings)")
         parser.add_argument("--out", required=True, help="directory for the report and traces")
-        parser.set_defaults(func=func)
+        parser.set_defaults(func=func, reads=("store",))
 
     summ = tsub.add_parser("summary", help="the tables the TrIMS figures show, from the experiments' reports")
     summ.add_argument("--compare", nargs="+", required=True, help="compare reports (report.json)")
