@@ -1,5 +1,5 @@
 """Fault injection, a second adversarial pass: hostile arguments to the `repro pecan` and `repro trims`
-commands, and hostile configuration values that reach the rules' command lines.
+commands, hostile configuration values that reach the rules' command lines, and failures inside the file tools.
 
 Each bad input ends as test_faults_input's rows do: exit code 1, one line on stderr naming the flag, key
 or file and what was expected, no traceback and nothing written.
@@ -240,3 +240,30 @@ def test_a_stop_signal_while_the_command_tree_imports_ends_as_a_commands(signum,
     code = IMPORT_HOOK.replace("{signal}", signal.Signals(signum).name)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert (result.returncode, result.stdout, result.stderr) == (128 + signum, "", said + "\n")
+
+
+@pytest.mark.parametrize("failure", [LookupError, KeyboardInterrupt], ids=["open-fails", "stop-signal-inside-open"])
+def test_an_open_that_fails_keeps_its_own_error(tmp_path, failure):
+    """open() closes the descriptor it was given where it fails; open_regular closed it again, and the
+    EBADF replaced the failure: a SIGTERM during `repro trims summary` ended as "cannot read: Bad
+    file descriptor", exit 1 (here the codec lookup fails, or is where the signal's exception comes)."""
+    import codecs
+    import os
+
+    from repro.fsutil import open_regular
+
+    path = tmp_path / "report.json"
+    path.write_text("{}")
+
+    def search(name):
+        if name.replace("-", "_") == "x_failing_lookup":  # as the lookup normalises it
+            raise failure("raised inside open()")
+
+    codecs.register(search)
+    try:
+        before = set(os.listdir("/proc/self/fd"))
+        with pytest.raises(failure, match="raised inside open"):
+            open_regular(path, str(path), "a report", mode="r", encoding="x-failing-lookup")
+        assert set(os.listdir("/proc/self/fd")) <= before, "a descriptor was left open"
+    finally:
+        codecs.unregister(search)

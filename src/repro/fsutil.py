@@ -148,10 +148,12 @@ def open_regular(path, label, what, mode="rb", **kwargs):
         if not stat.S_ISREG(kind):
             raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file ({what})")
         os.set_blocking(fd, True)
-        return open(fd, mode, **kwargs)
     except BaseException:
         os.close(fd)
         raise
+    # open() owns the descriptor from here, and closes it where it fails: closing it again replaced
+    # its error (a stop signal's too) with EBADF, or closed a descriptor opened since under that number
+    return open(fd, mode, **kwargs)
 
 
 def check_regular(path, label, what):
