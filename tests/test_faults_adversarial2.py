@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from support import configfiles, copy_workflow, run_forked, run_repro, snakemake, snapshot
+from support import configfiles, copy_workflow, ctrl_c_heard, run_forked, run_repro, snakemake, snapshot
 
 
 pytestmark = pytest.mark.fault
@@ -238,7 +238,8 @@ def test_a_stop_signal_while_the_command_tree_imports_ends_as_a_commands(signum,
     import sys
 
     code = IMPORT_HOOK.replace("{signal}", signal.Signals(signum).name)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                            preexec_fn=ctrl_c_heard)
     assert (result.returncode, result.stdout, result.stderr) == (128 + signum, "", said + "\n")
 
 
