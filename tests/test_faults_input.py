@@ -384,6 +384,8 @@ INPUT_FAULTS = [
           r"repro: error: .*: trace_store: 'results/\{x\}/store' holds a brace"),
     Fault("experiment-name-600-characters", _check_override({"pecan": {"experiments": {LONG_NAME: RUN}}}),
           r"repro: error: .*: pecan.experiments: 'EEEE.*\(\d+ characters left out\).*EEEE' is too long$"),
+    Fault("reproducibility-figure-unknown", _check_override({"reproducibility": {"figures": ["fig8_ResNet50_v2-8", "nosuch"]}}),
+          r"repro: error: .*: reproducibility.figures: unknown figure\(s\) \['nosuch'\]; expected some of \['AutoOrder_Cost'"),
     Fault("figure-name-600-characters", _check_override({"plots": {"figures": {LONG_NAME: {"experiment": "RetinaNet"}}}}),
           r"repro: error: .*: plots.figures: 'EEEE.*is too long"),
     Fault("mode-name-600-characters", _check_override({"pecan": {"modes": {LONG_NAME: {

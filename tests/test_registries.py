@@ -298,7 +298,8 @@ def test_a_backend_module_dropped_into_the_package_is_registered(tmp_path, monke
     monkeypatch.setattr(repro.backends, "__path__", [*repro.backends.__path__, str(package)])
     assert "recording" in backend_names()
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config.update(backend="recording", trace_store=str(tmp_path / "store"), plots={"trims": []})
+    config.update(backend="recording", trace_store=str(tmp_path / "store"), plots={"trims": []},
+                  reproducibility={})  # no figures: none to check twice
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(ReproError, match="recording: required when backend is recording"):

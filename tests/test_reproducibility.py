@@ -368,6 +368,21 @@ def test_reference_kernel_takes_the_ops_statistic():
     assert kernel["cpu_s_draws"]["n"] == 6 and kernel["cpu_s_minima"]["median"] == 2.0
 
 
+def test_the_figures_checked_twice_are_by_default_every_figure_the_config_draws(tmp_path):
+    """Without reproducibility.figures, every figure of plots.figures and plots.comparisons: a config
+    that draws fewer figures than config/config.yaml is not refused for the ones it left out."""
+    import yaml
+
+    from repro.config import load_config
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    del config["reproducibility"]["figures"]
+    config["plots"] = {"figures": {"mine": {"experiment": "RetinaNet"}},
+                       "comparisons": {"Fig7": {"option": "autoorder", "workloads": ["RetinaNet"]}}}
+    (tmp_path / "my.yaml").write_text(yaml.safe_dump(config))
+    assert load_config(tmp_path / "my.yaml")["reproducibility"]["figures"] == ["mine", "Fig7"]
+
+
 def test_check_rejects_unknown_figures(config, tmp_path):
     with pytest.raises(ReproError, match="reproducibility.figures: unknown figure"):
         check(config, ["fig9"], tmp_path)

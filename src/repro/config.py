@@ -81,6 +81,8 @@ def validate_config(config, source="config"):
         if isinstance(value, str) and value.startswith("gs://") and not value[5:].partition("/")[0]:
             raise ReproError(f"{source}: {'.'.join(keys)}: {value!r} names no bucket; expected gs://bucket[/prefix] "
                              "or a directory")
+    plots = config["plots"]
+    config["reproducibility"].setdefault("figures", [*plots["figures"], *plots["comparisons"]])
     check_references(config, source)
     return config
 
@@ -348,6 +350,9 @@ def check_references(config, source="config"):
         if unknown:
             raise ReproError(f"{source}: plots.figures.{name}.modes: unknown mode(s) {unknown}; "
                              f"expected modes of experiment {figure['experiment']!r} ({', '.join(listed)})")
+    from repro.pecan.reproducibility import check_figures
+
+    check_figures(config, config.get("reproducibility", {}).get("figures", []), f"{source}: reproducibility.figures")
     from repro.pecan.comparisons import check_comparison
 
     for name, spec in config.get("plots", {}).get("comparisons", {}).items():
