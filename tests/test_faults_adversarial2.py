@@ -26,6 +26,20 @@ def test_plot_with_an_empty_out_file_is_refused(experiment, tmp_path, monkeypatc
     assert snapshot(tmp_path) == {}
 
 
+@pytest.mark.parametrize("experiment", [[], ["-e", "autoplacement"]], ids=["final", "comparison"])
+def test_plot_with_a_basename_that_names_a_fifo_is_refused(experiment, tmp_path, monkeypatch, capsys):
+    """`repro pecan plot -o /dev/full` (here a FIFO): the basename names a node the user meant to write to;
+    the figure went to a new '/dev/full.pdf' and '.png' beside it instead."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("out")
+    code, out, err = run_repro(["pecan", "plot", *experiment, "-t", "1", "2", "3", "-o", "out"], capsys)
+    assert (code, out, err) == (1, "", "repro: error: -o/--out_file 'out': is a FIFO; expected a basename for the "
+                                         "figure's .pdf and .png, or a file name ending in .pdf or .png\n")
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
 def test_model_directories_beginning_with_a_dash_reach_the_trims_commands(tmp_path):
     """trims.base_path and trims.asset_store '-models', '-assets' (directory names the config check
     accepts): the rules pass them as --flag=VALUE, since `--base-path -assets` made every model job end

@@ -5,10 +5,12 @@ import argparse
 import contextlib
 import math
 import os
+import stat
 import sys
 from pathlib import Path
 
 from repro.errors import ReproError
+from repro.fsutil import file_kind
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
 from repro.settings import figure_file, settings_argument, settings_keys
 
@@ -351,6 +353,13 @@ def _plot_outputs(out_file, default):
         raise ReproError(f"-o/--out_file {out_file!r}: expected a file name or a basename, not a directory")
     if Path(out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
         return [out_file]
+    try:  # a basename that names a device, FIFO or socket meant that node, not a prefix
+        kind = os.stat(out_file).st_mode
+    except (OSError, ValueError):
+        kind = None
+    if kind is not None and not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):
+        raise ReproError(f"-o/--out_file {out_file!r}: is {file_kind(kind)}; expected a basename for the figure's "
+                         ".pdf and .png, or a file name ending in .pdf or .png")
     return [f"{out_file}.pdf", f"{out_file}.png"]  # a basename, as fig8.py takes it
 
 
