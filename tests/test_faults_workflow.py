@@ -216,6 +216,39 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
 
 
 @pytest.mark.service
+def test_a_store_a_command_run_by_hand_starts_stops_when_the_command_ends(tmp_path, monkeypatch):
+    """`repro trims store status` (as `trims experiment`) run by hand, outside a Snakemake invocation,
+    starts the stopped store again: the store is that command's, and stops when it ends, where it ran
+    on until `snakemake cluster_stop`. A store already running (`trims store start`) is left running."""
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(service.INVOCATION_VARIABLE, raising=False)
+    settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
+    state = tmp_path / "trims-store.json"
+    status = [str(BIN / "repro"), "trims", "store", "status", "--state", str(state), "--expect",
+              service.settings_digest(settings), "-o", "status.json"]
+    env = {key: value for key, value in os.environ.items() if key != service.INVOCATION_VARIABLE}
+    kept = service.start(settings, state)  # as `repro trims store start` by hand: runs until stopped
+    try:
+        subprocess.run(status, env=env, check=True, capture_output=True, text=True)
+        time.sleep(3 * service.WATCH_INTERVAL_S)
+        assert service.running(kept)  # not the command's to stop
+        service.stop(tmp_path)
+        proc = subprocess.run(status, env=env, check=True, capture_output=True, text=True)
+        assert "started for this command; it stops when the command ends" in proc.stderr
+        record = json.loads(state.read_text())
+        assert record["process"] != kept["process"]
+        deadline = time.monotonic() + 30
+        started = (record["process"], record["watchdog"])
+        while any(map(processes.matches, started)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(processes.matches, started))
+    finally:
+        service.stop(tmp_path)
+
+
+@pytest.mark.service
 def test_parallel_status_checks_start_one_store(tmp_path, monkeypatch):
     """Parallel TrIMS jobs each make sure the stopped store runs again: one store starts, all use it."""
     from concurrent.futures import ThreadPoolExecutor

@@ -104,15 +104,16 @@ def running(record, workdir="."):
             and isinstance(record.get("socket"), str) and _answers(record["socket"]))
 
 
-def start(settings, state_path, workdir="."):
+def start(settings, state_path, workdir=".", starter=None):
     """Start the store with `settings` (trims_store_settings) unless the same one already runs; write
     state_path. This invocation becomes one of the store's users. A store running with other
-    settings is stopped first, unless another invocation still uses it: that is refused."""
+    settings is stopped first, unless another invocation still uses it: that is refused. starter:
+    the user of a store this call starts outside an invocation (none: it runs until stopped)."""
     with _locked(workdir):
-        return _start(settings, state_path, workdir)
+        return _start(settings, state_path, workdir, starter)
 
 
-def _start(settings, state_path, workdir):
+def _start(settings, state_path, workdir, starter):
     from repro.trims.runtimes import resolve_device
     from repro.trims.server import budget_bytes, start_daemon
 
@@ -149,8 +150,11 @@ def _start(settings, state_path, workdir):
     store = processes.describe(pid, "model store", marks[processes.OWNER_TOKEN])
     record = {"process": store, "socket": str(socket_path), "base_path": str(base),
               **server, "digest": digest, "settings": settings, "log": str(log), "started_at": time.time(),
-              "users": [me] if me else []}
+              "users": [user] if (user := me or starter) else []}
     processes.write_record(record_path, record)
+    if not me and starter:
+        print(f"model store pid {pid} started for this command; it stops when the command ends "
+              "(`repro trims store start` starts one that runs until `snakemake cluster_stop`)", file=sys.stderr)
     record["watchdog"] = _start_watchdog(workdir, record_path, log)
     processes.write_record(record_path, record)
     write_json(state_path, record)
@@ -195,7 +199,9 @@ def ensure(state_path, check_settings, workdir="."):
     if lacking:
         raise ReproError(f"{state_path}: settings: lacks key {lacking!r}; start the store again with "
                          "`snakemake trims_store_start --forcerun trims_store_start`")
-    return start(settings, state_path, workdir)
+    # run by hand, outside an invocation: a store this command has to start is this command's, and
+    # stops (its watchdog) when the command ends; one already running is left as it was
+    return start(settings, state_path, workdir, starter=processes.describe(os.getpid(), "repro command"))
 
 
 def status(state, expected_digest, workdir="."):
