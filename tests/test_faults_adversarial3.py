@@ -5,8 +5,11 @@ A file in the way ends as test_faults_input's rows do: exit code 1, one line on 
 the user can see and what was expected, no traceback, and no file outside the command's own written to.
 """
 
+import importlib.util
+import time
+
 import pytest
-from support import run_repro
+from support import run_repro, snapshot
 
 
 pytestmark = pytest.mark.fault
@@ -52,3 +55,38 @@ def test_a_linked_service_lock_does_not_empty_the_file_it_names(tmp_path):
     with exclusive(tmp_path / "state"):
         pass
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("built", [True, False], ids=["up-to-date", "new"])
+def test_a_malformed_publish_url_is_refused_before_the_models_are_built(built, tmp_path, monkeypatch, capsys):
+    """`repro trims models NAME --publish gs://` (no bucket): where the model was up to date it ended with
+    exit 0 and published nothing; where it was not, it was built first and the URL refused after."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["trims", "models", "squeezenet_1.1", "--base-path", "models"]
+    if built:
+        assert run_repro(argv, capsys)[0] == 0
+    before = snapshot(tmp_path)
+    code, out, err = run_repro([*argv, "--publish", "gs://"], capsys)
+    assert (code, out, err) == (1, "", "repro: error: trace store 'gs://': expected gs://bucket[/prefix]\n")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
+def test_an_up_to_date_model_is_published(emulator, tmp_path, monkeypatch, capsys):
+    """`repro trims models NAME --publish gs://bucket/prefix` where NAME was built before (the README's way
+    to fill a GCS asset store): the model was found up to date and skipped, publish included; exit 0,
+    nothing uploaded."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "repro-test")
+    from repro.tracestore import _gcs_client
+
+    bucket = f"b{time.monotonic_ns()}"
+    _gcs_client().create_bucket(bucket)
+    monkeypatch.chdir(tmp_path)
+    argv = ["trims", "models", "squeezenet_1.1", "--base-path", "models"]
+    assert run_repro(argv, capsys)[0] == 0
+    code, out, err = run_repro([*argv, "--publish", f"gs://{bucket}/assets"], capsys)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1] == f"  published to gs://{bucket}/assets/squeezenet_1.1/"
+    names = {blob.name for blob in _gcs_client().list_blobs(bucket)}
+    assert names == {f"assets/squeezenet_1.1/{name}" for name in ("model.onnx", "model.params", "manifest.json")}
