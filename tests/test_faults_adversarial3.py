@@ -90,3 +90,18 @@ def test_an_up_to_date_model_is_published(emulator, tmp_path, monkeypatch, capsy
     assert out.splitlines()[1] == f"  published to gs://{bucket}/assets/squeezenet_1.1/"
     names = {blob.name for blob in _gcs_client().list_blobs(bucket)}
     assert names == {f"assets/squeezenet_1.1/{name}" for name in ("model.onnx", "model.params", "manifest.json")}
+
+
+def test_client_results_over_the_tool_config_are_refused(tmp_path, monkeypatch, capsys):
+    """`repro trims client run --config tools.yml --results tools.yml`: the requests ran and their results
+    replaced the tool config the command had read (exit 0); `client compare` alike."""
+    monkeypatch.chdir(tmp_path)
+    assert run_repro(["trims", "models", "squeezenet_1.1", "--base-path", "models"], capsys)[0] == 0
+    (tmp_path / "tools.yml").write_text("micro18:\n  profile_output_directory: profiles\n")
+    before = snapshot(tmp_path)
+    code, out, err = run_repro(["trims", "client", "run", "--original", "--config", "tools.yml", "--base-path", "models",
+                                "--iterations", "1", "--results", "tools.yml"], capsys)
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: --results tools.yml: is one of the inputs; writing it would overwrite that input: "
+                   "name another output file\n")
+    assert snapshot(tmp_path) == before

@@ -166,7 +166,7 @@ def add_commands(sub):
                              ("compare", _client_compare, "original, then shared, with the same flags")):
         parser = csub.add_parser(name, help=text)
         _client_flags(parser)
-        parser.set_defaults(func=func, writes={"results": "--results"})
+        parser.set_defaults(func=func, writes={"results": "--results"}, reads=("config",))
     compare = csub.choices["compare"]
     compare.add_argument("--run-original", action=argparse.BooleanOptionalAction, default=True,
                          help="run the original mode first (default: on)")
