@@ -562,9 +562,11 @@ def _stdout_reader_gone():
 
 
 def _os_error(exc):
-    if exc.filename is None:
+    # a rename's error names the file it renames over, the user's: the other is a temporary one, removed by now
+    filename = exc.filename if exc.filename2 is None else exc.filename2
+    if filename is None:
         return exc.strerror or str(exc)
     if isinstance(exc, FileExistsError):
-        return f"{exc.filename}: exists and is not a directory"
-    return f"{exc.filename}: {exc.strerror}"
+        return f"{filename}: exists and is not a directory"
+    return f"{filename}: {exc.strerror}"
 

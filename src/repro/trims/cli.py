@@ -166,7 +166,7 @@ def add_commands(sub):
                              ("compare", _client_compare, "original, then shared, with the same flags")):
         parser = csub.add_parser(name, help=text)
         _client_flags(parser)
-        parser.set_defaults(func=func, writes={"results": "--results"})
+        parser.set_defaults(func=func, writes={"results": "--results"}, reads=("config",))
     compare = csub.choices["compare"]
     compare.add_argument("--run-original", action=argparse.BooleanOptionalAction, default=True,
                          help="run the original mode first (default: on)")
@@ -448,17 +448,22 @@ def _models(args):
     base = Path(_setting(args, "base_path", "base_path"))
     if not 0 <= args.seed < 2**32:
         raise ReproError(f"--seed: expected a whole number from 0 to {2**32 - 1}, got {args.seed}")
+    store = None
+    if args.publish:  # before any model is built: a malformed URL or missing credentials are named first
+        from repro.tracestore import GCSStore
+
+        store = GCSStore(args.publish)
     for name in args.models:
         current = _current_model(base / name, name, args.seed)
         if current is not None:  # already there, checksums matching: nothing to rebuild (download is idempotent)
             print(f"{base / name}: up to date ({current['params_bytes'] / 1e6:.1f} MB of weights, checksums match)")
-            continue
-        manifest = generate(name, base / name, seed=args.seed)
-        print(f"{base / name}: {manifest['params_bytes'] / 1e6:.1f} MB of weights")
-        if args.publish:
+        else:
+            manifest = generate(name, base / name, seed=args.seed)
+            print(f"{base / name}: {manifest['params_bytes'] / 1e6:.1f} MB of weights")
+        if store is not None:  # an up-to-date model too: publishing what was built earlier is what --publish is for
             from repro.trims.experiments import publish_model
 
-            publish_model(base / name, args.publish)
+            publish_model(base / name, store)
             print(f"  published to {args.publish}/{name}/")
 
 

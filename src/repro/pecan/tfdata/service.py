@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import read_json, write_json
+from repro.fsutil import check_output, read_json, write_json
 from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, terminate
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
@@ -193,6 +193,7 @@ class Service:
         return service
 
     def _spawn(self, role, arguments, status, log_name, wait=True):
+        check_output(self.directory / log_name, str(self.directory / log_name))  # a link: open() would empty what it names
         log = open(self.directory / log_name, "w")
         marks = owner_environment(self.directory)
         with log:
@@ -460,7 +461,7 @@ def exclusive(directory):
     """Hold the service in `directory` for one user at a time (a run, or a status check's probe
     worker): a worker that joined would serve another run's job and change what it measures."""
     Path(directory).mkdir(parents=True, exist_ok=True)
-    with open(Path(directory) / "use.lock", "w") as lock:
+    with open(Path(directory) / "use.lock", "a") as lock:  # as start.lock: what a link names is not truncated
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
         yield
 

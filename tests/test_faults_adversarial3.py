@@ -1,0 +1,107 @@
+"""Fault injection, a third adversarial pass: files in the way of what the commands write (a directory
+where a file goes, a symbolic link where a log or lock goes), and what the commands name when that fails.
+
+A file in the way ends as test_faults_input's rows do: exit code 1, one line on stderr naming the file
+the user can see and what was expected, no traceback, and no file outside the command's own written to.
+"""
+
+import importlib.util
+import time
+
+import pytest
+from support import run_repro, snapshot
+
+
+pytestmark = pytest.mark.fault
+
+
+def test_a_directory_where_a_model_file_goes_is_named(tmp_path, monkeypatch, capsys):
+    """`repro trims models` where <model>/model.params is a directory: the error named the hidden staging
+    copy (.squeezenet_1.1.<random>.tmp/model.params), removed by then, not the directory in the way."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "squeezenet_1.1" / "model.params").mkdir(parents=True)
+    code, out, err = run_repro(["trims", "models", "squeezenet_1.1", "--base-path", "models"], capsys)
+    assert (code, out, err) == (1, "", "repro: error: models/squeezenet_1.1/model.params: Is a directory\n")
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["squeezenet_1.1"]  # no staging copy left
+
+
+def test_a_linked_service_log_does_not_empty_the_file_it_names(tmp_path, monkeypatch, capsys):
+    """`repro pecan tfdata start --state-dir DIR` where DIR/dispatcher.log is a symbolic link: the log was
+    opened for writing through it, emptying the file it named (anywhere), and the dispatcher started."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "dispatcher.log").symlink_to("../notes.txt")
+    try:
+        code, out, err = run_repro(["pecan", "tfdata", "start", "--state-dir", "state"], capsys)
+    finally:
+        if (tmp_path / "state" / "state.json").exists():  # started before: stop it
+            run_repro(["pecan", "tfdata", "stop", "--state-dir", "state"], capsys)
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: state/dispatcher.log: is a symbolic link; expected a regular file or a new path "
+                   "to write the output to\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+    assert not (tmp_path / "state" / "state.json").exists()
+
+
+def test_a_linked_service_lock_does_not_empty_the_file_it_names(tmp_path):
+    """The lock a tf.data service's user holds (a run on it, the workflow's status check), where
+    DIR/use.lock is a symbolic link: it was opened for writing, emptying the file the link named."""
+    from repro.pecan.tfdata.service import exclusive
+
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "use.lock").symlink_to("../notes.txt")
+    with exclusive(tmp_path / "state"):
+        pass
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("built", [True, False], ids=["up-to-date", "new"])
+def test_a_malformed_publish_url_is_refused_before_the_models_are_built(built, tmp_path, monkeypatch, capsys):
+    """`repro trims models NAME --publish gs://` (no bucket): where the model was up to date it ended with
+    exit 0 and published nothing; where it was not, it was built first and the URL refused after."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["trims", "models", "squeezenet_1.1", "--base-path", "models"]
+    if built:
+        assert run_repro(argv, capsys)[0] == 0
+    before = snapshot(tmp_path)
+    code, out, err = run_repro([*argv, "--publish", "gs://"], capsys)
+    assert (code, out, err) == (1, "", "repro: error: trace store 'gs://': expected gs://bucket[/prefix]\n")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
+def test_an_up_to_date_model_is_published(emulator, tmp_path, monkeypatch, capsys):
+    """`repro trims models NAME --publish gs://bucket/prefix` where NAME was built before (the README's way
+    to fill a GCS asset store): the model was found up to date and skipped, publish included; exit 0,
+    nothing uploaded."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "repro-test")
+    from repro.tracestore import _gcs_client
+
+    bucket = f"b{time.monotonic_ns()}"
+    _gcs_client().create_bucket(bucket)
+    monkeypatch.chdir(tmp_path)
+    argv = ["trims", "models", "squeezenet_1.1", "--base-path", "models"]
+    assert run_repro(argv, capsys)[0] == 0
+    code, out, err = run_repro([*argv, "--publish", f"gs://{bucket}/assets"], capsys)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1] == f"  published to gs://{bucket}/assets/squeezenet_1.1/"
+    names = {blob.name for blob in _gcs_client().list_blobs(bucket)}
+    assert names == {f"assets/squeezenet_1.1/{name}" for name in ("model.onnx", "model.params", "manifest.json")}
+
+
+def test_client_results_over_the_tool_config_are_refused(tmp_path, monkeypatch, capsys):
+    """`repro trims client run --config tools.yml --results tools.yml`: the requests ran and their results
+    replaced the tool config the command had read (exit 0); `client compare` alike."""
+    monkeypatch.chdir(tmp_path)
+    assert run_repro(["trims", "models", "squeezenet_1.1", "--base-path", "models"], capsys)[0] == 0
+    (tmp_path / "tools.yml").write_text("micro18:\n  profile_output_directory: profiles\n")
+    before = snapshot(tmp_path)
+    code, out, err = run_repro(["trims", "client", "run", "--original", "--config", "tools.yml", "--base-path", "models",
+                                "--iterations", "1", "--results", "tools.yml"], capsys)
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: --results tools.yml: is one of the inputs; writing it would overwrite that input: "
+                   "name another output file\n")
+    assert snapshot(tmp_path) == before
