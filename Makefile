@@ -45,10 +45,10 @@ PYTEST := $(RUN) pytest -q -rs
 # The tests run under pytest-xdist, a module per worker (a module's tests share its fixtures: the tiny
 # build, SLURM, sshd); WORKERS=0 runs them in one process. The unit tests compute: a worker per CPU.
 # The workflow and service tests mostly wait on the programs they start: two workers per CPU (at
-# most 8) keep the CPUs busy. The longest modules start first (tests/conftest.py, LONGEST_MODULES).
+# most 8) keep the CPUs busy.
 WORKERS ?= auto
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n * 2 < 8 ? n * 2 : 8 )))
-DIST   := --dist loadfile --no-loadscope-reorder
+DIST   := --dist loadfile
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
 test: $(VENV)/.test-extras

@@ -196,25 +196,8 @@ SERVER_FIXTURES = {"server", "module_server"}
 SERVICE_FIXTURES = {"tf", "hostile_store", *SERVER_FIXTURES}
 
 
-# -- the order modules start in under pytest-xdist -----------------------------------------
-# `--dist loadfile` runs each module on one worker, in collection order (the Makefile passes
-# --no-loadscope-reorder: xdist would start the modules with the most tests first). The modules that
-# take minutes go first, longest first, so that the many short ones fill the workers' time at the end
-# instead of one long module running on alone after the rest (benchmarks/tests_time.py times it).
-LONGEST_MODULES = ("test_workflow", "test_tfdata_workflow", "test_ssh", "test_slurm", "test_tfdata_runs",
-                   "test_tfdata_service", "test_workflow_store", "test_originals", "test_readme_figures",
-                   "test_readme", "test_readme_config", "test_faults_workflow", "test_tfdata")
-
-
-def start_rank(item):
-    """Where `item`'s module starts: its place in LONGEST_MODULES, the other modules after them."""
-    name = item.path.stem
-    return LONGEST_MODULES.index(name) if name in LONGEST_MODULES else len(LONGEST_MODULES)
-
-
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=start_rank)  # stable: each module's tests keep their order
     for item in items:
         if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.service)
