@@ -1,6 +1,7 @@
 import re
 
 from repro.commandpath import put_own_bin_first
+from repro.invocation import this_invocation
 from repro.rulefunctions import (
     RUN_DIR,
     RUN_METRICS,
@@ -45,13 +46,12 @@ from repro.rulesettings import (
 )
 from repro.snakemake_adapter import is_main_process
 from repro.trims.figures import FIGURES as TRIMS_FIGURES
-from repro.trims.service import this_invocation
 from repro.wildcards import one_of
 
 # what every rule runs in, and what a rule asks for unless it says more
 ENV = "../envs/repro.yaml"
 SMALL_JOB = {"mem_mb": 500, "runtime": 5}
-# this invocation, a model store user (repro.trims.service)
+# this invocation (repro.invocation): a model store user, and the tf.data probe's key
 INVOCATION = this_invocation(is_main_process(workflow))
 put_own_bin_first()  # the rules run `repro` from this environment, also when it is not on PATH
 BACKEND = config["backend"]

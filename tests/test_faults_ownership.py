@@ -25,6 +25,7 @@ from support import BIN, REPO, path_env, run_forked, run_repro, snakemake, snaps
 
 from repro import processes
 from repro.cli import main
+from repro.invocation import INVOCATION_VARIABLE
 
 pytestmark = pytest.mark.fault
 
@@ -219,7 +220,7 @@ def test_the_model_store_stops_when_its_invocations_end_without_saying_so(tmp_pa
 
     monkeypatch.chdir(tmp_path)
     invocation = subprocess.Popen(["sleep", "300"])  # a live process stands for the Snakemake invocation
-    monkeypatch.setenv(service.INVOCATION_VARIABLE,
+    monkeypatch.setenv(INVOCATION_VARIABLE,
                        f"{invocation.pid}:{processes.describe(invocation.pid, 'x')['start_ticks']}")
     settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
     record = service.start(settings, tmp_path / "trims-store.json")
@@ -253,7 +254,7 @@ def test_a_malformed_cluster_state_still_leaves_no_model_store_running(tmp_path,
     from repro.trims import service
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(service.INVOCATION_VARIABLE, raising=False)
+    monkeypatch.delenv(INVOCATION_VARIABLE, raising=False)
     settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
     record = service.start(settings, tmp_path / "trims-store.json")
     try:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from support import BIN, REPO, configfiles, sleeper, snakemake
 
-from repro import processes
+from repro import invocation, processes
 from repro.config import check_settings, validate_config
 from repro.errors import ReproError
 from repro.trims import service
@@ -184,10 +184,10 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
     sleepers = [sleeper() for _ in range(3)]  # live processes stand for Snakemake invocations
     first, second, bystander = (_invocation(p) for p in sleepers)
     try:
-        monkeypatch.setenv(service.INVOCATION_VARIABLE, first)
+        monkeypatch.setenv(invocation.INVOCATION_VARIABLE, first)
         record = service.start(settings, state)
         assert not service.leave(bystander) and service.running(record)  # it never used the store
-        monkeypatch.setenv(service.INVOCATION_VARIABLE, second)
+        monkeypatch.setenv(invocation.INVOCATION_VARIABLE, second)
         assert service.ensure(state, check_settings)["reused"]  # a co-user, not an adoption
         assert "left running" not in capsys.readouterr().err
         with pytest.raises(ReproError, match=rf"runs with other settings for another Snakemake invocation of this "
@@ -195,7 +195,7 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
             service.start({**settings, "server": {**settings["server"], "memory_mb": 30}}, state)
         assert not service.leave(first) and service.running(record)  # the second still uses it
         assert service.leave(second) and not processes.matches(record["process"])  # the last user stops it
-        monkeypatch.setenv(service.INVOCATION_VARIABLE, first)
+        monkeypatch.setenv(invocation.INVOCATION_VARIABLE, first)
         record = service.ensure(state, check_settings)  # the state stays: the next run starts the store from it
         assert service.running(record) and not record.get("reused")
         # its watchdog gone too (else it stops the store: test_faults_ownership), its only user is
@@ -203,7 +203,7 @@ def test_the_store_stops_when_its_last_user_ends_and_an_orphan_is_adopted(tmp_pa
         assert processes.terminate(record["watchdog"], owner=processes.runtime_dir(tmp_path))
         sleepers[0].kill()
         sleepers[0].wait()
-        monkeypatch.setenv(service.INVOCATION_VARIABLE, second)
+        monkeypatch.setenv(invocation.INVOCATION_VARIABLE, second)
         assert service.ensure(state, check_settings)["process"] == record["process"]  # found and adopted, not restarted
         assert "was left running by an invocation that has ended" in capsys.readouterr().err
         assert service.leave(second)
@@ -223,12 +223,12 @@ def test_a_store_a_command_run_by_hand_starts_stops_when_the_command_ends(tmp_pa
     import time
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(service.INVOCATION_VARIABLE, raising=False)
+    monkeypatch.delenv(invocation.INVOCATION_VARIABLE, raising=False)
     settings = {"base_path": str(tmp_path / "models"), "server": {"eviction": "lru", "memory_mb": 20, "device": "cpu"}}
     state = tmp_path / "trims-store.json"
     status = [str(BIN / "repro"), "trims", "store", "status", "--state", str(state), "--expect",
               service.settings_digest(settings), "-o", "status.json"]
-    env = {key: value for key, value in os.environ.items() if key != service.INVOCATION_VARIABLE}
+    env = {key: value for key, value in os.environ.items() if key != invocation.INVOCATION_VARIABLE}
     kept = service.start(settings, state)  # as `repro trims store start` by hand: runs until stopped
     try:
         subprocess.run(status, env=env, check=True, capture_output=True, text=True)
@@ -270,8 +270,8 @@ def test_parallel_status_checks_start_one_store(tmp_path, monkeypatch):
 
 
 def test_the_main_snakemake_process_is_an_invocation_of_its_own(monkeypatch):
-    monkeypatch.setenv(service.INVOCATION_VARIABLE, "1:1")  # inherited from an outer invocation's job
-    assert service.this_invocation(main_process=False) == "1:1"  # a job's process belongs to the outer one
-    mine = service.this_invocation(main_process=True)  # a snakemake started inside a job: its own
-    assert mine != "1:1" and service.owner(mine)["pid"] == os.getpid()
-    assert processes.matches(service.owner(mine))
+    monkeypatch.setenv(invocation.INVOCATION_VARIABLE, "1:1")  # inherited from an outer invocation's job
+    assert invocation.this_invocation(main_process=False) == "1:1"  # a job's process belongs to the outer one
+    mine = invocation.this_invocation(main_process=True)  # a snakemake started inside a job: its own
+    assert mine != "1:1" and invocation.owner(mine)["pid"] == os.getpid()
+    assert processes.matches(invocation.owner(mine))

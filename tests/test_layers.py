@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("base", ["repro", "repro.errors", "repro.fsutil", "repro.processes", "repro.machine", "repro.stats",
               "repro.allocator", "repro.pool", "repro.commandpath", "repro.wildcards", "repro.settings",
-              "repro.sshconnect", "repro.yamlfile", "repro.stopsignals"]),
+              "repro.sshconnect", "repro.yamlfile", "repro.stopsignals", "repro.invocation"]),
     ("domain", ["repro.traces.*", "repro.tracestore", "repro.pecan.*", "repro.trims.*"]),
     ("backends", ["repro.backends.*"]),
     # the workflow's glue, and the one Pecan module that runs the workflow's chain from the whole config

@@ -101,6 +101,41 @@ def test_a_killed_worker_fails_the_registered_check(tf, tmp_path):
         service.stop()
 
 
+def test_a_workflow_probes_its_dispatcher_once_per_invocation(tf, tmp_path, monkeypatch):
+    """The workflow's check before each run: the probe worker and probe job run once per Snakemake
+    invocation and dispatcher; later checks in that invocation say when it passed. Another invocation,
+    a command outside one, or a dispatcher started again, probes again."""
+    from repro.invocation import INVOCATION_VARIABLE
+    from repro.processes import describe
+    from repro.pecan.tfdata.service import Service, workflow_checks
+
+    sleepers = [subprocess.Popen(["sleep", "120"]) for _ in range(2)]  # stand for two invocations
+    first, second = (f"{p.pid}:{describe(p.pid, 'x')['start_ticks']}" for p in sleepers)
+    service = Service.start(tmp_path / "service")
+    try:
+        monkeypatch.setenv(INVOCATION_VARIABLE, first)
+        probed = workflow_checks(tmp_path / "service")
+        assert all(ok for ok, _ in probed) and len(probed) == 4, probed
+        assert probed[2][1] == "1 worker(s) registered, 1 expected, a probe worker on this host"
+        again = workflow_checks(tmp_path / "service")
+        assert again[:2] == probed[:2] and len(again) == 3 and again[2][0]
+        assert again[2][1].startswith(probed[3][1] + " (a probe worker on this host, at ")
+        assert again[2][1].endswith(": this dispatcher, probed once in this Snakemake invocation)")
+        monkeypatch.setenv(INVOCATION_VARIABLE, second)
+        assert len(workflow_checks(tmp_path / "service")) == 4  # another invocation probes
+        monkeypatch.delenv(INVOCATION_VARIABLE)
+        assert len(workflow_checks(tmp_path / "service")) == 4  # outside one, every check probes
+        monkeypatch.setenv(INVOCATION_VARIABLE, second)
+        service.stop()
+        service = Service.start(tmp_path / "service")  # a new dispatcher: probed again
+        assert len(workflow_checks(tmp_path / "service")) == 4
+    finally:
+        service.stop()
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
 @pytest.mark.fault
 def test_a_dispatcher_port_in_use_is_a_clear_error(tf, tmp_path):
     from repro.pecan.tfdata.service import Service

@@ -3,7 +3,7 @@ private runtime directory keyed by the workflow directory (even after `rm -rf re
 stopped when the last invocation that used it ends (or by `snakemake cluster_stop`).
 
 "An invocation" is a main Snakemake process: the Snakefile puts its identity in the environment
-($REPRO_INVOCATION, `this_invocation`), every job inherits it, and the store's
+($REPRO_INVOCATION, repro.invocation), every job inherits it, and the store's
 record lists the invocations that use it (`users`). An invocation that ends stops the store only
 if no other user still runs; one that never used it leaves it alone. A store whose users have all
 gone (killed, so their end never came) is adopted by the next invocation that uses it, which then
@@ -33,38 +33,14 @@ from pathlib import Path
 from repro import processes
 from repro.errors import ReproError
 from repro.fsutil import check_output, read_json, write_json
+from repro.invocation import owner
 from repro.settings import settings_digest
 
 RECORD = "store.json"
 # where the config holds each of the store's settings (repro.rulesettings.trims_store_settings)
 SETTINGS_PLACES = {"base_path": ("trims", "base_path"), "server": ("trims", "server")}
 SERVER_KEYS = ("memory_mb", "eviction", "device")
-INVOCATION_VARIABLE = "REPRO_INVOCATION"
 WATCH_INTERVAL_S = 1.0
-
-
-def this_invocation(main_process):
-    """This Snakemake invocation, as 'pid:start_ticks' of its main process. The main process
-    (`main_process`: repro.snakemake_adapter.is_main_process) sets it in its environment when it parses
-    the Snakefile, replacing any value it inherited (a snakemake run inside a job is an invocation of
-    its own); every job, and every Snakemake process spawned for a job (which parses the Snakefile
-    again), inherits that value."""
-    value = os.environ.get(INVOCATION_VARIABLE)
-    if main_process or not value:
-        me = processes.describe(os.getpid(), "snakemake invocation")
-        value = os.environ[INVOCATION_VARIABLE] = f"{me['pid']}:{me['start_ticks']}"
-    return value
-
-
-def owner(value=None):
-    """The invocation `value` ('pid:start_ticks', by default $REPRO_INVOCATION) as a process record
-    (processes.describe's keys), or None outside a Snakemake invocation of this workflow."""
-    value = os.environ.get(INVOCATION_VARIABLE) if value is None else value
-    try:
-        pid, ticks = (int(part) for part in str(value).split(":"))
-    except ValueError:
-        return None
-    return {"pid": pid, "start_ticks": ticks, "boot_id": processes._boot_id(), "role": "snakemake invocation"}
 
 
 def _same_invocation(a, b):

@@ -43,6 +43,7 @@ STATUS_FRESH_S = 3.0  # a status file older than this belongs to a process that 
 PROBE_TIMEOUT_S = 60
 REGISTER_WAIT_S = 10  # a worker that has just started registers with the dispatcher in the background
 HOSTS = {"local": "localhost", "remote": "127.0.0.1"}
+PROBED, PROBED_LIMIT = "probed.json", 1 << 16  # the probe that passed (workflow_checks), and its file's bound
 
 
 def port_free(port):
@@ -479,6 +480,9 @@ def workflow_checks(directory):
         lines = service.checks(probe=False, workers=False)
         if not all(ok for ok, _ in lines):
             return lines
+        earlier = _probed_earlier(service)
+        if earlier:
+            return lines + [(True, earlier)]
         failures = []
         try:
             if service.remote:
@@ -499,6 +503,8 @@ def workflow_checks(directory):
             lines.append((ok and not failures, f"{text}, {where}" + "".join(f"; {f}" for f in failures)))
             if lines[-1][0]:
                 lines.append(service.probe())
+                if lines[-1][0]:
+                    _record_probe(service, lines[-1][1], where)
             return lines
         finally:
             try:
@@ -507,6 +513,44 @@ def workflow_checks(directory):
             except ReproError as exc:
                 lines.append((False, f"probe worker not stopped: {exc}"))
             service.close()
+
+
+def _probe_key(service):
+    """What a probe that passed stands for: this dispatcher process, its worker hosts, and the
+    Snakemake invocation that checked (none outside one: every check probes)."""
+    from repro.invocation import owner
+
+    invocation = owner()
+    if invocation is None:
+        return None
+    dispatcher = service.state["dispatcher"]
+    return {"dispatcher": {key: dispatcher.get(key) for key in ("pid", "start_ticks")},
+            "hosts": [host["name"] for host in service.remote.hosts] if service.remote else [],
+            "invocation": {key: invocation[key] for key in ("pid", "start_ticks", "boot_id")}}
+
+
+def _record_probe(service, text, where):
+    key = _probe_key(service)
+    if key is not None:
+        write_json(service.directory / PROBED, {**key, "text": text, "where": where, "at": time.time()})
+
+
+def _probed_earlier(service):
+    """The text of a probe that passed for this dispatcher and these worker hosts earlier in this
+    invocation, or None. A workflow checks the service before each run; the dispatcher that served a
+    probe job a moment ago is the same process (pid and start time) and answers, and the workers a
+    run needs are the run's own (it fails when none serves it). Each probe costs two processes that
+    import TensorFlow."""
+    key = _probe_key(service)
+    try:
+        probed = read_json(service.directory / PROBED, "the tf.data service's last probe", limit=PROBED_LIMIT)
+    except ReproError:  # none yet, or unreadable: probe again
+        return None
+    if key is None or not isinstance(probed, dict) or {k: probed.get(k) for k in key} != key:
+        return None
+    at = time.strftime("%H:%M:%S", time.localtime(probed.get("at", 0)))
+    return (f"{probed.get('text')} ({probed.get('where')}, at {at}: this dispatcher, probed once in this Snakemake "
+            "invocation)")
 
 
 def print_checks(lines, out=sys.stdout):
