@@ -7,22 +7,25 @@ CORES  ?= 1
 .PHONY: setup fig8 figures test test-fast test-all mutation lint clean
 
 # The default install: what `make fig8` needs. Executor and storage plugins are extras (README,
-# profiles), since Snakemake imports every installed plugin at each start.
+# profiles), since Snakemake imports every installed plugin at each start. --no-compile: a module is
+# byte-compiled as it is first imported (RUN keeps the cache on), not every module of every package
+# at install, TensorFlow's thousands included: that took longer than the first imports do.
+PIP    := $(BIN)/pip install --quiet --no-compile
 $(BIN)/repro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(PIP) -e .
 	touch $@
 
 # The tests also drive the SLURM profile, GCS storage, the ssh backend and the tf.data engine
 # (TensorFlow: a large download, once). The Google Batch extra is left out (`make test-all` and
 # .ci/run add it): the Batch plugin slows every Snakemake start.
 $(VENV)/.test-extras: $(BIN)/repro
-	$(BIN)/pip install --quiet -e '.[test,slurm,gcs,ssh,tfdata]'
+	$(PIP) -e '.[test,slurm,gcs,ssh,tfdata]'
 	touch $@
 
 $(VENV)/.all-extras: $(VENV)/.test-extras
-	$(BIN)/pip install --quiet -e '.[test,slurm,gcs,ssh,tfdata,googlebatch]'
+	$(PIP) -e '.[test,slurm,gcs,ssh,tfdata,googlebatch]'
 	touch $@
 
 setup: $(BIN)/repro
