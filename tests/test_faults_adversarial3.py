@@ -9,7 +9,7 @@ import importlib.util
 import time
 
 import pytest
-from support import run_repro, snapshot
+from support import run_forked, run_repro, snapshot
 
 
 pytestmark = pytest.mark.fault
@@ -105,3 +105,26 @@ def test_client_results_over_the_tool_config_are_refused(tmp_path, monkeypatch, 
     assert err == ("repro: error: --results tools.yml: is one of the inputs; writing it would overwrite that input: "
                    "name another output file\n")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_credentials_that_are_no_file_are_named(kind, tmp_path):
+    """`repro doctor --profile P` (P using gcs) with GOOGLE_APPLICATION_CREDENTIALS naming a FIFO: Google's
+    library read it and waited forever (/dev/zero: memory filled); a directory ended in 'repro: error:
+    DIR: Is a directory', the variable unnamed. A trace store on GCS (`repro trace download`) alike."""
+    import os
+
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text("default-storage-provider: gcs\n")
+    (tmp_path / "upload.json").write_text('{"store": "gs://bucket/x", "objects": [{"key": "a/t.json", "sha256": "0"}]}')
+    credentials = tmp_path / "key.json"
+    os.mkfifo(credentials) if kind == "fifo" else credentials.mkdir()
+    what = {"fifo": "a FIFO", "directory": "a directory"}[kind]
+    named = (f"GOOGLE_APPLICATION_CREDENTIALS {credentials}: is {what}; expected a regular file (a service account "
+             "or user credentials JSON file)")
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": str(credentials), "STORAGE_EMULATOR_HOST": ""}
+    code, out, err = run_forked(["doctor", "--profile", "profile"], tmp_path, timeout=60, env=env)
+    assert (code, out, err) == (1, "", f"repro: error: profile/config.yaml: {named}\n")
+    code, out, err = run_forked(["trace", "download", "upload.json", "-o", "traces"], tmp_path, timeout=60, env=env)
+    assert (code, out, err) == (1, "", f"repro: error: {named}\n")
