@@ -128,3 +128,19 @@ def test_credentials_that_are_no_file_are_named(kind, tmp_path):
     assert (code, out, err) == (1, "", f"repro: error: profile/config.yaml: {named}\n")
     code, out, err = run_forked(["trace", "download", "upload.json", "-o", "traces"], tmp_path, timeout=60, env=env)
     assert (code, out, err) == (1, "", f"repro: error: {named}\n")
+
+
+@pytest.mark.parametrize("kind, spec", [
+    ("figures", "{experiment: Getting_started}"),
+    ("comparisons", "{option: autoplacement, workloads: [ResNet50_v2-8, SimCLR]}"),
+], ids=["figure", "comparison"])
+def test_a_figure_named_as_a_trims_figure_is_refused(kind, spec, tmp_path, capsys):
+    """plots.figures (or plots.comparisons) naming a figure trims_model_load, a TrIMS figure's name: the
+    config check passed it, and the workflow ended in Snakemake's AmbiguousRuleException for
+    plots/trims_model_load.pdf, which two rules draw."""
+    config = tmp_path / "my.yaml"
+    config.write_text(f"plots:\n  {kind}:\n    trims_model_load: {spec}\n")
+    code, out, err = run_repro(["config", "check", config], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: config/config.yaml + {config}: plots.{kind}.trims_model_load: the name of a TrIMS "
+                   "figure (plots.trims), both drawn to plots/trims_model_load.pdf; expected a name of its own\n")

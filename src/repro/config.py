@@ -338,7 +338,13 @@ def check_references(config, source="config"):
         raise ReproError(f"{source}: plots.trims: the TrIMS experiments run on the local backend only; "
                          f"set plots.trims to [] with backend: {backend.name}")
     from repro.pecan.presets import REFERENCE_PLOTS
+    from repro.trims.figures import FIGURES as TRIMS_FIGURES
 
+    for kind in ("figures", "comparisons"):  # each drawn to plots/<name>.pdf, as a TrIMS figure is
+        clash = next((name for name in config.get("plots", {}).get(kind, {}) if name in TRIMS_FIGURES), None)
+        if clash is not None:
+            raise ReproError(f"{source}: plots.{kind}.{clash}: the name of a TrIMS figure (plots.trims), both drawn to "
+                             f"plots/{clash}.pdf; expected a name of its own")
     for name, figure in config.get("plots", {}).get("figures", {}).items():
         if figure["experiment"] not in pecan["experiments"]:
             raise ReproError(f"{source}: plots.figures.{name}.experiment: unknown experiment {figure['experiment']!r}")
