@@ -144,3 +144,21 @@ def test_a_figure_named_as_a_trims_figure_is_refused(kind, spec, tmp_path, capsy
     assert (code, out) == (1, "")
     assert err == (f"repro: error: config/config.yaml + {config}: plots.{kind}.trims_model_load: the name of a TrIMS "
                    "figure (plots.trims), both drawn to plots/trims_model_load.pdf; expected a name of its own\n")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("plots:\n  figures:\n    validation_Getting_started: {experiment: Getting_started}\n",
+     "plots.figures.validation_Getting_started: the name of experiment Getting_started's validation figure, both "
+     "drawn to plots/validation_Getting_started.pdf; expected a name of its own"),
+    ("pecan:\n  experiments:\n    trims: {model: resnet, accelerator: v2-8, modes: [short]}\n",
+     "pecan.experiments.trims: its trace summary would be results/summary/trims.json, the TrIMS experiments' "
+     "summary; expected a name of its own"),
+], ids=["validation-figure", "trims-experiment"])
+def test_names_whose_files_another_rule_writes_are_refused(override, message, tmp_path, capsys):
+    """A figure named validation_<experiment> (the experiment's validation figure's name): the workflow
+    ended in Snakemake's AmbiguousRuleException. An experiment named trims: its cost table was planned
+    from results/summary/trims.json, the TrIMS summary, instead of its own trace summary."""
+    config = tmp_path / "my.yaml"
+    config.write_text(override)
+    code, out, err = run_repro(["config", "check", config], capsys)
+    assert (code, out, err) == (1, "", f"repro: error: config/config.yaml + {config}: {message}\n")

@@ -262,6 +262,25 @@ def _check_trace_store(store, source):
                          "its own, such as results/store")
 
 
+def _check_output_names(config, source):
+    """ReproError where a configured name gives a file the workflow writes for something else too:
+    Snakemake ended in AmbiguousRuleException, or read the other's file (an experiment `trims`'s
+    cost table was given the TrIMS summary, results/summary/trims.json)."""
+    from repro.trims.figures import FIGURES as TRIMS_FIGURES
+
+    if "trims" in config["pecan"]["experiments"]:
+        raise ReproError(f"{source}: pecan.experiments.trims: its trace summary would be results/summary/trims.json, "
+                         "the TrIMS experiments' summary; expected a name of its own")
+    # drawn to plots/<name>.pdf, as a TrIMS figure is, and each experiment's validation_<experiment>
+    taken = {**{name: "a TrIMS figure (plots.trims)" for name in TRIMS_FIGURES},
+             **{f"validation_{name}": f"experiment {name}'s validation figure" for name in config["pecan"]["experiments"]}}
+    for kind in ("figures", "comparisons"):
+        clash = next((name for name in config.get("plots", {}).get(kind, {}) if name in taken), None)
+        if clash is not None:
+            raise ReproError(f"{source}: plots.{kind}.{clash}: the name of {taken[clash]}, both drawn to "
+                             f"plots/{clash}.pdf; expected a name of its own")
+
+
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
     _check_trace_store(config["trace_store"], source)
@@ -338,13 +357,8 @@ def check_references(config, source="config"):
         raise ReproError(f"{source}: plots.trims: the TrIMS experiments run on the local backend only; "
                          f"set plots.trims to [] with backend: {backend.name}")
     from repro.pecan.presets import REFERENCE_PLOTS
-    from repro.trims.figures import FIGURES as TRIMS_FIGURES
 
-    for kind in ("figures", "comparisons"):  # each drawn to plots/<name>.pdf, as a TrIMS figure is
-        clash = next((name for name in config.get("plots", {}).get(kind, {}) if name in TRIMS_FIGURES), None)
-        if clash is not None:
-            raise ReproError(f"{source}: plots.{kind}.{clash}: the name of a TrIMS figure (plots.trims), both drawn to "
-                             f"plots/{clash}.pdf; expected a name of its own")
+    _check_output_names(config, source)
     for name, figure in config.get("plots", {}).get("figures", {}).items():
         if figure["experiment"] not in pecan["experiments"]:
             raise ReproError(f"{source}: plots.figures.{name}.experiment: unknown experiment {figure['experiment']!r}")
