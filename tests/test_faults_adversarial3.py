@@ -9,7 +9,7 @@ import importlib.util
 import time
 
 import pytest
-from support import run_forked, run_repro, snapshot
+from support import REPO, run_forked, run_repro, snapshot
 
 
 pytestmark = pytest.mark.fault
@@ -162,3 +162,18 @@ def test_names_whose_files_another_rule_writes_are_refused(override, message, tm
     config.write_text(override)
     code, out, err = run_repro(["config", "check", config], capsys)
     assert (code, out, err) == (1, "", f"repro: error: config/config.yaml + {config}: {message}\n")
+
+
+def test_a_trace_store_linked_to_results_is_refused(tmp_path, monkeypatch, capsys):
+    """trace_store: store, where store is a symbolic link to results/: the config check passed it, and
+    the store's traces, store/traces/<experiment>/<mode>/, were the files Snakemake deletes before each
+    download into results/traces/<experiment>/<mode>/: every download found its upload gone."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "store").symlink_to("results")
+    (tmp_path / "my.yaml").write_text("trace_store: store\n")
+    code, out, err = run_repro(["config", "check", "--base", REPO / "config" / "config.yaml", "my.yaml"], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: {REPO / 'config' / 'config.yaml'} + my.yaml: trace_store: 'store' keeps the store's "
+                   "traces in results/traces, where the workflow downloads them (and deletes them before each "
+                   "download); expected a directory of its own, such as results/store\n")

@@ -256,7 +256,8 @@ def _check_trace_store(store, source):
     where the workflow downloads them."""
     if store.startswith("gs://"):
         return
-    if Path(os.path.relpath(os.path.abspath(store))) / "traces" == DOWNLOADED_TRACES:
+    # resolved: a store reached through a symbolic link to results/ keeps its traces there too
+    if Path(os.path.realpath(store)) / "traces" == Path(os.path.realpath(DOWNLOADED_TRACES)):
         raise ReproError(f"{source}: trace_store: {store!r} keeps the store's traces in {DOWNLOADED_TRACES}, where the "
                          "workflow downloads them (and deletes them before each download); expected a directory of "
                          "its own, such as results/store")
