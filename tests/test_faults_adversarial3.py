@@ -177,3 +177,21 @@ def test_a_trace_store_linked_to_results_is_refused(tmp_path, monkeypatch, capsy
     assert err == (f"repro: error: {REPO / 'config' / 'config.yaml'} + my.yaml: trace_store: 'store' keeps the store's "
                    "traces in results/traces, where the workflow downloads them (and deletes them before each "
                    "download); expected a directory of its own, such as results/store\n")
+
+
+def test_a_manifest_naming_another_model_is_not_fetched(tmp_path, monkeypatch, capsys):
+    """`repro trims fetch squeezenet_1.1` from an asset store whose squeezenet_1.1/manifest.json names
+    another model (copied from its directory): fetched, exit 0, reported as that model; `trims memory`
+    then listed it under the other name, and found none of its bytes in the store."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    assert run_repro(["trims", "models", "squeezenet_1.1", "--base-path", "assets"], capsys)[0] == 0
+    manifest = tmp_path / "assets" / "squeezenet_1.1" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "model": "resnet18_v1"}))
+    before = snapshot(tmp_path)
+    code, out, err = run_repro(["trims", "fetch", "squeezenet_1.1", "--asset-store", "assets", "--base-path", "models"],
+                               capsys)
+    assert (code, out, err) == (1, "", "repro: error: assets/squeezenet_1.1/manifest.json: model: expected "
+                                       "'squeezenet_1.1', the model fetched; got 'resnet18_v1'\n")
+    assert snapshot(tmp_path) == before
