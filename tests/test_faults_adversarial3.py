@@ -195,3 +195,29 @@ def test_a_manifest_naming_another_model_is_not_fetched(tmp_path, monkeypatch, c
     assert (code, out, err) == (1, "", "repro: error: assets/squeezenet_1.1/manifest.json: model: expected "
                                        "'squeezenet_1.1', the model fetched; got 'resnet18_v1'\n")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("argv, output, message", [
+    (["trace", "combine", "t.json"], "combined.json",
+     "-o/--output combined.json: holds a file that is not a combined trace; name the output with -o"),
+    (["trace", "summarize", "--deep", "t.json"], "summary.json",
+     "--output summary.json: holds a file that is not a trace summary; name the output with --output"),
+    (["trace", "summarize", "--deep", "traces"], "traces/summary.json",
+     "--output traces/summary.json: holds a file that is not a trace summary; name the output with --output"),
+], ids=["combine", "deep-summary", "deep-summary-in-directory"])
+def test_trims_tools_default_outputs_keep_the_users_file(argv, output, message, tmp_path, monkeypatch, capsys):
+    """`trims-tools trace combine T` and `trace summarize --deep T|DIR`, no --output, where combined.json
+    (summary.json, DIR/summary.json) is a file of the user's: it was replaced by the output, exit 0;
+    `repro trace combine|summarize` refuse that file where their output is not named."""
+    from repro.trims.originals import main
+
+    monkeypatch.chdir(tmp_path)
+    trace = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]}'
+    (tmp_path / "traces").mkdir()
+    for path in ("t.json", "traces/t.json"):
+        (tmp_path / path).write_text(trace)
+    (tmp_path / output).write_text("mine\n")
+    before = snapshot(tmp_path)
+    code, out, err = run_repro(argv, capsys, main=main)
+    assert (code, out, err) == (1, "", f"trims-tools: error: {message}\n")
+    assert snapshot(tmp_path) == before
