@@ -221,3 +221,15 @@ def test_trims_tools_default_outputs_keep_the_users_file(argv, output, message, 
     code, out, err = run_repro(argv, capsys, main=main)
     assert (code, out, err) == (1, "", f"trims-tools: error: {message}\n")
     assert snapshot(tmp_path) == before
+
+
+def test_settings_too_large_for_a_float_are_named_as_the_flag(tmp_path, monkeypatch, capsys):
+    """`repro provenance --settings '{"scale": 1e999}' -o p.json F`: 1e999 was read as infinity and the
+    error blamed the output, 'p.json: settings.scale is not a finite number', not --settings."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "figure.pdf").write_text("figure\n")
+    code, out, err = run_repro(["provenance", "--settings", '{"scale": 1e999}', "-o", "p.json", "figure.pdf"], capsys)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == ("repro provenance: error: argument --settings: not JSON (1e999 is not a finite "
+                                    "number)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.pdf"]
