@@ -371,6 +371,12 @@ def check_references(config, source="config"):
         if unknown:
             raise ReproError(f"{source}: plots.figures.{name}.modes: unknown mode(s) {unknown}; "
                              f"expected modes of experiment {figure['experiment']!r} ({', '.join(listed)})")
+        drawn = figure.get("modes", listed)
+        if figure.get("reference") and not set(REFERENCE_PLOTS[figure["reference"]]) & set(drawn):
+            # the figure drew no reference value and judged none: "0 of 0 reference values inside"
+            raise ReproError(f"{source}: plots.figures.{name}.reference: {figure['reference']!r} holds values for modes "
+                             f"{', '.join(REFERENCE_PLOTS[figure['reference']])}, none of them drawn ({', '.join(drawn)}); "
+                             "expected a reference of the figure's modes, or none")
     from repro.pecan.reproducibility import check_figures
 
     check_figures(config, config.get("reproducibility", {}).get("figures", []), f"{source}: reproducibility.figures")
