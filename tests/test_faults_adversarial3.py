@@ -246,3 +246,20 @@ def test_a_reference_for_none_of_the_figures_modes_is_refused(tmp_path, capsys):
     assert err == (f"repro: error: config/config.yaml + {config}: plots.figures.Getting_started.reference: 'RetinaNet' "
                    "holds values for modes collocated, cachew, pecan, none of them drawn (short); expected a reference "
                    "of the figure's modes, or none\n")
+
+
+@pytest.mark.parametrize("override, largest", [
+    ("trims: {server: {memory_mb: 100}}", "bvlc_alexnet (234 MiB of weights), of trims.models.small"),
+    ("trims: {model_set: full}", "large_vgg16_448 (1704 MiB of weights), of trims.models.full"),
+], ids=["small-set", "full-set"])
+def test_a_store_budget_below_the_largest_model_is_refused(override, largest, tmp_path, capsys):
+    """trims.server.memory_mb smaller than the largest model of the set (model_set: full with the default
+    300 MiB): the check passed it, and after the models were built and the original runs done every
+    shared request for that model failed, 'needs N MiB, more than the store's budget'."""
+    config = tmp_path / "my.yaml"
+    config.write_text(override + "\n")
+    code, out, err = run_repro(["config", "check", config], capsys)
+    budget = 100 if "100" in override else 300
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: config/config.yaml + {config}: trims.server.memory_mb: {budget} MiB cannot hold "
+                   f"{largest}; expected a budget at least that large\n")

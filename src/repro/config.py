@@ -282,6 +282,24 @@ def _check_output_names(config, source):
                              f"plots/{clash}.pdf; expected a name of its own")
 
 
+def _check_store_budget(trims, source):
+    """ReproError where the model store's budget cannot hold the largest model of the set the
+    TrIMS runs use: every shared request for it failed, after the models were built and the
+    original runs done ("needs N MiB, more than the store's budget")."""
+    from repro.trims.models import parameter_count
+
+    server = trims.get("server", {})
+    if "memory_mb" not in server:
+        return
+    selected = trims["models"][trims.get("model_set", "small")]
+    largest = max(selected, key=parameter_count)
+    need = parameter_count(largest) * 4  # float32 weights, as model.params holds them
+    if need > server["memory_mb"] << 20:
+        raise ReproError(f"{source}: trims.server.memory_mb: {server['memory_mb']} MiB cannot hold {largest} "
+                         f"({math.ceil(need / (1 << 20))} MiB of weights), of trims.models.{trims.get('model_set', 'small')}; "
+                         "expected a budget at least that large")
+
+
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
     _check_trace_store(config["trace_store"], source)
@@ -348,6 +366,7 @@ def check_references(config, source="config"):
         if unknown:
             raise ReproError(f"{source}: trims.models.{model_set}: unknown model(s) {unknown}; "
                              f"expected some of {sorted(ARCHITECTURES)}")
+    _check_store_budget(trims, source)
     for name, params in trims.get("distributions", {}).get("runs", {}).items():
         try:
             check_params(name, params)
