@@ -263,3 +263,21 @@ def test_a_store_budget_below_the_largest_model_is_refused(override, largest, tm
     assert (code, out) == (1, "")
     assert err == (f"repro: error: config/config.yaml + {config}: trims.server.memory_mb: {budget} MiB cannot hold "
                    f"{largest}; expected a budget at least that large\n")
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--socket", "--socket store.sock: exists and is not a socket; refusing to replace it (choose another path)"),
+    ("--info-file", "--info-file store.sock: exists and is not a model store's server info; refusing to overwrite it"),
+], ids=["socket", "info-file"])
+def test_a_refused_foreground_server_does_not_announce_itself(flag, message, tmp_path, monkeypatch, capsys):
+    """`repro trims server run --socket F` (or --info-file F) in the foreground, F a file of the user's:
+    'model store server on F (...)' was printed before F was refused, the server never listening."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "store.sock").write_text("mine\n")
+    argv = ["trims", "server", "run", "--base-path", "models", "--memory-mb", "50", flag, "store.sock"]
+    if flag != "--socket":
+        argv += ["--socket", tmp_path / "s.sock"]
+    code, out, err = run_repro(argv, capsys)
+    assert (code, out, err) == (1, "", f"repro: error: {message}\n")
+    assert (tmp_path / "store.sock").read_text() == "mine\n"
