@@ -281,3 +281,27 @@ def test_a_refused_foreground_server_does_not_announce_itself(flag, message, tmp
     code, out, err = run_repro(argv, capsys)
     assert (code, out, err) == (1, "", f"repro: error: {message}\n")
     assert (tmp_path / "store.sock").read_text() == "mine\n"
+
+
+def test_a_config_in_a_scratch_chain_directory_is_refused(tmp_path, monkeypatch, capsys):
+    """`repro pecan check-reproducibility --config s/run-1/my.yaml --scratch s`, s/run-1 made by an earlier
+    check: the config was read, then removed with the directory the check empties first (exit 0)."""
+    import yaml
+
+    from repro.config import merge_over
+    from repro.fsutil import OWN_DIRECTORY_MARK
+
+    monkeypatch.chdir(tmp_path)
+    config = merge_over(yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
+                        yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text()))
+    config["reproducibility"]["figures"] = ["Getting_started"]
+    (tmp_path / "s" / "run-1").mkdir(parents=True)
+    (tmp_path / "s" / "run-1" / OWN_DIRECTORY_MARK).touch()
+    (tmp_path / "s" / "run-1" / "my.yaml").write_text(yaml.safe_dump(config))
+    before = snapshot(tmp_path)
+    code, out, err = run_repro(["pecan", "check-reproducibility", "--config", "s/run-1/my.yaml", "--scratch", "s",
+                                "-o", "check.csv"], capsys)
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: --config s/run-1/my.yaml: inside --scratch s/run-1, a chain's directory, emptied at "
+                   "each check; expected a file elsewhere\n")
+    assert snapshot(tmp_path) == before
