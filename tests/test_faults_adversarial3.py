@@ -305,3 +305,17 @@ def test_a_config_in_a_scratch_chain_directory_is_refused(tmp_path, monkeypatch,
     assert err == ("repro: error: --config s/run-1/my.yaml: inside --scratch s/run-1, a chain's directory, emptied at "
                    "each check; expected a file elsewhere\n")
     assert snapshot(tmp_path) == before
+
+
+def test_trims_tools_summary_of_a_file_without_deep_names_its_own_flags(tmp_path, monkeypatch, capsys):
+    """`trims-tools trace summarize T.json` (no --deep: one summary.json per directory): the error named
+    repro's flag, '--each-directory: T.json is not a directory', a flag trims-tools does not have."""
+    from repro.trims.originals import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.json").write_text('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]}')
+    code, out, err = run_repro(["trace", "summarize", "--output=o.json", "t.json"], capsys, main=main)
+    assert (code, out) == (1, "")
+    assert err == ("trims-tools: error: trace summarize: t.json is not a directory; expected a directory of traces "
+                   "(each gets its summary.json), or --deep to summarize trace files into one\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]

@@ -486,7 +486,12 @@ def _trace_argv(command, values, given, positionals):
         argv += ["-o", check_default_output(output, "--output", is_summary, "a trace summary")]
     if values["detailed"]:
         argv.append("--detailed")
-    if not values["deep"]:
+    if not values["deep"]:  # one summary.json per directory: repro's --each-directory, which is not this command's
+        path = next((p for p in positionals if not os.path.isdir(p)), None)
+        if path is not None:
+            what = "is not a directory" if os.path.lexists(path) else "does not exist"
+            raise ReproError(f"trace summarize: {path} {what}; expected a directory of traces (each gets its "
+                             "summary.json), or --deep to summarize trace files into one")
         argv.append("--each-directory")
     return [*argv, "--", *positionals]
 
