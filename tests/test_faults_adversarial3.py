@@ -319,3 +319,20 @@ def test_trims_tools_summary_of_a_file_without_deep_names_its_own_flags(tmp_path
     assert err == ("trims-tools: error: trace summarize: t.json is not a directory; expected a directory of traces "
                    "(each gets its summary.json), or --deep to summarize trace files into one\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_a_store_state_among_its_models_is_refused_by_its_own_flags(tmp_path, monkeypatch, capsys):
+    """`repro trims store start --settings '{"base_path": "models", ...}' --state models/state.json`: the
+    error named flags the command does not have, '--log-file models/trims-server.log: inside --base-path
+    models', and came after a store running with other settings had been stopped."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    settings = {"base_path": "models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
+    code, out, err = run_repro(["trims", "store", "start", "--settings", json.dumps(settings),
+                                "--state", "models/state.json"], capsys)
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: --state models/state.json: inside --settings base_path models, the models the store "
+                   "reads; expected a file elsewhere\n")
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == []
