@@ -256,10 +256,48 @@ def _check_trace_store(store, source):
     where the workflow downloads them."""
     if store.startswith("gs://"):
         return
-    if Path(os.path.relpath(os.path.abspath(store))) / "traces" == DOWNLOADED_TRACES:
+    # resolved: a store reached through a symbolic link to results/ keeps its traces there too
+    if Path(os.path.realpath(store)) / "traces" == Path(os.path.realpath(DOWNLOADED_TRACES)):
         raise ReproError(f"{source}: trace_store: {store!r} keeps the store's traces in {DOWNLOADED_TRACES}, where the "
                          "workflow downloads them (and deletes them before each download); expected a directory of "
                          "its own, such as results/store")
+
+
+def _check_output_names(config, source):
+    """ReproError where a configured name gives a file the workflow writes for something else too:
+    Snakemake ended in AmbiguousRuleException, or read the other's file (an experiment `trims`'s
+    cost table was given the TrIMS summary, results/summary/trims.json)."""
+    from repro.trims.figures import FIGURES as TRIMS_FIGURES
+
+    if "trims" in config["pecan"]["experiments"]:
+        raise ReproError(f"{source}: pecan.experiments.trims: its trace summary would be results/summary/trims.json, "
+                         "the TrIMS experiments' summary; expected a name of its own")
+    # drawn to plots/<name>.pdf, as a TrIMS figure is, and each experiment's validation_<experiment>
+    taken = {**{name: "a TrIMS figure (plots.trims)" for name in TRIMS_FIGURES},
+             **{f"validation_{name}": f"experiment {name}'s validation figure" for name in config["pecan"]["experiments"]}}
+    for kind in ("figures", "comparisons"):
+        clash = next((name for name in config.get("plots", {}).get(kind, {}) if name in taken), None)
+        if clash is not None:
+            raise ReproError(f"{source}: plots.{kind}.{clash}: the name of {taken[clash]}, both drawn to "
+                             f"plots/{clash}.pdf; expected a name of its own")
+
+
+def _check_store_budget(trims, source):
+    """ReproError where the model store's budget cannot hold the largest model of the set the
+    TrIMS runs use: every shared request for it failed, after the models were built and the
+    original runs done ("needs N MiB, more than the store's budget")."""
+    from repro.trims.models import parameter_count
+
+    server = trims.get("server", {})
+    if "memory_mb" not in server:
+        return
+    selected = trims["models"][trims.get("model_set", "small")]
+    largest = max(selected, key=parameter_count)
+    need = parameter_count(largest) * 4  # float32 weights, as model.params holds them
+    if need > server["memory_mb"] << 20:
+        raise ReproError(f"{source}: trims.server.memory_mb: {server['memory_mb']} MiB cannot hold {largest} "
+                         f"({math.ceil(need / (1 << 20))} MiB of weights), of trims.models.{trims.get('model_set', 'small')}; "
+                         "expected a budget at least that large")
 
 
 def check_references(config, source="config"):
@@ -328,6 +366,7 @@ def check_references(config, source="config"):
         if unknown:
             raise ReproError(f"{source}: trims.models.{model_set}: unknown model(s) {unknown}; "
                              f"expected some of {sorted(ARCHITECTURES)}")
+    _check_store_budget(trims, source)
     for name, params in trims.get("distributions", {}).get("runs", {}).items():
         try:
             check_params(name, params)
@@ -339,6 +378,7 @@ def check_references(config, source="config"):
                          f"set plots.trims to [] with backend: {backend.name}")
     from repro.pecan.presets import REFERENCE_PLOTS
 
+    _check_output_names(config, source)
     for name, figure in config.get("plots", {}).get("figures", {}).items():
         if figure["experiment"] not in pecan["experiments"]:
             raise ReproError(f"{source}: plots.figures.{name}.experiment: unknown experiment {figure['experiment']!r}")
@@ -350,6 +390,12 @@ def check_references(config, source="config"):
         if unknown:
             raise ReproError(f"{source}: plots.figures.{name}.modes: unknown mode(s) {unknown}; "
                              f"expected modes of experiment {figure['experiment']!r} ({', '.join(listed)})")
+        drawn = figure.get("modes", listed)
+        if figure.get("reference") and not set(REFERENCE_PLOTS[figure["reference"]]) & set(drawn):
+            # the figure drew no reference value and judged none: "0 of 0 reference values inside"
+            raise ReproError(f"{source}: plots.figures.{name}.reference: {figure['reference']!r} holds values for modes "
+                             f"{', '.join(REFERENCE_PLOTS[figure['reference']])}, none of them drawn ({', '.join(drawn)}); "
+                             "expected a reference of the figure's modes, or none")
     from repro.pecan.reproducibility import check_figures
 
     check_figures(config, config.get("reproducibility", {}).get("figures", []), f"{source}: reproducibility.figures")

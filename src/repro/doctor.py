@@ -136,6 +136,12 @@ def missing_credentials(environ=os.environ):
         from google.auth.exceptions import DefaultCredentialsError
     except ModuleNotFoundError:  # the plugin is missing too, and named
         return None
+    from repro.tracestore import check_credentials_file
+
+    try:
+        check_credentials_file(environ)
+    except ReproError as exc:
+        return str(exc)
     try:
         google.auth.default()
     except DefaultCredentialsError as exc:

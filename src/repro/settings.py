@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 
 from repro.errors import ReproError
 
@@ -23,7 +24,7 @@ class Settings(dict):
 def settings_argument(text):
     """argparse type: a JSON object given on the command line (as a rule passes `Settings`)."""
     try:
-        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise argparse.ArgumentTypeError("nested too deeply") from None
     except ValueError as exc:
@@ -41,6 +42,15 @@ def _unique_keys(pairs):
 
 def _no_constant(name):
     raise ValueError(f"{name} is not a number JSON holds")
+
+
+def _finite(text):
+    """A JSON number as a float: one too large for a float (1e999) read as infinity, which the
+    command then refused naming its output file or a key, not this flag."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import (atomic_path, check_output, not_a_directory, read_json, read_text, refuse_overwriting, write_json,
+from repro.fsutil import (atomic_path, check_output, check_regular, not_a_directory, read_json, read_text, refuse_overwriting, write_json,
                           write_text)
 from repro.fsutil import sha256_file as sha256
 
@@ -136,6 +136,15 @@ def _check_expected(store, key, actual, expected):
                          f"stored {actual})")
 
 
+def check_credentials_file(environ=os.environ):
+    """ReproError naming GOOGLE_APPLICATION_CREDENTIALS where it names something other than a regular
+    file: Google's client libraries read it whole, waiting forever on a FIFO, filling memory from
+    /dev/zero. A missing file is left to them to name."""
+    path = environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if path:
+        check_regular(path, f"GOOGLE_APPLICATION_CREDENTIALS {path}", "a service account or user credentials JSON file")
+
+
 def _gcs_client():
     from google.cloud import storage
 
@@ -144,6 +153,7 @@ def _gcs_client():
 
         return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "emulated"),
                               credentials=AnonymousCredentials())
+    check_credentials_file()
     return storage.Client()
 
 

@@ -618,9 +618,13 @@ def _estimate(args):
 @settings_keys()
 def _check_reproducibility(args):
     from repro.config import check_settings, load_config
+    from repro.fsutil import refuse_inside
     from repro.pecan.costtable import write_table
     from repro.pecan.reproducibility import CHECK_COLUMNS, check, outside
 
+    for chain in ("run-1", "run-2"):  # emptied as the check starts: a file in one was removed, the config read too
+        for flag, path in (("--config", args.config if args.settings is None else None), ("-o/--output", args.output)):
+            refuse_inside(flag, path, "--scratch", Path(args.scratch) / chain, "a chain's directory, emptied at each check")
     config = check_settings(args.settings) if args.settings is not None else load_config(args.config)
     rows = check(config, config["reproducibility"]["figures"], args.scratch)
     write_table(rows, args.output, CHECK_COLUMNS)

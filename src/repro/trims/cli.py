@@ -500,9 +500,10 @@ def _server_run(args):
         pid = start_daemon(socket_path, base, budget, policy, pid_file, args.log_file, device, persist, info, args.profile)
         print(f"model store server pid {pid} on {socket_path} ({where})")
         return
-    print(f"model store server on {socket_path} ({where})", flush=True)
+    # announced once it listens: a socket, pid file or info file refused is then the only line
     serve(socket_path, base, budget, policy, pid_file=args.pid_file, device=device, persist_bytes=persist,
-          info_file=info, profile_dir=args.profile)
+          info_file=info, profile_dir=args.profile,
+          ready=lambda: print(f"model store server on {socket_path} ({where})", flush=True))
 
 
 def _server_stop(args):

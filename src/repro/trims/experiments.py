@@ -52,13 +52,13 @@ def fetch_model(asset_store, model, base_path):
         store = GCSStore(str(asset_store))
         with staged_model(target) as stage:
             store.get(f"{model}/manifest.json", stage / MANIFEST)
-            manifest = load_manifest_file(stage / MANIFEST)
+            manifest = _named(load_manifest_file(stage / MANIFEST), model, f"{asset_store}/{model}/{MANIFEST}")
             for name, expected in manifest["sha256"].items():
                 store.get(f"{model}/{name}", stage / name, expected_sha256=expected)
             write_json(stage / MANIFEST, manifest)  # as checked, not as fetched
         return manifest
     source = Path(asset_store) / model
-    manifest = load_manifest(source)  # checked before anything is written
+    manifest = _named(load_manifest(source), model, source / MANIFEST)  # checked before anything is written
     with contextlib.ExitStack() as opened:
         # opened as regular files before anything is written: a link to /dev/zero was copied till the disk was full
         files = {name: opened.enter_context(open_regular(source / name, str(source / name), "a model file"))
@@ -70,6 +70,14 @@ def fetch_model(asset_store, model, base_path):
                 if sha256_file(stage / name) != expected:
                     raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
             write_json(stage / MANIFEST, manifest)
+    return manifest
+
+
+def _named(manifest, model, where):
+    """`manifest` where it describes `model`: one copied from another model's directory was fetched
+    under this one's name, and reported as the other."""
+    if manifest["model"] != model:
+        raise ReproError(f"{where}: model: expected {model!r}, the model fetched; got {manifest['model']!r}")
     return manifest
 
 

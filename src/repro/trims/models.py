@@ -34,13 +34,16 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # workflow's config check imports it for ARCHITECTURES at every Snakemake start.
 class _Builder:
     def __init__(self, seed, dry=False):
+        self.dry, self.nodes, self.weights = dry, [], {}
+        self.count = 0
+        if dry:  # the shapes only: no graph, no weights, and no second's import of onnx (the config check counts them)
+            self.node = lambda *args, **kwargs: None
+            return
         import numpy as np
         from onnx import helper
 
-        self.np, self.node, self.dry = np, helper.make_node, dry
+        self.np, self.node = np, helper.make_node
         self.rng = np.random.default_rng(seed)
-        self.nodes, self.weights = [], {}
-        self.count = 0
 
     def _name(self, kind):
         self.count += 1
@@ -48,10 +51,10 @@ class _Builder:
 
     def _weight(self, name, shape, fan_in):
         # He initialisation keeps activations finite through deep stacks
-        np = self.np
         if self.dry:  # only the shapes: what model_sizes counts
             self.weights[name] = shape
             return name
+        np = self.np
         self.weights[name] = (self.rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in)))
         return name
 

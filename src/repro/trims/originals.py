@@ -384,7 +384,7 @@ def translate(words):
         # the traces' model names after `--`: a name is never read as a flag ("-h", "--base-path=/x")
         return [["trims", "memory", *_config_args(values), "--", *_traced_models(positionals)]], values, path
     if path[0] == "trace":
-        return [_trace_argv(path[1], values, positionals)], values, path
+        return [_trace_argv(path[1], values, given, positionals)], values, path
     if positionals:
         raise UsageError(f"{' '.join(path)}: takes no arguments, got {positionals}")
     config_args = _config_args(values)
@@ -462,12 +462,18 @@ def _traced_models(paths):
     return models
 
 
-def _trace_argv(command, values, positionals):
+def _trace_argv(command, values, given, positionals):
+    """The `repro trace` command line of an original trace command. An output the user did not name
+    (combined.json, the --deep summary.json) is written only where it is new or what such a run wrote:
+    a file of the user's there is refused, as repro's own default outputs are."""
+    from repro.fsutil import check_default_output
+    from repro.traces.summarize import is_summary
+
     if not positionals:
         raise UsageError(f"trace {command}: expected at least one trace file or directory")
     # the files after `--`, as the original reads them: a file named -t.json is a file, not a flag
-    if command == "combine":
-        argv = ["trace", "combine", "-o", values["output"]]
+    if command == "combine":  # repro's default output is the original's, combined.json
+        argv = ["trace", "combine", *(["-o", values["output"]] if "output" in given else [])]
         argv.append("--adjust" if values["adjust"] else "--no-adjust")
         _bool_flag(argv, values["skip_first"], "--skip-first")
         return [*argv, "--", *positionals]
@@ -476,10 +482,16 @@ def _trace_argv(command, values, positionals):
         argv += ["-o", values["output"]]
     elif values["deep"]:
         first = positionals[0]
-        argv += ["-o", os.path.join(first, "summary.json") if os.path.isdir(first) else "summary.json"]
+        output = os.path.join(first, "summary.json") if os.path.isdir(first) else "summary.json"
+        argv += ["-o", check_default_output(output, "--output", is_summary, "a trace summary")]
     if values["detailed"]:
         argv.append("--detailed")
-    if not values["deep"]:
+    if not values["deep"]:  # one summary.json per directory: repro's --each-directory, which is not this command's
+        path = next((p for p in positionals if not os.path.isdir(p)), None)
+        if path is not None:
+            what = "is not a directory" if os.path.lexists(path) else "does not exist"
+            raise ReproError(f"trace summarize: {path} {what}; expected a directory of traces (each gets its "
+                             "summary.json), or --deep to summarize trace files into one")
         argv.append("--each-directory")
     return [*argv, "--", *positionals]
 

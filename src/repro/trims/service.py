@@ -32,7 +32,7 @@ from pathlib import Path
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import check_output, read_json, write_json
+from repro.fsutil import check_output, read_json, refuse_inside, write_json
 from repro.invocation import owner
 from repro.settings import settings_digest
 
@@ -101,6 +101,8 @@ def _start(settings, state_path, workdir, starter):
     # read before anything is stopped or made: settings that lack a key change nothing
     base, server = settings["base_path"], settings["server"]
     budget, policy, device = server["memory_mb"], server["eviction"], server["device"]
+    # the state, and the store's log beside it, among the models: named as given, before a store is stopped
+    refuse_inside("--state", state_path, "--settings base_path", base, "the models the store reads")
     record = processes.read_record(record_path)
     me = owner()
     if record and running(record, workdir):
