@@ -1,6 +1,9 @@
+import sys
+
 from snakemake.utils import min_version
 
 from repro.checkedconfig import checked_config
+from repro.errors import ReproError
 from repro.snakemake_adapter import freeze_startup_objects
 
 min_version("9.0")
@@ -13,8 +16,13 @@ configfile: "config/config.yaml"
 
 
 # config/config.yaml, then --configfile, then --config: checked once, with defaults, paths expanded
-# (repro.config.validate_config; its result is reused while the config and the package are unchanged)
-checked_config(config, "config", ".snakemake/repro")
+# (repro.config.validate_config; its result is reused while the config and the package are unchanged).
+# A config error is one line naming the key, as the repro commands give it, not Snakemake's report
+# of an exception with its stack.
+try:
+    checked_config(config, "config", ".snakemake/repro")
+except ReproError as exc:
+    sys.exit(f"repro: error: {exc}")
 
 
 include: "rules/common.smk"

@@ -84,6 +84,16 @@ def test_a_nested_config_value_that_arrives_as_a_string_says_to_use_a_config_fil
             "reaches the workflow as a string: set it in a file passed with --configfile)") in proc.stdout + proc.stderr
 
 
+@pytest.mark.workflow
+def test_a_config_error_is_one_line_naming_the_key(workdir):
+    """`snakemake --config repeats=0`: one line naming the key and what was expected, exit 1, as the
+    repro commands give it; Snakemake reported the exception with its stack (four `File ...` lines)."""
+    proc = snakemake(workdir, "--dry-run", "--config", "repeats=0", check=False)
+    assert proc.returncode == 1
+    assert (proc.stdout + proc.stderr).splitlines()[-1] == "repro: error: config: repeats: 0 is less than the minimum of 1"
+    assert 'File "' not in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("value, hinted", [("5", True), ("five", False), ("true", False), ("0.5", False)])
 def test_the_nested_config_hint_comes_only_where_the_string_reads_as_the_wanted_type(value, hinted):
     config = default_config()
