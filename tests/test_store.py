@@ -167,12 +167,13 @@ def test_bad_store_urls_are_refused():
 
 
 def test_models_fetched_from_a_gcs_asset_store_are_verified(tmp_path, gcs):
+    from repro.tracestore import GCSStore
     from repro.trims.experiments import fetch_model, publish_model
     from repro.trims.models import generate, load_manifest
 
     client, bucket = gcs
     generate("squeezenet_1.1", tmp_path / "made" / "squeezenet_1.1", seed=2)
-    publish_model(tmp_path / "made" / "squeezenet_1.1", f"gs://{bucket}/models")
+    publish_model(tmp_path / "made" / "squeezenet_1.1", GCSStore(f"gs://{bucket}/models"))
     fetch_model(f"gs://{bucket}/models", "squeezenet_1.1", tmp_path / "base")
     assert load_manifest(tmp_path / "base" / "squeezenet_1.1", verify=True)["model"] == "squeezenet_1.1"
     client.bucket(bucket).blob("models/squeezenet_1.1/model.params").upload_from_string(b"corrupt")

@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import (atomic_path, check_output, check_regular, not_a_directory, read_json, read_text, refuse_overwriting, write_json,
-                          write_text)
+from repro.fsutil import (atomic_path, check_output, check_regular, not_a_directory, read_json, read_text,
+                          refuse_overwriting, write_json, write_text)
 from repro.fsutil import sha256_file as sha256
 
 

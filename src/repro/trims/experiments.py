@@ -26,11 +26,8 @@ LOAD_PHASES = ("read_params", "load_model", "create_prediction")
 
 
 def publish_model(model_dir, store):
-    """Upload a generated model (its files, then its manifest) to a GCS asset store (a GCSStore, or
-    its gs://bucket/prefix URL)."""
-    from repro.tracestore import GCSStore
-
-    store, model_dir = GCSStore(store) if isinstance(store, str) else store, Path(model_dir)
+    """Upload a generated model (its files, then its manifest) to a GCS asset store (a GCSStore)."""
+    model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
     for name in [*manifest["sha256"], "manifest.json"]:
         store.put(model_dir / name, f"{manifest['model']}/{name}")

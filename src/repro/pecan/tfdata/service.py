@@ -32,6 +32,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import check_output, read_json, write_json
+from repro.invocation import owner
 from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, terminate
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
@@ -518,8 +519,6 @@ def workflow_checks(directory):
 def _probe_key(service):
     """What a probe that passed stands for: this dispatcher process, its worker hosts, and the
     Snakemake invocation that checked (none outside one: every check probes)."""
-    from repro.invocation import owner
-
     invocation = owner()
     if invocation is None:
         return None
