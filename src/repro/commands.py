@@ -77,6 +77,8 @@ def _combine(args):
     from repro.traces.summarize import find_traces
 
     inputs = find_traces(args.inputs)
+    if args.skip_first and len(inputs) < 2:  # nothing would be left to combine
+        raise ReproError(f"--skip-first: expected at least two traces, got {len(inputs)} ({', '.join(map(str, inputs))})")
     if args.output is None:
         from repro.fsutil import check_default_output
         from repro.traces.summarize import is_trace

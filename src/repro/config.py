@@ -282,6 +282,15 @@ def _check_output_names(config, source):
                              f"plots/{clash}.pdf; expected a name of its own")
 
 
+def _check_model_directory(base_path, backend, source):
+    """ReproError where trims.base_path holds the model store's state file, which the store refuses
+    to write among the models it reads: named here, not when the TrIMS runs reach the store's start."""
+    state = Path("results", "cluster", backend, "trims-store.json")
+    if Path(os.path.realpath(state)).is_relative_to(os.path.realpath(base_path)):
+        raise ReproError(f"{source}: trims.base_path: {base_path!r} holds {state}, the model store's state file; "
+                         "expected a directory of models only, such as results/trims/models")
+
+
 def _check_store_budget(trims, source):
     """ReproError where the model store's budget cannot hold the largest model of the set the
     TrIMS runs use: every shared request for it failed, after the models were built and the
@@ -367,6 +376,7 @@ def check_references(config, source="config"):
             raise ReproError(f"{source}: trims.models.{model_set}: unknown model(s) {unknown}; "
                              f"expected some of {sorted(ARCHITECTURES)}")
     _check_store_budget(trims, source)
+    _check_model_directory(trims["base_path"], config["backend"], source)
     for name, params in trims.get("distributions", {}).get("runs", {}).items():
         try:
             check_params(name, params)

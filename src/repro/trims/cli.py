@@ -537,13 +537,23 @@ def profile_directory(root, name, overwrite, share_hour=False):
     `share_hour` (the original's trace names, unique per request): then the hour's runs share it,
     as in the original.
     """
+    directory, shared_hour = check_profile_directory(root, name, overwrite, share_hour)
+    if shared_hour:
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+    return fresh_directory(directory, "--profile-output")  # an earlier run's removed, this one's made and marked
+
+
+def check_profile_directory(root, name, overwrite, share_hour=False):
+    """Where profile_directory would put the run's traces, and whether that is the hour's shared
+    directory; refuse as it would, without creating or removing anything (a client checks this
+    before it asks the model store, so a bad --profile-output is named whatever the store does)."""
     host = Path(root) / socket.gethostname()
     if name is None and share_hour:
         directory = host / time.strftime("%Y-%m-%d-%H")
         if directory.is_symlink() or directory.exists() and not directory.is_dir():
             raise ReproError(f"{directory}: exists and is not a directory (the hour's trace directory)")
-        directory.mkdir(parents=True, exist_ok=True)
-        return directory
+        return directory, True
     if name is None:
         stem = time.strftime("%Y-%m-%d-%H")
         candidates = (stem if n == 1 else f"{stem}-{n}" for n in itertools.count(1))
@@ -562,7 +572,7 @@ def profile_directory(root, name, overwrite, share_hour=False):
             raise ReproError(f"--profile-output {name!r}: {directory} holds files no run of this client made; "
                              "--profile-output-overwrite replaces only a directory a run made: remove it or choose "
                              "another --profile-output")
-    return fresh_directory(directory, "--profile-output")  # an earlier run's removed, this one's made and marked
+    return directory, False
 
 
 MAX_CONCURRENT = 1024  # requests in flight: threads (or processes) of this client
@@ -658,6 +668,9 @@ def _client_setup(args, shared):
     config = tool_config(args)
     if args.trace_upload:
         check_upload_target(config)
+    if not args.simulate:
+        check_profile_directory(config["profile_output_directory"], args.profile_output,
+                                args.profile_output_overwrite, share_hour=args.trace_names == "original")
     store = _check_store_answers(_socket(args), resolve_device(_setting(args, "device", "device"))) if shared else None
     options = ClientOptions(base_path=base, socket=_socket(args),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
@@ -720,8 +733,12 @@ def _memory(args):
 
     check_format(args.format)  # before the models are read and measured (seconds each)
     base = Path(_setting(args, "base_path", "base_path"))
+    socket_path = _socket(args)
+    if (socket_path.exists() or socket_path.is_symlink()) and not socket_path.is_socket():
+        raise ReproError(f"--socket {socket_path}: is not a socket; expected a model store's socket, or no file "
+                         "when no store runs")  # else the report would say that nothing is resident
     try:
-        status = StoreConnection(_socket(args), timeout=2).request({"op": "status"})
+        status = StoreConnection(socket_path, timeout=2).request({"op": "status"})
     except ReproError:
         status = None  # no store running: nothing resident to report
     rows = []

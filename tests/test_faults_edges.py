@@ -1,0 +1,81 @@
+"""Fault injection at the edges of single commands: an input that leaves a command nothing to do, a path of
+the wrong kind where a socket is read, a bad flag named whatever else is wrong, and a config whose model
+directory holds a file of the workflow's own.
+
+Each ends as test_faults_input's rows do: exit code 1, one line on stderr naming the flag, file or key and
+what was expected, no traceback, and nothing written.
+"""
+
+import json
+import socket
+
+import pytest
+from support import run_repro, snapshot
+
+
+pytestmark = pytest.mark.fault
+
+
+def _trace(path):
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "step", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))
+    return path
+
+
+def test_combining_one_trace_but_its_first_is_refused(tmp_path, monkeypatch, capsys):
+    """`repro trace combine --skip-first t.json -o c.json`: the only input skipped, an empty combined trace
+    was written, '0 events from 0 traces', exit 0."""
+    monkeypatch.chdir(tmp_path)
+    _trace(tmp_path / "t.json")
+    code, out, err = run_repro(["trace", "combine", "--skip-first", "t.json", "-o", "c.json"], capsys)
+    assert (code, out) == (1, "")
+    assert err == "repro: error: --skip-first: expected at least two traces, got 1 (t.json)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_memory_on_a_path_that_is_no_socket_is_refused(tmp_path, monkeypatch, capsys):
+    """`repro trims memory --socket notes.txt MODEL`: the file answered nothing, and the report said that
+    no store held the model, as if no store ran, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    assert run_repro(["trims", "models", "squeezenet_1.1", "--base-path", "models"], capsys)[0] == 0
+    (tmp_path / "notes.txt").write_text("mine\n")
+    code, out, err = run_repro(["trims", "memory", "--base-path", "models", "--socket", "notes.txt", "squeezenet_1.1"],
+                               capsys)
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: --socket notes.txt: is not a socket; expected a model store's socket, or no file "
+                   "when no store runs\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["repro", "trims", "client", "run", "--profile-output", "../out"], "repro: error: --profile-output"),
+    (["trims-tools", "client", "run", "--profile_output=../out"], "trims-tools: error: --profile_output"),
+], ids=["repro", "trims-tools"])
+def test_a_bad_profile_output_is_named_before_the_store_is_asked(argv, error, tmp_path, monkeypatch, capsys):
+    """A shared run with `--profile-output ../out` and no model store running: the error was that no store
+    answered, and the bad flag was named only once a store ran."""
+    from repro.trims.originals import main as tools_main
+
+    monkeypatch.chdir(tmp_path)
+    assert run_repro(["trims", "models", "squeezenet_1.1", "--base-path", "models"], capsys)[0] == 0
+    (tmp_path / "tools.yml").write_text(f"micro18:\n  base_path: models\n  profile_output_directory: profiles\n"
+                                        f"  server_socket: {tmp_path / 'none.sock'}\n")
+    before = snapshot(tmp_path)
+    main = tools_main if argv[0] == "trims-tools" else None
+    code, out, err = run_repro([*argv[1:], "--config", "tools.yml", "--iterations", "1"], capsys, main=main)
+    assert (code, out) == (1, "")
+    assert err == (f"{error} '../out': expected a relative name (no '..') for a directory under "
+                   f"profiles/{socket.gethostname()}\n")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("base_path", ["results/cluster/local", "results", "."])
+def test_a_model_directory_that_holds_the_store_state_is_refused(base_path, tmp_path, capsys):
+    """trims.base_path: results/cluster/local (or a directory above it): the check passed it, and the TrIMS
+    runs failed at the model store's start, which refuses to write its state among the models it reads."""
+    config = tmp_path / "my.yaml"
+    config.write_text(f"trims:\n  base_path: {base_path}\n")
+    code, out, err = run_repro(["config", "check", config], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: config/config.yaml + {config}: trims.base_path: {base_path!r} holds "
+                   "results/cluster/local/trims-store.json, the model store's state file; expected a directory of "
+                   "models only, such as results/trims/models\n")
