@@ -1,0 +1,34 @@
+"""Fault injection: links and files in the way of what a run, a store or a tool writes, and what the
+commands name when they refuse them.
+
+Each ends as test_faults_input's rows do: exit code 1, one line on stderr naming the file or flag and
+what was expected, no traceback, and no file outside the command's own written to.
+"""
+
+import pytest
+from support import run_repro
+from test_faults_input import CONFIG, _calibration, _write
+
+
+pytestmark = pytest.mark.fault
+
+
+def _pecan_run(ctx_dir, out):
+    return ["pecan", "run", "--config", str(CONFIG), "--experiment", "Getting_started", "--mode", "short",
+            "--calibration", _write(ctx_dir / "cal.json", _calibration("resnet")), "--out", str(out)]
+
+
+def test_a_run_directory_whose_traces_link_elsewhere_is_refused(tmp_path, monkeypatch, capsys):
+    """`repro pecan run --out DIR` where DIR/traces is a symbolic link to another directory: the run's
+    trace was moved through it, replacing the file of that name there (exit 0)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "Getting_started-short.json").write_text("mine\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "traces").symlink_to("../elsewhere")
+    code, out, err = run_repro(_pecan_run(tmp_path, "run"), capsys)
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: run directory run: run/traces is a symbolic link; expected the traces/ directory "
+                   "a run writes (or nothing): move it, or name another run directory\n")
+    assert (tmp_path / "elsewhere" / "Getting_started-short.json").read_text() == "mine\n"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["traces"]
