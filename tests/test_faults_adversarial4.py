@@ -32,3 +32,19 @@ def test_a_run_directory_whose_traces_link_elsewhere_is_refused(tmp_path, monkey
                    "a run writes (or nothing): move it, or name another run directory\n")
     assert (tmp_path / "elsewhere" / "Getting_started-short.json").read_text() == "mine\n"
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["traces"]
+
+
+@pytest.mark.parametrize("key", ["base_path", "profile_output_directory"])
+def test_a_tool_config_path_with_a_nul_byte_is_named(key, tmp_path, monkeypatch, capsys):
+    """A .carml_config.yml whose micro18 path holds a NUL byte ("\\0x", YAML's escape): `trims-tools
+    download assets` ended in a ValueError traceback (embedded null byte) from the directory it made."""
+    from repro.trims.originals import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("CARML_CONFIG_FILE", raising=False)
+    (tmp_path / ".carml_config.yml").write_text(f'micro18:\n  {key}: "\\0x"\n')
+    code, out, err = run_repro(["download", "assets"], capsys, main=main)
+    assert (code, out) == (1, "")
+    assert err == (f"trims-tools: error: {tmp_path}/.carml_config.yml: micro18.{key}: expected a path (a string "
+                   "without NUL bytes), got '\\x00x'\n")
