@@ -48,3 +48,19 @@ def test_a_tool_config_path_with_a_nul_byte_is_named(key, tmp_path, monkeypatch,
     assert (code, out) == (1, "")
     assert err == (f"trims-tools: error: {tmp_path}/.carml_config.yml: micro18.{key}: expected a path (a string "
                    "without NUL bytes), got '\\x00x'\n")
+
+
+@pytest.mark.parametrize("key,yaml_text", [
+    ("trace_store", 'trace_store: "a\\0b"'),
+    ("trims.base_path", 'trims: {base_path: "a\\0b"}'),
+    ("trims.asset_store", 'trims: {asset_store: "gs://b\\0c"}'),
+], ids=["trace-store", "base-path", "asset-store"])
+def test_a_configured_path_with_a_nul_byte_is_named(key, yaml_text, tmp_path, monkeypatch, capsys):
+    """`repro config check` (and the workflow) with a path key holding a NUL byte: trace_store ended in a
+    ValueError traceback (embedded null byte) while resolving it; the others passed the check."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(yaml_text + "\n")
+    code, out, err = run_repro(["config", "check", "--base", CONFIG, "c.yaml"], capsys)
+    value = "'gs://b\\x00c'" if key == "trims.asset_store" else "'a\\x00b'"
+    assert (code, out) == (1, "")
+    assert err == f"repro: error: {CONFIG} + c.yaml: {key}: {value} holds a NUL byte; expected a path\n"

@@ -204,6 +204,8 @@ def _expand_at(node, keys, where, source):
         path = [*where, str(child)]
         if rest:
             _expand_at(value, rest, path, source)
+        elif isinstance(value, str) and "\0" in value:  # no file name holds one: os.* raise ValueError
+            raise ReproError(f"{source}: {'.'.join(path)}: {value[:80]!r} holds a NUL byte; expected a path")
         elif isinstance(value, str) and not value.startswith("gs://"):
             node[child] = expand_path(value, ".".join(path), source)
 
