@@ -64,3 +64,38 @@ def test_a_configured_path_with_a_nul_byte_is_named(key, yaml_text, tmp_path, mo
     value = "'gs://b\\x00c'" if key == "trims.asset_store" else "'a\\x00b'"
     assert (code, out) == (1, "")
     assert err == f"repro: error: {CONFIG} + c.yaml: {key}: {value} holds a NUL byte; expected a path\n"
+
+
+def _nul_settings(tmp_path):
+    return '{"backend": "local", "trace_store": "a\\u0000b", "pecan": {"engine": "model"}}'
+
+
+def _nul_state(tmp_path):
+    (tmp_path / "state.json").write_text('{"backend": "local", "trace_store": "a\\u0000b"}\n')
+    return "state.json"
+
+
+def _nul_receipt(tmp_path):
+    (tmp_path / "upload.json").write_text('{"store": "a\\u0000b", "objects": [{"key": "traces/e/m/t.json", '
+                                          '"sha256": "00"}]}\n')
+    return "upload.json"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (lambda p: ["cluster", "start", "--settings", _nul_settings(p), "--state", "s.json"],
+     "--settings: trace_store: 'a\\x00b' holds a NUL byte; expected a path"),
+    (lambda p: ["trims", "store", "start", "--settings", '{"base_path": "a\\u0000b", "server": {"memory_mb": 50, '
+                '"eviction": "lru", "device": "cpu"}}', "--state", "s.json"],
+     "--settings: base_path: 'a\\x00b' holds a NUL byte; expected a path"),
+    (lambda p: ["cluster", "status", "--state", _nul_state(p)],
+     "state.json: trace_store: expected a directory or gs://bucket/prefix, got 'a\\x00b'; run cluster start again"),
+    (lambda p: ["trace", "download", _nul_receipt(p), "-o", "out"],
+     "upload.json: store: expected the directory or gs://bucket/prefix the run uploaded to, got 'a\\x00b'"),
+], ids=["cluster-start-settings", "trims-store-settings", "cluster-state", "upload-receipt"])
+def test_a_path_with_a_nul_byte_in_settings_or_a_state_is_named(argv, message, tmp_path, monkeypatch, capsys):
+    """A trace store or base path holding a NUL byte ("\\u0000" in JSON) in --settings, a cluster state or
+    a run's upload receipt: each ended in a ValueError traceback (embedded null byte)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_repro(argv(tmp_path), capsys)
+    assert (code, out, err) == (1, "", f"repro: error: {message}\n")
+    assert not (tmp_path / "s.json").exists() and not (tmp_path / "out").exists()
