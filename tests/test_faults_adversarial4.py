@@ -99,3 +99,24 @@ def test_a_path_with_a_nul_byte_in_settings_or_a_state_is_named(argv, message, t
     code, out, err = run_repro(argv(tmp_path), capsys)
     assert (code, out, err) == (1, "", f"repro: error: {message}\n")
     assert not (tmp_path / "s.json").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("files", [None, ["/dev/zero"] * 2, ["../elsewhere.jpg"] * 2],
+                         ids=["no-files", "device", "outside"])
+def test_a_data_set_manifest_that_is_not_this_data_sets_is_refused(files, tf, tmp_path):
+    """The tf.data engine's data set, <data>/resnet-2-seed0/manifest.json, where it lists no files or
+    files that are not the images beside it: it was used as it was, a KeyError traceback where it
+    lacked a key, and /dev/zero (or a FIFO) read whole by every element, filling the memory (hanging)."""
+    import json
+
+    from repro.errors import ReproError
+    from repro.pecan.tfdata import ops
+
+    good = ops.write_data("resnet", 2, tmp_path)
+    manifest = tmp_path / "resnet-2-seed0" / "manifest.json"
+    manifest.write_text(json.dumps({} if files is None else {**good, "files": files}))
+    with pytest.raises(ReproError) as raised:
+        ops.write_data("resnet", 2, tmp_path)
+    directory = tmp_path.resolve() / "resnet-2-seed0"
+    assert str(raised.value) == (f"{manifest}: not the manifest of 2 images of pipeline 'resnet' (seed 0), each a "
+                                 f"file in {directory}; remove {directory} to write the data set anew")
