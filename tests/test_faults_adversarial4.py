@@ -120,3 +120,28 @@ def test_a_data_set_manifest_that_is_not_this_data_sets_is_refused(files, tf, tm
     directory = tmp_path.resolve() / "resnet-2-seed0"
     assert str(raised.value) == (f"{manifest}: not the manifest of 2 images of pipeline 'resnet' (seed 0), each a "
                                  f"file in {directory}; remove {directory} to write the data set anew")
+
+
+def test_a_linked_store_log_does_not_take_the_stores_output(tmp_path, monkeypatch, capsys):
+    """`repro trims store start --state DIR/state.json` where DIR/trims-server.log, the store's log, is a
+    symbolic link: the store and its watchdog appended their output to the file it named (anywhere)."""
+    import json
+
+    from repro.trims import service
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "trims-server.log").symlink_to("../notes.txt")
+    settings = {"base_path": "models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
+    try:
+        code, out, err = run_repro(["trims", "store", "start", "--settings", json.dumps(settings),
+                                    "--state", "state/state.json"], capsys)
+    finally:
+        stopped = service.stop(tmp_path)  # started before: stopped here
+    assert (code, out, stopped) == (1, "", False)
+    assert err == ("repro: error: state/trims-server.log: is a symbolic link; expected a regular file or a new path "
+                   "to write the output to\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+    assert not (tmp_path / "state" / "state.json").exists()
