@@ -145,3 +145,21 @@ def test_a_linked_store_log_does_not_take_the_stores_output(tmp_path, monkeypatc
                    "to write the output to\n")
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
     assert not (tmp_path / "state" / "state.json").exists()
+
+
+def test_a_linked_remote_worker_log_does_not_empty_the_file_it_names(tmp_path, capsys):
+    """`python -m repro.pecan.tfdata.remote start --dir D ...`, what the accelerator host runs over ssh on
+    a worker host, where D/worker-N.log is a symbolic link: the log was opened for writing through it,
+    emptying the file it named, and the worker started."""
+    from repro.pecan.tfdata.remote import main
+
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "worker-0.log").symlink_to("../notes.txt")
+    code = main(["start", "--dir", str(tmp_path / "d"), "--dispatcher", "localhost:1", "--host", "localhost",
+                 "--threads", "1", "--slot", "0", "--number", "0"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err == (f"error: {tmp_path}/d/worker-0.log: is a symbolic link; expected a regular file or a new path to "
+                   "write the output to\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
