@@ -68,8 +68,7 @@ def validate_config(config, source="config"):
     if backend.needs_section and backend.name not in config:
         raise ReproError(f"{source}: {backend.name}: required when backend is {backend.name} "
                          f"(its settings: see the schema's `{backend.name}` section)")
-    backend_paths = [(name, *keys) for name in backend_names() for keys in get_backend(name).path_keys]
-    for keys in [*PATH_KEYS, *backend_paths]:
+    for keys in _path_keys():
         _expand_at(config, keys, [], source)
     for keys in PATH_KEYS:  # in rules' outputs, where Snakemake reads braces as wildcards
         value = config
@@ -117,15 +116,23 @@ def check_settings(settings, flag="--settings", places=None, at=()):
                     key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
-        path = [str(p) for p in error.absolute_path]
-        for place, key in where.items():  # named as the settings name it
-            if tuple(path[:len(place)]) == place:
-                path = [key, *path[len(place):]]
-                break
-        else:  # the mapping `at` names itself (a key it does not allow)
-            path = path[len(at):] if tuple(path[:len(at)]) == at else path
-        raise ReproError(f"{flag}: {_shortened('.'.join(path) or '(top level)')}: {_shortened(error.message)}")
+        path = _named_as_given([str(p) for p in error.absolute_path], where, at)
+        raise ReproError(f"{flag}: {_shortened(path)}: {_shortened(error.message)}")
+    for keys in _path_keys():
+        _expand_at(shaped, keys, [], flag, expand=False, name=lambda path: _named_as_given(path, where, at))
     return settings
+
+
+def _named_as_given(path, where, at):
+    """The config key path `path` (a list) as the settings name it: `where` maps a config place to the
+    settings' key, `at` is where the others lie."""
+    for place, key in where.items():
+        if tuple(path[:len(place)]) == place:
+            path = [key, *path[len(place):]]
+            break
+    else:  # the mapping `at` names itself (a key it does not allow)
+        path = path[len(at):] if tuple(path[:len(at)]) == at else path
+    return '.'.join(path) or '(top level)'
 
 
 def check_style(style, flag="--style"):
@@ -191,7 +198,14 @@ def _reject_non_finite(value, source, where):
             _reject_non_finite(item, source, [*where, str(index)])
 
 
-def _expand_at(node, keys, where, source):
+def _path_keys():
+    """The keys whose values are paths on this machine: PATH_KEYS and each backend's."""
+    return [*PATH_KEYS, *((name, *keys) for name in backend_names() for keys in get_backend(name).path_keys)]
+
+
+def _expand_at(node, keys, where, source, expand=True, name=".".join):
+    """`~` and `$VAR` expanded in the paths at `keys` (not with expand=False); a NUL byte in one is
+    refused, named by `name(its key path)`."""
     if not keys:
         return
     head, rest = keys[0], keys[1:]
@@ -203,8 +217,10 @@ def _expand_at(node, keys, where, source):
             continue
         path = [*where, str(child)]
         if rest:
-            _expand_at(value, rest, path, source)
-        elif isinstance(value, str) and not value.startswith("gs://"):
+            _expand_at(value, rest, path, source, expand, name)
+        elif isinstance(value, str) and "\0" in value:  # no file name holds one: os.* raise ValueError
+            raise ReproError(f"{source}: {name(path)}: {value[:80]!r} holds a NUL byte; expected a path")
+        elif expand and isinstance(value, str) and not value.startswith("gs://"):
             node[child] = expand_path(value, ".".join(path), source)
 
 

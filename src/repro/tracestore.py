@@ -178,6 +178,9 @@ def read_receipt(receipt):
                        for e in data["objects"])):
         raise ReproError(f"{receipt}: not an upload receipt (expected 'store' and 'objects' with each object's key "
                          "and sha256, as a run writes upload.json)")
+    if not data["store"] or "\0" in data["store"]:
+        raise ReproError(f"{receipt}: store: expected the directory or gs://bucket/prefix the run uploaded to, "
+                         f"got {data['store'][:80]!r}")
     for entry in data["objects"]:
         try:
             check_key(entry["key"])

@@ -53,7 +53,7 @@ class LocalBackend(Backend):
         from repro.pecan.engines import ENGINES
 
         store = state.get("trace_store")
-        if not isinstance(store, str) or not store:
+        if not isinstance(store, str) or not store or "\0" in store:
             raise ReproError(f"{state_path}: trace_store: expected a directory or gs://bucket/prefix, got {store!r:.60}; "
                              "run cluster start again")
         service = state.get("engine_service")

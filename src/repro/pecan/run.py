@@ -148,6 +148,7 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
     out = Path(out_dir)
+    check_traces_directory(out)
     made = _missing_directories(out)
     remove_repeats(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -242,6 +243,16 @@ def _stale_stages(run_dir):
         owner = _STAGE.fullmatch(path.name)
         if owner and not processes.matches({**me, "pid": int(owner[1]), "start_ticks": int(owner[2])}):
             yield path
+
+
+def check_traces_directory(run_dir):
+    """ReproError unless run_dir/traces is a directory or absent: a symbolic link there would take the
+    run's trace to wherever it points, over a file of that name."""
+    traces = Path(run_dir) / "traces"
+    if traces.is_symlink() or os.path.lexists(traces) and not traces.is_dir():
+        kind = "a symbolic link" if traces.is_symlink() else "not a directory"
+        raise ReproError(f"run directory {run_dir}: {traces} is {kind}; expected the traces/ directory a run "
+                         "writes (or nothing): move it, or name another run directory")
 
 
 def remove_repeats(run_dir):

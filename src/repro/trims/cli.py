@@ -118,8 +118,8 @@ def _expand_paths(config, path):
         value = config.get(key)
         if value is None:
             continue
-        if not isinstance(value, str):
-            raise ReproError(f"{path}: micro18.{key}: expected a path (a string), got {value!r}")
+        if not isinstance(value, str) or "\0" in value:
+            raise ReproError(f"{path}: micro18.{key}: expected a path (a string without NUL bytes), got {value!r}"[:400])
         config[key] = expand_path(value, f"micro18.{key}", str(path))
 
 

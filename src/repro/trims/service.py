@@ -103,6 +103,8 @@ def _start(settings, state_path, workdir, starter):
     budget, policy, device = server["memory_mb"], server["eviction"], server["device"]
     # the state, and the store's log beside it, among the models: named as given, before a store is stopped
     refuse_inside("--state", state_path, "--settings base_path", base, "the models the store reads")
+    # the store's log, beside the state: appended to, by the store and its watchdog, never through a link
+    check_output(Path(state_path).with_name("trims-server.log"), str(Path(state_path).with_name("trims-server.log")))
     record = processes.read_record(record_path)
     me = owner()
     if record and running(record, workdir):

@@ -58,7 +58,8 @@ def write_data(pipeline, count, directory, seed=0):
     directory = Path(directory) / f"{pipeline}-{count}-seed{seed}"
     manifest_path = directory / "manifest.json"
     if manifest_path.exists():
-        return read_json(manifest_path, "a synthetic data set's manifest")
+        return _checked_manifest(read_json(manifest_path, "a synthetic data set's manifest"), manifest_path,
+                                 pipeline, count, seed)
     elements = synthetic_jpegs(pipeline, count, seed=seed)
     files = []
     for i, element in enumerate(elements):
@@ -69,6 +70,23 @@ def write_data(pipeline, count, directory, seed=0):
     manifest = {"pipeline": pipeline, "count": count, "seed": seed, "files": files,
                 "boxes": [e["boxes"].tolist() for e in elements] if PILLOW_PIPELINES[pipeline].boxes else None}
     write_json(manifest_path, manifest)
+    return manifest
+
+
+def _checked_manifest(manifest, path, pipeline, count, seed):
+    """`manifest` where it lists this data set's `count` images, regular files beside it (the pipeline
+    reads each whole: a FIFO would hang it, /dev/zero fill the memory); else ReproError naming `path`."""
+    directory = path.parent.resolve()
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    boxes = manifest.get("boxes") if isinstance(manifest, dict) else None
+    wanted = {"pipeline": pipeline, "count": count, "seed": seed}
+    if (not isinstance(files, list) or len(files) != count or any(manifest.get(k) != v for k, v in wanted.items())
+            or not all(isinstance(f, str) and "\0" not in f and Path(f).parent == directory and Path(f).is_file()
+                       and not Path(f).is_symlink() for f in files)
+            or (boxes is not None if not PILLOW_PIPELINES[pipeline].boxes else
+                not isinstance(boxes, list) or len(boxes) != count)):
+        raise ReproError(f"{path}: not the manifest of {count} images of pipeline {pipeline!r} (seed {seed}), each a "
+                         f"file in {directory}; remove {directory} to write the data set anew")
     return manifest
 
 

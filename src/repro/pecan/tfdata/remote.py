@@ -33,6 +33,7 @@ START_TIMEOUT_S = 90  # as repro.pecan.tfdata.service: the worker imports Tensor
 # -- on the worker host ------------------------------------------------------------------------
 
 def _start(args):
+    from repro.fsutil import check_output
     from repro.processes import OWNER_TOKEN, describe, owner_environment
 
     directory = Path(args.dir)
@@ -42,6 +43,7 @@ def _start(args):
     status = directory / f"worker-{args.number}.status.json"
     status.unlink(missing_ok=True)
     log_path = directory / f"worker-{args.number}.log"
+    check_output(log_path, str(log_path))  # a link: open() would empty what it names
     marks = owner_environment(directory)
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", "worker",
@@ -77,7 +79,11 @@ def main(argv=None):
     stop.add_argument("--record", required=True)
     stop.set_defaults(func=_stop)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ReproError as exc:  # one line, which the accelerator host's error quotes
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 # -- on the accelerator host -------------------------------------------------------------------
