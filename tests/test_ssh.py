@@ -155,6 +155,22 @@ def test_config_values_reach_the_remote_shell_quoted(cluster, tmp_path):
     assert "touch" in (tmp_path / "echoed").read_text()
 
 
+@pytest.mark.fault
+def test_a_file_written_over_ssh_replaces_a_link_at_its_path(cluster, tmp_path):
+    """The tf.data service's worker-hosts.json, written on the accelerator host: a symbolic link at its
+    path was opened for writing, emptying the file it named."""
+    root, hosts = cluster
+    config = ssh_config(root, hosts)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "worker-hosts.json").symlink_to(tmp_path / "notes.txt")
+    with ssh_backend._open(ssh_backend.hosts_by_role(config)["accelerator"][0], config) as connection:
+        ssh_backend.put_text(connection, str(tmp_path / "worker-hosts.json"), '{"hosts": []}')
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+    assert not (tmp_path / "worker-hosts.json").is_symlink()
+    assert (tmp_path / "worker-hosts.json").read_text() == '{"hosts": []}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "worker-hosts.json"]  # no staging file left
+
+
 def example_args(workdir, root, hosts, home, *overrides):
     """The shipped ssh example config as a user passes it (--configfile), completed with this test's
     hosts; its `~/.ssh/...` paths resolve under `home`, the HOME the workflow runs with."""

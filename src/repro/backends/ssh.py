@@ -14,10 +14,12 @@ host (repro.pecan.tfdata.remote); `checks` adds the service's checks with a prob
 worker host; `stop` stops every worker and the dispatcher by their records.
 """
 
+import contextlib
 import json
 import re
 import shlex
 import sys
+import uuid
 from pathlib import Path
 
 from repro.backends import Backend, RunRequest
@@ -185,6 +187,21 @@ def _worker_hosts(ssh):
             "worker_dir": tfdata["worker_dir"], "dispatcher_host": hosts_by_role(ssh)["accelerator"][0]["address"]}
 
 
+def put_text(connection, path, text):
+    """Write `text` to `path` on the connection's host: a new file renamed over `path`, so a symbolic
+    link there is replaced, not followed (opening it for writing emptied the file it named)."""
+    sftp = connection.sftp()
+    staging = f"{path}.{uuid.uuid4().hex}.tmp"
+    try:
+        with sftp.open(staging, "wx") as fh:
+            fh.write(text)
+        sftp.posix_rename(staging, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            sftp.remove(staging)
+        raise
+
+
 def _start_tfdata(ssh):
     """Check every worker host (it answers, its worker directory can be made), then start the
     dispatcher on the accelerator host; return the service's record for the cluster state."""
@@ -200,8 +217,7 @@ def _start_tfdata(ssh):
     with _open(accelerator, ssh) as connection:
         connection.run(f"mkdir -p {shlex.quote(directory)}", hide=True, in_stream=False)
         hosts_file = f"{directory}/worker-hosts.json"
-        with connection.sftp().open(hosts_file, "w") as fh:
-            fh.write(json.dumps(workers, indent=1))
+        put_text(connection, hosts_file, json.dumps(workers, indent=1))
         words = [ssh["run"]["python"], "-m", "repro.cli", "pecan", "tfdata", "start", "--state-dir", directory,
                  "--port", str(tfdata["dispatcher_port"])] + (["--worker-hosts", hosts_file] if workers["hosts"] else [])
         result = connection.run(" ".join(shlex.quote(w) for w in words), hide=True, warn=True, in_stream=False)
