@@ -17,6 +17,7 @@ import numpy as np
 
 from repro.errors import ReproError, TraceError
 from repro.fsutil import check_text_name
+from repro.stats import t_quantile
 from repro.traces.events import IGNORE_CATEGORY, column
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher, phase_codes
@@ -211,10 +212,8 @@ def describe(values):
     mean = float(data.mean())
     std = float(data.std(ddof=1)) if n > 1 else 0.0
     if n > 1 and std > 0:
-        from scipy import stats  # imported here: scipy takes a second to import
-
-        low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=std / math.sqrt(n))
-        ci = [float(low), float(high)]
+        scale = std / math.sqrt(n)  # as scipy.stats.t.interval(0.95, n - 1, loc=mean, scale=scale) computes it
+        ci = [t_quantile((1.0 - 0.95) / 2, n - 1) * scale + mean, t_quantile((1.0 + 0.95) / 2, n - 1) * scale + mean]
     elif n > 1:
         ci = [mean, mean]
     else:
