@@ -211,11 +211,9 @@ def describe(values):
         raise ValueError("no values to describe")
     mean = float(data.mean())
     std = float(data.std(ddof=1)) if n > 1 else 0.0
-    if n > 1 and std > 0:
-        scale = std / math.sqrt(n)  # as scipy.stats.t.interval(0.95, n - 1, loc=mean, scale=scale) computes it
+    if n > 1:  # as scipy.stats.t.interval(0.95, n - 1, loc=mean, scale=scale) computes it; [mean, mean] if std is 0
+        scale = std / math.sqrt(n)
         ci = [t_quantile((1.0 - 0.95) / 2, n - 1) * scale + mean, t_quantile((1.0 + 0.95) / 2, n - 1) * scale + mean]
-    elif n > 1:
-        ci = [mean, mean]
     else:
         ci = None
     return {
