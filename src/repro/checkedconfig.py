@@ -16,10 +16,13 @@ import hashlib
 import json
 import os
 import re
+import stat
+import tempfile
 from pathlib import Path
 
 _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")  # as repro.fsutil.expand_path expands them
 _PACKAGE = Path(__file__).resolve().parent
+KEPT_LIMIT = 64 << 20  # a kept config is the JSON of a config file of at most 4 MiB and 200,000 values
 
 
 def checked_config(config, source, cache_dir):
@@ -34,7 +37,7 @@ def checked_config(config, source, cache_dir):
         return _validate(config, source)
     path = Path(cache_dir) / f"config-{_key(text)}.json"
     try:
-        kept = json.loads(path.read_text())
+        kept = json.loads(_read_kept(path))
         checked, extras = kept["config"], kept["extras"]
         if not isinstance(checked, dict) or not isinstance(extras, list):
             raise ValueError(f"{path}: not a kept config")
@@ -50,6 +53,20 @@ def checked_config(config, source, cache_dir):
         for key, extra, module in extras:
             _require_extra(source, key, extra, module)
     return config
+
+
+def _read_kept(path):
+    """The text of a kept config: a regular file (not followed through a link) of at most KEPT_LIMIT
+    bytes, or OSError. A FIFO in its place would wait forever for a writer, a link to /dev/zero
+    fill the memory; either is read as no kept config."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        data = fh.read(KEPT_LIMIT + 1)
+    if len(data) > KEPT_LIMIT:
+        raise OSError(f"{path}: larger than a kept config")
+    return data.decode()
 
 
 MAX_DEPTH = 64  # as repro.yamlfile bounds the files it reads
@@ -116,8 +133,14 @@ def _keep(path, config):
         for old in path.parent.glob("config-*.json"):
             if old != path:
                 old.unlink(missing_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(text)
-        os.replace(partial, path)
+        # a new file of its own: a link put at a predictable name would be written through
+        fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with open(fd, "w") as fh:
+                fh.write(text)
+            os.replace(partial, path)
+        except BaseException:
+            os.unlink(partial)
+            raise
     except OSError:  # a read-only working directory: validate every time
         pass
