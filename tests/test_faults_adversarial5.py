@@ -72,3 +72,28 @@ def test_a_kept_config_that_is_no_regular_file_is_validated_afresh(kind, tmp_pat
     code, out, err = run_forked([], tmp_path, 30, main=_check_with_kept(cache), growth=MEMORY_LIMIT)
     assert (code, out, err) == (0, "", "")
     assert stat.S_ISREG(os.lstat(kept).st_mode)  # replaced by the config checked afresh
+
+
+@pytest.mark.parametrize("linked", [True, False], ids=["linked-directory", "own-directory"])
+def test_keeping_a_config_drops_only_its_own_older_files(linked, tmp_path):
+    """Keeping a checked config drops the older ones beside it (config-*.json): where .snakemake/repro
+    was a symbolic link, the user's config-*.json files wherever it led were deleted."""
+    from repro.checkedconfig import checked_config
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("config-local.json", "config-0123456789abcdef0123456789abcdef.json"):
+        (mine / name).write_text("{}\n")
+    cache = tmp_path / "cache"
+    if linked:
+        cache.symlink_to(mine)
+    else:
+        cache = mine
+    config = _config()
+    checked_config(config, "config", cache)
+    assert config["backend"] == "local"
+    left = sorted(p.name for p in mine.iterdir())
+    if linked:  # nothing kept there, nothing dropped
+        assert left == ["config-0123456789abcdef0123456789abcdef.json", "config-local.json"]
+    else:  # an older kept config dropped, a file of another name kept
+        assert left == sorted(["config-local.json", _kept_path(mine, _config()).name])

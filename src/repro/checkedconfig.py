@@ -22,6 +22,7 @@ from pathlib import Path
 
 _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")  # as repro.fsutil.expand_path expands them
 _PACKAGE = Path(__file__).resolve().parent
+_KEPT_NAME = re.compile(r"config-[0-9a-f]{32}\.json")  # as _key names them
 KEPT_LIMIT = 64 << 20  # a kept config is the JSON of a config file of at most 4 MiB and 200,000 values
 
 
@@ -128,10 +129,12 @@ def _keep(path, config):
     text = json.dumps(record)  # not sorted: a reused config has the key order validation gave it
     if json.loads(text)["config"] != config:  # validation added what JSON cannot hold: keep nothing
         return
+    if path.parent.is_symlink():  # the older ones dropped below would be wherever it leads: keep nothing
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for old in path.parent.glob("config-*.json"):
-            if old != path:
+            if old != path and _KEPT_NAME.fullmatch(old.name):
                 old.unlink(missing_ok=True)
         # a new file of its own: a link put at a predictable name would be written through
         fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
