@@ -42,7 +42,7 @@ fig8: setup
 figures: setup
 	$(RUN) snakemake --cores $(CORES)
 
-# Each tier ends with its wall time (tests/conftest.py); -rs lists why each skipped test was skipped
+# Each tier ends with its wall and CPU time (tests/conftest.py); -rs lists why each skipped test was skipped
 # (the package that would enable it). benchmarks/tests_time.py times the tiers.
 PYTEST := $(RUN) pytest -q -rs
 # The tests run under pytest-xdist, a module per worker (a module's tests share its fixtures: the tiny

@@ -1,9 +1,11 @@
 """Shared fixtures (generated models, a model store server, the GCS emulator, one full build of the tiny
-workflow), the fault suite's and the tier's summary lines, and the tests a mutation run leaves out."""
+workflow), the fault suite's and the tier's summary lines (wall time, and CPU time per test), and the
+tests a mutation run leaves out."""
 
 import fcntl
 import importlib.util
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -148,7 +150,37 @@ def tiny_build(tmp_path_factory):
 _FAULTS = {}
 
 
+# -- CPU time per test -----------------------------------------------------------------------
+# On a 2-core machine the suite is bound by CPU, not by waiting: what a test costs is its CPU time and
+# that of the processes it waited for (Snakemake, the commands, TensorFlow's), counted from its setup
+# to its teardown (a shared fixture counts in the first test that needs it). Daemons reaped by others
+# (sshd's and SLURM's jobs, a service started detached) are not in it. Each test's figure travels to
+# the controller (and into --junitxml) as the property cpu_s.
+
+_CPU_START = pytest.StashKey[float]()
+_CPU = {}
+
+
+def _cpu_seconds():
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_START] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        outcome.get_result().user_properties.append(("cpu_s", round(_cpu_seconds() - item.stash[_CPU_START], 2)))
+
+
 def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        _CPU.update({report.nodeid: value for name, value in report.user_properties if name == "cpu_s"})
     if "fault" not in report.keywords:
         return
     if report.when == "call" or report.outcome != "passed":
@@ -176,6 +208,10 @@ def pytest_terminal_summary(terminalreporter, config):
     started = config.stash.get(_STARTED, None)
     if started is not None:
         terminalreporter.write_line(f"tier {tier}: {time.monotonic() - started:.1f} s wall")
+    if _CPU:
+        most = sorted(_CPU.items(), key=lambda item: -item[1])[:5]
+        terminalreporter.write_line(f"CPU: {sum(_CPU.values()):.0f} s in the tests and the processes they waited for; "
+                                    "most: " + ", ".join(f"{nodeid} {cpu:.0f} s" for nodeid, cpu in most))
     if not _FAULTS:
         return
     handled = sum(outcome == "passed" for outcome in _FAULTS.values())

@@ -30,3 +30,25 @@ def test_the_fast_tier_leaves_out_the_tfdata_service_tests():
     assert "test_service_starts_answers_a_probe_job_and_stops_every_process" in service
     assert "test_service_starts_answers_a_probe_job_and_stops_every_process" not in fast
     assert "test_validation_predicts_each_deployment_from_both_sets_of_inputs" in fast  # a unit test stays
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_tier_names_the_tests_that_used_most_cpu_their_programs_included(workers, tmp_path):
+    """The CPU line counts a test's own CPU and that of the programs it waited for, under pytest-xdist
+    too: a test whose child process burns a second of CPU heads the list; one that sleeps does not."""
+    (tmp_path / "test_burn.py").write_text(
+        "import subprocess, sys, time\n\n"
+        "def test_burns():\n"
+        "    subprocess.run([sys.executable, '-c', 'import time\\nend = time.process_time() + 1\\n"
+        "while time.process_time() < end: pass'], check=True)\n\n"
+        "def test_sleeps():\n"
+        "    time.sleep(1)\n")
+    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", workers,
+                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("CPU: "))
+    most = line.split("most: ")[1].split(", ")
+    assert most[0].startswith("test_burn.py::test_burns ") and float(most[0].split()[-2]) >= 1, line
+    assert most[1].startswith("test_burn.py::test_sleeps ") and float(most[1].split()[-2]) < 0.5, line
