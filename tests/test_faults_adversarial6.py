@@ -1,0 +1,51 @@
+"""Fault injection: the trace store's objects and receipts edited by hand, and what the commands
+write and stop beside their main work (scratch directories, service records, helper files) when
+those are not what the command left there.
+
+Each ends with nothing outside the command's own files written to or deleted, no process of
+another directory signalled, no unbounded copy; a command that refuses says so in one line naming
+the file or flag.
+"""
+
+import json
+import os
+
+import pytest
+from support import run_repro
+
+
+pytestmark = pytest.mark.fault
+
+
+def _receipt(path, store, key, size, sha256="0" * 64):
+    path.write_text(json.dumps({"store": str(store), "objects": [{"key": key, "sha256": sha256, "bytes": size}]}))
+    return path
+
+
+def test_download_stops_at_the_size_the_receipt_records(tmp_path, monkeypatch, capsys):
+    """`repro trace download RECEIPT` where the stored object is far larger than the `bytes` its upload
+    recorded (a receipt or store edited by hand, a sparse file of terabytes): the whole object was
+    copied beside the output, filling the disk, before its checksum was found wrong."""
+    monkeypatch.chdir(tmp_path)
+    key = "traces/E/m/E-m.json"
+    (tmp_path / "store" / key).parent.mkdir(parents=True)
+    with open(tmp_path / "store" / key, "wb") as fh:
+        fh.truncate(256 << 20)  # sparse: no disk used
+    (tmp_path / "store" / f"{key}.sha256").write_text("0" * 64 + "\n")
+    receipt = _receipt(tmp_path / "upload.json", "store", key, 10)
+    code, out, err = run_repro(["trace", "download", str(receipt), "-o", "d"], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: {receipt}: trace store store: 'traces/E/m/E-m.json': larger than the 10 bytes its "
+                   "upload recorded; expected the trace that was uploaded (the store the run uploaded to; run it again "
+                   "to upload anew: snakemake --forcerun run)\n")
+    assert os.listdir(tmp_path / "d") == []
+
+
+def test_download_refuses_a_receipt_size_that_is_no_size(tmp_path, monkeypatch, capsys):
+    """A receipt whose object `bytes` is negative or not a number was read without a look at it."""
+    monkeypatch.chdir(tmp_path)
+    receipt = _receipt(tmp_path / "upload.json", "store", "traces/E/m/E-m.json", "10")
+    code, out, err = run_repro(["trace", "download", str(receipt), "-o", "d"], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: {receipt}: object 'traces/E/m/E-m.json': bytes: expected the object's size (a whole "
+                   "number of bytes), got '10'\n")
