@@ -49,3 +49,23 @@ def test_download_refuses_a_receipt_size_that_is_no_size(tmp_path, monkeypatch, 
     assert (code, out) == (1, "")
     assert err == (f"repro: error: {receipt}: object 'traces/E/m/E-m.json': bytes: expected the object's size (a whole "
                    "number of bytes), got '10'\n")
+
+
+def test_a_cost_interval_of_few_repeats_starts_at_zero(tmp_path):
+    """`repeats: 2` (the schema allows it) with two runs far apart: the cost table's 95% interval of
+    worker_cost reached below zero, and the figure and the comparison figures refused the table the
+    workflow had just written ("expected non-negative finite dollars")."""
+    from types import SimpleNamespace
+
+    from repro.pecan.comparisons import not_a_cost
+    from repro.pecan.costs import cost_row
+    from repro.pecan.costtable import SPREAD_OF, with_spread
+
+    model = {"batch_size": 128, "steps_per_epoch": 1000}
+    repeats = [{"throughput": 2000.0, "remote_workers": 0, "local_workers": 4},
+               {"throughput": 2200.0, "remote_workers": 12, "local_workers": 0}]
+    first = SimpleNamespace(**repeats[0])
+    row = with_spread(cost_row(first, "cachew", "m", model, 4.5, 0.4), repeats, "cachew", "m", model, 4.5, 0.4)
+    lows = {column: row[f"{column}_ci_low"] for column in SPREAD_OF}
+    assert not_a_cost(lows) is None
+    assert row["worker_cost_ci_low"] == 0.0 < row["worker_cost_mean"] < row["worker_cost_ci_high"]
