@@ -9,9 +9,11 @@ the file or flag.
 
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
-from support import run_repro
+from support import REPO, run_repro
 
 
 pytestmark = pytest.mark.fault
@@ -69,3 +71,23 @@ def test_a_cost_interval_of_few_repeats_starts_at_zero(tmp_path):
     lows = {column: row[f"{column}_ci_low"] for column in SPREAD_OF}
     assert not_a_cost(lows) is None
     assert row["worker_cost_ci_low"] == 0.0 < row["worker_cost_mean"] < row["worker_cost_ci_high"]
+
+
+@pytest.mark.parametrize("linked", ["results", "plots"])
+def test_make_clean_refuses_a_linked_results_directory(linked, tmp_path):
+    """`make clean` where results/ (or plots/) is a symbolic link to a directory elsewhere: `rm -rf
+    results/*` emptied that directory, outside the clone, of whatever else it held."""
+    shutil.copy(REPO / "Makefile", tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mine.txt").write_text("mine\n")
+    (tmp_path / linked).symlink_to(elsewhere)
+    other = {"results": "plots", "plots": "results"}[linked]
+    (tmp_path / other).mkdir()
+    (tmp_path / other / "x").write_text("x\n")
+    proc = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode != 0
+    said = f"make clean: {linked} is a symbolic link (to {elsewhere}); expected this clone's own {linked}/ directory"
+    assert said in proc.stderr
+    assert (elsewhere / "mine.txt").read_text() == "mine\n"
+    assert (tmp_path / other / "x").exists()  # nothing deleted
