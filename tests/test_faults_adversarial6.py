@@ -13,7 +13,7 @@ import shutil
 import subprocess
 
 import pytest
-from support import REPO, run_repro
+from support import REPO, run_forked, run_repro
 
 
 pytestmark = pytest.mark.fault
@@ -91,3 +91,75 @@ def test_make_clean_refuses_a_linked_results_directory(linked, tmp_path):
     assert said in proc.stderr
     assert (elsewhere / "mine.txt").read_text() == "mine\n"
     assert (tmp_path / other / "x").exists()  # nothing deleted
+
+
+def _service_start(directory):
+    def main(argv):
+        from repro.pecan.tfdata.service import Service
+
+        Service.start(directory)
+        return 0
+
+    return main
+
+
+def _service_use(directory):
+    def main(argv):
+        from repro.pecan.tfdata.service import exclusive
+
+        with exclusive(directory):
+            return 0
+
+    return main
+
+
+def _store_stop(workdir):
+    def main(argv):
+        from repro.trims import service
+
+        service.stop(workdir)
+        return 0
+
+    return main
+
+
+def _lock_path(kind, tmp_path):
+    from repro.processes import runtime_dir
+
+    if kind == "model store":
+        return runtime_dir(tmp_path / "work") / "store.lock", _store_stop(tmp_path / "work")
+    directory = tmp_path / "service"
+    directory.mkdir()
+    if kind == "service start":
+        return directory / "start.lock", _service_start(directory)
+    return directory / "use.lock", _service_use(directory)
+
+
+@pytest.mark.parametrize("kind", ["service start", "service use", "model store"])
+@pytest.mark.parametrize("node", ["fifo", "directory"])
+def test_a_lock_that_is_no_regular_file_is_named(kind, node, tmp_path):
+    """The locks beside the tf.data service's state (start.lock, use.lock: `repro pecan tfdata start`,
+    a run on a shared service, the workflow's status check) and the model store's (store.lock in its
+    runtime directory), where a FIFO stood in their place: the command waited forever for a reader of
+    the FIFO; a directory there ended in an IsADirectoryError traceback."""
+    from repro.errors import ReproError
+
+    (tmp_path / "work").mkdir()
+    lock, main = _lock_path(kind, tmp_path)
+
+    def guarded(argv):
+        try:
+            return main(argv)
+        except ReproError as exc:
+            print(f"repro: error: {exc}", file=__import__("sys").stderr)
+            return 1
+
+    os.mkfifo(lock) if node == "fifo" else lock.mkdir()
+    try:
+        code, out, err = run_forked([], tmp_path, 30, main=guarded)
+    finally:
+        os.rmdir(lock) if node == "directory" else os.unlink(lock)
+    what = "a FIFO" if node == "fifo" else "a directory"
+    assert (code, out) == (1, "")
+    assert err.startswith("repro: error: ") and f"is {what}; expected a regular file (a lock file)" in err, err
+    assert len(err.splitlines()) == 1
