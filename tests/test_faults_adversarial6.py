@@ -7,10 +7,14 @@ another directory signalled, no unbounded copy; a command that refuses says so i
 the file or flag.
 """
 
+import contextlib
+import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 from support import REPO, run_forked, run_repro
@@ -163,3 +167,35 @@ def test_a_lock_that_is_no_regular_file_is_named(kind, node, tmp_path):
     assert (code, out) == (1, "")
     assert err.startswith("repro: error: ") and f"is {what}; expected a regular file (a lock file)" in err, err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
+@pytest.mark.service
+def test_tfdata_start_stopped_while_its_workers_start_leaves_nothing_running(tmp_path):
+    """SIGTERM to `repro pecan tfdata start --workers 2` once its dispatcher was recorded, while a worker
+    started: the command ended (the worker with it), and the dispatcher it had started ran on."""
+    import psutil
+    from support import BIN
+
+    state = tmp_path / "sd"
+    children = []
+    proc = subprocess.Popen([str(BIN / "repro"), "pecan", "tfdata", "start", "--state-dir", str(state), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (state / "worker-0.log").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert (state / "state.json").exists() and len(children) == 2, "the dispatcher and a worker did not start"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(children, timeout=15)
+        assert not alive, f"left running: {[child.cmdline() for child in alive]}"
+        assert not (state / "state.json").exists()
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        for child in children:  # psutil checks each is still the process it found (its pid and start time)
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        proc.kill()
+        proc.wait()
