@@ -156,6 +156,26 @@ def open_regular(path, label, what, mode="rb", **kwargs):
     return open(fd, mode, **kwargs)
 
 
+def open_lock(path, label):
+    """`path` opened for appending, as a file to flock: created where missing, never truncated (a link
+    is followed, the file it names left as it was). ReproError naming `label` where it is no regular
+    file: a FIFO opened for writing waited forever for a reader."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        check_regular(path, label, "a lock file")  # a FIFO without a reader (ENXIO), a directory
+        raise ReproError(f"{label}: cannot open ({exc.strerror})") from None
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file (a lock file)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "a")
+
+
 def check_regular(path, label, what):
     """ReproError unless `path` (followed through links) is a regular file; a missing one is left to
     the reader."""

@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import (atomic_path, check_output, check_regular, not_a_directory, read_json, read_text,
-                          refuse_overwriting, write_json, write_text)
+from repro.fsutil import (atomic_path, check_output, check_regular, not_a_directory, open_regular, read_json,
+                          read_text, refuse_overwriting, write_json, write_text)
 from repro.fsutil import sha256_file as sha256
 
 
@@ -37,14 +37,17 @@ class LocalStore:
             raise ReproError(f"trace store {self.root}: key {key!r} leads outside the store")
         return path
 
-    def get(self, key, destination, expected_sha256=None):
+    def get(self, key, destination, expected_sha256=None, expected_bytes=None):
+        """Copy the object `key` to `destination`, verified against its sidecar and, where given, the
+        checksum and size (`expected_bytes`) its upload recorded: an object larger than that is refused
+        once that many bytes are copied, not copied whole."""
         source = self._path(key)
         sidecar = self.root / f"{key}.sha256"
         if not source.is_file() or not sidecar.is_file():
             raise ReproError(f"trace store {self.root}: no object {key!r}")
         stored = read_text(sidecar, f"trace store {self.root}: {key}.sha256", "a checksum", 4096).strip()
         with atomic_path(destination) as tmp:
-            shutil.copyfile(source, tmp)
+            _copy_bounded(source, tmp, expected_bytes, f"trace store {self.root}: {key!r}")
             actual = sha256(tmp)
             if actual != stored:
                 raise ReproError(f"trace store {self.root}: checksum mismatch for {key!r} "
@@ -57,6 +60,22 @@ class LocalStore:
             str(p.relative_to(self.root)) for p in self.root.rglob("*")
             if p.is_file() and not p.name.endswith(".sha256") and str(p.relative_to(self.root)).startswith(prefix)
         )
+
+
+def _copy_bounded(source, target, limit, label):
+    """Copy the regular file `source` to `target`, at most `limit` bytes of it (None: all of it);
+    ReproError naming `label` where it is no regular file or holds more."""
+    with open_regular(source, label, "a stored trace") as src, open(target, "wb") as out:
+        if limit is None:
+            shutil.copyfileobj(src, out, 1 << 20)
+            return
+        left = limit + 1
+        while left and (block := src.read(min(left, 1 << 20))):
+            out.write(block)
+            left -= len(block)
+    if not left:
+        raise ReproError(f"{label}: larger than the {limit} bytes its upload recorded; expected the trace "
+                         "that was uploaded")
 
 
 class GCSStore:
@@ -96,7 +115,8 @@ class GCSStore:
             raise ReproError(f"trace store {self.url}: upload of {key!r} failed: {exc}") from None
         return {"key": key, "sha256": sha256(path), "bytes": os.path.getsize(path), "crc32c": blob.crc32c}
 
-    def get(self, key, destination, expected_sha256=None):
+    def get(self, key, destination, expected_sha256=None, expected_bytes=None):
+        """As LocalStore.get; the download is checked against the object's CRC32C (`expected_bytes` unused)."""
         from google.api_core import exceptions
         from google.resumable_media.common import DataCorruption
 
@@ -186,6 +206,10 @@ def read_receipt(receipt):
             check_key(entry["key"])
         except ReproError as exc:
             raise ReproError(f"{receipt}: {exc}") from None
+        size = entry.get("bytes")
+        if size is not None and (type(size) is not int or size < 0):
+            raise ReproError(f"{receipt}: object {entry['key']!r}: bytes: expected the object's size (a whole number "
+                             f"of bytes), got {size!r:.40}")
     return data["store"], data["objects"]
 
 
@@ -211,7 +235,8 @@ def download_traces(store, receipt, destination_dir):
     fetched = []
     for entry in objects:
         try:
-            fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name, entry["sha256"]))
+            fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name, entry["sha256"],
+                                     entry.get("bytes")))
         except ReproError as exc:
             raise ReproError(f"{receipt}: {exc} (the store the run uploaded to; run it again to upload anew: "
                              "snakemake --forcerun run)") from None

@@ -23,8 +23,10 @@ def with_spread(row, repeats, mode, model_name, model, tpu_price, worker_price):
         r["total_cost"] = r["tpu_cost"] + r["worker_cost"]
     spread = {"repeats": len(rows)}
     for column in SPREAD_OF:
-        spread[f"{column}_mean"], spread[f"{column}_ci_low"], spread[f"{column}_ci_high"] = mean_interval(
-            [r[column] for r in rows])
+        mean, low, high = mean_interval([r[column] for r in rows])
+        # every column is a cost, count, time or rate: none is below 0, where the t-interval of a few
+        # spread-out repeats may reach (which the figures and comparisons then refused)
+        spread[f"{column}_mean"], spread[f"{column}_ci_low"], spread[f"{column}_ci_high"] = mean, max(low, 0.0), high
     return {**row, **spread}
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import check_output, read_json, refuse_inside, write_json
+from repro.fsutil import check_output, open_lock, read_json, refuse_inside, write_json
 from repro.invocation import owner
 from repro.settings import settings_digest
 
@@ -54,7 +54,8 @@ def _record_path(workdir):
 @contextlib.contextmanager
 def _locked(workdir):
     """Hold the store's lock: one start, adoption or stop at a time for this workflow directory."""
-    with open(processes.runtime_dir(workdir) / "store.lock", "a") as lock:
+    path = processes.runtime_dir(workdir) / "store.lock"
+    with open_lock(path, f"{path} (the model store's lock)") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         yield
 

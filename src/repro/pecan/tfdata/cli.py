@@ -4,6 +4,7 @@ import json
 import math
 import sys
 
+from repro import stopsignals
 from repro.errors import ReproError
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S
 from repro.settings import settings_argument
@@ -168,11 +169,30 @@ def _start(args):
 
         ssh_workers = read_json(args.worker_hosts, "the worker hosts as JSON", f"--worker-hosts {args.worker_hosts}")
         _check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
+    was_running = Service(args.state_dir).dispatcher_running()
     service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers)
-    for _ in range(args.workers):
-        service.add_worker("remote", args.threads)
+    _add_workers(service, args.workers, args.threads, started_dispatcher=not was_running)
     print(f"{args.state_dir}: dispatcher at {service.address}")
     return 0 if print_checks(service.checks(probe=False)) else 1
+
+
+def _add_workers(service, count, threads, started_dispatcher):
+    """`count` remote workers added to `service`. Where one fails to start or the command is stopped
+    (Ctrl-C, SIGTERM) meanwhile, what this start started is stopped again: the dispatcher where it
+    started it (the whole service), else the workers it added so far."""
+    added = 0
+    try:
+        for _ in range(count):
+            service.add_worker("remote", threads)
+            added += 1
+    except BaseException:
+        with stopsignals.deferred():  # a second Ctrl-C does not leave the stop half done
+            if started_dispatcher:
+                service.stop()
+            else:
+                for _ in range(added):
+                    service.remove_worker("remote")
+        raise
 
 
 def _check_worker_hosts(flag, hosts):

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import check_output, read_json, write_json
+from repro.fsutil import check_output, open_lock, read_json, write_json
 from repro.invocation import owner
 from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, terminate
 
@@ -165,7 +165,7 @@ class Service:
         """
         cls(directory)  # a malformed state is named before anything is made there
         Path(directory).mkdir(parents=True, exist_ok=True)
-        with open(Path(directory) / "start.lock", "a") as lock:
+        with open_lock(Path(directory) / "start.lock", str(Path(directory) / "start.lock")) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
             return cls._start(directory, port, owned, ssh_workers)
 
@@ -463,7 +463,7 @@ def exclusive(directory):
     """Hold the service in `directory` for one user at a time (a run, or a status check's probe
     worker): a worker that joined would serve another run's job and change what it measures."""
     Path(directory).mkdir(parents=True, exist_ok=True)
-    with open(Path(directory) / "use.lock", "a") as lock:  # as start.lock: what a link names is not truncated
+    with open_lock(Path(directory) / "use.lock", str(Path(directory) / "use.lock")) as lock:  # as start.lock
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
         yield
 
