@@ -117,3 +117,16 @@ def test_config_files_merge_over_the_base_as_snakemake_merges_them(tmp_path):
     checked = check_config_files([first, second], REPO / "config" / "config.yaml")
     assert checked == validate_config(copy.deepcopy(expected))
     assert merge_over(RAW, {}) == RAW and merged is not RAW
+
+
+def test_a_link_made_since_the_check_validates_afresh(tmp_path, monkeypatch):
+    """The checks resolve paths (a trace store that leads to results/ is refused): a link made at the
+    store's path after its config was checked and kept must not pass on the kept result."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    linked = raw()
+    linked["trace_store"] = "store"
+    checked_config(copy.deepcopy(linked), "config", tmp_path / "keep")
+    (tmp_path / "store").symlink_to("results")
+    with pytest.raises(ReproError, match="trace_store: 'store' keeps the store's traces in results/traces"):
+        checked_config(copy.deepcopy(linked), "config", tmp_path / "keep")

@@ -59,9 +59,10 @@ def _check_with_kept(cache):
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
-def test_a_kept_config_that_is_no_regular_file_is_validated_afresh(kind, tmp_path):
+def test_a_kept_config_that_is_no_regular_file_is_validated_afresh(kind, tmp_path, monkeypatch):
     """A kept config (.snakemake/repro/config-<key>.json) that is a FIFO, or a link to /dev/zero:
     every Snakemake start waited forever for a writer, or read /dev/zero until the memory was full."""
+    monkeypatch.chdir(tmp_path)  # where the check runs: the key holds where the config's paths lead
     cache = tmp_path / "cache"
     cache.mkdir()
     kept = _kept_path(cache, _config())

@@ -4,8 +4,9 @@ result is kept under .snakemake/ and reused while nothing it depends on changes.
 Every Snakemake invocation (a dry-run, a no-op rerun, each cluster job) parses the Snakefile, and
 validating there imports jsonschema and the registries (about 0.05 s of a 1 s start). The kept
 result is keyed by what validation reads: the merged config itself, the environment variables its
-paths name (and HOME, for `~`), and the package's source files (the schema, the registries and
-the checks), by name, size and modification time. Any change there validates afresh; only a config
+paths name (and HOME, for `~`), where its strings lead as paths (the checks resolve links), and
+the package's source files (the schema, the registries and the checks), by name, size and
+modification time. Any change there validates afresh; only a config
 that passed is kept. What the installed packages provide (the extras a setting needs) is checked
 again at every start, since installing or removing one leaves all of that unchanged.
 
@@ -111,6 +112,7 @@ def _key(text):
     names = sorted({match.group(1).strip("{}") for match in _ENV_VAR.finditer(text)} | {"HOME"})
     digest = hashlib.sha256(text.encode())
     digest.update(json.dumps({name: os.environ.get(name) for name in names}).encode())
+    digest.update(json.dumps(_real_paths(text)).encode())
     sources = []
     for folder, dirs, files in os.walk(_PACKAGE):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
@@ -119,6 +121,29 @@ def _key(text):
         stat = os.stat(source)
         digest.update(f"{source}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:32]
+
+
+def _real_paths(text):
+    """Where each of the config's strings, and results/, leads as a path: the checks compare paths
+    resolved (a trace store that is a link to results/, a model directory holding the store's
+    state), so a link made or changed since validates afresh. A few hundred strings: milliseconds."""
+    strings = set()
+
+    def collect(value):
+        if isinstance(value, str):
+            strings.add(value)
+        elif isinstance(value, (dict, list)):
+            for child in value.values() if isinstance(value, dict) else value:
+                collect(child)
+
+    collect(json.loads(text))
+    real = {}
+    for string in sorted(strings | {"results"}):
+        try:
+            real[string] = os.path.realpath(os.path.expanduser(string))
+        except (ValueError, OSError):  # a NUL byte, a name too long: validation names it
+            real[string] = None
+    return real
 
 
 def _keep(path, config):
