@@ -14,7 +14,7 @@ from repro.trims.client import Client, ClientOptions
 from repro.trims.cuda import driver
 from repro.trims.models import generate
 from repro.trims.monitor import MemoryMonitor
-from repro.trims.runtimes import resolve_device
+from repro.trims.device import resolve_device
 from repro.trims.server import budget_bytes, start_daemon
 from repro.trims.modelstore import ModelStore
 

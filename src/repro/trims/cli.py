@@ -482,7 +482,7 @@ def _current_model(directory, name, seed):
 
 
 def _server_run(args):
-    from repro.trims.runtimes import resolve_device
+    from repro.trims.device import resolve_device
     from repro.trims.server import budget_bytes, serve, start_daemon, tier_bytes
 
     socket_path = _socket(args)
@@ -643,7 +643,7 @@ def check_upload_target(config):
 
 def _client_setup(args, shared):
     from repro.trims.client import ClientOptions
-    from repro.trims.runtimes import resolve_device
+    from repro.trims.device import resolve_device
     from repro.trims.workload import plan_requests
 
     check_client_flags(args.concurrent, args.iterations, args.model_iterations, args.seed, args.distribution,

@@ -33,7 +33,7 @@ from repro.trims.models import PARAMS, check_model_name, load_manifest, model_di
 
 DEVICES = ("cpu", "gpu")  # where a store keeps models
 # what a user may ask for: auto is the GPU when an NVIDIA device and PyTorch with CUDA are present
-# (repro.trims.runtimes.resolve_device)
+# (repro.trims.device.resolve_device)
 DEVICE_CHOICES = (*DEVICES, "auto")
 _CHUNK = 8 << 20
 SHM_DIR = Path("/dev/shm")  # where Linux keeps POSIX shared memory segments

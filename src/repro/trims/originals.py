@@ -361,7 +361,7 @@ def server_argv(values, given, config, config_args):
                                            values["profile_output"])]
     if values["persist_cpu_only"]:
         return [*argv, "--device", "cpu"]
-    from repro.trims.runtimes import resolve_device
+    from repro.trims.device import resolve_device
 
     if values["persist_cpu"] and resolve_device(config["device"]) == "gpu":
         import psutil

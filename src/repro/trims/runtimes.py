@@ -162,22 +162,3 @@ class GpuRuntime(_Once):
             return values[output].cpu().numpy()  # the copy back waits for the GPU
 
         return run
-
-
-def resolve_device(requested):
-    """'cpu', 'gpu', or for 'auto' the GPU when an NVIDIA device and PyTorch with CUDA are both present."""
-    from repro.trims.cuda import driver
-    from repro.trims.modelstore import DEVICE_CHOICES
-
-    if requested not in DEVICE_CHOICES:
-        raise ReproError(f"--device must be one of {', '.join(DEVICE_CHOICES)}; got {requested!r}")
-    if requested == "cpu":
-        return "cpu"
-    try:
-        driver()
-        GpuRuntime()
-    except ReproError as exc:
-        if requested == "auto":
-            return "cpu"
-        raise ReproError(f"--device gpu: {exc}") from None
-    return "gpu"

@@ -91,7 +91,7 @@ def start(settings, state_path, workdir=".", starter=None):
 
 
 def _start(settings, state_path, workdir, starter):
-    from repro.trims.runtimes import resolve_device
+    from repro.trims.device import resolve_device
     from repro.trims.server import budget_bytes, start_daemon
 
     record_path = _record_path(workdir)
