@@ -17,8 +17,8 @@ from repro.fsutil import fresh_directory, open_regular, read_json, sha256_file, 
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions, store_fields
-from repro.trims.models import load_manifest, load_manifest_file
 from repro.trims.device import resolve_device
+from repro.trims.models import load_manifest, load_manifest_file
 from repro.trims.server import StoreConnection
 from repro.trims.workload import plan_requests
 
