@@ -226,7 +226,7 @@ def test_the_model_store_stops_when_its_invocations_end_without_saying_so(tmp_pa
     record = service.start(settings, tmp_path / "trims-store.json")
     try:
         assert service.running(record)
-        time.sleep(2)
+        time.sleep(2)  # longer than the watchdog's checks take to notice an invocation that ended
         assert processes.matches(record["process"])  # while its invocation runs, the store runs
         invocation.kill()  # its end never comes: no leave()
         invocation.wait()
@@ -582,7 +582,7 @@ def _terminate_during_work(big_trace, out, command, signum, workers):
                 if started:
                     break
             elif _catches(proc.pid, signum):  # under way: it reads the traces
-                time.sleep(0.3)
+                time.sleep(0.3)  # past installing its handler, into the reading the signal must interrupt
                 break
             time.sleep(0.02)  # (a command that never catches the signal gets it after 60 s, or ends unsignalled)
         assert proc.poll() is None and (started or not workers), "the command ended before it could be signalled"
@@ -620,7 +620,7 @@ def test_a_terminated_calibration_ends_as_after_ctrl_c(tmp_path, signum):
         deadline = time.monotonic() + 3  # (a command that never catches the signal gets it after 3 s)
         while time.monotonic() < deadline and proc.poll() is None and not _catches(proc.pid, signum):
             time.sleep(0.02)
-        time.sleep(0.5)
+        time.sleep(0.5)  # into the measuring, which the signal must interrupt, not only the start
         assert proc.poll() is None, "the calibration ended before it could be signalled"
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)

@@ -140,7 +140,7 @@ def test_monitor_samples_the_gpu(models, gpu_server, tmp_path):
     client = Client(ClientOptions(base_path=base, socket=sock, device="gpu", profile_output=tmp_path / "t"))
     with MemoryMonitor(store_pid=pid) as monitor:
         client.run([(m, i) for m in MODELS for i in range(2)])
-        time.sleep(0.3)
+        time.sleep(0.3)  # a few more of the monitor's samples after the last request
     monitor.write(tmp_path / "memory.csv", tmp_path / "summary.json")
     gpu = [s for s in monitor.samples if s["device"] == 0]
     assert len(gpu) >= 5 and all(s["memory_used_bytes"] > 0 for s in gpu)

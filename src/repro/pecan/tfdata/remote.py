@@ -206,7 +206,7 @@ class SshWorkers:
             if not running:
                 tail = self._run(entry["host"], f"tail -n 5 {shlex.quote(entry['log'])} || true").strip()
                 raise ReproError(f"{entry['host']}: tf.data worker exited before serving: {' | '.join(tail.splitlines())}")
-            time.sleep(0.3)
+            time.sleep(0.3)  # each poll is an ssh command on the worker host
         self.stop(entry)
         raise ReproError(f"{entry['host']}: tf.data worker did not report within {timeout_s} s")
 
