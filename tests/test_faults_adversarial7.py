@@ -62,3 +62,35 @@ def test_a_graph_of_gigabytes_is_refused_before_it_is_read(models, tmp_path, com
     assert (code, out) == (1, "")
     assert err == (f"repro: error: {model / 'model.onnx'}: {3 << 30} bytes, larger than 64 MiB; expected the model's "
                    "model.onnx, a graph whose weights lie in model.params\n")
+
+
+@pytest.fixture(scope="module")
+def calibrations(tmp_path_factory):
+    """Calibrations of every pipeline, measured briefly."""
+    directory = tmp_path_factory.mktemp("calibrations")
+    pipelines = ("resnet", "retinanet", "simclr", "asr")
+    from repro.cli import main
+
+    assert main(["pecan", "calibrate", "--pipeline", *pipelines, "--elements", "2", "--repeats", "1",
+                 "-o", *(str(directory / f"{p}.json") for p in pipelines)]) in (0, None)
+    return {p: directory / f"{p}.json" for p in pipelines}
+
+
+@pytest.mark.parametrize("value", ["x", None, -1, 1e308, 10**400, [1]],
+                         ids=["text", "null", "negative", "huge", "huge-integer", "list"])
+@pytest.mark.parametrize("order", ["declared", "autoorder"])
+def test_a_calibrations_cost_per_reference_kernel_is_checked(calibrations, tmp_path, capsys, order, value):
+    """A calibration whose `per_reference_kernel` (the local preset's cost, scaled) is no positive number:
+    `repro pecan estimate` (and every run of the local preset) ended in a TypeError, ZeroDivisionError or
+    OverflowError traceback, or with 1e308 printed inf and nan dollars."""
+    import json
+
+    data = json.loads(calibrations["resnet"].read_text())
+    data[order]["per_reference_kernel"] = value
+    edited = tmp_path / "resnet.json"
+    edited.write_text(json.dumps(data))
+    others = [calibrations[p] for p in ("retinanet", "simclr", "asr")]
+    code, out, err = run_repro(["pecan", "estimate", "--calibration", edited, *others], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: --calibration {edited}: {order}.per_reference_kernel is {value!r:.40}; expected a "
+                   "positive number of reference kernels, 2.78e-13 to 3.6e+12\n")
