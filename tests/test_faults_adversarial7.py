@@ -8,7 +8,7 @@ read; a command that refuses says so in one line naming the file, key or flag.
 import shutil
 
 import pytest
-from support import run_forked, run_repro
+from support import REPO, run_forked, run_repro
 
 
 pytestmark = pytest.mark.fault
@@ -94,3 +94,43 @@ def test_a_calibrations_cost_per_reference_kernel_is_checked(calibrations, tmp_p
     assert (code, out) == (1, "")
     assert err == (f"repro: error: --calibration {edited}: {order}.per_reference_kernel is {value!r:.40}; expected a "
                    "positive number of reference kernels, 2.78e-13 to 3.6e+12\n")
+
+
+@pytest.mark.parametrize("value", ["x", None, True, 10**400, [1]], ids=["text", "null", "true", "huge-integer", "list"])
+@pytest.mark.parametrize("key", ["per_reference_kernel", "cpu_s_per_element"])
+def test_compare_results_names_a_calibration_value_that_is_no_number(calibrations, tmp_path, monkeypatch, capsys,
+                                                                     key, value):
+    """`repro pecan compare-results` of a results/ directory whose calibration holds text, null, a list or
+    an integer past float's range: a TypeError or OverflowError traceback (per_reference_kernel is compared
+    as it is held; the CPU costs are scaled to milliseconds first), and `true` was compared as 1."""
+    import json
+
+    from repro.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for results in ("first", "second"):
+        (tmp_path / results / "calibration").mkdir(parents=True)
+        shutil.copy(calibrations["resnet"], tmp_path / results / "calibration" / "resnet.json")
+    experiment = tmp_path / "run"
+    config = str(REPO / "config" / "config.yaml")
+    assert main(["pecan", "run", "--config", config, "--experiment", "ResNet50_v2-8", "--mode", "pecan", "--calibration",
+                 str(calibrations["resnet"]), str(calibrations["retinanet"]), "--out", str(experiment)]) in (0, None)
+    capsys.readouterr()
+    for results in ("first", "second"):
+        table = tmp_path / results / "tables" / "ResNet50_v2-8.csv"
+        assert main(["pecan", "costs", str(experiment / "run.log"), "--config", config, "--experiment", "ResNet50_v2-8",
+                     "-o", str(table)]) in (0, None)
+        lines = table.read_text().splitlines()
+        table.write_text("\n".join([lines[0] + ",tpu_cost_mean,worker_cost_mean",
+                                    *(f"{line},1.0,0.5" for line in lines[1:])]) + "\n")
+    edited = tmp_path / "second" / "calibration" / "resnet.json"
+    data = json.loads(edited.read_text())
+    data["declared"][key] = value
+    edited.write_text(json.dumps(data))
+    code, out, err = run_repro(["pecan", "compare-results", "first", "second", "--figure", "fig8_ResNet50_v2-8",
+                                "--config", config], capsys)
+    name = "per reference kernel" if key == "per_reference_kernel" else "ms/element"
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: second: not a finished workflow's results directory for figures ['fig8_ResNet50_v2-8'] "
+                   f"(ValueError: calibration resnet declared {name}: {value!r:.40} is not a finite number); build them "
+                   "first (snakemake --cores 1)\n")
