@@ -165,3 +165,30 @@ def test_a_bootstrap_drawn_in_batches_draws_what_it_drew_at_once():
     at_once = np.median(samples[rng.integers(0, samples.size, (stats.BOOTSTRAP_DRAWS, samples.size))], axis=1)
     expected = (float(np.median(samples)), *map(float, np.percentile(at_once, [2.5, 97.5])))
     assert stats.bootstrap_interval(samples) == expected
+
+
+def _model_load_row(**changes):
+    row = {"model": "m", "speedup": 2.0}
+    for mode in ("original", "shared"):
+        row.update({f"{mode}_latency_ms": 10.0, f"{mode}_latency_ci_ms": [9.0, 11.0], f"{mode}_requests": 5})
+    return {**row, **changes}
+
+
+@pytest.mark.parametrize("rows, error", [
+    ([_model_load_row(model="M" * (1 << 20))], "compare[0].model: expected a name of 1 to 255 characters, got " + "M" * 60),
+    ([_model_load_row(model=f"m{i}") for i in range(20000)],
+     "compare: 20000 rows; expected at most 5120 (the TrIMS summary JSON that trims summary writes)"),
+], ids=["label-of-a-megabyte", "twenty-thousand-rows"])
+def test_trims_plot_refuses_a_summary_no_figure_can_draw(tmp_path, monkeypatch, capsys, rows, error):
+    """`repro trims plot` of a summary whose model name is a megabyte long, or that holds 20000 rows:
+    matplotlib drew it for minutes (a 5 MB label: 2.3 GB and still drawing after two minutes; about 18 ms
+    a row, hours for the million rows a summary file may hold)."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"compare": rows}))
+    style = json.dumps({"width_in": 5.0, "height_in": 3.6, "dpi": 150, "font_size": 9, "show_reference": True})
+    code, out, err = run_repro(["trims", "plot", "trims_model_load", "--summary", "summary.json", "--style", style,
+                                "--output", "f.pdf", "f.png"], capsys)
+    assert (code, out, err) == (1, "", f"repro: error: summary.json: {error}\n")
+    assert not (tmp_path / "f.pdf").exists()
