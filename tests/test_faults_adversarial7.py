@@ -5,7 +5,9 @@ Each ends with nothing outside the command's own files written to or deleted, no
 read; a command that refuses says so in one line naming the file, key or flag.
 """
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 from support import REPO, run_forked, run_repro
@@ -192,3 +194,65 @@ def test_trims_plot_refuses_a_summary_no_figure_can_draw(tmp_path, monkeypatch, 
                                 "--output", "f.pdf", "f.png"], capsys)
     assert (code, out, err) == (1, "", f"repro: error: summary.json: {error}\n")
     assert not (tmp_path / "f.pdf").exists()
+
+
+def _serve(models, directory, *extra):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket",
+                             str(directory / "s.sock"), "--base-path", str(models), "--memory-mb", "64",
+                             "--pid-file", str(directory / "s.pid"), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_server_whose_info_file_cannot_be_written_at_stop_removes_its_socket(models):
+    """A model store whose server info file could not be written when it stopped (replaced by a
+    directory, a full disk): the error skipped the rest of the stop, and its socket and pid file were
+    left behind for the next command to find."""
+    import tempfile
+    import time
+
+    directory = Path(tempfile.mkdtemp(prefix="info-"))
+    proc = None
+    try:
+        info = directory / "info.json"
+        proc = _serve(models, directory, "--info-file", str(info))
+        deadline = time.monotonic() + 60
+        while not (directory / "s.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        info.unlink()
+        info.mkdir()
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1
+        assert err.endswith(f"repro: error: {info}: cannot write: it is a directory\n")
+        assert sorted(os.listdir(directory)) == ["info.json"]
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(directory)
+
+
+def test_a_server_info_file_under_a_file_is_refused_before_the_server_listens(models):
+    """`trims-tools server run` with HOME a file (its server info file, ~/.micro18_server.json, under
+    it): the server announced itself, then failed writing the info and left its socket behind."""
+    import tempfile
+
+    from repro.trims.originals import main
+
+    directory = Path(tempfile.mkdtemp(prefix="info-"))
+    try:
+        (directory / "home").write_text("")
+        (directory / "run").mkdir(mode=0o700)
+        env = {"HOME": str(directory / "home"), "UPR_BASE_DIR": str(models), "XDG_RUNTIME_DIR": str(directory / "run")}
+        code, out, err = run_forked(["server", "run"], directory, 60, main=main, env=env)
+        info = directory / "home" / ".micro18_server.json"
+        assert (code, out) == (1, "")
+        # onnxruntime may warn first that it cannot keep its telemetry id under HOME
+        assert err.endswith(f"trims-tools: error: {info}: cannot write: {directory / 'home'} is not a directory (the "
+                            "server info file)\n")
+        assert os.listdir(directory / "run" / "repro") == []
+    finally:
+        shutil.rmtree(directory)
