@@ -256,3 +256,24 @@ def test_a_server_info_file_under_a_file_is_refused_before_the_server_listens(mo
         assert os.listdir(directory / "run" / "repro") == []
     finally:
         shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize("command", [["trims", "models", "squeezenet_1.1"],
+                                     ["trims", "fetch", "squeezenet_1.1", "--asset-store", "assets"]],
+                         ids=["models", "fetch"])
+def test_a_model_directory_of_the_users_is_not_written_into(models, tmp_path, monkeypatch, capsys, command):
+    """`repro trims models NAME` (and `trims-tools download assets`, which runs it for every model) or
+    `repro trims fetch NAME` where the base path's NAME is a directory of the user's, without a model
+    manifest (the original tools' base path holds their own models, whose weights are model.params
+    too): its model.params was replaced by the generated or fetched weights."""
+    monkeypatch.chdir(tmp_path)
+    _copy_model(models, tmp_path / "assets")
+    (tmp_path / "base" / "squeezenet_1.1").mkdir(parents=True)
+    (tmp_path / "base" / "squeezenet_1.1" / "model.params").write_text("the user's weights")
+    code, out, err = run_repro([*command, "--base-path", "base"], capsys)
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: base/squeezenet_1.1: holds files but no model manifest (manifest.json); expected a "
+                   "model's directory (or nothing) there: move the files away, or name another base path\n")
+    assert os.listdir(tmp_path / "base") == ["squeezenet_1.1"]
+    assert os.listdir(tmp_path / "base" / "squeezenet_1.1") == ["model.params"]
+    assert (tmp_path / "base" / "squeezenet_1.1" / "model.params").read_text() == "the user's weights"

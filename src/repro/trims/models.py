@@ -329,6 +329,10 @@ def staged_model(directory):
         kind = "a symbolic link" if directory.is_symlink() else "not a directory"
         raise ReproError(f"{directory}: is {kind}; expected a model's directory (or nothing) there: remove it, "
                          "or name another base path")
+    if directory.is_dir() and any(directory.iterdir()) and not _holds_model(directory):
+        # the user's (the original tools' weights are model.params too): its files were replaced
+        raise ReproError(f"{directory}: holds files but no model manifest ({MANIFEST}); expected a model's directory "
+                         "(or nothing) there: move the files away, or name another base path")
     directory.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
     try:
@@ -342,6 +346,15 @@ def staged_model(directory):
             os.replace(stage / name, directory / name)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _holds_model(directory):
+    """Whether `directory` holds a model this package wrote: its manifest there, and one."""
+    try:
+        load_manifest_file(directory / MANIFEST)
+    except (ReproError, OSError):
+        return False
+    return True
 
 
 def generate(name, directory, seed=0):
