@@ -277,3 +277,28 @@ def test_a_model_directory_of_the_users_is_not_written_into(models, tmp_path, mo
     assert os.listdir(tmp_path / "base") == ["squeezenet_1.1"]
     assert os.listdir(tmp_path / "base" / "squeezenet_1.1") == ["model.params"]
     assert (tmp_path / "base" / "squeezenet_1.1" / "model.params").read_text() == "the user's weights"
+
+
+@pytest.mark.parametrize("command", [["server", "run"], ["run", "--models=squeezenet_1.1"]], ids=["server-run", "run"])
+@pytest.mark.parametrize("name", ["/elsewhere", "../../elsewhere"], ids=["absolute", "dotdot"])
+def test_trims_tools_server_profile_stays_under_the_profile_directory(models, tmp_path, command, name):
+    """`trims-tools server run --profile --profile_output=/elsewhere` (or `run`, whose client refuses that
+    name only once the store runs): the server's trace, server_<id>.json, was written wherever the name
+    led, outside the profile directory the client confines its traces to."""
+    import socket
+    import tempfile
+
+    from repro.trims.originals import main
+
+    config = tmp_path / "carml.yml"
+    config.write_text(f"micro18:\n  base_path: {models}\n  profile_output_directory: {tmp_path / 'profiles'}\n")
+    runtime = Path(tempfile.mkdtemp(prefix="run-"))  # the store's socket: a short path
+    try:
+        code, out, err = run_forked([*command, "--profile", f"--profile_output={name}", f"--config={config}"], tmp_path,
+                                    30, main=main, env={"XDG_RUNTIME_DIR": str(runtime), "HOME": str(tmp_path)})
+    finally:
+        shutil.rmtree(runtime)
+    assert (code, out) == (1, "")
+    assert err == (f"trims-tools: error: --profile_output {name!r}: expected a relative name (no '..') for a directory "
+                   f"under {tmp_path / 'profiles' / socket.gethostname()}\n")
+    assert sorted(os.listdir(tmp_path)) == ["carml.yml"]
