@@ -8,6 +8,7 @@ from repro.errors import ReproError
 
 CONFIDENCE = 0.95
 BOOTSTRAP_DRAWS = 2000
+BOOTSTRAP_BATCH_VALUES = 1 << 22  # resampled values held at once (64 MiB of indices and values)
 
 
 def mean_interval(values, confidence=CONFIDENCE):
@@ -39,7 +40,11 @@ def bootstrap_interval(samples, statistic=np.median, confidence=CONFIDENCE, draw
     if samples.size == 0:
         raise ReproError("no samples to bootstrap")
     rng = np.random.default_rng(seed)
-    resampled = statistic(samples[rng.integers(0, samples.size, (draws, samples.size))], axis=1)
+    # the draws a batch at a time: all at once took draws x samples indices and values (32 GB for a
+    # million requests); one generator drawn in batches gives the same indices as drawn at once
+    batch = max(1, BOOTSTRAP_BATCH_VALUES // samples.size)
+    resampled = np.concatenate([statistic(samples[rng.integers(0, samples.size, (min(batch, draws - done), samples.size))],
+                                          axis=1) for done in range(0, draws, batch)])
     low, high = np.percentile(resampled, [50 * (1 - confidence), 50 * (1 + confidence)])
     return float(statistic(samples)), float(low), float(high)
 

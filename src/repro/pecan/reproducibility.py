@@ -9,7 +9,7 @@ functions; every plotted number of the two chains compared within the configured
 95% interval the repeats give, and how far outside.
 """
 
-import math
+import sys
 from pathlib import Path
 
 from repro.errors import ReproError
@@ -46,11 +46,15 @@ def plotted_numbers(figures, calibrations, rows_by_figure):
         if "reference_kernel" not in calibration:
             raise ReproError(f"calibration of {pipeline!r} has no reference kernel (an older file); "
                              "measure it again (snakemake --forcerun calibrate)")
-        numbers[f"calibration {pipeline} reference kernel ms"] = calibration["reference_kernel"]["cpu_s"] * 1e3
+        held = {"reference kernel ms": (calibration["reference_kernel"]["cpu_s"], 1e3)}
         for order in ("declared", "autoorder"):
-            numbers[f"calibration {pipeline} {order} ms/element"] = calibration[order]["cpu_s_per_element"] * 1e3
-            numbers[f"calibration {pipeline} {order} per reference kernel"] = calibration[order]["per_reference_kernel"]
-        numbers[f"calibration {pipeline} AutoOrder saving %"] = calibration["autoorder_saving"] * 100
+            held[f"{order} ms/element"] = (calibration[order]["cpu_s_per_element"], 1e3)
+            held[f"{order} per reference kernel"] = (calibration[order]["per_reference_kernel"], 1)
+        held["AutoOrder saving %"] = (calibration["autoorder_saving"], 100)
+        for name, (value, unit) in held.items():
+            if not _finite_number(value):  # text, null or true, or 10**400: multiplied into nonsense or an exception
+                raise ValueError(f"calibration {pipeline} {name}: {value!r:.40} is not a finite number")
+            numbers[f"calibration {pipeline} {name}"] = value * unit
     for figure in figures:
         for row in rows_by_figure[figure]:
             bar = f"{row['workload']} {row['mode']}" if "workload" in row else row["mode"]
@@ -109,6 +113,11 @@ def results_files(config, figures, results):
             + [_results_table(config, figure, results) for figure in figures])
 
 
+def _finite_number(value):
+    """A number within float's range, compared (math.isfinite raised OverflowError on 10**400, TypeError on text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
+
+
 def results_numbers(config, figures, results):
     """The plotted numbers of a finished workflow's `results/` directory (its calibrations and
     cost tables), to compare two clones or two machines."""
@@ -126,13 +135,14 @@ def results_numbers(config, figures, results):
                 raise FileNotFoundError(2, "No such file or directory", str(table))
             rows_by_figure[figure] = read_csv(table, str(table), "a cost table")
         numbers = plotted_numbers(figures, calibrations, rows_by_figure)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, OverflowError) as exc:  # OverflowError: 10**400 * 1e3
         raise ReproError(f"{results}: not a finished workflow's results directory for figures {list(figures)} "
                          f"({type(exc).__name__}: {exc}); build them first (snakemake --cores 1)") from None
-    bad = next((name for name, value in numbers.items() if not math.isfinite(value)), None)
+    # a value the calibration holds as it is (per reference kernel) may be text, null, true or 10**400
+    bad = next((name for name, value in numbers.items() if not _finite_number(value)), None)
     if bad is not None:  # named here, not as the comparison's output file holding it
-        raise ReproError(f"{results}: {bad} is {numbers[bad]}, not a finite number; expected a finished workflow's "
-                         "results (build them again)")
+        raise ReproError(f"{results}: {bad} is {numbers[bad]!r:.40}, not a finite number; expected a finished "
+                         "workflow's results (build them again)")
     return numbers
 
 

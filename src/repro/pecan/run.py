@@ -313,6 +313,14 @@ def _cpu_seconds(value):
     return _positive(value) and MIN_CPU_S <= value <= MAX_CPU_S
 
 
+# a cost per reference kernel: a CPU cost in the range above over a kernel's, itself in that range
+MIN_KERNELS, MAX_KERNELS = MIN_CPU_S / MAX_CPU_S, MAX_CPU_S / MIN_CPU_S
+
+
+def _kernels(value):
+    return _positive(value) and MIN_KERNELS <= value <= MAX_KERNELS
+
+
 def _check_numbers(data, label):
     """A calibration's costs divide the work a run simulates: each must be a positive finite number
     (a zero cost would make the preprocessing infinitely fast, a zero size the network), a CPU cost
@@ -322,6 +330,10 @@ def _check_numbers(data, label):
                                     ("bytes_out_per_element", _positive, "a positive number")):
             if not fits(data[order][key]):
                 raise ReproError(f"{label}: {order}.{key} is {data[order][key]!r}; expected {expected}")
+        ratio = data[order].get("per_reference_kernel")  # the local preset's cost: this ratio times one scale
+        if "per_reference_kernel" in data[order] and not _kernels(ratio):
+            raise ReproError(f"{label}: {order}.per_reference_kernel is {ratio!r:.40}; expected a positive number of "
+                             f"reference kernels, {MIN_KERNELS:.3g} to {MAX_KERNELS:.3g}")
         drawn = data[order].get("element_cpu_s")
         if drawn is not None and not (isinstance(drawn, list) and drawn and all(map(_positive, drawn))):
             raise ReproError(f"{label}: {order}.element_cpu_s: expected a non-empty list of positive numbers")

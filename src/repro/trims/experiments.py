@@ -7,6 +7,7 @@ distribution decides what stays resident).
 """
 
 import contextlib
+import os
 import shutil
 from pathlib import Path
 
@@ -60,14 +61,44 @@ def fetch_model(asset_store, model, base_path):
         # opened as regular files before anything is written: a link to /dev/zero was copied till the disk was full
         files = {name: opened.enter_context(open_regular(source / name, str(source / name), "a model file"))
                  for name in manifest["sha256"]}
+        sizes = {name: _source_size(source / name, files[name], manifest) for name in files}
         with staged_model(target) as stage:
             for name, expected in manifest["sha256"].items():
                 with open(stage / name, "wb") as out:
-                    shutil.copyfileobj(files[name], out)
+                    shutil.copyfileobj(_limited(files[name], sizes[name]), out)
                 if sha256_file(stage / name) != expected:
                     raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
             write_json(stage / MANIFEST, manifest)
     return manifest
+
+
+def _source_size(path, fh, manifest):
+    """The size of the asset store's model file `path` (open as `fh`) where it is one the manifest allows:
+    model.params exactly params_bytes, model.onnx a graph without weights. A sparse file of terabytes
+    was copied whole, filling the disk, before its checksum was found wrong."""
+    from repro.trims.models import GRAPH, PARAMS, check_graph_size
+
+    size = os.fstat(fh.fileno()).st_size
+    if path.name == PARAMS and size != manifest["params_bytes"]:
+        raise ReproError(f"{path}: {size} bytes; expected the {manifest['params_bytes']} bytes of weights its manifest "
+                         "records (params_bytes)")
+    if path.name == GRAPH:
+        check_graph_size(path, size)
+    return size
+
+
+class _limited:
+    """A file object's first `size` bytes, read by shutil.copyfileobj: a file that grows while it is
+    copied is copied no further (its checksum then fails)."""
+
+    def __init__(self, fh, size):
+        self.fh, self.left = fh, size
+
+    def read(self, count=-1):
+        count = self.left if count < 0 else min(count, self.left)
+        data = self.fh.read(count) if count else b""
+        self.left -= len(data)
+        return data
 
 
 def _named(manifest, model, where):

@@ -4,10 +4,17 @@ from dataclasses import dataclass
 
 from repro.errors import ReproError
 from repro.fsutil import read_json
+from repro.trims.workload import DISTRIBUTIONS
 
 MAX_SUMMARY_NUMBER = 1e9  # ms (11 days), requests, clients: past it a figure's axis overflows; a summary never holds one
+# a figure draws each row, a label each (about 18 ms a row): a summary holds a row per model, or per
+# distribution and concurrency level (the config allows 1024 levels); a label is a name, a model's a
+# directory name of at most 255 bytes. A million rows or a label of megabytes drew for hours.
+MAX_ROWS = len(DISTRIBUTIONS) * 1024
+MAX_NAME = 255
 _NUMBER = f"a number from 0 to {MAX_SUMMARY_NUMBER:g}"
 _INTERVAL = f"a [low, high] pair of numbers from 0 to {MAX_SUMMARY_NUMBER:g}"
+_NAME = f"a name of 1 to {MAX_NAME} characters"
 
 
 @dataclass(frozen=True)
@@ -22,11 +29,11 @@ class Figure:
 # The registry: `plots.trims` in the config, `repro trims plot`'s figure and the trims_plot rule's
 # wildcard take their names from here.
 FIGURES = {
-    "trims_model_load": Figure("compare", {"model": "a string", "speedup": _NUMBER, **{
+    "trims_model_load": Figure("compare", {"model": _NAME, "speedup": _NUMBER, **{
         f"{mode}_{field}": kind for mode in ("original", "shared") for field, kind in
         (("latency_ms", _NUMBER), ("latency_ci_ms", _INTERVAL), ("requests", _NUMBER))}}),
     "trims_distributions": Figure("distributions", {
-        "distribution": "a string", "concurrency": _NUMBER, "requests": _NUMBER, "hit_rate": _NUMBER,
+        "distribution": _NAME, "concurrency": _NUMBER, "requests": _NUMBER, "hit_rate": _NUMBER,
         "hit_rate_ci": _INTERVAL, **{f"p{q}{field}": kind for q in (50, 90, 99) for field, kind in
                                      (("_ms", _NUMBER), ("_ci_ms", _INTERVAL))}}),
 }
@@ -40,7 +47,7 @@ def _is(value, kind):
         return number(value)
     if kind == _INTERVAL:
         return isinstance(value, list) and len(value) == 2 and all(number(v) for v in value)
-    return isinstance(value, str)
+    return isinstance(value, str) and 1 <= len(value) <= MAX_NAME
 
 
 def read_summary(path, figure):
@@ -54,6 +61,8 @@ def read_summary(path, figure):
     rows = summary.get(key)
     if not isinstance(rows, list) or not rows:
         raise ReproError(f"{path}: {key}: expected a non-empty list of table rows ({what}), got {str(rows)[:60]}")
+    if len(rows) > MAX_ROWS:
+        raise ReproError(f"{path}: {key}: {len(rows)} rows; expected at most {MAX_ROWS} ({what})")
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ReproError(f"{path}: {key}[{i}]: expected an object (a table row), got {type(row).__name__}")

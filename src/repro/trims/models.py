@@ -25,6 +25,7 @@ from repro.fsutil import DIRECTORY_MODE, atomic_path, sha256_file, write_json
 GRAPH, PARAMS, MANIFEST = "model.onnx", "model.params", "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20  # the largest model here lists a few hundred tensors: a few tens of KiB
 MAX_PARAMS_BYTES = 1 << 40
+MAX_GRAPH_BYTES = 64 << 20  # the graph holds no weights (they lie in model.params): the largest here is about 50 KiB
 MAX_SIDE = 4096  # input side in pixels: the largest published input here is 454
 MAX_NAME_BYTES = 255  # a directory name (NAME_MAX)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -328,6 +329,10 @@ def staged_model(directory):
         kind = "a symbolic link" if directory.is_symlink() else "not a directory"
         raise ReproError(f"{directory}: is {kind}; expected a model's directory (or nothing) there: remove it, "
                          "or name another base path")
+    if directory.is_dir() and any(directory.iterdir()) and not _holds_model(directory):
+        # the user's (the original tools' weights are model.params too): its files were replaced
+        raise ReproError(f"{directory}: holds files but no model manifest ({MANIFEST}); expected a model's directory "
+                         "(or nothing) there: move the files away, or name another base path")
     directory.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
     try:
@@ -341,6 +346,15 @@ def staged_model(directory):
             os.replace(stage / name, directory / name)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _holds_model(directory):
+    """Whether `directory` holds a model this package wrote: its manifest there, and one."""
+    try:
+        load_manifest_file(directory / MANIFEST)
+    except (ReproError, OSError):
+        return False
+    return True
 
 
 def generate(name, directory, seed=0):
@@ -442,7 +456,17 @@ def model_file(base_path, model, name):
         raise ReproError(f"{path}: cannot read model file ({exc.strerror})") from None
     if not stat.S_ISREG(info.st_mode):
         raise ReproError(f"{path}: not a regular file (expected the model's {name})")
+    if name == GRAPH:
+        check_graph_size(path, info.st_size)
     return path
+
+
+def check_graph_size(path, size):
+    """ReproError where a model graph of `size` bytes is larger than any graph without its weights: a
+    sparse file of gigabytes was read whole (parsed, tens of GB of memory) before it was found no graph."""
+    if size > MAX_GRAPH_BYTES:
+        raise ReproError(f"{path}: {size} bytes, larger than {MAX_GRAPH_BYTES >> 20} MiB; expected the model's "
+                         f"{GRAPH}, a graph whose weights lie in {PARAMS}")
 
 
 def open_regular(path, what):
@@ -547,7 +571,7 @@ def check_model(base_path, model):
     model_file(base_path, model, PARAMS)  # its size and checksum are checked as each request reads it
     try:
         with open_regular(graph_path, "an ONNX graph") as fh:
-            graph = onnx.load_model_from_string(fh.read()).graph
+            graph = onnx.load_model_from_string(fh.read(MAX_GRAPH_BYTES + 1)).graph
     except ReproError:
         raise
     except Exception as exc:  # protobuf's DecodeError and friends: the file is not an ONNX model

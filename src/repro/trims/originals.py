@@ -356,9 +356,14 @@ def server_argv(values, given, config, config_args):
             *config_args]
     if values["profile"]:  # the server's trace, server_<id>.json, where the clients' traces of the run go
         import socket
+        from pathlib import PurePath
 
-        argv += ["--profile", os.path.join(config["profile_output_directory"], socket.gethostname(),
-                                           values["profile_output"])]
+        host = os.path.join(config["profile_output_directory"], socket.gethostname())
+        name = PurePath(values["profile_output"])
+        if name.is_absolute() or ".." in name.parts:  # as the client refuses it: the trace went wherever it led
+            raise ReproError(f"--profile_output {values['profile_output']!r}: expected a relative name (no '..') for a "
+                             f"directory under {host}")
+        argv += ["--profile", os.path.join(host, values["profile_output"])]
     if values["persist_cpu_only"]:
         return [*argv, "--device", "cpu"]
     from repro.trims.device import resolve_device

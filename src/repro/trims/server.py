@@ -33,7 +33,7 @@ from pathlib import Path
 import psutil
 
 from repro.errors import ReproError
-from repro.fsutil import refuse_inside, write_json
+from repro.fsutil import not_a_directory, refuse_inside, write_json
 from repro.processes import (describe, matches, owner_environment, private_directory, read_record, spawn, stop_child,
                               write_record)
 from repro.stopsignals import deferred, raise_deferred
@@ -222,6 +222,9 @@ def _socket_identity(path):
 def _check_info_file(path):
     """Refuse a server-info path that holds anything but an earlier server's info (or nothing)."""
     path = Path(path)
+    blocker = not_a_directory(path.parent)  # named before the server listens, not once it has started
+    if blocker is not None:
+        raise ReproError(f"{path}: cannot write: {blocker} is not a directory (the server info file)")
     if not path.exists() and not path.is_symlink():
         return
     record = read_record(path) if path.is_file() and not path.is_symlink() else None
@@ -286,21 +289,23 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
         server.serve_forever()
     finally:
         server.server_close()
-        final = _server_info(store, server_id, started, socket_path, {"server_stop_time": _now()})
-        store.close()
-        if info_file:
-            write_json(info_file, final)
-        if profile_dir:
-            from repro.traces import write_trace
+        try:  # the info and trace written where they can be; the socket and pid file go whatever they do
+            final = _server_info(store, server_id, started, socket_path, {"server_stop_time": _now()})
+            store.close()
+            if info_file:
+                write_json(info_file, final)
+            if profile_dir:
+                from repro.traces import write_trace
 
-            Path(profile_dir).mkdir(parents=True, exist_ok=True)
-            write_trace(Path(profile_dir) / f"server_{server_id}.json", store.events,
-                        {"displayTimeUnit": "ms", "otherData": {**final, "upr_server": True}})
-        with contextlib.suppress(OSError):  # only the socket this server bound: not one put there since
-            if _socket_identity(socket_path) == bound:
-                socket_path.unlink()
-        if pid_file and record is not None and read_record(pid_file) == record:
-            Path(pid_file).unlink(missing_ok=True)
+                Path(profile_dir).mkdir(parents=True, exist_ok=True)
+                write_trace(Path(profile_dir) / f"server_{server_id}.json", store.events,
+                            {"displayTimeUnit": "ms", "otherData": {**final, "upr_server": True}})
+        finally:
+            with contextlib.suppress(OSError):  # only the socket this server bound: not one put there since
+                if _socket_identity(socket_path) == bound:
+                    socket_path.unlink()
+            if pid_file and record is not None and read_record(pid_file) == record:
+                Path(pid_file).unlink(missing_ok=True)
 
 
 def server_pid(socket_path):
