@@ -17,11 +17,14 @@ pytestmark = pytest.mark.fault
 
 def test_a_directory_where_a_model_file_goes_is_named(tmp_path, monkeypatch, capsys):
     """`repro trims models` where <model>/model.params is a directory: the error named the hidden staging
-    copy (.squeezenet_1.1.<random>.tmp/model.params), removed by then, not the directory in the way."""
+    copy (.squeezenet_1.1.<random>.tmp/model.params), removed by then, not the directory in the way
+    (the model's directory, which holds it and no manifest)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models" / "squeezenet_1.1" / "model.params").mkdir(parents=True)
     code, out, err = run_repro(["trims", "models", "squeezenet_1.1", "--base-path", "models"], capsys)
-    assert (code, out, err) == (1, "", "repro: error: models/squeezenet_1.1/model.params: Is a directory\n")
+    assert (code, out) == (1, "")
+    assert err == ("repro: error: models/squeezenet_1.1: holds files but no model manifest (manifest.json); expected "
+                   "a model's directory (or nothing) there: move the files away, or name another base path\n")
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["squeezenet_1.1"]  # no staging copy left
 
 

@@ -74,6 +74,19 @@ def test_verdict_says_inside_or_by_how_much_outside():
     assert verdict(0.5, 0.9, 1.1, 0.05) == (False, pytest.approx(-0.35))
 
 
+@pytest.mark.parametrize("batch_values", [30 * 7, 30 * 500, 1], ids=["batches-of-7", "one-batch", "one-at-a-time"])
+def test_a_bootstrap_in_batches_draws_the_resamples_one_draw_would(batch_values, monkeypatch):
+    """Resamples drawn a batch at a time (bounded memory) are those one draw of them all gives, the
+    last batch only what is left (500 draws in batches of 7: 71 of 7, then 3)."""
+    from repro import stats
+
+    monkeypatch.setattr(stats, "BOOTSTRAP_BATCH_VALUES", batch_values)
+    samples = np.random.default_rng(4).normal(10, 2, 30)
+    picks = np.random.default_rng(5).integers(0, 30, (500, 30))
+    expected = tuple(np.percentile(samples[picks].mean(axis=1), [5, 95]))
+    assert bootstrap_interval(samples, statistic=np.mean, confidence=0.9, draws=500, seed=5)[1:] == expected
+
+
 def test_intervals_follow_the_confidence_asked_for_and_include_their_bounds():
     mean, low, high = mean_interval([1.0, 2.0, 3.0], confidence=0.5)
     assert high - mean == pytest.approx(0.8164966 / np.sqrt(3))  # t(0.75, 2 df) x s / sqrt(n)
