@@ -349,7 +349,7 @@ def staged_model(directory):
 
 
 def _holds_model(directory):
-    """Whether `directory` holds a model this package wrote: its manifest there, and one."""
+    """Whether `directory` holds a model this package wrote: a manifest there that loads as one."""
     try:
         load_manifest_file(directory / MANIFEST)
     except (ReproError, OSError):
