@@ -42,6 +42,18 @@ def sleeper(**popen):
     return subprocess.Popen(["sleep", "60"], **popen)
 
 
+def kill_started(proc, children):
+    """Kill a command a test started (`proc`, a Popen) and the `children` (psutil processes) it had
+    started; psutil checks each child is still the process it found (its pid and start time)."""
+    import psutil
+
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    proc.kill()
+    proc.wait()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -401,7 +401,7 @@ def test_tfdata_start_stopped_while_its_dispatcher_starts_leaves_nothing_running
     """SIGTERM to `repro pecan tfdata start` while its dispatcher imported TensorFlow: the command ended,
     and the dispatcher, which no state.json recorded yet, ran on where `tfdata stop` could not reach it."""
     import psutil
-    from support import BIN
+    from support import BIN, kill_started
 
     state = tmp_path / "sd"
     children = []
@@ -419,11 +419,7 @@ def test_tfdata_start_stopped_while_its_dispatcher_starts_leaves_nothing_running
         assert not alive, f"left running: {[child.cmdline() for child in alive]}"
         assert b"Traceback" not in proc.stderr.read()
     finally:
-        for child in children:  # psutil checks each is still the process it found (its pid and start time)
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        proc.kill()
-        proc.wait()
+        kill_started(proc, children)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")

@@ -7,7 +7,6 @@ another directory signalled, no unbounded copy; a command that refuses says so i
 the file or flag.
 """
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -17,7 +16,7 @@ import subprocess
 import time
 
 import pytest
-from support import REPO, run_forked, run_repro
+from support import REPO, kill_started, run_forked, run_repro
 
 
 pytestmark = pytest.mark.fault
@@ -194,8 +193,4 @@ def test_tfdata_start_stopped_while_its_workers_start_leaves_nothing_running(tmp
         assert not (state / "state.json").exists()
         assert b"Traceback" not in proc.stderr.read()
     finally:
-        for child in children:  # psutil checks each is still the process it found (its pid and start time)
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        proc.kill()
-        proc.wait()
+        kill_started(proc, children)

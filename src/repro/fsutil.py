@@ -142,15 +142,7 @@ def open_regular(path, label, what, mode="rb", **kwargs):
     """`path` opened for reading where it is a regular file; ReproError naming it (as `label`) and
     `what` it should be otherwise. OSError (missing, unreadable) is left to the caller to name.
     Opened without blocking, so a FIFO is refused instead of waiting for a writer."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        kind = os.fstat(fd).st_mode
-        if not stat.S_ISREG(kind):
-            raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file ({what})")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
+    fd = _regular_descriptor(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), label, what)
     # open() owns the descriptor from here, and closes it where it fails: closing it again replaced
     # its error (a stop signal's too) with EBADF, or closed a descriptor opened since under that number
     return open(fd, mode, **kwargs)
@@ -165,15 +157,21 @@ def open_lock(path, label):
     except OSError as exc:
         check_regular(path, label, "a lock file")  # a FIFO without a reader (ENXIO), a directory
         raise ReproError(f"{label}: cannot open ({exc.strerror})") from None
+    return open(_regular_descriptor(fd, label, "a lock file"), "a")
+
+
+def _regular_descriptor(fd, label, what):
+    """`fd` (opened without blocking), made blocking where it is a regular file; otherwise closed and
+    ReproError naming `label` and `what` it should be."""
     try:
         kind = os.fstat(fd).st_mode
         if not stat.S_ISREG(kind):
-            raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file (a lock file)")
+            raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file ({what})")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return open(fd, "a")
+    return fd
 
 
 def check_regular(path, label, what):
