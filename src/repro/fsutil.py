@@ -148,6 +148,15 @@ def open_regular(path, label, what, mode="rb", **kwargs):
     return open(fd, mode, **kwargs)
 
 
+def copy_limited(source, target, limit):
+    """Copy at most `limit` bytes from the file object `source` to `target`; return how many."""
+    copied = 0
+    while copied < limit and (block := source.read(min(limit - copied, 1 << 20))):
+        target.write(block)
+        copied += len(block)
+    return copied
+
+
 def open_lock(path, label):
     """`path` opened for appending, as a file to flock: created where missing, never truncated (a link
     is followed, the file it names left as it was). ReproError naming `label` where it is no regular

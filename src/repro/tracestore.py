@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import (atomic_path, check_output, check_regular, not_a_directory, open_regular, read_json,
-                          read_text, refuse_overwriting, write_json, write_text)
+from repro.fsutil import (atomic_path, check_output, check_regular, copy_limited, not_a_directory, open_regular,
+                          read_json, read_text, refuse_overwriting, write_json, write_text)
 from repro.fsutil import sha256_file as sha256
 
 
@@ -69,11 +69,8 @@ def _copy_bounded(source, target, limit, label):
         if limit is None:
             shutil.copyfileobj(src, out, 1 << 20)
             return
-        left = limit + 1
-        while left and (block := src.read(min(left, 1 << 20))):
-            out.write(block)
-            left -= len(block)
-    if not left:
+        copied = copy_limited(src, out, limit + 1)
+    if copied > limit:
         raise ReproError(f"{label}: larger than the {limit} bytes its upload recorded; expected the trace "
                          "that was uploaded")
 

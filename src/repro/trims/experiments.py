@@ -8,13 +8,12 @@ distribution decides what stays resident).
 
 import contextlib
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import fresh_directory, open_regular, read_json, sha256_file, write_json
+from repro.fsutil import copy_limited, fresh_directory, open_regular, read_json, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions, store_fields
@@ -65,7 +64,7 @@ def fetch_model(asset_store, model, base_path):
         with staged_model(target) as stage:
             for name, expected in manifest["sha256"].items():
                 with open(stage / name, "wb") as out:
-                    shutil.copyfileobj(_limited(files[name], sizes[name]), out)
+                    copy_limited(files[name], out, sizes[name])  # a file growing meanwhile: its checksum fails
                 if sha256_file(stage / name) != expected:
                     raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
             write_json(stage / MANIFEST, manifest)
@@ -85,20 +84,6 @@ def _source_size(path, fh, manifest):
     if path.name == GRAPH:
         check_graph_size(path, size)
     return size
-
-
-class _limited:
-    """A file object's first `size` bytes, read by shutil.copyfileobj: a file that grows while it is
-    copied is copied no further (its checksum then fails)."""
-
-    def __init__(self, fh, size):
-        self.fh, self.left = fh, size
-
-    def read(self, count=-1):
-        count = self.left if count < 0 else min(count, self.left)
-        data = self.fh.read(count) if count else b""
-        self.left -= len(data)
-        return data
 
 
 def _named(manifest, model, where):
