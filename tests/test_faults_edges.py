@@ -6,11 +6,13 @@ Each ends as test_faults_input's rows do: exit code 1, one line on stderr naming
 what was expected, no traceback, and nothing written.
 """
 
+import importlib.util
 import json
+import os
 import socket
 
 import pytest
-from support import run_repro, snapshot
+from support import run_forked, run_repro, snapshot
 
 
 pytestmark = pytest.mark.fault
@@ -79,3 +81,56 @@ def test_a_model_directory_that_holds_the_store_state_is_refused(base_path, tmp_
     assert err == (f"repro: error: config/config.yaml + {config}: trims.base_path: {base_path!r} holds "
                    "results/cluster/local/trims-store.json, the model store's state file; expected a directory of "
                    "models only, such as results/trims/models\n")
+
+
+def _external_account(subject_token_file):
+    """An external account (workload identity federation) credential whose subject token is a file."""
+    return json.dumps({"type": "external_account", "audience": "//iam.googleapis.com/projects/1/locations/global",
+                       "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+                       "token_url": "https://sts.googleapis.com/v1/token",
+                       "credential_source": {"file": str(subject_token_file)}})
+
+
+def _credentials(kind, directory):
+    """(credentials file, what the one line says after its name) for a hostile `kind`."""
+    key = directory / "key.json"
+    if kind == "deep":
+        key.write_text("[" * 100_000 + "]" * 100_000)
+        return key, ": nested too deeply (expected a service account or user credentials JSON file)"
+    if kind == "sparse":
+        with open(key, "wb") as fh:
+            fh.truncate(2 << 30)
+        return key, ": larger than 1 MiB; expected a service account or user credentials JSON file"
+    token = {"token-zero": "/dev/zero", "token-fifo": directory / "token"}[kind]
+    if kind == "token-fifo":
+        os.mkfifo(token)
+    key.write_text(_external_account(token))
+    what = {"token-zero": "a character device", "token-fifo": "a FIFO"}[kind]
+    return key, f": file {token}: is {what}; expected a regular file (a credential file of a few KiB)"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
+@pytest.mark.parametrize("kind", ["deep", "sparse", "token-zero", "token-fifo"])
+def test_credential_files_google_reads_whole_are_bounded_and_named(kind, tmp_path):
+    """GOOGLE_APPLICATION_CREDENTIALS, or gcloud's application default credentials, that nests too deeply
+    (a RecursionError traceback), is a 2 GiB sparse file (read whole: 4 GiB of memory), or names a subject
+    token file that is /dev/zero or a FIFO (memory filled, or a wait forever, at the first request):
+    `repro trace download` and `repro doctor` name it in one line, reading at most 1 MiB of it."""
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text("default-storage-provider: gcs\n")
+    (tmp_path / "upload.json").write_text('{"store": "gs://bucket/x", "objects": [{"key": "a/t.json", "sha256": "0"}]}')
+    key, said = _credentials(kind, tmp_path)
+    named = f"GOOGLE_APPLICATION_CREDENTIALS {key}{said}"
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": str(key), "STORAGE_EMULATOR_HOST": ""}
+    code, out, err = run_forked(["trace", "download", "upload.json", "-o", "traces"], tmp_path, timeout=60, env=env,
+                                growth=256 << 20)
+    assert (code, out, err) == (1, "", f"repro: error: {named}\n")
+    code, out, err = run_forked(["doctor", "--profile", "profile"], tmp_path, timeout=60, env=env, growth=256 << 20)
+    assert (code, out, err) == (1, "", f"repro: error: profile/config.yaml: {named}\n")
+    (tmp_path / "gcloud").mkdir()
+    adc = key.rename(tmp_path / "gcloud" / "application_default_credentials.json")
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": "", "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "STORAGE_EMULATOR_HOST": ""}
+    code, out, err = run_forked(["trace", "download", "upload.json", "-o", "traces"], tmp_path, timeout=60, env=env,
+                                growth=256 << 20)
+    assert (code, out, err) == (1, "", f"repro: error: {adc} (gcloud's application default credentials){said}\n")
+    assert not (tmp_path / "traces").exists()

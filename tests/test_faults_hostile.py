@@ -734,11 +734,12 @@ def test_output_to_a_full_device_names_standard_output(tmp_path, buffered, argv)
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
 @pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
-@pytest.mark.parametrize("argv", [[], ["--help"], ["help"]], ids=["no-command", "help-flag", "help"])
+@pytest.mark.parametrize("argv", [[], ["--help"], ["help"], ["info", "config"]],
+                         ids=["no-command", "help-flag", "help", "info-config"])
 def test_trims_tools_usage_to_a_full_device_names_standard_output(buffered, argv):
-    """`trims-tools --help > /dev/full`: one line naming standard output, exit status 1, as repro's
-    commands; the usage was printed outside them: an OSError traceback unbuffered, Python's
-    'Exception ignored' lines and status 120 buffered."""
+    """`trims-tools --help > /dev/full`, `trims-tools info config > /dev/full`: one line naming standard
+    output, exit status 1, as repro's commands; the text was printed outside them: an OSError traceback
+    unbuffered, Python's 'Exception ignored' lines and status 120 buffered."""
     import os
     import subprocess
     import sys
@@ -748,6 +749,24 @@ def test_trims_tools_usage_to_a_full_device_names_standard_output(buffered, argv
         result = subprocess.run([sys.executable, "-m", "repro.trims.originals", *argv], stdout=full,
                                 stderr=subprocess.PIPE, timeout=60, env=env if buffered else {**env, "PYTHONUNBUFFERED": "1"})
     assert (result.returncode, result.stderr) == (1, b"trims-tools: error: standard output: No space left on device\n")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["info", "config"]], ids=["help", "info-config"])
+def test_trims_tools_output_to_a_closed_pipe_ends_quietly(tmp_path, argv):
+    """`trims-tools info config | head -c0` (the reader gone): status 141 and nothing on stderr, as
+    `repro list` ends; it was a BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", "repro.trims.originals", *argv], stdout=write,
+                                stderr=subprocess.PIPE, cwd=tmp_path, timeout=60)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, b"")
 
 
 CONCURRENT_RUNS_FILES = {"run.log": "the other run's log\n", "traces/ResNet50_v2-8-pecan.json": '{"traceEvents": []}'}

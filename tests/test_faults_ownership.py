@@ -424,6 +424,12 @@ CASES = [
     ("tfdata-workers-a-string-stop",
      lambda c: ["cluster", "stop", "--state", _tfdata_state(c, '{"workers": "x"}')],
      r"repro: error: .*/tfdata/state.json: workers: expected a list of process records"),
+    ("tfdata-retired-ports-not-ports-stop",
+     lambda c: ["cluster", "stop", "--state", _tfdata_state(c, '{"retired_ports": {"x": 1}}')],
+     r"repro: error: .*/tfdata/state.json: retired_ports: expected an object of port numbers to times, got \{'x': 1\}"),
+    ("tfdata-retired-ports-time-a-string-stop",
+     lambda c: ["cluster", "stop", "--state", _tfdata_state(c, '{"retired_ports": {"40235": "now"}}')],
+     r"repro: error: .*/tfdata/state.json: retired_ports: expected an object of port numbers to times"),
     ("tfdata-dispatcher-pid-a-string-stop",
      lambda c: ["cluster", "stop", "--state", _tfdata_state(
          c, '{"dispatcher": {"pid": "1", "start_ticks": 1, "address": "localhost:1", "status": "s"}}')],

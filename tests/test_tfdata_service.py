@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from repro.errors import ReproError
-from repro.processes import alive, matches
+from repro.processes import alive, matches, read_record
 
 from support import engine_spec
 
@@ -97,8 +97,54 @@ def test_a_killed_worker_fails_the_registered_check(tf, tmp_path):
         assert (f"[FAILED] 1 worker(s) registered, 2 expected: worker pid {workers[0]['pid']} (this host) is not "
                 "running") in result.stdout
         assert "probe job" not in result.stdout  # no job for the dead worker to hold until its timeout
+        # the dead worker stays registered until its timeout: its port is kept from the next worker
+        dead_port = int(read_record(workers[0]["status"])["address"].rsplit(":", 1)[1])
+        service.prune()
+        assert service.state["retired_ports"].keys() == {str(dead_port)}
+        local = service.add_worker("local", 1)
+        argv = Path(f"/proc/{local['pid']}/cmdline").read_bytes().split(b"\0")
+        assert argv[argv.index(b"--avoid-ports") + 1] == str(dead_port).encode()
+        assert read_record(local["status"])["address"] != f"localhost:{dead_port}"
     finally:
         service.stop()
+
+
+class _Kernel:
+    """Sockets whose bind(("", 0)) gets the first of `ports` no open socket holds, as a kernel would
+    offer a port again once it is free."""
+
+    def __init__(self, ports):
+        self.ports, self.held, self.binds = ports, set(), 0
+
+    def socket(self):
+        kernel = self
+
+        class Socket:
+            port = None
+
+            def bind(self, address):
+                kernel.binds += 1
+                assert kernel.binds < 10, "offered the same ports again and again"
+                self.port = next(p for p in kernel.ports if p not in kernel.held)
+                kernel.held.add(self.port)
+
+            def getsockname(self):
+                return ("0.0.0.0", self.port)
+
+            def close(self):
+                kernel.held.discard(self.port)
+
+        return Socket()
+
+
+def test_a_new_worker_takes_no_port_of_a_worker_the_dispatcher_may_still_list(monkeypatch):
+    from repro.pecan.tfdata import server
+
+    kernel = _Kernel([40235, 40236, 40237])
+    monkeypatch.setattr(server.socket, "socket", kernel.socket)
+    assert server.free_port({40235, 40236}) == 40237
+    assert kernel.held == set()  # every probe socket closed, for the server to bind the port
+    assert server.free_port(set()) == 40235
 
 
 def test_a_workflow_probes_its_dispatcher_once_per_invocation(tf, tmp_path, monkeypatch):

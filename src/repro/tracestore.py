@@ -11,7 +11,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import (atomic_path, check_output, check_regular, copy_limited, not_a_directory, open_regular,
-                          read_json, read_text, refuse_overwriting, write_json, write_text)
+                          read_bounded, read_json, read_text, refuse_overwriting, write_json, write_text)
 from repro.fsutil import sha256_file as sha256
 
 
@@ -153,13 +153,45 @@ def _check_expected(store, key, actual, expected):
                          f"stored {actual})")
 
 
+CREDENTIALS_LIMIT = 1 << 20  # a key file or a subject token is a few KiB
+_CREDENTIAL_FILE_KEYS = ("file", "trust_chain_path", "certificate_config_location")  # in credential_source
+
+
 def check_credentials_file(environ=os.environ):
-    """ReproError naming GOOGLE_APPLICATION_CREDENTIALS where it names something other than a regular
-    file: Google's client libraries read it whole, waiting forever on a FIFO, filling memory from
-    /dev/zero. A missing file is left to them to name."""
+    """ReproError naming the credentials file Google's client libraries would read
+    (GOOGLE_APPLICATION_CREDENTIALS, else gcloud's application default credentials) where it, or a
+    file its credential_source names (an external account's subject token, a certificate), is not a
+    regular file of at most CREDENTIALS_LIMIT bytes, or it is not JSON. The libraries read these whole:
+    they wait forever on a FIFO, fill memory from /dev/zero or a sparse file, and a deeply nested file
+    ends in a RecursionError. A missing file is left to them to name."""
     path = environ.get("GOOGLE_APPLICATION_CREDENTIALS")
     if path:
-        check_regular(path, f"GOOGLE_APPLICATION_CREDENTIALS {path}", "a service account or user credentials JSON file")
+        label = f"GOOGLE_APPLICATION_CREDENTIALS {path}"
+    else:  # where google.auth looks next (google/auth/_cloud_sdk.py), read only when it is a file
+        config = (environ["CLOUDSDK_CONFIG"] if "CLOUDSDK_CONFIG" in environ
+                  else os.path.join(os.path.expanduser("~"), ".config", "gcloud"))
+        path = os.path.join(config, "application_default_credentials.json")
+        if not os.path.isfile(path):
+            return
+        label = f"{path} (gcloud's application default credentials)"
+    check_regular(path, label, "a service account or user credentials JSON file")
+    if not os.path.exists(path):
+        return
+    pending = [read_json(path, "a service account or user credentials JSON file", label, CREDENTIALS_LIMIT)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in _CREDENTIAL_FILE_KEYS and isinstance(value, str) and os.path.exists(value):
+                    try:
+                        read_bounded(value, f"{label}: {key} {value}", "a credential file of a few KiB",
+                                     CREDENTIALS_LIMIT)
+                    except OSError as exc:
+                        raise ReproError(f"{label}: {key} {value}: cannot read ({exc.strerror})") from None
+                else:
+                    pending.append(value)
 
 
 def _gcs_client():

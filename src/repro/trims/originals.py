@@ -393,9 +393,7 @@ def translate(words):
     if positionals:
         raise UsageError(f"{' '.join(path)}: takes no arguments, got {positionals}")
     config_args = _config_args(values)
-    if path == ("info", "config"):
-        config = {**_config(config_args), "visible_devices": values["visible_devices"]}
-        print(original_config_yaml(config, config_args[1] if config_args else None), end="")
+    if path == ("info", "config"):  # nothing to run: main prints the configuration
         return [], values, path
     if path == ("download", "assets"):
         from repro.trims.models import ARCHITECTURES
@@ -525,6 +523,13 @@ def _print_usage(status):
     return status
 
 
+def _print_config(values):
+    """`info config`: the configuration as the original prints it."""
+    config_args = _config_args(values)
+    config = {**_config(config_args), "visible_devices": values["visible_devices"]}
+    print(original_config_yaml(config, config_args[1] if config_args else None), end="")
+
+
 def main(argv=None):
     from repro.commands import build_parser, run
     from repro.trims.carml_config import original_defaults
@@ -541,6 +546,8 @@ def main(argv=None):
     except ReproError as exc:  # also repro's checks of the flags, named as the original spells them
         print(f"{PROG}: error: {original_spelling(str(exc))}", file=sys.stderr)
         return 1
+    if path == ("info", "config"):  # run as a command: a failed write to standard output is one line
+        return run(SimpleNamespace(func=lambda _: _print_config(values)), PROG, original_spelling)
     # as the original, for this process and every process it starts
     os.environ["CUDA_VISIBLE_DEVICES"] = values["visible_devices"]
     defaults = {**_repro_defaults(), **original_defaults()}

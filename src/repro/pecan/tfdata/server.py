@@ -12,6 +12,7 @@ pipeline's own private threadpool has the same size (repro.pecan.tfdata.ops.data
 import argparse
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -49,8 +50,9 @@ def worker(args):
     tf = tensorflow()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    avoid = {int(port) for port in args.avoid_ports.split(",") if port}
     config = tf.data.experimental.service.WorkerConfig(
-        dispatcher_address=args.dispatcher, worker_address=f"{args.host}:%port%",
+        dispatcher_address=args.dispatcher, worker_address=f"{args.host}:%port%", port=free_port(avoid),
         heartbeat_interval_ms=WORKER_HEARTBEAT_MS)
     server = tf.data.experimental.service.WorkerServer(config)
     address = f"{args.host}:{server._server.bound_port()}"
@@ -58,6 +60,23 @@ def worker(args):
         _report(args.status, {"role": "worker", "address": address, "tasks": server._num_tasks(), "cpus": cpus,
                               "threads": args.threads})
         time.sleep(REPORT_INTERVAL_S)
+
+
+def free_port(avoid):
+    """A port free now and not in `avoid`: each port the kernel offers from `avoid` stays bound until
+    one outside it is found, so it is not offered twice. The server binds it a moment later."""
+    held = []
+    try:
+        while True:
+            sock = socket.socket()
+            held.append(sock)
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+            if port not in avoid:
+                return port
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def exit_with(parent):
@@ -84,6 +103,7 @@ def main(argv=None):
     w.add_argument("--threads", type=int, required=True)
     w.add_argument("--cpus", required=True, help="comma-separated CPU numbers this worker may run on")
     w.add_argument("--status", required=True)
+    w.add_argument("--avoid-ports", default="", help="comma-separated ports of workers the dispatcher may still list")
     w.set_defaults(func=worker)
     for role in (d, w):
         role.add_argument("--parent", type=int, help="exit when this process (the one that started it) ends")

@@ -45,6 +45,10 @@ PROBE_TIMEOUT_S = 60
 REGISTER_WAIT_S = 10  # a worker that has just started registers with the dispatcher in the background
 HOSTS = {"local": "localhost", "remote": "127.0.0.1"}
 PROBED, PROBED_LIMIT = "probed.json", 1 << 16  # the probe that passed (workflow_checks), and its file's bound
+# A stopped worker stays registered until the dispatcher's worker timeout passes; a new worker on its
+# port under the other name (localhost vs 127.0.0.1) would be sent its tasks and refuse them ("does not
+# match worker's address"), so a port is not given to a new local worker for this long after its worker ended.
+RETIRED_PORT_S = 60
 
 
 def port_free(port):
@@ -112,6 +116,11 @@ def _check_state(path, state):
         raise ReproError(f"{path}: started: expected an integer, got {state['started']!r:.60}")
     if not isinstance(state.get("ssh_workers") or {}, dict):
         raise ReproError(f"{path}: ssh_workers: expected an object (the worker hosts), got {state['ssh_workers']!r:.60}")
+    retired = state.get("retired_ports", {})
+    if not isinstance(retired, dict) or not all(
+            re.fullmatch(r"\d{1,5}", port) and isinstance(at, (int, float)) and not isinstance(at, bool)
+            for port, at in retired.items()):
+        raise ReproError(f"{path}: retired_ports: expected an object of port numbers to times, got {retired!r:.60}")
     if "dispatcher" not in state:  # every state the service writes records its dispatcher
         raise ReproError(f"{path}: lacks key 'dispatcher'; not a state file the service wrote")
 
@@ -255,7 +264,8 @@ class Service:
         self.state["started"] = number + 1
         status = self.directory / f"worker-{number}.status.json"
         record = self._spawn("worker", ["--dispatcher", self.address, "--host", HOSTS[kind], "--threads", str(threads),
-                                        "--cpus", ",".join(map(str, cpus)), "--status", str(status)],
+                                        "--cpus", ",".join(map(str, cpus)), "--status", str(status),
+                                        "--avoid-ports", ",".join(map(str, self._retired_ports()))],
                              status, f"worker-{number}.log", wait)
         entry = {**record, "kind": kind, "slot": slot, "cpus": cpus, "threads": threads, "status": str(status)}
         self.state["workers"].append(entry)
@@ -308,14 +318,37 @@ class Service:
         proc = self._children.pop(record["pid"], None)
         if proc is not None:
             proc.wait()
+        if "kind" in record:  # a worker's record (the dispatcher's has no kind)
+            self._retire_port(record)
+
+    def _retire_port(self, record):
+        """Keep the port the local worker of `record` reported (see RETIRED_PORT_S)."""
+        status = read_record(record["status"]) or {}
+        port = re.fullmatch(r".+:(\d{1,5})", str(status.get("address", "")))
+        if status.get("pid") == record["pid"] and port:
+            self.state.setdefault("retired_ports", {})[port[1]] = time.time()
+
+    def _retired_ports(self):
+        now = time.time()
+        kept = {port: at for port, at in self.state.get("retired_ports", {}).items() if now - at < RETIRED_PORT_S}
+        self.state["retired_ports"] = kept
+        return sorted(int(port) for port in kept)
 
     def prune(self):
         """Forget workers that are no longer running (killed or crashed), reaping those this object started."""
+        self._forget_ended(self._poll_remote())
+
+    def _forget_ended(self, polled):
+        """Drop the workers that no longer run (`polled`: the remote ones' state), reaping those this object started."""
         for proc in self._children.values():
             proc.poll()
-        polled = self._poll_remote()
-        self.state["workers"] = [w for w in self.state["workers"]
-                                 if (polled[id(w)][0] if "host" in w else self.ours(w))]
+        running = []
+        for worker in self.state["workers"]:
+            if polled[id(worker)][0] if "host" in worker else self.ours(worker):
+                running.append(worker)
+            elif "host" not in worker:
+                self._retire_port(worker)
+        self.state["workers"] = running
 
     def _poll_remote(self):
         remote = [w for w in self.state["workers"] if "host" in w]
@@ -371,11 +404,8 @@ class Service:
         every running worker that reports its address (idle or not)."""
         if not self.state:
             return []
-        for proc in self._children.values():
-            proc.poll()
         polled = self._poll_remote()  # one ssh command per worker host: whether each runs, and its status
-        self.state["workers"] = [w for w in self.state["workers"]
-                                 if (polled[id(w)][0] if "host" in w else self.ours(w))]
+        self._forget_ended(polled)
         names = []
         for entry in self.state["workers"]:
             status = polled[id(entry)][1] if "host" in entry else _fresh(entry["status"], entry["pid"])
