@@ -71,6 +71,24 @@ def test_a_changed_object_is_detected(tmp_path, request, kind):
     assert not (tmp_path / "down" / "t0.json").exists()
 
 
+def test_an_object_larger_than_its_upload_is_not_downloaded(tmp_path, gcs, monkeypatch):
+    """An object in the bucket replaced by a larger one (here 8 MiB): refused from its size before any of
+    it is downloaded; it was downloaded whole, then refused by its checksum."""
+    from google.cloud.storage import Blob
+
+    client, bucket = gcs
+    paths = trace_files(tmp_path, 1)
+    store = GCSStore(f"gs://{bucket}")
+    upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
+    client.bucket(bucket).blob("traces/e/m/t0.json").upload_from_string(b" " * (8 << 20))
+    downloads = []
+    monkeypatch.setattr(Blob, "download_to_filename", lambda blob, *a, **k: downloads.append(blob.name))
+    with pytest.raises(ReproError, match=rf"'traces/e/m/t0.json' changed since upload \(uploaded "
+                                         rf"{paths[0].stat().st_size} bytes, stored {8 << 20}\)"):
+        download_traces(store, tmp_path / "receipt.json", tmp_path / "down")
+    assert downloads == [] and not (tmp_path / "down" / "t0.json").exists()
+
+
 def test_download_reads_from_the_store_the_receipt_names(tmp_path, monkeypatch, capsys):
     """A run's traces are where it uploaded them: after trace_store changes, its receipt still
     names that store, and the download reads from there, not from the store configured now."""
@@ -176,7 +194,39 @@ def test_models_fetched_from_a_gcs_asset_store_are_verified(tmp_path, gcs):
     publish_model(tmp_path / "made" / "squeezenet_1.1", GCSStore(f"gs://{bucket}/models"))
     fetch_model(f"gs://{bucket}/models", "squeezenet_1.1", tmp_path / "base")
     assert load_manifest(tmp_path / "base" / "squeezenet_1.1", verify=True)["model"] == "squeezenet_1.1"
+    params_bytes = load_manifest(tmp_path / "base" / "squeezenet_1.1")["params_bytes"]
     client.bucket(bucket).blob("models/squeezenet_1.1/model.params").upload_from_string(b"corrupt")
+    with pytest.raises(ReproError, match=rf"model.params: 7 bytes; expected the {params_bytes} bytes of weights"):
+        fetch_model(f"gs://{bucket}/models", "squeezenet_1.1", tmp_path / "again")
+    assert not (tmp_path / "again" / "squeezenet_1.1" / "manifest.json").exists()
+    client.bucket(bucket).blob("models/squeezenet_1.1/model.params").upload_from_string(b"x" * params_bytes)
     with pytest.raises(ReproError, match="changed since upload"):
         fetch_model(f"gs://{bucket}/models", "squeezenet_1.1", tmp_path / "again")
     assert not (tmp_path / "again" / "squeezenet_1.1" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("name, limit", [("manifest.json", "larger than 16 MiB; not a model manifest"),
+                                         ("model.params", "bytes; expected the"),
+                                         ("model.onnx", "larger than 64 MiB; expected the model's model.onnx")])
+def test_a_model_file_larger_than_the_manifest_allows_is_not_downloaded(tmp_path, gcs, monkeypatch, name, limit):
+    """A model in the GCS asset store whose manifest, weights or graph was replaced by 64 MiB: refused
+    from its size before it is downloaded; it was downloaded whole (a sparse file of terabytes in a
+    bucket: the disk filled) before its checksum was found wrong."""
+    from google.cloud.storage import Blob
+
+    from repro.tracestore import GCSStore
+    from repro.trims.experiments import fetch_model, publish_model
+    from repro.trims.models import generate
+
+    client, bucket = gcs
+    generate("squeezenet_1.1", tmp_path / "made" / "squeezenet_1.1", seed=2)
+    publish_model(tmp_path / "made" / "squeezenet_1.1", GCSStore(f"gs://{bucket}/models"))
+    client.bucket(bucket).blob(f"models/squeezenet_1.1/{name}").upload_from_string(b" " * ((64 << 20) + 1))
+    downloaded = []
+    real = Blob.download_to_filename
+    monkeypatch.setattr(Blob, "download_to_filename",
+                        lambda blob, *a, **k: (downloaded.append(blob.name), real(blob, *a, **k))[1])
+    with pytest.raises(ReproError, match=rf"models/squeezenet_1.1/{name}: .*{limit}"):
+        fetch_model(f"gs://{bucket}/models", "squeezenet_1.1", tmp_path / "base")
+    assert f"models/squeezenet_1.1/{name}" not in downloaded
+    assert not (tmp_path / "base" / "squeezenet_1.1").exists()

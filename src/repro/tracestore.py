@@ -112,15 +112,25 @@ class GCSStore:
             raise ReproError(f"trace store {self.url}: upload of {key!r} failed: {exc}") from None
         return {"key": key, "sha256": sha256(path), "bytes": os.path.getsize(path), "crc32c": blob.crc32c}
 
-    def get(self, key, destination, expected_sha256=None, expected_bytes=None):
-        """As LocalStore.get; the download is checked against the object's CRC32C (`expected_bytes` unused)."""
+    def get(self, key, destination, expected_sha256=None, expected_bytes=None, check_size=None):
+        """As LocalStore.get; the download is checked against the object's CRC32C. An object whose size
+        is not the `expected_bytes` its upload recorded, or that `check_size(label, size)` refuses, is
+        refused before it is downloaded, and the download is of the generation whose size was read."""
         from google.api_core import exceptions
         from google.resumable_media.common import DataCorruption
 
-        blob = self.bucket.blob(self._name(key))
         with atomic_path(destination) as tmp:
             try:
-                blob.download_to_filename(str(tmp), retry=self.retry, checksum="crc32c")
+                blob = self.bucket.get_blob(self._name(key), retry=self.retry)
+                if blob is None:
+                    raise exceptions.NotFound(key)
+                if expected_bytes is not None and blob.size != expected_bytes:
+                    raise ReproError(f"trace store {self.url}: {key!r} changed since upload (uploaded {expected_bytes} "
+                                     f"bytes, stored {blob.size})")
+                if check_size is not None:
+                    check_size(f"{self.url}/{key}", blob.size)
+                blob.download_to_filename(str(tmp), retry=self.retry, checksum="crc32c",
+                                          if_generation_match=blob.generation)
             except exceptions.NotFound:
                 raise ReproError(f"trace store {self.url}: no object {key!r}") from None
             except DataCorruption as exc:

@@ -39,7 +39,7 @@ def fetch_model(asset_store, model, base_path):
     verifying every file against the sha256 its manifest records. The model is built beside its
     directory and moved into place when complete (staged_model): an interrupted or failed fetch
     leaves nothing that looks like a model, and a model fetched again stays as it was till then."""
-    from repro.trims.models import MANIFEST, check_model_name, staged_model
+    from repro.trims.models import MANIFEST, check_manifest_size, check_model_name, staged_model
 
     check_model_name(model)  # one path component: nothing is written outside base_path
     target = Path(base_path) / model
@@ -48,10 +48,11 @@ def fetch_model(asset_store, model, base_path):
 
         store = GCSStore(str(asset_store))
         with staged_model(target) as stage:
-            store.get(f"{model}/manifest.json", stage / MANIFEST)
+            store.get(f"{model}/manifest.json", stage / MANIFEST, check_size=check_manifest_size)
             manifest = _named(load_manifest_file(stage / MANIFEST), model, f"{asset_store}/{model}/{MANIFEST}")
             for name, expected in manifest["sha256"].items():
-                store.get(f"{model}/{name}", stage / name, expected_sha256=expected)
+                store.get(f"{model}/{name}", stage / name, expected_sha256=expected,
+                          check_size=lambda label, size: _check_file_size(label, name, size, manifest))
             write_json(stage / MANIFEST, manifest)  # as checked, not as fetched
         return manifest
     source = Path(asset_store) / model
@@ -60,7 +61,8 @@ def fetch_model(asset_store, model, base_path):
         # opened as regular files before anything is written: a link to /dev/zero was copied till the disk was full
         files = {name: opened.enter_context(open_regular(source / name, str(source / name), "a model file"))
                  for name in manifest["sha256"]}
-        sizes = {name: _source_size(source / name, files[name], manifest) for name in files}
+        sizes = {name: _check_file_size(source / name, name, os.fstat(files[name].fileno()).st_size, manifest)
+                 for name in files}
         with staged_model(target) as stage:
             for name, expected in manifest["sha256"].items():
                 with open(stage / name, "wb") as out:
@@ -71,18 +73,17 @@ def fetch_model(asset_store, model, base_path):
     return manifest
 
 
-def _source_size(path, fh, manifest):
-    """The size of the asset store's model file `path` (open as `fh`) where it is one the manifest allows:
-    model.params exactly params_bytes, model.onnx a graph without weights. A sparse file of terabytes
-    was copied whole, filling the disk, before its checksum was found wrong."""
+def _check_file_size(label, name, size, manifest):
+    """`size` where the model file `name` (named `label` in errors) may be that large: model.params
+    exactly params_bytes, model.onnx a graph without weights. A sparse file of terabytes was copied
+    whole, filling the disk, before its checksum was found wrong."""
     from repro.trims.models import GRAPH, PARAMS, check_graph_size
 
-    size = os.fstat(fh.fileno()).st_size
-    if path.name == PARAMS and size != manifest["params_bytes"]:
-        raise ReproError(f"{path}: {size} bytes; expected the {manifest['params_bytes']} bytes of weights its manifest "
+    if name == PARAMS and size != manifest["params_bytes"]:
+        raise ReproError(f"{label}: {size} bytes; expected the {manifest['params_bytes']} bytes of weights its manifest "
                          "records (params_bytes)")
-    if path.name == GRAPH:
-        check_graph_size(path, size)
+    if name == GRAPH:
+        check_graph_size(label, size)
     return size
 
 

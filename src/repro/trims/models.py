@@ -546,12 +546,16 @@ def load_manifest(directory, verify=False, complete=True):
     return manifest
 
 
+def check_manifest_size(path, size):
+    if size > MAX_MANIFEST_BYTES:
+        raise ReproError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a model manifest")
+
+
 def load_manifest_file(path, complete=True):
     """The model manifest in the file `path`, checked (check_manifest)."""
     with open_regular(path, "a model manifest") as fh:
         text = fh.read(MAX_MANIFEST_BYTES + 1)
-    if len(text) > MAX_MANIFEST_BYTES:
-        raise ReproError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a model manifest")
+    check_manifest_size(path, len(text))
     try:
         manifest = json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -392,9 +392,9 @@ def translate(words):
         return [_trace_argv(path[1], values, given, positionals)], values, path
     if positionals:
         raise UsageError(f"{' '.join(path)}: takes no arguments, got {positionals}")
-    config_args = _config_args(values)
     if path == ("info", "config"):  # nothing to run: main prints the configuration
         return [], values, path
+    config_args = _config_args(values)
     if path == ("download", "assets"):
         from repro.trims.models import ARCHITECTURES
 
