@@ -63,6 +63,23 @@ def test_tensorflow_is_imported_without_keras_which_stays_importable(tf):
     assert out.stdout.split() == ["False", "False", "True", "3"], out.stdout
 
 
+@pytest.mark.parametrize("pipeline", ["resnet", "retinanet"])
+def test_a_pipeline_leaves_no_generated_source_in_the_temporary_directory(tf, tmp_path, pipeline):
+    """Every map of a pipeline (either order) and of the engine's datasets is traced as written: AutoGraph
+    wrote about a dozen __autograph_generated_file*.py per process to the temporary directory, removed
+    at a normal exit only, so every engine process ended by a signal left them behind."""
+    code = ("from repro.pecan.tfdata import engine, ops; import os, sys, tempfile; "
+            f"m = ops.write_data({pipeline!r}, 4, sys.argv[1]); "
+            "[next(iter(ops.dataset(m, order, 2, 1)[0])) for order in ('declared', 'autoorder')]; "
+            "next(iter(engine.local_share(0.5))); print(sorted(os.listdir(tempfile.gettempdir())))")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "data")], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TMPDIR": str(temp)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout == "[]\n"
+
+
 def test_engine_tfdata_without_tensorflow_fails_at_config_check(tmp_path):
     """Snakemake's parse (the Snakefile's config check) names the extra; nothing runs."""
     copy_workflow(tmp_path)

@@ -211,7 +211,8 @@ def measure_transfer_cost(spec, manifest, layout, service, batch_timeout_s, warm
     try:
         shapes = {name: tf.TensorShape(shape) for name, (shape, _) in layout.items()}
         dtypes = {name: tf.as_dtype(dtype) for name, (_, dtype) in layout.items()}
-        cached = tf.data.Dataset.range(1).map(lambda _: {name: tf.ones(shapes[name], dtypes[name]) for name in layout})
+        cached = ops.traced_map(tf.data.Dataset.range(1),
+                                lambda _: {name: tf.ones(shapes[name], dtypes[name]) for name in layout})
         job = f"{spec.experiment}-{spec.mode}"
         count, worker_s, client_s = _probe(_distribute(cached.cache().repeat(), service, f"{job}-transfer"), service,
                                            entry, batch_timeout_s, warmup, batches, min_seconds)
@@ -300,8 +301,8 @@ def local_share(ratio):
     """FastFlow's fixed split as a choice sequence: 0 (the client's pipeline) for `ratio` of the
     items, evenly spread, 1 (the service) for the rest."""
     steps = tf.data.Dataset.range(2**62)  # endless: item i is local when floor((i+1)r) passes an integer
-    return steps.map(lambda i: tf.cast(tf.math.floor(tf.cast(i + 1, tf.float64) * ratio)
-                                       == tf.math.floor(tf.cast(i, tf.float64) * ratio), tf.int64))
+    return ops.traced_map(steps, lambda i: tf.cast(tf.math.floor(tf.cast(i + 1, tf.float64) * ratio)
+                                                   == tf.math.floor(tf.cast(i, tf.float64) * ratio), tf.int64))
 
 
 def fastflow_dataset(spec, manifest, service, phase, decision):

@@ -333,13 +333,20 @@ def _element_bytes(element):
     return size + (int(np.prod(element["boxes"].shape)) * 4 if "boxes" in element else 0)
 
 
+def traced_map(dataset, fn, **options):
+    """dataset.map(fn, **options), `fn` traced as written: its graph code has no Python control flow
+    on tensors, and AutoGraph's conversion would leave a generated source file in the temporary
+    directory for each function in each process (TensorFlow never removes them)."""
+    return dataset.map(tf.autograph.experimental.do_not_convert(fn), **options)
+
+
 def _source(manifest):
     files = tf.data.Dataset.from_tensor_slices(manifest["files"])
     if manifest["boxes"] is not None:
         boxes = tf.data.Dataset.from_tensor_slices(tf.constant(manifest["boxes"], tf.float32))
-        pairs = tf.data.Dataset.zip(files, boxes).map(lambda f, b: {"file": f, "boxes": b})
+        pairs = traced_map(tf.data.Dataset.zip(files, boxes), lambda f, b: {"file": f, "boxes": b})
     else:
-        pairs = files.map(lambda f: {"file": f})
+        pairs = traced_map(files, lambda f: {"file": f})
     return pairs
 
 
@@ -378,10 +385,10 @@ def dataset(manifest, order, batch_size, threads, batched=True):
     parallel inside. Returns (dataset, op names in order). batched=False: its elements, before the
     batching (`batch` makes the batches of such a dataset, as here)."""
     ops, _ = ordered_ops(manifest, order)
-    ds = _source(manifest).repeat().enumerate().map(_read)
+    ds = traced_map(_source(manifest).repeat().enumerate(), _read)
     for op in ops:
-        ds = ds.map(op.fn, num_parallel_calls=threads, deterministic=False)
-    ds = ds.map(lambda e: {k: v for k, v in e.items() if k != "index"})
+        ds = traced_map(ds, op.fn, num_parallel_calls=threads, deterministic=False)
+    ds = traced_map(ds, lambda e: {k: v for k, v in e.items() if k != "index"})
     if batched:
         ds = batch(ds, manifest, batch_size)
     options = tf.data.Options()
