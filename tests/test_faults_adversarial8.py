@@ -7,6 +7,7 @@ outside the command's own files written to or deleted, and no unbounded read, wa
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 from support import run_forked
@@ -41,3 +42,53 @@ def test_credential_files_of_another_shape_are_named(content, said, tmp_path):
     code, out, err = run_forked(["trace", "download", "upload.json", "-o", "traces"], tmp_path, timeout=60, env=env)
     assert (code, out, err) == (1, "", f"repro: error: GOOGLE_APPLICATION_CREDENTIALS key.json: {said}\n")
     assert not (tmp_path / "traces").exists()
+
+
+class _SftpLike:
+    """What the ssh backend's fetch uses of a fabric connection, over a local directory standing for the
+    accelerator host: get opens the local path it is given and writes to it, as paramiko's does."""
+
+    def __init__(self, remote):
+        self.remote = remote
+
+    def sftp(self):
+        return self
+
+    def listdir(self, path):
+        return sorted(p.name for p in Path(path).iterdir())
+
+    def get(self, remote, local):
+        with open(local, "wb") as out:  # paramiko: the local file first, then the remote one
+            out.write(Path(remote).read_bytes())
+
+
+def test_the_ssh_backend_fetches_no_run_file_through_a_symbolic_link(tmp_path):
+    """`repro cluster run` on the ssh backend (by hand, --run-dir D) where D/run.log and D/metrics.json
+    are symbolic links to files of the user's: the run's log and metrics were written through them,
+    over those files (paramiko's get opens the path it is given); the local backend replaces the links."""
+    from repro.backends.ssh import _fetch
+    from repro.errors import ReproError
+
+    remote = tmp_path / "remote"
+    (remote / "traces").mkdir(parents=True)
+    for name in ("run.log", "metrics.json", "traces/t.json"):
+        (remote / name).write_text("the run's\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in ("run.log", "metrics.json"):
+        (tmp_path / f"user-{name}").write_text("the user's\n")
+        (run_dir / name).symlink_to(tmp_path / f"user-{name}")
+    with pytest.raises(ReproError, match=f"^{run_dir / 'run.log'}: is a symbolic link; expected a regular file"):
+        _fetch(_SftpLike(remote), remote, run_dir)
+    with pytest.raises(ReproError, match="is a symbolic link"):
+        _fetch(_SftpLike(remote), remote, run_dir, optional=True)  # after a failed run: its log alone
+    assert [(tmp_path / f"user-{name}").read_text() for name in ("run.log", "metrics.json")] == ["the user's\n"] * 2
+    for name in ("run.log", "metrics.json"):
+        (run_dir / name).unlink()
+    _fetch(_SftpLike(remote), remote, run_dir)
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == [
+        "metrics.json", "run.log", "traces", "traces/t.json"]
+    (remote / "metrics.json").unlink()
+    with pytest.raises(ReproError, match="metrics.json missing on the accelerator host after the run"):
+        _fetch(_SftpLike(remote), remote, tmp_path / "second")
+    assert not (tmp_path / "second" / "metrics.json").exists()
