@@ -7,6 +7,7 @@ outside the command's own files written to or deleted, and no unbounded read, wa
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,38 @@ def test_the_ssh_backend_fetches_no_run_file_through_a_symbolic_link(tmp_path):
     with pytest.raises(ReproError, match="metrics.json missing on the accelerator host after the run"):
         _fetch(_SftpLike(remote), remote, tmp_path / "second")
     assert not (tmp_path / "second" / "metrics.json").exists()
+
+
+def _ssh_state(directory, known_hosts, key_file):
+    """An ssh backend's cluster state whose one host answers nowhere (port 1 of loopback)."""
+    host = {"name": "accel", "address": "127.0.0.1", "port": 1, "user": "u", "key_file": str(key_file)}
+    ssh = {"known_hosts": str(known_hosts), "connect_timeout_s": 5, "accept_new_host_keys": False,
+           "hosts": {"accelerator": host}, "start_commands": {}, "stop_commands": {}, "checks": []}
+    (directory / "state.json").write_text(json.dumps({"backend": "ssh", "ssh": ssh, "trace_store": "store"}))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fabric") is None, reason="needs the ssh extra")
+@pytest.mark.parametrize("kind", ["known_hosts-zero", "known_hosts-fifo", "key_file-zero", "key_file-sparse"])
+def test_ssh_files_paramiko_reads_whole_are_bounded_and_named(kind, tmp_path):
+    """ssh.known_hosts or a host's key_file (in a config, or the cluster state cluster start wrote) that is
+    /dev/zero, a FIFO or a sparse file of gigabytes: `repro cluster status` (and every ssh connection)
+    filled the memory until a MemoryError traceback, or waited forever on the FIFO, as paramiko read it
+    whole (known_hosts before connecting, the key file once the host answered). Now refused before
+    connecting, naming the file."""
+    what, form = kind.split("-")
+    path = {"zero": "/dev/zero", "fifo": tmp_path / "fifo", "sparse": tmp_path / "sparse"}[form]
+    if form == "fifo":
+        os.mkfifo(path)
+    if form == "sparse":
+        with open(path, "wb") as fh:
+            fh.truncate(2 << 30)
+    (tmp_path / "key").write_text("not a key\n")
+    (tmp_path / "known_hosts").write_text("")
+    _ssh_state(tmp_path, path if what == "known_hosts" else tmp_path / "known_hosts",
+               path if what == "key_file" else tmp_path / "key")
+    code, out, err = run_forked(["cluster", "status", "--state", "state.json"], tmp_path, timeout=60, growth=512 << 20)
+    said = {"zero": "is a character device; expected a regular file", "fifo": "is a FIFO; expected a regular file",
+            "sparse": "larger than 1 MiB; expected a private key file"}[form]
+    named = f"ssh.known_hosts {path}" if what == "known_hosts" else f"accel (u@127.0.0.1:1): key_file {path}"
+    assert (code, err) == (1, "repro: error: cluster status: 1 check(s) FAILED: accel (u@127.0.0.1:1) reachable\n")
+    assert out.startswith(f"[FAILED] accel (u@127.0.0.1:1) reachable: {named}: {said}")
