@@ -99,7 +99,10 @@ def _ssh_state(directory, known_hosts, key_file):
     """An ssh backend's cluster state whose one host answers nowhere (port 1 of loopback)."""
     host = {"name": "accel", "address": "127.0.0.1", "port": 1, "user": "u", "key_file": str(key_file)}
     ssh = {"known_hosts": str(known_hosts), "connect_timeout_s": 5, "accept_new_host_keys": False,
-           "hosts": {"accelerator": host}, "start_commands": {}, "stop_commands": {}, "checks": []}
+           "hosts": {"accelerator": host}, "start_commands": {}, "stop_commands": {}, "checks": [],
+           "run": {"python": "python3", "remote_dir": "/tmp/repro-runs", "env": {"EPOCHS": "{epochs}"},
+                   "command": "{python} -m repro.cli pecan run --settings {settings} --experiment {experiment} "
+                              "--mode {mode} --calibration {calibration} --out {out} --backend ssh"}}
     (directory / "state.json").write_text(json.dumps({"backend": "ssh", "ssh": ssh, "trace_store": "store"}))
 
 
@@ -128,3 +131,30 @@ def test_ssh_files_paramiko_reads_whole_are_bounded_and_named(kind, tmp_path):
     named = f"ssh.known_hosts {path}" if what == "known_hosts" else f"accel (u@127.0.0.1:1): key_file {path}"
     assert (code, err) == (1, "repro: error: cluster status: 1 check(s) FAILED: accel (u@127.0.0.1:1) reachable\n")
     assert out.startswith(f"[FAILED] accel (u@127.0.0.1:1) reachable: {named}: {said}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fabric") is None, reason="needs the ssh extra")
+@pytest.mark.parametrize("key, value, said", [
+    (("run", "env"), {"X": "{0}"}, "ssh.run.env.X: unknown placeholder {0} in '{0}'; expected some of {autoorder}, "
+                                   "{epochs}, {experiment}, {local_workers}, {mode}"),
+    (("run", "env"), "x", "ssh.run.env: 'x' is not of type 'object'"),
+    (("run", "command"), 5, "ssh.run.command: 5 is not of type 'string'"),
+    (("hosts", "accelerator"), [], "ssh.hosts.accelerator: [] is not of type 'object'"),
+])
+def test_an_ssh_cluster_state_is_checked_as_its_config_was(config, key, value, said, tmp_path):
+    """`repro cluster run --state S` where S, the ssh backend's state that cluster start wrote, was edited
+    by hand (a run command or environment value that is no string or names an unknown placeholder, an
+    accelerator that is a list): an IndexError or AttributeError traceback, once the run was prepared."""
+    from repro.rulesettings import run_settings
+
+    _ssh_state(tmp_path, tmp_path / "known_hosts", tmp_path / "key")
+    state = json.loads((tmp_path / "state.json").read_text())
+    state["ssh"][key[0]] = {**state["ssh"].get(key[0], {}), key[1]: value}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    (tmp_path / "calibration.json").write_text("{}")
+    settings = json.dumps(run_settings(config, "Getting_started", "short"))
+    code, out, err = run_forked(["cluster", "run", "--state", "state.json", "--settings", settings, "--experiment",
+                                 "Getting_started", "--mode", "short", "--calibration", "calibration.json",
+                                 "--run-dir", "run", "--receipt", "run/upload.json"], tmp_path, timeout=60)
+    assert (code, out, err) == (1, "", f"repro: error: state.json: {said}; run cluster start again\n")
+    assert not (tmp_path / "run").exists()
