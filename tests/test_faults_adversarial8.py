@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support import run_forked
+from support import run_forked, run_repro
 
 
 pytestmark = pytest.mark.fault
@@ -158,3 +158,30 @@ def test_an_ssh_cluster_state_is_checked_as_its_config_was(config, key, value, s
                                  "--run-dir", "run", "--receipt", "run/upload.json"], tmp_path, timeout=60)
     assert (code, out, err) == (1, "", f"repro: error: state.json: {said}; run cluster start again\n")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_store_start_that_cannot_make_its_model_directory_stops_no_running_store(tmp_path, monkeypatch, capsys):
+    """`repro trims store start` (or `trims store status`, from a state file edited by hand) with settings
+    whose base_path is /dev/null or lies under a file, while this directory's store runs: the running
+    store was stopped (its settings differ), then the start failed making the directory, and no store ran."""
+    from repro.processes import matches
+    from repro.trims import service
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    settings = {"base_path": "models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
+    try:
+        code, _, _ = run_repro(["trims", "store", "start", "--settings", json.dumps(settings), "--state", "st.json"],
+                               capsys)
+        running = json.loads((tmp_path / "st.json").read_text())["process"]
+        assert code == 0 and matches(running)
+        for base in ("/dev/null", "st.json/models"):
+            code, out, err = run_repro(["trims", "store", "start", "--settings", json.dumps({**settings, "base_path": base}),
+                                        "--state", "other.json"], capsys)
+            blocker = base.split("/models")[0]
+            assert (code, out, err) == (1, "", f"repro: error: --settings base_path {base}: {blocker} is not a directory; "
+                                               "expected a directory of models\n")
+            assert matches(running)
+    finally:
+        assert service.stop(tmp_path)
+    assert not (tmp_path / "other.json").exists()
