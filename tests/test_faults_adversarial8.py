@@ -185,3 +185,22 @@ def test_a_store_start_that_cannot_make_its_model_directory_stops_no_running_sto
     finally:
         assert service.stop(tmp_path)
     assert not (tmp_path / "other.json").exists()
+
+
+@pytest.mark.parametrize("title", ["$\\frac{$", "$" + "{" * 500 + "x" + "}" * 500 + "$", "$$"])
+def test_a_title_or_caption_with_dollar_signs_is_drawn_as_given(title, tmp_path, monkeypatch, capsys):
+    """`repro pecan plot -t 1 2 3 -m '$\\frac{$'` (and `pecan figure` with a calibration whose CPU model,
+    drawn in the caption, holds `$$`): matplotlib read the text between dollar signs as a mathtext
+    formula, and its parser ended in a ValueError or RecursionError traceback."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_repro(["pecan", "plot", "-t", "1", "2", "3", "-m", title, "-o", "fig"], capsys)
+    assert (code, out, err) == (0, "fig.pdf, fig.png: collocated, Cachew, Pecan\n", "")
+    from repro.plots import plot_costs
+
+    columns = {"mode": "collocated", "repeats": "1"}
+    for name in ("tpu_cost", "worker_cost", "total_cost"):
+        columns.update({name: "1", f"{name}_mean": "1", f"{name}_ci_low": "1", f"{name}_ci_high": "1"})
+    (tmp_path / "table.csv").write_text(",".join(columns) + "\n" + ",".join(columns.values()) + "\n")
+    plot_costs(tmp_path / "table.csv", [tmp_path / "cap.png"], "t", f"measured on {title}",
+               {"width_in": 5, "height_in": 3.6, "dpi": 50, "font_size": 9})
+    assert (tmp_path / "cap.png").stat().st_size > 0
