@@ -204,3 +204,29 @@ def test_a_title_or_caption_with_dollar_signs_is_drawn_as_given(title, tmp_path,
     plot_costs(tmp_path / "table.csv", [tmp_path / "cap.png"], "t", f"measured on {title}",
                {"width_in": 5, "height_in": 3.6, "dpi": 50, "font_size": 9})
     assert (tmp_path / "cap.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("command, name, content", [
+    (["trace", "combine", "t.json"], "combined.json", "[1, 2, 3]\n"),
+    (["trace", "combine", "t.json"], "combined.json", '{"traceEvents": [{"ph": "X", "name": "mine", "ts": 0, "dur": 1}]}'),
+    (["trace", "summarize", "t.json"], "summary.json", '[{"note": "mine"}]\n'),
+    (["trace", "summarize", "t.json"], "summary.json", '{"traces": ["mine"]}\n'),
+    (["trace", "summarize", "--each-directory", "."], "summary.json", '[{"note": "mine"}]\n'),
+])
+def test_a_default_output_replaces_only_what_such_a_run_wrote(command, name, content, tmp_path, monkeypatch, capsys):
+    """`repro trace combine t.json` (and `trims-tools trace combine`) without -o, where ./combined.json is a
+    JSON array or a Chrome trace of the user's, and `repro trace summarize` where summary.json is a JSON
+    list of objects or an object with a 'traces' list: the file was taken for an earlier run's output
+    and replaced."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.json").write_text('{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}')
+    (tmp_path / name).write_text(content)
+    code, out, err = run_repro(command, capsys)
+    what = "a combined trace" if name == "combined.json" else "a trace summary"
+    assert (code, out, err) == (1, "", f"repro: error: -o/--output {name}: holds a file that is not {what}; name the "
+                                       "output with -o\n")
+    assert (tmp_path / name).read_text() == content
+    (tmp_path / name).unlink()
+    for _ in range(2):  # what it wrote is its own: replaced by the next run
+        code, out, err = run_repro(command, capsys)
+        assert (code, err) == (0, "")
