@@ -559,25 +559,29 @@ def test_a_trace_whose_name_is_not_utf8_is_refused_naming_why(tmp_path):
                                "output; rename the file")
 
 
-def test_is_trace_reads_the_start_of_a_file_as_a_chrome_trace_begins(tmp_path):
-    from repro.traces.summarize import is_trace
+def test_is_combined_reads_the_start_of_a_file_as_a_combined_trace_begins(tmp_path):
+    from repro.traces.summarize import is_combined
 
-    cases = {b"  \n[{}]": True, b'{"traceEvents": []}': True, b'\t{"otherData": {}, "traceEvents": []}': True,
-             b'{"otherData": {}}': False, b"": False, b"traceEvents": False, b'"traceEvents"': False,
-             # the key must begin within the first 4096 bytes and end there: here it ends at the 4097th
-             b"{" + b" " * 4083 + b'"traceEvents": []}': False, b"{" + b" " * 4082 + b'"traceEvents": []}': True}
+    row = b'{"traceEvents":[{"ph":"M","name":"process_name","pid":1,"tid":0,"args":{"name":"t"}}'
+    cases = {row + b"]}": True, b'{"traceEvents":[],"displayTimeUnit":"ms","otherData":{"inputs":[]}}': True,
+             # a Chrome trace or JSON array of someone else's: not what combine writes
+             b"  \n[{}]": False, b'{"traceEvents": []}': False, b'{"traceEvents":[{"ph":"X","name":"a"}]}': False,
+             b'{"otherData": {}}': False, b"": False, b"[1, 2, 3]": False}
     for i, (content, expected) in enumerate(cases.items()):
         path = tmp_path / f"{i}.json"
         path.write_bytes(content)
-        assert is_trace(path) is expected, content[:40]
+        assert is_combined(path) is expected, content[:40]
 
 
 def test_is_summary_knows_both_summary_formats_and_nothing_else(tmp_path):
+    from repro.traces.original import RECORD_KEYS
     from repro.traces.summarize import is_summary
 
-    cases = {'{"traces": [], "groups": []}': True, '[{"file": "t.json"}]': True, "[]": True,
-             '{"traces": {}}': False, '{"groups": []}': False, '[{"file": "t.json"}, 3]': False, "[": False, "": False,
-             '"traces"': False}
+    record = json.dumps({key: None for key in RECORD_KEYS})
+    cases = {'{"traces": [], "groups": []}': True, '{"traces": [{"file": "t.json"}], "groups": {}}': True,
+             f"[{record}]": True, "[]": True,
+             '{"traces": {}}': False, '{"groups": []}': False, '{"traces": ["a"], "groups": []}': False,
+             '[{"file": "t.json"}]': False, f"[{record}, 3]": False, "[": False, "": False, '"traces"': False}
     for i, (content, expected) in enumerate(cases.items()):
         path = tmp_path / f"{i}.json"
         path.write_text(content)

@@ -81,9 +81,9 @@ def _combine(args):
         raise ReproError(f"--skip-first: expected at least two traces, got {len(inputs)} ({', '.join(map(str, inputs))})")
     if args.output is None:
         from repro.fsutil import check_default_output
-        from repro.traces.summarize import is_trace
+        from repro.traces.summarize import is_combined
 
-        args.output = check_default_output("combined.json", "-o/--output", is_trace, "a combined trace")
+        args.output = check_default_output("combined.json", "-o/--output", is_combined, "a combined trace")
     refuse_overwriting([("-o/--output", args.output)], inputs)  # also a trace found in an input directory
     report = combine(inputs, args.output, adjust=args.adjust, skip_first=args.skip_first, strict=not args.lenient)
     print(f"{args.output}: {report['events']} events from {report['inputs']} traces"

@@ -261,6 +261,26 @@ def check_placeholders(text, allowed, key):
                              + ", ".join(f"{{{n}}}" for n in sorted(allowed)))
 
 
+def check_ssh_section(ssh, source):
+    """The ssh backend's settings as a cluster state records them (`source`: that file), checked in
+    place as a config's `ssh` section is: the schema, with its defaults filled in where a key is
+    missing, and the run command's and environment's placeholders. ReproError naming the key."""
+    from jsonschema import Draft202012Validator
+
+    root = schema()
+    section = {"$ref": "#/$defs/ssh", "$defs": {"ssh": root["properties"]["ssh"]}, "definitions": root["definitions"]}
+    errors = sorted(_with_defaults(Draft202012Validator)(section).iter_errors(ssh), key=lambda e: list(e.absolute_path))
+    if errors:
+        key = ".".join(["ssh", *(str(p) for p in errors[0].absolute_path)])
+        raise ReproError(f"{source}: {_shortened(key)}: {_shortened(errors[0].message)}")
+    _reject_non_finite(ssh, source, ["ssh"])
+    run = ssh["run"]
+    check_placeholders(run["command"], SSH_PLACEHOLDERS["command"], f"{source}: ssh.run.command")
+    for name, value in run["env"].items():
+        check_placeholders(value, SSH_PLACEHOLDERS["env"], f"{source}: ssh.run.env.{name}")
+    return ssh
+
+
 # The directory download_traces writes, results/traces/<experiment>/<mode>/: a local trace store at
 # results puts its keys, traces/<experiment>/<mode>/, there, and Snakemake deletes a job's outputs
 # before it runs, so every download found its upload gone.

@@ -10,6 +10,9 @@ from repro.errors import ReproError
 from repro.fsutil import atomic_path, read_csv
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
+# every text drawn as given: a title, label or caption from a flag or a file (a model name, a CPU
+# model) that holds `$...$` is no mathtext formula, whose parser failed on some with a traceback
+matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 

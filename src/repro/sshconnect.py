@@ -11,6 +11,20 @@ from pathlib import Path
 from repro.errors import ReproError
 
 log = logging.getLogger(__name__)
+KNOWN_HOSTS_LIMIT = 16 << 20  # tens of thousands of hosts' keys
+KEY_FILE_LIMIT = 1 << 20  # a private key is a few KiB
+
+
+def _check_readable(path, label, what, limit):
+    """ReproError naming `label` where `path`, which paramiko reads whole, is no regular file (a FIFO
+    would wait forever, /dev/zero fill the memory) or is larger than `limit`; a missing or unreadable
+    one is left to paramiko to name."""
+    from repro.fsutil import read_bounded
+
+    try:
+        read_bounded(path, label, what, limit)
+    except OSError:
+        pass
 
 
 def connect(host, ssh):
@@ -18,6 +32,11 @@ def connect(host, ssh):
     import paramiko
     from fabric import Connection
 
+    _check_readable(ssh["known_hosts"], f"ssh.known_hosts {ssh['known_hosts']}", "a known_hosts file",
+                    KNOWN_HOSTS_LIMIT)
+    if host.get("key_file"):
+        _check_readable(host["key_file"], f"{describe_host(host)}: key_file {host['key_file']}", "a private key file",
+                        KEY_FILE_LIMIT)
     connection = Connection(host["address"], user=host["user"], port=host["port"],
                             connect_timeout=ssh["connect_timeout_s"],
                             connect_kwargs={"key_filename": host["key_file"], "look_for_keys": False,

@@ -187,7 +187,8 @@ def check_credentials_file(environ=os.environ):
     check_regular(path, label, "a service account or user credentials JSON file")
     if not os.path.exists(path):
         return
-    pending = [read_json(path, "a service account or user credentials JSON file", label, CREDENTIALS_LIMIT)]
+    info = read_json(path, "a service account or user credentials JSON file", label, CREDENTIALS_LIMIT)
+    pending = [info]
     while pending:
         node = pending.pop()
         if isinstance(node, list):
@@ -202,6 +203,30 @@ def check_credentials_file(environ=os.environ):
                         raise ReproError(f"{label}: {key} {value}: cannot read ({exc.strerror})") from None
                 else:
                     pending.append(value)
+    _check_loadable(info, label)
+
+
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
+
+
+def _check_loadable(info, label):
+    """ReproError naming the credentials file where Google's libraries would fail on its shape with an
+    exception of their own (a list, a string or null where they expect an object: AttributeError,
+    TypeError), not the DefaultCredentialsError that names the file and that callers report."""
+    if not isinstance(info, dict):
+        raise ReproError(f"{label}: expected a JSON object (a service account or user credentials JSON file), "
+                         f"got {_JSON_TYPES.get(type(info), type(info).__name__)}")
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        google.auth.load_credentials_from_dict(info)
+    except DefaultCredentialsError:
+        pass  # named with the file when the library loads it
+    except Exception as exc:  # noqa: BLE001 - any other failure of the library is this file's shape
+        raise ReproError(f"{label}: not a credentials file Google's libraries can load "
+                         f"({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def _gcs_client():

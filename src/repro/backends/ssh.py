@@ -24,7 +24,7 @@ from pathlib import Path
 
 from repro.backends import Backend, RunRequest
 from repro.errors import ReproError
-from repro.fsutil import read_json, write_json
+from repro.fsutil import atomic_path, read_json, write_json
 from repro.sshconnect import describe_host as _describe, open_checked as _open
 
 STDERR_TAIL = 40  # lines of remote stderr kept in the error of a failed run
@@ -63,7 +63,9 @@ class SshBackend(Backend):
     def start(self, settings, state_path):
         """Run the configured start commands (they must be idempotent), then start the engine's
         service when the settings name one; return what ran."""
-        ssh = settings["ssh"]
+        from repro.config import check_ssh_section
+
+        ssh = check_ssh_section(settings["ssh"], "--settings")  # as a config's: given by hand, it was not
         started = _run_commands(ssh, ssh["start_commands"])
         state = {"ssh": ssh, "trace_store": settings["trace_store"], "started": started}
         if settings.get("engine") == "tfdata":
@@ -74,6 +76,12 @@ class SshBackend(Backend):
         if not isinstance(state.get("ssh"), dict) or not isinstance(state["ssh"].get("hosts"), dict):
             raise ReproError(f"{state_path}: ssh: expected the ssh settings the start recorded (an object with "
                              "'hosts'); run cluster start again")
+        from repro.config import check_ssh_section
+
+        try:
+            check_ssh_section(state["ssh"], str(state_path))
+        except ReproError as exc:
+            raise ReproError(f"{exc}; run cluster start again") from None
         service = state.get("engine_service")
         if service is not None and not (isinstance(service, dict) and all(
                 isinstance(service.get(key), str) for key in ("host", "directory", "address"))):
@@ -273,21 +281,37 @@ def _with_env(env, command):
     return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items()) + " && " + command
 
 
+class _NoRemoteFile(Exception):
+    pass
+
+
+def _get(connection, remote, local):
+    """Copy the remote file `remote` to `local`, written to a new file renamed over it: a symbolic
+    link at `local` is refused, never written through (paramiko's get opens the path it is given).
+    False where there is no remote file (nothing written)."""
+    try:
+        with atomic_path(local) as tmp:
+            try:
+                connection.get(remote, str(tmp))
+            except FileNotFoundError:
+                raise _NoRemoteFile from None
+    except _NoRemoteFile:
+        return False
+    return True
+
+
 def _fetch(connection, remote_dir, run_dir, optional=False):
     """Copy run.log, metrics.json, traces/*.json and repeats/ (where there are repeats) back (run.log
     alone after a failure)."""
     sftp = connection.sftp()
     names = ["run.log"] if optional else ["run.log", "metrics.json"]
     for name in names:
-        try:
-            connection.get(f"{remote_dir}/{name}", str(Path(run_dir) / name))
-        except FileNotFoundError:
-            if not optional:
-                raise ReproError(f"{remote_dir}/{name} missing on the accelerator host after the run") from None
+        if not _get(connection, f"{remote_dir}/{name}", Path(run_dir) / name) and not optional:
+            raise ReproError(f"{remote_dir}/{name} missing on the accelerator host after the run")
     if not optional:
         (Path(run_dir) / "traces").mkdir(parents=True, exist_ok=True)
         for name in sftp.listdir(f"{remote_dir}/traces"):
-            connection.get(f"{remote_dir}/traces/{name}", str(Path(run_dir) / "traces" / name))
+            _get(connection, f"{remote_dir}/traces/{name}", Path(run_dir) / "traces" / name)
         try:
             repeats = sftp.listdir(f"{remote_dir}/repeats")
         except FileNotFoundError:  # one repeat, or an engine that does not repeat
@@ -295,7 +319,7 @@ def _fetch(connection, remote_dir, run_dir, optional=False):
         if repeats:
             (Path(run_dir) / "repeats").mkdir(exist_ok=True)
         for name in repeats:
-            connection.get(f"{remote_dir}/repeats/{name}", str(Path(run_dir) / "repeats" / name))
+            _get(connection, f"{remote_dir}/repeats/{name}", Path(run_dir) / "repeats" / name)
 
 
 class _Tail:

@@ -26,6 +26,7 @@ PHASES = {
 }
 FIELDS = ("run_id", "server", "upr_enabled", "eager_mode", "eager_mode_async", "hostname", "model_name",
           "experiment_description")
+RECORD_KEYS = {*FIELDS, "end_to_end_process_time", "end_to_end_time", "init_time"}  # in every record
 
 
 def _rfc3339(microseconds, path):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import check_output, open_lock, read_json, refuse_inside, write_json
+from repro.fsutil import check_output, not_a_directory, open_lock, read_json, refuse_inside, write_json
 from repro.invocation import owner
 from repro.settings import settings_digest
 
@@ -104,6 +104,9 @@ def _start(settings, state_path, workdir, starter):
     budget, policy, device = server["memory_mb"], server["eviction"], server["device"]
     # the state, and the store's log beside it, among the models: named as given, before a store is stopped
     refuse_inside("--state", state_path, "--settings base_path", base, "the models the store reads")
+    blocker = not_a_directory(base)  # no directory of models can be made there: refused before a store is stopped
+    if blocker is not None:
+        raise ReproError(f"--settings base_path {base}: {blocker} is not a directory; expected a directory of models")
     # the store's log, beside the state: appended to, by the store and its watchdog, never through a link
     check_output(Path(state_path).with_name("trims-server.log"), str(Path(state_path).with_name("trims-server.log")))
     record = processes.read_record(record_path)

@@ -1,0 +1,232 @@
+"""Fault injection: hostile inputs, state files and environments given to repro's and trims-tools'
+commands, each found by trying them as a careless or hostile user would.
+
+Each ends in one line naming the file, key or flag and what was expected, a non-zero exit, nothing
+outside the command's own files written to or deleted, and no unbounded read, wait or process signalled.
+"""
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+from support import run_forked, run_repro
+
+
+pytestmark = pytest.mark.fault
+
+
+@pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
+@pytest.mark.parametrize("content, said", [
+    ([], "expected a JSON object (a service account or user credentials JSON file), got an array"),
+    (None, "expected a JSON object (a service account or user credentials JSON file), got null"),
+    ({"type": "impersonated_service_account", "source_credentials": [],
+      "service_account_impersonation_url": "https://iamcredentials.googleapis.com/v1/x:generateAccessToken"},
+     "not a credentials file Google's libraries can load (AttributeError: 'list' object has no attribute 'get')"),
+    ({"type": "external_account", "audience": "a", "token_url": "https://sts.googleapis.com/v1/token",
+      "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "credential_source": "file"},
+     "not a credentials file Google's libraries can load (AttributeError: 'str' object has no attribute 'get')"),
+])
+def test_credential_files_of_another_shape_are_named(content, said, tmp_path):
+    """GOOGLE_APPLICATION_CREDENTIALS naming a JSON array, null, or an impersonated or external account
+    whose source_credentials or credential_source is not an object: `repro doctor --profile P` and
+    `repro trace download` (a gs:// store) ended in an AttributeError traceback from google-auth."""
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text("default-storage-provider: gcs\n")
+    (tmp_path / "upload.json").write_text('{"store": "gs://bucket/x", "objects": [{"key": "a/t.json", "sha256": "0"}]}')
+    (tmp_path / "key.json").write_text(json.dumps(content))
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": "key.json", "STORAGE_EMULATOR_HOST": ""}
+    code, out, err = run_forked(["doctor", "--profile", "profile"], tmp_path, timeout=60, env=env)
+    assert (code, out, err) == (1, "", f"repro: error: profile/config.yaml: GOOGLE_APPLICATION_CREDENTIALS key.json: "
+                                       f"{said}\n")
+    code, out, err = run_forked(["trace", "download", "upload.json", "-o", "traces"], tmp_path, timeout=60, env=env)
+    assert (code, out, err) == (1, "", f"repro: error: GOOGLE_APPLICATION_CREDENTIALS key.json: {said}\n")
+    assert not (tmp_path / "traces").exists()
+
+
+class _SftpLike:
+    """What the ssh backend's fetch uses of a fabric connection, over a local directory standing for the
+    accelerator host: get opens the local path it is given and writes to it, as paramiko's does."""
+
+    def __init__(self, remote):
+        self.remote = remote
+
+    def sftp(self):
+        return self
+
+    def listdir(self, path):
+        return sorted(p.name for p in Path(path).iterdir())
+
+    def get(self, remote, local):
+        with open(local, "wb") as out:  # paramiko: the local file first, then the remote one
+            out.write(Path(remote).read_bytes())
+
+
+def test_the_ssh_backend_fetches_no_run_file_through_a_symbolic_link(tmp_path):
+    """`repro cluster run` on the ssh backend (by hand, --run-dir D) where D/run.log and D/metrics.json
+    are symbolic links to files of the user's: the run's log and metrics were written through them,
+    over those files (paramiko's get opens the path it is given); the local backend replaces the links."""
+    from repro.backends.ssh import _fetch
+    from repro.errors import ReproError
+
+    remote = tmp_path / "remote"
+    (remote / "traces").mkdir(parents=True)
+    for name in ("run.log", "metrics.json", "traces/t.json"):
+        (remote / name).write_text("the run's\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in ("run.log", "metrics.json"):
+        (tmp_path / f"user-{name}").write_text("the user's\n")
+        (run_dir / name).symlink_to(tmp_path / f"user-{name}")
+    with pytest.raises(ReproError, match=f"^{run_dir / 'run.log'}: is a symbolic link; expected a regular file"):
+        _fetch(_SftpLike(remote), remote, run_dir)
+    with pytest.raises(ReproError, match="is a symbolic link"):
+        _fetch(_SftpLike(remote), remote, run_dir, optional=True)  # after a failed run: its log alone
+    assert [(tmp_path / f"user-{name}").read_text() for name in ("run.log", "metrics.json")] == ["the user's\n"] * 2
+    for name in ("run.log", "metrics.json"):
+        (run_dir / name).unlink()
+    _fetch(_SftpLike(remote), remote, run_dir)
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == [
+        "metrics.json", "run.log", "traces", "traces/t.json"]
+    (remote / "metrics.json").unlink()
+    with pytest.raises(ReproError, match="metrics.json missing on the accelerator host after the run"):
+        _fetch(_SftpLike(remote), remote, tmp_path / "second")
+    assert not (tmp_path / "second" / "metrics.json").exists()
+
+
+def _ssh_state(directory, known_hosts, key_file):
+    """An ssh backend's cluster state whose one host answers nowhere (port 1 of loopback)."""
+    host = {"name": "accel", "address": "127.0.0.1", "port": 1, "user": "u", "key_file": str(key_file)}
+    ssh = {"known_hosts": str(known_hosts), "connect_timeout_s": 5, "accept_new_host_keys": False,
+           "hosts": {"accelerator": host}, "start_commands": {}, "stop_commands": {}, "checks": [],
+           "run": {"python": "python3", "remote_dir": "/tmp/repro-runs", "env": {"EPOCHS": "{epochs}"},
+                   "command": "{python} -m repro.cli pecan run --settings {settings} --experiment {experiment} "
+                              "--mode {mode} --calibration {calibration} --out {out} --backend ssh"}}
+    (directory / "state.json").write_text(json.dumps({"backend": "ssh", "ssh": ssh, "trace_store": "store"}))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fabric") is None, reason="needs the ssh extra")
+@pytest.mark.parametrize("kind", ["known_hosts-zero", "known_hosts-fifo", "key_file-zero", "key_file-sparse"])
+def test_ssh_files_paramiko_reads_whole_are_bounded_and_named(kind, tmp_path):
+    """ssh.known_hosts or a host's key_file (in a config, or the cluster state cluster start wrote) that is
+    /dev/zero, a FIFO or a sparse file of gigabytes: `repro cluster status` (and every ssh connection)
+    filled the memory until a MemoryError traceback, or waited forever on the FIFO, as paramiko read it
+    whole (known_hosts before connecting, the key file once the host answered). Now refused before
+    connecting, naming the file."""
+    what, form = kind.split("-")
+    path = {"zero": "/dev/zero", "fifo": tmp_path / "fifo", "sparse": tmp_path / "sparse"}[form]
+    if form == "fifo":
+        os.mkfifo(path)
+    if form == "sparse":
+        with open(path, "wb") as fh:
+            fh.truncate(2 << 30)
+    (tmp_path / "key").write_text("not a key\n")
+    (tmp_path / "known_hosts").write_text("")
+    _ssh_state(tmp_path, path if what == "known_hosts" else tmp_path / "known_hosts",
+               path if what == "key_file" else tmp_path / "key")
+    code, out, err = run_forked(["cluster", "status", "--state", "state.json"], tmp_path, timeout=60, growth=512 << 20)
+    said = {"zero": "is a character device; expected a regular file", "fifo": "is a FIFO; expected a regular file",
+            "sparse": "larger than 1 MiB; expected a private key file"}[form]
+    named = f"ssh.known_hosts {path}" if what == "known_hosts" else f"accel (u@127.0.0.1:1): key_file {path}"
+    assert (code, err) == (1, "repro: error: cluster status: 1 check(s) FAILED: accel (u@127.0.0.1:1) reachable\n")
+    assert out.startswith(f"[FAILED] accel (u@127.0.0.1:1) reachable: {named}: {said}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fabric") is None, reason="needs the ssh extra")
+@pytest.mark.parametrize("key, value, said", [
+    (("run", "env"), {"X": "{0}"}, "ssh.run.env.X: unknown placeholder {0} in '{0}'; expected some of {autoorder}, "
+                                   "{epochs}, {experiment}, {local_workers}, {mode}"),
+    (("run", "env"), "x", "ssh.run.env: 'x' is not of type 'object'"),
+    (("run", "command"), 5, "ssh.run.command: 5 is not of type 'string'"),
+    (("hosts", "accelerator"), [], "ssh.hosts.accelerator: [] is not of type 'object'"),
+])
+def test_an_ssh_cluster_state_is_checked_as_its_config_was(config, key, value, said, tmp_path):
+    """`repro cluster run --state S` where S, the ssh backend's state that cluster start wrote, was edited
+    by hand (a run command or environment value that is no string or names an unknown placeholder, an
+    accelerator that is a list): an IndexError or AttributeError traceback, once the run was prepared."""
+    from repro.rulesettings import run_settings
+
+    _ssh_state(tmp_path, tmp_path / "known_hosts", tmp_path / "key")
+    state = json.loads((tmp_path / "state.json").read_text())
+    state["ssh"][key[0]] = {**state["ssh"].get(key[0], {}), key[1]: value}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    (tmp_path / "calibration.json").write_text("{}")
+    settings = json.dumps(run_settings(config, "Getting_started", "short"))
+    code, out, err = run_forked(["cluster", "run", "--state", "state.json", "--settings", settings, "--experiment",
+                                 "Getting_started", "--mode", "short", "--calibration", "calibration.json",
+                                 "--run-dir", "run", "--receipt", "run/upload.json"], tmp_path, timeout=60)
+    assert (code, out, err) == (1, "", f"repro: error: state.json: {said}; run cluster start again\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_store_start_that_cannot_make_its_model_directory_stops_no_running_store(tmp_path, monkeypatch, capsys):
+    """`repro trims store start` (or `trims store status`, from a state file edited by hand) with settings
+    whose base_path is /dev/null or lies under a file, while this directory's store runs: the running
+    store was stopped (its settings differ), then the start failed making the directory, and no store ran."""
+    from repro.processes import matches
+    from repro.trims import service
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    settings = {"base_path": "models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
+    try:
+        code, _, _ = run_repro(["trims", "store", "start", "--settings", json.dumps(settings), "--state", "st.json"],
+                               capsys)
+        running = json.loads((tmp_path / "st.json").read_text())["process"]
+        assert code == 0 and matches(running)
+        for base in ("/dev/null", "st.json/models"):
+            code, out, err = run_repro(["trims", "store", "start", "--settings", json.dumps({**settings, "base_path": base}),
+                                        "--state", "other.json"], capsys)
+            blocker = base.split("/models")[0]
+            assert (code, out, err) == (1, "", f"repro: error: --settings base_path {base}: {blocker} is not a directory; "
+                                               "expected a directory of models\n")
+            assert matches(running)
+    finally:
+        assert service.stop(tmp_path)
+    assert not (tmp_path / "other.json").exists()
+
+
+@pytest.mark.parametrize("title", ["$\\frac{$", "$" + "{" * 500 + "x" + "}" * 500 + "$", "$$"])
+def test_a_title_or_caption_with_dollar_signs_is_drawn_as_given(title, tmp_path, monkeypatch, capsys):
+    """`repro pecan plot -t 1 2 3 -m '$\\frac{$'` (and `pecan figure` with a calibration whose CPU model,
+    drawn in the caption, holds `$$`): matplotlib read the text between dollar signs as a mathtext
+    formula, and its parser ended in a ValueError or RecursionError traceback."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_repro(["pecan", "plot", "-t", "1", "2", "3", "-m", title, "-o", "fig"], capsys)
+    assert (code, out, err) == (0, "fig.pdf, fig.png: collocated, Cachew, Pecan\n", "")
+    from repro.plots import plot_costs
+
+    columns = {"mode": "collocated", "repeats": "1"}
+    for name in ("tpu_cost", "worker_cost", "total_cost"):
+        columns.update({name: "1", f"{name}_mean": "1", f"{name}_ci_low": "1", f"{name}_ci_high": "1"})
+    (tmp_path / "table.csv").write_text(",".join(columns) + "\n" + ",".join(columns.values()) + "\n")
+    plot_costs(tmp_path / "table.csv", [tmp_path / "cap.png"], "t", f"measured on {title}",
+               {"width_in": 5, "height_in": 3.6, "dpi": 50, "font_size": 9})
+    assert (tmp_path / "cap.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("command, name, content", [
+    (["trace", "combine", "t.json"], "combined.json", "[1, 2, 3]\n"),
+    (["trace", "combine", "t.json"], "combined.json", '{"traceEvents": [{"ph": "X", "name": "mine", "ts": 0, "dur": 1}]}'),
+    (["trace", "summarize", "t.json"], "summary.json", '[{"note": "mine"}]\n'),
+    (["trace", "summarize", "t.json"], "summary.json", '{"traces": ["mine"]}\n'),
+    (["trace", "summarize", "--each-directory", "."], "summary.json", '[{"note": "mine"}]\n'),
+])
+def test_a_default_output_replaces_only_what_such_a_run_wrote(command, name, content, tmp_path, monkeypatch, capsys):
+    """`repro trace combine t.json` (and `trims-tools trace combine`) without -o, where ./combined.json is a
+    JSON array or a Chrome trace of the user's, and `repro trace summarize` where summary.json is a JSON
+    list of objects or an object with a 'traces' list: the file was taken for an earlier run's output
+    and replaced."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.json").write_text('{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}')
+    (tmp_path / name).write_text(content)
+    code, out, err = run_repro(command, capsys)
+    what = "a combined trace" if name == "combined.json" else "a trace summary"
+    assert (code, out, err) == (1, "", f"repro: error: -o/--output {name}: holds a file that is not {what}; name the "
+                                       "output with -o\n")
+    assert (tmp_path / name).read_text() == content
+    (tmp_path / name).unlink()
+    for _ in range(2):  # what it wrote is its own: replaced by the next run
+        code, out, err = run_repro(command, capsys)
+        assert (code, err) == (0, "")
