@@ -260,6 +260,24 @@ def test_bad_command_lines_name_the_flag(tmp_path, monkeypatch, capsys, words, s
 
 
 @pytest.mark.fault
+@pytest.mark.parametrize("models, message", [
+    ("(.*.*.*)*!", "--models: '(.*.*.*)*!' matches none of"),
+    ("(?<=squeeze)net", "--models: '(?<=squeeze)net' is not a name or a regular expression (invalid perl operator: (?<=)"),
+])
+def test_models_patterns_are_read_as_gos_regexp_reads_them(tmp_path, models, message):
+    """`trims-tools client run --simulate_run --models='(.*.*.*)*!'`: Python's backtracking re ran for
+    minutes on a model name, where the original's Go regexp is linear in it; a lookbehind, which Go's
+    syntax has not, is refused in one line, as the original refuses it."""
+    (tmp_path / ".carml_config.yml").write_text(ORIGINAL_CONFIG)
+    generate("squeezenet_1.1", tmp_path / "carml" / "data" / "mxnet" / "squeezenet_1.1", seed=1)
+    proc = subprocess.run([TRIMS_TOOLS, "client", "run", "--simulate_run", f"--models={models}"], cwd=tmp_path,
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("note: ")]  # the config's keys
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+@pytest.mark.fault
 @pytest.mark.parametrize("config, message", [
     ("micro18:\n  base_pathh: /x\n", "unknown micro18 keys ['base_pathh']"),
     ("micro18:\n  base_path: $NO_SUCH_VARIABLE_HERE/models\n", "micro18.base_path: environment variable $NO_SUCH"),
