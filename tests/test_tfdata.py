@@ -80,6 +80,24 @@ def test_a_pipeline_leaves_no_generated_source_in_the_temporary_directory(tf, tm
     assert out.stdout == "[]\n"
 
 
+@pytest.mark.fault
+def test_more_workers_than_the_memory_holds_are_refused_before_any_starts(tf, tmp_path, monkeypatch, capsys):
+    """`repro pecan tfdata start --workers 4096` on this machine: each worker holds about 500 MB once
+    TensorFlow is loaded, and they were started one after another until memory ran out."""
+    from repro.pecan.tfdata import WORKER_MEMORY_MB, check_worker_memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal: 4096000 kB\nMemAvailable: {3 * WORKER_MEMORY_MB * 1024} kB\n")
+    check_worker_memory(3, "--workers", meminfo)
+    with pytest.raises(ReproError, match=rf"^--workers 4: 4 worker process\(es\) need about {4 * WORKER_MEMORY_MB} MB "
+                                         rf".*; {3 * WORKER_MEMORY_MB} MB available \(MemAvailable\); expected at most 3$"):
+        check_worker_memory(4, "--workers", meminfo)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_repro(["pecan", "tfdata", "start", "--state-dir", "sd", "--workers", "4096"], capsys)
+    assert (code, out) == (1, "") and err.startswith("repro: error: --workers 4096: 4096 worker process(es) need"), err
+    assert not (tmp_path / "sd").exists()
+
+
 def test_engine_tfdata_without_tensorflow_fails_at_config_check(tmp_path):
     """Snakemake's parse (the Snakefile's config check) names the extra; nothing runs."""
     copy_workflow(tmp_path)
