@@ -83,6 +83,27 @@ def test_a_model_directory_that_holds_the_store_state_is_refused(base_path, tmp_
                    "models only, such as results/trims/models\n")
 
 
+@pytest.mark.parametrize("key, value, said", [
+    ("trace_store", "/dev/null", "'/dev/null' is not a directory"),
+    ("trims.base_path", "{file}/models", "'{file}/models' lies under '{file}', which is not a directory"),
+    ("trims.asset_store", "{file}", "'{file}' is not a directory"),
+])
+def test_a_directory_key_naming_something_else_is_refused(key, value, said, tmp_path, capsys):
+    """trace_store: /dev/null, or trims.base_path under a file: the check passed it, and the step that first
+    wrote there failed (the run's upload, the models' generation), after the steps before it had run."""
+    users = tmp_path / "notes.txt"
+    users.write_text("the user's\n")
+    value, said = value.format(file=users), said.format(file=users)
+    section, _, name = key.rpartition(".")
+    config = tmp_path / "my.yaml"
+    config.write_text(f"{section}:\n  {name}: {value}\n" if section else f"{name}: {value}\n")
+    code, out, err = run_repro(["config", "check", config], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: config/config.yaml + {config}: {key}: {said}; expected a directory, or a path "
+                   "where one can be made\n")
+    assert users.read_text() == "the user's\n"
+
+
 def _external_account(subject_token_file):
     """An external account (workload identity federation) credential whose subject token is a file."""
     return json.dumps({"type": "external_account", "audience": "//iam.googleapis.com/projects/1/locations/global",

@@ -15,7 +15,7 @@ import yaml
 
 from repro.backends import backend_names, get_backend
 from repro.errors import ReproError
-from repro.fsutil import expand_path
+from repro.fsutil import expand_path, not_a_directory
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)
@@ -345,8 +345,24 @@ def _check_store_budget(trims, source):
                          "expected a budget at least that large")
 
 
+def _check_directories(config, source):
+    """ReproError naming the key whose local directory (PATH_KEYS) is, or lies under, something that
+    is not a directory (/dev/null, a file): refused here, not by the step that first writes there."""
+    for keys in PATH_KEYS:
+        value = config
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and value and not value.startswith("gs://"):
+            blocker = not_a_directory(value)
+            if blocker is not None:
+                where = "" if blocker == Path(value) else f" lies under {str(blocker)!r}, which"
+                raise ReproError(f"{source}: {'.'.join(keys)}: {value!r}{where} is not a directory; expected a "
+                                 "directory, or a path where one can be made")
+
+
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
+    _check_directories(config, source)
     _check_trace_store(config["trace_store"], source)
     pecan = config["pecan"]
     for name, exp in pecan["experiments"].items():
