@@ -426,10 +426,15 @@ CASES = [
      r"repro: error: .*/tfdata/state.json: workers: expected a list of process records"),
     ("tfdata-retired-ports-not-ports-stop",
      lambda c: ["cluster", "stop", "--state", _tfdata_state(c, '{"retired_ports": {"x": 1}}')],
-     r"repro: error: .*/tfdata/state.json: retired_ports: expected an object of port numbers to times, got \{'x': 1\}"),
+     r"repro: error: .*/tfdata/state.json: retired_ports: expected an object of at most 4096 port numbers to times, "
+     r"got \{'x': 1\}"),
+    ("tfdata-retired-ports-too-many-stop",
+     lambda c: ["cluster", "stop", "--state", _tfdata_state(
+         c, json.dumps({"retired_ports": {str(port): 1.0 for port in range(5000)}}))],
+     r"repro: error: .*/tfdata/state.json: retired_ports: expected an object of at most 4096 port numbers"),
     ("tfdata-retired-ports-time-a-string-stop",
      lambda c: ["cluster", "stop", "--state", _tfdata_state(c, '{"retired_ports": {"40235": "now"}}')],
-     r"repro: error: .*/tfdata/state.json: retired_ports: expected an object of port numbers to times"),
+     r"repro: error: .*/tfdata/state.json: retired_ports: expected an object of at most 4096 port numbers"),
     ("tfdata-dispatcher-pid-a-string-stop",
      lambda c: ["cluster", "stop", "--state", _tfdata_state(
          c, '{"dispatcher": {"pid": "1", "start_ticks": 1, "address": "localhost:1", "status": "s"}}')],

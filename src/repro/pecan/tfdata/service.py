@@ -49,6 +49,8 @@ PROBED, PROBED_LIMIT = "probed.json", 1 << 16  # the probe that passed (workflow
 # port under the other name (localhost vs 127.0.0.1) would be sent its tasks and refuse them ("does not
 # match worker's address"), so a port is not given to a new local worker for this long after its worker ended.
 RETIRED_PORT_S = 60
+# far more than the workers one service starts in RETIRED_PORT_S, and few enough for a command line
+RETIRED_PORTS_MAX = 4096
 
 
 def port_free(port):
@@ -117,10 +119,11 @@ def _check_state(path, state):
     if not isinstance(state.get("ssh_workers") or {}, dict):
         raise ReproError(f"{path}: ssh_workers: expected an object (the worker hosts), got {state['ssh_workers']!r:.60}")
     retired = state.get("retired_ports", {})
-    if not isinstance(retired, dict) or not all(
+    if not isinstance(retired, dict) or len(retired) > RETIRED_PORTS_MAX or not all(
             re.fullmatch(r"\d{1,5}", port) and isinstance(at, (int, float)) and not isinstance(at, bool)
             for port, at in retired.items()):
-        raise ReproError(f"{path}: retired_ports: expected an object of port numbers to times, got {retired!r:.60}")
+        raise ReproError(f"{path}: retired_ports: expected an object of at most {RETIRED_PORTS_MAX} port numbers to "
+                         f"times, got {retired!r:.60}")
     if "dispatcher" not in state:  # every state the service writes records its dispatcher
         raise ReproError(f"{path}: lacks key 'dispatcher'; not a state file the service wrote")
 
