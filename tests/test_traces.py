@@ -560,7 +560,7 @@ def test_a_trace_whose_name_is_not_utf8_is_refused_naming_why(tmp_path):
 
 
 def test_is_combined_reads_the_start_of_a_file_as_a_combined_trace_begins(tmp_path):
-    from repro.traces.summarize import is_combined
+    from repro.traces.combine import is_combined
 
     row = b'{"traceEvents":[{"ph":"M","name":"process_name","pid":1,"tid":0,"args":{"name":"t"}}'
     cases = {row + b"]}": True, b'{"traceEvents":[],"displayTimeUnit":"ms","otherData":{"inputs":[]}}': True,
@@ -575,7 +575,7 @@ def test_is_combined_reads_the_start_of_a_file_as_a_combined_trace_begins(tmp_pa
 
 def test_is_summary_knows_both_summary_formats_and_nothing_else(tmp_path):
     from repro.traces.original import RECORD_KEYS
-    from repro.traces.summarize import is_summary
+    from repro.traces.original import is_summary
 
     record = json.dumps({key: None for key in RECORD_KEYS})
     cases = {'{"traces": [], "groups": []}': True, '{"traces": [{"file": "t.json"}], "groups": {}}': True,

@@ -81,7 +81,7 @@ def _combine(args):
         raise ReproError(f"--skip-first: expected at least two traces, got {len(inputs)} ({', '.join(map(str, inputs))})")
     if args.output is None:
         from repro.fsutil import check_default_output
-        from repro.traces.summarize import is_combined
+        from repro.traces.combine import is_combined
 
         args.output = check_default_output("combined.json", "-o/--output", is_combined, "a combined trace")
     refuse_overwriting([("-o/--output", args.output)], inputs)  # also a trace found in an input directory
@@ -109,7 +109,7 @@ def _summarize(args):
 
 def _default_output(path):
     from repro.fsutil import check_default_output
-    from repro.traces.summarize import is_summary
+    from repro.traces.original import is_summary
 
     return check_default_output(path, "-o/--output", is_summary, "a trace summary")
 
@@ -210,7 +210,21 @@ def _read_state(path):
     if state["backend"] not in backend_names():
         raise ReproError(f"{path}: backend: unknown backend {state['backend']!r:.60}; expected one of {backend_names()}")
     with _state_keys(path):
-        return get_backend(state["backend"]).bind(state, path)
+        state = get_backend(state["backend"]).bind(state, path)
+    try:  # a hand-edited state is checked as the config it was started from was
+        _check_backend_section(state, str(path))
+    except ReproError as exc:
+        raise ReproError(f"{exc}; run cluster start again") from None
+    return state
+
+
+def _check_backend_section(settings, source):
+    """The backend's own section of `settings` (a cluster start's --settings, or the state it wrote)
+    checked in place as a config's is, its defaults filled in (repro.config.check_ssh_section)."""
+    if settings["backend"] == "ssh":
+        from repro.config import check_ssh_section
+
+        check_ssh_section(settings["ssh"], source)
 
 
 @contextlib.contextmanager
@@ -230,6 +244,7 @@ def _cluster_start(args):
 
     if args.settings is not None:
         settings = check_settings(args.settings, places={"engine": ("pecan", "engine")})
+        _check_backend_section(settings, "--settings")
     else:
         settings = cluster_settings(load_config(args.config))
     state = start_cluster(settings, args.state)

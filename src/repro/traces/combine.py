@@ -738,3 +738,16 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
             )
         writer.metadata = {"displayTimeUnit": display_unit or "ms", "otherData": {"inputs": per_input}}
     return report
+
+
+# how every trace `combine` writes begins: the writer's opening, then the first input's process row (or no event)
+_COMBINED_STARTS = (b'{"traceEvents":[{"ph":"M","name":"process_name","pid":1,"tid":0,',
+                    b'{"traceEvents":[],"displayTimeUnit":')
+
+
+def is_combined(path):
+    """Whether `path` begins as a trace `combine` wrote does, not as any Chrome trace or JSON array (a
+    user's trace named combined.json is not replaced by a default output); the start only: a
+    combined trace may be large."""
+    with open(path, "rb") as fh:
+        return fh.read(max(map(len, _COMBINED_STARTS))).startswith(_COMBINED_STARTS)

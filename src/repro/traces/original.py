@@ -6,7 +6,7 @@ times as RFC 3339, and with `detailed` the phases under the original's keys.
 import math
 from datetime import UTC, datetime
 
-from repro.errors import TraceError
+from repro.errors import ReproError, TraceError
 from repro.traces.summarize import find_traces, summarize_trace
 
 # record key -> (category, event names): the original's event name, and this project's client's
@@ -69,3 +69,19 @@ def original_record(path, detailed=True, strict=True):
 def original_summary(inputs, detailed=True, strict=True):
     """The original's summary document of the traces under `inputs`: a list of records."""
     return [original_record(path, detailed, strict) for path in find_traces(inputs)]
+
+
+def is_summary(path):
+    """Whether `path` holds a summary that summarize wrote: its own format (an object with the traces'
+    entries and the groups) or the original's (a list of records, each with the original's fields). A
+    JSON list or object of the user's named summary.json is neither: a default output never replaces it."""
+    from repro.fsutil import read_json
+
+    try:
+        data = read_json(path, "a trace summary")
+    except ReproError:
+        return False
+    if isinstance(data, dict):
+        return isinstance(data.get("traces"), list) and "groups" in data and all(
+            isinstance(entry, dict) and "file" in entry for entry in data["traces"])
+    return isinstance(data, list) and all(isinstance(record, dict) and RECORD_KEYS <= set(record) for record in data)

@@ -67,36 +67,6 @@ def find_traces(inputs):
     return files
 
 
-def is_summary(path):
-    """Whether `path` holds a summary that summarize wrote: its own format (an object with the traces'
-    entries and the groups) or the original's (a list of records, each with the original's fields). A
-    JSON list or object of the user's named summary.json is neither: a default output never replaces it."""
-    from repro.fsutil import read_json
-    from repro.traces.original import RECORD_KEYS
-
-    try:
-        data = read_json(path, "a trace summary")
-    except ReproError:
-        return False
-    if isinstance(data, dict):
-        return isinstance(data.get("traces"), list) and "groups" in data and all(
-            isinstance(entry, dict) and "file" in entry for entry in data["traces"])
-    return isinstance(data, list) and all(isinstance(record, dict) and RECORD_KEYS <= set(record) for record in data)
-
-
-# how every trace `combine` writes begins: the writer's opening, then the first input's process row (or no event)
-_COMBINED_STARTS = (b'{"traceEvents":[{"ph":"M","name":"process_name","pid":1,"tid":0,',
-                    b'{"traceEvents":[],"displayTimeUnit":')
-
-
-def is_combined(path):
-    """Whether `path` begins as a trace `combine` wrote does, not as any Chrome trace or JSON array (a
-    user's trace named combined.json is not replaced by a default output); the start only: a
-    combined trace may be large."""
-    with open(path, "rb") as fh:
-        return fh.read(max(map(len, _COMBINED_STARTS))).startswith(_COMBINED_STARTS)
-
-
 def summarize_trace(path, detailed=False, strict=True, reader_options=None):
     """Summary of one trace: run metadata, end_to_end_time and per-event-name durations."""
     try:

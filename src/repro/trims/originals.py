@@ -481,7 +481,7 @@ def _trace_argv(command, values, given, positionals):
     (combined.json, the --deep summary.json) is written only where it is new or what such a run wrote:
     a file of the user's there is refused, as repro's own default outputs are."""
     from repro.fsutil import check_default_output
-    from repro.traces.summarize import is_summary
+    from repro.traces.original import is_summary
 
     if not positionals:
         raise UsageError(f"trace {command}: expected at least one trace file or directory")
