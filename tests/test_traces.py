@@ -573,6 +573,26 @@ def test_is_combined_reads_the_start_of_a_file_as_a_combined_trace_begins(tmp_pa
         assert is_combined(path) is expected, content[:40]
 
 
+def test_is_combined_reads_only_the_start_of_a_large_trace(tmp_path, monkeypatch):
+    """A combined trace may be gigabytes: whether a default output is one reads its first bytes only."""
+    import importlib
+    import io
+
+    combine = importlib.import_module("repro.traces.combine")  # the package's name `combine` is its function
+    path = tmp_path / "combined.json"
+    path.write_bytes(b'{"traceEvents":[],"displayTimeUnit":"ms"}' + b" " * (1 << 20))
+    asked = []
+
+    class Recorded(io.BytesIO):
+        def read(self, size=-1):
+            asked.append(size)
+            return super().read(size)
+
+    monkeypatch.setattr(combine, "open", lambda name, mode: Recorded(Path(name).read_bytes()), raising=False)
+    assert combine.is_combined(path)
+    assert asked and all(size is not None and 0 <= size <= 128 for size in asked), asked
+
+
 def test_is_summary_knows_both_summary_formats_and_nothing_else(tmp_path):
     from repro.traces.original import RECORD_KEYS
     from repro.traces.original import is_summary
