@@ -14,6 +14,8 @@ import socket
 import pytest
 from support import run_forked, run_repro, snapshot
 
+from repro.errors import ReproError
+
 
 pytestmark = pytest.mark.fault
 
@@ -155,3 +157,56 @@ def test_credential_files_google_reads_whole_are_bounded_and_named(kind, tmp_pat
                                 growth=256 << 20)
     assert (code, out, err) == (1, "", f"repro: error: {adc} (gcloud's application default credentials){said}\n")
     assert not (tmp_path / "traces").exists()
+
+
+def test_more_requests_at_once_than_the_memory_holds_are_refused_before_any_runs(tmp_path, monkeypatch, capsys):
+    """`repro trims client run --original --concurrent 1024`: each request in flight loads its own copy of the
+    weights (about 110 MB for resnet50_v1), and each --process-per-request its own interpreter and onnxruntime
+    (about 170 MB): the requests ran until the threads or the memory gave out, ending in a traceback."""
+    from repro.trims.cli import REQUEST_PROCESS_MB, check_client_memory
+    from repro.trims.models import generate
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 8000000 kB\nMemAvailable: 1048576 kB\n")  # 1024 MB
+    check_client_memory(10, [100 << 20, 50 << 20], own_copies=True, processes=False, meminfo=meminfo)
+    check_client_memory(1000, [100 << 20], own_copies=False, processes=False, meminfo=meminfo)  # shared weights
+    with pytest.raises(ReproError, match=r"^--concurrent 11: 11 requests at once need about 1100 MB \(100 MB each: its "
+                                         r"own copy of the weights\); 1024 MB available \(MemAvailable\); expected at "
+                                         r"most 10$"):
+        check_client_memory(11, [100 << 20, 50 << 20], own_copies=True, processes=False, meminfo=meminfo)
+    with pytest.raises(ReproError, match=rf"need about {7 * REQUEST_PROCESS_MB} MB \({REQUEST_PROCESS_MB} MB each: "
+                                         r"its own process\)"):
+        check_client_memory(7, [100 << 20], own_copies=False, processes=True, meminfo=meminfo)
+    monkeypatch.chdir(tmp_path)
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    code, out, err = run_repro(["trims", "client", "run", "--original", "--process-per-request", "--concurrent", "1024",
+                                "--iterations", "1024", "--base-path", "models", "--profile-output", "p"], capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith("repro: error: --concurrent 1024: 1024 requests at once need about "), err
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("setting, said", [
+    ("pecan: {tfdata: {batch_size: 1000000000}}", "pecan.tfdata.batch_size: 1000000000 is greater than the maximum of 256"),
+    ("pecan: {tfdata: {images: 1000000000}}", "pecan.tfdata.images: 1000000000 is greater than the maximum of 4096"),
+    ("pecan: {tfdata: {decision_steps: 1000000000}}",
+     "pecan.tfdata.decision_steps: 1000000000 is greater than the maximum of 10000"),
+    ("pecan: {tfdata: {max_windows: 1000000000}}", "pecan.tfdata.max_windows: 1000000000 is greater than the maximum of 2000"),
+    ("pecan: {tfdata: {settle_windows: 1000000000}}",
+     "pecan.tfdata.settle_windows: 1000000000 is greater than the maximum of 100"),
+    ("repeats: 1000", "pecan.experiments.ASRTrans.modes: mode 'autoplacement' runs 35152 steps, 585 policy windows "
+                      "(pecan.cluster.decision_steps), in each of repeats 1000 runs: 585000; expected at most 500000 "
+                      "over the repeats"),
+    ("pecan: {models: {resnet: {steps_per_epoch: 100000}}, modes: {collocated: {steps_per_loop: 1}}}",
+     "pecan.experiments.ResNet50_v2-8.modes: mode 'collocated' runs 200000 steps, 200000 log lines "
+     "(pecan.modes.collocated.steps_per_loop); expected at most 100000"),
+], ids=["batch", "images", "decision-steps", "max-windows", "settle-windows", "repeats", "log-lines"])
+def test_settings_whose_runs_no_machine_holds_are_refused(setting, said, tmp_path, capsys):
+    """The tf.data engine's miniature with a batch of 10^9 images (the run hung in TensorFlow, deaf to
+    SIGTERM), 10^9 images generated in memory first, 10^9 warm-up batches or windows; the model's runs
+    repeated until their logs need terabytes: the check passed them all."""
+    config = tmp_path / "my.yaml"
+    config.write_text(setting + "\n")
+    code, out, err = run_repro(["config", "check", config], capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"repro: error: config/config.yaml + {config}: {said}"), err

@@ -47,3 +47,13 @@ def other_work(before, after, own_cpu_s, seconds):
     return {"other_processes_cpus": max(0.0, (after["busy"] - before["busy"] - own_cpu_s) / seconds),
             "steal_cpus": (after["steal"] - before["steal"]) / seconds,
             "seconds": seconds}
+
+
+def available_memory_mb(meminfo="/proc/meminfo"):
+    """The memory new processes can have without swapping (MiB, Linux's MemAvailable); None where it
+    cannot be read."""
+    try:
+        with open(meminfo) as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:")) // 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None

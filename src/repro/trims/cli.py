@@ -598,6 +598,24 @@ def check_client_flags(concurrent, iterations, model_iterations, seed=0, distrib
         check_params(distribution, distribution_params)
 
 
+REQUEST_PROCESS_MB = 170  # a request's own process (--process-per-request): interpreter and onnxruntime, measured
+
+
+def check_client_memory(concurrent, params_bytes, own_copies, processes, meminfo="/proc/meminfo"):
+    """A ReproError naming --concurrent where that many requests at once would need more memory than
+    the machine has available: each its own copy of the weights where `own_copies` (the original
+    client's way; `params_bytes`: of each model the requests use), each its own process where `processes`."""
+    from repro.machine import available_memory_mb
+
+    each_mb = (max(params_bytes) >> 20 if own_copies else 0) + (REQUEST_PROCESS_MB if processes else 0)
+    available_mb = available_memory_mb(meminfo)
+    if available_mb is not None and concurrent * each_mb > available_mb:
+        raise ReproError(f"--concurrent {concurrent}: {concurrent} requests at once need about {concurrent * each_mb} MB "
+                         f"({each_mb} MB each: {'its own copy of the weights' if own_copies else ''}"
+                         f"{', ' if own_copies and processes else ''}{'its own process' if processes else ''}); "
+                         f"{available_mb} MB available (MemAvailable); expected at most {available_mb // each_mb}")
+
+
 def _check_store_answers(socket_path, device):
     """Refuse, before a shared (UPR) run starts, when no model store answers on `socket_path`, or when
     it keeps its models on the GPU and the client runs on the CPU: the original client refused too."""
@@ -641,7 +659,7 @@ def check_upload_target(config):
         raise ReproError(f"micro18.base_bucket_url {url}: not a directory this user can write traces into")
 
 
-def _client_setup(args, shared):
+def _client_setup(args, shared, own_copies):
     from repro.trims.client import ClientOptions
     from repro.trims.device import resolve_device
     from repro.trims.workload import plan_requests
@@ -659,10 +677,12 @@ def _client_setup(args, shared):
     unknown = sorted(set(models) - set(available))
     if unknown:
         raise ReproError(f"--model: unknown model(s) {unknown}; {base} holds {available or 'no models'}")
-    from repro.trims.models import check_model
+    from repro.trims.models import check_model, load_manifest
 
     for model in models:  # before any request: a broken model is one line, not a failure per request
         check_model(base, model)
+    check_client_memory(args.concurrent, [load_manifest(base / m)["params_bytes"] for m in models], own_copies,
+                        args.process_per_request)
     plan = plan_requests(models, args.iterations, args.distribution, args.distribution_params, args.model_iterations,
                          args.seed)
     config = tool_config(args)
@@ -789,7 +809,7 @@ def _finish(args, report, failed, run_dir):
 
 
 def _client_run(args):
-    options, plan, run_dir = _client_setup(args, shared=not args.original)
+    options, plan, run_dir = _client_setup(args, shared=not args.original, own_copies=args.original)
     if run_dir is None:
         return
     label = "original" if args.original else "shared"
@@ -807,7 +827,7 @@ def _client_compare(args):
     from repro.traces import combine
     from repro.trims.experiments import compare
 
-    options, plan, run_dir = _client_setup(args, shared=True)
+    options, plan, run_dir = _client_setup(args, shared=True, own_copies=True)  # the original's runs too
     if run_dir is None:
         return
 
