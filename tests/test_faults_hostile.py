@@ -799,3 +799,24 @@ def test_a_failed_run_removes_only_what_it_wrote(tmp_path, monkeypatch, capsys, 
     left = sorted(str(p.relative_to(tmp_path / "run")) for p in (tmp_path / "run").rglob("*") if p.is_file())
     assert left == sorted(others)
     assert all((tmp_path / "run" / name).read_text() == text for name, text in others.items())
+
+
+def test_a_run_removes_a_stale_staging_directory_but_no_directory_of_the_users(tmp_path, monkeypatch, capsys):
+    """`pecan run --out DIR` where DIR holds hidden directories named as a killed run's staging (or the
+    temporary repeats of an older version) but holding the user's files: they were deleted with them. A
+    killed run's own staging (its files only) still goes."""
+    from support import run_repro
+
+    monkeypatch.chdir(tmp_path)
+    argv = _run_settings(["seed"], 1)(SimpleNamespace(dir=tmp_path))
+    run = tmp_path / "run"
+    users = {".run.1-2.notes.tmp/notes.txt": "mine\n", ".repeats.mine.tmp/thesis.txt": "mine too\n",
+             ".run.1-2.x.tmp/run.log": "a log\n", ".run.1-2.x.tmp/draft.md": "beside it, the user's\n"}
+    for name, text in users.items():
+        _write(run / name, text)
+    _write(run / ".run.1-3.killed.tmp" / "run.log", "a killed run's log\n")
+    _write(run / ".run.1-3.killed.tmp" / "traces" / "t.json", "{}")
+    code, _, err = run_repro(argv, capsys)
+    assert code == 0, err
+    assert all((run / name).read_text() == text for name, text in users.items())
+    assert not (run / ".run.1-3.killed.tmp").exists()

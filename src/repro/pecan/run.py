@@ -235,13 +235,33 @@ _REPEAT_LOG = re.compile(r"run-[0-9]+\.log")
 _STAGE = re.compile(r"\.run\.([0-9]+)-([0-9]+)\..+\.tmp")  # run_mode's staging directory: pid, start ticks
 
 
+_STAGED = {"run.log": None, "metrics.json": None, "traces": re.compile(r".+\.json"), "repeats": _REPEAT_LOG}
+
+
+def _holds_only_a_runs_files(stage):
+    """Whether the directory `stage` holds nothing but what run_mode writes there (run.log, metrics.json,
+    traces/*.json, repeats/run-<n>.log): a directory of the user's with such a name is not removed."""
+    try:
+        for entry in stage.iterdir():
+            pattern = _STAGED.get(entry.name, False)
+            if pattern is False or entry.is_symlink() or (pattern is None) != entry.is_file():
+                return False
+            if pattern is not None and not all(pattern.fullmatch(f.name) and f.is_file() and not f.is_symlink()
+                                               for f in entry.iterdir()):
+                return False
+    except OSError:
+        return False
+    return True
+
+
 def _stale_stages(run_dir):
     """The staging directories in run_dir that runs no longer running left (not those of a run still
-    writing into it, nor a file of the user's that only looks like one)."""
+    writing into it, nor a file or directory of the user's that only looks like one)."""
     me = processes.describe(os.getpid(), "pecan run")
     for path in run_dir.glob(".run.*.tmp"):
         owner = _STAGE.fullmatch(path.name)
-        if owner and not processes.matches({**me, "pid": int(owner[1]), "start_ticks": int(owner[2])}):
+        if (owner and not processes.matches({**me, "pid": int(owner[1]), "start_ticks": int(owner[2])})
+                and path.is_dir() and not path.is_symlink() and _holds_only_a_runs_files(path)):
             yield path
 
 
@@ -256,7 +276,7 @@ def check_traces_directory(run_dir):
 
 
 def remove_repeats(run_dir):
-    """Remove an earlier run's repeats/ (and hidden ones a killed run left) from run_dir."""
+    """Remove an earlier run's repeats/ (and the staging directories killed runs left) from run_dir."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
@@ -265,7 +285,7 @@ def remove_repeats(run_dir):
             _REPEAT_LOG.fullmatch(p.name) and p.is_file() and not p.is_symlink() for p in repeats.iterdir())):
         raise ReproError(f"run directory {run_dir}: {repeats} is not the repeats/ directory a run writes (run-<n>.log "
                          "files only); it may be yours: move it, or name another run directory")
-    for path in [repeats, *run_dir.glob(".repeats.*.tmp"), *_stale_stages(run_dir)]:
+    for path in [repeats, *_stale_stages(run_dir)]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
