@@ -210,3 +210,37 @@ def test_settings_whose_runs_no_machine_holds_are_refused(setting, said, tmp_pat
     code, out, err = run_repro(["config", "check", config], capsys)
     assert (code, out) == (1, "")
     assert err.startswith(f"repro: error: config/config.yaml + {config}: {said}"), err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
+def test_credentials_that_fail_at_the_first_request_are_named(tmp_path):
+    """An AWS-sourced external account whose region cannot be read (the metadata service answers 404): the
+    download ended in google.auth's RefreshError traceback; it is one line naming the store and the credentials."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the handler's name for GET
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    metadata = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=metadata.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{metadata.server_address[1]}"
+    key = tmp_path / "aws.json"
+    key.write_text(json.dumps({
+        "type": "external_account", "audience": "//iam.googleapis.com/x",
+        "subject_token_type": "urn:ietf:params:aws:token-type:aws4_request", "token_url": "https://sts.googleapis.com/v1/token",
+        "credential_source": {"environment_id": "aws1", "region_url": f"{url}/region", "url": f"{url}/cred",
+                              "regional_cred_verification_url": "https://sts.{region}.amazonaws.com?Action=GetCallerIdentity"}}))
+    (tmp_path / "upload.json").write_text('{"store": "gs://bucket/x", "objects": [{"key": "a/t.json", "sha256": "0"}]}')
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": str(key), "GOOGLE_CLOUD_PROJECT": "p", "STORAGE_EMULATOR_HOST": ""}
+    try:
+        code, out, err = run_forked(["trace", "download", "upload.json", "-o", "traces"], tmp_path, timeout=60, env=env)
+    finally:
+        metadata.shutdown()
+    assert (code, out) == (1, "")
+    assert err.startswith("repro: error: upload.json: trace store gs://bucket/x: Google's credentials failed (RefreshError: "), err
+    assert len(err.splitlines()) == 1 and not list(tmp_path.glob("traces/*"))

@@ -5,6 +5,7 @@ Keys are `traces/<experiment>/<mode>/<file>` rather than the original tools'
 replaces its own objects instead of adding new ones.
 """
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -102,14 +103,29 @@ class GCSStore:
     def _name(self, key):
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    @contextlib.contextmanager
+    def _credentials_named(self):
+        """Google's credentials failing at a request (a token that cannot be refreshed, a malformed
+        external account) named in one line, not a traceback."""
+        from google.auth.exceptions import GoogleAuthError
+
+        try:
+            yield
+        except GoogleAuthError as exc:
+            reason = " ".join(str(exc).split())[:300]
+            raise ReproError(f"trace store {self.url}: Google's credentials failed ({type(exc).__name__}: "
+                             f"{reason}); check GOOGLE_APPLICATION_CREDENTIALS or gcloud's application default "
+                             "credentials") from None
+
     def put(self, path, key):
         from google.api_core import exceptions
 
         blob = self.bucket.blob(self._name(key))
-        try:
-            blob.upload_from_filename(str(path), retry=self.retry, checksum="crc32c")
-        except exceptions.GoogleAPIError as exc:
-            raise ReproError(f"trace store {self.url}: upload of {key!r} failed: {exc}") from None
+        with self._credentials_named():
+            try:
+                blob.upload_from_filename(str(path), retry=self.retry, checksum="crc32c")
+            except exceptions.GoogleAPIError as exc:
+                raise ReproError(f"trace store {self.url}: upload of {key!r} failed: {exc}") from None
         return {"key": key, "sha256": sha256(path), "bytes": os.path.getsize(path), "crc32c": blob.crc32c}
 
     def get(self, key, destination, expected_sha256=None, expected_bytes=None, check_size=None):
@@ -119,7 +135,7 @@ class GCSStore:
         from google.api_core import exceptions
         from google.resumable_media.common import DataCorruption
 
-        with atomic_path(destination) as tmp:
+        with atomic_path(destination) as tmp, self._credentials_named():
             try:
                 blob = self.bucket.get_blob(self._name(key), retry=self.retry)
                 if blob is None:
@@ -143,8 +159,9 @@ class GCSStore:
 
     def list(self, prefix=""):
         start = len(self.prefix) + 1 if self.prefix else 0
-        blobs = self.client.list_blobs(self.bucket, prefix=self._name(prefix), retry=self.retry)
-        return sorted(blob.name[start:] for blob in blobs)
+        with self._credentials_named():
+            blobs = self.client.list_blobs(self.bucket, prefix=self._name(prefix), retry=self.retry)
+            return sorted(blob.name[start:] for blob in blobs)
 
 
 def check_key(key):
