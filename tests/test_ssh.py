@@ -141,6 +141,35 @@ def test_unknown_host_keys_are_refused_with_a_way_to_trust_them(cluster, tmp_pat
         assert connection.run("echo ok", hide=True, in_stream=False).stdout.strip() == "ok"
 
 
+@pytest.mark.fault
+def test_a_new_host_key_is_appended_and_the_users_known_hosts_kept(cluster, tmp_path):
+    """ssh.accept_new_host_keys with the user's own known_hosts (comments, a marker line, a line ssh skips,
+    no newline at the end): paramiko rewrote the whole file, dropping the comments, through a symbolic link;
+    a marker or a bad line was a traceback. Now the key is appended as one line, ssh's accept-new, and an
+    @revoked line is refused, naming the file."""
+    root, hosts = cluster
+    users = ("# my hosts\n@cert-authority *.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA==\n"
+             "badhost ssh-ed25519 !!!notbase64\n\n# the end, no newline")
+    (tmp_path / "real_known_hosts").write_text(users)
+    (tmp_path / "known_hosts").symlink_to(tmp_path / "real_known_hosts")
+    config = ssh_config(root, hosts, known_hosts=str(tmp_path / "known_hosts"))
+    config["accept_new_host_keys"] = True
+    host = ssh_backend.hosts_by_role(config)["accelerator"][0]
+    with ssh_backend._open(host, config) as connection:
+        assert connection.run("echo ok", hide=True, in_stream=False).stdout.strip() == "ok"
+    assert (tmp_path / "known_hosts").is_symlink()
+    text = (tmp_path / "real_known_hosts").read_text()
+    assert text.startswith(users + "\n") and len(text.splitlines()) == len(users.splitlines()) + 1
+    assert text.splitlines()[-1].startswith(f"[127.0.0.1]:{host['port']} ")
+    config["accept_new_host_keys"] = False  # the appended key is found again
+    with ssh_backend._open(host, config) as connection:
+        assert connection.run("echo ok", hide=True, in_stream=False).stdout.strip() == "ok"
+    (tmp_path / "real_known_hosts").write_text(text + "@revoked * ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA==\n")
+    with pytest.raises(ReproError, match=rf"ssh.known_hosts {tmp_path}/known_hosts: line {len(text.splitlines()) + 1}: "
+                                         r"an @revoked key"):
+        ssh_backend._open(host, config)
+
+
 def test_config_values_reach_the_remote_shell_quoted(cluster, tmp_path):
     root, hosts = cluster
     config = ssh_config(root, hosts)
