@@ -83,8 +83,6 @@ def connect(host, ssh):
     import paramiko
     from fabric import Connection
 
-    _check_readable(ssh["known_hosts"], f"ssh.known_hosts {ssh['known_hosts']}", "a known_hosts file",
-                    KNOWN_HOSTS_LIMIT)
     if host.get("key_file"):
         _check_readable(host["key_file"], f"{describe_host(host)}: key_file {host['key_file']}", "a private key file",
                         KEY_FILE_LIMIT)
@@ -94,7 +92,7 @@ def connect(host, ssh):
                                             "allow_agent": False})
     client = connection.client
     client._system_host_keys.clear()  # only the configured known_hosts counts
-    _load_known_hosts(client, ssh["known_hosts"], f"ssh.known_hosts {ssh['known_hosts']}")
+    _load_known_hosts(client, ssh["known_hosts"], f"ssh.known_hosts {ssh['known_hosts']}")  # bounded, before any connection
     if ssh["accept_new_host_keys"]:
         log.warning("accepting new host keys for %s:%s (accept_new_host_keys is set)", host["address"], host["port"])
         client.set_missing_host_key_policy(_AppendNewHostKey(ssh["known_hosts"]))

@@ -65,6 +65,12 @@ def port_free(port):
     return True
 
 
+def _address_port(address):
+    """The port of a `host:port` address (0 to 65535), or None."""
+    port = re.fullmatch(r".+:(\d{1,5})", address)
+    return int(port[1]) if port and int(port[1]) <= 65535 else None
+
+
 def _fresh(status_path, pid):
     """The status a process reported within STATUS_FRESH_S, or None."""
     status = read_record(status_path)
@@ -100,8 +106,7 @@ def _check_state(path, state):
         raise ReproError(f"{path}: expected a JSON object (a tf.data service state), got {type(state).__name__}")
     if "dispatcher" in state:
         _check_record(path, "dispatcher", state["dispatcher"], {**_PROCESS, "address": str, "status": str})
-        port = re.fullmatch(r".+:(\d{1,5})", state["dispatcher"]["address"])
-        if not port or int(port[1]) > 65535:
+        if _address_port(state["dispatcher"]["address"]) is None:
             raise ReproError(f"{path}: dispatcher.address: expected host:port (a port from 0 to 65535), "
                              f"got {state['dispatcher']['address']!r:.60}")
     workers = state.get("workers", [])
@@ -327,9 +332,9 @@ class Service:
     def _retire_port(self, record):
         """Keep the port the local worker of `record` reported (see RETIRED_PORT_S)."""
         status = read_record(record["status"]) or {}
-        port = re.fullmatch(r".+:(\d{1,5})", str(status.get("address", "")))
-        if status.get("pid") == record["pid"] and port:
-            self.state.setdefault("retired_ports", {})[port[1]] = time.time()
+        port = _address_port(str(status.get("address", "")))
+        if status.get("pid") == record["pid"] and port is not None:
+            self.state.setdefault("retired_ports", {})[str(port)] = time.time()
 
     def _retired_ports(self):
         now = time.time()
