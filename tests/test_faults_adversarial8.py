@@ -230,3 +230,31 @@ def test_a_default_output_replaces_only_what_such_a_run_wrote(command, name, con
     for _ in range(2):  # what it wrote is its own: replaced by the next run
         code, out, err = run_repro(command, capsys)
         assert (code, err) == (0, "")
+
+
+@pytest.mark.parametrize("command, basename", [
+    (["pecan", "plot", "-t", "1", "2", "3"], "plots/ResNet50_v2-8"),
+    (["pecan", "plot", "-e", "autoorder", "--table", "t.csv"], "plots/AutoOrder_Cost"),
+])
+@pytest.mark.parametrize("kind", ["pdf", "png"])
+def test_the_plots_default_output_replaces_only_a_figure_it_drew(command, basename, kind, tmp_path, monkeypatch,
+                                                                  capsys):
+    """`repro pecan plot -t 1 2 3` without -o, where plots/ResNet50_v2-8.pdf (or .png) is the user's own
+    figure: it was drawn over, as fig8.py does."""
+    from repro.pecan.comparisons import COLUMNS, OPTIONS
+
+    monkeypatch.chdir(tmp_path)
+    rows = [",".join(["ResNet50_v2-8", mode] + ["1"] * (len(COLUMNS) - 2)) for mode in OPTIONS["autoorder"]["modes"]]
+    (tmp_path / "t.csv").write_text("\n".join([",".join(COLUMNS), *rows, ""]))
+    (tmp_path / "plots").mkdir()
+    mine = tmp_path / f"{basename}.{kind}"
+    mine.write_bytes(b"\x89PNG my own figure" if kind == "png" else b"%PDF-1.4 my thesis figure")
+    code, out, err = run_repro(command, capsys)
+    assert (code, out, err) == (1, "", f"repro: error: -o/--out_file {basename}.{kind}: holds a file that is not a "
+                                       "figure this command drew; name the output with -o\n")
+    assert mine.read_bytes().endswith(b"figure")
+    mine.unlink()
+    for _ in range(2):  # what it drew is its own: replaced by the next run
+        code, out, err = run_repro(command, capsys)
+        assert (code, err) == (0, "")
+        assert (tmp_path / f"{basename}.pdf").stat().st_size > 1000

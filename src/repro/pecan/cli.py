@@ -348,7 +348,12 @@ def _plot_outputs(out_file, default):
     """The files `-o out_file` (`default` where not given) names (their directory is made as each is written)."""
     if out_file == "":  # as every other -o refuses it; `or default` drew the default figure over plots/
         raise ReproError("-o/--out_file '': expected a file name or a basename, not an empty one")
-    out_file = out_file or default
+    if out_file is None:  # the default replaces a figure drawn before, not a user's file of that name
+        from repro.fsutil import check_default_output
+        from repro.plots import is_figure
+
+        return [check_default_output(f"{default}.{kind}", "-o/--out_file", is_figure, "a figure this command drew")
+                for kind in ("pdf", "png")]
     if out_file.endswith(os.sep) or Path(out_file).name in ("", ".", ".."):  # 'sub/' made sub/.pdf and sub/.png
         raise ReproError(f"-o/--out_file {out_file!r}: expected a file name or a basename, not a directory")
     if Path(out_file).suffix.lower() in (".pdf", ".png"):  # a file named in full: that file, nothing else
