@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support import run_forked, run_repro
+from support import BIN, REPO, path_env, run_forked, run_repro
 
 
 pytestmark = pytest.mark.fault
@@ -258,3 +258,19 @@ def test_the_plots_default_output_replaces_only_a_figure_it_drew(command, basena
         code, out, err = run_repro(command, capsys)
         assert (code, err) == (0, "")
         assert (tmp_path / f"{basename}.pdf").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("closed", [">&-", "<&- >&- 2>&-"])
+def test_a_command_run_with_its_standard_streams_closed_writes_its_output_file_and_no_traceback(closed, tmp_path):
+    """`repro pecan costs LOG >&-` (standard output closed by the shell): TypeError traceback from the
+    CSV writer handed sys.stdout, None. With -o, a file opened while descriptor 1 was closed took its
+    number, so output meant for standard output could land in it."""
+    import subprocess
+
+    log = REPO / "tests" / "fixtures" / "pecan-logs" / "resnet_colloc.log"
+    for out in ([], ["-o", str(tmp_path / "costs.csv")]):
+        command = " ".join([str(BIN / "repro"), "pecan", "costs", "--model", "resnet", str(log), *out, closed])
+        done = subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True, env=path_env(),
+                              timeout=60)
+        assert (done.returncode, done.stderr) == (0, "")
+    assert (tmp_path / "costs.csv").read_text().splitlines()[0].startswith("experiment,model,tpu_cost")

@@ -311,7 +311,7 @@ OUTPUT_FAULTS = [
     Fault("plot-comparison-over-its-table", lambda ctx: [
         "pecan", "plot", "-e", "autoorder", "--table", _write(ctx.dir / "plots" / "AutoOrder_Cost.png",
                                                       "workload,mode,total_cost_mean\nW,cachew,1\nW,autoorder,1\n")],
-          r"repro: error: -e autoorder plots/AutoOrder_Cost.png: is one of the inputs"),
+          r"repro: error: -o/--out_file plots/AutoOrder_Cost.png: holds a file that is not a figure this command drew"),
 ]
 
 

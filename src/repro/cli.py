@@ -46,7 +46,7 @@ def main(argv=None):
             with contextlib.redirect_stdout(text):
                 parsed.append(parser.parse_args(argv))
         finally:
-            if text.getvalue() and sys.stdout is not None:  # None: closed (>&-)
+            if text.getvalue():
                 sys.stdout.write(text.getvalue())
                 sys.stdout.flush()
 

@@ -522,9 +522,6 @@ def _standard_output_named():
     """sys.stdout named in the errors of writing it while a command runs, and flushed before it ends: a
     write that fails is the command's error, not an 'Exception ignored' at exit with status 120."""
     stream = sys.stdout
-    if stream is None:  # closed by the shell (>&-): print writes nothing
-        yield
-        return
     sys.stdout = _NamedStandardOutput(stream)
     try:
         yield
@@ -533,9 +530,26 @@ def _standard_output_named():
         sys.stdout = stream
 
 
+def open_closed_standard_streams():
+    """Each standard stream the shell closed (`>&-`) opened on /dev/null. Left closed, the next file
+    opened took its number: a child's output, or a write to sys.stdout, went into that file. Python
+    discards a print where sys.stdout is None; a write to the stream is discarded as well now."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, mode, closefd=False))
+
+
 def run(args, prog="repro", spell=str):
     """Run a parsed command line; errors a user can cause become one line and exit status 1.
     `spell` rewrites an error message (trims-tools names its own flags)."""
+    open_closed_standard_streams()
     try:
         with _terminated_as_interrupted(), _standard_output_named():
             refuse_overwriting_inputs(args)

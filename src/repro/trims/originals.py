@@ -542,9 +542,10 @@ def _print_config(values):
 
 
 def main(argv=None):
-    from repro.commands import build_parser, run
+    from repro.commands import build_parser, open_closed_standard_streams, run
     from repro.trims.carml_config import original_defaults
 
+    open_closed_standard_streams()  # before translate() opens the config
     words = sys.argv[1:] if argv is None else list(argv)
     if not words or words[0] in ("-h", "--help", "help"):
         # run as a command is: a write to standard output that fails is one line naming it, not a traceback
