@@ -274,3 +274,31 @@ def test_a_command_run_with_its_standard_streams_closed_writes_its_output_file_a
                               timeout=60)
         assert (done.returncode, done.stderr) == (0, "")
     assert (tmp_path / "costs.csv").read_text().splitlines()[0].startswith("experiment,model,tpu_cost")
+
+
+@pytest.fixture(scope="module")
+def oversized_traces(tmp_path_factory):
+    """Traces of 200 MiB, over the reader's whole-file size: one whose single event is that large, one
+    whose metadata beside the event list is."""
+    directory = tmp_path_factory.mktemp("oversized")
+    big = b"x" * (200 << 20)
+    event = directory / "event.json"
+    event.write_bytes(b'[{"name": "' + big + b'", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 1}]')
+    metadata = directory / "metadata.json"
+    metadata.write_bytes(b'{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 1}], '
+                         b'"otherData": {"note": "' + big + b'"}}')
+    return {"event": (event, "holds an event larger than 64 MiB"),
+            "metadata": (metadata, "its keys beside 'traceEvents' are larger than 64 MiB")}
+
+
+@pytest.mark.parametrize("part", ["event", "metadata"])
+@pytest.mark.parametrize("command", [["trace", "validate"], ["trace", "summarize", "-o", "s.json"],
+                                     ["trace", "combine", "-o", "c.json"]], ids=["validate", "summarize", "combine"])
+def test_an_event_or_metadata_of_hundreds_of_megabytes_is_refused_naming_the_trace(command, part, oversized_traces,
+                                                                                     tmp_path):
+    """A trace whose one event's name is 512 MiB: MemoryError traceback from the chunk reader's copy
+    of its slice under a 2 GB address space."""
+    path, reason = oversized_traces[part]
+    code, out, err = run_forked([*command[:2], path, *command[2:]], tmp_path, timeout=120, growth=768 << 20)
+    assert code == 1 and "Traceback" not in err and f"{path}: {reason}" in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

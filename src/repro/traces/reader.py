@@ -44,6 +44,9 @@ _SPACE_BYTES = (b" ", b"\t", b"\r", b"\n")
 _LISTED_HEAD = b'{"traceEvents":['
 _CUT_TRIES = 8  # places tried for a cut before the file is left to the general reading
 _LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the latest
+# A larger event, or metadata beside the event list, is refused: parsed, it would take several
+# times its size in memory, where a trace's events and metadata are kilobytes
+LARGEST_PART = 64 << 20
 
 
 @contextmanager
@@ -811,7 +814,11 @@ class _ChunkScanner:
         self._finish(object_form, array_open, array_close)
 
     def _parse_slice(self, start, end, first):
-        """Parse the events between two element boundaries; all but the first slice start with ','."""
+        """Parse the events between two element boundaries; all but the first slice start with ','.
+        A slice ends at the first event end past chunk_bytes: a longer one holds an event over LARGEST_PART."""
+        if end - start > self.chunk_bytes + LARGEST_PART:
+            raise TraceError(self.path, f"holds an event larger than {LARGEST_PART >> 20} MiB; expected trace "
+                             "events (a name, a phase, times and small arguments)")
         body = self.mm[start:end].lstrip(_SPACE)
         if not first:
             if body[:1] != b",":
@@ -847,6 +854,9 @@ class _ChunkScanner:
                 raise TraceError(self.path, "invalid JSON (data after the event array)")
             self.owner._metadata = {}
             return
+        if array_open + len(mm) - array_close > LARGEST_PART:
+            raise TraceError(self.path, f"its keys beside 'traceEvents' are larger than {LARGEST_PART >> 20} MiB; "
+                             "expected a trace's metadata (displayTimeUnit, otherData)")
         data = mm[:array_open] + b"[]" + mm[array_close + 1 :]
         self.owner._metadata = _root_metadata(_loads(data, self.path), self.path, data)
 
