@@ -8,6 +8,7 @@ outside the command's own files written to or deleted, and no unbounded read, wa
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -302,3 +303,43 @@ def test_an_event_or_metadata_of_hundreds_of_megabytes_is_refused_naming_the_tra
     code, out, err = run_forked([*command[:2], path, *command[2:]], tmp_path, timeout=120, growth=768 << 20)
     assert code == 1 and "Traceback" not in err and f"{path}: {reason}" in out + err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("shape", [b"{},", b"[],", b"1.5,", b'"ab",', b'{"k": [0]},'])
+def test_parsed_size_bounds_the_memory_a_json_file_takes_parsed(shape):
+    import tracemalloc
+
+    from repro.fsutil import parsed_size
+
+    data = b"[" + shape * 100000 + shape.rstrip(b",") + b"]"
+    tracemalloc.start()
+    value = json.loads(data)
+    taken = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del value
+    assert taken <= parsed_size(data) <= 5 * taken
+
+
+@pytest.mark.parametrize("command", [
+    ["pecan", "estimate", "--calibration", "objects.json", "--config", REPO / "config" / "config.yaml"],
+    ["cluster", "status", "--state", "objects.json"],
+    ["trims", "store", "status", "--state", "objects.json", "--expect", "0", "-o", "x.json"],
+    ["trace", "download", "-o", "d", "objects.json"],
+], ids=["calibration", "cluster-state", "store-state", "receipt"])
+def test_a_json_input_of_millions_of_empty_objects_is_refused_before_it_is_parsed(command, tmp_path):
+    """A 250 MiB JSON file (under the 256 MiB read limit) of 87 million `{}`: MemoryError traceback
+    under a 2 GB address space. Here 20 million (60 MB; 1.4 GB parsed) under 512 MiB."""
+    (tmp_path / "objects.json").write_bytes(b"[" + b"{}," * (20 << 20) + b"{}]")
+    code, out, err = run_forked(command, tmp_path, timeout=120, growth=512 << 20)
+    assert code == 1 and re.match(r"repro: error: (--calibration )?objects.json: holds more values than 512 MiB of "
+                                  r"memory holds parsed \(expected [^\n]*\n\Z", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["objects.json"]
+
+
+@pytest.mark.parametrize("command", [["trace", "validate"], ["trace", "summarize", "-o", "s.json"]])
+def test_a_trace_under_the_whole_file_size_of_millions_of_empty_events_is_read_in_chunks(command, tmp_path):
+    """60 MB of `{},` (under the 64 MiB the reader parses in one piece): 20 million dictionaries at
+    once, MemoryError (a SystemError from orjson) under a 1 GB address space."""
+    (tmp_path / "t.json").write_bytes(b"[" + b"{}," * (20 << 20) + b"{}]")
+    code, out, err = run_forked([*command[:2], "t.json", *command[2:]], tmp_path, timeout=120, growth=1 << 30)
+    assert code == 1 and "Traceback" not in err and "t.json: event 0: event has no 'ph' (phase)" in out + err

@@ -263,12 +263,31 @@ def unique_keys(pairs):
     return obj
 
 
+# What the values a JSON file holds may take once parsed. The file's size bounds it poorly: a 250 MiB
+# file of `{},` is 87 million dictionaries, several GB
+PARSED_LIMIT = 512 << 20
+
+
+def parsed_size(data):
+    """An upper bound, in bytes, on the memory the JSON `data` (bytes or text) takes parsed: each
+    object or list, each value or key (a ',' or ':' before it) and each string, at what CPython gives it."""
+    brace, bracket, comma, colon, quote = (b"{", b"[", b",", b":", b'"') if isinstance(data, bytes) else "{[,:\""
+    return (len(data) + 184 * data.count(brace) + 72 * data.count(bracket) + 32 * (data.count(comma) + data.count(colon))
+            + 25 * data.count(quote))
+
+
 def loads_json(data, label, what):
-    """Strict JSON from `data` (bytes or text): ReproError naming `label` and `what` it should hold."""
+    """Strict JSON from `data` (bytes or text): ReproError naming `label` and `what` it should hold,
+    where it is not or would take more memory parsed than PARSED_LIMIT."""
+    if parsed_size(data) > PARSED_LIMIT:
+        raise ReproError(f"{label}: holds more values than {PARSED_LIMIT >> 20} MiB of memory holds parsed "
+                         f"(expected {what})")
     try:
         return json.loads(data, parse_constant=_no_constant, object_pairs_hook=unique_keys)
     except RecursionError:
         raise ReproError(f"{label}: nested too deeply (expected {what})") from None
+    except MemoryError:
+        raise ReproError(f"{label}: too large to parse in the memory available (expected {what})") from None
     except ValueError as exc:
         detail = f"{exc}; " if "JSON holds" in str(exc) or "appears twice" in str(exc) else ""
         raise ReproError(f"{label}: not JSON ({detail}expected {what})") from None

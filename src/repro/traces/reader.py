@@ -29,11 +29,13 @@ import numpy as np
 import orjson
 
 from repro.errors import ReproError, TraceError
-from repro.fsutil import file_kind, open_regular, repeated_key
+from repro.fsutil import file_kind, open_regular, parsed_size, repeated_key
 from repro.traces.events import PHASES, PHASES_WITHOUT_TS, check_event, first_bad_event
 from repro.traces.splice import find, spaced, words
 
 WHOLE_FILE_LIMIT = 64 << 20
+WHOLE_PARSED_LIMIT = 1536 << 20  # a real trace of WHOLE_FILE_LIMIT bytes, its events a few fields each, is below
+_ALWAYS_WHOLE = 1 << 20  # parsed, a file this large takes no more than tens of megabytes
 CHUNK_BYTES = 4 << 20
 TAIL_BYTES = 1 << 20  # how far into a file, from either end, its opening and closing brackets are looked for
 _WINDOW = 4 << 20
@@ -415,7 +417,11 @@ class TraceReader:
         if not stat.S_ISREG(info.st_mode):  # a FIFO would hang the reader, /dev/zero fill the memory
             raise TraceError(self.path, f"is {file_kind(info.st_mode)}; expected a regular file (a Chrome trace)")
         self.size = info.st_size
-        self.whole = self.size <= whole_file_limit  # parsed in one piece, not in chunks
+        # parsed in one piece, not in chunks, where that takes no more memory than a real trace of
+        # that size: 64 MiB of `{},` are 22 million dictionaries, 1.5 GB
+        # (read here and again to parse: a reader made for each of many inputs holds none of them)
+        self.whole = self.size <= whole_file_limit and (
+            self.size <= _ALWAYS_WHOLE or parsed_size(self._read_bytes()) <= WHOLE_PARSED_LIMIT)
         self._metadata = None
         self._events = None
 
