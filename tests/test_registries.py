@@ -345,4 +345,4 @@ def test_a_backends_run_never_leaves_an_earlier_runs_repeats_beside_its_own(tmp_
     request = RunRequest({}, "E", "m", (), run_dir, tmp_path / "upload.json")
     OneRepeat("one-repeat").execute(request, {"trace_store": str(tmp_path / "store")})
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.log", "traces"]
-    assert json.loads((tmp_path / "upload.json").read_text())["objects"][0]["key"] == "traces/E/m/t.json"
+    assert re.fullmatch(r"traces/E/m/[0-9a-f]{16}/t\.json", json.loads((tmp_path / "upload.json").read_text())["objects"][0]["key"])

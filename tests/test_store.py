@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from repro.errors import ReproError
+from repro.fsutil import sha256_file
 from repro.tracestore import GCSStore, LocalStore, download_traces, open_store, upload_traces
 
 
@@ -44,8 +45,9 @@ def test_upload_download_list_round_trip(tmp_path, request, kind):
         assert isinstance(store, LocalStore)
     paths = trace_files(tmp_path)
     entries = upload_traces(store, paths, "traces/exp/mode", tmp_path / "receipt.json")
-    assert [e["key"] for e in entries] == ["traces/exp/mode/t0.json", "traces/exp/mode/t1.json"]
-    assert store.list("traces/exp/") == ["traces/exp/mode/t0.json", "traces/exp/mode/t1.json"]
+    keys = [f"traces/exp/mode/{sha256_file(path)[:16]}/{path.name}" for path in paths]
+    assert [e["key"] for e in entries] == keys
+    assert store.list("traces/exp/") == keys
     fetched = download_traces(store, tmp_path / "receipt.json", tmp_path / "down")
     assert len(fetched) == 2
     assert (tmp_path / "down" / "t1.json").read_bytes() == paths[1].read_bytes()
@@ -60,12 +62,12 @@ def test_a_changed_object_is_detected(tmp_path, request, kind):
     if kind == "gcs":
         client, bucket = request.getfixturevalue("gcs")
         store = GCSStore(f"gs://{bucket}")
-        upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
-        client.bucket(bucket).blob("traces/e/m/t0.json").upload_from_string(b'{"traceEvents": []}')
+        [entry] = upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
+        client.bucket(bucket).blob(entry["key"]).upload_from_string(b'{"traceEvents": []}')
     else:
         store = LocalStore(tmp_path / "store")
-        upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
-        (tmp_path / "store" / "traces/e/m/t0.json").write_text('{"traceEvents": []}')
+        [entry] = upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
+        (tmp_path / "store" / entry["key"]).write_text('{"traceEvents": []}')
     with pytest.raises(ReproError, match="changed since upload|checksum mismatch"):
         download_traces(store, tmp_path / "receipt.json", tmp_path / "down")
     assert not (tmp_path / "down" / "t0.json").exists()
@@ -79,11 +81,11 @@ def test_an_object_larger_than_its_upload_is_not_downloaded(tmp_path, gcs, monke
     client, bucket = gcs
     paths = trace_files(tmp_path, 1)
     store = GCSStore(f"gs://{bucket}")
-    upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
-    client.bucket(bucket).blob("traces/e/m/t0.json").upload_from_string(b" " * (8 << 20))
+    [entry] = upload_traces(store, paths, "traces/e/m", tmp_path / "receipt.json")
+    client.bucket(bucket).blob(entry["key"]).upload_from_string(b" " * (8 << 20))
     downloads = []
     monkeypatch.setattr(Blob, "download_to_filename", lambda blob, *a, **k: downloads.append(blob.name))
-    with pytest.raises(ReproError, match=rf"'traces/e/m/t0.json' changed since upload \(uploaded "
+    with pytest.raises(ReproError, match=rf"'{entry['key']}' changed since upload \(uploaded "
                                          rf"{paths[0].stat().st_size} bytes, stored {8 << 20}\)"):
         download_traces(store, tmp_path / "receipt.json", tmp_path / "down")
     assert downloads == [] and not (tmp_path / "down" / "t0.json").exists()
@@ -96,15 +98,15 @@ def test_download_reads_from_the_store_the_receipt_names(tmp_path, monkeypatch, 
 
     monkeypatch.chdir(tmp_path)
     paths = trace_files(tmp_path)
-    upload_traces(open_store("old"), paths, "traces/e/m", tmp_path / "receipt.json")
+    first = upload_traces(open_store("old"), paths, "traces/e/m", tmp_path / "receipt.json")[0]["key"]
     (tmp_path / "new").mkdir()  # the store configured now: empty
     assert main(["trace", "download", "receipt.json", "-o", "down"]) == 0
     assert (tmp_path / "down" / "t1.json").read_bytes() == paths[1].read_bytes()
     # the receipt's store gone: the error names the receipt and the store it records
-    (tmp_path / "old" / "traces/e/m/t0.json").unlink()
+    (tmp_path / "old" / first).unlink()
     assert main(["trace", "download", "receipt.json", "-o", "down2"]) == 1
     err = capsys.readouterr().err
-    assert "receipt.json" in err and "trace store old" in err and "no object 'traces/e/m/t0.json'" in err
+    assert "receipt.json" in err and "trace store old" in err and f"no object {first!r}" in err
     assert not (tmp_path / "down2").exists() or not list((tmp_path / "down2").iterdir())
     # a receipt that names no store
     (tmp_path / "bare.json").write_text(json.dumps({"objects": []}))
@@ -230,3 +232,18 @@ def test_a_model_file_larger_than_the_manifest_allows_is_not_downloaded(tmp_path
         fetch_model(f"gs://{bucket}/models", "squeezenet_1.1", tmp_path / "base")
     assert f"models/squeezenet_1.1/{name}" not in downloaded
     assert not (tmp_path / "base" / "squeezenet_1.1").exists()
+
+
+@pytest.mark.parametrize("kind", ["local", "gcs"])
+def test_two_clones_sharing_a_store_keep_their_own_traces(tmp_path, request, kind):
+    """Two clones whose trace_store is one directory (or bucket) upload the same experiment and
+    mode: the second replaced the first's object, whose download then failed its checksum."""
+    location = f"gs://{request.getfixturevalue('gcs')[1]}/shared" if kind == "gcs" else tmp_path / "store"
+    for clone in ("a", "b"):
+        trace = tmp_path / clone / "E-m.json"
+        trace.parent.mkdir()
+        trace.write_text(json.dumps({"traceEvents": [{"ph": "i", "ts": 0, "name": clone}]}))
+        upload_traces(open_store(location), [trace], "traces/E/m", tmp_path / clone / "upload.json")
+    for clone in ("a", "b"):
+        download_traces(None, tmp_path / clone / "upload.json", tmp_path / clone / "down")
+        assert (tmp_path / clone / "down" / "E-m.json").read_bytes() == (tmp_path / clone / "E-m.json").read_bytes()

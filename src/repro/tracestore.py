@@ -258,6 +258,9 @@ def _gcs_client():
     return storage.Client()
 
 
+CONTENT_KEY_DIGITS = 16  # of the sha256 in a trace's key: 64 bits tell a store's traces apart
+
+
 def open_store(location):
     """The trace store at `location`: gs://bucket/prefix or a local directory."""
     location = str(location)
@@ -265,8 +268,11 @@ def open_store(location):
 
 
 def upload_traces(store, trace_paths, prefix, receipt):
-    """Put each trace under `prefix/<file name>`; write a receipt listing keys and checksums."""
-    entries = [store.put(path, f"{prefix}/{Path(path).name}") for path in trace_paths]
+    """Put each trace under `prefix/<sha256 prefix>/<file name>`; write a receipt listing keys and
+    checksums. Keyed by content: two clones (or runs) sharing a store never replace each other's
+    objects, and the same trace uploaded again is the same object."""
+    entries = [store.put(path, f"{prefix}/{sha256(path)[:CONTENT_KEY_DIGITS]}/{Path(path).name}")
+               for path in trace_paths]
     write_json(receipt, {"store": str(store.root), "objects": entries})
     return entries
 
