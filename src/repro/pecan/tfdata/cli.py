@@ -1,12 +1,11 @@
 """`repro pecan tfdata ...`: the tf.data service engine's commands (TensorFlow imported only when run)."""
 
 import json
-import math
 import sys
 
 from repro import stopsignals
 from repro.errors import ReproError
-from repro.pecan.tfdata.service import BATCH_TIMEOUT_S
+from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, MAX_BATCH_TIMEOUT_S
 from repro.settings import settings_argument
 
 
@@ -235,12 +234,13 @@ def _run(args):
     from repro.config import load_config
     from repro.pecan.tfdata.spec import spec_from_config
 
+    if not 0 < args.batch_timeout <= MAX_BATCH_TIMEOUT_S:
+        raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive, finite number of seconds, "
+                         f"at most {MAX_BATCH_TIMEOUT_S}")
     miniature = {key: getattr(args, key) for key in MINIATURE_FLAGS if key != "time_scale"}
     spec = spec_from_config(load_config(args.config)["pecan"], args.experiment, args.mode, seed=args.seed,
                             time_scale=args.time_scale, **miniature)
     _check_flags(args, ("seed", *MINIATURE_FLAGS))  # the bounds spec_from_config leaves out
-    if not (math.isfinite(args.batch_timeout) and args.batch_timeout > 0):
-        raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive, finite number of seconds")
     from repro.pecan.tfdata.engine import run  # TensorFlow: after the settings are checked
 
     def progress(window):
