@@ -169,7 +169,7 @@ def _start(args):
         ssh_workers = read_json(args.worker_hosts, "the worker hosts as JSON", f"--worker-hosts {args.worker_hosts}")
         _check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
     else:  # the workers run here
-        check_worker_memory(args.workers, "--workers")
+        check_worker_memory(args.workers, f"--workers {args.workers}")
     was_running = Service(args.state_dir).dispatcher_running()
     service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers)
     _add_workers(service, args.workers, args.threads, started_dispatcher=not was_running)

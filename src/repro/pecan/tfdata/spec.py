@@ -11,7 +11,7 @@ from repro.errors import ReproError
 from repro.pecan.costs import lookup
 from repro.pecan.policies import fastflow_workers
 from repro.pecan.run import fixed_remote_workers
-from repro.pecan.tfdata import cpus_available
+from repro.pecan.tfdata import check_worker_memory, cpus_available
 
 # A policy decision per window of about WINDOW_S of training (at least MIN_WINDOW_STEPS steps):
 # 16 steps for ResNet, 8 for RetinaNet at the default scales (fewer batches per window let noise
@@ -108,6 +108,26 @@ def check_cpus(collocated_threads, worker_threads, cpus):
             f"({collocated_threads} CPU) delivers at most {COLLOCATED_SHARE:.0%} of the accelerator's demand and the "
             f"largest deployment reaches it; expected at least {need} CPUs, or set pecan.tfdata.time_scale")
     return held
+
+
+def check_deployment_memory(spec, remote_here=True, meminfo="/proc/meminfo"):
+    """A ReproError naming the settings at fault where the largest deployment a run of `spec` may
+    start needs more memory than this machine has available (check_worker_memory): its local workers,
+    and its remote ones unless they run on worker hosts (`remote_here`); the policy's caps (Cachew
+    scales remote workers only), or the workers a fixed deployment holds. Every run with a service
+    starts a worker here first (the transfer probe)."""
+    if spec.placement == "collocated":
+        return
+    if spec.placement in ("fixed", "fastflow"):
+        remote, local = spec.fixed_remote_workers, spec.fixed_local_workers
+        keys = f"pecan.modes.{spec.mode}.remote_workers, local_workers, within max_remote_workers, max_local_workers"
+    else:
+        remote, local = spec.max_remote_workers, spec.max_local_workers if spec.placement == "autoplacement" else 0
+        keys = ("max_remote_workers, max_local_workers: pecan.tfdata's or --max-remote-workers, --max-local-workers, "
+                "within pecan.cluster's")
+    where = "on this machine" if remote_here else "on the worker hosts"
+    check_worker_memory(max(1, local + (remote if remote_here else 0)),
+                        f"mode {spec.mode}: up to {remote} remote worker(s) {where} and {local} local ({keys})", meminfo)
 
 
 def check_step_time(pecan, experiment, time_scale, batch_size, key):
