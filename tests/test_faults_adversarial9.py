@@ -30,6 +30,18 @@ COMMAND_FAULTS = [
     # a step of 80 minutes: the run's windows lasted days
     Fault("tfdata-run-time-scale-of-hour-long-steps", _tfdata("run", "--time-scale", "1e6", "--batch-size", "1"),
           rf"repro: error: --time-scale 1e\+06: a step time of 309 s for ResNet50_v2-8 .*; {SCALES}", bounded=True),
+    # the flags are bounded by the schema's bounds of the settings they stand for, not by copies of them
+    *[Fault(f"tfdata-run-{flag}-past-the-schema", _tfdata("run", f"--{flag}", str(value)),
+            rf"repro: error: --{flag}: {flag.replace('-', '_')}: {value} is greater than the maximum of {value - 1}$",
+            bounded=True)
+      for flag, value in (("batch-size", 257), ("decision-steps", 10001), ("images", 4097))],
+    Fault("tfdata-start-workers-past-the-schema",
+          lambda ctx: ["pecan", "tfdata", "start", "--state-dir", ctx.dir / "sd", "--workers", "4097"],
+          r"repro: error: --workers: workers: 4097 is greater than the maximum of 4096$"),
+    # an expectation no service meets was taken as given
+    Fault("tfdata-status-expects-negative-workers",
+          lambda ctx: ["pecan", "tfdata", "status", "--state-dir", ctx.dir / "sd", "--expect-workers", "-1"],
+          r"repro: error: --expect-workers: expect_workers: -1 is less than the minimum of 0$"),
     # `repro config check` passed it; the workflow's runs then failed as the flag did
     Fault("config-tfdata-subnormal-time-scale",
           _check_override({"pecan": {"engine": "tfdata", "tfdata": {"time_scale": 1e-300}}}),
