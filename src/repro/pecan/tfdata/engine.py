@@ -715,8 +715,9 @@ def sweep(spec, counts, out_dir, data_dir, service_dir=None, on_window=None, bat
     runs = [dataclasses.replace(spec, mode="sweep", placement="collocated" if count == 0 else "fixed",
                                 fixed_remote_workers=count, fixed_local_workers=0, max_remote_workers=count,
                                 max_local_workers=0) for count in counts]
+    remote_here = _remote_workers_here(service_dir)
     for fixed in runs:  # every count's, before the first run
-        check_deployment_memory(fixed, _remote_workers_here(service_dir))
+        check_deployment_memory(fixed, remote_here)
     results = []
     for count, fixed in zip(counts, runs):
         metrics = run(fixed, Path(out_dir) / str(count), data_dir, service_dir, on_window, batch_timeout_s, scale)
