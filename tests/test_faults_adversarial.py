@@ -232,7 +232,7 @@ COMMAND_FAULTS = [
     Fault("tfdata-run-seed-past-32-bits", _tfdata("run", "--seed", str(2**32)),
           r"repro: error: --seed: seed: 4294967296 is greater than the maximum of 4294967295"),
     Fault("tfdata-run-infinite-time-scale", _tfdata("run", "--time-scale", "inf"),
-          r"repro: error: --time-scale: pecan.tfdata.time_scale: inf is not a finite number"),
+          r"repro: error: --time-scale inf: a step time of inf s for ResNet50_v2-8 .*; expected a time scale from "),
     Fault("tfdata-run-images-without-bound", _tfdata("run", "--images", str(10**12)),
           r"repro: error: --images: images: 1000000000000 is greater than the maximum of 1000000000"),
     # the second run of a count replaced the first's <out>/<count>, after minutes of both

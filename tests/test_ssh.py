@@ -4,6 +4,7 @@ Needs /usr/sbin/sshd (Debian's openssh-server; .ci/run installs it). Without it 
 skipped, unless REPRO_REQUIRE_SSHD=1 (as in CI), where that is a failure.
 """
 
+import contextlib
 import csv
 import importlib.util
 import json
@@ -403,3 +404,37 @@ def test_tfdata_run_with_a_worker_host_gone_names_it_and_writes_nothing(cluster,
         hosts[1].start()
         backend.stop(state)
     assert our_pids(tmp_path) == []
+
+
+@pytest.mark.fault
+@needs_tensorflow
+def test_tfdata_status_reads_a_worker_hosts_status_files_bounded_and_leaves_nothing_there(cluster, tmp_path):
+    """`repro pecan tfdata status` over a state.json (copied, edited) whose workers on a worker host
+    report to a FIFO and to /dev/zero there: the poll ran `cat` on them over ssh, which waited for ever
+    on the FIFO (and went on on the host after repro was killed) or filled the host's shell with zeros."""
+    from repro.backends.ssh import _worker_hosts
+    from repro.pecan.tfdata.service import Service
+
+    root, hosts = cluster
+    os.mkfifo(tmp_path / "fifo.status.json")
+    (tmp_path / "zero.status.json").symlink_to("/dev/zero")
+    service = Service.start(tmp_path / "service")
+    try:
+        gone = {"pid": 999999, "start_ticks": 1, "boot_id": "gone", "role": "tfdata worker", "kind": "remote",
+                "host": "worker"}
+        service.state["ssh_workers"] = _worker_hosts(ssh_config(root, hosts))
+        service.state["workers"] = [{**gone, "slot": slot, "status": str(tmp_path / name)}  # the FIFO first: it hung
+                                    for slot, name in enumerate(("fifo.status.json", "zero.status.json"))]
+        service._save()
+        status = subprocess.run([str(BIN / "repro"), "pecan", "tfdata", "status", "--state-dir", str(tmp_path / "service")],
+                                capture_output=True, text=True, timeout=40)
+        assert status.returncode == 1, status.stderr
+        assert ("[FAILED] 0 worker(s) registered, 2 expected: worker pid 999999 (worker) is not running; "
+                "worker pid 999999 (worker) is not running\n") in status.stdout, status.stdout
+        assert our_pids(tmp_path) == [service.state["dispatcher"]["pid"]]  # no reader left on the worker host
+    finally:
+        service.state["workers"] = []
+        service.stop()
+        for pid in our_pids(tmp_path):  # a reader the poll left on the worker host
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -88,10 +88,10 @@ def test_more_workers_than_the_memory_holds_are_refused_before_any_starts(tf, tm
 
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(f"MemTotal: 4096000 kB\nMemAvailable: {3 * WORKER_MEMORY_MB * 1024} kB\n")
-    check_worker_memory(3, "--workers", meminfo)
+    check_worker_memory(3, "--workers 3", meminfo)
     with pytest.raises(ReproError, match=rf"^--workers 4: 4 worker process\(es\) need about {4 * WORKER_MEMORY_MB} MB "
                                          rf".*; {3 * WORKER_MEMORY_MB} MB available \(MemAvailable\); expected at most 3$"):
-        check_worker_memory(4, "--workers", meminfo)
+        check_worker_memory(4, "--workers 4", meminfo)
     monkeypatch.chdir(tmp_path)
     code, out, err = run_repro(["pecan", "tfdata", "start", "--state-dir", "sd", "--workers", "4096"], capsys)
     assert (code, out) == (1, "") and err.startswith("repro: error: --workers 4096: 4096 worker process(es) need"), err

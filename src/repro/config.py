@@ -240,6 +240,20 @@ def _check_run_size(where, model, mode_name, mode, cluster):
                              f"expected at most {MAX_RUN_WINDOWS}")
 
 
+def _check_tfdata_step_times(pecan, source):
+    """ReproError where pecan.tfdata.time_scale gives an experiment's accelerator a step time no
+    miniature runs at (repro.pecan.tfdata.spec.STEP_TIME_S): a subnormal scale made it 0 and a
+    window's steps infinite."""
+    miniature = pecan.get("tfdata", {})
+    if "time_scale" not in miniature:
+        return
+    from repro.pecan.tfdata.spec import MINIATURE, check_step_time
+
+    for name in pecan["experiments"]:
+        check_step_time(pecan, name, miniature["time_scale"], miniature.get("batch_size", MINIATURE["batch_size"]),
+                        f"{source}: pecan.tfdata.time_scale")
+
+
 # The placeholders the ssh backend fills in (repro.backends.ssh.SshBackend.run).
 SSH_PLACEHOLDERS = {"command": {"python", "settings", "experiment", "mode", "calibration", "out"},
                     "env": {"autoorder", "mode", "experiment", "epochs", "local_workers"}}
@@ -382,6 +396,7 @@ def check_references(config, source="config"):
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
             _check_run_size(where, pecan["models"][exp["model"]], mode, pecan["modes"][mode], pecan["cluster"])
+    _check_tfdata_step_times(pecan, source)
     tf_ops = config.get("calibration", {}).get("ops") == "tf"
     if pecan["engine"] == "tfdata" or tf_ops:  # each pipeline's TF form runs (repro.pecan.tfdata.ops)
         from repro.pecan.pipelines import PIPELINES

@@ -35,14 +35,15 @@ def check_sweep(counts, worker_threads, cpus, key="pecan.tfdata.sweep"):
 WORKER_MEMORY_MB = 500
 
 
-def check_worker_memory(count, flag, meminfo="/proc/meminfo"):
-    """A ReproError naming `flag` where `count` worker processes on this machine would need more memory
-    than it has available (MemAvailable; where that cannot be read, nothing is checked)."""
+def check_worker_memory(count, label, meminfo="/proc/meminfo"):
+    """A ReproError starting with `label` (the flag or setting and its value) where `count` worker
+    processes on this machine would need more memory than it has available (MemAvailable; where that
+    cannot be read, nothing is checked)."""
     from repro.machine import available_memory_mb
 
     available_mb = available_memory_mb(meminfo)
     if available_mb is not None and count * WORKER_MEMORY_MB > available_mb:
-        raise ReproError(f"{flag} {count}: {count} worker process(es) need about {count * WORKER_MEMORY_MB} MB "
+        raise ReproError(f"{label}: {count} worker process(es) need about {count * WORKER_MEMORY_MB} MB "
                          f"({WORKER_MEMORY_MB} MB each, TensorFlow loaded); {available_mb} MB available (MemAvailable); "
                          f"expected at most {available_mb // WORKER_MEMORY_MB}")
 

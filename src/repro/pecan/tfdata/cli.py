@@ -1,12 +1,11 @@
 """`repro pecan tfdata ...`: the tf.data service engine's commands (TensorFlow imported only when run)."""
 
 import json
-import math
 import sys
 
 from repro import stopsignals
 from repro.errors import ReproError
-from repro.pecan.tfdata.service import BATCH_TIMEOUT_S
+from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, MAX_BATCH_TIMEOUT_S
 from repro.settings import settings_argument
 
 
@@ -94,15 +93,21 @@ MINIATURE_FLAGS = ("time_scale", "batch_size", "decision_steps", "worker_threads
                    "max_remote_workers", "max_local_workers", "settle_windows", "max_windows", "images")
 
 
+# Where the config holds what a flag sets, where that is not pecan.tfdata.<the flag's name>: worker
+# counts are bounded as the config's worker caps, threads as its worker threads
+FLAG_PLACES = {"seed": ("seed",), "workers": ("pecan", "tfdata", "max_remote_workers"),
+               "expect_workers": ("pecan", "tfdata", "max_remote_workers"), "threads": ("pecan", "tfdata", "worker_threads")}
+
+
 def _check_flags(args, names):
     """Each of the flags `names` that is given, checked against the config schema where the config holds
-    its value (the seed at the top, the others under pecan.tfdata): bounded, as the config is."""
+    its value (FLAG_PLACES, else under pecan.tfdata): bounded, as the config is."""
     from repro.config import check_settings
 
     for name in names:
         value = getattr(args, name)
         if value is not None:
-            place = (name,) if name == "seed" else ("pecan", "tfdata", name)
+            place = FLAG_PLACES.get(name, ("pecan", "tfdata", name))
             check_settings({name: value}, f"--{name.replace('_', '-')}", places={name: place})
 
 
@@ -160,9 +165,8 @@ def _start(args):
     from repro.pecan.tfdata import check_worker_memory, require_tensorflow
     from repro.pecan.tfdata.service import Service, print_checks
 
+    _check_flags(args, ("workers", "threads"))
     require_tensorflow()  # the dispatcher's process imports it
-    if not 0 <= args.workers <= 4096 or not 1 <= args.threads <= 4096:  # as the config schema bounds workers
-        raise ReproError("--workers must be 0 to 4096 and --threads 1 to 4096")
     ssh_workers = None
     if args.worker_hosts:
         from repro.fsutil import read_json
@@ -170,7 +174,7 @@ def _start(args):
         ssh_workers = read_json(args.worker_hosts, "the worker hosts as JSON", f"--worker-hosts {args.worker_hosts}")
         _check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
     else:  # the workers run here
-        check_worker_memory(args.workers, "--workers")
+        check_worker_memory(args.workers, f"--workers {args.workers}")
     was_running = Service(args.state_dir).dispatcher_running()
     service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers)
     _add_workers(service, args.workers, args.threads, started_dispatcher=not was_running)
@@ -213,6 +217,7 @@ def _check_worker_hosts(flag, hosts):
 def _status(args):
     from repro.pecan.tfdata.service import Service, print_checks, workflow_checks
 
+    _check_flags(args, ("expect_workers",))
     if args.probe_workers:
         return 0 if print_checks(workflow_checks(args.state_dir)) else 1
     service = Service(args.state_dir)
@@ -235,12 +240,13 @@ def _run(args):
     from repro.config import load_config
     from repro.pecan.tfdata.spec import spec_from_config
 
+    if not 0 < args.batch_timeout <= MAX_BATCH_TIMEOUT_S:
+        raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive, finite number of seconds, "
+                         f"at most {MAX_BATCH_TIMEOUT_S}")
     miniature = {key: getattr(args, key) for key in MINIATURE_FLAGS if key != "time_scale"}
     spec = spec_from_config(load_config(args.config)["pecan"], args.experiment, args.mode, seed=args.seed,
                             time_scale=args.time_scale, **miniature)
     _check_flags(args, ("seed", *MINIATURE_FLAGS))  # the bounds spec_from_config leaves out
-    if not (math.isfinite(args.batch_timeout) and args.batch_timeout > 0):
-        raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive, finite number of seconds")
     from repro.pecan.tfdata.engine import run  # TensorFlow: after the settings are checked
 
     def progress(window):

@@ -52,7 +52,14 @@ from repro.pecan.logs import LogWriter, parse_log
 from repro.pecan.policies import LOCAL_ONLY, OFFLOADED, PROFILE_GTHP, PROFILE_LTHP, FastFlowPlacement
 from repro.pecan.tfdata import check_sweep, cpus_available, ops, tensorflow
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
-from repro.pecan.tfdata.spec import check_cpus, derive_scale, scale_from_calibration, spec_from_config, window_steps
+from repro.pecan.tfdata.spec import (
+    check_cpus,
+    check_deployment_memory,
+    derive_scale,
+    scale_from_calibration,
+    spec_from_config,
+    window_steps,
+)
 
 tf = tensorflow()
 
@@ -573,6 +580,11 @@ def _forget_service(directory, fresh):
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _remote_workers_here(service_dir):
+    """Whether a run's remote workers run on this machine: not where the service it uses has worker hosts."""
+    return service_dir is None or Service(service_dir).remote is None
+
+
 def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout_s=BATCH_TIMEOUT_S, scale=None):
     """Run `spec` into out_dir (run.log, metrics.json); return the metrics.
 
@@ -585,6 +597,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     out = Path(out_dir)
     if spec.derived:  # before anything is written
         check_cpus(spec.collocated_threads, spec.worker_threads, cpus_available())
+    check_deployment_memory(spec, _remote_workers_here(service_dir))
     manifest = ops.write_data(spec.pipeline, spec.images, data_dir, seed=spec.seed)
     # the model's inputs for this run, measured before any of its workers start
     pipeline_cost = measure_pipeline_cost(spec, manifest)
@@ -699,11 +712,14 @@ def sweep(spec, counts, out_dir, data_dir, service_dir=None, on_window=None, bat
     first count's, derived as a run derives it, unless `spec` has a configured one. Returns the runs'
     metrics, in `counts`' order."""
     check_sweep(counts, spec.worker_threads, cpus_available())
+    runs = [dataclasses.replace(spec, mode="sweep", placement="collocated" if count == 0 else "fixed",
+                                fixed_remote_workers=count, fixed_local_workers=0, max_remote_workers=count,
+                                max_local_workers=0) for count in counts]
+    remote_here = _remote_workers_here(service_dir)
+    for fixed in runs:  # every count's, before the first run
+        check_deployment_memory(fixed, remote_here)
     results = []
-    for count in counts:
-        fixed = dataclasses.replace(
-            spec, mode="sweep", placement="collocated" if count == 0 else "fixed", fixed_remote_workers=count,
-            fixed_local_workers=0, max_remote_workers=count, max_local_workers=0)
+    for count, fixed in zip(counts, runs):
         metrics = run(fixed, Path(out_dir) / str(count), data_dir, service_dir, on_window, batch_timeout_s, scale)
         scale = scale or (metrics["scale"] if spec.derived else None)
         results.append(metrics)

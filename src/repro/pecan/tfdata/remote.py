@@ -28,6 +28,9 @@ from pathlib import Path
 from repro.errors import ReproError
 
 START_TIMEOUT_S = 90  # as repro.pecan.tfdata.service: the worker imports TensorFlow before it serves
+# A file read on a worker host (a status file, a log's tail): at most this many bytes, within this
+# many seconds on that host, its reader killed there at the deadline
+READ_LIMIT, READ_TIMEOUT_S = 1 << 16, 5
 
 
 # -- on the worker host ------------------------------------------------------------------------
@@ -88,14 +91,22 @@ def main(argv=None):
 
 # -- on the accelerator host -------------------------------------------------------------------
 
+def _read_command(path, reader):
+    """A shell command running `reader` (`head -c N`, `tail -c N`) on `path` on a worker host where it
+    is a regular file (a FIFO there waited for ever, /dev/zero never ended), killed after
+    READ_TIMEOUT_S: nothing of it runs on after the ssh command, however that ends."""
+    quoted = shlex.quote(path)
+    return f"test -f {quoted} && timeout -s KILL {READ_TIMEOUT_S} {reader} {quoted} 2>/dev/null"
+
+
 def _poll_command(entries):
     """A shell command that prints, per entry, `W <index> <state> <start ticks>` from /proc and
-    `S <index> <status file>`, then `T <now>` and `B <boot id>`."""
+    `S <index> <status file>` (its first READ_LIMIT bytes, on one line), then `T <now>` and `B <boot id>`."""
     parts = []
     for i, entry in enumerate(entries):
-        pid, status = int(entry["pid"]), shlex.quote(entry["status"])
+        pid = int(entry["pid"])
         parts.append(f"echo \"W {i} $(sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -d' ' -f1,20)\"")
-        parts.append(f"echo \"S {i} $(cat {status} 2>/dev/null)\"")
+        parts.append(f"echo \"S {i} $({_read_command(entry['status'], f'head -c {READ_LIMIT}')} | tr '\\n' ' ')\"")
     parts += ['echo "T $(date +%s.%N)"', 'echo "B $(cat /proc/sys/kernel/random/boot_id)"']
     return "; ".join(parts)
 
@@ -204,8 +215,9 @@ class SshWorkers:
             if status:
                 return status
             if not running:
-                tail = self._run(entry["host"], f"tail -n 5 {shlex.quote(entry['log'])} || true").strip()
-                raise ReproError(f"{entry['host']}: tf.data worker exited before serving: {' | '.join(tail.splitlines())}")
+                tail = self._run(entry["host"], f"{_read_command(entry['log'], f'tail -c {READ_LIMIT}')} || true")
+                raise ReproError(f"{entry['host']}: tf.data worker exited before serving: "
+                                 f"{' | '.join(tail.strip().splitlines()[-5:])}")
             time.sleep(0.3)  # each poll is an ssh command on the worker host
         self.stop(entry)
         raise ReproError(f"{entry['host']}: tf.data worker did not report within {timeout_s} s")

@@ -40,6 +40,7 @@ START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under 
 # failure is the first batch after workers start (at the start, or when every serving worker is
 # replaced), each importing TensorFlow before it serves.
 BATCH_TIMEOUT_S = START_TIMEOUT_S + 30
+MAX_BATCH_TIMEOUT_S = 86400  # a day: no run waits longer for a batch (1e308 s overflowed the wait's time_t)
 STATUS_FRESH_S = 3.0  # a status file older than this belongs to a process that no longer reports
 PROBE_TIMEOUT_S = 60
 REGISTER_WAIT_S = 10  # a worker that has just started registers with the dispatcher in the background

@@ -11,13 +11,17 @@ from repro.errors import ReproError
 from repro.pecan.costs import lookup
 from repro.pecan.policies import fastflow_workers
 from repro.pecan.run import fixed_remote_workers
-from repro.pecan.tfdata import cpus_available
+from repro.pecan.tfdata import check_worker_memory, cpus_available
 
 # A policy decision per window of about WINDOW_S of training (at least MIN_WINDOW_STEPS steps):
 # 16 steps for ResNet, 8 for RetinaNet at the default scales (fewer batches per window let noise
 # reach the policies' 3-10% thresholds).
 WINDOW_S = 1.4
 MIN_WINDOW_STEPS = 8
+# The accelerator step times a given time scale may make: below 0.1 ms the sleep is shorter than its own
+# resolution and the client's step around it (a window of ~WINDOW_S held 10^4 steps and more, at a
+# subnormal scale an infinite number); above a minute, a window of MIN_WINDOW_STEPS takes 8 minutes.
+STEP_TIME_S = (1e-4, 60.0)
 # Miniature defaults. Worker caps left at None are the workers the CPUs hold (max_workers_for):
 # the remote cap one more, so Cachew sees that a worker beyond the CPUs gains nothing.
 MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": None,
@@ -106,15 +110,56 @@ def check_cpus(collocated_threads, worker_threads, cpus):
     return held
 
 
+def check_deployment_memory(spec, remote_here=True, meminfo="/proc/meminfo"):
+    """A ReproError naming the settings at fault where the largest deployment a run of `spec` may
+    start needs more memory than this machine has available (check_worker_memory): its local workers,
+    and its remote ones unless they run on worker hosts (`remote_here`); the policy's caps (Cachew
+    scales remote workers only), or the workers a fixed deployment holds. Every run with a service
+    starts a worker here first (the transfer probe)."""
+    if spec.placement == "collocated":
+        return
+    if spec.placement in ("fixed", "fastflow"):
+        remote, local = spec.fixed_remote_workers, spec.fixed_local_workers
+        keys = f"pecan.modes.{spec.mode}.remote_workers, local_workers, within max_remote_workers, max_local_workers"
+    else:
+        remote, local = spec.max_remote_workers, spec.max_local_workers if spec.placement == "autoplacement" else 0
+        keys = ("max_remote_workers, max_local_workers: pecan.tfdata's or --max-remote-workers, --max-local-workers, "
+                "within pecan.cluster's")
+    where = "on this machine" if remote_here else "on the worker hosts"
+    check_worker_memory(max(1, local + (remote if remote_here else 0)),
+                        f"mode {spec.mode}: up to {remote} remote worker(s) {where} and {local} local ({keys})", meminfo)
+
+
+def check_step_time(pecan, experiment, time_scale, batch_size, key):
+    """A ReproError naming `key` (what set `time_scale`) where the step time it gives `experiment`'s
+    accelerator, batch_size x time_scale / its examples per second, lies outside STEP_TIME_S."""
+    low, high = STEP_TIME_S
+    accelerator = accelerator_examples_per_s(pecan, experiment)
+    per_scale = batch_size / accelerator
+    if not low <= time_scale * per_scale <= high:
+        raise ReproError(f"{key} {time_scale:g}: a step time of {time_scale * per_scale:.3g} s for {experiment} "
+                         f"({batch_size} examples at {accelerator:g} examples/s, times the scale); expected a time "
+                         f"scale from {low / per_scale:.3g} to {high / per_scale:.3g} (a step time from {low:g} to "
+                         f"{high:g} s)")
+
+
 def window_steps(step_time_s):
     return max(MIN_WINDOW_STEPS, round(WINDOW_S / step_time_s))
+
+
+def accelerator_examples_per_s(pecan, experiment):
+    """The full-scale accelerator bound of `experiment`: its accelerator's max_batches_per_s for its
+    model x the model's batch size."""
+    exp = lookup(pecan["experiments"], experiment, "experiment")
+    accel = lookup(pecan["accelerators"], exp["accelerator"], "accelerator")
+    model = lookup(pecan["models"], exp["model"], "model")
+    return lookup(accel["max_batches_per_s"], exp["model"], "model for this accelerator") * model["batch_size"]
 
 
 def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_steps=None, **miniature):
     """The EngineSpec of experiment x mode from the `pecan` config section and miniature settings."""
     exp = lookup(pecan["experiments"], experiment, "experiment")
     model = lookup(pecan["models"], exp["model"], "model")
-    accel = lookup(pecan["accelerators"], exp["accelerator"], "accelerator")
     mode_cfg = lookup(pecan["modes"], mode, "mode")
     cluster = pecan["cluster"]
     settings = {**MINIATURE, **{k: v for k, v in miniature.items() if v is not None}}
@@ -129,7 +174,9 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
         time_scale = 0.0  # derived by the run from its own measurements (derive_scale)
     elif not time_scale > 0:
         raise ReproError(f"--time-scale {time_scale}: expected a positive number")
-    accelerator = lookup(accel["max_batches_per_s"], exp["model"], "model for this accelerator") * model["batch_size"]
+    accelerator = accelerator_examples_per_s(pecan, experiment)
+    if time_scale:
+        check_step_time(pecan, experiment, time_scale, settings["batch_size"], "--time-scale")
     if decision_steps is None:
         # 0: from the derived step time, once the run knows it
         decision_steps = window_steps(settings["batch_size"] * time_scale / accelerator) if time_scale else 0

@@ -1,0 +1,98 @@
+"""Fault injection, an adversarial pass over the tf.data engine's settings: numbers whose arithmetic
+overflowed once the run had started (a wait's deadline, a window's steps), and worker caps whose
+workers the memory cannot hold.
+
+The command rows run as test_faults_input's rows do (`check_fault`): exit code 1, one line on stderr
+naming the flag or key and what was expected, nothing written, no process left running.
+"""
+
+import pytest
+import yaml
+from support import REPO, run_repro
+from test_faults_adversarial import _tfdata
+from test_faults_input import Fault, _check_override, check_fault
+
+from repro.errors import ReproError
+
+pytestmark = pytest.mark.fault
+
+SCALES = r"expected a time scale from \S+ to \S+ \(a step time from 0.0001 to 60 s\)$"
+
+COMMAND_FAULTS = [
+    # OverflowError tracebacks once the run had written its data: the batch wait's deadline past
+    # time_t, a window of infinitely many steps at a step time of 0
+    Fault("tfdata-run-batch-timeout-1e308", _tfdata("run", "--batch-timeout", "1e308"),
+          r"repro: error: --batch-timeout 1e\+308: expected a positive, finite number of seconds, at most 86400$",
+          bounded=True),
+    Fault("tfdata-run-subnormal-time-scale", _tfdata("run", "--time-scale", "1e-320"),
+          rf"repro: error: --time-scale 9.99989e-321: a step time of \S+ s for ResNet50_v2-8 \(16 examples at \S+ "
+          rf"examples/s, times the scale\); {SCALES}", bounded=True),
+    # a step of 80 minutes: the run's windows lasted days
+    Fault("tfdata-run-time-scale-of-hour-long-steps", _tfdata("run", "--time-scale", "1e6", "--batch-size", "1"),
+          rf"repro: error: --time-scale 1e\+06: a step time of 309 s for ResNet50_v2-8 .*; {SCALES}", bounded=True),
+    # the flags are bounded by the schema's bounds of the settings they stand for, not by copies of them
+    *[Fault(f"tfdata-run-{flag}-past-the-schema", _tfdata("run", f"--{flag}", str(value)),
+            rf"repro: error: --{flag}: {flag.replace('-', '_')}: {value} is greater than the maximum of {value - 1}$",
+            bounded=True)
+      for flag, value in (("batch-size", 257), ("decision-steps", 10001), ("images", 4097))],
+    Fault("tfdata-start-workers-past-the-schema",
+          lambda ctx: ["pecan", "tfdata", "start", "--state-dir", ctx.dir / "sd", "--workers", "4097"],
+          r"repro: error: --workers: workers: 4097 is greater than the maximum of 4096$"),
+    # an expectation no service meets was taken as given
+    Fault("tfdata-status-expects-negative-workers",
+          lambda ctx: ["pecan", "tfdata", "status", "--state-dir", ctx.dir / "sd", "--expect-workers", "-1"],
+          r"repro: error: --expect-workers: expect_workers: -1 is less than the minimum of 0$"),
+    # `repro config check` passed it; the workflow's runs then failed as the flag did
+    Fault("config-tfdata-subnormal-time-scale",
+          _check_override({"pecan": {"engine": "tfdata", "tfdata": {"time_scale": 1e-300}}}),
+          rf"repro: error: .*my.yaml: pecan.tfdata.time_scale 1e-300: a step time of \S+ s for \S+ .*; {SCALES}"),
+]
+
+
+@pytest.mark.parametrize("fault", COMMAND_FAULTS, ids=[f.id for f in COMMAND_FAULTS])
+def test_command_faults(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def test_a_run_whose_largest_deployment_the_memory_cannot_hold_is_refused_before_it_starts(tf, tmp_path, monkeypatch,
+                                                                                          capsys):
+    """`repro pecan tfdata run` whose worker caps (pecan.tfdata.max_*_workers or the flags, within
+    pecan.cluster's) let its policy start more workers on this machine than the memory holds: `tfdata
+    start --workers` refused such a count, a run started them one by one until memory ran out."""
+    from repro.pecan.tfdata import WORKER_MEMORY_MB
+
+    monkeypatch.setattr("repro.machine.available_memory_mb", lambda meminfo="/proc/meminfo": 3 * WORKER_MEMORY_MB)
+    monkeypatch.chdir(tmp_path)
+    short = ["--decision-steps", "8", "--settle-windows", "1", "--max-windows", "1", "--images", "16", "--time-scale", "1"]
+    code, out, err = run_repro(["pecan", "tfdata", "run", "--config", REPO / "config" / "config.yaml", "--experiment",
+                                "ResNet50_v2-8", "--mode", "pecan", "--out", "run", "--max-remote-workers", "3",
+                                "--max-local-workers", "1", *short], capsys)
+    assert (code, out) == (1, "")
+    assert err == (f"repro: error: mode pecan: up to 3 remote worker(s) on this machine and 1 local (max_remote_workers, "
+                   "max_local_workers: pecan.tfdata's or --max-remote-workers, --max-local-workers, within pecan.cluster's): "
+                   f"4 worker process(es) need about {4 * WORKER_MEMORY_MB} MB ({WORKER_MEMORY_MB} MB each, TensorFlow "
+                   f"loaded); {3 * WORKER_MEMORY_MB} MB available (MemAvailable); expected at most 3\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode, remote_here, workers", [
+    ("collocated", True, None), ("cachew", True, 4), ("cachew", False, 1), ("pecan", True, 6), ("pecan", False, 2),
+    ("fixed", True, 3)])
+def test_the_largest_deployment_counts_the_workers_this_machine_runs(tmp_path, mode, remote_here, workers):
+    """Cachew scales remote workers only, Pecan's placement both kinds, a fixed deployment holds its own
+    workers; remote workers on worker hosts take none of this machine's memory, the transfer probe's
+    one worker does."""
+    from repro.pecan.tfdata import WORKER_MEMORY_MB
+    from repro.pecan.tfdata.spec import check_deployment_memory, spec_from_config
+
+    pecan = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]
+    pecan["modes"]["fixed"] = {"placement": "fixed", "autoorder": False, "epochs": 1, "steps_per_loop": 1,
+                               "remote_workers": 2, "local_workers": 1}
+    spec = spec_from_config(pecan, "ResNet50_v2-8", mode, max_remote_workers=4, max_local_workers=2)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemAvailable: {(workers or 1) * WORKER_MEMORY_MB * 1024} kB\n")
+    check_deployment_memory(spec, remote_here, meminfo)
+    if workers is not None:
+        meminfo.write_text(f"MemAvailable: {(workers * WORKER_MEMORY_MB - 1) * 1024} kB\n")
+        with pytest.raises(ReproError, match=rf"^mode {mode}: .*: {workers} worker process\(es\) need"):
+            check_deployment_memory(spec, remote_here, meminfo)
