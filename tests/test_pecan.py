@@ -582,3 +582,24 @@ def test_run_settings_refuse_a_mode_the_experiment_does_not_list(config):
     with pytest.raises(ReproError, match=r"experiment 'ResNet50_v2-8' has no mode 'short' \(its modes: "
                                          r"collocated, cachew, pecan, autoplacement, autoorder, fastflow\)"):
         run_settings(config, "ResNet50_v2-8", "short")
+
+
+@pytest.mark.fault
+def test_a_run_whose_repeats_would_fill_the_disk_stops_after_its_first_and_leaves_nothing(config, calibrations,
+                                                                                          tmp_path, monkeypatch):
+    """repeats 10000 of a run of 10^5 log lines (550 MB each) passed every check and wrote until the
+    disk was full. Here the disk has room for two logs of the five."""
+    import collections
+
+    from repro.pecan import run as run_module
+
+    probe = run_mode({**config, "repeats": 1}, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "probe")
+    one_log = (tmp_path / "probe" / probe["repeats"][0]["log"]).stat().st_size
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(run_module.shutil, "disk_usage", lambda path: usage(10 * one_log, 8 * one_log, 2 * one_log))
+    with pytest.raises(ReproError, match=r"^repeats: 5: a repeat.s log is about [0-9]+ [KM]iB, and the 4 left need "
+                                         rf"[0-9]+ [KM]iB, more than the [0-9]+ [KM]iB free in "
+                                         rf"{re.escape(str(tmp_path / 'run'))}; expected fewer repeats"):
+        run_mode({**config, "repeats": 5}, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    run_mode({**config, "repeats": 3}, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "run")  # two more fit

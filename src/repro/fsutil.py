@@ -200,12 +200,14 @@ def read_bounded(path, label, what, limit):
     with open_regular(path, label, what) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise ReproError(f"{label}: larger than {_size(limit)}; expected {what}")
+        raise ReproError(f"{label}: larger than {size_text(limit)}; expected {what}")
     return data
 
 
-def _size(count):
-    return f"{count >> 20} MiB" if count >= 1 << 20 else f"{count} bytes"
+def size_text(count):
+    """`count` bytes as a person reads them: whole MiB, KiB or bytes."""
+    return next(f"{count >> shift} {unit}" for shift, unit in ((20, "MiB"), (10, "KiB"), (0, "bytes"))
+                if count >= 1 << shift or not shift)
 
 
 def read_json(path, what, label=None, limit=JSON_LIMIT):

@@ -14,7 +14,7 @@ import numpy as np
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import DIRECTORY_MODE, atomic_path, read_json, write_json
+from repro.fsutil import DIRECTORY_MODE, atomic_path, read_json, size_text, write_json
 from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
@@ -193,8 +193,8 @@ def _remove_own(placed, made):
 
 def _run_into(stage, config, pecan, preset, experiment, mode, calibrations, backend):
     """run_mode's work, every file written under `stage`."""
-    repeats = []
-    for repeat in range(config.get("repeats", 1)):
+    repeats, written, total = [], 0, config.get("repeats", 1)
+    for repeat in range(total):
         costs = pipeline_costs(preset, pecan["cluster"], repeat_calibrations(calibrations, config["seed"], repeat))
         spec = job_spec(pecan, experiment, mode, costs, repeat_seed(config["seed"], repeat))
         sim = simulate(spec)
@@ -204,6 +204,8 @@ def _run_into(stage, config, pecan, preset, experiment, mode, calibrations, back
             (stage / "repeats").mkdir(mode=DIRECTORY_MODE, exist_ok=True)
             log = stage / "repeats" / f"run-{repeat}.log"
         write_log(sim, log, preset)
+        written += log.stat().st_size
+        _check_room_for_repeats(stage, written, repeat + 1, total)
         parsed = parse_log(log)
         repeats.append({"repeat": repeat, "seed": spec.seed,
                         "log": "run.log" if repeat == 0 else f"repeats/run-{repeat}.log",
@@ -229,6 +231,17 @@ def _run_into(stage, config, pecan, preset, experiment, mode, calibrations, back
     write_json(stage / "metrics.json", metrics)  # first: it refuses a NaN or infinity before the trace is written
     write_trace(stage / "traces" / f"{experiment}-{mode}.json", trace_events(first_sim), metadata)
     return metrics
+
+
+def _check_room_for_repeats(stage, written, done, total):
+    """ReproError where the repeats left, each writing what those done did on average, need more
+    than the free space where the run writes: repeats x log lines is not bounded by the config."""
+    needed = written // done * (total - done)
+    free = shutil.disk_usage(stage).free
+    if needed > free:
+        raise ReproError(f"repeats: {total}: a repeat's log is about {size_text(written // done)}, and the "
+                         f"{total - done} left need {size_text(needed)}, more than the {size_text(free)} free in "
+                         f"{stage.parent}; expected fewer repeats or log lines (pecan.modes.<mode>.steps_per_loop)")
 
 
 _REPEAT_LOG = re.compile(r"run-[0-9]+\.log")
