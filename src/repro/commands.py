@@ -532,8 +532,9 @@ def _standard_output_named():
 
 def open_closed_standard_streams():
     """Each standard stream the shell closed (`>&-`) opened on /dev/null. Left closed, the next file
-    opened took its number: a child's output, or a write to sys.stdout, went into that file. Python
-    discards a print where sys.stdout is None; a write to the stream is discarded as well now."""
+    opened would take its number, and a child's output, or a write to sys.stdout, would go into that
+    file. What is written to a closed stream is discarded, as Python's print does where sys.stdout
+    is None."""
     for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
         try:
             os.fstat(fd)
