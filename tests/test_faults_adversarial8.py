@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support import BIN, REPO, path_env, run_forked, run_repro
+from test_faults_input import _calibration
 
 
 pytestmark = pytest.mark.fault
@@ -343,3 +344,35 @@ def test_a_trace_under_the_whole_file_size_of_millions_of_empty_events_is_read_i
     (tmp_path / "t.json").write_bytes(b"[" + b"{}," * (20 << 20) + b"{}]")
     code, out, err = run_forked([*command[:2], "t.json", *command[2:]], tmp_path, timeout=120, growth=1 << 30)
     assert code == 1 and "Traceback" not in err and "t.json: event 0: event has no 'ph' (phase)" in out + err
+
+
+@pytest.mark.parametrize("place, value, said", [
+    (("modes", "short", "epochs"), 10**9, r"pecan\.experiments\.Getting_started\.modes: mode 'short' runs 1251000000000 "
+                                          r"steps, 20850000000 policy windows \(pecan\.cluster\.decision_steps\); "
+                                          r"expected at most 100000"),
+    (("models", "resnet", "steps_per_epoch"), 10**9, r"pecan\.experiments\.Getting_started\.modes: mode 'short' runs "),
+    (("cluster", "network_gbps"), 1e-300, r"--settings: pecan\.cluster\.network_gbps: 1e-300 is less than the minimum "
+                                          r"of 0\.001"),
+    (("accelerators", "v2-8", "max_batches_per_s", "resnet"), 1e-300,
+     r"--settings: pecan\.accelerators\.v2-8\.max_batches_per_s\.resnet: 1e-300 is less than the minimum of 0\.001"),
+])
+def test_run_settings_given_by_hand_are_bounded_as_a_config_file_is(config, place, value, said, tmp_path):
+    """`repro cluster run --settings S` (the run settings the workflow writes, edited): epochs or
+    steps_per_epoch of 10^9 ran past 60 s or ended in a MemoryError (a config file with them is refused
+    at its check); a network or accelerator rate of 1e-300 gave a ZeroDivisionError or OverflowError."""
+    from repro.rulesettings import run_settings
+
+    settings = run_settings(config, "Getting_started", "short")
+    node = settings["pecan"]
+    for key in place[:-1]:
+        node = node[key]
+    node[place[-1]] = value
+    (tmp_path / "store").mkdir()
+    (tmp_path / "state.json").write_text(json.dumps({"backend": "local", "trace_store": str(tmp_path / "store")}))
+    (tmp_path / "calibration.json").write_text(_calibration("resnet"))
+    code, out, err = run_forked(["cluster", "run", "--state", "state.json", "--settings", json.dumps(settings),
+                                 "--experiment", "Getting_started", "--mode", "short", "--calibration",
+                                 "calibration.json", "--run-dir", "run",
+                                 "--receipt", "run/upload.json"], tmp_path, timeout=60, growth=2 << 30)
+    assert code == 1 and re.match(rf"repro: error: {said}", err), err
+    assert not (tmp_path / "run").exists()

@@ -16,6 +16,7 @@ import yaml
 from repro.backends import backend_names, get_backend
 from repro.errors import ReproError
 from repro.fsutil import expand_path, not_a_directory
+from repro.pecan.run import check_run_size
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)
@@ -224,20 +225,7 @@ def _expand_at(node, keys, where, source, expand=True, name=".".join):
             node[child] = expand_path(value, ".".join(path), source)
 
 
-# What one run of the cluster model may cost: its policy windows and its log's lines (each a
-# Python object while the run lasts: 10^5 take about 1 GB and write about 550 MB). The configured
-# experiments need a few hundred per run.
-MAX_RUN_WINDOWS = 100_000
 MAX_FIGURE_PIXELS = 50_000_000  # the default style draws 0.4 million
-
-
-def _check_run_size(where, model, mode_name, mode, cluster):
-    steps = model["steps_per_epoch"] * mode["epochs"]
-    for count, what in ((steps // cluster["decision_steps"], "policy windows (pecan.cluster.decision_steps)"),
-                        (steps // mode["steps_per_loop"], f"log lines (pecan.modes.{mode_name}.steps_per_loop)")):
-        if count > MAX_RUN_WINDOWS:
-            raise ReproError(f"{where}.modes: mode {mode_name!r} runs {steps} steps, {count} {what}; "
-                             f"expected at most {MAX_RUN_WINDOWS}")
 
 
 def _check_tfdata_step_times(pecan, source):
@@ -395,7 +383,7 @@ def check_references(config, source="config"):
         for mode in exp["modes"]:
             if mode not in pecan["modes"]:
                 raise ReproError(f"{where}.modes: unknown mode {mode!r}; expected one of {sorted(pecan['modes'])}")
-            _check_run_size(where, pecan["models"][exp["model"]], mode, pecan["modes"][mode], pecan["cluster"])
+            check_run_size(where, pecan["models"][exp["model"]], mode, pecan["modes"][mode], pecan["cluster"])
     _check_tfdata_step_times(pecan, source)
     tf_ops = config.get("calibration", {}).get("ops") == "tf"
     if pecan["engine"] == "tfdata" or tf_ops:  # each pipeline's TF form runs (repro.pecan.tfdata.ops)

@@ -133,6 +133,23 @@ def repeat_calibrations(calibrations, seed, repeat):
     return {pipeline: resample(calibration, rng) for pipeline, calibration in sorted(calibrations.items())}
 
 
+# What one run of the cluster model may cost: its policy windows and its log's lines (each a
+# Python object while the run lasts: 10^5 take about 1 GB and write about 550 MB). The configured
+# experiments need a few hundred per run.
+MAX_RUN_WINDOWS = 100_000
+
+
+def check_run_size(where, model, mode_name, mode, cluster):
+    """ReproError naming `where` (the experiment's key) and the setting at fault where a run of
+    `mode_name` takes more than MAX_RUN_WINDOWS policy windows or log lines."""
+    steps = model["steps_per_epoch"] * mode["epochs"]
+    for count, what in ((steps // cluster["decision_steps"], "policy windows (pecan.cluster.decision_steps)"),
+                        (steps // mode["steps_per_loop"], f"log lines (pecan.modes.{mode_name}.steps_per_loop)")):
+        if count > MAX_RUN_WINDOWS:
+            raise ReproError(f"{where}.modes: mode {mode_name!r} runs {steps} steps, {count} {what}; "
+                             f"expected at most {MAX_RUN_WINDOWS}")
+
+
 def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     """Simulate one experiment x mode into out_dir (run.log, metrics.json, traces/); return the metrics.
 
@@ -147,6 +164,10 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     """
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
+    model = lookup(pecan["models"], lookup(pecan["experiments"], experiment, "experiment")["model"], "model")
+    # settings given by hand (`--settings`) are checked here, as a config file is when it is read
+    check_run_size(f"pecan.experiments.{experiment}", model, mode, lookup(pecan["modes"], mode, "mode"),
+                   pecan["cluster"])
     out = Path(out_dir)
     check_traces_directory(out)
     made = _missing_directories(out)
