@@ -306,3 +306,19 @@ def test_the_comparison_figure_draws_fig8s_bars_labels_whiskers_and_markers(monk
         assert ax.get_ylim() == pytest.approx((0, (1.5 + 0.1) * 1.3))
         assert not [line for line in ax.lines if line.get_marker() == "<"]
         plt.close(saved[0][0])
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("workloads, message", [
+    (["", "SimCLR"], "--workload '': expected an experiment's name"),
+    (['a,"b', "SimCLR"], "--workload 'a,\"b': expected an experiment's name"),
+    (["SimCLR", "SimCLR"], "--workload 'SimCLR': named twice; expected each workload once"),
+])
+def test_comparison_table_refuses_a_workload_no_experiment_could_be_named(workloads, message, tmp_path, capsys):
+    """`pecan comparison-table --workload ''` (or a name with a comma and quote, or one named twice):
+    exit 0 and a table whose rows a figure cannot tell apart or label."""
+    out = tmp_path / "t.csv"
+    assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", *workloads,
+                 "--table", *map(str, tables(tmp_path)[:2]), "-o", str(out)]) == 1
+    assert capsys.readouterr().err.startswith(f"repro: error: {message}")
+    assert not out.exists()

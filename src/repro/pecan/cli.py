@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -472,9 +473,24 @@ def _comparison_table(args):
 
     if args.option not in OPTIONS:
         raise ReproError(f"--option {args.option!r}: expected one of {sorted(OPTIONS)}")
+    _check_workload_names(args.workloads)
     rows = comparison_rows(args.option, args.workloads, args.tables)
     write_table(rows, args.output, COLUMNS)
     print(f"{args.output}: {len(args.workloads)} workloads x {len(OPTIONS[args.option]['modes'])} modes")
+
+
+def _check_workload_names(workloads):
+    """ReproError naming --workload where a workload is no experiment's name (as the config's schema
+    has them: the table's first column, a figure's x label) or is named twice (two rows of a mode)."""
+    from repro.config import schema
+
+    name = schema()["definitions"]["name"]
+    for index, workload in enumerate(workloads):
+        if not re.fullmatch(name["pattern"], workload) or len(workload) > name["maxLength"]:
+            raise ReproError(f"--workload {workload[:100]!r}: expected an experiment's name (letters, digits, '_', "
+                             f"'.' and '-', at most {name['maxLength']} characters)")
+        if workload in workloads[:index]:
+            raise ReproError(f"--workload {workload!r}: named twice; expected each workload once")
 
 
 def comparison_caption(settings, calibrations, verdicts, rows):
