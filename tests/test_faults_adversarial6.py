@@ -59,7 +59,7 @@ def test_download_refuses_a_receipt_size_that_is_no_size(tmp_path, monkeypatch, 
 def test_a_cost_interval_of_few_repeats_starts_at_zero(tmp_path):
     """`repeats: 2` (the schema allows it) with two runs far apart: the cost table's 95% interval of
     worker_cost reached below zero, and the figure and the comparison figures refused the table the
-    workflow had just written ("expected non-negative finite dollars")."""
+    workflow had just written ("expected non-negative dollars")."""
     from types import SimpleNamespace
 
     from repro.pecan.comparisons import not_a_cost

@@ -376,3 +376,50 @@ def test_run_settings_given_by_hand_are_bounded_as_a_config_file_is(config, plac
                                  "--receipt", "run/upload.json"], tmp_path, timeout=60, growth=2 << 30)
     assert code == 1 and re.match(rf"repro: error: {said}", err), err
     assert not (tmp_path / "run").exists()
+
+
+def _figure_command(tmp_path, reference=None, **mean_of):
+    """`repro pecan figure` over a cost table of collocated, Cachew and Pecan, each mode's total and
+    TPU cost 1 in [0.9, 1.1] but where `mean_of` gives a mode's TPU mean ('dup': that mode twice)."""
+    from repro.pecan.costtable import SPREAD_OF, write_table
+
+    rows = []
+    for mode in ("collocated", "cachew", "pecan"):
+        row = {"mode": mode, "repeats": 3}
+        for column in SPREAD_OF:
+            row.update({f"{column}_mean": 1.0, f"{column}_ci_low": 0.9, f"{column}_ci_high": 1.1})
+        if mean_of.get(mode) == "dup":
+            rows.append(dict(row))
+        elif mode in mean_of:
+            row["tpu_cost_mean"] = mean_of[mode]
+        rows.append(row)
+    write_table(rows, tmp_path / "table.csv", columns=list(rows[0]))
+    (tmp_path / "calibration.json").write_text(_calibration("resnet"))
+    settings = {"experiment": "ResNet50_v2-8", "engine_caption": None, "reference": reference,
+                "modes": ["collocated", "cachew", "pecan"], "backend": "local", "preset": "local",
+                "style": {"width_in": 5.0, "height_in": 3.6, "dpi": 50, "font_size": 9, "show_reference": True}}
+    return ["pecan", "figure", "fig8_ResNet50_v2-8", "--table", "table.csv", "--calibration", "calibration.json",
+            "--settings", json.dumps(settings), "--output", "f.pdf", "f.png", "--verdicts", "v.csv"]
+
+
+@pytest.mark.parametrize("edit, said", [
+    ({"cachew": 1e300}, r"table\.csv: mode 'cachew': tpu_cost \[1e\+300, 0\.9, 1\.1\] \(mean, interval\); expected "
+                        r"non-negative dollars, at most 1e\+09"),
+    ({"pecan": "dup"}, r"table\.csv: two rows for mode 'pecan'; expected one row per mode"),
+    ({"reference": "nosuch"}, r"--settings: reference: unknown reference 'nosuch'; expected one of \["),
+])
+def test_a_figure_from_a_hand_edited_table_or_settings_is_refused_naming_what(edit, said, tmp_path):
+    """`repro pecan figure` over a cost table whose mean is 1e300 (a TypeError traceback from
+    matplotlib's layout), that lists a mode twice (both drawn, both scored), or with settings naming a
+    reference that does not exist ('0 of 0 reference values', exit 0)."""
+    command = _figure_command(tmp_path, **edit)
+    code, out, err = run_forked(command, tmp_path, timeout=120)
+    assert code == 1 and re.fullmatch(rf"repro: error: {said}.*\n", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json", "table.csv"]
+
+
+def test_a_figure_whose_mean_lies_outside_its_interval_is_drawn(tmp_path):
+    """A bootstrap interval need not hold its mean (a hand-edited table: mean 5 in [0.9, 1.1]): the
+    whisker's negative length was a ValueError traceback from matplotlib."""
+    code, out, err = run_forked(_figure_command(tmp_path, collocated=5.0), tmp_path, timeout=120)
+    assert (code, err) == (0, "") and (tmp_path / "f.pdf").stat().st_size > 1000

@@ -8,6 +8,7 @@ import matplotlib
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, open_regular, read_csv
+from repro.pecan.costs import MAX_DOLLARS
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
 # every text drawn as given: a title, label or caption from a flag or a file (a model name, a CPU
@@ -40,6 +41,10 @@ def read_table(path):
 def figure_rows(table, modes=None):
     """The cost table's rows of `modes` (all when None), in the table's order; a mode it lacks is an error."""
     rows = read_table(table)
+    seen = [r.get("mode") for r in rows]
+    twice = next((mode for index, mode in enumerate(seen) if mode in seen[:index]), None)
+    if twice is not None:  # which of the two to draw is anyone's guess
+        raise ReproError(f"{table}: two rows for mode {twice!r}; expected one row per mode")
     if modes is None:
         return rows
     missing = [m for m in modes if m not in {r["mode"] for r in rows}]
@@ -57,14 +62,14 @@ def _spread(row, column, path):
         values = [float(row[f"{column}_{s}"]) for s in ("mean", "ci_low", "ci_high")]
     except (KeyError, TypeError, ValueError):
         raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)") from None
-    if not all(math.isfinite(v) and v >= 0 for v in values):
+    if not all(math.isfinite(v) and 0 <= v <= MAX_DOLLARS for v in values):
         raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} {values} (mean, interval); expected "
-                         "non-negative finite dollars")
+                         f"non-negative dollars, at most {MAX_DOLLARS:g}")
     return values
 
 
 def _whisker(ax, x, value, low, high):
-    ax.errorbar(x, value, yerr=[[value - low], [high - value]], fmt="none", ecolor="black", elinewidth=0.9,
+    ax.errorbar(x, value, yerr=_errors([value], [(low, high)]), fmt="none", ecolor="black", elinewidth=0.9,
                 capsize=3, zorder=3)
 
 

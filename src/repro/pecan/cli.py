@@ -12,10 +12,10 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.fsutil import file_kind
+from repro.pecan.costs import MAX_DOLLARS
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
 from repro.settings import figure_file, settings_argument, settings_keys
 
-MAX_DOLLARS = 1e9  # per epoch, on `pecan plot`'s command line
 MAX_NETWORK_GBPS = 100_000  # as the config schema bounds pecan.cluster.network_gbps
 MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
 MAX_TPUS = 4096  # `pecan costs --tpu-count`: the chips of the largest TPU pod (v4), so more is a typo
@@ -450,6 +450,9 @@ def _figure(args):
 
     settings = args.settings
     _check_figure_settings(settings, "figures", args.figure, ("experiment", "reference", "modes"))
+    if settings["reference"] and settings["reference"] not in REFERENCE_PLOTS:  # as the config's check refuses it
+        raise ReproError(f"--settings: reference: unknown reference {settings['reference']!r}; expected one of "
+                         f"{sorted(REFERENCE_PLOTS)}")
     reference = REFERENCE_PLOTS.get(settings["reference"]) if settings["reference"] else None
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])

@@ -10,6 +10,7 @@ import math
 from repro.errors import ReproError
 
 # The artifact's CSV columns, then the mode the row belongs to.
+MAX_DOLLARS = 1e9  # per epoch: a cost beyond is a typo, and a figure's axis cannot hold it
 COLUMNS = ["experiment", "model", "tpu_cost", "worker_cost", "remote_workers", "local_workers", "epoch_time", "batches_sec", "mode"]
 
 
