@@ -247,3 +247,22 @@ def test_two_clones_sharing_a_store_keep_their_own_traces(tmp_path, request, kin
     for clone in ("a", "b"):
         download_traces(None, tmp_path / clone / "upload.json", tmp_path / clone / "down")
         assert (tmp_path / clone / "down" / "E-m.json").read_bytes() == (tmp_path / clone / "E-m.json").read_bytes()
+
+
+@pytest.mark.fault
+def test_a_receipt_of_no_objects_or_of_another_size_is_refused(tmp_path, monkeypatch, capsys):
+    """`repro trace download R` where R lists no objects (exit 0, nothing fetched, nothing said), or
+    records a size other than the stored object's while its checksum matches (fetched, exit 0; a
+    gs:// store refuses it)."""
+    from repro.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    [entry] = upload_traces(open_store("store"), trace_files(tmp_path, 1), "traces/e/m", tmp_path / "receipt.json")
+    (tmp_path / "empty.json").write_text(json.dumps({"store": "store", "objects": []}))
+    (tmp_path / "resized.json").write_text(json.dumps({"store": "store", "objects": [{**entry, "bytes": 10**12}]}))
+    assert main(["trace", "download", "empty.json", "-o", "down"]) == 1
+    assert capsys.readouterr().err == "repro: error: empty.json: lists no objects; expected the traces a run uploaded\n"
+    assert main(["trace", "download", "resized.json", "-o", "down"]) == 1
+    assert f"changed since upload (uploaded {10**12} bytes, stored {entry['bytes']})" in capsys.readouterr().err
+    assert not (tmp_path / "down" / "t0.json").exists()
+    assert main(["trace", "download", "receipt.json", "-o", "down"]) == 0

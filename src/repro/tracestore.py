@@ -74,6 +74,8 @@ def _copy_bounded(source, target, limit, label):
     if copied > limit:
         raise ReproError(f"{label}: larger than the {limit} bytes its upload recorded; expected the trace "
                          "that was uploaded")
+    if copied < limit:  # as a gs:// store compares them: the receipt or the object changed since
+        raise ReproError(f"{label} changed since upload (uploaded {limit} bytes, stored {copied})")
 
 
 class GCSStore:
@@ -285,6 +287,8 @@ def read_receipt(receipt):
                        for e in data["objects"])):
         raise ReproError(f"{receipt}: not an upload receipt (expected 'store' and 'objects' with each object's key "
                          "and sha256, as a run writes upload.json)")
+    if not data["objects"]:  # a run uploads its trace: a receipt of none fetched nothing, and said nothing
+        raise ReproError(f"{receipt}: lists no objects; expected the traces a run uploaded")
     if not data["store"] or "\0" in data["store"]:
         raise ReproError(f"{receipt}: store: expected the directory or gs://bucket/prefix the run uploaded to, "
                          f"got {data['store'][:80]!r}")
