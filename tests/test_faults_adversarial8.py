@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from support import BIN, REPO, path_env, run_forked, run_repro
 from test_faults_input import _calibration
 
@@ -423,3 +424,28 @@ def test_a_figure_whose_mean_lies_outside_its_interval_is_drawn(tmp_path):
     whisker's negative length was a ValueError traceback from matplotlib."""
     code, out, err = run_forked(_figure_command(tmp_path, collocated=5.0), tmp_path, timeout=120)
     assert (code, err) == (0, "") and (tmp_path / "f.pdf").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("key, value, said", [
+    (("hosts", "accelerator", "address"), "", r"ssh\.hosts\.accelerator\.address: '' does not match"),
+    (("hosts", "accelerator", "address"), "host;rm -rf x", r"ssh\.hosts\.accelerator\.address: 'host;rm -rf x' does not"),
+    (("hosts", "accelerator", "user"), "a b", r"ssh\.hosts\.accelerator\.user: 'a b' does not match"),
+    (("run", "remote_dir"), "/", r"ssh\.run\.remote_dir: '/' does not match"),
+    (("run", "remote_dir"), "runs", r"ssh\.run\.remote_dir: 'runs' does not match"),
+    (("start_commands",), {"acelerator": ["true"]}, r"ssh\.start_commands: 'acelerator' is not one of \['control', "),
+    (("checks",), [{"name": "x", "role": "worker", "command": "true"}], r"ssh\.checks\.0\.role: 'worker' is not one of"),
+])
+def test_an_ssh_section_that_names_no_host_user_role_or_absolute_directory_is_refused_at_check(key, value, said,
+                                                                                                 tmp_path, capsys):
+    """`repro config check` passed an accelerator address of '' (a TypeError traceback at cluster
+    start) or 'host;rm -rf x', a remote_dir of '/' or a relative one, and a role with a typo (its
+    commands and checks silently never ran)."""
+    example = yaml.safe_load((REPO / "config" / "examples" / "ssh-cluster.yaml").read_text())
+    node = example["ssh"]
+    for part in key[:-1]:
+        node = node[part]
+    node[key[-1]] = value
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(example))
+    code, out, err = run_repro(["config", "check", "--base", REPO / "config" / "config.yaml", tmp_path / "mine.yaml"],
+                               capsys)
+    assert code == 1 and re.search(said, err), err

@@ -201,6 +201,24 @@ def test_a_file_written_over_ssh_replaces_a_link_at_its_path(cluster, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "worker-hosts.json"]  # no staging file left
 
 
+@pytest.mark.fault
+def test_a_run_leaves_a_remote_directory_it_did_not_make_as_it_was(cluster, tmp_path):
+    """ssh.run.remote_dir: a directory of the user's on the accelerator host (here their home) holding
+    <experiment>/<mode> of their own: the run's `rm -rf` of that path deleted it."""
+    root, hosts = cluster
+    config = ssh_config(root, hosts)
+    config["run"]["remote_dir"] = str(tmp_path / "home")
+    (tmp_path / "home" / "E" / "m").mkdir(parents=True)
+    (tmp_path / "home" / "E" / "m" / "thesis.tex").write_text("mine\n")
+    settings = {"pecan": {"modes": {"m": {"autoorder": True, "epochs": 1}}}}
+    request = RunRequest(settings, "E", "m", (), tmp_path / "run", tmp_path / "receipt.json")
+    with pytest.raises(ReproError, match=rf"accel \(root@127.0.0.1:{hosts[0].port}\): {tmp_path}/home/E/m holds files "
+                                         r"this backend did not write \(no .repro-run\); expected a run directory of"):
+        ssh_backend.BACKEND("ssh").execute(request, {"ssh": config, "trace_store": str(tmp_path / "store")})
+    assert (tmp_path / "home" / "E" / "m" / "thesis.tex").read_text() == "mine\n"
+    assert not (tmp_path / "run").exists()
+
+
 def example_args(workdir, root, hosts, home, *overrides):
     """The shipped ssh example config as a user passes it (--configfile), completed with this test's
     hosts; its `~/.ssh/...` paths resolve under `home`, the HOME the workflow runs with."""

@@ -28,6 +28,10 @@ from repro.fsutil import atomic_path, read_json, write_json
 from repro.sshconnect import describe_host as _describe, open_checked as _open
 
 STDERR_TAIL = 40  # lines of remote stderr kept in the error of a failed run
+# Written into each run directory this backend makes on the accelerator host: a directory at that
+# path without it (the user's, under a remote_dir they chose) is refused, never removed
+RUN_DIRECTORY_MARK = ".repro-run"
+FOREIGN_RUN_DIRECTORY = 3  # the exit status of the preparing command where the directory is not ours
 
 
 def hosts_by_role(ssh):
@@ -146,7 +150,13 @@ class SshBackend(Backend):
             command += f" --service-dir {shlex.quote(state['engine_service']['directory'])}"
         command = _with_env(env, command)
         with _open(host, ssh) as connection:
-            connection.run(f"rm -rf {shlex.quote(remote)} && mkdir -p {shlex.quote(remote)}", hide=True, in_stream=False)
+            prepared = connection.run(_prepare_run_directory(remote), hide=True, in_stream=False, warn=True)
+            if prepared.exited == FOREIGN_RUN_DIRECTORY:
+                raise ReproError(f"{_describe(host)}: {remote} holds files this backend did not write (no "
+                                 f"{RUN_DIRECTORY_MARK}); expected a run directory of its own: move it, or choose "
+                                 "another ssh.run.remote_dir")
+            if prepared.exited != 0:
+                raise ReproError(f"{_describe(host)}: cannot make {remote}: {prepared.stderr.strip()[-300:]}")
             local_settings = run_dir / "settings.json"
             write_json(local_settings, request.settings)
             connection.put(str(local_settings), f"{remote}/settings.json")
@@ -161,6 +171,14 @@ class SshBackend(Backend):
                                  f"remote stderr (last lines):\n{stderr.text()}")
             _fetch(connection, f"{remote}/run", run_dir)
         return read_json(run_dir / "metrics.json", "the run's metrics.json")
+
+
+def _prepare_run_directory(remote):
+    """A shell command that makes `remote` empty for a run, marked as this backend's: an earlier run's
+    (marked) is removed first; anything else there is left as it is, with exit FOREIGN_RUN_DIRECTORY."""
+    quoted, mark = shlex.quote(remote), shlex.quote(f"{remote}/{RUN_DIRECTORY_MARK}")
+    return (f"if [ -e {quoted} ] || [ -L {quoted} ]; then [ -d {quoted} ] && [ ! -L {quoted} ] && [ -f {mark} ] "
+            f"|| exit {FOREIGN_RUN_DIRECTORY}; rm -rf {quoted}; fi; mkdir -p {quoted} && touch {mark}")
 
 
 BACKEND = SshBackend
