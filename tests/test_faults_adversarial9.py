@@ -35,6 +35,10 @@ COMMAND_FAULTS = [
             rf"repro: error: --{flag}: {flag.replace('-', '_')}: {value} is greater than the maximum of {value - 1}$",
             bounded=True)
       for flag, value in (("batch-size", 257), ("decision-steps", 10001), ("images", 4097))],
+    # a ZeroDivisionError traceback: the spec divided the CPUs by the threads before the flags were checked
+    *[Fault(f"tfdata-run-no-{flag}", _tfdata("run", f"--{flag}", "0"),
+            rf"repro: error: --{flag}: {flag.replace('-', '_')}: 0 is less than the minimum of 1$", bounded=True)
+      for flag in ("worker-threads", "collocated-threads")],
     Fault("tfdata-start-workers-past-the-schema",
           lambda ctx: ["pecan", "tfdata", "start", "--state-dir", ctx.dir / "sd", "--workers", "4097"],
           r"repro: error: --workers: workers: 4097 is greater than the maximum of 4096$"),

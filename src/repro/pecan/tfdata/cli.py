@@ -244,9 +244,9 @@ def _run(args):
         raise ReproError(f"--batch-timeout {args.batch_timeout}: expected a positive, finite number of seconds, "
                          f"at most {MAX_BATCH_TIMEOUT_S}")
     miniature = {key: getattr(args, key) for key in MINIATURE_FLAGS if key != "time_scale"}
+    _check_flags(args, ("seed", *miniature))  # before the spec divides by them (--worker-threads 0)
     spec = spec_from_config(load_config(args.config)["pecan"], args.experiment, args.mode, seed=args.seed,
-                            time_scale=args.time_scale, **miniature)
-    _check_flags(args, ("seed", *MINIATURE_FLAGS))  # the bounds spec_from_config leaves out
+                            time_scale=args.time_scale, **miniature)  # which bounds the time scale by its step time
     from repro.pecan.tfdata.engine import run  # TensorFlow: after the settings are checked
 
     def progress(window):
