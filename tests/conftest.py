@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import REPO, configfiles, copy_workflow, free_port, snakemake, start_server, stop_clusters, stop_server
+from support import (REPO, configfiles, copy_workflow, free_port, server_record, snakemake, start_server, stop_clusters,
+                     stop_server)
 
 SMALL_MODELS = ("squeezenet_1.1", "resnet18_v1")
 
@@ -53,10 +54,8 @@ def workdir(tmp_path):
 @pytest.fixture
 def server(models, tmp_path):
     """A real model store server process on tmp_path/store.sock (pid file store.pid, log server.log)."""
-    from repro.processes import describe
-
     pid = start_server(models, tmp_path)
-    record = describe(pid, "test server")
+    record = server_record(tmp_path)
     yield tmp_path / "store.sock", pid
     stop_server(pid, record, tmp_path)
 
@@ -64,11 +63,9 @@ def server(models, tmp_path):
 @pytest.fixture(scope="module")
 def module_server(models, tmp_path_factory):
     """Like `server`, shared by a module's tests that leave it as they found it."""
-    from repro.processes import describe
-
     directory = tmp_path_factory.mktemp("server")
     pid = start_server(models, directory)
-    record = describe(pid, "test server")
+    record = server_record(directory)
     yield directory / "store.sock", pid
     stop_server(pid, record, directory)
 

@@ -159,6 +159,14 @@ def start_server(models, directory):
                         directory / "server.log")
 
 
+def server_record(directory):
+    """The process record of the server start_server started in `directory`, as it wrote it (with the
+    token that proves it that directory's)."""
+    from repro.processes import read_record
+
+    return read_record(directory / "store.pid")
+
+
 def stop_server(pid, record=None, directory=None):
     """SIGTERM (then SIGKILL) our server child, started by start_server in `directory`, unless it is
     gone already; reap it."""

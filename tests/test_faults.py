@@ -30,10 +30,10 @@ import yaml
 
 from repro.errors import ReproError
 from repro.fsutil import write_json
-from repro.processes import alive, describe, matches, read_record
+from repro.processes import alive, matches, read_record
 from repro.traces import write_trace
 from repro.trims.server import StoreConnection
-from support import run_repro, snapshot, start_server, stop_server
+from support import run_repro, server_record, snapshot, start_server, stop_server
 
 pytestmark = pytest.mark.fault
 
@@ -443,7 +443,7 @@ def test_a_killed_servers_shared_memory_is_removed(models, tmp_path, capsys, cle
     assert leaked <= _segments(sock)  # nothing unlinked them
     if cleaner == "restart":
         pid = start_server(models, tmp_path)
-        stop_server(pid, describe(pid, "test server"), tmp_path)
+        stop_server(pid, server_record(tmp_path), tmp_path)
     else:
         code, _, err = run_repro(["trims", "server", "stop", "--socket", sock], capsys)
         assert code == 1 and "not running" in err and "removed 1 shared memory segment(s)" in err, err
@@ -495,7 +495,7 @@ def test_damaged_model_files_fail_their_requests(models, tmp_path, capsys, damag
         try:
             code, out, err = run_repro([*argv, "--socket", tmp_path / "store.sock"], capsys)
         finally:
-            stop_server(pid, describe(pid, "test server"), tmp_path)
+            stop_server(pid, server_record(tmp_path), tmp_path)
     assert code == 1, out
     expected = "truncated or corrupt" if damage == "truncated" and mode == "original" else "checksum mismatch"
     failed = [line for line in err.splitlines() if line.startswith("  FAILED request")]

@@ -96,10 +96,12 @@ def test_a_process_belongs_to_the_directory_it_was_started_for(tmp_path):
         assert processes.belongs(by_environment.pid, mine, token) and processes.matches(record, mine)
         assert not processes.belongs(by_environment.pid, other, token) and not processes.matches(record, other)
         assert not processes.belongs(by_environment.pid, tmp_path / "nowhere", token)
-        # a record with another token names a process it did not start; one without a token (written
-        # before records had them) names it by its owner environment alone
+        # a record with another token names a process it did not start; one without a token proves
+        # nothing (a record forged to name a process that carries the directory's marks was signalled)
         assert not processes.matches({**record, "token": "forged"}, mine)
-        assert processes.matches({key: value for key, value in record.items() if key != "token"}, mine)
+        assert not processes.matches({key: value for key, value in record.items() if key != "token"}, mine)
+        assert not processes.terminate({key: value for key, value in record.items() if key != "token"}, owner=mine)
+        assert by_environment.poll() is None
         for proc in (by_argument, by_directory, neither):
             _wait_exec(proc, b"60")
             assert not processes.belongs(proc.pid, mine)

@@ -95,9 +95,9 @@ def owner_environment(directory):
 
 def belongs(pid, directory, token=None):
     """Whether process `pid` was started for the state directory `directory`: its environment holds
-    owner_environment of that directory (its path, or its device and inode after a move) and, when
-    the record has a `token`, that token (a record without one was written before records had them,
-    or by a caller that recorded the process by its pid alone).
+    owner_environment of that directory (its path, or its device and inode after a move) and the
+    record's `token`. A record without one proves nothing: any process started with the directory's
+    marks (a child of one that inherited them, or one given them by hand) would pass.
     A process of another user, whose environment cannot be read, does not; nor one that merely runs
     in the directory or names a file of it."""
     import psutil
@@ -114,7 +114,7 @@ def belongs(pid, directory, token=None):
         return False
     if environment.get(OWNER_DIRECTORY) != here and environment.get(OWNER_ID) != ident:
         return False
-    return token is None or environment.get(OWNER_TOKEN) == token
+    return token is not None and environment.get(OWNER_TOKEN) == token
 
 
 def write_record(path, record):

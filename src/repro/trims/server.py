@@ -33,9 +33,9 @@ from pathlib import Path
 import psutil
 
 from repro.errors import ReproError
-from repro.fsutil import not_a_directory, refuse_inside, write_json
-from repro.processes import (describe, matches, owner_environment, private_directory, read_record, spawn, stop_child,
-                              write_record)
+from repro.fsutil import not_a_directory, open_log, refuse_inside, write_json
+from repro.processes import (OWNER_TOKEN, describe, matches, owner_environment, private_directory, read_record, spawn,
+                              stop_child, write_record)
 from repro.stopsignals import deferred, raise_deferred
 from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_prefix
 
@@ -277,7 +277,9 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
     try:  # from here on, however the server ends (a stop signal as it starts too), its socket goes
         raise_deferred(caught)
         server.store = store
-        record = describe(os.getpid(), "trims-server")
+        # with the token of the directory it was started for (start_daemon's environment), if any:
+        # the record that proves the process that directory's (repro.processes.belongs)
+        record = describe(os.getpid(), "trims-server", os.environ.get(OWNER_TOKEN))
         if pid_file:
             write_record(pid_file, record)
         if info_file:
@@ -338,9 +340,6 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
     _check_pid_file(pid_file)
     if info_file:
         _check_info_file(info_file)
-    log_info = Path(log_file).stat() if Path(log_file).exists() else None
-    if log_info is not None and not stat.S_ISREG(log_info.st_mode):
-        raise ReproError(f"--log-file {log_file}: not a regular file (the daemon's output is appended to it)")
     refuse_inside("--log-file", log_file, "--base-path", base_path, "the models the server reads")  # appended to one
     cmd = [sys.executable, "-m", "repro.cli", "trims", "server", "run", "--socket", str(socket_path),
            "--base-path", str(base_path), "--memory-mb", str(max(1, budget >> 20)), "--eviction", policy,
@@ -349,7 +348,7 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
     cmd += ["--profile", str(profile_dir)] if profile_dir else []
     if environment is None:
         environment = owner_environment(Path(pid_file).parent) if Path(pid_file).parent.is_dir() else {}
-    with open(log_file, "ab") as log:
+    with open_log(log_file, "--log-file") as log:
         proc = spawn(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
                      env={**os.environ, **environment})
     try:
