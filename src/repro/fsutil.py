@@ -169,6 +169,20 @@ def open_lock(path, label):
     return open(_regular_descriptor(fd, label, "a lock file"), "a")
 
 
+def open_log(path, label):
+    """`path` opened for appending a program's output (binary, created where missing): ReproError
+    naming `label` where it is a symbolic link (appended to, the file it names took the output) or
+    no regular file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise ReproError(f"{label} {path}: is a symbolic link; expected a log file of its own") from None
+        check_regular(path, f"{label} {path}", "a log file")  # a FIFO without a reader (ENXIO), a directory
+        raise ReproError(f"{label} {path}: cannot open ({exc.strerror})") from None
+    return open(_regular_descriptor(fd, f"{label} {path}", "a log file"), "ab")
+
+
 def _regular_descriptor(fd, label, what):
     """`fd` (opened without blocking), made blocking where it is a regular file; otherwise closed and
     ReproError naming `label` and `what` it should be."""

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import check_output, not_a_directory, open_lock, read_json, refuse_inside, write_json
+from repro.fsutil import check_output, not_a_directory, open_lock, open_log, read_json, refuse_inside, write_json
 from repro.invocation import owner
 from repro.settings import settings_digest
 
@@ -257,7 +257,7 @@ def leave(invocation, workdir="."):
 def _start_watchdog(workdir, record_path, log):
     """The store's watchdog (`watch`), in a session of its own; its process record."""
     marks = processes.owner_environment(record_path.parent)
-    with open(log, "ab") as out:
+    with open_log(log, "the model store's log") as out:
         proc = subprocess.Popen([sys.executable, "-m", "repro.trims.service", "watch", str(Path(workdir).resolve()),
                                  str(record_path)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True, env={**os.environ, **marks})
