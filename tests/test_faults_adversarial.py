@@ -492,9 +492,11 @@ COST_SETTINGS = {"model_name": "resnet", "model": {"pipeline": "resnet", "batch_
 REPEAT = {"throughput": 3000.0, "remote_workers": 2, "local_workers": 1}
 
 
-def _cost_table(ctx, metrics, modes=("short",)):
+LOG = Path(__file__).parent / "fixtures" / "pecan-logs" / "resnet_cachew.log"
+
+
+def _cost_table(ctx, metrics, modes=("short",), log=LOG):
     """`repro pecan cost-table` of a run whose metrics.json holds `metrics` (one log and metrics file per mode)."""
-    log = Path(__file__).parent / "fixtures" / "pecan-logs" / "resnet_cachew.log"
     summary = _write(ctx.dir / "summary.json", json.dumps({"traces": [{"mode": mode} for mode in modes]}))
     path = _write(ctx.dir / "metrics.json", json.dumps(metrics))
     return ["pecan", "cost-table", "--settings", json.dumps(COST_SETTINGS), "--mode", *modes, "--log", *[log] * len(modes),
@@ -534,6 +536,13 @@ SECOND_PASS_FAULTS = [
     # two rows for one mode (exit 0): the figure and the comparison tables refuse such a table later
     Fault("cost-table-a-mode-twice", lambda ctx: _cost_table(ctx, {"repeats": [REPEAT]}, ("short", "short")),
           r"repro: error: --mode: 'short' given twice; expected each mode once"),
+    # another mode's run priced as this mode's row (exit 0): its metrics.json, or its log's first line, says so
+    Fault("cost-table-metrics-of-another-mode", lambda ctx: _cost_table(ctx, {"mode": "cachew", "repeats": [REPEAT]}),
+          r"repro: error: .*/metrics.json: a run of mode 'cachew', not of --mode 'short'$"),
+    Fault("cost-table-log-of-another-mode", lambda ctx: _cost_table(ctx, {"repeats": [REPEAT]}, log=_write(
+        ctx.dir / "run.log", "I0101 00:00:00.000000 140000000000000 keras_utils.py:145] repro local model: experiment=E "
+        "mode=cachew placement=cachew autoorder=False calibration=local seed=1\n" + LOG.read_text())),
+          r"repro: error: .*/run.log: a run of mode 'cachew', not of --mode 'short'$"),
     # a state's recorded settings started a store unchecked: a KeyError, a TypeError, or the base path
     # made and a server started that exited at once; a huge budget named a flag never given
     *[Fault(f"store-status-state-settings-{name}",

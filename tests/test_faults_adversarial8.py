@@ -381,7 +381,8 @@ def test_run_settings_given_by_hand_are_bounded_as_a_config_file_is(config, plac
 
 def _figure_command(tmp_path, reference=None, **mean_of):
     """`repro pecan figure` over a cost table of collocated, Cachew and Pecan, each mode's total and
-    TPU cost 1 in [0.9, 1.1] but where `mean_of` gives a mode's TPU mean ('dup': that mode twice)."""
+    TPU cost 1 in [0.9, 1.1] but where `mean_of` gives a mode's TPU mean ('dup': that mode twice; 'no mode
+    column': the table's mode column named otherwise)."""
     from repro.pecan.costtable import SPREAD_OF, write_table
 
     rows = []
@@ -394,6 +395,8 @@ def _figure_command(tmp_path, reference=None, **mean_of):
         elif mode in mean_of:
             row["tpu_cost_mean"] = mean_of[mode]
         rows.append(row)
+    if "no mode column" in mean_of.values():
+        rows = [{("kind" if key == "mode" else key): value for key, value in row.items()} for row in rows]
     write_table(rows, tmp_path / "table.csv", columns=list(rows[0]))
     (tmp_path / "calibration.json").write_text(_calibration("resnet"))
     settings = {"experiment": "ResNet50_v2-8", "engine_caption": None, "reference": reference,
@@ -408,6 +411,7 @@ def _figure_command(tmp_path, reference=None, **mean_of):
                         r"non-negative dollars, at most 1e\+09"),
     ({"pecan": "dup"}, r"table\.csv: two rows for mode 'pecan'; expected one row per mode"),
     ({"reference": "nosuch"}, r"--settings: reference: unknown reference 'nosuch'; expected one of \["),
+    ({"collocated": "no mode column"}, r"table\.csv: no 'mode' column; expected a cost table"),
 ])
 def test_a_figure_from_a_hand_edited_table_or_settings_is_refused_naming_what(edit, said, tmp_path):
     """`repro pecan figure` over a cost table whose mean is 1e300 (a TypeError traceback from
@@ -449,3 +453,41 @@ def test_an_ssh_section_that_names_no_host_user_role_or_absolute_directory_is_re
     code, out, err = run_repro(["config", "check", "--base", REPO / "config" / "config.yaml", tmp_path / "mine.yaml"],
                                capsys)
     assert code == 1 and re.search(said, err), err
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["--log-file", "the default trims-server.log"])
+def test_a_daemon_log_that_is_a_symbolic_link_is_refused_and_what_it_names_kept(given, tmp_path, monkeypatch, capsys):
+    """`trims server run -d --log-file lnk.log` (or the default ./trims-server.log) where the log is a
+    link to a file of the user's: the daemon's output was appended to that file."""
+    from repro.trims.models import generate
+
+    monkeypatch.chdir(tmp_path)
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    log = tmp_path / ("lnk.log" if given else "trims-server.log")
+    log.symlink_to(tmp_path / "notes.txt")
+    socket_path = tmp_path / "s.sock"
+    argv = ["trims", "server", "run", "--socket", socket_path, "--base-path", tmp_path / "models", "--memory-mb", "64",
+            "-d", "--pid-file", tmp_path / "s.pid", *(["--log-file", log] if given else [])]
+    try:
+        code, _, err = run_repro(argv, capsys)
+    finally:
+        if socket_path.exists():  # the old code's daemon: stopped, not left running
+            run_repro(["trims", "server", "stop", "--socket", socket_path], capsys)
+    label = str(log) if given else "trims-server.log"
+    assert (code, err) == (1, f"repro: error: --log-file {label}: is a symbolic link; expected a log file of its own\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_trims_memory_refuses_weights_of_another_size_than_the_manifest_records(tmp_path, capsys):
+    """`repro trims memory squeezenet_1.1` where model.params is a 3 GiB sparse file (the manifest
+    records 4.9 MB): the measuring process allocated 3 GiB for it."""
+    from repro.trims.models import generate
+
+    generate("squeezenet_1.1", tmp_path / "m" / "squeezenet_1.1", seed=1)
+    params = tmp_path / "m" / "squeezenet_1.1" / "model.params"
+    recorded = params.stat().st_size
+    os.truncate(params, 3 << 30)
+    code, out, err = run_repro(["trims", "memory", "squeezenet_1.1", "--base-path", tmp_path / "m"], capsys)
+    assert (code, out, err) == (1, "", f"repro: error: {params}: {3 << 30} bytes; expected the {recorded} bytes of "
+                                       "weights its manifest records (params_bytes)\n")

@@ -346,3 +346,25 @@ def test_a_backends_run_never_leaves_an_earlier_runs_repeats_beside_its_own(tmp_
     OneRepeat("one-repeat").execute(request, {"trace_store": str(tmp_path / "store")})
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.log", "traces"]
     assert re.fullmatch(r"traces/E/m/[0-9a-f]{16}/t\.json", json.loads((tmp_path / "upload.json").read_text())["objects"][0]["key"])
+
+
+@pytest.mark.fault
+def test_a_backends_run_that_fails_leaves_no_earlier_runs_marks_of_completion(tmp_path):
+    """A run stopped (Ctrl-C) or failed in a directory holding a complete earlier run: the earlier
+    run's repeats/ went, its metrics.json and upload.json stayed, and the directory looked complete."""
+    from repro.backends import RunRequest
+
+    class Stopped(Backend):
+        start = describe = checks = stop = lambda self, *args: {}
+
+        def run(self, request, state):
+            raise KeyboardInterrupt
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text('{"repeats": []}\n')
+    (tmp_path / "upload.json").write_text('{"store": "s", "objects": []}\n')
+    request = RunRequest({}, "E", "m", (), run_dir, tmp_path / "upload.json")
+    with pytest.raises(KeyboardInterrupt):
+        Stopped("stopped").execute(request, {"trace_store": str(tmp_path / "store")})
+    assert not (run_dir / "metrics.json").exists() and not (tmp_path / "upload.json").exists()

@@ -206,8 +206,8 @@ def test_a_run_against_a_stopped_dispatcher_does_not_start(tf, tmp_path, pecan_c
 
 @pytest.mark.fault
 @pytest.mark.parametrize("flag, value, message", [
-    ("--batch-size", "0", "--batch-size 0: expected a positive whole number"),
-    ("--max-windows", "0", "--max-windows 0: expected a positive whole number"),
+    ("--batch-size", "0", "--batch-size: batch_size: 0 is less than the minimum of 1"),
+    ("--max-windows", "0", "--max-windows: max_windows: 0 is less than the minimum of 1"),
     ("--time-scale", "-1", "--time-scale -1.0: expected a positive number"),
     ("--batch-timeout", "inf", "--batch-timeout inf: expected a positive, finite number of seconds"),
     ("--mode", "no-such-mode", "unknown mode 'no-such-mode'"),

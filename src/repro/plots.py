@@ -35,6 +35,8 @@ def read_table(path):
         raise ReproError(str(exc).replace(": cannot read (", ": cannot read cost table (", 1)) from None
     if not rows:
         raise ReproError(f"{path}: cost table has no rows")
+    if "mode" not in rows[0]:  # read under a settings check, its KeyError named a key of --settings
+        raise ReproError(f"{path}: no 'mode' column; expected a cost table, as `repro pecan cost-table` writes it")
     return rows
 
 

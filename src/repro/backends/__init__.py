@@ -104,6 +104,10 @@ class Backend(ABC):
 
         check_traces_directory(request.run_dir)  # what is uploaded from it is this run's traces only
         remove_repeats(request.run_dir)  # an earlier run's repeat logs never pass for this one's, whatever ran it
+        # and its marks of completion, which this run replaces: one stopped or failed leaves none
+        for done in (Path(request.receipt), Path(request.run_dir) / "metrics.json"):
+            if done.is_symlink() or done.is_file():
+                done.unlink()
         metrics = self.run(request, state)
         traces = sorted((Path(request.run_dir) / "traces").glob("*.json"))
         upload_traces(open_store(state["trace_store"]), traces, f"traces/{request.experiment}/{request.mode}",

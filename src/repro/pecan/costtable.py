@@ -61,7 +61,11 @@ def mode_row(log, metrics, mode, settings):
         if not _repeat_value(scale) or not scale > 0:
             raise ReproError(f"{metrics}: spec.time_scale: expected a tf.data engine run's positive time scale, "
                              f"got {repr(scale)[:40]}; rerun the run")
-    row = with_spread(cost_row(parse_log(log), mode, *prices), repeats, mode, *prices)
+    parsed = parse_log(log)
+    for source, recorded in ((log, parsed.run.get("mode")), (metrics, data.get("mode"))):
+        if recorded is not None and recorded != mode:  # another mode's numbers in this mode's row
+            raise ReproError(f"{source}: a run of mode {recorded!r}, not of --mode {mode!r}")
+    row = with_spread(cost_row(parsed, mode, *prices), repeats, mode, *prices)
     if scale is not None:
         row["time_scale"] = round(scale, 3)
     return row

@@ -10,7 +10,7 @@ experiments/pecan):
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from repro.errors import ReproError
@@ -20,6 +20,8 @@ WORKER = re.compile(r"Worker Address: ([^;\s]+)")
 HEARTBEAT = re.compile(r"ClientHeartbeat: (?:Normal|Current) Tasks")
 END_PRINTING = "End Printing"
 CONVERGED_MATCHES = 3  # extract_costs.py's worker_matches
+# The first line of a log this package writes: which run it is (the artifact's logs have none)
+RUN_LINE = re.compile(r"\] repro [a-z. ]+: ((?:[a-z_]+=\S* ?)+)$")
 PEAK_FRACTION = 0.95
 MAX_LINE = 1 << 20  # characters; the artifact's longest lines are a few hundred
 
@@ -32,6 +34,7 @@ class ParsedLog:
     remote_workers: int
     local_workers: int
     converged: bool  # a worker set was seen 3 times in a row (else the last complete set is used)
+    run: dict = field(default_factory=dict)  # what its RUN_LINE says (experiment, mode, ...), if it has one
 
 
 def _deployment(marks, path, worker_matches=CONVERGED_MATCHES):
@@ -75,20 +78,22 @@ def _is_mark(line):
 
 
 def _read_log(path):
-    """(throughput samples, deployment marks) from the log, read line by line: no line may be longer
+    """(throughput samples, deployment marks, its RUN_LINE's words) from the log, read line by line: no line may be longer
     than MAX_LINE characters, so a file without line breaks (or a device) cannot fill the memory."""
     from repro.fsutil import open_regular
 
-    samples, marks = [], []
+    samples, marks, run = [], [], {}
     with open_regular(path, path, "a training log", "r", errors="replace") as fh:
         for number, line in enumerate(iter(lambda: fh.readline(MAX_LINE + 1), "")):
             if len(line) > MAX_LINE:
                 raise ReproError(f"{path}:{number + 1}: line longer than {MAX_LINE} characters; expected a training log")
+            if number == 0 and (m := RUN_LINE.search(line.rstrip("\n"))):
+                run = dict(word.split("=", 1) for word in m.group(1).split())
             if m := THROUGHPUT.search(line):
                 samples.append(float(m.group(1)))
             if _is_mark(line):
                 marks.append((number, line))
-    return samples, marks
+    return samples, marks, run
 
 
 def parse_log(path, worker_matches=CONVERGED_MATCHES, infer_workers=True):
@@ -97,7 +102,7 @@ def parse_log(path, worker_matches=CONVERGED_MATCHES, infer_workers=True):
     worker_matches: how many identical worker sets in a row make the converged deployment;
     infer_workers=False counts no workers (extract_costs.py's --noinfer_workers)."""
     try:
-        samples, marks = _read_log(path)
+        samples, marks, run = _read_log(path)
     except OSError as exc:
         raise ReproError(f"{path}: cannot read log: {exc.strerror}") from None
     if not samples:
@@ -107,7 +112,7 @@ def parse_log(path, worker_matches=CONVERGED_MATCHES, infer_workers=True):
         raise ReproError(f"{path}: every throughput sample is 0 examples/second: the job made no progress")
     top = [s for s in samples if s > PEAK_FRACTION * peak]
     remote, local, converged = _deployment(marks, path, worker_matches) if infer_workers else (0, 0, True)
-    return ParsedLog(str(path), sum(top) / len(top), len(samples), remote, local, converged)
+    return ParsedLog(str(path), sum(top) / len(top), len(samples), remote, local, converged, run)
 
 
 # -- writing logs in the same format ------------------------------------------------------

@@ -762,13 +762,16 @@ def _memory(args):
     except ReproError:
         status = None  # no store running: nothing resident to report
     rows = []
-    from repro.trims.models import GRAPH, model_directory, model_file
+    from repro.trims.models import GRAPH, PARAMS, check_file_size, load_manifest, model_directory, model_file
 
     for model in args.models:
         directory = model_directory(base, model)  # resolved and confined to the base path
         if not (directory / "manifest.json").is_file():
             raise ReproError(f"unknown model {model!r}: no {base / model / 'manifest.json'}")
-        model_file(base, model, GRAPH)
+        manifest = load_manifest(directory)
+        for name in (GRAPH, PARAMS):  # before they are loaded: a sparse model.params of 3 GiB was allocated whole
+            path = model_file(base, model, name)
+            check_file_size(path, name, path.stat().st_size, manifest)
         rows.append(model_memory(directory, status, measured=args.measure))
     print(format_report(rows, args.format))
     for row in rows if args.layers else ():

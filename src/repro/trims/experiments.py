@@ -18,7 +18,7 @@ from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions, store_fields
 from repro.trims.device import resolve_device
-from repro.trims.models import load_manifest, load_manifest_file
+from repro.trims.models import check_file_size, load_manifest, load_manifest_file
 from repro.trims.server import StoreConnection
 from repro.trims.workload import plan_requests
 
@@ -52,7 +52,7 @@ def fetch_model(asset_store, model, base_path):
             manifest = _named(load_manifest_file(stage / MANIFEST), model, f"{asset_store}/{model}/{MANIFEST}")
             for name, expected in manifest["sha256"].items():
                 store.get(f"{model}/{name}", stage / name, expected_sha256=expected,
-                          check_size=lambda label, size: _check_file_size(label, name, size, manifest))
+                          check_size=lambda label, size: check_file_size(label, name, size, manifest))
             write_json(stage / MANIFEST, manifest)  # as checked, not as fetched
         return manifest
     source = Path(asset_store) / model
@@ -61,7 +61,7 @@ def fetch_model(asset_store, model, base_path):
         # opened as regular files before anything is written: a link to /dev/zero was copied till the disk was full
         files = {name: opened.enter_context(open_regular(source / name, str(source / name), "a model file"))
                  for name in manifest["sha256"]}
-        sizes = {name: _check_file_size(source / name, name, os.fstat(files[name].fileno()).st_size, manifest)
+        sizes = {name: check_file_size(source / name, name, os.fstat(files[name].fileno()).st_size, manifest)
                  for name in files}
         with staged_model(target) as stage:
             for name, expected in manifest["sha256"].items():
@@ -71,20 +71,6 @@ def fetch_model(asset_store, model, base_path):
                     raise ReproError(f"{source / name}: checksum mismatch while fetching (expected sha256 {expected})")
             write_json(stage / MANIFEST, manifest)
     return manifest
-
-
-def _check_file_size(label, name, size, manifest):
-    """`size` where the model file `name` (named `label` in errors) may be that large: model.params
-    exactly params_bytes, model.onnx a graph without weights. A sparse file of terabytes was copied
-    whole, filling the disk, before its checksum was found wrong."""
-    from repro.trims.models import GRAPH, PARAMS, check_graph_size
-
-    if name == PARAMS and size != manifest["params_bytes"]:
-        raise ReproError(f"{label}: {size} bytes; expected the {manifest['params_bytes']} bytes of weights its manifest "
-                         "records (params_bytes)")
-    if name == GRAPH:
-        check_graph_size(label, size)
-    return size
 
 
 def _named(manifest, model, where):

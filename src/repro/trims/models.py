@@ -546,6 +546,18 @@ def load_manifest(directory, verify=False, complete=True):
     return manifest
 
 
+def check_file_size(label, name, size, manifest):
+    """`size` where the model file `name` (named `label` in errors) may be that large: model.params
+    exactly params_bytes, model.onnx a graph without weights. A sparse file of terabytes was copied
+    whole, filling the disk, before its checksum was found wrong."""
+    if name == PARAMS and size != manifest["params_bytes"]:
+        raise ReproError(f"{label}: {size} bytes; expected the {manifest['params_bytes']} bytes of weights its manifest "
+                         "records (params_bytes)")
+    if name == GRAPH:
+        check_graph_size(label, size)
+    return size
+
+
 def check_manifest_size(path, size):
     if size > MAX_MANIFEST_BYTES:
         raise ReproError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a model manifest")
