@@ -208,15 +208,23 @@ def test_a_run_leaves_a_remote_directory_it_did_not_make_as_it_was(cluster, tmp_
     root, hosts = cluster
     config = ssh_config(root, hosts)
     config["run"]["remote_dir"] = str(tmp_path / "home")
-    (tmp_path / "home" / "E" / "m").mkdir(parents=True)
-    (tmp_path / "home" / "E" / "m" / "thesis.tex").write_text("mine\n")
+    mine = tmp_path / "home" / "E" / f"m-{ssh_backend._run_key(tmp_path / 'run')}"
+    mine.mkdir(parents=True)
+    (mine / "thesis.tex").write_text("mine\n")
     settings = {"pecan": {"modes": {"m": {"autoorder": True, "epochs": 1}}}}
     request = RunRequest(settings, "E", "m", (), tmp_path / "run", tmp_path / "receipt.json")
-    with pytest.raises(ReproError, match=rf"accel \(root@127.0.0.1:{hosts[0].port}\): {tmp_path}/home/E/m holds files "
+    with pytest.raises(ReproError, match=rf"accel \(root@127.0.0.1:{hosts[0].port}\): {mine} holds files "
                                          r"this backend did not write \(no .repro-run\); expected a run directory of"):
         ssh_backend.BACKEND("ssh").execute(request, {"ssh": config, "trace_store": str(tmp_path / "store")})
-    assert (tmp_path / "home" / "E" / "m" / "thesis.tex").read_text() == "mine\n"
+    assert (mine / "thesis.tex").read_text() == "mine\n"
     assert not (tmp_path / "run").exists()
+
+
+def test_clones_sharing_a_remote_dir_run_in_directories_of_their_own(tmp_path):
+    """Two clones whose runs of one experiment and mode go to the same ssh.run.remote_dir (the default
+    is one per host): the second's run removed the first's directory while it ran."""
+    assert ssh_backend._run_key(tmp_path / "a" / "run") != ssh_backend._run_key(tmp_path / "b" / "run")
+    assert ssh_backend._run_key(tmp_path / "a" / "run") == ssh_backend._run_key(tmp_path / "a" / "." / "run")
 
 
 def example_args(workdir, root, hosts, home, *overrides):
@@ -263,7 +271,8 @@ def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster
         assert metrics["backend"] == "ssh"  # the run went over ssh, and says so
         assert len(metrics["repeats"]) > 1  # every repeat's log fetched, as metrics.json lists them
         assert all((remote / "results/runs/ResNet50_v2-8/pecan" / r["log"]).is_file() for r in metrics["repeats"])
-        assert (root / "remote" / "runs" / "ResNet50_v2-8" / "pecan" / "run" / "metrics.json").exists()
+        key = ssh_backend._run_key(remote / "results/runs/ResNet50_v2-8/pecan")
+        assert (root / "remote" / "runs" / "ResNet50_v2-8" / f"pecan-{key}" / "run" / "metrics.json").exists()
         rows = [list(csv.reader(open(w / "results" / "tables" / "ResNet50_v2-8.csv"))) for w in (local, remote)]
         assert rows[0] == rows[1]
         assert (remote / "plots" / "fig8_ResNet50_v2-8.png").exists(), proc.stdout[-500:]

@@ -15,9 +15,11 @@ worker host; `stop` stops every worker and the dispatcher by their records.
 """
 
 import contextlib
+import hashlib
 import json
 import re
 import shlex
+import socket
 import sys
 import uuid
 from pathlib import Path
@@ -135,7 +137,7 @@ class SshBackend(Backend):
         host = hosts_by_role(ssh)["accelerator"][0]
         run = ssh["run"]
         experiment, mode, calibration_paths = request.experiment, request.mode, request.calibration_paths
-        remote = f"{run['remote_dir'].rstrip('/')}/{experiment}/{mode}"
+        remote = f"{run['remote_dir'].rstrip('/')}/{experiment}/{mode}-{_run_key(request.run_dir)}"
         run_dir = Path(request.run_dir)
         mode_cfg = request.settings["pecan"]["modes"][mode]
         # values go to the remote shell only as quoted words or environment: never spliced in raw
@@ -171,6 +173,13 @@ class SshBackend(Backend):
                                  f"remote stderr (last lines):\n{stderr.text()}")
             _fetch(connection, f"{remote}/run", run_dir)
         return read_json(run_dir / "metrics.json", "the run's metrics.json")
+
+
+def _run_key(run_dir):
+    """Which clone's run a remote directory holds: this machine and the run's directory here, hashed.
+    Clones sharing a remote_dir (the default is one per host) then never remove each other's runs."""
+    where = f"{socket.gethostname()}:{Path(run_dir).resolve()}"
+    return hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
 def _prepare_run_directory(remote):
