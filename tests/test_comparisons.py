@@ -322,3 +322,22 @@ def test_comparison_table_refuses_a_workload_no_experiment_could_be_named(worklo
                  "--table", *map(str, tables(tmp_path)[:2]), "-o", str(out)]) == 1
     assert capsys.readouterr().err.startswith(f"repro: error: {message}")
     assert not out.exists()
+
+
+@pytest.mark.fault
+def test_comparison_table_refuses_a_cost_no_figure_can_draw(tmp_path, capsys):
+    """A cost table whose TPU cost is 1e300: `pecan comparison-table` wrote it into the comparison with
+    exit 0, and only the figure refused it."""
+    paths = tables(tmp_path)[:1]
+    with open(paths[0], newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
+        row["tpu_cost_mean"] = "1e300"
+    with open(paths[0], "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", "SimCLR", "--table",
+                 str(paths[0]), "-o", str(tmp_path / "t.csv")]) == 1
+    assert "tpu_cost_mean is 1e300; expected non-negative numbers of at most 1e+09" in capsys.readouterr().err
+    assert not (tmp_path / "t.csv").exists()

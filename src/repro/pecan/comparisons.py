@@ -14,6 +14,7 @@ import math
 
 from repro.errors import ReproError
 from repro.fsutil import read_csv
+from repro.pecan.costs import MAX_DOLLARS
 from repro.stats import verdict
 
 LABEL_ROUNDING = 0.005  # fig8.py labels cents: a labelled value stands for any within half a cent
@@ -89,10 +90,11 @@ def comparison_rows(option, workloads, tables):
                 repeats = int(row["repeats"])
             except (KeyError, TypeError, ValueError):
                 raise ReproError(f"{table}: no mean and interval per column (a table written before repeats; rerun costs)") from None
-            bad = not_a_cost(numbers)
+            bad = not_a_cost(numbers, MAX_DOLLARS)  # as the comparison figure refuses it, named here
             if bad or repeats < 1:
                 what = f"{bad} is {row[bad]}" if bad else f"repeats is {repeats}"
-                raise ReproError(f"{table}: mode {mode!r}: {what}; expected non-negative finite costs and at least one repeat")
+                raise ReproError(f"{table}: mode {mode!r}: {what}; expected non-negative numbers of at most {MAX_DOLLARS:g} "
+                                 "and at least one repeat")
             rows.append({"workload": workload, "mode": mode, "repeats": repeats, **numbers})
     return rows
 
