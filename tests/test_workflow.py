@@ -185,7 +185,7 @@ def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refu
     snakemake(workdir, target, *configfiles(workdir), "--config", "trace_store=results/elsewhere")
     state = json.loads((workdir / "results" / "cluster" / "local" / "state.json").read_text())
     assert state["trace_store"] == "results/elsewhere"
-    assert list((workdir / "results" / "elsewhere" / "traces" / "Getting_started" / "short").glob("*.json"))
+    assert list((workdir / "results" / "elsewhere" / "traces" / "Getting_started" / "short").glob("*/*.json"))
     assert not (workdir / "results" / "store").exists()
     # the same run with the default trace store: the state was started for other settings, no run starts
     shutil.rmtree(workdir / "results" / "runs")
@@ -197,7 +197,7 @@ def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refu
     assert not (workdir / target).exists()
     snakemake(workdir, "cluster_start", "--forcerun", "cluster_start", *configfiles(workdir))
     snakemake(workdir, target, *configfiles(workdir))
-    assert list((workdir / "results" / "store" / "traces" / "Getting_started" / "short").glob("*.json"))
+    assert list((workdir / "results" / "store" / "traces" / "Getting_started" / "short").glob("*/*.json"))
 
 
 def test_changing_the_trace_store_as_the_readme_says_ends_with_the_figure_built(built):
@@ -228,7 +228,7 @@ def test_changing_the_trace_store_as_the_readme_says_ends_with_the_figure_built(
                                        / "ResNet50_v2-8-pecan.json").read_bytes()
     receipt = json.loads((workdir / "results" / "runs" / "ResNet50_v2-8" / "pecan" / "upload.json").read_text())
     assert receipt["store"] == "results/store2"
-    assert (workdir / "results" / "store2" / "traces" / "ResNet50_v2-8" / "pecan" / "ResNet50_v2-8-pecan.json").is_file()
+    assert list((workdir / "results" / "store2" / "traces" / "ResNet50_v2-8" / "pecan").glob("*/ResNet50_v2-8-pecan.json"))
     assert planned_jobs(workdir, "plots/fig8_ResNet50_v2-8.pdf", *moved) == []
 
 
