@@ -161,26 +161,28 @@ def open_lock(path, label):
     """`path` opened for appending, as a file to flock: created where missing, never truncated (a link
     is followed, the file it names left as it was). ReproError naming `label` where it is no regular
     file: a FIFO opened for writing waited forever for a reader."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        check_regular(path, label, "a lock file")  # a FIFO without a reader (ENXIO), a directory
-        raise ReproError(f"{label}: cannot open ({exc.strerror})") from None
-    return open(_regular_descriptor(fd, label, "a lock file"), "a")
+    return open(_append_descriptor(path, label, "a lock file", follow=True), "a")
 
 
 def open_log(path, label):
     """`path` opened for appending a program's output (binary, created where missing): ReproError
-    naming `label` where it is a symbolic link (appended to, the file it names took the output) or
-    no regular file."""
+    naming `label` and the path where it is a symbolic link (appended to, the file it names took the
+    output) or no regular file."""
+    return open(_append_descriptor(path, f"{label} {path}", "a log file", follow=False), "ab")
+
+
+def _append_descriptor(path, label, what, follow):
+    """A descriptor of the regular file `path` opened for appending, created where missing, opened
+    without blocking (a FIFO is refused, not waited on); a link refused unless `follow`."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, flags, 0o666)
     except OSError as exc:
-        if os.path.islink(path):
-            raise ReproError(f"{label} {path}: is a symbolic link; expected a log file of its own") from None
-        check_regular(path, f"{label} {path}", "a log file")  # a FIFO without a reader (ENXIO), a directory
-        raise ReproError(f"{label} {path}: cannot open ({exc.strerror})") from None
-    return open(_regular_descriptor(fd, f"{label} {path}", "a log file"), "ab")
+        if not follow and os.path.islink(path):
+            raise ReproError(f"{label}: is a symbolic link; expected {what} of its own") from None
+        check_regular(path, label, what)  # a FIFO without a reader (ENXIO), a directory
+        raise ReproError(f"{label}: cannot open ({exc.strerror})") from None
+    return _regular_descriptor(fd, label, what)
 
 
 def _regular_descriptor(fd, label, what):
