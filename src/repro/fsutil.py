@@ -266,10 +266,15 @@ def _no_constant(name):
     raise ValueError(f"{name} is not a number JSON holds")
 
 
+def first_repeated(values):
+    """The first of `values` (hashable) that appears a second time, or None."""
+    seen = set()
+    return next((value for value in values if value in seen or seen.add(value)), None)
+
+
 def repeated_key(pairs):
     """The first key that the (key, value) pairs of a JSON object name twice, or None."""
-    seen = set()
-    return next((key for key, _ in pairs if key in seen or seen.add(key)), None)
+    return first_repeated(key for key, _ in pairs)
 
 
 def unique_keys(pairs):

@@ -7,7 +7,7 @@ import textwrap
 import matplotlib
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, open_regular, read_csv
+from repro.fsutil import atomic_path, first_repeated, open_regular, read_csv
 from repro.pecan.costs import MAX_DOLLARS
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
@@ -43,8 +43,7 @@ def read_table(path):
 def figure_rows(table, modes=None):
     """The cost table's rows of `modes` (all when None), in the table's order; a mode it lacks is an error."""
     rows = read_table(table)
-    seen = [r.get("mode") for r in rows]
-    twice = next((mode for index, mode in enumerate(seen) if mode in seen[:index]), None)
+    twice = first_repeated(r["mode"] for r in rows)
     if twice is not None:  # which of the two to draw is anyone's guess
         raise ReproError(f"{table}: two rows for mode {twice!r}; expected one row per mode")
     if modes is None:

@@ -486,14 +486,16 @@ def _check_workload_names(workloads):
     """ReproError naming --workload where a workload is no experiment's name (as the config's schema
     has them: the table's first column, a figure's x label) or is named twice (two rows of a mode)."""
     from repro.config import schema
+    from repro.fsutil import first_repeated
 
     name = schema()["definitions"]["name"]
-    for index, workload in enumerate(workloads):
+    for workload in workloads:
         if not re.fullmatch(name["pattern"], workload) or len(workload) > name["maxLength"]:
             raise ReproError(f"--workload {workload[:100]!r}: expected an experiment's name (letters, digits, '_', "
                              f"'.' and '-', at most {name['maxLength']} characters)")
-        if workload in workloads[:index]:
-            raise ReproError(f"--workload {workload!r}: named twice; expected each workload once")
+    twice = first_repeated(workloads)
+    if twice is not None:
+        raise ReproError(f"--workload {twice!r}: named twice; expected each workload once")
 
 
 def comparison_caption(settings, calibrations, verdicts, rows):

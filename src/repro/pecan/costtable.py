@@ -7,7 +7,7 @@ import sys
 from types import SimpleNamespace
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, read_json
+from repro.fsutil import atomic_path, first_repeated, read_json
 from repro.pecan.costs import COLUMNS, cost_row
 from repro.pecan.logs import parse_log
 from repro.stats import mean_interval
@@ -83,7 +83,7 @@ def cost_table(settings, modes, logs, metrics, summary):
     if not len(modes) == len(logs) == len(metrics):
         raise ReproError(f"cost table: {len(modes)} modes, {len(logs)} logs and {len(metrics)} metrics files; "
                          "expected one of each per mode, in the same order")
-    repeated = next((mode for index, mode in enumerate(modes) if mode in modes[:index]), None)
+    repeated = first_repeated(modes)
     if repeated is not None:  # two rows of one mode: the figure and the comparison tables refuse such a table
         raise ReproError(f"--mode: {repeated!r} given twice; expected each mode once (one row per mode)")
     rows = []

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import copy_limited, fresh_directory, open_regular, read_json, sha256_file, write_json
+from repro.fsutil import copy_limited, first_repeated, fresh_directory, open_regular, read_json, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import Client, ClientOptions, store_fields
@@ -206,8 +206,7 @@ def summary(compare_paths, distribution_paths):
     # one run twice (a report named twice, or two runs of one model): its bars and traces counted twice
     for flag, table, key in (("--compare", compared, ("model",)), ("--distributions", distributions,
                                                                    ("distribution", "concurrency"))):
-        seen = [tuple(row[k] for k in key) for row in table]
-        twice = next((run for index, run in enumerate(seen) if run in seen[:index]), None)
+        twice = first_repeated(tuple(row[k] for k in key) for row in table)
         if twice is not None:
             raise ReproError(f"{flag}: two reports of {' '.join(map(str, twice))}; expected one report per run")
     traces = summarize([Path(p).parent / "traces" for p in compare_paths], group_by=("model_name", "upr_enabled"))
