@@ -139,6 +139,9 @@ def test_credential_files_google_reads_whole_are_bounded_and_named(kind, tmp_pat
     (a RecursionError traceback), is a 2 GiB sparse file (read whole: 4 GiB of memory), or names a subject
     token file that is /dev/zero or a FIFO (memory filled, or a wait forever, at the first request):
     `repro trace download` and `repro doctor` name it in one line, reading at most 1 MiB of it."""
+    # Loaded here, before the children's address space is bounded: mapping the libraries is not the read measured.
+    importlib.import_module("google.cloud.storage")
+    importlib.import_module("google.auth.identity_pool")
     (tmp_path / "profile").mkdir()
     (tmp_path / "profile" / "config.yaml").write_text("default-storage-provider: gcs\n")
     (tmp_path / "upload.json").write_text('{"store": "gs://bucket/x", "objects": [{"key": "a/t.json", "sha256": "0"}]}')
@@ -241,3 +244,32 @@ def test_credentials_that_fail_at_the_first_request_are_named(tmp_path):
     assert (code, out) == (1, "")
     assert err.startswith("repro: error: upload.json: trace store gs://bucket/x: Google's credentials failed (RefreshError: "), err
     assert len(err.splitlines()) == 1 and not list(tmp_path.glob("traces/*"))
+
+
+def _read_small_files(directory):
+    """Each bounded reader on a file of a few bytes (an entry point for run_forked, whose parent has
+    imported the modules: loading them is not the read measured)."""
+    from repro.checkedconfig import _read_kept
+    from repro.fsutil import read_json
+    from repro.plots import is_figure
+    from repro.trims.models import load_manifest_file
+
+    small = directory / "small.json"
+    small.write_text("{}")
+    read_json(small, "a small file", limit=1 << 30)
+    _read_kept(small)
+    is_figure(small)
+    with pytest.raises(ReproError, match="params_bytes: expected"):  # read, then checked
+        load_manifest_file(small)
+    return 0
+
+
+def test_a_bounded_read_takes_memory_for_what_the_file_holds_not_for_its_bound(tmp_path):
+    """A read bounded at n bytes took n bytes of memory before it read (read(n) allocates them): each
+    JSON input took 256 MiB, a kept config or figure 64 MiB, so a process given 256 MiB more than it
+    had ended in a MemoryError on a file of two bytes."""
+    for module in ("repro.checkedconfig", "repro.plots", "repro.trims.models"):
+        importlib.import_module(module)
+    code, out, err = run_forked([], tmp_path, timeout=60, main=lambda argv: _read_small_files(tmp_path),
+                                growth=48 << 20)
+    assert (code, out, err) == (0, "", "")

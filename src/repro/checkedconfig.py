@@ -21,6 +21,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from repro.fsutil import read_at_most
+
 _ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")  # as repro.fsutil.expand_path expands them
 _PACKAGE = Path(__file__).resolve().parent
 _KEPT_NAME = re.compile(r"config-[0-9a-f]{32}\.json")  # as _key names them
@@ -65,7 +67,7 @@ def _read_kept(path):
     with open(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path}: not a regular file")
-        data = fh.read(KEPT_LIMIT + 1)
+        data = read_at_most(fh, KEPT_LIMIT)
     if len(data) > KEPT_LIMIT:
         raise OSError(f"{path}: larger than a kept config")
     return data.decode()

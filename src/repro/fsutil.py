@@ -210,11 +210,24 @@ def check_regular(path, label, what):
         raise ReproError(f"{label}: is {file_kind(kind)}; expected a regular file ({what})")
 
 
+def read_at_most(fh, limit):
+    """At most `limit` + 1 bytes of the binary file object `fh`, so a caller sees whether it holds
+    more than `limit`. Read in steps sized by what the file holds: read(n) takes n bytes of memory
+    before it reads, so a bound of hundreds of MiB was taken whole for a file of a few bytes."""
+    parts, total = [], 0
+    step = min(os.fstat(fh.fileno()).st_size, limit) + 1
+    while total <= limit and (part := fh.read(min(step, limit + 1 - total))):
+        parts.append(part)
+        total += len(part)
+        step = 1 << 20  # a file that grew since: the rest in blocks
+    return b"".join(parts)
+
+
 def read_bounded(path, label, what, limit):
     """The bytes of the regular file `path`, at most `limit` of them; ReproError naming it (as
     `label`) where it is no regular file or larger. OSError is left to the caller to name."""
     with open_regular(path, label, what) as fh:
-        data = fh.read(limit + 1)
+        data = read_at_most(fh, limit)
     if len(data) > limit:
         raise ReproError(f"{label}: larger than {size_text(limit)}; expected {what}")
     return data

@@ -7,7 +7,7 @@ import textwrap
 import matplotlib
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, first_repeated, open_regular, read_csv
+from repro.fsutil import atomic_path, first_repeated, open_regular, read_at_most, read_csv
 from repro.pecan.costs import MAX_DOLLARS
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
@@ -156,7 +156,7 @@ def _save(fig, outputs, caption, style, line=0.035):
 def is_figure(path):
     """Whether `path` is a figure this package drew (its metadata holds FIGURE_MARK)."""
     with open_regular(path, str(path), "a figure") as fh:
-        return FIGURE_MARK.encode() in fh.read(FIGURE_LIMIT)
+        return FIGURE_MARK.encode() in read_at_most(fh, FIGURE_LIMIT)
 
 
 def _errors(values, intervals):

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import DIRECTORY_MODE, atomic_path, sha256_file, write_json
+from repro.fsutil import DIRECTORY_MODE, atomic_path, read_at_most, sha256_file, write_json
 
 GRAPH, PARAMS, MANIFEST = "model.onnx", "model.params", "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20  # the largest model here lists a few hundred tensors: a few tens of KiB
@@ -566,7 +566,7 @@ def check_manifest_size(path, size):
 def load_manifest_file(path, complete=True):
     """The model manifest in the file `path`, checked (check_manifest)."""
     with open_regular(path, "a model manifest") as fh:
-        text = fh.read(MAX_MANIFEST_BYTES + 1)
+        text = read_at_most(fh, MAX_MANIFEST_BYTES)
     check_manifest_size(path, len(text))
     try:
         manifest = json.loads(text)
@@ -587,7 +587,7 @@ def check_model(base_path, model):
     model_file(base_path, model, PARAMS)  # its size and checksum are checked as each request reads it
     try:
         with open_regular(graph_path, "an ONNX graph") as fh:
-            graph = onnx.load_model_from_string(fh.read(MAX_GRAPH_BYTES + 1)).graph
+            graph = onnx.load_model_from_string(read_at_most(fh, MAX_GRAPH_BYTES)).graph
     except ReproError:
         raise
     except Exception as exc:  # protobuf's DecodeError and friends: the file is not an ONNX model
