@@ -9,8 +9,8 @@ naming the flag or key and what was expected, nothing written, no process left r
 import pytest
 import yaml
 from support import REPO, run_repro
-from test_faults_adversarial import _tfdata
-from test_faults_input import Fault, _check_override, check_fault
+from test_faults_adversarial import _cluster_run, _tfdata
+from test_faults_input import CONFIG, Fault, _check_override, _write, check_fault
 
 from repro.errors import ReproError
 
@@ -53,7 +53,33 @@ COMMAND_FAULTS = [
 ]
 
 
-@pytest.mark.parametrize("fault", COMMAND_FAULTS, ids=[f.id for f in COMMAND_FAULTS])
+
+def _over_users_run_log(command):
+    """`command` (a Fault's prepare) with the run directory's run.log the user's notes."""
+    def prepare(ctx):
+        _write(ctx.dir / "run" / "run.log", "my notes\n")
+        return command(ctx)
+    return prepare
+
+
+def _cluster_run_settings():
+    from repro.config import load_config
+    from repro.rulesettings import run_settings
+
+    return run_settings(load_config(CONFIG), "Getting_started", "short")
+
+
+# the run's log went over the user's file of that name in the run directory (`pecan run` in test_faults_hostile)
+RUN_DIRECTORY_FAULTS = [
+    Fault(f"{name}-over-users-run-log", _over_users_run_log(command),
+          r"repro: error: run directory .*/run: .*/run/run.log is not a run's log \(its first line names the run\), "
+          r"and a run would replace it; it may be yours: move it, or name another run directory$")
+    for name, command in (("cluster-run", lambda ctx: _cluster_run(ctx, _cluster_run_settings())),
+                          ("tfdata-run", _tfdata("run")))]
+
+
+@pytest.mark.parametrize("fault", COMMAND_FAULTS + RUN_DIRECTORY_FAULTS,
+                         ids=[f.id for f in COMMAND_FAULTS + RUN_DIRECTORY_FAULTS])
 def test_command_faults(fault, tmp_path, monkeypatch, capsys):
     check_fault(fault, tmp_path, monkeypatch, capsys)
 

@@ -618,8 +618,15 @@ def _run_over_users(name, content="the user's"):
     return prepare
 
 
-# A run replaces the repeats/ of an earlier run in its directory; a user's repeats/ was deleted with it
+# A run replaces the repeats/, run.log and metrics.json of an earlier run in its directory; a user's
+# files of those names were deleted or overwritten with them
 REPEATS_FAULTS = [
+    Fault("run-out-holds-users-run-log", _run_over_users("run.log", "my notes\n"),
+          r"repro: error: run directory .*/run: .*/run/run.log is not a run's log \(its first line names the run\), "
+          r"and a run would replace it; it may be yours: move it, or name another run directory$"),
+    Fault("run-out-holds-users-metrics", _run_over_users("metrics.json", '{"throughput": 1}'),
+          r"repro: error: run directory .*/run: .*/run/metrics.json is not a run's metrics \(experiment, mode, "
+          r"throughput\), and a run would replace it; it may be yours"),
     Fault("run-out-holds-users-repeats-directory", _run_over_users("repeats/notes.txt"),
           r"repro: error: run directory .*/run: .*/run/repeats is not the repeats/ directory a run writes"),
     Fault("run-out-holds-users-repeats-file", _run_over_users("repeats"),

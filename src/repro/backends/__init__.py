@@ -99,10 +99,10 @@ class Backend(ABC):
 
     def execute(self, request: RunRequest, state):
         """Run, then put the run's traces in the trace store with a receipt; return the metrics."""
-        from repro.pecan.run import check_traces_directory, remove_repeats
+        from repro.pecan.run import check_run_directory, remove_repeats
         from repro.tracestore import open_store, upload_traces
 
-        check_traces_directory(request.run_dir)  # what is uploaded from it is this run's traces only
+        check_run_directory(request.run_dir)  # nothing of the user's replaced; this run's traces uploaded only
         remove_repeats(request.run_dir)  # an earlier run's repeat logs never pass for this one's, whatever ran it
         # and its marks of completion, which this run replaces: one stopped or failed leaves none
         for done in (Path(request.receipt), Path(request.run_dir) / "metrics.json"):

@@ -14,11 +14,11 @@ import numpy as np
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import DIRECTORY_MODE, atomic_path, read_json, size_text, write_json
+from repro.fsutil import DIRECTORY_MODE, atomic_path, open_regular, read_json, size_text, write_json
 from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
-from repro.pecan.logs import LogWriter, parse_log
+from repro.pecan.logs import MAX_LINE, RUN_LINE, LogWriter, parse_log
 from repro.pecan.policies import FASTFLOW_WORKERS, fastflow_workers
 from repro.pecan.presets import pipeline_costs
 from repro.traces import write_trace
@@ -169,7 +169,7 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     check_run_size(f"pecan.experiments.{experiment}", model, mode, lookup(pecan["modes"], mode, "mode"),
                    pecan["cluster"])
     out = Path(out_dir)
-    check_traces_directory(out)
+    check_run_directory(out)
     made = _missing_directories(out)
     remove_repeats(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -299,14 +299,37 @@ def _stale_stages(run_dir):
             yield path
 
 
-def check_traces_directory(run_dir):
-    """ReproError unless run_dir/traces is a directory or absent: a symbolic link there would take the
-    run's trace to wherever it points, over a file of that name."""
+def check_run_directory(run_dir):
+    """ReproError where run_dir holds, under a name a run writes, what no run wrote: traces/ that is
+    a symbolic link (the run's trace would go wherever it points) or no directory, a run.log whose
+    first line names no run, a metrics.json that is no run's metrics. A run replaces these."""
     traces = Path(run_dir) / "traces"
     if traces.is_symlink() or os.path.lexists(traces) and not traces.is_dir():
         kind = "a symbolic link" if traces.is_symlink() else "not a directory"
         raise ReproError(f"run directory {run_dir}: {traces} is {kind}; expected the traces/ directory a run "
                          "writes (or nothing): move it, or name another run directory")
+    for name, is_a_runs, what in (("run.log", _is_run_log, "a run's log (its first line names the run)"),
+                                  ("metrics.json", _is_run_metrics, "a run's metrics (experiment, mode, throughput)")):
+        path = Path(run_dir) / name
+        if os.path.lexists(path) and not is_a_runs(path):
+            raise ReproError(f"run directory {run_dir}: {path} is not {what}, and a run would replace it; it may be "
+                             "yours: move it, or name another run directory")
+
+
+def _is_run_log(path):
+    try:
+        with open_regular(path, str(path), "a run's log", "r", errors="replace") as fh:
+            return not path.is_symlink() and RUN_LINE.search(fh.readline(MAX_LINE).rstrip("\n")) is not None
+    except (OSError, ReproError):
+        return False
+
+
+def _is_run_metrics(path):
+    try:
+        metrics = read_json(path, "a run's metrics")
+    except ReproError:
+        return False
+    return not path.is_symlink() and isinstance(metrics, dict) and {"experiment", "mode", "throughput"} <= set(metrics)
 
 
 def remove_repeats(run_dir):

@@ -594,7 +594,10 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     batch within `batch_timeout_s` fails (Batches). `scale`: a derived scale to use instead of
     deriving one (a sweep's).
     """
+    from repro.pecan.run import check_run_directory
+
     out = Path(out_dir)
+    check_run_directory(out)
     if spec.derived:  # before anything is written
         check_cpus(spec.collocated_threads, spec.worker_threads, cpus_available())
     check_deployment_memory(spec, _remote_workers_here(service_dir))
