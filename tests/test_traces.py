@@ -149,6 +149,26 @@ def test_unmatched_begin_end_pairs(tmp_path):
     assert summarize_trace(begin_only, strict=False)["end_to_end_time"] == 1
 
 
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_a_pair_that_ends_before_it_begins_is_refused_or_skipped(tmp_path, options):
+    """'E' at ts 5 closing a 'B' at ts 10 passed validation, and summarize reported a span of -5 us
+    (and an end-to-end time of -5). Strict readers refuse it naming the 'E'; lenient summarize skips
+    the pair, counting both events, and keeps the others."""
+    events = [{"name": "a", "ph": "B", "ts": 10, "pid": 1, "tid": 1}, {"name": "a", "ph": "E", "ts": 5, "pid": 1, "tid": 1},
+              {"name": "b", "ph": "B", "ts": 10, "pid": 1, "tid": 1}, {"name": "b", "ph": "E", "ts": 15, "pid": 1, "tid": 1}]
+    path = dump(tmp_path / "t.json", {"traceEvents": events})
+    said = r"t\.json: event 1: 'E' event at ts 5 is earlier than the 'B' it closes \(ts 10\)"
+    for check in (validate, summarize_trace):
+        with pytest.raises(TraceError, match=said):
+            check(path, reader_options=options)
+    summary = summarize_trace(path, strict=False, reader_options=options)
+    assert summary["events"] == {"b": {"count": 1, "total": 5.0, "mean": 5.0}}
+    assert (summary["skipped_events"], summary["end_to_end_time"]) == (2, 5)
+    backwards_only = dump(tmp_path / "only.json", {"traceEvents": events[:2]})
+    summary = summarize_trace(backwards_only, strict=False, reader_options=options)
+    assert (summary["events"], summary["skipped_events"], summary["end_to_end_time"]) == ({}, 2, 0)
+
+
 def test_unreadable_and_missing_inputs(tmp_path):
     with pytest.raises(TraceError, match="cannot read"):
         validate(tmp_path / "missing.json")
@@ -1039,7 +1059,7 @@ NOT_COMPACT = {  # inputs the compact reading leaves to the general one
     "null ts": lambda events: orjson.dumps([dict(events[0], ts=None), *events[1:]]),
     "float pid": lambda events: orjson.dumps([dict(e, pid=7.0) for e in events]),
     "space after a comma": lambda events: orjson.dumps(events).replace(b',"tid"', b', "tid"'),
-    "huge int ts": lambda events: orjson.dumps(events).replace(b'"ts":160,', b'"ts":18446744073709551616160,'),
+    "huge int ts": lambda events: orjson.dumps(events).replace(b'"ts":1001,', b'"ts":18446744073709551616160,'),
     # as many ts keys as events, one of them null (in a kept metadata event) or nested (the one
     # event without a ts is left out: a process name)
     "null ts, a ts key in every event": lambda events: orjson.dumps(
@@ -1468,9 +1488,12 @@ def test_summarize_takes_durations_of_integers_2_63_apart_as_floats(tmp_path, op
               {"ph": "E", "ts": -big, "pid": 1, "tid": 2},
               *({"ph": "X", "name": "runtime_init", "cat": "ignore", "ts": 0, "dur": 5 * 10**18, "pid": 1, "tid": t}
                 for t in (3, 4))]
-    summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
+    path = dump(tmp_path / "t.json", events)
+    with pytest.raises(TraceError, match=r"event 3: 'E' event at ts -9e\+18 is earlier than the 'B' it closes"):
+        summarize_trace(path, reader_options=options)
+    summary = summarize_trace(path, strict=False, reader_options=options)  # the pair that ends first skipped
     assert summary["events"]["load_model"]["total"] == 1.8e19
-    assert summary["events"]["back"]["total"] == -1.8e19
+    assert "back" not in summary["events"] and summary["skipped_events"] == 2
     assert summary["init_time"] == 10**19
 
 
@@ -1478,8 +1501,17 @@ def test_summarize_takes_durations_of_integers_2_63_apart_as_floats(tmp_path, op
 @pytest.mark.parametrize(("begin", "end", "exact"), [(-(2**62), 2**62 - 1, True), (-(2**62), 2**62, False),
                                                      (2**62, -(2**62), True), (2**62, -(2**62) - 1, False)])
 def test_summarize_keeps_integer_durations_exact_while_int64_holds_them(tmp_path, options, begin, end, exact):
+    """Whether the span runs forwards or backwards (the B and E swapped: refused, or skipped leniently)."""
     events = [{"ph": "B", "name": "load_model", "cat": "prediction", "ts": begin, "pid": 1, "tid": 1},
               {"ph": "E", "ts": end, "pid": 1, "tid": 1}]
+    if end < begin:
+        path = dump(tmp_path / "back.json", events)
+        with pytest.raises(TraceError, match="earlier than the 'B' it closes"):
+            summarize_trace(path, reader_options=options)
+        summary = summarize_trace(path, strict=False, reader_options=options)
+        assert (summary["events"], summary["skipped_events"], summary["end_to_end_time"]) == ({}, 2, 0)
+        begin, end, exact = end, begin, begin - end < 2**63  # forwards: -2**63 fits int64, 2**63 not
+        events = [{**events[0], "ts": begin}, {**events[1], "ts": end}]
     summary = summarize_trace(dump(tmp_path / "t.json", events), reader_options=options)
     assert summary["events"]["load_model"]["total"] == float(end - begin)
     expected = end - begin if exact else float(end - begin)

@@ -2,7 +2,8 @@
 
 Each 'E' closes the latest 'B' still open on the same (pid, tid), in file order, as trace
 viewers do. An 'E' with nothing open is a stray; a 'B' never closed dangles. Strict readers
-reject both (naming the event), lenient ones skip and count them.
+reject both (naming the event), lenient ones skip and count them. Strict readers also reject an
+'E' earlier than the 'B' it closes: its span would last a negative time.
 
 The matching runs over a chunk's columns with numpy, not event by event: within one (pid, tid),
 the events at one nesting level alternate B, E, B, E..., so ordering them by (key, level,
@@ -32,6 +33,12 @@ def phase_codes(phases):
     return np.frombuffer("".join(phases).encode("ascii"), np.uint8)
 
 
+def backwards_error(path, index, end_ts, begin_ts):
+    """The error for the 'E' event at `index` that is earlier than the 'B' it closes."""
+    return TraceError(path, f"'E' event at ts {end_ts:g} is earlier than the 'B' it closes (ts {begin_ts:g}); "
+                            "expected a span that ends after it begins", index)
+
+
 class SpanMatcher:
     """Feed it a file's chunks in order; `finish` reports the begins left open."""
 
@@ -43,8 +50,21 @@ class SpanMatcher:
         # apart since a caller may rewrite the event (combine gives it its new pid)
         self._open = []
 
-    def feed(self, events, phases, first_index, codes=None, pids=None, tids=None):
-        """Match one chunk; `phases` (and optionally its codes, pids, tids) are its columns."""
+    def feed(self, events, phases, first_index, codes=None, pids=None, tids=None, stamps=None, field=values):
+        """Match one chunk; `phases` (and optionally its codes, pids, tids) are its columns. Given its
+        timestamps (`stamps`), a strict matcher refuses a pair that ends before it begins; `field`
+        reads a field of the events (dicts by default)."""
+        matched = self._match(events, phases, first_index, codes, pids, tids)
+        if stamps is not None and self.strict and matched.begins:
+            begun = np.asarray(field(matched.begins, "ts"), float)
+            ended = np.asarray(list(map(stamps.__getitem__, matched.ends.tolist())), float)
+            backwards = np.flatnonzero(ended < begun)
+            if backwards.size:
+                at = int(backwards[0])  # pairs are in end order: the first such end in the file
+                raise backwards_error(self.path, first_index + int(matched.ends[at]), ended[at], begun[at])
+        return matched
+
+    def _match(self, events, phases, first_index, codes, pids, tids):
         codes = phase_codes(phases) if codes is None else codes
         is_b = codes == _B
         spans = np.flatnonzero(is_b | (codes == _E))

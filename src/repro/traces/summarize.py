@@ -85,13 +85,13 @@ def _summary(path, detailed, strict, reader_options, compact):
     detail = [] if detailed else None
     first_begin = last_end = process_first = process_last = None
     init_time = 0
-    index = 0
+    index = backwards_pairs = 0
     for chunk, columns in chunks:
         phases = column(chunk, columns, "ph")
         codes = phase_codes(phases)
-        matched = matcher.feed(chunk, phases, index, codes=codes, pids=column(chunk, columns, "pid"),
-                               tids=column(chunk, columns, "tid"))
         stamps = column(chunk, columns, "ts")
+        matched = matcher.feed(chunk, phases, index, codes=codes, pids=column(chunk, columns, "pid"),
+                               tids=column(chunk, columns, "tid"), stamps=stamps, field=values)
         complete = np.flatnonzero(codes == _X).tolist()
         # every duration: B/E pairs and X events, in the order they complete
         begins = matched.begins + list(map(chunk.__getitem__, complete))
@@ -110,6 +110,17 @@ def _summary(path, detailed, strict, reader_options, compact):
         if duration.dtype.kind == "f" and not np.isfinite(duration).all():
             bad = int(done[np.flatnonzero(~np.isfinite(duration)).min()])
             raise TraceError(path, "duration is not a finite number (timestamps too far apart)", index + bad)
+        backwards = np.flatnonzero(duration[:len(matched.begins)] < 0)  # lenient: a strict matcher refused them
+        if backwards.size:
+            backwards_pairs += int(backwards.size)
+            keep = np.ones(duration.size, bool)
+            keep[backwards] = False
+            begins = list(compress(begins, keep))
+            done, start, end, duration = done[keep], start[keep], end[keep], duration[keep]
+            order = np.argsort(done, kind="stable")
+            if not begins:
+                index += len(chunk)
+                continue
         start, end, duration = start[order], end[order], duration[order]
         begins = list(map(begins.__getitem__, order.tolist()))
         labels = values(begins, "name")
@@ -157,7 +168,7 @@ def _summary(path, detailed, strict, reader_options, compact):
         _require_finite(summary[key], path, key)
     if detail is not None:
         summary["detailed_events"] = detail
-    skipped = reader.skipped + matcher.strays + len(dangling)
+    skipped = reader.skipped + matcher.strays + len(dangling) + 2 * backwards_pairs
     if skipped:
         summary["skipped_events"] = skipped
     return summary

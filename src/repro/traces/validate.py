@@ -21,7 +21,8 @@ def validate(path, reader_options=None):
     for chunk, columns in reader.column_chunks():
         kinds = column(chunk, columns, "ph")
         phases.update(kinds)
-        matcher.feed(chunk, kinds, index, pids=column(chunk, columns, "pid"), tids=column(chunk, columns, "tid"))
+        matcher.feed(chunk, kinds, index, pids=column(chunk, columns, "pid"), tids=column(chunk, columns, "tid"),
+                     stamps=column(chunk, columns, "ts"))
         index += len(chunk)
     matcher.finish()
     form = "object" if reader.metadata or _is_object_form(path) else "array"
