@@ -208,7 +208,7 @@ def test_a_run_leaves_a_remote_directory_it_did_not_make_as_it_was(cluster, tmp_
     root, hosts = cluster
     config = ssh_config(root, hosts)
     config["run"]["remote_dir"] = str(tmp_path / "home")
-    mine = tmp_path / "home" / "E" / f"m-{ssh_backend._run_key(tmp_path / 'run')}"
+    mine = tmp_path / "home" / "E" / f"m-{ssh_backend._clone_key(tmp_path / 'run')}"
     mine.mkdir(parents=True)
     (mine / "thesis.tex").write_text("mine\n")
     settings = {"pecan": {"modes": {"m": {"autoorder": True, "epochs": 1}}}}
@@ -223,8 +223,23 @@ def test_a_run_leaves_a_remote_directory_it_did_not_make_as_it_was(cluster, tmp_
 def test_clones_sharing_a_remote_dir_run_in_directories_of_their_own(tmp_path):
     """Two clones whose runs of one experiment and mode go to the same ssh.run.remote_dir (the default
     is one per host): the second's run removed the first's directory while it ran."""
-    assert ssh_backend._run_key(tmp_path / "a" / "run") != ssh_backend._run_key(tmp_path / "b" / "run")
-    assert ssh_backend._run_key(tmp_path / "a" / "run") == ssh_backend._run_key(tmp_path / "a" / "." / "run")
+    assert ssh_backend._clone_key(tmp_path / "a" / "run") != ssh_backend._clone_key(tmp_path / "b" / "run")
+    assert ssh_backend._clone_key(tmp_path / "a" / "run") == ssh_backend._clone_key(tmp_path / "a" / "." / "run")
+
+
+def test_clones_sharing_a_remote_dir_start_tf_data_services_of_their_own(tmp_path):
+    """With pecan.engine tfdata the dispatcher's state and the workers' directory defaulted to
+    <remote_dir>/tfdata and <remote_dir>/tfdata-workers: a second clone's cluster_stop stopped the
+    first's service (its records are that state directory's own)."""
+    config = {"run": {"python": "python3", "remote_dir": "/srv/runs"}, "known_hosts": None}
+    first, second = (ssh_backend.tfdata_settings(config, ssh_backend._clone_key(tmp_path / clone / "results"))
+                     for clone in ("a", "b"))
+    assert first["state_dir"].startswith("/srv/runs/tfdata-") and first["worker_dir"].startswith("/srv/runs/tfdata-")
+    assert first["state_dir"] != second["state_dir"] and first["worker_dir"] != second["worker_dir"]
+    assert len({first["state_dir"], first["worker_dir"]}) == 2
+    given = {**config, "tfdata": {"state_dir": "/srv/service", "worker_dir": "/srv/workers"}}
+    assert ssh_backend.tfdata_settings(given, "a")["state_dir"] == "/srv/service"
+    assert ssh_backend.tfdata_settings(given, "a")["worker_dir"] == "/srv/workers"
 
 
 def example_args(workdir, root, hosts, home, *overrides):
@@ -271,7 +286,7 @@ def test_fig8_over_ssh_with_the_example_config_matches_the_local_backend(cluster
         assert metrics["backend"] == "ssh"  # the run went over ssh, and says so
         assert len(metrics["repeats"]) > 1  # every repeat's log fetched, as metrics.json lists them
         assert all((remote / "results/runs/ResNet50_v2-8/pecan" / r["log"]).is_file() for r in metrics["repeats"])
-        key = ssh_backend._run_key(remote / "results/runs/ResNet50_v2-8/pecan")
+        key = ssh_backend._clone_key(remote / "results/runs/ResNet50_v2-8/pecan")
         assert (root / "remote" / "runs" / "ResNet50_v2-8" / f"pecan-{key}" / "run" / "metrics.json").exists()
         rows = [list(csv.reader(open(w / "results" / "tables" / "ResNet50_v2-8.csv"))) for w in (local, remote)]
         assert rows[0] == rows[1]
@@ -331,7 +346,8 @@ def test_tfdata_over_ssh_runs_its_workers_on_the_worker_hosts_and_leaves_nothing
     args = example_args(workdir, root, hosts, home, engine)
     env = {"HOME": str(home)}
     target = "results/runs/ResNet50_v2-8/cachew/metrics.json"
-    worker_dir = root / "remote" / "runs" / "tfdata-workers"
+    clone = ssh_backend._clone_key(workdir / "results" / "cluster" / "ssh")  # where its state.json lies
+    worker_dir = root / "remote" / "runs" / f"tfdata-workers-{clone}"
     try:
         snakemake(workdir, target, *args, cores=1, env=env, timeout=500)
         state = json.loads((workdir / "results" / "cluster" / "ssh" / "state.json").read_text())
@@ -439,7 +455,7 @@ def test_tfdata_status_reads_a_worker_hosts_status_files_bounded_and_leaves_noth
     """`repro pecan tfdata status` over a state.json (copied, edited) whose workers on a worker host
     report to a FIFO and to /dev/zero there: the poll ran `cat` on them over ssh, which waited for ever
     on the FIFO (and went on on the host after repro was killed) or filled the host's shell with zeros."""
-    from repro.backends.ssh import _worker_hosts
+    from repro.backends.ssh import _worker_hosts, tfdata_settings
     from repro.pecan.tfdata.service import Service
 
     root, hosts = cluster
@@ -449,7 +465,8 @@ def test_tfdata_status_reads_a_worker_hosts_status_files_bounded_and_leaves_noth
     try:
         gone = {"pid": 999999, "start_ticks": 1, "boot_id": "gone", "role": "tfdata worker", "kind": "remote",
                 "host": "worker"}
-        service.state["ssh_workers"] = _worker_hosts(ssh_config(root, hosts))
+        ssh = ssh_config(root, hosts)
+        service.state["ssh_workers"] = _worker_hosts(ssh, tfdata_settings(ssh, "clone"))
         service.state["workers"] = [{**gone, "slot": slot, "status": str(tmp_path / name)}  # the FIFO first: it hung
                                     for slot, name in enumerate(("fifo.status.json", "zero.status.json"))]
         service._save()

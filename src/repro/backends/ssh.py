@@ -73,7 +73,7 @@ class SshBackend(Backend):
         started = _run_commands(ssh, ssh["start_commands"])
         state = {"ssh": ssh, "trace_store": settings["trace_store"], "started": started}
         if settings.get("engine") == "tfdata":
-            state["engine_service"] = _start_tfdata(ssh)
+            state["engine_service"] = _start_tfdata(ssh, _clone_key(Path(state_path).parent))
         return state
 
     def bind(self, state, state_path):
@@ -137,7 +137,7 @@ class SshBackend(Backend):
         host = hosts_by_role(ssh)["accelerator"][0]
         run = ssh["run"]
         experiment, mode, calibration_paths = request.experiment, request.mode, request.calibration_paths
-        remote = f"{run['remote_dir'].rstrip('/')}/{experiment}/{mode}-{_run_key(request.run_dir)}"
+        remote = f"{run['remote_dir'].rstrip('/')}/{experiment}/{mode}-{_clone_key(request.run_dir)}"
         run_dir = Path(request.run_dir)
         mode_cfg = request.settings["pecan"]["modes"][mode]
         # values go to the remote shell only as quoted words or environment: never spliced in raw
@@ -175,10 +175,11 @@ class SshBackend(Backend):
         return read_json(run_dir / "metrics.json", "the run's metrics.json")
 
 
-def _run_key(run_dir):
-    """Which clone's run a remote directory holds: this machine and the run's directory here, hashed.
-    Clones sharing a remote_dir (the default is one per host) then never remove each other's runs."""
-    where = f"{socket.gethostname()}:{Path(run_dir).resolve()}"
+def _clone_key(directory):
+    """Which clone a remote directory serves: this machine and a directory of the clone here (a run's,
+    the cluster state's), hashed. Clones sharing a remote_dir (the default is one per host) then never
+    remove each other's runs, nor stop each other's services."""
+    where = f"{socket.gethostname()}:{Path(directory).resolve()}"
     return hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
@@ -195,18 +196,20 @@ BACKEND = SshBackend
 
 # -- the tf.data engine's service ------------------------------------------------------------------
 
-def tfdata_settings(ssh):
-    """`ssh.tfdata` with its defaults: paths on the accelerator host and on the worker hosts."""
+def tfdata_settings(ssh, clone):
+    """`ssh.tfdata` with its defaults: paths on the accelerator host and on the worker hosts, the
+    clone's own (`clone`: its _clone_key)."""
     run, own = ssh["run"], ssh.get("tfdata", {})
     base = run["remote_dir"].rstrip("/")
-    return {"python": own.get("python", run["python"]), "state_dir": own.get("state_dir", f"{base}/tfdata"),
-            "worker_dir": own.get("worker_dir", f"{base}/tfdata-workers"), "dispatcher_port": own.get("dispatcher_port", 0),
+    return {"python": own.get("python", run["python"]), "state_dir": own.get("state_dir", f"{base}/tfdata-{clone}"),
+            "worker_dir": own.get("worker_dir", f"{base}/tfdata-workers-{clone}"),
+            "dispatcher_port": own.get("dispatcher_port", 0),
             "known_hosts": own.get("known_hosts", ssh["known_hosts"]), "key_file": own.get("key_file")}
 
 
-def _worker_hosts(ssh):
-    """What the accelerator host's service needs to reach the worker hosts (SshWorkers' config)."""
-    tfdata = tfdata_settings(ssh)
+def _worker_hosts(ssh, tfdata):
+    """What the accelerator host's service needs to reach the worker hosts (SshWorkers' config);
+    `tfdata`: tfdata_settings."""
     hosts = [{**host, **({"key_file": tfdata["key_file"]} if tfdata["key_file"] else {})}
              for host in hosts_by_role(ssh).get("workers", [])]
     return {"hosts": hosts, "known_hosts": tfdata["known_hosts"], "accept_new_host_keys": ssh["accept_new_host_keys"],
@@ -229,11 +232,11 @@ def put_text(connection, path, text):
         raise
 
 
-def _start_tfdata(ssh):
+def _start_tfdata(ssh, clone):
     """Check every worker host (it answers, its worker directory can be made), then start the
     dispatcher on the accelerator host; return the service's record for the cluster state."""
-    tfdata = tfdata_settings(ssh)
-    workers = _worker_hosts(ssh)
+    tfdata = tfdata_settings(ssh, clone)
+    workers = _worker_hosts(ssh, tfdata)
     for host in workers["hosts"]:
         with _open(host, ssh) as connection:
             result = connection.run(f"mkdir -p {shlex.quote(tfdata['worker_dir'])}", hide=True, warn=True, in_stream=False)
