@@ -182,9 +182,11 @@ def test_tfdata_start_stopped_while_its_workers_start_leaves_nothing_running(tmp
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while not (state / "worker-0.log").exists() and proc.poll() is None and time.monotonic() < deadline:
+        while proc.poll() is None and time.monotonic() < deadline:  # its log is opened before the worker starts
+            children = psutil.Process(proc.pid).children(recursive=True)
+            if (state / "worker-0.log").exists() and len(children) == 2:
+                break
             time.sleep(0.05)
-        children = psutil.Process(proc.pid).children(recursive=True)
         assert (state / "state.json").exists() and len(children) == 2, "the dispatcher and a worker did not start"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
