@@ -167,6 +167,16 @@ def test_a_pair_that_ends_before_it_begins_is_refused_or_skipped(tmp_path, optio
     backwards_only = dump(tmp_path / "only.json", {"traceEvents": events[:2]})
     summary = summarize_trace(backwards_only, strict=False, reader_options=options)
     assert (summary["events"], summary["skipped_events"], summary["end_to_end_time"]) == ({}, 2, 0)
+    # a span of no time is no backwards one; each backwards pair is counted, whichever chunk it ends in
+    instant = [{"name": "c", "ph": "B", "ts": 20, "pid": 1, "tid": 1}, {"name": "c", "ph": "E", "ts": 20, "pid": 1, "tid": 1}]
+    twice = dump(tmp_path / "twice.json", {"traceEvents": events[:2] + instant + events[:2]})
+    summary = summarize_trace(twice, strict=False, reader_options=options)
+    assert (summary["events"], summary["skipped_events"]) == ({"c": {"count": 1, "total": 0.0, "mean": 0.0}}, 4)
+    # the events after a chunk that held only backwards pairs keep their numbers
+    apart = [{"name": "d", "ph": "B", "ts": -1e308, "pid": 1, "tid": 1}, {"name": "d", "ph": "E", "ts": 1e308, "pid": 1, "tid": 1}]
+    later = dump(tmp_path / "later.json", {"traceEvents": [*events[:2], *events[:2], *apart]})
+    with pytest.raises(TraceError, match=r"later\.json: event 5: duration is not a finite number"):
+        summarize_trace(later, strict=False, reader_options=options)
 
 
 def test_unreadable_and_missing_inputs(tmp_path):

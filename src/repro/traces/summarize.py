@@ -99,7 +99,6 @@ def _summary(path, detailed, strict, reader_options, compact):
         if not begins:
             index += len(chunk)
             continue
-        order = np.argsort(done, kind="stable")
         start = np.asarray(values(begins, "ts"))
         end = np.asarray(list(map(stamps.__getitem__, matched.ends.tolist()))
                          + [stamps[i] + chunk[i].get("dur", 0) for i in complete])
@@ -117,10 +116,10 @@ def _summary(path, detailed, strict, reader_options, compact):
             keep[backwards] = False
             begins = list(compress(begins, keep))
             done, start, end, duration = done[keep], start[keep], end[keep], duration[keep]
-            order = np.argsort(done, kind="stable")
             if not begins:
                 index += len(chunk)
                 continue
+        order = np.argsort(done, kind="stable")
         start, end, duration = start[order], end[order], duration[order]
         begins = list(map(begins.__getitem__, order.tolist()))
         labels = values(begins, "name")
