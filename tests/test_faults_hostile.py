@@ -274,7 +274,10 @@ FIGURE_FAULTS = [
     Fault("validation-metrics-windows-a-mapping", _validation(windows={}),
           r"repro: error: --metrics .*/m.json: not tf.data engine runs' metrics.json \(no window whose workers held still"),
     Fault("validation-network-1e308", _validation(network="1e308"),
-          r"repro: error: --network-gbps: expected a positive number of at most 100000, got 1e\+308"),
+          r"repro: error: --network-gbps: network_gbps: 1e\+308 is greater than the maximum of 100000$"),
+    # a transfer time of 1e317 s: the config's minimum, a megabit/s, was not the flag's
+    Fault("validation-network-subnormal", _validation(network="1e-320"),
+          r"repro: error: --network-gbps: network_gbps: 1e-320 is less than the minimum of 0.001$"),
     # -- trims summary: its output is not one of its reports; a report that is not one is named ------
     Fault("trims-summary-output-is-a-report", _trims_summary(output="c/report.json"),
           r"repro: error: -o/--output .*/c/report.json: is one of the inputs"),
@@ -512,7 +515,18 @@ def _figure_settings(command, **changed):
 
 # Figure settings written by hand, a value of the wrong type: TypeError tracebacks ('argument of type 'int' is
 # not iterable', 'unhashable type: 'list'')
+HUGE = {"font_size": 9, "width_in": 100, "height_in": 100, "dpi": 1200, "show_reference": False}
+PIXELS = r"100 x 100 in at 1200 dpi is 14400000000 pixels; expected at most 50000000$"
+
 FIGURE_SETTINGS_FAULTS = [
+    # each value within its bounds, the figure 57 GB of pixels: `repro config check` refused it, a
+    # plot command given the style by hand allocated it (a MemoryError traceback)
+    Fault("validation-style-of-14-gigapixels", _validation(style=HUGE), rf"repro: error: --style: {PIXELS}",
+          bounded=True),
+    Fault("trims-plot-style-of-14-gigapixels", _trims_plot(style=HUGE), rf"repro: error: --style: {PIXELS}",
+          bounded=True),
+    *[Fault(f"{command}-settings-style-of-14-gigapixels", _figure_settings(command, style=HUGE),
+            rf"repro: error: --settings style: {PIXELS}", bounded=True) for command in ("figure", "comparison")],
     Fault("comparison-settings-workloads-a-number", _figure_settings("comparison", workloads=5),
           r"repro: error: --settings: workloads: 5 is not of type 'array'"),
     Fault("comparison-settings-option-a-list", _figure_settings("comparison", option=["autoorder"]),

@@ -143,7 +143,18 @@ def check_style(style, flag="--style"):
         raise ReproError(f"{flag}: expected a JSON object of plots.style keys, got {type(style).__name__}")
     check_settings(style, flag, at=("plots", "style"))
     defaults = schema()["properties"]["plots"]["properties"]["style"]["properties"]
-    return {**{key: spec["default"] for key, spec in defaults.items()}, **style}
+    style = {**{key: spec["default"] for key, spec in defaults.items()}, **style}
+    check_figure_pixels(style, flag)
+    return style
+
+
+def check_figure_pixels(style, label):
+    """ReproError where a figure of `style` (complete: its defaults filled in) would take more than
+    MAX_FIGURE_PIXELS: the renderer allocates them all (120,000 px square: 57 GB)."""
+    pixels = round(style["width_in"] * style["dpi"]) * round(style["height_in"] * style["dpi"])
+    if pixels > MAX_FIGURE_PIXELS:
+        raise ReproError(f"{label}: {style['width_in']} x {style['height_in']} in at {style['dpi']} dpi "
+                         f"is {pixels} pixels; expected at most {MAX_FIGURE_PIXELS}")
 
 
 def _without_required(tree):
@@ -418,10 +429,7 @@ def check_references(config, source="config"):
             check_placeholders(value, SSH_PLACEHOLDERS["env"], f"{source}: ssh.run.env.{name}")
     style = config.get("plots", {}).get("style", {})
     if "dpi" in style:
-        pixels = round(style["width_in"] * style["dpi"]) * round(style["height_in"] * style["dpi"])
-        if pixels > MAX_FIGURE_PIXELS:
-            raise ReproError(f"{source}: plots.style: {style['width_in']} x {style['height_in']} in at {style['dpi']} dpi "
-                             f"is {pixels} pixels; expected at most {MAX_FIGURE_PIXELS}")
+        check_figure_pixels(style, f"{source}: plots.style")
     from repro.trims.models import ARCHITECTURES
     from repro.trims.workload import check_params
 

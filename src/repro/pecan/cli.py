@@ -16,7 +16,6 @@ from repro.pecan.costs import MAX_DOLLARS
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
 from repro.settings import figure_file, settings_argument, settings_keys
 
-MAX_NETWORK_GBPS = 100_000  # as the config schema bounds pecan.cluster.network_gbps
 MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
 MAX_TPUS = 4096  # `pecan costs --tpu-count`: the chips of the largest TPU pod (v4), so more is a typo
 
@@ -578,7 +577,7 @@ def _comparison_rows(path):
 
 
 def _validation(args):
-    from repro.config import check_style
+    from repro.config import check_settings, check_style
     from repro.fsutil import read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.run import load_calibrations
@@ -590,8 +589,8 @@ def _validation(args):
     style = check_style(args.style)
     calibrations = load_calibrations(args.calibration)
     rows, runs = [], []
-    if not math.isfinite(args.network_gbps) or not 0 < args.network_gbps <= MAX_NETWORK_GBPS:
-        raise ReproError(f"--network-gbps: expected a positive number of at most {MAX_NETWORK_GBPS}, got {args.network_gbps}")
+    check_settings({"network_gbps": args.network_gbps}, "--network-gbps",
+                   places={"network_gbps": ("pecan", "cluster", "network_gbps")})  # bounded as the config's
     named = {}  # (device, inode): the spelling that named it first
     for path in args.metrics:
         metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
