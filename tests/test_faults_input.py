@@ -101,7 +101,8 @@ def _pecan_run(resnet, retinanet=None, mode="pecan", earlier=False):
         for name, content in (("resnet", resnet), ("retinanet", retinanet or _calibration("retinanet"))):
             paths.append(content(ctx) if callable(content) else _write(ctx.dir / f"{name}.json", content))
         if earlier:
-            _write(ctx.dir / "run" / "run.log", "an earlier run's log\n")
+            _write(ctx.dir / "run" / "run.log", "I0101 00:00:00.000000 140000000000000 keras_utils.py:145] repro local "
+                                                "model: experiment=ResNet50_v2-8 mode=pecan\n")  # an earlier run's
         return ["pecan", "run", "--config", str(CONFIG), "--experiment", "ResNet50_v2-8", "--mode", mode,
                 "--calibration", *paths, "--out", str(ctx.dir / "run")]
 
