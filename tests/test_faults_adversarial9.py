@@ -76,6 +76,13 @@ RUN_DIRECTORY_FAULTS = [
           r"and a run would replace it; it may be yours: move it, or name another run directory$")
     for name, command in (("cluster-run", lambda ctx: _cluster_run(ctx, _cluster_run_settings())),
                           ("tfdata-run", _tfdata("run")))]
+# the upload receipt went over the run's own metrics.json (or log, or trace), with exit 0
+RUN_DIRECTORY_FAULTS += [
+    Fault(f"cluster-run-receipt-is-the-runs-{name.replace('/', '-')}",
+          lambda ctx, name=name: [*_cluster_run(ctx, _cluster_run_settings())[:-1], str(ctx.dir / "run" / name)],
+          rf"repro: error: --receipt .*/run/{name}: is the run's own {name} in --run-dir .*/run; expected another "
+          r"file \(the workflow's: upload.json there\)$")
+    for name in ("metrics.json", "run.log", "traces/Getting_started-short.json")]
 
 
 @pytest.mark.parametrize("fault", COMMAND_FAULTS + RUN_DIRECTORY_FAULTS,

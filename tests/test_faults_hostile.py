@@ -638,6 +638,10 @@ REPEATS_FAULTS = [
     Fault("run-out-holds-users-run-log", _run_over_users("run.log", "my notes\n"),
           r"repro: error: run directory .*/run: .*/run/run.log is not a run's log \(its first line names the run\), "
           r"and a run would replace it; it may be yours: move it, or name another run directory$"),
+    *[Fault(f"run-out-holds-users-trace-{name.split('.')[0]}", _run_over_users(f"traces/{name}", '{"traceEvents": []}'),
+            rf"repro: error: run directory .*/run: .*/run/traces/{name} is not a run's trace \(otherData.run_id\), and "
+            r"a run would upload it, or replace it, as its own; it may be yours")
+      for name in ("mine.json", "ResNet50_v2-8-pecan.json")],
     Fault("run-out-holds-users-metrics", _run_over_users("metrics.json", '{"throughput": 1}'),
           r"repro: error: run directory .*/run: .*/run/metrics.json is not a run's metrics \(experiment, mode, "
           r"throughput\), and a run would replace it; it may be yours"),

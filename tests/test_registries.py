@@ -362,7 +362,7 @@ def test_a_backends_run_that_fails_leaves_no_earlier_runs_marks_of_completion(tm
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "metrics.json").write_text('{"repeats": []}\n')
+    (run_dir / "metrics.json").write_text('{"experiment": "E", "mode": "m", "throughput": 1, "repeats": []}\n')
     (tmp_path / "upload.json").write_text('{"store": "s", "objects": []}\n')
     request = RunRequest({}, "E", "m", (), run_dir, tmp_path / "upload.json")
     with pytest.raises(KeyboardInterrupt):

@@ -21,7 +21,7 @@ from repro.pecan.costs import lookup
 from repro.pecan.logs import MAX_LINE, RUN_LINE, LogWriter, parse_log
 from repro.pecan.policies import FASTFLOW_WORKERS, fastflow_workers
 from repro.pecan.presets import pipeline_costs
-from repro.traces import write_trace
+from repro.traces import TraceReader, write_trace
 
 
 def job_spec(pecan, experiment, mode, costs, seed):
@@ -270,6 +270,7 @@ _STAGE = re.compile(r"\.run\.([0-9]+)-([0-9]+)\..+\.tmp")  # run_mode's staging 
 
 
 _STAGED = {"run.log": None, "metrics.json": None, "traces": re.compile(r".+\.json"), "repeats": _REPEAT_LOG}
+RUN_FILES = tuple(_STAGED)  # what a run writes into its run directory
 
 
 def _holds_only_a_runs_files(stage):
@@ -301,25 +302,40 @@ def _stale_stages(run_dir):
 
 def check_run_directory(run_dir):
     """ReproError where run_dir holds, under a name a run writes, what no run wrote: traces/ that is
-    a symbolic link (the run's trace would go wherever it points) or no directory, a run.log whose
-    first line names no run, a metrics.json that is no run's metrics. A run replaces these."""
+    a symbolic link (the run's trace would go wherever it points) or no directory, or holds what is
+    not a run's trace (all of it is uploaded as this run's); a run.log whose first line names no run,
+    a metrics.json that is no run's metrics. A run replaces these."""
     traces = Path(run_dir) / "traces"
     if traces.is_symlink() or os.path.lexists(traces) and not traces.is_dir():
         kind = "a symbolic link" if traces.is_symlink() else "not a directory"
         raise ReproError(f"run directory {run_dir}: {traces} is {kind}; expected the traces/ directory a run "
                          "writes (or nothing): move it, or name another run directory")
-    for name, is_a_runs, what in (("run.log", _is_run_log, "a run's log (its first line names the run)"),
-                                  ("metrics.json", _is_run_metrics, "a run's metrics (experiment, mode, throughput)")):
+    found = sorted(traces.iterdir()) if traces.is_dir() else []
+    replaced = "a run would replace it"
+    checked = [("run.log", _is_run_log, "a run's log (its first line names the run)", replaced),
+               ("metrics.json", _is_run_metrics, "a run's metrics (experiment, mode, throughput)", replaced),
+               *((path.relative_to(run_dir), _is_run_trace, "a run's trace (otherData.run_id)",
+                  "a run would upload it, or replace it, as its own") for path in found)]
+    for name, is_a_runs, what, why in checked:
         path = Path(run_dir) / name
         if os.path.lexists(path) and not is_a_runs(path):
-            raise ReproError(f"run directory {run_dir}: {path} is not {what}, and a run would replace it; it may be "
-                             "yours: move it, or name another run directory")
+            raise ReproError(f"run directory {run_dir}: {path} is not {what}, and {why}; it may be yours: move it, "
+                             "or name another run directory")
 
 
 def _is_run_log(path):
     try:
         with open_regular(path, str(path), "a run's log", "r", errors="replace") as fh:
             return not path.is_symlink() and RUN_LINE.search(fh.readline(MAX_LINE).rstrip("\n")) is not None
+    except (OSError, ReproError):
+        return False
+
+
+def _is_run_trace(path):
+    if path.is_symlink() or path.suffix != ".json":
+        return False
+    try:
+        return "run_id" in TraceReader(path).other_data
     except (OSError, ReproError):
         return False
 
