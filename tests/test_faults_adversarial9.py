@@ -6,10 +6,12 @@ The command rows run as test_faults_input's rows do (`check_fault`): exit code 1
 naming the flag or key and what was expected, nothing written, no process left running.
 """
 
+import json
+
 import pytest
 import yaml
 from support import REPO, run_repro
-from test_faults_adversarial import _cluster_run, _tfdata
+from test_faults_adversarial import CLIENT, _cluster_run, _store_state, _tfdata
 from test_faults_input import CONFIG, Fault, _check_override, _write, check_fault
 
 from repro.errors import ReproError
@@ -83,6 +85,25 @@ RUN_DIRECTORY_FAULTS += [
           rf"repro: error: --receipt .*/run/{name}: is the run's own {name} in --run-dir .*/run; expected another "
           r"file \(the workflow's: upload.json there\)$")
     for name in ("metrics.json", "run.log", "traces/Getting_started-short.json")]
+
+
+def _trims_experiment_over_users_report(experiment):
+    """`repro trims experiment EXPERIMENT --out out` where out/report.json is the user's."""
+    def prepare(ctx):
+        _write(ctx.dir / "out" / "report.json", '{"mine": true}')
+        chosen = ["compare", "squeezenet_1.1"] if experiment == "compare" else [
+            "distribution", "uniform", "--params", "0", "1", "--concurrency", "1", "--models", "squeezenet_1.1"]
+        return ["trims", "experiment", *chosen, "--store", _store_state(ctx, {}), "--settings", json.dumps(CLIENT),
+                "--out", str(ctx.dir / "out")]
+    return prepare
+
+
+# the run's report went over the user's report.json in --out (its traces/ was refused already)
+RUN_DIRECTORY_FAULTS += [
+    Fault(f"trims-experiment-{experiment}-over-users-report", _trims_experiment_over_users_report(experiment),
+          r"repro: error: --out .*/out: .*/out/report.json is not an experiment's report.json, and the run would "
+          r"replace it; it may be yours: move it, or name another --out$")
+    for experiment in ("compare", "distribution")]
 
 
 @pytest.mark.parametrize("fault", COMMAND_FAULTS + RUN_DIRECTORY_FAULTS,

@@ -316,7 +316,7 @@ MAX_CONCURRENCY, MAX_PARAMETER = 1024, 1e6  # as the config schema bounds trims.
 def _experiment_compare(args):
     from repro.config import check_settings
     from repro.trims import service
-    from repro.trims.experiments import run_compare
+    from repro.trims.experiments import check_report_replaceable, run_compare
     from repro.trims.models import check_model_name
 
     _store_state(args.store)  # a state that is no state named first, as it would be without these checks
@@ -324,6 +324,7 @@ def _experiment_compare(args):
     check_model_name(args.model)
     for mode in ("original", "shared"):
         check_fresh_directory(Path(args.out) / "traces" / mode, "--out")
+    check_report_replaceable(args.out)
     store = service.ensure(args.store, check_settings)  # started again if it no longer runs (a killed run, cluster_stop)
     run_compare(args.model, settings, store["base_path"], store["socket"], Path(args.out))
     print(f"wrote {Path(args.out) / 'report.json'}")
@@ -332,7 +333,7 @@ def _experiment_compare(args):
 def _experiment_distribution(args):
     from repro.config import check_settings
     from repro.trims import service
-    from repro.trims.experiments import run_distribution
+    from repro.trims.experiments import check_report_replaceable, run_distribution
     from repro.trims.models import check_model_name
     from repro.trims.workload import check_params
 
@@ -350,6 +351,7 @@ def _experiment_distribution(args):
         raise ReproError(str(exc).replace("--distribution-params", "--params").replace("--distribution", "distribution")) \
             from None
     check_fresh_directory(Path(args.out) / "traces", "--out")
+    check_report_replaceable(args.out)
     store = service.ensure(args.store, check_settings)  # started again if it no longer runs (a killed run, cluster_stop)
     run_distribution(args.distribution, args.params, args.concurrency, settings, args.models,
                      store["base_path"], store["socket"], Path(args.out))

@@ -106,6 +106,21 @@ def compare(run, run_original=True):
     return {mode: run(mode, original) for mode, original in modes}
 
 
+def check_report_replaceable(out_dir):
+    """ReproError where out_dir/report.json, which a run replaces, is no experiment's report: it may be
+    the user's."""
+    path = Path(out_dir) / "report.json"
+    if not os.path.lexists(path):
+        return
+    try:
+        report = None if path.is_symlink() else read_json(path, "an experiment's report.json")
+    except ReproError:
+        report = None
+    if not isinstance(report, dict) or report.get("experiment") not in ("compare", "distribution"):
+        raise ReproError(f"--out {out_dir}: {path} is not an experiment's report.json, and the run would replace it; "
+                         "it may be yours: move it, or name another --out")
+
+
 def run_compare(model, settings, base_path, socket_path, out_dir):
     """Original then shared requests of one model; return the report (also written to out_dir/report.json)."""
     out_dir = Path(out_dir)
