@@ -413,6 +413,9 @@ INPUT_FAULTS = [
           r"repro: error: .*: ssh.run.command: unknown placeholder \{python.__class__\}"),
     Fault("ssh-env-unbalanced-brace", _check_override(_ssh({"env": {"X": "{mode"}})),
           r"repro: error: .*: ssh.run.env.X: expected '\}' before end of string in '\{mode'"),
+    # passed the check; the backend refused it only as the first run started
+    Fault("ssh-env-name-no-variable", _check_override(_ssh({"env": {"A;B": "x"}})),
+          r"repro: error: .*: ssh.run.env: 'A;B' does not match"),
     # -- numbers that divide by zero or overflow later: refused before anything is written ----------
     Fault("calibration-zero-cost", _pecan_run(_calibration("resnet", cost=0.0)),
           r"repro: error: --calibration .*/resnet.json: declared.cpu_s_per_element is 0.0; expected a positive number"),
