@@ -98,6 +98,12 @@ def _trims_experiment_over_users_report(experiment):
     return prepare
 
 
+# a title laid out for 50 s
+COMMAND_FAULTS += [
+    Fault("pecan-plot-title-of-100000-characters",
+          lambda ctx: ["pecan", "plot", "-t", "1", "2", "3", "-m", "M" * 100_000, "-o", str(ctx.dir / "f")],
+          r"repro: error: -m/--model: 100000 characters; expected a workload's name, the figure's title, of at most 200$")]
+
 # the run's report went over the user's report.json in --out (its traces/ was refused already)
 RUN_DIRECTORY_FAULTS += [
     Fault(f"trims-experiment-{experiment}-over-users-report", _trims_experiment_over_users_report(experiment),

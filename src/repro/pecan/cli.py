@@ -314,6 +314,9 @@ def _absl_bool(parser, name, default, text):
     parser.add_argument(f"--no{name}", f"--no-{dashed}", dest=name, action="store_false", help=argparse.SUPPRESS)
 
 
+MAX_TITLE = 200
+
+
 def _plot(args):
     import tempfile
 
@@ -324,6 +327,9 @@ def _plot(args):
         return _plot_comparison(args)
     if args.tpu_costs is None:
         raise ReproError("-t/--tpu_costs: required with -e final (the TPU cost of collocated, Cachew and Pecan)")
+    if len(args.model) > MAX_TITLE:  # the title is laid out, wrapped, character by character: 100,000 took 50 s
+        raise ReproError(f"-m/--model: {len(args.model)} characters; expected a workload's name, the figure's title, "
+                         f"of at most {MAX_TITLE}")
     costs = [*args.tpu_costs, *args.cpu_costs]
     if any(not math.isfinite(c) or c < 0 or c > MAX_DOLLARS for c in costs):
         raise ReproError(f"-t/-c: costs must be non-negative numbers of dollars, at most {MAX_DOLLARS:g}, got {costs}")
