@@ -104,6 +104,21 @@ COMMAND_FAULTS += [
           lambda ctx: ["pecan", "plot", "-t", "1", "2", "3", "-m", "M" * 100_000, "-o", str(ctx.dir / "f")],
           r"repro: error: -m/--model: 100000 characters; expected a workload's name, the figure's title, of at most 200$")]
 
+# a name given twice, taken as given: groups by one field twice, a record listing a file twice, a model built twice
+COMMAND_FAULTS += [
+    Fault("summarize-group-by-a-field-twice", lambda ctx: [
+        "trace", "summarize", _write(ctx.dir / "t.json", '{"traceEvents": []}'), "--group-by", "model_name,model_name",
+        "-o", str(ctx.dir / "s.json")],
+          r"repro: error: --group-by model_name,model_name: 'model_name' named twice; expected each field once$"),
+    Fault("provenance-an-input-twice", lambda ctx: [
+        "provenance", _write(ctx.dir / "f.pdf", "%PDF"), str(ctx.dir / "." / "f.pdf"), "--settings", "{}",
+        "-o", str(ctx.dir / "p.json")],
+          r"repro: error: .*/f.pdf: named twice among the inputs; expected each file once$"),
+    Fault("trims-models-a-model-twice", lambda ctx: [
+        "trims", "models", "squeezenet_1.1", "squeezenet_1.1", "--base-path", str(ctx.dir / "bp")],
+          r"repro: error: model 'squeezenet_1.1' named twice; expected each model once$"),
+]
+
 # the run's report went over the user's report.json in --out (its traces/ was refused already)
 RUN_DIRECTORY_FAULTS += [
     Fault(f"trims-experiment-{experiment}-over-users-report", _trims_experiment_over_users_report(experiment),

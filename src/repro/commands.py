@@ -20,7 +20,7 @@ import sys
 import threading
 
 from repro.errors import ReproError, one_line
-from repro.fsutil import write_json
+from repro.fsutil import first_repeated, write_json
 from repro.settings import settings_argument, settings_keys
 from repro.stopsignals import STOP_SIGNALS, AfterImports
 
@@ -128,6 +128,8 @@ def _summarize_into(args, inputs, output):
         print(f"{output}: {len(records)} traces")
         return
     group_by = [k for k in args.group_by.split(",") if k]
+    if (twice := first_repeated(group_by)) is not None:
+        raise ReproError(f"--group-by {args.group_by}: {twice!r} named twice; expected each field once")
     doc = summarize(inputs, group_by=group_by, detailed=args.detailed, strict=not args.lenient)
     write_json(output, doc)
     print(f"{output}: {len(doc['traces'])} traces, {len(doc['groups'])} groups")

@@ -23,7 +23,7 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
-from repro.fsutil import OWN_DIRECTORY_MARK, check_fresh_directory, fresh_directory, refuse_inside
+from repro.fsutil import OWN_DIRECTORY_MARK, check_fresh_directory, first_repeated, fresh_directory, refuse_inside
 from repro.settings import figure_file, settings_argument, settings_keys
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.figures import FIGURES
@@ -455,6 +455,8 @@ def _models(args):
         from repro.tracestore import GCSStore
 
         store = GCSStore(args.publish)
+    if (twice := first_repeated(args.models)) is not None:
+        raise ReproError(f"model {twice!r} named twice; expected each model once")
     for name in args.models:
         current = _current_model(base / name, name, args.seed)
         if current is not None:  # already there, checksums matching: nothing to rebuild (download is idempotent)
