@@ -6,6 +6,7 @@ The command rows run as test_faults_input's rows do (`check_fault`): exit code 1
 naming the flag or key and what was expected, nothing written, no process left running.
 """
 
+import importlib.util
 import json
 
 import pytest
@@ -175,3 +176,49 @@ def test_the_largest_deployment_counts_the_workers_this_machine_runs(tmp_path, m
         meminfo.write_text(f"MemAvailable: {(workers * WORKER_MEMORY_MB - 1) * 1024} kB\n")
         with pytest.raises(ReproError, match=rf"^mode {mode}: .*: {workers} worker process\(es\) need"):
             check_deployment_memory(spec, remote_here, meminfo)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fabric") is None, reason="needs the ssh extra")
+def test_a_host_that_does_not_speak_ssh_is_named_in_one_line(tmp_path):
+    """`repro cluster start` (ssh backend) against a port that accepts and closes at once: paramiko's
+    transport thread printed its "Error reading SSH protocol banner" traceback, 19 lines, before the
+    one-line error."""
+    import socket
+    import subprocess
+    import threading
+
+    from support import BIN
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            connection.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+        (tmp_path / "key").write_text("")
+        (tmp_path / "known_hosts").write_text("")
+        host = {"name": "trainer", "address": "127.0.0.1", "port": listener.getsockname()[1], "user": "u",
+                "key_file": str(tmp_path / "key")}
+        config.update(backend="ssh", ssh={"known_hosts": str(tmp_path / "known_hosts"), "connect_timeout_s": 5,
+                                          "hosts": {"accelerator": host}, "start_commands": {"accelerator": ["true"]}})
+        config["plots"]["trims"] = []
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+        done = subprocess.run([str(BIN / "repro"), "cluster", "start", "--config", "c.yaml", "--state", "st.json"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    finally:
+        stop.set()
+        server.join()
+        listener.close()
+    assert done.returncode == 1 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("repro: error: "), done.stderr
+    assert "trainer (u@127.0.0.1:" in done.stderr and not (tmp_path / "st.json").exists()

@@ -11,6 +11,9 @@ from pathlib import Path
 from repro.errors import ReproError
 
 log = logging.getLogger(__name__)
+# paramiko's transport thread logs, with a traceback, the errors that reach the caller, which names
+# them in one line (a host that does not speak ssh: "Error reading SSH protocol banner")
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 KNOWN_HOSTS_LIMIT = 16 << 20  # tens of thousands of hosts' keys
 KEY_FILE_LIMIT = 1 << 20  # a private key is a few KiB
 
