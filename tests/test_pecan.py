@@ -603,3 +603,19 @@ def test_a_run_whose_repeats_would_fill_the_disk_stops_after_its_first_and_leave
         run_mode({**config, "repeats": 5}, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "run")
     assert not (tmp_path / "run").exists()
     run_mode({**config, "repeats": 3}, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "run")  # two more fit
+
+
+def test_a_cost_row_refuses_another_models_settings(config, calibrations, tmp_path):
+    """`pecan cost-table --settings` of RetinaNet (batch 64) over a ResNet run (batch 1024): the row
+    priced the run's examples/s as RetinaNet's batches, $0.05 for $0.55, with exit 0."""
+    from repro.pecan.costtable import mode_row
+    from repro.rulesettings import cost_settings
+
+    run_mode(config, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "run")
+    log, metrics = tmp_path / "run" / "run.log", tmp_path / "run" / "metrics.json"
+    settings = cost_settings(config, "ResNet50_v2-8")
+    assert mode_row(log, metrics, "pecan", settings)["model"] == "resnet"
+    other = {**settings, "model_name": "retinanet", "model": config["pecan"]["models"]["retinanet"]}
+    with pytest.raises(ReproError, match=rf"^{re.escape(str(metrics))}: a run of batch_size 1024, not the --settings "
+                                         r"model's 64; expected the settings of the run's model$"):
+        mode_row(log, metrics, "pecan", other)

@@ -65,6 +65,11 @@ def mode_row(log, metrics, mode, settings):
     for source, recorded in ((log, parsed.run.get("mode")), (metrics, data.get("mode"))):
         if recorded is not None and recorded != mode:  # another mode's numbers in this mode's row
             raise ReproError(f"{source}: a run of mode {recorded!r}, not of --mode {mode!r}")
+    spec = data.get("spec") if scale is None else None  # the model engine's: the model's own batch and epoch
+    for key in ("batch_size", "steps_per_epoch") if isinstance(spec, dict) else ():
+        if key in spec and spec[key] != settings["model"].get(key):  # another model's prices on this run
+            raise ReproError(f"{metrics}: a run of {key} {spec[key]!r}, not the --settings model's "
+                             f"{settings['model'].get(key)!r}; expected the settings of the run's model")
     row = with_spread(cost_row(parsed, mode, *prices), repeats, mode, *prices)
     if scale is not None:
         row["time_scale"] = round(scale, 3)
