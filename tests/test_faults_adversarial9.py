@@ -120,6 +120,25 @@ COMMAND_FAULTS += [
           r"repro: error: model 'squeezenet_1.1' named twice; expected each model once$"),
 ]
 
+def _comparison_tables(*names):
+    """`pecan comparison-table` of workloads A and B given the tables `names` (files A.csv, B.csv)."""
+    def prepare(ctx):
+        for workload in ("A", "B"):
+            _write(ctx.dir / f"{workload}.csv", "mode\n")
+        return ["pecan", "comparison-table", "--option", "autoorder", "--workload", "A", "B", "--table",
+                *(str(ctx.dir / name) for name in names), "-o", str(ctx.dir / "o.csv")]
+    return prepare
+
+
+# tables paired with workloads by position: one workload's numbers drawn under another's name
+COMMAND_FAULTS += [
+    Fault("comparison-table-tables-swapped", _comparison_tables("B.csv", "A.csv"),
+          r"repro: error: --table .*/B.csv: given for --workload 'A', but named for 'B'; expected the tables in the "
+          r"order of the workloads$"),
+    Fault("comparison-table-a-table-twice", _comparison_tables("A.csv", "A.csv"),
+          r"repro: error: --table .*/A.csv: named twice; expected each workload's own cost table once$"),
+]
+
 # the run's report went over the user's report.json in --out (its traces/ was refused already)
 RUN_DIRECTORY_FAULTS += [
     Fault(f"trims-experiment-{experiment}-over-users-report", _trims_experiment_over_users_report(experiment),

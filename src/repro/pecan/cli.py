@@ -482,9 +482,26 @@ def _comparison_table(args):
     if args.option not in OPTIONS:
         raise ReproError(f"--option {args.option!r}: expected one of {sorted(OPTIONS)}")
     _check_workload_names(args.workloads)
+    _check_table_order(args.workloads, args.tables)
     rows = comparison_rows(args.option, args.workloads, args.tables)
     write_table(rows, args.output, COLUMNS)
     print(f"{args.output}: {len(args.workloads)} workloads x {len(OPTIONS[args.option]['modes'])} modes")
+
+
+def _check_table_order(workloads, tables):
+    """ReproError where a --table is named twice, or is named for another of the workloads
+    (<workload>.csv, as the workflow names them): paired by position, its numbers went under the
+    wrong workload."""
+    from repro.fsutil import first_repeated
+
+    twice = first_repeated(os.path.realpath(table) for table in tables)
+    if twice is not None:
+        raise ReproError(f"--table {twice}: named twice; expected each workload's own cost table once")
+    for workload, table in zip(workloads, tables):
+        named = Path(table).stem
+        if named != workload and named in workloads:
+            raise ReproError(f"--table {table}: given for --workload {workload!r}, but named for {named!r}; expected "
+                             "the tables in the order of the workloads")
 
 
 def _check_workload_names(workloads):
