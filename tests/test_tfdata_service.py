@@ -49,6 +49,11 @@ def test_service_starts_answers_a_probe_job_and_stops_every_process(tf, tmp_path
         assert "[ OK ] dispatcher answers at localhost:" in result.stdout
         assert "[ OK ] 1 worker(s) registered, 1 expected" in result.stdout
         assert "[ OK ] probe job returned elements [0, 1, 2, 3, 4, 5, 6, 7]" in result.stdout
+        # started again as it was: the one worker runs on, none is added (a second served jobs beside it)
+        again = subprocess.run([str(REPRO), "pecan", "tfdata", "start", "--state-dir", str(state), "--workers", "1"],
+                               capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and "[ OK ] 1 worker(s) registered, 1 expected" in again.stdout, again.stdout
+        assert [w["pid"] for w in Service(state).state["workers"]] == [records[1]["pid"]]
     finally:
         stopped = subprocess.run([str(REPRO), "pecan", "tfdata", "stop", "--state-dir", str(state)],
                                  capture_output=True, text=True, timeout=120)

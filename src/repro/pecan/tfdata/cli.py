@@ -29,7 +29,8 @@ def add_commands(psub):
     start = tsub.add_parser("start", help="start a tf.data service dispatcher (and workers) on this machine")
     start.add_argument("--state-dir", required=True, help="directory of the service's records, logs and journal")
     start.add_argument("--port", type=_port, default=0, help="dispatcher port (default 0: any free port)")
-    start.add_argument("--workers", type=int, default=0, help="remote workers to start with it (default 0)")
+    start.add_argument("--workers", type=int, default=0,
+                       help="remote workers it runs: as many are started as fall short of this (default 0)")
     start.add_argument("--threads", type=int, default=1, help="threads (and CPUs) per worker (default 1)")
     start.add_argument("--worker-hosts", metavar="JSON",
                        help="run remote workers on these hosts over ssh (repro.pecan.tfdata.remote.SshWorkers)")
@@ -177,7 +178,9 @@ def _start(args):
         check_worker_memory(args.workers, f"--workers {args.workers}")
     was_running = Service(args.state_dir).dispatcher_running()
     service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers)
-    _add_workers(service, args.workers, args.threads, started_dispatcher=not was_running)
+    service.prune()  # a start again on a running service tops its workers up, not adds as many again
+    running = sum(worker["kind"] == "remote" for worker in service.state["workers"])
+    _add_workers(service, max(0, args.workers - running), args.threads, started_dispatcher=not was_running)
     print(f"{args.state_dir}: dispatcher at {service.address}")
     return 0 if print_checks(service.checks(probe=False)) else 1
 
