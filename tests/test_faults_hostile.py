@@ -533,6 +533,10 @@ FIGURE_SETTINGS_FAULTS = [
           r"repro: error: --settings: option: \['autoorder'\] is not of type 'string'"),
     Fault("figure-settings-reference-a-list", _figure_settings("figure", reference=["x"]),
           r"repro: error: --settings: reference: \['x'\] is not of type 'string'"),
+    # a verdict file of no verdicts, exit 0: the config's check refuses such a pair
+    Fault("figure-settings-reference-of-no-mode-drawn", _figure_settings("figure", reference="Getting_started"),
+          r"repro: error: --settings: reference: 'Getting_started' holds values for modes short, none of "
+          r"them drawn \(cachew, autoorder\); expected a reference of the figure's modes, or none$"),
     Fault("figure-settings-modes-a-number", _figure_settings("figure", modes=5),
           r"repro: error: --settings: modes: 5 is not of type 'array'"),
     # a caption that is not text was drawn as its Python repr

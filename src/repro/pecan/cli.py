@@ -463,6 +463,11 @@ def _figure(args):
                    settings["engine_caption"])
     modes = settings.get("modes")
     scales = [(row["mode"], row.get("time_scale")) for row in figure_rows(args.table, modes)]
+    drawn = [mode for mode, _ in scales]
+    if reference and not set(reference) & set(drawn):  # as the config's check refuses it: "0 of 0 inside"
+        raise ReproError(f"--settings: reference: {settings['reference']!r} holds values for modes "
+                         f"{', '.join(reference)}, none of them drawn ({', '.join(drawn)}); expected a reference of "
+                         "the figure's modes, or none")
     if settings["engine_caption"] and all(scale for _, scale in scales):
         shown = {f"x{float(scale):.3g}" for _, scale in scales}
         text += "; time scale " + (shown.pop() if len(shown) == 1 else
