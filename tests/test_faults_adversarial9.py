@@ -103,7 +103,7 @@ def _trims_experiment_over_users_report(experiment):
 COMMAND_FAULTS += [
     Fault("pecan-plot-title-of-100000-characters",
           lambda ctx: ["pecan", "plot", "-t", "1", "2", "3", "-m", "M" * 100_000, "-o", str(ctx.dir / "f")],
-          r"repro: error: -m/--model: 100000 characters; expected a workload's name, the figure's title, of at most 200$")]
+          r"repro: error: -m/--model: 100000 characters; expected a workload's name, the figure's title, of at most 2000$")]
 
 # a name given twice, taken as given: groups by one field twice, a record listing a file twice, a model built twice
 COMMAND_FAULTS += [

@@ -314,7 +314,7 @@ def _absl_bool(parser, name, default, text):
     parser.add_argument(f"--no{name}", f"--no-{dashed}", dest=name, action="store_false", help=argparse.SUPPRESS)
 
 
-MAX_TITLE = 200
+MAX_TITLE = 2000  # characters of pecan plot's title (a workload's name)
 
 
 def _plot(args):
