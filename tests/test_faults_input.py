@@ -583,20 +583,36 @@ def test_atomic_write_refuses_a_node_it_would_replace(tmp_path, kind):
 
 
 def test_a_fresh_directory_empties_only_what_it_made(tmp_path):
-    """Made and marked; made again, its earlier content goes; an empty directory of the user's is
-    taken, one holding the user's files is refused and kept."""
+    """Made and marked; made again, its earlier content goes (its temporary files too); an empty
+    directory of the user's is taken, one holding the user's files is refused and kept, and so is
+    one it made where the user has put a file since (deleted with it before)."""
+    import re
+
     from repro.errors import ReproError
     from repro.fsutil import fresh_directory
 
-    made = fresh_directory(tmp_path / "a" / "b", "--out")
-    (made / "old.json").write_text("{}")
-    assert not (fresh_directory(made, "--out") / "old.json").exists()
+    written = re.compile(r"(?:m/)?[^/]+\.json")
+    made = fresh_directory(tmp_path / "a" / "b", "--out", written)
+    _write(made / "old.json", "{}")
+    _write(made / "m" / "old.json", "{}")
+    _write(made / "m" / ".old.json.x1.tmp", "{")
+    assert not (fresh_directory(made, "--out", written) / "old.json").exists()
     (tmp_path / "empty").mkdir()
-    fresh_directory(tmp_path / "empty", "--out")
+    fresh_directory(tmp_path / "empty", "--out", written)
     _write(tmp_path / "users" / "keep.txt", "the user's")
     with pytest.raises(ReproError, match=r"--out .*users: holds files this command did not write"):
-        fresh_directory(tmp_path / "users", "--out")
+        fresh_directory(tmp_path / "users", "--out", written)
     assert (tmp_path / "users" / "keep.txt").read_text() == "the user's"
+    for put in ("added.txt", "m/deep/added.json"):
+        _write(made / put, "the user's")
+        with pytest.raises(ReproError, match=rf"--out .*b: holds {put}, which this command does not write; it may be "
+                                             "yours: move it, or name another directory$"):
+            fresh_directory(made, "--out", written)
+        assert (made / put).read_text() == "the user's"
+        (made / put).unlink()
+    (made / "link").symlink_to(tmp_path / "users")
+    with pytest.raises(ReproError, match=r"holds link, which"):
+        fresh_directory(made, "--out", written)
 
 
 @pytest.mark.fault

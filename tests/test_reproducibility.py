@@ -516,3 +516,22 @@ def test_trims_distribution_table_gives_bootstrap_intervals():
         assert low <= row[f"p{q}_ms"] <= high
     assert row["p50_ms"] == pytest.approx(np.median([r["latency_us"] for r in results]) / 1000)
     assert row["hit_rate_ci"][0] < row["hit_rate"] < row["hit_rate_ci"][1]
+
+
+def test_a_scratch_directory_is_emptied_of_what_the_chain_wrote_only(config, tmp_path):
+    """A check's run-1/run-2 made by an earlier check: a file of the user's put there since was deleted
+    with it. What the chain writes (calibrations, runs with their repeats, tables) is its own; anything
+    else is refused and kept."""
+    from repro.fsutil import check_fresh_directory, fresh_directory
+    from repro.pecan.reproducibility import SCRATCH_FILES, run_chain
+
+    cfg = {**copy.deepcopy(config), "repeats": 2}
+    cfg["calibration"].update(elements=2, repeats=1)
+    scratch = fresh_directory(tmp_path / "run-1", "--scratch", SCRATCH_FILES)
+    run_chain(cfg, ["Getting_started"], scratch)
+    assert (scratch / "runs" / "Getting_started" / "short" / "repeats" / "run-1.log").is_file()
+    check_fresh_directory(scratch, "--scratch", SCRATCH_FILES)  # all of it the chain's own
+    (scratch / "runs" / "notes.txt").write_text("the user's")
+    with pytest.raises(ReproError, match=r"--scratch .*run-1: holds runs/notes.txt, which this command does not write"):
+        fresh_directory(scratch, "--scratch", SCRATCH_FILES)
+    assert (scratch / "runs" / "notes.txt").read_text() == "the user's"

@@ -15,7 +15,7 @@ import re
 import shutil
 import stat
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from repro import stopsignals
 from repro.errors import ReproError
@@ -401,24 +401,39 @@ def check_default_output(path, label, is_ours, what):
     return path
 
 
-def check_fresh_directory(path, label):
+_STAGED_NAME = re.compile(r"\..+\.tmp")  # atomic_path's temporary files, run_mode's staging directories
+
+
+def check_fresh_directory(path, label, written):
     """ReproError, naming `label`, unless `path` is new, an empty directory or one that
-    fresh_directory made (marked so): anything else may be the user's."""
+    fresh_directory made (marked so) holding only files whose paths in it `written` (a compiled
+    pattern) matches, the command's own: anything else may be the user's."""
     path = Path(path)
     if path.is_symlink() or path.exists() and not path.is_dir():
         raise ReproError(f"{label} {path}: is not a directory this command made; expected a new or empty "
                          "directory: remove it or name another")
-    if path.is_dir() and any(path.iterdir()) and not (path / OWN_DIRECTORY_MARK).is_file():
+    if not path.is_dir() or not any(path.iterdir()):
+        return
+    if not (path / OWN_DIRECTORY_MARK).is_file():
         raise ReproError(f"{label} {path}: holds files this command did not write; expected a new or empty "
                          "directory: remove it or name another")
+    for folder, directories, files in os.walk(path):
+        below = Path(folder).relative_to(path)
+        for name in files + [d for d in directories if (Path(folder) / d).is_symlink()]:
+            relative = (below / name).as_posix()
+            if relative != OWN_DIRECTORY_MARK and not written.fullmatch(relative) and not any(
+                    _STAGED_NAME.fullmatch(part) for part in PurePosixPath(relative).parts):
+                raise ReproError(f"{label} {path}: holds {relative}, which this command does not write; it may be "
+                                 "yours: move it, or name another directory")
 
 
-def fresh_directory(path, label):
+def fresh_directory(path, label, written):
     """`path` made empty for this command's output: an earlier one it made (marked so) is removed,
-    a new one made and marked. A directory it did not make, holding anything, is refused naming
-    `label` (check_fresh_directory): it may be the user's, and is never deleted."""
+    a new one made and marked. A directory it did not make, holding anything, or one it made
+    holding anything but what it writes (`written`), is refused naming `label`
+    (check_fresh_directory): it may be the user's, and is never deleted."""
     path = Path(path)
-    check_fresh_directory(path, label)
+    check_fresh_directory(path, label, written)
     if (path / OWN_DIRECTORY_MARK).is_file():
         shutil.rmtree(path)
     try:

@@ -9,6 +9,7 @@ functions; every plotted number of the two chains compared within the configured
 95% interval the repeats give, and how far outside.
 """
 
+import re
 import sys
 from pathlib import Path
 
@@ -69,6 +70,11 @@ def figure_pipelines(config, figures):
     experiments = [w for f in figures for w in (plots["comparisons"][f]["workloads"] if f in plots["comparisons"]
                                                 else [plots["figures"][f]["experiment"]])]
     return experiment_pipelines(config, experiments)
+
+
+# what run_chain writes in its scratch directory: calibrations, runs (as run_mode writes them), tables
+SCRATCH_FILES = re.compile(r"calibration/[^/]+\.json|tables/[^/]+\.csv"
+                           r"|runs/[^/]+/[^/]+/(?:run\.log|metrics\.json|traces/[^/]+\.json|repeats/run-[0-9]+\.log)")
 
 
 def run_chain(config, figures, scratch):
@@ -204,9 +210,9 @@ def check(config, figures, scratch_root):
     check_figures(config, figures)
     scratches = [Path(scratch_root) / f"run-{i}" for i in (1, 2)]
     for scratch in scratches:  # both, before either is emptied
-        check_fresh_directory(scratch, "--scratch")
+        check_fresh_directory(scratch, "--scratch", SCRATCH_FILES)
     for scratch in scratches:
-        fresh_directory(scratch, "--scratch")
+        fresh_directory(scratch, "--scratch", SCRATCH_FILES)
     first, second = (run_chain(config, figures, scratch) for scratch in scratches)
     return compare(first, second, config["reproducibility"]["tolerance"])
 

@@ -16,7 +16,7 @@ from repro.errors import ReproError
 from repro.fsutil import copy_limited, first_repeated, fresh_directory, open_regular, read_json, sha256_file, write_json
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
-from repro.trims.client import Client, ClientOptions, store_fields
+from repro.trims.client import TRACE_FILES, Client, ClientOptions, store_fields
 from repro.trims.device import resolve_device
 from repro.trims.models import check_file_size, load_manifest, load_manifest_file
 from repro.trims.server import StoreConnection
@@ -126,7 +126,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
     out_dir = Path(out_dir)
 
     def run(mode, original):
-        traces = fresh_directory(out_dir / "traces" / mode, "--out")
+        traces = fresh_directory(out_dir / "traces" / mode, "--out", TRACE_FILES)
         client = _client(base_path, socket_path, traces, original, settings,
                          {"experiment": "compare", "run_id": f"compare-{model}-{mode}", **store})
         plan = [(model, i) for i in range(settings["iterations"])]
@@ -147,7 +147,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
 def run_distribution(name, params, concurrency, settings, models, base_path, socket_path, out_dir):
     """Shared-mode requests following a popularity distribution at one concurrency level."""
     out_dir = Path(out_dir)
-    traces = fresh_directory(out_dir / "traces", "--out")
+    traces = fresh_directory(out_dir / "traces", "--out", TRACE_FILES)
     plan = plan_requests(models, settings["iterations"], name, params, seed=settings["seed"])
     connection = StoreConnection(socket_path, timeout=30)
     connection.request({"op": "flush"})  # every run starts from an empty store
