@@ -1,6 +1,7 @@
 import json
 import mmap
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,6 +178,21 @@ def test_a_pair_that_ends_before_it_begins_is_refused_or_skipped(tmp_path, optio
     later = dump(tmp_path / "later.json", {"traceEvents": [*events[:2], *events[:2], *apart]})
     with pytest.raises(TraceError, match=r"later\.json: event 5: duration is not a finite number"):
         summarize_trace(later, strict=False, reader_options=options)
+
+
+def test_a_trace_given_twice_is_refused(tmp_path):
+    """`trace combine t.json t.json` and `trace summarize d d/t.json` counted the trace twice, exit 0."""
+    (tmp_path / "d").mkdir()
+    path = dump(tmp_path / "d" / "t.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]})
+    other = dump(tmp_path / "other.json", [])
+    for inputs, twice in (([path, tmp_path / "d" / "." / "t.json"], path), (([tmp_path / "d", path]), path),
+                          ([other, tmp_path], other)):
+        with pytest.raises(TraceError, match=rf"^{twice}: given twice \(named, or found in a directory named too\); "
+                                             "expected each trace once$"):
+            summarize(inputs)
+    assert summarize([tmp_path / "d", tmp_path / "other.json"])["traces"][0]["events"]["a"]["count"] == 1
+    code = main(["trace", "combine", str(path), str(path), "-o", str(tmp_path / "c.json")])
+    assert code == 1 and not (tmp_path / "c.json").exists()
 
 
 def test_unreadable_and_missing_inputs(tmp_path):

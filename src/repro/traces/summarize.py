@@ -9,6 +9,7 @@ All times in a summary are microseconds (the trace's own unit). Per trace:
 """
 
 import math
+import os
 from itertools import compress, repeat
 from operator import ne
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError, TraceError
-from repro.fsutil import check_text_name
+from repro.fsutil import check_text_name, first_repeated
 from repro.stats import t_quantile
 from repro.traces.events import IGNORE_CATEGORY, column
 from repro.traces.events import values as dict_values
@@ -48,7 +49,8 @@ OUTPUT_PREFIXES = ("combined", "compared-", "summary")
 
 
 def find_traces(inputs):
-    """Expand directories (recursively, *.json, skipping the tools' own outputs) into files."""
+    """Expand directories (recursively, *.json, skipping the tools' own outputs) into files; a file
+    named twice (or found in a directory named too) is refused: it would be counted twice."""
     files = []
     for item in map(Path, inputs):
         if item.is_dir():
@@ -64,6 +66,9 @@ def find_traces(inputs):
             raise TraceError(item, "no such file or directory")
     for path in files:
         check_text_name(path, "a trace's name goes into the output")
+    twice = first_repeated(os.path.realpath(path) for path in files)
+    if twice is not None:
+        raise TraceError(twice, "given twice (named, or found in a directory named too); expected each trace once")
     return files
 
 
