@@ -1585,7 +1585,6 @@ def test_a_file_read_in_chunks_waits_serialised_one_read_whole_as_events(tmp_pat
 
 
 def test_find_and_key_values_find_keys_at_every_alignment_and_depth_only_as_keys():
-    import re
 
     from repro.traces.splice import find, key_values, words
 
