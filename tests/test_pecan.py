@@ -619,3 +619,17 @@ def test_a_cost_row_refuses_another_models_settings(config, calibrations, tmp_pa
     with pytest.raises(ReproError, match=rf"^{re.escape(str(metrics))}: a run of batch_size 1024, not the --settings "
                                          r"model's 64; expected the settings of the run's model$"):
         mode_row(log, metrics, "pecan", other)
+
+
+def test_pecan_costs_refuses_a_log_of_another_experiment_and_names_the_runs_mode(config, calibrations, tmp_path,
+                                                                                  capsys):
+    """`repro pecan costs --experiment RetinaNet run.log` of a ResNet50_v2-8 run priced it as RetinaNet's
+    (exit 0), and its mode column read the file's name, `run`."""
+    run_mode(config, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "run")
+    log = str(tmp_path / "run" / "run.log")
+    for flag, name in (("--experiment", "RetinaNet"), ("--model", "retinanet")):
+        assert main(["pecan", "costs", flag, name, log]) == 1
+        assert capsys.readouterr().err == f"repro: error: {log}: a run of experiment 'ResNet50_v2-8', not of {flag} '{name}'\n"
+    assert main(["pecan", "costs", "--experiment", "ResNet50_v2-8", log, "-o", str(tmp_path / "c.csv")]) == 0
+    rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    assert [(row["model"], row["mode"]) for row in rows] == [("resnet", "pecan")]

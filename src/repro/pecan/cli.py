@@ -292,7 +292,13 @@ def _costs(args):
     for log in logs:
         check_text_name(log, "it names the log's row (experiment and mode)")
         parsed = parse_log(log, worker_matches=args.worker_matches, infer_workers=args.infer_workers)
-        row = cost_row(parsed, Path(log).stem, model, pecan["models"][model], tpu_price, pecan["prices"]["worker"],
+        recorded = parsed.run.get("experiment")  # a log this package wrote names its run; the artifact's do not
+        if recorded is not None and (recorded != args.experiment if args.experiment else
+                                     pecan["experiments"].get(recorded, {}).get("model", model) != model):
+            raise ReproError(f"{log}: a run of experiment {recorded!r}, not of "
+                             + (f"--experiment {args.experiment!r}" if args.experiment else f"--model {model!r}"))
+        # the mode: the run's, or the artifact's log names it (resnet_colloc.log)
+        row = cost_row(parsed, parsed.run.get("mode", Path(log).stem), model, pecan["models"][model], tpu_price, pecan["prices"]["worker"],
                        tpu_count=args.tpu_count)
         rows.append({**row, "experiment": args.experiment_type or row["experiment"]})
     write_table(rows, args.output, header=args.header)
