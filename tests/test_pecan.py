@@ -633,3 +633,18 @@ def test_pecan_costs_refuses_a_log_of_another_experiment_and_names_the_runs_mode
     assert main(["pecan", "costs", "--experiment", "ResNet50_v2-8", log, "-o", str(tmp_path / "c.csv")]) == 0
     rows = list(csv.DictReader((tmp_path / "c.csv").open()))
     assert [(row["model"], row["mode"]) for row in rows] == [("resnet", "pecan")]
+
+
+def test_a_cost_row_refuses_a_log_and_metrics_of_two_runs(config, calibrations, tmp_path):
+    """`pecan cost-table --log A/run.log --metrics B/metrics.json` of two runs of one mode (seeds 7 and
+    1): the row mixed them, with exit 0."""
+    from repro.pecan.costtable import mode_row
+    from repro.rulesettings import cost_settings
+
+    run_mode(config, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "a")
+    run_mode({**config, "seed": 7}, "ResNet50_v2-8", "pecan", calibrations, tmp_path / "b")
+    settings = cost_settings(config, "ResNet50_v2-8")
+    with pytest.raises(ReproError, match=r"b/run.log: the log of a run of seed 7, and .*a/metrics.json of a run of seed "
+                                         r"1; expected the log and the metrics of one run$"):
+        mode_row(tmp_path / "b" / "run.log", tmp_path / "a" / "metrics.json", "pecan", settings)
+    assert mode_row(tmp_path / "b" / "run.log", tmp_path / "b" / "metrics.json", "pecan", settings)["mode"] == "pecan"

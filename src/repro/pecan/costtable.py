@@ -65,6 +65,11 @@ def mode_row(log, metrics, mode, settings):
     for source, recorded in ((log, parsed.run.get("mode")), (metrics, data.get("mode"))):
         if recorded is not None and recorded != mode:  # another mode's numbers in this mode's row
             raise ReproError(f"{source}: a run of mode {recorded!r}, not of --mode {mode!r}")
+    for key, recorded in (("experiment", data.get("experiment")), ("seed", repeats[0].get("seed"))):
+        logged = parsed.run.get(key)
+        if logged is not None and recorded is not None and logged != str(recorded):  # two runs' files in one row
+            raise ReproError(f"{log}: the log of a run of {key} {logged}, and {metrics} of a run of {key} {recorded}; "
+                             "expected the log and the metrics of one run")
     spec = data.get("spec") if scale is None else None  # the model engine's: the model's own batch and epoch
     for key in ("batch_size", "steps_per_epoch") if isinstance(spec, dict) else ():
         if key in spec and spec[key] != settings["model"].get(key):  # another model's prices on this run
