@@ -413,6 +413,9 @@ INPUT_FAULTS = [
           r"repro: error: .*: ssh.run.command: unknown placeholder \{python.__class__\}"),
     Fault("ssh-env-unbalanced-brace", _check_override(_ssh({"env": {"X": "{mode"}})),
           r"repro: error: .*: ssh.run.env.X: expected '\}' before end of string in '\{mode'"),
+    # passed the check; `check-reproducibility` then failed naming "unknown pipeline(s) []"
+    Fault("reproducibility-of-no-figure", _check_override({"reproducibility": {"figures": []}}),
+          r"repro: error: .*: reproducibility.figures: \[\] should be non-empty"),
     # passed the check; the backend refused it only as the first run started
     Fault("ssh-env-name-no-variable", _check_override(_ssh({"env": {"A;B": "x"}})),
           r"repro: error: .*: ssh.run.env: 'A;B' does not match"),
