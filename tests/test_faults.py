@@ -234,6 +234,9 @@ CLI_FAULTS = [
           lambda ctx: ["trace", "combine", _write(ctx.dir / "t.json", '{"traceEvents": 5}'), "-o", str(ctx.dir / "c.json")],
           r"repro: error: .*/t.json"),
     Fault("tool-config-binary", _trims_client(config=BINARY), r"repro: error: .*/carml.yml: not a text file"),
+    # its requests were made twice over
+    Fault("client-a-model-twice", _trims_client("--model", "squeezenet_1.1", "squeezenet_1.1"),
+          r"repro: error: --model: 'squeezenet_1.1' named twice; expected each model once$"),
     Fault("tool-config-a-list", _trims_client(config="- 1\n"), r"repro: error: .*/carml.yml: expected a mapping"),
     Fault("tool-config-section-a-list", _trims_client(config="micro18: [1]\n"), r"repro: error: .*/carml.yml: "),
     Fault("trims-unknown-model", _trims_client("--model", "nope"), r"repro: error: --model: unknown model\(s\) \['nope'\]"),

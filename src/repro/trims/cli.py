@@ -682,6 +682,8 @@ def _client_setup(args, shared, own_copies):
         raise ReproError(f"{given} {base}: {'holds no models' if base.is_dir() else 'no such directory'} "
                          "(each model a directory with a manifest.json; `repro trims models` makes them)")
     models = args.models or available
+    if (twice := first_repeated(models)) is not None:  # its requests were made twice over
+        raise ReproError(f"--model: {twice!r} named twice; expected each model once")
     unknown = sorted(set(models) - set(available))
     if unknown:
         raise ReproError(f"--model: unknown model(s) {unknown}; {base} holds {available or 'no models'}")
