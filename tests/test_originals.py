@@ -436,3 +436,24 @@ def test_server_host_tier_through_the_command_line(tmp_path):
         assert status["tiers"]["host"]["promotions"] == 1 and status["tiers"]["file"]["loads"] == 2
     finally:
         subprocess.run([REPRO, "trims", "server", "stop", "--socket", str(sock)], env=env, timeout=60)
+
+
+@pytest.mark.service
+def test_server_stop_ends_once_the_server_has(tmp_path):
+    """`trims server stop` (and `trims-tools run`, which ends with it) returned once the server had the
+    request, with the server still running a while."""
+    from repro.processes import alive
+
+    generate("squeezenet_1.1", tmp_path / "models" / "squeezenet_1.1", seed=1)
+    sock = tmp_path / "s.sock"
+    env = {**os.environ, "HOME": str(tmp_path)}
+    started = subprocess.run([REPRO, "trims", "server", "run", "-d", "--socket", str(sock), "--base-path",
+                              str(tmp_path / "models"), "--memory-mb", "64", "--device", "cpu"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr
+    pid = json.loads(subprocess.run([REPRO, "trims", "server", "status", "--socket", str(sock)], env=env,
+                                    capture_output=True, text=True, timeout=60).stdout)["pid"]
+    stopped = subprocess.run([REPRO, "trims", "server", "stop", "--socket", str(sock)], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert (stopped.returncode, stopped.stdout) == (0, "model store server stopped\n"), stopped.stderr
+    assert not alive(pid)

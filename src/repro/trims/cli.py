@@ -512,7 +512,11 @@ def _server_run(args):
           ready=lambda: print(f"model store server on {socket_path} ({where})", flush=True))
 
 
+STOP_WAIT_S = 30  # for a stopped server to remove its segments and exit
+
+
 def _server_stop(args):
+    from repro.processes import describe, matches
     from repro.trims.server import StoreConnection
     from repro.trims.modelstore import remove_stale_segments, segment_prefix
 
@@ -524,8 +528,16 @@ def _server_stop(args):
         if removed:
             raise ReproError(f"{exc}; removed {len(removed)} shared memory segment(s) a killed server left") from None
         raise
+    pid = connection.request({"op": "status"}).get("pid")
+    try:
+        server = describe(pid, "model store server")
+    except (ProcessLookupError, TypeError, ValueError):  # it answers from elsewhere (another namespace)
+        server = None
     connection.request({"op": "shutdown"})
-    print("model store server stopping")
+    deadline = time.monotonic() + STOP_WAIT_S
+    while server is not None and matches(server) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the command ends once the server has: `trims-tools run` returned with it still running
+    print("model store server stopping" if server is not None and matches(server) else "model store server stopped")
 
 
 def _server_status(args):
