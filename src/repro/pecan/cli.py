@@ -46,7 +46,8 @@ def add_commands(sub):
 
     run = psub.add_parser("run", help="run one experiment x mode on the local cluster model")
     run.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
-    run.add_argument("--settings", help="the run's settings as the workflow passes them (JSON), instead of --config")
+    run.add_argument("--settings", metavar="FILE",
+                     help="a JSON file of the run's settings as the ssh backend writes them, instead of --config")
     run.add_argument("--experiment", required=True)
     run.add_argument("--mode", required=True)
     run.add_argument("--calibration", nargs="+", required=True,

@@ -32,8 +32,9 @@ def add_commands(psub):
     start.add_argument("--workers", type=int, default=0,
                        help="remote workers it runs: as many are started as fall short of this (default 0)")
     start.add_argument("--threads", type=int, default=1, help="threads (and CPUs) per worker (default 1)")
-    start.add_argument("--worker-hosts", metavar="JSON",
-                       help="run remote workers on these hosts over ssh (repro.pecan.tfdata.remote.SshWorkers)")
+    start.add_argument("--worker-hosts", metavar="FILE",
+                       help="a JSON file of the hosts to run remote workers on over ssh "
+                            "(repro.pecan.tfdata.remote.SshWorkers)")
     start.set_defaults(func=_start)
 
     status = tsub.add_parser("status", help="check the service: dispatcher, registered workers, a probe job")
