@@ -123,28 +123,35 @@ def _tiny_throughput_log(zeros):
     return prepare
 
 
-def _results(calibration=None, table=None):
-    """A results/ directory for compare-results: the calibrations and tables its figures read."""
+def _results(calibration=None, table=None, itself=False):
+    """Two results/ directories for compare-results (`itself`: one, given twice): the calibrations and
+    tables its figures read."""
     def prepare(ctx):
-        results = ctx.dir / "results"
-        for pipeline in ("resnet", "retinanet"):
-            path = results / "calibration" / f"{pipeline}.json"
-            if pipeline == "resnet" and calibration is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                calibration(path)
-            else:
-                _write(path, _calibration(pipeline))
-        for experiment in ("Getting_started", "ResNet50_v2-8", "RetinaNet"):
-            path = results / "tables" / f"{experiment}.csv"
-            if table is not None and experiment == "Getting_started":
-                path.parent.mkdir(parents=True, exist_ok=True)
-                table(path)
-            else:
-                _write(path, "mode,tpu_cost_mean\nshort,1.0\n")
-        return ["pecan", "compare-results", str(results), str(results), "--config", str(CONFIG),
+        given = [_results_directory(ctx.dir / name, calibration, table)
+                 for name in ("results", "other")[:1 + (not itself)]]
+        return ["pecan", "compare-results", str(given[0]), str(given[-1]), "--config", str(CONFIG),
                 *(f"--figure={figure}" for figure in ("Getting_started", "fig8_ResNet50_v2-8", "RetinaNet"))]
 
     return prepare
+
+
+def _results_directory(results, calibration, table):
+    """One results/ directory of _results."""
+    for pipeline in ("resnet", "retinanet"):
+        path = results / "calibration" / f"{pipeline}.json"
+        if pipeline == "resnet" and calibration is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            calibration(path)
+        else:
+            _write(path, _calibration(pipeline))
+    for experiment in ("Getting_started", "ResNet50_v2-8", "RetinaNet"):
+        path = results / "tables" / f"{experiment}.csv"
+        if table is not None and experiment == "Getting_started":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            table(path)
+        else:
+            _write(path, "mode,tpu_cost_mean\nshort,1.0\n")
+    return results
 
 
 def _settings_command(*argv):
@@ -314,6 +321,9 @@ INPUT_FAULTS = [
     Fault("cost-table-metrics-fifo", _cost_table(metrics=_fifo), r"repro: error: .*/fifo: is a FIFO", bounded=True),
     Fault("validation-metrics-dev-zero", _metrics(lambda ctx: "/dev/zero"),
           r"repro: error: --metrics /dev/zero: is a character device", bounded=True),
+    # "15 of 15 numbers within tolerance": a directory against itself
+    Fault("compare-results-a-directory-with-itself", _results(itself=True),
+          r"repro: error: .*/results: the same directory as .*/results; expected two results/ directories$"),
     Fault("compare-results-calibration-fifo", _results(calibration=lambda path: os.mkfifo(path)),
           r"repro: error: .*/resnet.json: is a FIFO", bounded=True),
     Fault("compare-results-table-fifo", _results(table=lambda path: os.mkfifo(path)),

@@ -409,6 +409,9 @@ def _compare_results(args):
     from repro.pecan.reproducibility import (CHECK_COLUMNS, check_figures, check_same_numbers, compare, outside,
                                              results_files, results_numbers)
 
+    with contextlib.suppress(OSError):  # one missing is named where its numbers are read
+        if os.path.samefile(args.first, args.second):  # a directory against itself always agrees
+            raise ReproError(f"{args.second}: the same directory as {args.first}; expected two results/ directories")
     config = load_config(args.config)
     figures = (check_figures(config, args.figure, "--figure") if args.figure
                else check_figures(config, config["reproducibility"]["figures"]))
