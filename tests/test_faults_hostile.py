@@ -533,6 +533,10 @@ FIGURE_SETTINGS_FAULTS = [
           r"repro: error: --settings: option: \['autoorder'\] is not of type 'string'"),
     Fault("figure-settings-reference-a-list", _figure_settings("figure", reference=["x"]),
           r"repro: error: --settings: reference: \['x'\] is not of type 'string'"),
+    # the bars of the table's workload W, the caption and the paper's values of SimCLR, exit 0
+    Fault("comparison-settings-workloads-not-the-tables", _figure_settings("comparison", workloads=["SimCLR"]),
+          r"repro: error: --settings: workloads: \['SimCLR'\], but .*/t.csv holds \['W'\]; expected the workloads of "
+          r"the table, in its order$"),
     # a verdict file of no verdicts, exit 0: the config's check refuses such a pair
     Fault("figure-settings-reference-of-no-mode-drawn", _figure_settings("figure", reference="Getting_started"),
           r"repro: error: --settings: reference: 'Getting_started' holds values for modes short, none of "

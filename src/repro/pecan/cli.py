@@ -571,6 +571,10 @@ def _comparison(args):
     settings = args.settings
     _check_figure_settings(settings, "comparisons", args.comparison, ("option", "workloads"))
     rows = _comparison_rows(args.table)
+    tabled = list(dict.fromkeys(row["workload"] for row in rows))
+    if tabled != settings["workloads"]:  # the caption and the paper's values follow the settings, the bars the table
+        raise ReproError(f"--settings: workloads: {settings['workloads']}, but {args.table} holds {tabled}; expected "
+                         "the workloads of the table, in its order")
     verdicts = paper_verdicts(args.comparison, rows, PAPER_COSTS)
     text = comparison_caption(settings, load_calibrations(args.calibration), verdicts, rows)
     plot_comparison(rows, settings["option"], args.output, text, check_style(settings["style"], "--settings style"),
