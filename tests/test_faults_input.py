@@ -423,6 +423,11 @@ INPUT_FAULTS = [
           r"repro: error: .*: ssh.run.command: unknown placeholder \{python.__class__\}"),
     Fault("ssh-env-unbalanced-brace", _check_override(_ssh({"env": {"X": "{mode"}})),
           r"repro: error: .*: ssh.run.env.X: expected '\}' before end of string in '\{mode'"),
+    # ResNet-50's bars judged against RetinaNet's values: "outside by -431%"
+    Fault("figure-reference-of-another-workload",
+          _check_override({"plots": {"figures": {"X": {"experiment": "ResNet50_v2-8", "reference": "RetinaNet"}}}}),
+          r"repro: error: .*: plots.figures.X.reference: 'RetinaNet' holds the values of retinanet on v2-8; experiment "
+          r"'ResNet50_v2-8' runs resnet on v2-8; expected a reference of its workload, or none$"),
     # passed the check; `check-reproducibility` then failed naming "unknown pipeline(s) []"
     Fault("reproducibility-of-no-figure", _check_override({"reproducibility": {"figures": []}}),
           r"repro: error: .*: reproducibility.figures: \[\] should be non-empty"),
