@@ -239,15 +239,16 @@ def test_settings_too_large_for_a_float_are_named_as_the_flag(tmp_path, monkeypa
 
 
 def test_a_reference_for_none_of_the_figures_modes_is_refused(tmp_path, capsys):
-    """plots.figures.Getting_started.reference: RetinaNet, whose values are for collocated, cachew and pecan
-    while the figure draws mode short only: the check passed it, and the figure was drawn without a
-    reference, '0 of 0 reference values inside the measured 95% interval', exit 0."""
+    """plots.figures.Getting_started.reference: ResNet50_v2-8_run1 (its workload), whose values are for
+    collocated, cachew and pecan while the figure draws mode short only: the check passed it, and the
+    figure was drawn without a reference, '0 of 0 reference values inside the measured 95% interval', exit 0."""
     config = tmp_path / "my.yaml"
-    config.write_text("plots:\n  figures:\n    Getting_started: {experiment: Getting_started, reference: RetinaNet}\n")
+    config.write_text("plots:\n  figures:\n    Getting_started: {experiment: Getting_started, "
+                      "reference: ResNet50_v2-8_run1}\n")
     code, out, err = run_repro(["config", "check", config], capsys)
     assert (code, out) == (1, "")
-    assert err == (f"repro: error: config/config.yaml + {config}: plots.figures.Getting_started.reference: 'RetinaNet' "
-                   "holds values for modes collocated, cachew, pecan, none of them drawn (short); expected a reference "
+    assert err == (f"repro: error: config/config.yaml + {config}: plots.figures.Getting_started.reference: "
+                   "'ResNet50_v2-8_run1' holds values for modes collocated, cachew, pecan, none of them drawn (short); expected a reference "
                    "of the figure's modes, or none\n")
 
 
