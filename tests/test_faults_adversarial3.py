@@ -248,8 +248,8 @@ def test_a_reference_for_none_of_the_figures_modes_is_refused(tmp_path, capsys):
     code, out, err = run_repro(["config", "check", config], capsys)
     assert (code, out) == (1, "")
     assert err == (f"repro: error: config/config.yaml + {config}: plots.figures.Getting_started.reference: "
-                   "'ResNet50_v2-8_run1' holds values for modes collocated, cachew, pecan, none of them drawn (short); expected a reference "
-                   "of the figure's modes, or none\n")
+                   "'ResNet50_v2-8_run1' holds values for modes collocated, cachew, pecan, none of them drawn (short); "
+                   "expected a reference of the figure's modes, or none\n")
 
 
 @pytest.mark.parametrize("override, largest", [
