@@ -139,6 +139,37 @@ COMMAND_FAULTS += [
           r"repro: error: --table .*/A.csv: named twice; expected each workload's own cost table once$"),
 ]
 
+def _trims_summary_of_two_distributions(second):
+    """`repro trims summary` of a compare report and two uniform runs (concurrency 1 and 2), the second
+    changed by `second` (a dict written over it)."""
+    def prepare(ctx):
+        trace = {"traceEvents": [{"name": "read_params", "cat": "io", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+                 "otherData": {"model_name": "m", "upr_enabled": True}}
+        _write(ctx.dir / "c" / "traces" / "t.json", json.dumps(trace))
+        results = [{"latency_us": 1000 + i, "trace": str(ctx.dir / "c" / "traces" / "t.json"), "ok": True, "hit": True}
+                   for i in range(3)]
+        compare = {"experiment": "compare", "model": "m", "store": {},
+                   "modes": {mode: {"results": results, "wall_s": 1} for mode in ("original", "shared")}}
+        run = {"experiment": "distribution", "distribution": "uniform", "params": [0, 1], "concurrency": 1,
+               "results": results, "wall_s": 1, "evictions": 0, "store": {"store_budget_bytes": 1 << 20}}
+        return ["trims", "summary", "--compare", _write(ctx.dir / "c" / "report.json", json.dumps(compare)),
+                "--distributions", _write(ctx.dir / "d1" / "report.json", json.dumps(run)),
+                _write(ctx.dir / "d2" / "report.json", json.dumps({**run, "concurrency": 2, **second})),
+                "-o", str(ctx.dir / "s.json")]
+    return prepare
+
+
+# runs of other parameters, or on another store, drawn as one series
+COMMAND_FAULTS += [
+    Fault("trims-summary-a-series-of-two-parameter-sets", _trims_summary_of_two_distributions({"params": [0, 5]}),
+          r"repro: error: --distributions .*/d2/report.json: uniform parameters \[0, 5\], and .*/d1/report.json's "
+          r"\[0, 1\]; expected the runs of one series \(one store, one set of parameters per distribution\)$"),
+    Fault("trims-summary-a-series-of-two-stores",
+          _trims_summary_of_two_distributions({"store": {"store_budget_bytes": 2 << 20}}),
+          r"repro: error: --distributions .*/d2/report.json: store settings \{'store_budget_bytes': 2097152\}, and "
+          r".*/d1/report.json's \{'store_budget_bytes': 1048576\}; expected the runs of one series"),
+]
+
 # the run's report went over the user's report.json in --out (its traces/ was refused already)
 RUN_DIRECTORY_FAULTS += [
     Fault(f"trims-experiment-{experiment}-over-users-report", _trims_experiment_over_users_report(experiment),
