@@ -7,6 +7,7 @@ another directory signalled, no unbounded copy; a command that refuses says so i
 the file or flag.
 """
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -195,4 +196,7 @@ def test_tfdata_start_stopped_while_its_workers_start_leaves_nothing_running(tmp
         assert not (state / "state.json").exists()
         assert b"Traceback" not in proc.stderr.read()
     finally:
+        if proc.poll() is None:  # a worker started since the loop looked is ours too
+            with contextlib.suppress(psutil.NoSuchProcess):
+                children = psutil.Process(proc.pid).children(recursive=True)
         kill_started(proc, children)
