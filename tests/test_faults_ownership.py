@@ -465,13 +465,14 @@ def test_refused_with_one_line_and_nothing_changed(prepare, error, tmp_path, mon
 
 
 @pytest.fixture(scope="module")
-def big_trace(tmp_path_factory):
-    """A trace of about 30 MB: large enough that combining three copies forks workers."""
-    path = tmp_path_factory.mktemp("big") / "big.json"
+def big_traces(tmp_path_factory):
+    """Eight copies of a trace of about 30 MB: combining three is large enough to fork workers (a trace
+    named twice is refused)."""
+    path = tmp_path_factory.mktemp("big") / "big-0.json"
     events = ",".join('{"name":"step","ph":"X","ts":%d,"dur":5,"pid":1,"tid":1,"args":{"i":%d}}' % (i * 10, i)
                       for i in range(400_000))
     path.write_text('{"traceEvents":[' + events + '],"otherData":{"model_name":"m","upr_enabled":false}}')
-    return path
+    return [path, *(shutil.copyfile(path, path.with_name(f"big-{i}.json")) for i in range(1, 8))]
 
 
 def _catches(pid, signum):
@@ -487,13 +488,13 @@ def _catches(pid, signum):
 @pytest.mark.parametrize("command, signum, workers", [
     ("combine", signal.SIGTERM, True), ("combine", signal.SIGHUP, True), ("summarize", signal.SIGTERM, False),
 ], ids=["combine-SIGTERM", "combine-SIGHUP", "summarize-SIGTERM"])
-def test_a_terminated_command_cleans_up_as_after_ctrl_c(big_trace, tmp_path, command, signum, workers):
-    """`timeout 1 repro trace combine big.json big.json big.json`: exit 128 + signal, its forked
+def test_a_terminated_command_cleans_up_as_after_ctrl_c(big_traces, tmp_path, command, signum, workers):
+    """`timeout 1 repro trace combine big-0.json big-1.json big-2.json`: exit 128 + signal, its forked
     workers gone, no output and no temporary file left."""
     for attempt in range(3):  # a signal that lands as the command ends finds it done: try again
         out = tmp_path / f"out-{attempt}"
         out.mkdir()
-        if not _terminate_during_work(big_trace, out, command, signum, workers):
+        if not _terminate_during_work(big_traces, out, command, signum, workers):
             return
         assert json.loads((out / "result.json").read_text()), "ended with 0 but its output is not whole"
     pytest.fail(f"in three tries, {command} ended before the signal came")
@@ -578,10 +579,10 @@ def test_an_import_that_hangs_puts_a_stop_signal_off_for_a_while_only(tmp_path):
     assert out == "" and seconds < 15, "the hanging import was waited for"
 
 
-def _terminate_during_work(big_trace, out, command, signum, workers):
+def _terminate_during_work(big_traces, out, command, signum, workers):
     """Whether the command ended of itself before the signal took effect (exit 0, or its output whole
     and the signal's default action as the interpreter ended); otherwise what the test asserts holds."""
-    proc = subprocess.Popen([str(BIN / "repro"), "trace", command, *[big_trace] * (3 if workers else 8), "-o",
+    proc = subprocess.Popen([str(BIN / "repro"), "trace", command, *big_traces[:3 if workers else 8], "-o",
                              out / "result.json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=path_env(), start_new_session=True)
     started = []
