@@ -10,8 +10,7 @@ from repro.cli import main
 from repro.config import validate_config
 from repro.errors import ReproError
 from repro.pecan.comparisons import COLUMNS, OPTIONS, comparison_rows, ordering_notes, paper_verdicts
-from repro.pecan.costs import COLUMNS as COST_COLUMNS
-from repro.pecan.costtable import SPREAD_COLUMNS, write_table
+from repro.pecan.costtable import TABLE_COLUMNS, write_table
 from repro.pecan.presets import PAPER_COSTS
 from repro.plots import plot_comparison
 
@@ -20,17 +19,19 @@ WORKLOADS = ["ResNet50_v2-8", "SimCLR", "RetinaNet", "ASRTrans", "ResNet50_v3-8"
 STYLE = {"width_in": 5.0, "height_in": 3.6, "dpi": 60, "font_size": 9, "show_reference": True}
 
 
-def cost_table(path, costs):
-    """A workload's cost table with the spread columns: `costs` {mode: (tpu, worker)}, interval +-5%."""
+def cost_table(path, costs, workload=None):
+    """A workload's (by default the file's name) cost table with the spread columns: `costs` {mode: (tpu,
+    worker)}, interval +-5%."""
     rows = []
     for mode, (tpu, worker) in costs.items():
-        row = {c: 0 for c in COST_COLUMNS + SPREAD_COLUMNS}
-        row.update(mode=mode, tpu_cost=tpu, worker_cost=worker, repeats=3)
+        row = {c: 0 for c in TABLE_COLUMNS}
+        row.update(mode=mode, tpu_cost=tpu, worker_cost=worker, repeats=3, workload=workload or Path(path).stem,
+                   preset="local")
         for column, value in (("tpu_cost", tpu), ("worker_cost", worker), ("total_cost", tpu + worker),
                               ("remote_workers", 2), ("local_workers", 0), ("epoch_time", 400.0), ("batches_sec", 3.0)):
             row.update({f"{column}_mean": value, f"{column}_ci_low": value * 0.95, f"{column}_ci_high": value * 1.05})
         rows.append(row)
-    write_table(rows, path, COST_COLUMNS + SPREAD_COLUMNS)
+    write_table(rows, path, TABLE_COLUMNS)
     return path
 
 
@@ -337,7 +338,7 @@ def test_comparison_table_refuses_a_cost_no_figure_can_draw(tmp_path, capsys):
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", "SimCLR", "--table",
+    assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", "ResNet50_v2-8", "--table",
                  str(paths[0]), "-o", str(tmp_path / "t.csv")]) == 1
     assert "tpu_cost_mean is 1e300; expected non-negative numbers of at most 1e+09" in capsys.readouterr().err
     assert not (tmp_path / "t.csv").exists()

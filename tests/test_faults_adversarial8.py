@@ -387,7 +387,7 @@ def _figure_command(tmp_path, reference=None, **mean_of):
 
     rows = []
     for mode in ("collocated", "cachew", "pecan"):
-        row = {"mode": mode, "repeats": 3}
+        row = {"mode": mode, "repeats": 3, "workload": "ResNet50_v2-8", "preset": "local"}
         for column in SPREAD_OF:
             row.update({f"{column}_mean": 1.0, f"{column}_ci_low": 0.9, f"{column}_ci_high": 1.1})
         if mean_of.get(mode) == "dup":

@@ -124,7 +124,7 @@ def _comparison_tables(*names):
     """`pecan comparison-table` of workloads A and B given the tables `names` (files A.csv, B.csv)."""
     def prepare(ctx):
         for workload in ("A", "B"):
-            _write(ctx.dir / f"{workload}.csv", "mode\n")
+            _write(ctx.dir / f"{workload}.csv", f"workload,mode\n{workload},cachew\n")
         return ["pecan", "comparison-table", "--option", "autoorder", "--workload", "A", "B", "--table",
                 *(str(ctx.dir / name) for name in names), "-o", str(ctx.dir / "o.csv")]
     return prepare
@@ -133,8 +133,7 @@ def _comparison_tables(*names):
 # tables paired with workloads by position: one workload's numbers drawn under another's name
 COMMAND_FAULTS += [
     Fault("comparison-table-tables-swapped", _comparison_tables("B.csv", "A.csv"),
-          r"repro: error: --table .*/B.csv: given for --workload 'A', but named for 'B'; expected the tables in the "
-          r"order of the workloads$"),
+          r"repro: error: .*/B.csv: row 1 holds runs of 'B', not of 'A'; expected A's cost table$"),
     Fault("comparison-table-a-table-twice", _comparison_tables("A.csv", "A.csv"),
           r"repro: error: --table .*/A.csv: named twice; expected each workload's own cost table once$"),
 ]

@@ -405,11 +405,11 @@ def _comparison_table(content):
 
 
 def _spread_table(*rows):
-    """A cost table with the spread columns: (mode, value) rows, every number `value`."""
+    """A cost table of workload W with the spread columns: (mode, value) rows, every number `value`."""
     from repro.pecan.comparisons import COLUMNS
 
-    columns = [c for c in COLUMNS if c != "workload"]
-    return "\n".join([",".join(columns), *(",".join([mode, "3", *[str(value)] * (len(columns) - 2)]) for mode, value in rows)])
+    return "\n".join([",".join(COLUMNS), *(",".join(["W", mode, "3", *[str(value)] * (len(COLUMNS) - 3)])
+                                           for mode, value in rows)])
 
 
 # A comparison's cost tables are read as every other table is: bounded, regular, UTF-8, one row per mode
@@ -506,7 +506,7 @@ def _figure_settings(command, **changed):
         settings = {"backend": "local", "preset": "local", "engine_caption": None,
                     "style": {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False},
                     **({"option": "autoorder", "workloads": ["W"]} if command == "comparison"
-                       else {"experiment": "E", "reference": None}), **changed}
+                       else {"experiment": "W", "reference": None}), **changed}
         return ["pecan", command, "AutoOrder_Cost" if command == "comparison" else "F", "--table", table,
                 "--calibration", _write(ctx.dir / "r.json", _calibration("resnet")), "--settings", json.dumps(settings),
                 "--output", str(ctx.dir / "f.pdf"), str(ctx.dir / "f.png"), "--verdicts", str(ctx.dir / "v.csv")]

@@ -97,6 +97,7 @@ def cost_settings(config, experiment):
     exp = pecan["experiments"][experiment]
     accel = pecan["accelerators"][exp["accelerator"]]
     return Settings({
+        "experiment": experiment,
         "model_name": exp["model"],
         "model": pecan["models"][exp["model"]],
         "tpu_price": pecan["prices"]["tpu"][accel["tpu_type"]],

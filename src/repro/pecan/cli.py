@@ -430,15 +430,15 @@ def _compare_results(args):
 @settings_keys()
 def _cost_table(args):
     from repro.config import check_settings
-    from repro.pecan.costs import COLUMNS
-    from repro.pecan.costtable import SPREAD_COLUMNS, cost_table, write_table
+    from repro.pecan.costtable import TABLE_COLUMNS, cost_table, write_table
 
-    check_settings(args.settings, places={"model_name": ("pecan", "experiments", "e", "model"),
+    check_settings(args.settings, places={"experiment": ("plots", "figures", "f", "experiment"),
+                                          "model_name": ("pecan", "experiments", "e", "model"),
                                           "model": ("pecan", "models", "m"), "tpu_price": ("pecan", "prices", "tpu", "t"),
                                           "worker_price": ("pecan", "prices", "worker")})
     rows = cost_table(args.settings, args.modes, args.logs, args.metrics, args.summary)
     scales = ["time_scale"] if any("time_scale" in row for row in rows) else []  # tf.data engine runs
-    write_table(rows, args.output, COLUMNS + SPREAD_COLUMNS + scales)
+    write_table(rows, args.output, TABLE_COLUMNS + scales)
     print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
 
 
@@ -456,7 +456,7 @@ def _check_figure_settings(settings, section, name, keys):
 @settings_keys()
 def _figure(args):
     from repro.config import check_style
-    from repro.pecan.costtable import write_table
+    from repro.pecan.costtable import check_table_runs, write_table
     from repro.pecan.presets import REFERENCE_PLOTS
     from repro.pecan.reproducibility import VERDICT_COLUMNS, reference_verdicts
     from repro.pecan.run import load_calibrations
@@ -472,7 +472,9 @@ def _figure(args):
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])
     modes = settings.get("modes")
-    scales = [(row["mode"], row.get("time_scale")) for row in figure_rows(args.table, modes)]
+    rows = figure_rows(args.table, modes)
+    check_table_runs(rows, args.table, settings["experiment"], settings["preset"])  # the caption names them
+    scales = [(row["mode"], row.get("time_scale")) for row in rows]
     drawn = [mode for mode, _ in scales]
     if reference and not set(reference) & set(drawn):  # as the config's check refuses it: "0 of 0 inside"
         raise ReproError(f"--settings: reference: {settings['reference']!r} holds values for modes "
@@ -497,26 +499,20 @@ def _comparison_table(args):
     if args.option not in OPTIONS:
         raise ReproError(f"--option {args.option!r}: expected one of {sorted(OPTIONS)}")
     _check_workload_names(args.workloads)
-    _check_table_order(args.workloads, args.tables)
+    _check_table_order(args.tables)
     rows = comparison_rows(args.option, args.workloads, args.tables)
     write_table(rows, args.output, COLUMNS)
     print(f"{args.output}: {len(args.workloads)} workloads x {len(OPTIONS[args.option]['modes'])} modes")
 
 
-def _check_table_order(workloads, tables):
-    """ReproError where a --table is named twice, or is named for another of the workloads
-    (<workload>.csv, as the workflow names them): paired by position, its numbers went under the
-    wrong workload."""
+def _check_table_order(tables):
+    """ReproError where a --table is named twice: one workload's numbers under two names (each table's
+    rows name their workload, which comparison_rows checks)."""
     from repro.fsutil import first_repeated
 
     twice = first_repeated(os.path.realpath(table) for table in tables)
     if twice is not None:
         raise ReproError(f"--table {twice}: named twice; expected each workload's own cost table once")
-    for workload, table in zip(workloads, tables):
-        named = Path(table).stem
-        if named != workload and named in workloads:
-            raise ReproError(f"--table {table}: given for --workload {workload!r}, but named for {named!r}; expected "
-                             "the tables in the order of the workloads")
 
 
 def _check_workload_names(workloads):

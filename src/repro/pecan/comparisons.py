@@ -15,6 +15,7 @@ import math
 from repro.errors import ReproError
 from repro.fsutil import read_csv
 from repro.pecan.costs import MAX_DOLLARS
+from repro.pecan.costtable import check_table_runs
 from repro.stats import verdict
 
 LABEL_ROUNDING = 0.005  # fig8.py labels cents: a labelled value stands for any within half a cent
@@ -76,8 +77,9 @@ def comparison_rows(option, workloads, tables):
         raise ReproError(f"{len(workloads)} workloads but {len(tables)} cost tables; expected one table per workload")
     rows = []
     for workload, table in zip(workloads, tables):
-        by_mode = {}
-        for row in read_rows(table):
+        by_mode, table_rows = {}, read_rows(table)
+        check_table_runs(table_rows, table, workload)  # paired by position: another workload's bars under its name
+        for row in table_rows:
             if row.get("mode") in by_mode:  # which of two rows the figure would draw is anyone's guess
                 raise ReproError(f"{table}: two rows for mode {row['mode']!r}; expected one row per mode")
             by_mode[row.get("mode")] = row

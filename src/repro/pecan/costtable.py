@@ -14,6 +14,11 @@ from repro.stats import mean_interval
 
 SPREAD_OF = ["tpu_cost", "worker_cost", "total_cost", "remote_workers", "local_workers", "epoch_time", "batches_sec"]
 SPREAD_COLUMNS = ["repeats"] + [f"{c}_{s}" for c in SPREAD_OF for s in ("mean", "ci_low", "ci_high")]
+# Beside the artifact's columns: whose runs the rows are (the experiment, the calibration preset; none
+# for the tf.data engine, which measures), so a figure or a comparison drawn from the table can refuse
+# a table of another workload or preset than its caption names
+RUN_COLUMNS = ["workload", "preset"]
+TABLE_COLUMNS = COLUMNS + RUN_COLUMNS + SPREAD_COLUMNS
 
 
 def with_spread(row, repeats, mode, model_name, model, tpu_price, worker_price):
@@ -65,6 +70,9 @@ def mode_row(log, metrics, mode, settings):
     for source, recorded in ((log, parsed.run.get("mode")), (metrics, data.get("mode"))):
         if recorded is not None and recorded != mode:  # another mode's numbers in this mode's row
             raise ReproError(f"{source}: a run of mode {recorded!r}, not of --mode {mode!r}")
+    if data.get("experiment") != settings["experiment"]:  # priced and labelled as another experiment
+        raise ReproError(f"{metrics}: a run of experiment {str(data.get('experiment'))[:100]!r}, not of the --settings "
+                         f"experiment {settings['experiment']!r}; expected the runs of the experiment priced")
     for key, recorded in (("experiment", data.get("experiment")), ("seed", repeats[0].get("seed"))):
         logged = parsed.run.get(key)
         if logged is not None and recorded is not None and logged != str(recorded):  # two runs' files in one row
@@ -76,9 +84,25 @@ def mode_row(log, metrics, mode, settings):
             raise ReproError(f"{metrics}: a run of {key} {spec[key]!r}, not the --settings model's "
                              f"{settings['model'].get(key)!r}; expected the settings of the run's model")
     row = with_spread(cost_row(parsed, mode, *prices), repeats, mode, *prices)
+    row.update(workload=settings["experiment"], preset=data.get("calibration") if scale is None else "")
     if scale is not None:
         row["time_scale"] = round(scale, 3)
     return row
+
+
+def check_table_runs(rows, table, workload, preset=None):
+    """ReproError unless every row of the cost table `table` holds runs of `workload` (and of the
+    calibration `preset`, where given and the row names one): a figure labels its bars by them."""
+    for index, row in enumerate(rows, start=1):
+        if "workload" not in row:
+            raise ReproError(f"{table}: no 'workload' column (a table written by an older version); rebuild it "
+                             "(snakemake --forcerun cost_table)")
+        if row["workload"] != workload:
+            raise ReproError(f"{table}: row {index} holds runs of {row['workload'][:100]!r}, not of {workload!r}; "
+                             f"expected {workload}'s cost table")
+        if preset is not None and row.get("preset") and row["preset"] != preset:
+            raise ReproError(f"{table}: row {index} holds runs of calibration preset {row['preset'][:100]!r}, not of "
+                             f"{preset!r}; expected the table of the preset the caption names")
 
 
 def cost_table(settings, modes, logs, metrics, summary):

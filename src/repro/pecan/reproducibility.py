@@ -17,8 +17,7 @@ from repro.errors import ReproError
 from repro.fsutil import check_fresh_directory, fresh_directory, read_csv, read_json, write_json
 from repro.pecan.calibrate import calibrate_together
 from repro.pecan.comparisons import comparison_rows, read_rows
-from repro.pecan.costs import COLUMNS
-from repro.pecan.costtable import SPREAD_COLUMNS, mode_row, write_table
+from repro.pecan.costtable import TABLE_COLUMNS, mode_row, write_table
 from repro.pecan.run import run_mode
 from repro.rulesettings import cost_settings, experiment_pipelines
 from repro.stats import verdict
@@ -95,7 +94,7 @@ def run_chain(config, figures, scratch):
                 run_dirs[mode] = scratch / "runs" / experiment / mode
                 run_mode(config, experiment, mode, calibrations, run_dirs[mode])
             tables[experiment] = scratch / "tables" / f"{experiment}.csv"
-            write_table(cost_rows(config, experiment, run_dirs), tables[experiment], COLUMNS + SPREAD_COLUMNS)
+            write_table(cost_rows(config, experiment, run_dirs), tables[experiment], TABLE_COLUMNS)
         return tables[experiment]
 
     for figure in figures:

@@ -1,0 +1,106 @@
+"""Fault injection, an adversarial pass over what labels a figure: a cost table's rows name the
+workload and calibration preset of their runs, so a table priced, compared or drawn as another
+workload's (or preset's) is refused rather than drawn under the wrong name.
+"""
+
+import csv
+import json
+import re
+
+import pytest
+
+from repro.cli import main
+from repro.errors import ReproError
+from repro.pecan.calibrate import calibrate
+from repro.pecan.run import run_mode
+
+pytestmark = pytest.mark.fault
+
+STYLE = {"width_in": 5.0, "height_in": 3.6, "dpi": 50, "font_size": 9, "show_reference": False}
+
+
+@pytest.fixture(scope="module")
+def table(config, tmp_path_factory):
+    """ResNet50_v2-8's cost table of one mode (pecan), made by the commands the workflow runs."""
+    from repro.rulesettings import cost_settings
+
+    out = tmp_path_factory.mktemp("table")
+    run_mode(config, "ResNet50_v2-8", "pecan", {"resnet": calibrate("resnet", elements=4, repeats=1)}, out / "run")
+    summary = out / "summary.json"
+    summary.write_text(json.dumps({"traces": [{"mode": "pecan"}]}))
+    settings = cost_settings(config, "ResNet50_v2-8")
+    assert main(["pecan", "cost-table", "--settings", json.dumps(settings), "--mode", "pecan", "--log",
+                 str(out / "run" / "run.log"), "--metrics", str(out / "run" / "metrics.json"), "--summary", str(summary),
+                 "-o", str(out / "ResNet50_v2-8.csv")]) == 0
+    return out / "ResNet50_v2-8.csv"
+
+
+def test_a_cost_table_names_the_workload_and_preset_of_its_runs(table):
+    rows = list(csv.DictReader(table.open()))
+    assert [(row["workload"], row["preset"], row["mode"]) for row in rows] == [("ResNet50_v2-8", "local", "pecan")]
+
+
+def test_a_cost_table_refuses_runs_of_another_experiment(config, table, capsys):
+    """ResNet50_v3-8's settings (the same model, the v3-8's price) over ResNet50_v2-8's runs: the row
+    priced them at the other TPU's price, with exit 0."""
+    from repro.rulesettings import cost_settings
+
+    run = table.parent / "run"
+    settings = cost_settings(config, "ResNet50_v3-8")
+    assert main(["pecan", "cost-table", "--settings", json.dumps(settings), "--mode", "pecan", "--log",
+                 str(run / "run.log"), "--metrics", str(run / "metrics.json"), "--summary",
+                 str(table.parent / "summary.json"), "-o", str(table.parent / "v3.csv")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {run / 'metrics.json'}: a run of experiment 'ResNet50_v2-8', "
+                                       "not of the --settings experiment 'ResNet50_v3-8'; expected the runs of the "
+                                       "experiment priced\n")
+    assert not (table.parent / "v3.csv").exists()
+
+
+@pytest.mark.parametrize("copy_as", ["SimCLR.csv", "ResNet50_v3-8.csv"])
+def test_a_comparison_table_refuses_another_workloads_cost_table(table, tmp_path, capsys, copy_as):
+    """ResNet50_v2-8's table given for SimCLR (or, renamed, for ResNet50_v3-8): its numbers went under the
+    other workload and were judged against that workload's paper values, with exit 0."""
+    given = tmp_path / copy_as
+    given.write_bytes(table.read_bytes())
+    workload = copy_as.removesuffix(".csv")
+    assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", workload, "--table", str(given),
+                 "-o", str(tmp_path / "c.csv")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {given}: row 1 holds runs of 'ResNet50_v2-8', not of "
+                                       f"{workload!r}; expected {workload}'s cost table\n")
+    assert not (tmp_path / "c.csv").exists()
+
+
+def _figure(table, tmp_path, **settings):
+    from test_faults_input import _calibration
+
+    (tmp_path / "r.json").write_text(_calibration("resnet"))
+    given = {"experiment": "ResNet50_v2-8", "engine_caption": None, "reference": None, "modes": ["pecan"],
+             "style": STYLE, "backend": "local", "preset": "local", **settings}
+    return main(["pecan", "figure", "fig8_ResNet50_v2-8", "--table", str(table), "--calibration",
+                 str(tmp_path / "r.json"), "--settings", json.dumps(given), "--output", str(tmp_path / "f.pdf"), str(tmp_path / "f.png"),
+                 "--verdicts", str(tmp_path / "v.csv")])
+
+
+@pytest.mark.parametrize("changed, said", [
+    ({"experiment": "RetinaNet"}, "row 1 holds runs of 'ResNet50_v2-8', not of 'RetinaNet'; expected RetinaNet's "
+                                  "cost table"),
+    ({"preset": "artifact"}, "row 1 holds runs of calibration preset 'local', not of 'artifact'; expected the table "
+                             "of the preset the caption names"),
+])
+def test_a_figure_refuses_a_table_of_another_workload_or_preset(table, tmp_path, capsys, changed, said):
+    """The figure's title and caption come from its settings: a RetinaNet figure drawn from ResNet's
+    table, or a caption saying "fitted to the artifact's runs" over the local preset's, had exit 0."""
+    assert _figure(table, tmp_path, **changed) == 1
+    assert capsys.readouterr().err == f"repro: error: {table}: {said}\n"
+    assert not (tmp_path / "f.pdf").exists() and not (tmp_path / "v.csv").exists()
+    assert _figure(table, tmp_path) == 0
+
+
+def test_a_table_of_an_older_version_is_named_for_rebuilding(table, tmp_path):
+    """A cost table without the workload column cannot say whose runs it holds."""
+    from repro.pecan.costtable import check_table_runs
+
+    rows = [{k: v for k, v in row.items() if k != "workload"} for row in csv.DictReader(table.open())]
+    with pytest.raises(ReproError, match=re.escape(f"{table}: no 'workload' column (a table written by an older "
+                                                   "version); rebuild it (snakemake --forcerun cost_table)")):
+        check_table_runs(rows, table, "ResNet50_v2-8")
