@@ -181,16 +181,20 @@ def test_a_pair_that_ends_before_it_begins_is_refused_or_skipped(tmp_path, optio
 
 
 def test_a_trace_given_twice_is_refused(tmp_path):
-    """`trace combine t.json t.json` and `trace summarize d d/t.json` counted the trace twice, exit 0."""
+    """`trace combine t.json t.json` and `trace summarize d d/t.json` counted the trace twice, exit 0; so
+    did a hard link beside the trace, which a resolved path does not tell from another file."""
     (tmp_path / "d").mkdir()
     path = dump(tmp_path / "d" / "t.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]})
     other = dump(tmp_path / "other.json", [])
-    for inputs, twice in (([path, tmp_path / "d" / "." / "t.json"], path), (([tmp_path / "d", path]), path),
-                          ([other, tmp_path], other)):
-        with pytest.raises(TraceError, match=rf"^{twice}: given twice \(named, or found in a directory named too\); "
+    hard = tmp_path.parent / f"{tmp_path.name}-hard.json"
+    os.link(path, hard)
+    for inputs, twice in (([path, tmp_path / "d" / "." / "t.json"], tmp_path / "d" / "." / "t.json"),
+                          (([tmp_path / "d", path]), path), ([other, tmp_path], other), ([path, hard], hard)):
+        with pytest.raises(TraceError, match=rf"^{re.escape(str(twice))}: given twice \(named, or found in a directory named too\); "
                                              "expected each trace once$"):
             summarize(inputs)
     assert summarize([tmp_path / "d", tmp_path / "other.json"])["traces"][0]["events"]["a"]["count"] == 1
+    hard.unlink()
     code = main(["trace", "combine", str(path), str(path), "-o", str(tmp_path / "c.json")])
     assert code == 1 and not (tmp_path / "c.json").exists()
 

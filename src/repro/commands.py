@@ -20,7 +20,7 @@ import sys
 import threading
 
 from repro.errors import ReproError, one_line
-from repro.fsutil import first_repeated, write_json
+from repro.fsutil import file_identity, first_repeated, write_json
 from repro.settings import settings_argument, settings_keys
 from repro.stopsignals import STOP_SIGNALS, AfterImports
 
@@ -435,9 +435,9 @@ def refuse_overwriting_inputs(args):
     refuse_overwriting(outputs, inputs)
     named = set()
     for flag, path in outputs:  # one output written over another: the first one's content lost
-        if os.path.realpath(path) in named:
+        if file_identity(path) in named:
             raise ReproError(f"{flag} {path}: named twice as an output; expected a file of its own for each")
-        named.add(os.path.realpath(path))
+        named.add(file_identity(path))
     for dest, flag in getattr(args, "writes", {}).items():  # after: "is one of the inputs" says more of a link to one
         for path in paths(dest):
             if not path or path.endswith(os.sep):  # Path() would drop the '/' and write a file of the directory's name

@@ -285,6 +285,28 @@ def first_repeated(values):
     return next((value for value in values if value in seen or seen.add(value)), None)
 
 
+def file_identity(path):
+    """What tells two names of one file apart from two files: (device, inode) where it exists, a hard
+    link's as its original's; else the resolved path."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return info.st_dev, info.st_ino
+
+
+def first_named_twice(paths):
+    """The first of `paths` that names a file named before it (the same path, a symlink or a hard link
+    to it), or None."""
+    seen = set()
+    for path in paths:
+        identity = file_identity(path)
+        if identity in seen:
+            return path
+        seen.add(identity)
+    return None
+
+
 def repeated_key(pairs):
     """The first key that the (key, value) pairs of a JSON object name twice, or None."""
     return first_repeated(key for key, _ in pairs)

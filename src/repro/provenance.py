@@ -1,12 +1,11 @@
 """Provenance records: what produced a result, so that a reader can check and redo it."""
 
-import os
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import check_regular, check_text_name, first_repeated, sha256_file
+from repro.fsutil import check_regular, check_text_name, first_named_twice, sha256_file
 
 PACKAGES = ("repro", "snakemake", "numpy", "pillow", "matplotlib", "orjson", "scipy", "onnxruntime")
 
@@ -40,7 +39,7 @@ def describe_figure(inputs, settings):
     for path in inputs:  # a FIFO or a device would never end its checksum
         check_regular(path, path, "a file a figure was drawn from")
         check_text_name(path, "the record names it")
-    if (twice := first_repeated(os.path.realpath(path) for path in inputs)) is not None:
+    if (twice := first_named_twice(inputs)) is not None:
         raise ReproError(f"{twice}: named twice among the inputs; expected each file once")
     commit, dirty = git_state()
     return {

@@ -508,9 +508,9 @@ def _comparison_table(args):
 def _check_table_order(tables):
     """ReproError where a --table is named twice: one workload's numbers under two names (each table's
     rows name their workload, which comparison_rows checks)."""
-    from repro.fsutil import first_repeated
+    from repro.fsutil import first_named_twice
 
-    twice = first_repeated(os.path.realpath(table) for table in tables)
+    twice = first_named_twice(tables)
     if twice is not None:
         raise ReproError(f"--table {twice}: named twice; expected each workload's own cost table once")
 

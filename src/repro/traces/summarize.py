@@ -9,7 +9,6 @@ All times in a summary are microseconds (the trace's own unit). Per trace:
 """
 
 import math
-import os
 from itertools import compress, repeat
 from operator import ne
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError, TraceError
-from repro.fsutil import check_text_name, first_repeated
+from repro.fsutil import check_text_name, first_named_twice
 from repro.stats import t_quantile
 from repro.traces.events import IGNORE_CATEGORY, column
 from repro.traces.events import values as dict_values
@@ -66,7 +65,7 @@ def find_traces(inputs):
             raise TraceError(item, "no such file or directory")
     for path in files:
         check_text_name(path, "a trace's name goes into the output")
-    twice = first_repeated(os.path.realpath(path) for path in files)
+    twice = first_named_twice(files)
     if twice is not None:
         raise TraceError(twice, "given twice (named, or found in a directory named too); expected each trace once")
     return files
