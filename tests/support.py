@@ -250,7 +250,7 @@ def store_processes(workdir):
 
     from repro.processes import runtime_dir
 
-    private = str(runtime_dir(workdir))
+    private = str(runtime_dir(workdir, create=False))
     return [p for p in psutil.process_iter(["cmdline"]) if any(private in arg for arg in p.info["cmdline"] or ())]
 
 

@@ -4,6 +4,7 @@ workload's (or preset's) is refused rather than drawn under the wrong name.
 """
 
 import csv
+import os
 import json
 import re
 
@@ -104,3 +105,60 @@ def test_a_table_of_an_older_version_is_named_for_rebuilding(table, tmp_path):
     with pytest.raises(ReproError, match=re.escape(f"{table}: no 'workload' column (a table written by an older "
                                                    "version); rebuild it (snakemake --forcerun cost_table)")):
         check_table_runs(rows, table, "ResNet50_v2-8")
+
+
+def test_a_workflow_directory_whose_store_stopped_leaves_no_runtime_directory(models, tmp_path):
+    """Every start, status or stop of a workflow directory's model store made a directory in the
+    private runtime directory, holding the store's lock, and never removed it: thousands of them
+    after a test run. It goes when the store stops, and a check that finds no store makes none."""
+    from repro import processes
+    from repro.trims import service
+
+    work = tmp_path / "work"
+    work.mkdir()
+    runtime = processes.runtime_dir(work, create=False)
+    assert not service.stop(work) and not runtime.exists()
+    assert not service.running({"process": {"pid": os.getpid()}, "socket": "s"}, work) and not runtime.exists()
+    settings = {"base_path": str(models), "server": {"memory_mb": 50, "eviction": "lru", "device": "cpu"}}
+    record = service.start(settings, work / "state.json", work)
+    try:
+        assert service.running(record, work) and sorted(p.name for p in runtime.iterdir()) == [
+            "store.json", "store.lock", "trims.pid", "trims.sock"]
+    finally:
+        assert service.stop(work)
+    assert not runtime.exists() and not processes.matches(record["process"])
+
+
+def test_a_waiter_on_a_removed_lock_takes_the_lock_anew(tmp_path):
+    """The lock's directory is removed by its last holder: a waiter that had opened the removed file
+    must lock the path's new file, or it would run beside the next one to lock the path."""
+    import fcntl
+    import threading
+    import time
+
+    from repro import processes
+    from repro.trims import service
+
+    work = tmp_path / "work"
+    work.mkdir()
+    inside, leave = threading.Event(), threading.Event()
+
+    def waiter():
+        with service._locked(work):
+            inside.set()
+            leave.wait(10)
+
+    with service._locked(work):
+        lock = processes.runtime_dir(work) / service.LOCK
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.2)  # long enough for the waiter to open the lock file and wait on it
+        assert not inside.is_set()
+    assert inside.wait(10)
+    try:
+        with open(lock, "a") as other, pytest.raises(BlockingIOError):  # the path's file is the one held
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        leave.set()
+        thread.join(10)
+    assert not lock.parent.exists()

@@ -140,7 +140,7 @@ def test_a_stale_store_record_never_signals_a_foreign_process(tmp_path, monkeypa
                                   text=True, cwd=tmp_path)
             assert proc.returncode == 0, proc.stderr
             assert foreign.poll() is None  # still running: its identity did not match the record
-            assert processes.read_record(processes.runtime_dir(tmp_path) / service.RECORD) is None
+            assert processes.read_record(processes.runtime_dir(tmp_path, create=False) / service.RECORD) is None
     finally:
         foreign.kill()
         foreign.wait()

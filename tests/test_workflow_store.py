@@ -25,7 +25,7 @@ SNAKEMAKE = BIN / "snakemake"
 def test_the_model_store_takes_its_budget_from_the_config_and_only_trims_targets_start_it(workdir):
     # a figure alone starts no process and leaves nothing running: no record, no state, no server
     snakemake(workdir, "plots/fig8_ResNet50_v2-8.pdf", *configfiles(workdir), cores=1)
-    assert processes.read_record(processes.runtime_dir(workdir) / service.RECORD) is None
+    assert processes.read_record(processes.runtime_dir(workdir, create=False) / service.RECORD) is None
     assert not (workdir / "results" / "cluster" / "local" / "trims-store.json").exists()
     assert not store_processes(workdir)
     extra = configfiles(workdir, {"trims": {"server": {"memory_mb": 77}}})
@@ -118,7 +118,7 @@ def _stopping_on_failure(*invocations):
 
 
 def _store_record(workdir):
-    return processes.read_record(runtime_dir(workdir) / service.RECORD)
+    return processes.read_record(runtime_dir(workdir, create=False) / service.RECORD)
 
 
 def test_an_invocation_that_ends_leaves_the_model_store_another_still_uses_running(workdir):

@@ -196,10 +196,12 @@ def private_directory():
     return _private(base)
 
 
-def runtime_dir(key):
+def runtime_dir(key, create=True):
     """A private directory (ours, mode 0700) for the sockets and process records of the workflow
-    directory `key`: the next start finds them there even after `rm -rf results`."""
-    return _private(private_directory() / hashlib.sha256(str(Path(key).resolve()).encode()).hexdigest()[:16])
+    directory `key`: the next start finds them there even after `rm -rf results`. create=False: its
+    path, which need not exist (nothing of `key`'s runs where it does not)."""
+    path = private_directory() / hashlib.sha256(str(Path(key).resolve()).encode()).hexdigest()[:16]
+    return _private(path) if create else path
 
 
 def _private(directory):

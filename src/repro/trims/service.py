@@ -37,6 +37,7 @@ from repro.invocation import owner
 from repro.settings import settings_digest
 
 RECORD = "store.json"
+LOCK = "store.lock"
 # where the config holds each of the store's settings (repro.rulesettings.trims_store_settings)
 SETTINGS_PLACES = {"base_path": ("trims", "base_path"), "server": ("trims", "server")}
 SERVER_KEYS = ("memory_mb", "eviction", "device")
@@ -48,16 +49,35 @@ def _same_invocation(a, b):
 
 
 def _record_path(workdir):
-    return processes.runtime_dir(workdir) / RECORD
+    """Where the store's record lies; only a holder of the lock (_locked) writes it, so its directory exists then."""
+    return processes.runtime_dir(workdir, create=False) / RECORD
 
 
 @contextlib.contextmanager
 def _locked(workdir):
-    """Hold the store's lock: one start, adoption or stop at a time for this workflow directory."""
-    path = processes.runtime_dir(workdir) / "store.lock"
-    with open_lock(path, f"{path} (the model store's lock)") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        yield
+    """Hold the store's lock: one start, adoption or stop at a time for this workflow directory. The
+    runtime directory is removed on the way out when it holds nothing but the lock (no store, no
+    record): a workflow that no longer runs a store leaves nothing in the temporary directory. A
+    waiter that then gets the removed lock file takes the lock again, on the path's current file."""
+    while True:
+        path = processes.runtime_dir(workdir) / LOCK
+        with open_lock(path, f"{path} (the model store's lock)") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if _same_file(path, lock):
+                try:
+                    yield
+                finally:
+                    if os.listdir(path.parent) == [LOCK]:
+                        path.unlink()
+                        path.parent.rmdir()
+                return
+
+
+def _same_file(path, handle):
+    try:
+        return os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _live(users):
@@ -77,7 +97,8 @@ def _answers(socket_path):
 def running(record, workdir="."):
     """Whether the store in `record` is the process that was started for this workflow directory and
     answers on its socket (a state copied from another clone names that clone's store)."""
-    return (isinstance(record, dict) and processes.matches(record.get("process"), processes.runtime_dir(workdir))
+    owner = processes.runtime_dir(workdir, create=False)  # none: no store of this directory runs
+    return (isinstance(record, dict) and owner.is_dir() and processes.matches(record.get("process"), owner)
             and isinstance(record.get("socket"), str) and _answers(record["socket"]))
 
 
@@ -226,6 +247,10 @@ def _stop(workdir):
         if stat.S_ISSOCK(socket_path.lstat().st_mode):
             socket_path.unlink()
     remove_stale_segments(segment_prefix(socket_path))  # left behind when the store was killed
+    pid_file = record_path.with_name("trims.pid")  # the server's, left where it was killed
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(pid_file.lstat().st_mode) and not processes.matches(record.get("process")):
+            pid_file.unlink()
     record_path.unlink(missing_ok=True)
     return stopped
 
