@@ -342,3 +342,39 @@ def test_comparison_table_refuses_a_cost_no_figure_can_draw(tmp_path, capsys):
                  str(paths[0]), "-o", str(tmp_path / "t.csv")]) == 1
     assert "tpu_cost_mean is 1e300; expected non-negative numbers of at most 1e+09" in capsys.readouterr().err
     assert not (tmp_path / "t.csv").exists()
+
+
+def _edited(path, edit):
+    """The cost table at `path` with `edit` (a function of its rows) applied."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    rows = edit(rows)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda rows: rows + [rows[1]], "two rows for mode 'cachew'; expected one row per mode"),
+    (lambda rows: [{k: v for k, v in r.items() if k != "epoch_time_ci_high"} for r in rows],
+     "no mean and interval per column (a table written before repeats; rerun costs)"),
+    (lambda rows: [{**r, "repeats": "0"} for r in rows], "mode 'cachew': repeats is 0; expected non-negative numbers "
+                                                        "of at most 1e+09 and at least one repeat"),
+    (lambda rows: [{**r, "workload": "SimCLR"} for r in rows], "row 1 holds runs of 'SimCLR', not of 'ResNet50_v2-8'; "
+                                                               "expected ResNet50_v2-8's cost table"),
+])
+def test_comparison_rows_refuse_a_table_naming_it_and_what_is_wrong(tmp_path, edit, message):
+    table = _edited(tables(tmp_path)[0], edit)
+    with pytest.raises(ReproError) as caught:
+        comparison_rows("autoorder", WORKLOADS[:1], [table])
+    assert str(caught.value) == f"{table}: {message}"
+
+
+def test_comparison_rows_take_a_table_of_one_repeat_and_need_a_table_per_workload(tmp_path):
+    table = _edited(tables(tmp_path)[0], lambda rows: [{**r, "repeats": "1"} for r in rows])
+    assert {row["repeats"] for row in comparison_rows("autoorder", WORKLOADS[:1], [table])} == {1}
+    with pytest.raises(ReproError) as caught:
+        comparison_rows("autoorder", WORKLOADS[:2], [table])
+    assert str(caught.value) == "2 workloads but 1 cost tables; expected one table per workload"
