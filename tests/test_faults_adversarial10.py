@@ -162,3 +162,15 @@ def test_a_waiter_on_a_removed_lock_takes_the_lock_anew(tmp_path):
         leave.set()
         thread.join(10)
     assert not lock.parent.exists()
+
+
+def test_a_run_refused_into_a_finished_run_directory_leaves_the_earlier_run_whole(config, tmp_path):
+    """`pecan run --out D` refused for want of a calibration removed D's repeats/ first: the earlier
+    run's metrics.json went on listing repeats/run-1.log, which was gone."""
+    calibration = {"resnet": calibrate("resnet", elements=4, repeats=1)}
+    run_mode({**config, "repeats": 3}, "ResNet50_v2-8", "pecan", calibration, tmp_path / "run")
+    before = {path: path.read_bytes() for path in sorted((tmp_path / "run").rglob("*")) if path.is_file()}
+    assert tmp_path / "run" / "repeats" / "run-2.log" in before
+    with pytest.raises(ReproError, match="calibration"):
+        run_mode(config, "ResNet50_v2-8", "pecan", {}, tmp_path / "run")
+    assert {path: path.read_bytes() for path in sorted((tmp_path / "run").rglob("*")) if path.is_file()} == before

@@ -158,9 +158,10 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     noise each time; repeat 0 writes run.log and the trace, the others repeats/run-<r>.log, and
     metrics.json lists every repeat's parsed log. Everything is written to a hidden directory in
     out_dir and moved into place when all is done: repeats/ holds this run's repeats only, and a
-    run that fails leaves nothing of its own (an earlier run's repeats are removed when this one
-    starts; the files it moved into place are removed again, and the directories it made where
-    they are empty). What others wrote into out_dir meanwhile (a concurrent run) is kept.
+    run that fails leaves nothing of its own (the files it moved into place are removed again, and
+    the directories it made where they are empty), and an earlier run's files, its repeats/
+    included, as they were unless it failed while moving its own into place. What others wrote
+    into out_dir meanwhile (a concurrent run) is kept.
     """
     pecan = config["pecan"]
     preset = config["calibration"]["preset"]
@@ -171,7 +172,7 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
     out = Path(out_dir)
     check_run_directory(out)
     made = _missing_directories(out)
-    remove_repeats(out)
+    remove_repeats(out, stale_only=True)  # the earlier run's repeats stay until this one has its own
     out.mkdir(parents=True, exist_ok=True)
     me = processes.describe(os.getpid(), "pecan run")  # in its name: removed as stale only once this run ended
     stage = Path(tempfile.mkdtemp(prefix=f".run.{me['pid']}-{me['start_ticks']}.", suffix=".tmp", dir=out))
@@ -348,8 +349,9 @@ def _is_run_metrics(path):
     return not path.is_symlink() and isinstance(metrics, dict) and {"experiment", "mode", "throughput"} <= set(metrics)
 
 
-def remove_repeats(run_dir):
-    """Remove an earlier run's repeats/ (and the staging directories killed runs left) from run_dir."""
+def remove_repeats(run_dir, stale_only=False):
+    """Remove an earlier run's repeats/ (and the staging directories killed runs left) from run_dir;
+    stale_only: only the staging directories, once repeats/ is checked to be a run's."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
@@ -358,7 +360,7 @@ def remove_repeats(run_dir):
             _REPEAT_LOG.fullmatch(p.name) and p.is_file() and not p.is_symlink() for p in repeats.iterdir())):
         raise ReproError(f"run directory {run_dir}: {repeats} is not the repeats/ directory a run writes (run-<n>.log "
                          "files only); it may be yours: move it, or name another run directory")
-    for path in [repeats, *_stale_stages(run_dir)]:
+    for path in [*([] if stale_only else [repeats]), *_stale_stages(run_dir)]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
