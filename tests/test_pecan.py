@@ -529,11 +529,13 @@ def test_fewer_repeats_leave_only_that_runs_repeat_logs(config, calibrations, tm
     assert not (run_dir / "repeats").exists()
 
 
-def test_a_failed_run_leaves_no_repeats_of_an_earlier_run(config, calibrations, tmp_path, monkeypatch):
+def test_a_failed_run_leaves_the_earlier_run_whole_and_none_of_its_own_repeats(config, calibrations, tmp_path,
+                                                                                monkeypatch):
     from repro.pecan import run as run_module
 
     run_dir = tmp_path / "run"
     run_mode({**config, "repeats": 4}, "ResNet50_v2-8", "pecan", calibrations, run_dir)
+    earlier = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
     real, calls = run_module.simulate, []
 
     def failing(spec):
@@ -545,8 +547,8 @@ def test_a_failed_run_leaves_no_repeats_of_an_earlier_run(config, calibrations, 
     monkeypatch.setattr(run_module, "simulate", failing)
     with pytest.raises(ReproError, match="simulated failure"):
         run_mode({**config, "repeats": 4}, "ResNet50_v2-8", "pecan", calibrations, run_dir)
-    assert not (run_dir / "repeats").exists()
-    assert not [p for p in run_dir.iterdir() if p.name.startswith(".repeats")]
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == earlier
+    assert len(list((run_dir / "repeats").iterdir())) == 3
 
 
 def test_run_refuses_a_backend_it_does_not_have(calibration_files, tmp_path, capsys):
