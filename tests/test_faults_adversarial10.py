@@ -174,3 +174,19 @@ def test_a_run_refused_into_a_finished_run_directory_leaves_the_earlier_run_whol
     with pytest.raises(ReproError, match="calibration"):
         run_mode(config, "ResNet50_v2-8", "pecan", {}, tmp_path / "run")
     assert {path: path.read_bytes() for path in sorted((tmp_path / "run").rglob("*")) if path.is_file()} == before
+
+
+@pytest.mark.parametrize("second", ["same", "--path", "hard link"])
+def test_pecan_costs_refuses_a_log_named_twice(table, tmp_path, capsys, second):
+    """`pecan costs run.log run.log` wrote the run's row twice, with exit 0."""
+    log = table.parent / "run" / "run.log"
+    again = str(log)
+    if second == "hard link":
+        again = str(tmp_path / "link.log")
+        os.link(log, again)
+    command = ["pecan", "costs", "--experiment", "ResNet50_v2-8", str(log),
+               *(["--path", again] if second == "--path" else [again]), "-o", str(tmp_path / "c.csv")]
+    assert main(command) == 1
+    assert capsys.readouterr().err == (f"repro: error: {again}: named twice among the logs; expected each training "
+                                       "log once\n")
+    assert not (tmp_path / "c.csv").exists()

@@ -267,7 +267,7 @@ def _run(args):
 
 def _costs(args):
     from repro.config import load_config
-    from repro.fsutil import check_text_name
+    from repro.fsutil import check_text_name, first_named_twice
     from repro.pecan.costs import cost_row, lookup
     from repro.pecan.costtable import write_table
     from repro.pecan.logs import parse_log
@@ -275,6 +275,9 @@ def _costs(args):
     logs = [*args.logs, *args.path]
     if not logs:
         raise ReproError("pecan costs: no training log given (positional, or --path LOG)")
+    twice = first_named_twice(logs)
+    if twice is not None:  # its row twice: one run counted as two
+        raise ReproError(f"{twice}: named twice among the logs; expected each training log once")
     if (args.experiment is None) == (args.model is None):
         raise ReproError("pecan costs: give --experiment NAME or --model NAME (from the config)")
     if not 1 <= args.tpu_count <= MAX_TPUS or args.worker_matches < 1:
