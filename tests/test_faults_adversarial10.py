@@ -190,3 +190,35 @@ def test_pecan_costs_refuses_a_log_named_twice(table, tmp_path, capsys, second):
     assert capsys.readouterr().err == (f"repro: error: {again}: named twice among the logs; expected each training "
                                        "log once\n")
     assert not (tmp_path / "c.csv").exists()
+
+
+def test_a_run_replaces_the_traces_of_an_earlier_run_of_another_experiment(config, tmp_path):
+    """`pecan run --out D` of ResNet50_v3-8 into the run directory of a ResNet50_v2-8 run kept the
+    earlier trace beside its own: traces/ is uploaded whole as the run's."""
+    calibration = {"resnet": calibrate("resnet", elements=4, repeats=1)}
+    run_mode(config, "ResNet50_v2-8", "cachew", calibration, tmp_path / "run")
+    run_mode(config, "ResNet50_v3-8", "cachew", calibration, tmp_path / "run")
+    assert [p.name for p in (tmp_path / "run" / "traces").iterdir()] == ["ResNet50_v3-8-cachew.json"]
+
+
+def test_a_cluster_run_uploads_its_own_trace_only(config, tmp_path):
+    """Another run's trace (pecan's) in a Cachew run's traces/ was uploaded and listed in the receipt
+    as Cachew's, and the workflow downloaded it among Cachew's traces."""
+    from repro.rulesettings import run_settings
+    from test_faults_input import _calibration
+
+    other = tmp_path / "other"
+    run_mode(config, "ResNet50_v2-8", "pecan", {"resnet": calibrate("resnet", elements=4, repeats=1)}, other)
+    (tmp_path / "run" / "traces").mkdir(parents=True)
+    (tmp_path / "run" / "traces" / "ResNet50_v2-8-pecan.json").write_bytes(
+        (other / "traces" / "ResNet50_v2-8-pecan.json").read_bytes())
+    (tmp_path / "store").mkdir()
+    (tmp_path / "state.json").write_text(json.dumps({"backend": "local", "trace_store": str(tmp_path / "store")}))
+    (tmp_path / "cal.json").write_text(_calibration("resnet"))
+    assert main(["cluster", "run", "--state", str(tmp_path / "state.json"), "--settings",
+                 json.dumps(run_settings(config, "ResNet50_v2-8", "cachew")), "--experiment", "ResNet50_v2-8",
+                 "--mode", "cachew", "--calibration", str(tmp_path / "cal.json"), "--run-dir", str(tmp_path / "run"),
+                 "--receipt", str(tmp_path / "run" / "upload.json")]) == 0
+    uploaded = sorted(p.name for p in (tmp_path / "store").rglob("*.json"))
+    assert uploaded == ["ResNet50_v2-8-cachew.json"], uploaded
+    assert "pecan" not in (tmp_path / "run" / "upload.json").read_text()

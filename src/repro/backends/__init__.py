@@ -99,7 +99,7 @@ class Backend(ABC):
 
     def execute(self, request: RunRequest, state):
         """Run, then put the run's traces in the trace store with a receipt; return the metrics."""
-        from repro.pecan.run import RUN_FILES, check_run_directory, remove_repeats
+        from repro.pecan.run import RUN_FILES, check_run_directory, remove_repeats, remove_run_traces
         from repro.tracestore import open_store, upload_traces
 
         check_run_directory(request.run_dir)  # nothing of the user's replaced; this run's traces uploaded only
@@ -108,6 +108,7 @@ class Backend(ABC):
             raise ReproError(f"--receipt {request.receipt}: is the run's own {receipt.relative_to(run_dir)} in "
                              f"--run-dir {request.run_dir}; expected another file (the workflow's: upload.json there)")
         remove_repeats(request.run_dir)  # an earlier run's repeat logs never pass for this one's, whatever ran it
+        remove_run_traces(request.run_dir)  # nor its traces: every trace there is uploaded as this run's
         # and its marks of completion, which this run replaces: one stopped or failed leaves none
         for done in (Path(request.receipt), Path(request.run_dir) / "metrics.json"):
             if done.is_symlink() or done.is_file():

@@ -182,6 +182,7 @@ def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):
         trace = Path("traces") / f"{experiment}-{mode}.json"
         made += _missing_directories(out / "traces")
         (out / "traces").mkdir(exist_ok=True)
+        remove_run_traces(out)  # another experiment's or mode's, which would stay beside this run's
         remove_repeats(out)  # those of a run into this directory that ended while this one ran
         for name in ("run.log", trace, "repeats", "metrics.json"):  # metrics.json last: the run is complete
             if (stage / name).exists():
@@ -322,6 +323,15 @@ def check_run_directory(run_dir):
         if os.path.lexists(path) and not is_a_runs(path):
             raise ReproError(f"run directory {run_dir}: {path} is not {what}, and {why}; it may be yours: move it, "
                              "or name another run directory")
+
+
+def remove_run_traces(run_dir):
+    """Remove an earlier run's traces from run_dir/traces (the files check_run_directory found to be a
+    run's, checked again): a run's traces/ holds its own only, and all of it is uploaded as its own."""
+    traces = Path(run_dir) / "traces"
+    for path in sorted(traces.iterdir()) if traces.is_dir() and not traces.is_symlink() else ():
+        if _is_run_trace(path):
+            path.unlink()
 
 
 def _is_run_log(path):

@@ -735,7 +735,7 @@ def run_for_workflow(settings, experiment, mode, out_dir, backend="local", servi
     metrics.json (with its one run as `repeats`: a real run is not repeated) and the trace. The
     scale is derived from the pipeline's `calibration` where it has the TF cost, so that every mode
     of the experiment shares it (scale_from_calibration)."""
-    from repro.pecan.run import window_events
+    from repro.pecan.run import remove_run_traces, window_events
     from repro.traces import write_trace
 
     out = Path(out_dir)
@@ -751,6 +751,7 @@ def run_for_workflow(settings, experiment, mode, out_dir, backend="local", servi
         for w in metrics["windows"]]
     decisions = [(d["time_s"], d["state"], d["remote"], d["local"]) for d in metrics["decisions"]]
     (out / "traces").mkdir(parents=True, exist_ok=True)
+    remove_run_traces(out)  # another experiment's or mode's, which would stay beside this run's
     write_trace(out / "traces" / f"{experiment}-{mode}.json",
                 window_events(f"{experiment} {mode}", spec.batch_size, windows, decisions),
                 {"otherData": {"run_id": f"{experiment}-{mode}-seed{spec.seed}", "experiment": experiment, "mode": mode,
