@@ -43,3 +43,27 @@ def test_the_cost_caption_says_what_was_measured_here_under_each_preset():
     assert caption("local", "artifact", calibrations).startswith(
         "local model (backend=local, calibration=artifact; costs fitted to the artifact's runs, "
         "RetinaNet's AutoOrder saving measured on Some CPU, 2 CPUs); ")
+
+
+def _tick_labels(ax):
+    return [t.get_text() for t in ax.yaxis.get_majorticklabels() + ax.yaxis.get_minorticklabels() if t.get_text()]
+
+
+def test_a_log_axis_is_labelled_with_plain_numbers(monkeypatch):
+    """With text.parse_math off (titles and captions drawn as given), matplotlib's log tick labels,
+    mathtext such as `$\\mathdefault{10^{3}}$`, were drawn as that raw text on both TrIMS figures."""
+    from repro import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, *args, **kwargs: (fig.canvas.draw(), drawn.append(fig)))
+    style = {"width_in": 5, "height_in": 3.6, "dpi": 50, "font_size": 9}
+    for low, high in ((1, 5000), (30, 80), (5, 9)):
+        plots.plot_model_load([{"model": "m", "original_latency_ms": high, "shared_latency_ms": low,
+                                "original_latency_ci_ms": [high, high], "shared_latency_ci_ms": [low, low],
+                                "speedup": high / low}], ["f.png"], "caption", style)
+    labels = [_tick_labels(fig.axes[0]) for fig in drawn]
+    for fig in drawn:
+        plt.close(fig)
+    assert all(not any("$" in label for label in figure) for figure in labels), labels
+    assert {"1", "10", "100", "1000"} <= set(labels[0])
+    assert "20" in labels[1] and "100" in labels[1]  # less than a decade: minor ticks labelled too

@@ -15,6 +15,7 @@ matplotlib.use("Agg")  # before pyplot is imported: no display is needed or want
 # model) that holds `$...$` is no mathtext formula, whose parser failed on some with a traceback
 matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt
+from matplotlib import ticker
 from matplotlib.patches import Patch
 
 # The artifact's plotting-scripts/fig8.py colours; the hello-world run is a Pecan run.
@@ -159,6 +160,21 @@ def is_figure(path):
         return FIGURE_MARK.encode() in read_at_most(fh, FIGURE_LIMIT)
 
 
+class _PlainLogFormatter(ticker.LogFormatter):
+    """A log axis's tick labels as plain numbers (1000, 0.1): matplotlib's default writes them as
+    mathtext (`$\\mathdefault{10^{3}}$`), shown as that raw text with text.parse_math off."""
+
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def _log_scale(axis):
+    """`axis` (an Axes) on a log y scale, its decades labelled, and its minor ticks where it spans less."""
+    axis.set_yscale("log")
+    axis.yaxis.set_major_formatter(_PlainLogFormatter())
+    axis.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+
+
 def _errors(values, intervals):
     """Matplotlib's yerr (distances below and above) from values and their [low, high] intervals."""
     # a percentile bootstrap interval need not hold its estimate: no bar below it or above it then
@@ -182,7 +198,7 @@ def plot_model_load(rows, outputs, caption, style):
     for x, r in zip(xs, rows):
         top = max(r["original_latency_ms"], r["shared_latency_ms"])
         ax.text(x, top * 1.15, f"{r['speedup']:.1f}x", ha="center", va="bottom", fontweight="bold")
-    ax.set_yscale("log")
+    _log_scale(ax)
     ax.set_ylim(top=max(r["original_latency_ms"] for r in rows) * 4)
     ax.set_xticks(list(xs), [r["model"] for r in rows], rotation=20, ha="right")
     ax.set_ylabel("End-to-end latency per request (ms)")
@@ -213,7 +229,7 @@ def plot_distributions(rows, outputs, caption, style):
                      color=colors(i), capsize=2, label=name)
     lat.set_xlabel("Concurrent requests")
     lat.set_ylabel("Latency (ms)")
-    lat.set_yscale("log")
+    _log_scale(lat)
     lat.legend(frameon=False, fontsize=max(5, style["font_size"] - 3), ncol=len(names))
     hit.set_xlabel("Concurrent requests")
     hit.set_ylabel("Model store hit rate")
