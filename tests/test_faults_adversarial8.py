@@ -290,21 +290,47 @@ def oversized_traces(tmp_path_factory):
     metadata = directory / "metadata.json"
     metadata.write_bytes(b'{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 1}], '
                          b'"otherData": {"note": "' + big + b'"}}')
+    # as orjson writes it (no spaces): its event list is found without decoding the metadata
+    compact = directory / "compact.json"
+    compact.write_bytes(b'{"traceEvents":[{"name":"a","ph":"X","ts":0,"dur":1,"pid":1,"tid":1}],"otherData":{"note":"'
+                        + big[: 70 << 20] + b'"}}')
     return {"event": (event, "holds an event larger than 64 MiB"),
-            "metadata": (metadata, "its keys beside 'traceEvents' are larger than 64 MiB")}
+            "metadata": (metadata, "its keys beside 'traceEvents' are larger than 64 MiB"),
+            "compact metadata": (compact, "its keys beside 'traceEvents' are larger than 64 MiB")}
 
 
-@pytest.mark.parametrize("part", ["event", "metadata"])
+@pytest.mark.parametrize("part", ["event", "metadata", "compact metadata"])
 @pytest.mark.parametrize("command", [["trace", "validate"], ["trace", "summarize", "-o", "s.json"],
                                      ["trace", "combine", "-o", "c.json"]], ids=["validate", "summarize", "combine"])
 def test_an_event_or_metadata_of_hundreds_of_megabytes_is_refused_naming_the_trace(command, part, oversized_traces,
                                                                                      tmp_path):
     """A trace whose one event's name is 512 MiB: MemoryError traceback from the chunk reader's copy
-    of its slice under a 2 GB address space."""
+    of its slice under a 2 GB address space. Metadata of 70 MiB written as orjson writes it passed,
+    and was copied into the output."""
     path, reason = oversized_traces[part]
     code, out, err = run_forked([*command[:2], path, *command[2:]], tmp_path, timeout=120, growth=768 << 20)
     assert code == 1 and "Traceback" not in err and f"{path}: {reason}" in out + err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["trace", "summarize", "-o", "s.json"], ["trace", "combine", "-o", "c.json"]],
+                         ids=["summarize", "combine"])
+def test_the_metadata_copied_from_many_traces_is_bounded_as_one_traces(command, tmp_path):
+    """Forty traces of 60 MiB metadata each, each within the bound: `trace combine` took 3 GB and was
+    killed, and wrote a combined trace whose metadata no reader takes."""
+    traces = []
+    for index in range(2):
+        traces.append(tmp_path / f"t{index}.json")
+        traces[-1].write_bytes(b'{"traceEvents":[{"name":"a","ph":"X","ts":0,"dur":1,"pid":1,"tid":1}],'
+                               b'"otherData":{"note":"' + b"x" * (40 << 20) + b'"}}')
+    # room for both traces read whole (orjson crashes, rather than raise, where it runs out of memory)
+    code, out, err = run_forked([*command[:2], *map(str, traces), *command[2:]], tmp_path, timeout=120,
+                                growth=1536 << 20)
+    what = "the combined trace's metadata" if command[1] == "combine" else "the summary's copy of the traces' otherData"
+    assert (code, err) == (1, f"repro: error: {traces[1]}: its metadata, with that of the traces before it, makes "
+                              f"{what} larger than 64 MiB; expected traces whose metadata (displayTimeUnit, "
+                              "otherData) is kilobytes\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t0.json", "t1.json"]
 
 
 @pytest.mark.parametrize("shape", [b"{},", b"[],", b"1.5,", b'"ab",', b'{"k": [0]},'])

@@ -44,7 +44,7 @@ from repro.pool import Pool, TaskFailed, usable_cpus
 from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher
-from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values
+from repro.traces.reader import MetadataTotal, NotCompact, TraceReader, cycle_collection_paused, field_values
 from repro.traces.splice import key_values, splice, value_ends
 from repro.traces.writer import TraceWriter, separated_size, write_at
 
@@ -702,7 +702,7 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
     inputs = [Path(p) for p in inputs][1 if skip_first else 0 :]
     report = {"inputs": len(inputs), "events": 0, "skipped": 0, "dropped": 0}
     next_pid = 1
-    per_input = []
+    per_input, copied = [], MetadataTotal("the combined trace's metadata")
     display_unit = None
     fix_malloc_thresholds(trim_threshold=256 * 2**20)  # freed buffers reused, not page-faulted afresh per input
     workers = _worker_count(inputs, strict, workers)
@@ -736,6 +736,7 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
                     "metadata": {k: v for k, v in metadata.items() if k not in ("otherData", "displayTimeUnit")},
                 }
             )
+            copied.add(path, len(orjson.dumps(per_input[-1])))
         writer.metadata = {"displayTimeUnit": display_unit or "ms", "otherData": {"inputs": per_input}}
     return report
 

@@ -51,6 +51,28 @@ _LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the 
 LARGEST_PART = 64 << 20
 
 
+def check_metadata_size(path, size, what="its keys beside 'traceEvents' are"):
+    """TraceError where a trace's metadata (`size` bytes of JSON) is larger than LARGEST_PART."""
+    if size > LARGEST_PART:
+        raise TraceError(path, f"{what} larger than {LARGEST_PART >> 20} MiB; expected a trace's metadata "
+                         "(displayTimeUnit, otherData)")
+
+
+class MetadataTotal:
+    """The metadata a command copies from many traces into one output (`what`), bounded as one
+    trace's is: a combined trace of larger metadata is one that no reader takes."""
+
+    def __init__(self, what):
+        self.what, self.size = what, 0
+
+    def add(self, path, size):
+        self.size += size
+        if self.size > LARGEST_PART:
+            raise TraceError(path, f"its metadata, with that of the traces before it, makes {self.what} larger than "
+                             f"{LARGEST_PART >> 20} MiB; expected traces whose metadata (displayTimeUnit, otherData) "
+                             "is kilobytes")
+
+
 @contextmanager
 def cycle_collection_paused():
     """Parsed JSON holds no reference cycles, so the cyclic garbage collector's repeated passes
@@ -612,6 +634,7 @@ class TraceReader:
             end = mm.rfind(b"]", start, end)
             if end < 0:
                 return None
+            check_metadata_size(self.path, start + len(mm) - end)
             rest = mm[end + 1 :]
             if b'"traceEvents"' in rest:
                 return None  # a repeated key: orjson takes the last one
@@ -860,9 +883,7 @@ class _ChunkScanner:
                 raise TraceError(self.path, "invalid JSON (data after the event array)")
             self.owner._metadata = {}
             return
-        if array_open + len(mm) - array_close > LARGEST_PART:
-            raise TraceError(self.path, f"its keys beside 'traceEvents' are larger than {LARGEST_PART >> 20} MiB; "
-                             "expected a trace's metadata (displayTimeUnit, otherData)")
+        check_metadata_size(self.path, array_open + len(mm) - array_close)
         data = mm[:array_open] + b"[]" + mm[array_close + 1 :]
         self.owner._metadata = _root_metadata(_loads(data, self.path), self.path, data)
 

@@ -21,7 +21,7 @@ from repro.stats import t_quantile
 from repro.traces.events import IGNORE_CATEGORY, column
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher, phase_codes
-from repro.traces.reader import NotCompact, TraceReader, cycle_collection_paused, field_values
+from repro.traces.reader import MetadataTotal, NotCompact, TraceReader, cycle_collection_paused, field_values
 
 _X = ord("X")
 
@@ -251,6 +251,9 @@ def aggregate(summaries, group_by):
 
 def summarize(inputs, group_by=("model_name", "upr_enabled"), detailed=False, strict=True):
     """Summary document of many traces (files or directories): per-trace entries and group statistics."""
+    copied, traces = MetadataTotal("the summary's copy of the traces' otherData"), []
     with cycle_collection_paused():
-        traces = [summarize_trace(p, detailed=detailed, strict=strict) for p in find_traces(inputs)]
+        for path in find_traces(inputs):
+            traces.append(summarize_trace(path, detailed=detailed, strict=strict))
+            copied.add(path, sum(len(value) for value in traces[-1].values() if isinstance(value, str)))
     return {"time_unit": "us", "traces": traces, "group_by": list(group_by), "groups": aggregate(traces, list(group_by))}
