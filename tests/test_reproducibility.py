@@ -401,17 +401,18 @@ def test_check_rejects_unknown_figures(config, tmp_path):
         check(config, ["fig9"], tmp_path)
 
 
-def _results(root, calibrations, worker_cost):
-    """A finished results/ directory as the workflow leaves it: calibrations and fig8's cost table."""
+def _results(root, calibrations, worker_cost, workload="ResNet50_v2-8"):
+    """A finished results/ directory as the workflow leaves it: calibrations and fig8's cost table (of
+    `workload`'s runs)."""
     for pipeline, calibration in calibrations.items():
         (root / "calibration").mkdir(parents=True, exist_ok=True)
         (root / "calibration" / f"{pipeline}.json").write_text(json.dumps(calibration))
     (root / "tables").mkdir()
     with open(root / "tables" / "ResNet50_v2-8.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, ["mode", "tpu_cost_mean", "worker_cost_mean"])
+        writer = csv.DictWriter(fh, ["mode", "workload", "tpu_cost_mean", "worker_cost_mean"])
         writer.writeheader()
-        writer.writerows([{"mode": "collocated", "tpu_cost_mean": 4.43, "worker_cost_mean": 0.0},
-                          {"mode": "pecan", "tpu_cost_mean": 0.55, "worker_cost_mean": worker_cost}])
+        writer.writerows([{"mode": "collocated", "workload": workload, "tpu_cost_mean": 4.43, "worker_cost_mean": 0.0},
+                          {"mode": "pecan", "workload": workload, "tpu_cost_mean": 0.55, "worker_cost_mean": worker_cost}])
     return root
 
 
@@ -442,6 +443,12 @@ def test_compare_results_checks_two_clones_number_by_number(calibrations, tmp_pa
     assert main(["pecan", "compare-results", str(first), str(tmp_path / "older"), "--figure", "fig8_ResNet50_v2-8"]) == 1
     assert ("calibration of 'resnet' has no reference kernel (an older file); measure it again "
             "(snakemake --forcerun calibrate)") in capsys.readouterr().err
+    # a table of another workload's runs under fig8's name: its numbers were compared as ResNet's
+    _results(tmp_path / "other", calibrations, 0.30, workload="RetinaNet")
+    assert main(["pecan", "compare-results", str(first), str(tmp_path / "other"), "--figure", "fig8_ResNet50_v2-8"]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {tmp_path / 'other' / 'tables' / 'ResNet50_v2-8.csv'}: row 1 "
+                                       "holds runs of 'RetinaNet', not of 'ResNet50_v2-8'; expected ResNet50_v2-8's "
+                                       "cost table\n")
 
 
 def test_reference_verdicts():

@@ -17,7 +17,7 @@ from repro.errors import ReproError
 from repro.fsutil import check_fresh_directory, fresh_directory, read_csv, read_json, write_json
 from repro.pecan.calibrate import calibrate_together
 from repro.pecan.comparisons import comparison_rows, read_rows
-from repro.pecan.costtable import TABLE_COLUMNS, mode_row, write_table
+from repro.pecan.costtable import TABLE_COLUMNS, check_table_runs, mode_row, write_table
 from repro.pecan.run import run_mode
 from repro.rulesettings import cost_settings, experiment_pipelines
 from repro.stats import verdict
@@ -38,9 +38,9 @@ def cost_rows(config, experiment, run_dirs):
             for mode, run_dir in run_dirs.items()]
 
 
-def plotted_numbers(figures, calibrations, rows_by_figure):
+def plotted_numbers(figures, calibrations, rows_by_figure, comparisons=()):
     """{name: value}: the calibration results and every figure's plotted costs (bar segment means; a
-    figure over several workloads names each bar's workload too)."""
+    figure over several workloads, one of `comparisons`, names each bar's workload too)."""
     numbers = {}
     for pipeline, calibration in calibrations.items():
         if "reference_kernel" not in calibration:
@@ -57,7 +57,7 @@ def plotted_numbers(figures, calibrations, rows_by_figure):
             numbers[f"calibration {pipeline} {name}"] = value * unit
     for figure in figures:
         for row in rows_by_figure[figure]:
-            bar = f"{row['workload']} {row['mode']}" if "workload" in row else row["mode"]
+            bar = f"{row['workload']} {row['mode']}" if figure in comparisons else row["mode"]
             for column in PLOTTED:
                 numbers[f"{figure} {bar} {column} $"] = float(row[f"{column}_mean"])
     return numbers
@@ -104,7 +104,17 @@ def run_chain(config, figures, scratch):
         else:
             rows_by_figure[figure] = comparison_rows(spec["option"], spec["workloads"],
                                                      [table(w) for w in spec["workloads"]])
-    return plotted_numbers(figures, calibrations, rows_by_figure)
+    return plotted_numbers(figures, calibrations, rows_by_figure, config["plots"]["comparisons"])
+
+
+def _check_table_of(config, figure, table, rows):
+    """ReproError where a results directory's table holds another workload's rows than its name says
+    (compared by name with the other directory's, its numbers would be judged as the named one's)."""
+    spec = config["plots"]["comparisons"].get(figure)
+    if spec is None:
+        check_table_runs(rows, table, config["plots"]["figures"][figure]["experiment"])
+    elif (listed := list(dict.fromkeys(row.get("workload") for row in rows))) != spec["workloads"]:
+        raise ReproError(f"{table}: holds workloads {listed}; expected {spec['workloads']} (plots.comparisons.{figure})")
 
 
 def _results_table(config, figure, results):
@@ -139,7 +149,8 @@ def results_numbers(config, figures, results):
             if not table.exists():
                 raise FileNotFoundError(2, "No such file or directory", str(table))
             rows_by_figure[figure] = read_csv(table, str(table), "a cost table")
-        numbers = plotted_numbers(figures, calibrations, rows_by_figure)
+            _check_table_of(config, figure, table, rows_by_figure[figure])
+        numbers = plotted_numbers(figures, calibrations, rows_by_figure, config["plots"]["comparisons"])
     except (OSError, ValueError, KeyError, TypeError, OverflowError) as exc:  # OverflowError: 10**400 * 1e3
         raise ReproError(f"{results}: not a finished workflow's results directory for figures {list(figures)} "
                          f"({type(exc).__name__}: {exc}); build them first (snakemake --cores 1)") from None
