@@ -1790,3 +1790,21 @@ def test_a_large_file_that_does_not_end_as_a_trace_is_refused_before_it_is_read(
                                 text=True, timeout=120)
         assert result.returncode == 1 and result.stderr == f"{said} {message}\n", result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+@pytest.mark.parametrize("events, total", [
+    ([{"name": "a", "ph": "X", "ts": 1e300, "dur": 1, "pid": 1, "tid": 1},
+      {"name": "a", "ph": "X", "ts": -1e300, "dur": 1, "pid": 1, "tid": 1}], 2),
+    ([{"name": "a", "ph": "X", "ts": 1733450000000000, "dur": 0.3, "pid": 1, "tid": 1}], 0.3),
+    ([{"name": "a", "ph": "X", "ts": 5, "dur": 3, "pid": 1, "tid": 1}, {"name": "a", "ph": "B", "ts": 10, "pid": 1, "tid": 1},
+      {"name": "a", "ph": "E", "ts": 12.5, "pid": 1, "tid": 1}], 5.5),
+], ids=["far-apart", "epoch-microseconds", "with-a-pair"])
+def test_a_complete_events_duration_is_its_dur(tmp_path, events, total):
+    """An X event lasted (ts + dur) - ts: 0 for dur 1 at ts 1e300, 0.25 for dur 0.3 at a timestamp in
+    microseconds since the epoch (the float's precision there)."""
+    path = dump(tmp_path / "t.json", {"traceEvents": events})
+    for detailed in (False, True):
+        summary = summarize_trace(path, detailed=detailed)
+        assert summary["events"]["a"]["total"] == total
+        if detailed:
+            assert sum(e["duration"] for e in summary["detailed_events"]) == total

@@ -104,12 +104,17 @@ def _summary(path, detailed, strict, reader_options, compact):
             index += len(chunk)
             continue
         start = np.asarray(values(begins, "ts"))
+        lasted = [chunk[i].get("dur", 0) for i in complete]
         end = np.asarray(list(map(stamps.__getitem__, matched.ends.tolist()))
-                         + [stamps[i] + chunk[i].get("dur", 0) for i in complete])
+                         + [stamps[i] + dur for i, dur in zip(complete, lasted)])
         if start.dtype.kind not in "if" or end.dtype.kind not in "if" or _wraps(start, end):
             start, end = start.astype(float), end.astype(float)
         with np.errstate(over="ignore", invalid="ignore"):
             duration = end - start
+        if lasted:  # an X event's own dur: ts + dur - ts loses what the timestamp's precision cannot hold
+            lasted = np.asarray(lasted)
+            duration = duration.astype(np.result_type(duration, lasted))
+            duration[len(matched.begins):] = lasted
         if duration.dtype.kind == "f" and not np.isfinite(duration).all():
             bad = int(done[np.flatnonzero(~np.isfinite(duration)).min()])
             raise TraceError(path, "duration is not a finite number (timestamps too far apart)", index + bad)
