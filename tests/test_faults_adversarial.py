@@ -325,7 +325,8 @@ def test_a_complete_event_of_negative_duration_is_refused(tmp_path, monkeypatch,
 
 def test_profile_output_overwrite_replaces_only_a_directory_a_run_made(tmp_path, monkeypatch, capsys):
     """`trims client run --profile-output p --profile-output-overwrite`, p holding the user's notes: the
-    whole directory was deleted. It is refused; a directory an earlier run made is replaced as ever."""
+    whole directory was deleted. It is refused; a directory an earlier run made is replaced as ever,
+    unless it holds a file of the user's (any *.json was taken for a trace of the run's)."""
     from support import run_repro
     from test_faults_input import snapshot
 
@@ -349,6 +350,14 @@ def test_profile_output_overwrite_replaces_only_a_directory_a_run_made(tmp_path,
     assert snapshot(tmp_path) == before
     code, _, err = run_repro([*client, "--profile-output", "made", "--profile-output-overwrite"], capsys)
     assert code == 0, err
+    # a file of the user's, named as a trace is, in a directory a run made: it was deleted with the run's
+    _write(made / "my_analysis.json", "{}")
+    before = snapshot(tmp_path)
+    code, _, err = run_repro([*client, "--profile-output", "made", "--profile-output-overwrite"], capsys)
+    assert code == 1 and err == (f"repro: error: --profile-output {made.relative_to(tmp_path)}: holds my_analysis.json, "
+                                 "which this command does not write; it may be yours: move it, or name another "
+                                 "directory\n")
+    assert snapshot(tmp_path) == before
 
 
 # -- a forged process record: a process of the user's is never taken for the service's --------

@@ -37,9 +37,11 @@ from repro.trims.runtimes import CpuRuntime, GpuRuntime
 from repro.trims.server import StoreConnection
 
 _SEGMENT_SUFFIX = re.compile(r"[0-9]+_[0-9]+_[0-9]+")  # <owner pid>_<owner start ticks>_<n> (repro.trims.modelstore)
-# the paths of the traces clients write in a profile output: <model>_<uuid>.json (the original's
-# names) or <model>/<mode>-<iteration>.json, under a directory per mode where a run has several
-TRACE_FILES = re.compile(r"(?:[^/]+/)*[^/]+\.json")
+# the paths of the traces clients write in a profile output: [upr_]<model>_<uuid>.json (the original's
+# names) or <model>/<mode>-<iteration>.json, under a directory per mode where a run has both; a run
+# that finds other files there (a user's) refuses it
+TRACE_FILES = re.compile(r"(?:(?:original|shared)/)?(?:(?:upr_)?[^/]+_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                         r"[0-9a-f]{12}|[^/]+/(?:original|shared)-[0-9]{5,})\.json")
 _IPC_HANDLE = re.compile(r"[0-9a-f]{128}")  # a CUDA IPC memory handle (64 bytes) as hex (repro.trims.cuda)
 
 
