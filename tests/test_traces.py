@@ -15,6 +15,7 @@ from repro.cli import main
 from repro.errors import ReproError, TraceError
 from repro.traces import TraceReader, combine, read_trace, summarize, summarize_trace, validate, write_trace
 from repro.traces.events import PHASES
+from repro.traces.original import original_summary
 from repro.traces.summarize import describe
 
 CHUNKED = {"whole_file_limit": 0, "chunk_bytes": 64}  # force the memory-mapped chunk scanner
@@ -1808,3 +1809,21 @@ def test_a_complete_events_duration_is_its_dur(tmp_path, events, total):
         assert summary["events"]["a"]["total"] == total
         if detailed:
             assert sum(e["duration"] for e in summary["detailed_events"]) == total
+
+
+def test_a_combined_trace_given_with_its_inputs_is_refused(tmp_path, capsys):
+    """`trace combine run/*.json`, the glob matching the combined-<uuid>.json written there before:
+    every request's events were combined (or summarized) twice. A combined trace alone, or with
+    traces it does not hold, is read as any trace."""
+    first = dump(tmp_path / "a.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]})
+    second = dump(tmp_path / "b.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 5, "dur": 2, "pid": 1, "tid": 1}]})
+    combined = tmp_path / "combined-1.json"
+    assert main(["trace", "combine", str(first), "-o", str(combined)]) == 0
+    said = f"{combined}: is a combined trace of {first}, given too; expected each trace once (the combined trace or its inputs)"
+    for command in (["trace", "combine", "-o", str(tmp_path / "c.json")], ["trace", "summarize", "-o", str(tmp_path / "s.json")]):
+        capsys.readouterr()
+        assert main([*command, str(first), str(combined)]) == 1
+        assert capsys.readouterr().err == f"repro: error: {said}\n"
+        assert main([*command, str(second), str(combined)]) == 0
+    with pytest.raises(TraceError, match=re.escape(said)):
+        original_summary([combined, first])

@@ -40,11 +40,19 @@ import orjson
 
 from repro.allocator import fix_malloc_thresholds
 from repro.errors import TraceError
+from repro.fsutil import file_identity
 from repro.pool import Pool, TaskFailed, usable_cpus
 from repro.traces.events import IGNORE_CATEGORY, check_event, first_bad_event, positions
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher
-from repro.traces.reader import MetadataTotal, NotCompact, TraceReader, cycle_collection_paused, field_values
+from repro.traces.reader import (
+    MetadataTotal,
+    NotCompact,
+    TraceReader,
+    check_not_combined_from,
+    cycle_collection_paused,
+    field_values,
+)
 from repro.traces.splice import key_values, splice, value_ends
 from repro.traces.writer import TraceWriter, separated_size, write_at
 
@@ -703,6 +711,7 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
     report = {"inputs": len(inputs), "events": 0, "skipped": 0, "dropped": 0}
     next_pid = 1
     per_input, copied = [], MetadataTotal("the combined trace's metadata")
+    given = {file_identity(path) for path in inputs}
     display_unit = None
     fix_malloc_thresholds(trim_threshold=256 * 2**20)  # freed buffers reused, not page-faulted afresh per input
     workers = _worker_count(inputs, strict, workers)
@@ -715,6 +724,7 @@ def combine(inputs, output, adjust=True, skip_first=False, strict=True, reader_o
         for index, path in enumerate(inputs):
             reader, plan, spool, pid_map = read(index, path, next_pid, adjust, strict, reader_options)
             metadata, other = reader.metadata, reader.other_data
+            check_not_combined_from(path, other, given)
             display_unit = display_unit or metadata.get("displayTimeUnit")
             label = run_label(path, other, metadata)
             names = []

@@ -7,6 +7,7 @@ import math
 from datetime import UTC, datetime
 
 from repro.errors import ReproError, TraceError
+from repro.fsutil import file_identity
 from repro.traces.summarize import find_traces, summarize_trace
 
 # record key -> (category, event names): the original's event name, and this project's client's
@@ -45,9 +46,9 @@ def _ns(microseconds, path, key):
     return round(nanoseconds)
 
 
-def original_record(path, detailed=True, strict=True):
-    """One trace's record in the original's shape."""
-    summary = summarize_trace(path, detailed=True, strict=strict)
+def original_record(path, detailed=True, strict=True, given=frozenset()):
+    """One trace's record in the original's shape (`given`: as summarize_trace's)."""
+    summary = summarize_trace(path, detailed=True, strict=strict, given=given)
     events = summary["detailed_events"]
     record = {key: summary.get(key) for key in FIELDS}
     for key in ("end_to_end_process_time", "end_to_end_time"):
@@ -68,7 +69,9 @@ def original_record(path, detailed=True, strict=True):
 
 def original_summary(inputs, detailed=True, strict=True):
     """The original's summary document of the traces under `inputs`: a list of records."""
-    return [original_record(path, detailed, strict) for path in find_traces(inputs)]
+    paths = find_traces(inputs)
+    given = {file_identity(path) for path in paths}
+    return [original_record(path, detailed, strict, given) for path in paths]
 
 
 def is_summary(path):

@@ -29,7 +29,7 @@ import numpy as np
 import orjson
 
 from repro.errors import ReproError, TraceError
-from repro.fsutil import file_kind, open_regular, parsed_size, repeated_key
+from repro.fsutil import file_identity, file_kind, open_regular, parsed_size, repeated_key
 from repro.traces.events import PHASES, PHASES_WITHOUT_TS, check_event, first_bad_event
 from repro.traces.splice import find, spaced, words
 
@@ -56,6 +56,18 @@ def check_metadata_size(path, size, what="its keys beside 'traceEvents' are"):
     if size > LARGEST_PART:
         raise TraceError(path, f"{what} larger than {LARGEST_PART >> 20} MiB; expected a trace's metadata "
                          "(displayTimeUnit, otherData)")
+
+
+def check_not_combined_from(path, other_data, given):
+    """TraceError where the trace at `path` is a combined trace (`trace combine` lists its inputs in
+    otherData.inputs) of one of the files `given` (their fsutil.file_identity, {} for none): its
+    events would be counted twice, as the shell glob over a profile directory does."""
+    inputs = other_data.get("inputs")
+    for entry in inputs if isinstance(inputs, list) and given else ():
+        file = entry.get("file") if isinstance(entry, dict) else None
+        if isinstance(file, str) and file_identity(file) in given:
+            raise TraceError(path, f"is a combined trace of {file[:200]}, given too; expected each trace once (the "
+                             "combined trace or its inputs)")
 
 
 class MetadataTotal:

@@ -16,12 +16,19 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError, TraceError
-from repro.fsutil import check_text_name, first_named_twice
+from repro.fsutil import check_text_name, file_identity, first_named_twice
 from repro.stats import t_quantile
 from repro.traces.events import IGNORE_CATEGORY, column
 from repro.traces.events import values as dict_values
 from repro.traces.matching import SpanMatcher, phase_codes
-from repro.traces.reader import MetadataTotal, NotCompact, TraceReader, cycle_collection_paused, field_values
+from repro.traces.reader import (
+    MetadataTotal,
+    NotCompact,
+    TraceReader,
+    check_not_combined_from,
+    cycle_collection_paused,
+    field_values,
+)
 
 _X = ord("X")
 
@@ -71,15 +78,16 @@ def find_traces(inputs):
     return files
 
 
-def summarize_trace(path, detailed=False, strict=True, reader_options=None):
-    """Summary of one trace: run metadata, end_to_end_time and per-event-name durations."""
+def summarize_trace(path, detailed=False, strict=True, reader_options=None, given=frozenset()):
+    """Summary of one trace: run metadata, end_to_end_time and per-event-name durations. `given`: the
+    identities of the other traces summarized with it, none of which a combined trace may hold."""
     try:
-        return _summary(path, detailed, strict, reader_options, compact=True)
+        return _summary(path, detailed, strict, reader_options, compact=True, given=given)
     except NotCompact:  # read with orjson: the same summary, or the same error, as ever
-        return _summary(path, detailed, strict, reader_options, compact=False)
+        return _summary(path, detailed, strict, reader_options, compact=False, given=given)
 
 
-def _summary(path, detailed, strict, reader_options, compact):
+def _summary(path, detailed, strict, reader_options, compact, given=frozenset()):
     """summarize_trace over the reader's compact chunks (Event structs) or its dict chunks."""
     reader = TraceReader(path, strict=strict, **(reader_options or {}))
     chunks, values = (reader.compact_chunks(), field_values) if compact else (reader.column_chunks(), dict_values)
@@ -159,6 +167,7 @@ def _summary(path, detailed, strict, reader_options, compact):
         index += len(chunk)
     dangling = matcher.finish()
     other = reader.other_data
+    check_not_combined_from(path, other, given)
     summary = {"file": str(path)}
     for field in RUN_FIELDS:  # grouped by (a key of a dict) and printed: one value each, not a list or object
         value = other.get(field)
@@ -258,7 +267,9 @@ def summarize(inputs, group_by=("model_name", "upr_enabled"), detailed=False, st
     """Summary document of many traces (files or directories): per-trace entries and group statistics."""
     copied, traces = MetadataTotal("the summary's copy of the traces' otherData"), []
     with cycle_collection_paused():
-        for path in find_traces(inputs):
-            traces.append(summarize_trace(path, detailed=detailed, strict=strict))
+        paths = find_traces(inputs)
+        given = {file_identity(path) for path in paths}
+        for path in paths:
+            traces.append(summarize_trace(path, detailed=detailed, strict=strict, given=given))
             copied.add(path, sum(len(value) for value in traces[-1].values() if isinstance(value, str)))
     return {"time_unit": "us", "traces": traces, "group_by": list(group_by), "groups": aggregate(traces, list(group_by))}
