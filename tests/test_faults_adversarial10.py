@@ -222,3 +222,30 @@ def test_a_cluster_run_uploads_its_own_trace_only(config, tmp_path):
     uploaded = sorted(p.name for p in (tmp_path / "store").rglob("*.json"))
     assert uploaded == ["ResNet50_v2-8-cachew.json"], uploaded
     assert "pecan" not in (tmp_path / "run" / "upload.json").read_text()
+
+
+def test_trims_summary_refuses_compare_reports_of_two_stores(tmp_path, capsys):
+    """Compare reports of an lru store of 300 MiB and a never-evicting one of 10 GB were drawn side by
+    side in trims_model_load, under a caption that names neither."""
+    trace = {"traceEvents": [{"name": "read_params", "cat": "io", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+             "otherData": {"model_name": "m", "upr_enabled": True}}
+    reports = []
+    for model, store in (("m", {"store_eviction": "lru"}), ("n", {"store_eviction": "never"})):
+        (tmp_path / model / "traces").mkdir(parents=True)
+        (tmp_path / model / "traces" / "t.json").write_text(json.dumps(
+            {**trace, "otherData": {"model_name": model, "upr_enabled": True}}))
+        results = [{"latency_us": 1000 + i, "trace": str(tmp_path / model / "traces" / "t.json"), "ok": True, "hit": True}
+                   for i in range(3)]
+        reports.append(tmp_path / model / "report.json")
+        reports[-1].write_text(json.dumps({"experiment": "compare", "model": model, "store": store, "modes": {
+            mode: {"results": results, "wall_s": 1} for mode in ("original", "shared")}}))
+    run = tmp_path / "d" / "report.json"
+    run.parent.mkdir()
+    run.write_text(json.dumps({"experiment": "distribution", "distribution": "uniform", "params": [0, 1],
+                               "concurrency": 1, "results": results, "wall_s": 1, "evictions": 0, "store": {}}))
+    assert main(["trims", "summary", "--compare", *map(str, reports), "--distributions", str(run), "-o",
+                 str(tmp_path / "s.json")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: --compare {reports[1]}: store settings {{'store_eviction': "
+                                       f"'never'}}, and {reports[0]}'s {{'store_eviction': 'lru'}}; expected the runs "
+                                       "of one series (one store, one set of parameters per distribution)\n")
+    assert not (tmp_path / "s.json").exists()

@@ -199,17 +199,19 @@ def compare_table(reports):
     return rows
 
 
-def _check_one_series(paths, reports):
-    """ReproError where distribution reports drawn as one series differ in what they ran: a
-    distribution's parameters, or the store's settings (budget, eviction, tiers)."""
+def _check_one_series(flag, paths, reports):
+    """ReproError where reports drawn in one figure differ in what they ran: the store's settings
+    (budget, eviction, tiers), which its caption does not tell apart, or, for distribution reports
+    drawn as one series, a distribution's parameters."""
     first = {}
     for path, report in zip(paths, reports):
-        for what, key in (("parameters", report["distribution"]), ("store", None)):
+        series = (("parameters", report["distribution"]),) if "distribution" in report else ()
+        for what, key in (*series, ("store", None)):
             value = report["params"] if key is not None else report.get("store", {})
             seen_path, seen = first.setdefault((what, key), (path, value))
             if seen != value:
                 of = f"{key} {what}" if key is not None else "store settings"
-                raise ReproError(f"--distributions {path}: {of} {value}, and {seen_path}'s {seen}; expected the "
+                raise ReproError(f"{flag} {path}: {of} {value}, and {seen_path}'s {seen}; expected the "
                                  "runs of one series (one store, one set of parameters per distribution)")
 
 
@@ -238,7 +240,8 @@ def summary(compare_paths, distribution_paths):
         twice = first_repeated(tuple(row[k] for k in key) for row in table)
         if twice is not None:
             raise ReproError(f"{flag}: two reports of {' '.join(map(str, twice))}; expected one report per run")
-    _check_one_series(distribution_paths, [load(path) for path in distribution_paths])
+    for flag, paths in (("--compare", compare_paths), ("--distributions", distribution_paths)):
+        _check_one_series(flag, paths, [load(path) for path in paths])
     traces = summarize([Path(p).parent / "traces" for p in compare_paths], group_by=("model_name", "upr_enabled"))
     return {"compare": compared, "distributions": distributions, "trace_statistics": traces["groups"]}
 
