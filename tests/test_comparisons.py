@@ -234,7 +234,8 @@ def test_the_comparison_figure_draws_fig8s_bars_labels_whiskers_and_markers(monk
     from repro.pecan.comparisons import STYLE as COLOURS
 
     saved = []
-    monkeypatch.setattr(repro.plots, "_save", lambda fig, outputs, caption, style: saved.append((fig, caption, style)))
+    monkeypatch.setattr(repro.plots, "_save",
+                        lambda fig, outputs, caption, style, **laid_out: saved.append((fig, caption, style)))
     rows = []
     for workload, (cachew, autoorder) in {"W1": ((1.0, 0.5), (0.8, 0.0)), "W2": ((0.6, 0.25), (0.5, 0.125))}.items():
         for mode, (tpu, worker) in (("cachew", cachew), ("autoorder", autoorder)):
@@ -378,3 +379,24 @@ def test_comparison_rows_take_a_table_of_one_repeat_and_need_a_table_per_workloa
     with pytest.raises(ReproError) as caught:
         comparison_rows("autoorder", WORKLOADS[:2], [table])
     assert str(caught.value) == "2 workloads but 1 cost tables; expected one table per workload"
+
+
+def test_a_bar_label_taller_than_its_bar_is_left_out(monkeypatch, tmp_path):
+    """The TPU cost is written white, rotated, inside its bar: on a bar shorter than the text the rest
+    was white on white, and 0.55 read "5"."""
+    import repro.plots
+
+    shown, real = {}, repro.plots._inside_bars_only
+
+    def recorded(ax, labels, renderer):
+        real(ax, labels, renderer)
+        shown.update({text.get_text(): text.get_visible() for text, _ in labels})
+
+    monkeypatch.setattr(repro.plots, "_inside_bars_only", recorded)
+    rows = []
+    for mode, tpu in (("cachew", 5.0), ("autoorder", 0.05)):
+        rows.append({"workload": "W", "mode": mode, "repeats": 3, "tpu_cost_mean": tpu, "worker_cost_mean": 0.0,
+                     "total_cost_mean": tpu, "total_cost_ci_low": tpu, "total_cost_ci_high": tpu})
+    style = {"width_in": 5.0, "height_in": 3.6, "dpi": 60, "font_size": 9, "show_reference": False}
+    plot_comparison(rows, "autoorder", [str(tmp_path / "f.png")], "the caption", style)
+    assert shown == {"5.00": True, "0.05": False}

@@ -138,11 +138,14 @@ def fit_columns(ax, make_legend, columns):
     return legend
 
 
-def _save(fig, outputs, caption, style, line=0.035):
-    """`line`: the figure's height one caption line takes (0.035 of the style's height)."""
+def _save(fig, outputs, caption, style, line=0.035, laid_out=None):
+    """`line`: the figure's height one caption line takes (0.035 of the style's height); `laid_out`:
+    called with the renderer once the figure is laid out (what depends on the sizes drawn)."""
     wrapped = textwrap.fill(caption, width=int(style["width_in"] * 19))
     fig.text(0.01, 0.01, wrapped, fontsize=max(5, style["font_size"] - 3), ha="left", va="bottom", style="italic")
     fig.tight_layout(rect=(0, 0.03 + line * wrapped.count("\n") + 0.04, 1, 1))
+    if laid_out:
+        laid_out(fig.canvas.get_renderer())
     # every file rendered before any is renamed into place: a stop or a failure while the PNG renders
     # (most of the time) leaves neither, not a new PDF beside no PNG or last run's
     with contextlib.ExitStack() as stack:
@@ -320,7 +323,7 @@ def plot_comparison(rows, option, outputs, caption, style, paper=None):
     top = max(r["total_cost_ci_high"] for r in rows)
     if paper and style["show_reference"]:
         top = max([top] + [sum(v) for mode in settings["modes"] for v in paper.get(mode, {}).values()])
-    marked, drawn = False, []
+    marked, drawn, values = False, [], []  # values: each bar's label, and the TPU cost it is drawn inside
     for mode, offset in zip(settings["modes"], settings["offsets"]):
         tpu_colour, worker_colour, _ = STYLE[mode]
         for x, workload in enumerate(workloads):
@@ -329,8 +332,8 @@ def plot_comparison(rows, option, outputs, caption, style, paper=None):
             tpu, worker = row["tpu_cost_mean"], row["worker_cost_mean"]
             ax.bar(left, tpu, width, color=tpu_colour, edgecolor="black", linewidth=0.5)
             drawn.append((workload, mode, round(left, 4)))
-            ax.text(left, tpu / 2, f"{tpu:.2f}", ha="center", va="center", rotation=90, color="white",
-                    fontsize=max(5, style["font_size"] - 2))
+            values.append((ax.text(left, tpu / 2, f"{tpu:.2f}", ha="center", va="center", rotation=90, color="white",
+                                    fontsize=max(5, style["font_size"] - 2)), tpu))
             if worker > 0 and worker_colour:
                 ax.bar(left, worker, width, bottom=tpu, color=worker_colour, hatch="//", edgecolor="black", linewidth=0.5)
             _whisker(ax, left, row["total_cost_mean"], row["total_cost_ci_low"], row["total_cost_ci_high"])
@@ -356,5 +359,14 @@ def plot_comparison(rows, option, outputs, caption, style, paper=None):
     repeats = sorted({int(r["repeats"]) for r in rows})
     caption = (f"{settings['figure']} ({option}): {caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, "
                "whiskers: 95% t-interval of the mean total")
-    _save(fig, outputs, caption, {**style, "width_in": max(style["width_in"], 8.0)})
+    _save(fig, outputs, caption, {**style, "width_in": max(style["width_in"], 8.0)},
+          laid_out=lambda renderer: _inside_bars_only(ax, values, renderer))
     return drawn  # (workload, mode, x) of every bar
+
+
+def _inside_bars_only(ax, labels, renderer):
+    """Hide each (text, bar height) label that is taller than its bar: white on the white above it,
+    0.55 read as "5"."""
+    for text, height in labels:
+        bar = ax.transData.transform((0, height))[1] - ax.transData.transform((0, 0))[1]
+        text.set_visible(text.get_window_extent(renderer).height <= bar)
