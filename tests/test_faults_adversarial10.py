@@ -249,3 +249,25 @@ def test_trims_summary_refuses_compare_reports_of_two_stores(tmp_path, capsys):
                                        f"'never'}}, and {reports[0]}'s {{'store_eviction': 'lru'}}; expected the runs "
                                        "of one series (one store, one set of parameters per distribution)\n")
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.parametrize("edit, said", [
+    ({"tpu_cost_mean": "10", "tpu_cost_ci_low": "20", "tpu_cost_ci_high": "1"},
+     "mode 'pecan': tpu_cost interval [20, 1]; expected ci_low at most ci_high"),
+    ({"repeats": "0"}, "mode 'pecan': repeats is '0'; expected a whole number of at least 1 (the runs behind the mean)"),
+    ({"repeats": "2.5"}, "mode 'pecan': repeats is '2.5'; expected a whole number of at least 1 (the runs behind the mean)"),
+    ({"tpu_cost_mean": "=cmd|x"}, "mode 'pecan': tpu_cost_mean is '=cmd|x'; expected a number of dollars"),
+], ids=["interval-reversed", "no-repeats", "half-a-repeat", "text"])
+def test_a_figure_refuses_a_table_whose_spread_is_no_spread(table, tmp_path, capsys, edit, said):
+    """An interval whose low end is above its high end and a table of 0 repeats ("N=0") were drawn with
+    exit 0; a cost that is text was said to be "a table written before repeats"."""
+    rows = list(csv.DictReader(table.open()))
+    rows[0].update(edit)
+    edited = tmp_path / "ResNet50_v2-8.csv"
+    with open(edited, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert _figure(edited, tmp_path) == 1
+    assert capsys.readouterr().err == f"repro: error: {edited}: {said}\n"
+    assert not (tmp_path / "f.pdf").exists() and not (tmp_path / "v.csv").exists()

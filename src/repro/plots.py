@@ -60,14 +60,45 @@ def _reference_total(value):
 
 
 def _spread(row, column, path):
+    names = [f"{column}_{s}" for s in ("mean", "ci_low", "ci_high")]
+    if any(row.get(name) is None for name in names):
+        raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)")
     try:
-        values = [float(row[f"{column}_{s}"]) for s in ("mean", "ci_low", "ci_high")]
-    except (KeyError, TypeError, ValueError):
-        raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)") from None
+        values = [float(row[name]) for name in names]
+    except ValueError:
+        bad = next(name for name in names if not _is_number(row[name]))
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: {bad} is {row[bad][:40]!r}; expected a number of "
+                         "dollars") from None
     if not all(math.isfinite(v) and 0 <= v <= MAX_DOLLARS for v in values):
         raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} {values} (mean, interval); expected "
                          f"non-negative dollars, at most {MAX_DOLLARS:g}")
+    if values[1] > values[2]:  # a mean may lie outside its interval (a bootstrap's), no interval ends below its start
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} interval [{values[1]:g}, {values[2]:g}]; expected "
+                         "ci_low at most ci_high")
     return values
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def repeat_counts(rows, path):
+    """The sorted repeat counts of a table's rows (the caption's N): each a whole number of at least 1."""
+    counts = set()
+    for row in rows:
+        try:
+            count = float(row.get("repeats"))
+        except (TypeError, ValueError):
+            count = math.nan
+        if not (count >= 1 and count.is_integer()):
+            raise ReproError(f"{path}: mode {row.get('mode')!r}: repeats is {str(row.get('repeats'))[:40]!r}; expected a "
+                             "whole number of at least 1 (the runs behind the mean)")
+        counts.add(int(count))
+    return sorted(counts)
 
 
 def _whisker(ax, x, value, low, high):
@@ -120,7 +151,7 @@ def plot_costs(table, outputs, title, caption, style, reference=None, modes=None
                                               loc="upper center", ncol=columns, frameon=False,
                                               fontsize=max(6, style["font_size"] - 1)),
                 len(swatches) + len(markers))
-    repeats = sorted({int(r["repeats"]) for r in rows})
+    repeats = repeat_counts(rows, table)
     caption = (f"{caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, whiskers: 95% t-interval of "
                "the mean (total at the top, TPU part at its edge)")
     _save(fig, outputs, caption, style)
@@ -356,7 +387,7 @@ def plot_comparison(rows, option, outputs, caption, style, paper=None):
     fit_columns(ax, lambda columns: ax.legend(handles=handles + markers, labels=[h.get_label() for h in handles] + labels,
                                               loc=settings["legend"], ncol=columns, frameon=False,
                                               fontsize=max(6, style["font_size"] - 1)), 3)
-    repeats = sorted({int(r["repeats"]) for r in rows})
+    repeats = sorted({int(r["repeats"]) for r in rows})  # checked as the table was read (repeat_counts)
     caption = (f"{settings['figure']} ({option}): {caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, "
                "whiskers: 95% t-interval of the mean total")
     _save(fig, outputs, caption, {**style, "width_in": max(style["width_in"], 8.0)},

@@ -591,6 +591,7 @@ def _comparison_rows(path):
     """A comparison table's rows with its numbers as floats: its columns, one row per workload and
     mode, each number finite, non-negative and at most MAX_DOLLARS (a bar the figure can draw)."""
     from repro.pecan.comparisons import COLUMNS, not_a_cost, read_rows
+    from repro.plots import repeat_counts
 
     rows = read_rows(path, "a comparison table")
     if not rows:
@@ -614,6 +615,7 @@ def _comparison_rows(path):
             raise ReproError(f"{path}: row {index}: {bad} is {row[bad]}; expected a non-negative number of at "
                              f"most {MAX_DOLLARS:g}")
         numbers.append({"workload": row["workload"], "mode": row["mode"], **number})
+    repeat_counts(rows, path)  # the caption's N
     return numbers
 
 
