@@ -1827,3 +1827,16 @@ def test_a_combined_trace_given_with_its_inputs_is_refused(tmp_path, capsys):
         assert main([*command, str(second), str(combined)]) == 0
     with pytest.raises(TraceError, match=re.escape(said)):
         original_summary([combined, first])
+
+
+def test_trace_validate_writes_one_line_per_file_whatever_its_name(tmp_path, capsys):
+    """A file named 'good\\nINVALID other.json: forged' printed a forged INVALID line, exit 0."""
+    good = dump(tmp_path / "good\nINVALID other.json: forged", {"traceEvents": []})
+    bad = tmp_path / "a\nrepro: error: fake.json"
+    bad.write_text("{bad")
+    with pytest.raises(SystemExit) as exited:
+        main(["trace", "validate", str(good), str(bad)])
+    assert exited.value.code == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"ok {str(tmp_path)}/good\\nINVALID other.json: forged: 0 events (object form) {{}}"]
+    assert len(err.splitlines()) == 1 and err.startswith(f"INVALID {tmp_path}/a\\nrepro: error: fake.json: ")

@@ -142,11 +142,11 @@ def _validate(args):
     for path in args.inputs:
         try:
             report = validate(path)
-        except ReproError as exc:
-            print(f"INVALID {exc}", file=sys.stderr)
+        except ReproError as exc:  # one line per file, as the error lines: a name cannot forge another
+            print(one_line(f"INVALID {exc}"), file=sys.stderr)
             failed += 1
         else:
-            print(f"ok {path}: {report['events']} events ({report['form']} form) {json.dumps(report['phases'])}")
+            print(one_line(f"ok {path}: {report['events']} events ({report['form']} form) {json.dumps(report['phases'])}"))
     if failed:
         raise SystemExit(1)
 
