@@ -533,6 +533,10 @@ FIGURE_SETTINGS_FAULTS = [
           r"repro: error: --settings: option: \['autoorder'\] is not of type 'string'"),
     Fault("figure-settings-reference-a-list", _figure_settings("figure", reference=["x"]),
           r"repro: error: --settings: reference: \['x'\] is not of type 'string'"),
+    # a table of Fig 7 (autoorder) drawn as Fig 6: the KeyError of its missing row was blamed on --settings
+    Fault("comparison-table-of-the-other-option", _figure_settings("comparison", option="autoplacement"),
+          r"repro: error: .*/t.csv: no row for W mode collocated; option autoplacement draws collocated, cachew, "
+          r"fastflow, autoplacement$"),
     # the bars of the table's workload W, the caption and the paper's values of SimCLR, exit 0
     Fault("comparison-settings-workloads-not-the-tables", _figure_settings("comparison", workloads=["SimCLR"]),
           r"repro: error: --settings: workloads: \['SimCLR'\], but .*/t.csv holds \['W'\]; expected the workloads of "

@@ -561,7 +561,7 @@ def comparison_caption(settings, calibrations, verdicts, rows):
 @settings_keys()
 def _comparison(args):
     from repro.config import check_style
-    from repro.pecan.comparisons import VERDICT_COLUMNS, ordering_notes, paper_verdicts
+    from repro.pecan.comparisons import OPTIONS, VERDICT_COLUMNS, ordering_notes, paper_verdicts
     from repro.pecan.costtable import write_table
     from repro.pecan.presets import PAPER_COSTS
     from repro.pecan.run import load_calibrations
@@ -574,6 +574,11 @@ def _comparison(args):
     if tabled != settings["workloads"]:  # the caption and the paper's values follow the settings, the bars the table
         raise ReproError(f"--settings: workloads: {settings['workloads']}, but {args.table} holds {tabled}; expected "
                          "the workloads of the table, in its order")
+    modes, held = OPTIONS[settings["option"]]["modes"], {(row["workload"], row["mode"]) for row in rows}
+    missing = next(((workload, mode) for workload in tabled for mode in modes if (workload, mode) not in held), None)
+    if missing:  # a table of the other option: the settings are not at fault
+        raise ReproError(f"{args.table}: no row for {missing[0]} mode {missing[1]}; option {settings['option']} draws "
+                         f"{', '.join(modes)}")
     verdicts = paper_verdicts(args.comparison, rows, PAPER_COSTS)
     text = comparison_caption(settings, load_calibrations(args.calibration), verdicts, rows)
     plot_comparison(rows, settings["option"], args.output, text, check_style(settings["style"], "--settings style"),
