@@ -271,3 +271,14 @@ def test_a_figure_refuses_a_table_whose_spread_is_no_spread(table, tmp_path, cap
     assert _figure(edited, tmp_path) == 1
     assert capsys.readouterr().err == f"repro: error: {edited}: {said}\n"
     assert not (tmp_path / "f.pdf").exists() and not (tmp_path / "v.csv").exists()
+
+
+@pytest.mark.parametrize("store", ["/proc/1/x", "/etc/passwd/x"])
+def test_a_trace_store_that_cannot_be_made_is_named_as_the_setting(tmp_path, capsys, store):
+    """`cluster start` with trace_store /proc/1/x said only "/proc/1/x: No such file or directory"."""
+    assert main(["cluster", "start", "--state", str(tmp_path / "state.json"), "--settings",
+                 json.dumps({"backend": "local", "trace_store": store})]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"repro: error: trace_store: {store}: cannot make the directory (") and err.endswith(
+        "); expected a writable directory or gs://bucket/prefix\n"), err
+    assert not (tmp_path / "state.json").exists()

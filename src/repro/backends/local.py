@@ -43,7 +43,11 @@ class LocalBackend(Backend):
             path = Path(store)
             if path.exists() and not path.is_dir():
                 raise ReproError(f"trace_store: {store} exists and is not a directory")
-            path.mkdir(parents=True, exist_ok=True)  # kept as configured: relative to the workflow directory
+            try:
+                path.mkdir(parents=True, exist_ok=True)  # kept as configured: relative to the workflow directory
+            except OSError as exc:
+                raise ReproError(f"trace_store: {store}: cannot make the directory ({exc.strerror}); expected a "
+                                 "writable directory or gs://bucket/prefix") from None
         from repro.pecan.engines import start_engine_service
 
         service = start_engine_service(settings, state_path)
