@@ -2,6 +2,7 @@
 
 import http.client
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -266,3 +267,17 @@ def test_a_receipt_of_no_objects_or_of_another_size_is_refused(tmp_path, monkeyp
     assert f"changed since upload (uploaded {10**12} bytes, stored {entry['bytes']})" in capsys.readouterr().err
     assert not (tmp_path / "down" / "t0.json").exists()
     assert main(["trace", "download", "receipt.json", "-o", "down"]) == 0
+
+
+def test_an_object_missing_from_the_store_named_is_said_to_be_missing_there(tmp_path):
+    """`trace download --store OTHER`: the object missing from OTHER was said to be missing from "the
+    store the run uploaded to", which is another one."""
+    paths = trace_files(tmp_path, 1)
+    upload_traces(open_store(tmp_path / "store"), paths, "traces/e/m", tmp_path / "receipt.json")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(ReproError, match=re.escape(f"(the store --store names; the run uploaded to {tmp_path / 'store'})")):
+        download_traces(open_store(tmp_path / "other"), tmp_path / "receipt.json", tmp_path / "down")
+    (tmp_path / "store" / "traces").rename(tmp_path / "gone")
+    with pytest.raises(ReproError, match=re.escape("(the store the run uploaded to; run it again to upload anew: "
+                                                   "snakemake --forcerun run)")):
+        download_traces(None, tmp_path / "receipt.json", tmp_path / "down")

@@ -308,6 +308,8 @@ def download_traces(store, receipt, destination_dir):
     """Fetch every object a receipt lists into destination_dir, verifying checksums. `store` None:
     the store the receipt records, where the run uploaded them."""
     recorded, objects = read_receipt(receipt)
+    where = ("the store the run uploaded to; run it again to upload anew: snakemake --forcerun run" if store is None
+             else f"the store --store names; the run uploaded to {recorded}")
     store = open_store(recorded) if store is None else store
     targets = {}
     for entry in objects:  # a trace fetched over the receipt would destroy the list it came from
@@ -329,6 +331,5 @@ def download_traces(store, receipt, destination_dir):
             fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name, entry["sha256"],
                                      entry.get("bytes")))
         except ReproError as exc:
-            raise ReproError(f"{receipt}: {exc} (the store the run uploaded to; run it again to upload anew: "
-                             "snakemake --forcerun run)") from None
+            raise ReproError(f"{receipt}: {exc} ({where})") from None
     return fetched
