@@ -282,3 +282,14 @@ def test_a_trace_store_that_cannot_be_made_is_named_as_the_setting(tmp_path, cap
     assert err.startswith(f"repro: error: trace_store: {store}: cannot make the directory (") and err.endswith(
         "); expected a writable directory or gs://bucket/prefix\n"), err
     assert not (tmp_path / "state.json").exists()
+
+
+@pytest.mark.parametrize("group, command", [("pecan", "comparison-table"), ("pecan", "comparison"),
+                                            ("pecan tfdata", "sweep"), ("trims", "summary")])
+def test_a_command_groups_usage_names_every_command(capsys, group, command):
+    """`repro pecan --help` and its "required" error listed the commands by a hand-written list, which
+    lacked comparison-table and comparison (and tfdata's sweep)."""
+    with pytest.raises(SystemExit):
+        main(group.split())
+    listed = capsys.readouterr().err.splitlines()[-1].split(": ")[-1]
+    assert command in listed.strip("{}").split(","), listed

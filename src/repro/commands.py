@@ -27,7 +27,7 @@ from repro.stopsignals import STOP_SIGNALS, AfterImports
 
 def _trace_commands(sub):
     trace = sub.add_parser("trace", help="Chrome trace tools: combine, summarize, validate")
-    tsub = trace.add_subparsers(dest="trace_command", required=True, metavar="{combine,summarize,validate,download}")
+    tsub = trace.add_subparsers(dest="trace_command", required=True)
 
     combine = tsub.add_parser("combine", help="combine traces into one, one process row per input")
     combine.add_argument("inputs", nargs="+", help="trace files or directories")
@@ -164,7 +164,7 @@ def _download(args):
 
 def _cluster_commands(sub):
     cluster = sub.add_parser("cluster", help="start, check and stop the backend's services")
-    csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{start,status,run,stop}")
+    csub = cluster.add_subparsers(dest="cluster_command", required=True)
     start = csub.add_parser("start", help="start the backend (idempotent) and write its state JSON")
     where = start.add_mutually_exclusive_group()
     where.add_argument("--config", default="config/config.yaml", help="config file (default: config/config.yaml)")
@@ -321,7 +321,7 @@ def _cluster_stop(args):
 
 def _config_command(sub):
     config = sub.add_parser("config", help="check configuration files before a workflow reads them")
-    csub = config.add_subparsers(dest="config_command", required=True, metavar="{check}")
+    csub = config.add_subparsers(dest="config_command", required=True)
     check = csub.add_parser("check", help="check --configfile files merged over the base config, as the workflow "
                             "would (a missing file or invalid YAML named with its line)")
     check.add_argument("files", nargs="*", help="the files a workflow gets with --configfile, in that order")
@@ -400,7 +400,18 @@ def build_parser(group=None):
     for name, add in COMMAND_GROUPS.items():
         if not alone or name == group:
             add(sub)
+    _name_subcommands(parser)
     return parser
+
+
+def _name_subcommands(parser):
+    """Each command group's usage line and "required" error list its subcommands (argparse names the
+    group's dest, `pecan_command`, where no metavar is set); a metavar given (a group built alone) stays."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        if action.metavar is None:
+            action.metavar = "{" + ",".join(action.choices) + "}"
+        for subparser in dict.fromkeys(action.choices.values()):
+            _name_subcommands(subparser)
 
 
 # the directory flags: an empty value would name the working directory, unsaid (`--out "$UNSET"`)

@@ -26,8 +26,7 @@ def add_commands(sub):
     from repro.pecan.pipelines import PIPELINES
 
     pecan = sub.add_parser("pecan", help="Pecan input-pipeline experiments")
-    psub = pecan.add_subparsers(dest="pecan_command", required=True, metavar="{calibrate,run,costs,plot,compare-results,tfdata,"
-                                  "cost-table,figure,validation,estimate,check-reproducibility}")
+    psub = pecan.add_subparsers(dest="pecan_command", required=True)
 
     cal = psub.add_parser("calibrate", help="measure preprocessing pipelines on this machine",
                           description="Measure the pipelines in one interleaved loop (their cost ratio then holds "

@@ -125,8 +125,7 @@ def _expand_paths(config, path):
 
 def add_commands(sub):
     trims = sub.add_parser("trims", help="TrIMS model sharing: models, model store server, clients")
-    tsub = trims.add_subparsers(dest="trims_command", required=True, metavar="{models,server,client,memory,config,"
-                                 "store,fetch,experiment,summary,plot}")
+    tsub = trims.add_subparsers(dest="trims_command", required=True)
 
     models = tsub.add_parser("models", help="generate model files (graph + model.params + checksums)")
     models.add_argument("models", nargs="+", help="model names")
@@ -137,7 +136,7 @@ def add_commands(sub):
     models.set_defaults(func=_models)
 
     server = tsub.add_parser("server", help="the model store server")
-    ssub = server.add_subparsers(dest="server_command", required=True, metavar="{run,stop,status}")
+    ssub = server.add_subparsers(dest="server_command", required=True)
     run = ssub.add_parser("run", help="run the server (in the foreground, or -d to daemonise)")
     _server_flags(run)
     run.add_argument("-d", "--daemon", action="store_true", help="start in the background and return once it answers")
@@ -161,7 +160,7 @@ def add_commands(sub):
     status.set_defaults(func=_server_status)
 
     client = tsub.add_parser("client", help="inference clients")
-    csub = client.add_subparsers(dest="client_command", required=True, metavar="{run,compare}")
+    csub = client.add_subparsers(dest="client_command", required=True)
     for name, func, text in (("run", _client_run, "run inference requests"),
                              ("compare", _client_compare, "original, then shared, with the same flags")):
         parser = csub.add_parser(name, help=text)
@@ -197,7 +196,7 @@ def add_commands(sub):
 def _workflow_commands(tsub):
     """The steps the workflow's rules run, with the settings the rules pass as JSON."""
     store = tsub.add_parser("store", help="the model store the workflow's TrIMS runs share")
-    stsub = store.add_subparsers(dest="store_command", required=True, metavar="{start,status}")
+    stsub = store.add_subparsers(dest="store_command", required=True)
     start = stsub.add_parser("start", help="start it with these settings unless it already runs with them")
     start.add_argument("--settings", required=True, type=settings_argument,
                        help="base_path and server settings as JSON (repro.rulesettings.trims_store_settings)")
@@ -216,7 +215,7 @@ def _workflow_commands(tsub):
     fetch.set_defaults(func=_fetch)
 
     exp = tsub.add_parser("experiment", help="a TrIMS experiment's clients against the running model store")
-    esub = exp.add_subparsers(dest="experiment_command", required=True, metavar="{compare,distribution}")
+    esub = exp.add_subparsers(dest="experiment_command", required=True)
     compare = esub.add_parser("compare", help="one model, original then shared")
     compare.add_argument("model")
     dist = esub.add_parser("distribution", help="requests drawn from a distribution over the models")

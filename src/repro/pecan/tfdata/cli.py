@@ -24,7 +24,7 @@ def _port(text):
 
 def add_commands(psub):
     tfdata = psub.add_parser("tfdata", help="run Pecan's modes on a real tf.data service (the 'tfdata' extra)")
-    tsub = tfdata.add_subparsers(dest="tfdata_command", required=True, metavar="{start,status,stop,run}")
+    tsub = tfdata.add_subparsers(dest="tfdata_command", required=True)
 
     start = tsub.add_parser("start", help="start a tf.data service dispatcher (and workers) on this machine")
     start.add_argument("--state-dir", required=True, help="directory of the service's records, logs and journal")
