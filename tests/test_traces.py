@@ -1840,3 +1840,16 @@ def test_trace_validate_writes_one_line_per_file_whatever_its_name(tmp_path, cap
     out, err = capsys.readouterr()
     assert out.splitlines() == [f"ok {str(tmp_path)}/good\\nINVALID other.json: forged: 0 events (object form) {{}}"]
     assert len(err.splitlines()) == 1 and err.startswith(f"INVALID {tmp_path}/a\\nrepro: error: fake.json: ")
+
+
+def test_each_directory_names_a_remedy_it_takes(tmp_path, capsys):
+    """`trace summarize a b --each-directory`, a/summary.json the user's: the refusal advised `-o`,
+    which that mode refuses with several directories."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        dump(tmp_path / name / "t.json", {"traceEvents": []})
+    (tmp_path / "a" / "summary.json").write_text('{"mine": 1}')
+    assert main(["trace", "summarize", str(tmp_path / "a"), str(tmp_path / "b"), "--each-directory"]) == 1
+    assert capsys.readouterr().err == (f"repro: error: -o/--output {tmp_path / 'a' / 'summary.json'}: holds a file that "
+                                       "is not a trace summary; move it, or summarize that directory alone with -o\n")
+    assert (tmp_path / "a" / "summary.json").read_text() == '{"mine": 1}'

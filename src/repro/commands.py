@@ -102,16 +102,17 @@ def _summarize(args):
     if args.output and len(args.inputs) > 1:
         raise ReproError("-o/--output: with --each-directory and several directories each writes its own "
                          "<directory>/summary.json; leave -o out")
-    outputs = [args.output or _default_output(str(Path(directory) / "summary.json")) for directory in args.inputs]
+    remedy = "move it, or summarize that directory alone with -o" if len(args.inputs) > 1 else None
+    outputs = [args.output or _default_output(str(Path(directory) / "summary.json"), remedy) for directory in args.inputs]
     for directory, output in zip(args.inputs, outputs):
         _summarize_into(args, [directory], output)
 
 
-def _default_output(path):
+def _default_output(path, remedy=None):
     from repro.fsutil import check_default_output
     from repro.traces.original import is_summary
 
-    return check_default_output(path, "-o/--output", is_summary, "a trace summary")
+    return check_default_output(path, "-o/--output", is_summary, "a trace summary", remedy)
 
 
 def _summarize_into(args, inputs, output):

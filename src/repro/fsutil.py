@@ -409,9 +409,10 @@ def expand_path(value, key="path", source="config"):
 OWN_DIRECTORY_MARK = ".repro-made"
 
 
-def check_default_output(path, label, is_ours, what):
+def check_default_output(path, label, is_ours, what, remedy=None):
     """`path`, the output a command writes where its flag (`label`) is left out, where it is new or
-    `is_ours(path)` (what an earlier run wrote); otherwise ReproError naming it: the file is the user's."""
+    `is_ours(path)` (what an earlier run wrote); otherwise ReproError naming it and `remedy` (by
+    default: name the output with the flag): the file is the user's."""
     if os.path.lexists(path):
         check_output(path, f"{label} {path}")
         try:
@@ -419,7 +420,8 @@ def check_default_output(path, label, is_ours, what):
         except OSError:
             ours = False
         if not ours:
-            raise ReproError(f"{label} {path}: holds a file that is not {what}; name the output with {label.split('/')[0]}")
+            raise ReproError(f"{label} {path}: holds a file that is not {what}; "
+                             + (remedy or f"name the output with {label.split('/')[0]}"))
     return path
 
 
