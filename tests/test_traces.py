@@ -1853,3 +1853,16 @@ def test_each_directory_names_a_remedy_it_takes(tmp_path, capsys):
     assert capsys.readouterr().err == (f"repro: error: -o/--output {tmp_path / 'a' / 'summary.json'}: holds a file that "
                                        "is not a trace summary; move it, or summarize that directory alone with -o\n")
     assert (tmp_path / "a" / "summary.json").read_text() == '{"mine": 1}'
+
+
+def test_complete_events_keep_their_durations_type(tmp_path):
+    """Durations stay as the trace writes them: whole microseconds stay whole beside a pair's (an
+    integer array is not made float), and a fractional dur beside whole timestamps is not truncated."""
+    pair = [{"name": "b", "ph": "B", "ts": 10, "pid": 1, "tid": 1}, {"name": "b", "ph": "E", "ts": 12, "pid": 1, "tid": 1}]
+    whole = dump(tmp_path / "whole.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 5, "dur": 3, "pid": 1, "tid": 1},
+                                                           *pair]})
+    durations = {e["name"]: e["duration"] for e in summarize_trace(whole, detailed=True)["detailed_events"]}
+    assert durations == {"a": 3, "b": 2} and all(type(d) is int for d in durations.values())
+    half = dump(tmp_path / "half.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 5, "dur": 0.5, "pid": 1, "tid": 1},
+                                                         *pair]})
+    assert summarize_trace(half)["events"]["a"]["total"] == 0.5
