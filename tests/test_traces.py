@@ -1866,3 +1866,21 @@ def test_complete_events_keep_their_durations_type(tmp_path):
     half = dump(tmp_path / "half.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 5, "dur": 0.5, "pid": 1, "tid": 1},
                                                          *pair]})
     assert summarize_trace(half)["events"]["a"]["total"] == 0.5
+
+
+@pytest.mark.parametrize("command", ["combine", "summarize"])
+def test_the_metadata_copied_from_many_traces_is_bounded_and_named(tmp_path, monkeypatch, command):
+    """Combine and summarize copy each trace's metadata into their output: in total bounded as one
+    trace's metadata is (here the bound made small), the trace that passes it named."""
+    import repro.traces.reader
+
+    monkeypatch.setattr(repro.traces.reader, "LARGEST_PART", 300)
+    paths = [dump(tmp_path / f"t{i}.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+                                             "otherData": {"note": str(i) * 120}}) for i in range(3)]
+    what = "the combined trace's metadata" if command == "combine" else "the summary's copy of the traces' otherData"
+    run = (lambda inputs: combine(inputs, tmp_path / "c.json", workers=1)) if command == "combine" else summarize
+    run(paths[:1])
+    with pytest.raises(TraceError) as caught:
+        run(paths)
+    assert str(caught.value) == (f"{paths[1]}: its metadata, with that of the traces before it, makes {what} larger "
+                                 "than 0 MiB; expected traces whose metadata (displayTimeUnit, otherData) is kilobytes")
