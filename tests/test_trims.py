@@ -587,3 +587,24 @@ def test_socket_paths_too_long_for_unix_sockets(tmp_path):
     long = tmp_path / ("d" * 120) / "trims.sock"
     with pytest.raises(ReproError, match="--socket .*: longer than the 107 bytes a Unix socket path may have"):
         serve(long, tmp_path, 1 << 20, "lru")
+
+
+def test_a_client_maps_a_segment_without_the_resource_tracker(monkeypatch):
+    """multiprocessing's SharedMemory registers a segment it maps with the resource tracker that a
+    client's worker processes share: two of them mapping one segment unregistered it twice, and the
+    tracker printed a KeyError traceback (2 of 3 runs with --concurrent 4)."""
+    from multiprocessing import resource_tracker
+
+    from repro.trims.modelstore import AttachedSegment, HostMemory
+
+    store = HostMemory(4096)
+    store.shm.buf[:5] = b"model"
+    try:
+        monkeypatch.setattr(resource_tracker, "register", lambda *args: pytest.fail("registered with the tracker"))
+        monkeypatch.setattr(resource_tracker, "unregister", lambda *args: pytest.fail("unregistered from the tracker"))
+        mapped = AttachedSegment(store.shm.name)
+        assert (mapped.size, bytes(mapped.buf[:5])) == (4096, b"model")
+        mapped.close()
+    finally:
+        monkeypatch.undo()
+        store.close()

@@ -23,7 +23,6 @@ import uuid
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,7 @@ import numpy as np
 from repro.errors import ReproError
 from repro.traces import write_trace
 from repro.trims.cuda import Mappings
-from repro.trims.modelstore import segment_prefix
+from repro.trims.modelstore import AttachedSegment, segment_prefix
 from repro.trims.models import GRAPH, PARAMS, load_manifest, model_directory, model_file
 from repro.trims.runtimes import CpuRuntime, GpuRuntime
 from repro.trims.server import StoreConnection
@@ -203,9 +202,7 @@ class Client:
                     if answer["device"] == "gpu":
                         ipc = answer["ipc"]
                     else:
-                        shm = shared_memory.SharedMemory(name=answer["shm"])
-                        # the server owns the segment: keep this process's tracker from unlinking it
-                        resource_tracker.unregister(shm._name, "shared_memory")
+                        shm = AttachedSegment(answer["shm"])
                         if shm.size < answer["size"]:
                             shm.close()
                             self._drop_connection()

@@ -19,6 +19,7 @@ whose owner is gone.
 import contextlib
 import hashlib
 import itertools
+import mmap
 import os
 import threading
 import time
@@ -93,6 +94,25 @@ class HostMemory:
     def close(self):
         self.shm.close()
         self.shm.unlink()
+
+
+class AttachedSegment:
+    """A store's segment as a client maps it, by name: opened in SHM_DIR, not through multiprocessing's
+    SharedMemory, which registers it with the resource tracker a client's worker processes share (two
+    of them mapping one segment unregistered it twice, and the tracker printed a KeyError traceback)."""
+
+    def __init__(self, name):
+        descriptor = os.open(SHM_DIR / name, os.O_RDWR | os.O_NOFOLLOW)
+        try:
+            self.size = os.fstat(descriptor).st_size
+            self._map = mmap.mmap(descriptor, self.size)
+        finally:
+            os.close(descriptor)
+        self.buf = memoryview(self._map)
+
+    def close(self):
+        self.buf.release()
+        self._map.close()
 
 
 class GpuMemory:
