@@ -293,3 +293,28 @@ def test_a_command_groups_usage_names_every_command(capsys, group, command):
         main(group.split())
     listed = capsys.readouterr().err.splitlines()[-1].split(": ")[-1]
     assert command in listed.strip("{}").split(","), listed
+
+
+def test_trims_summary_reads_the_traces_beside_a_report_read_from_elsewhere(tmp_path, monkeypatch):
+    """A report names its requests' traces relative to its own directory: read from another working
+    directory (another clone's), the summary read that directory's traces of the same relative path,
+    and drew their numbers (a load of 15.5 ms became 5015.5) with exit 0."""
+    def trace(directory, dur):
+        (directory / "traces").mkdir(parents=True)
+        (directory / "traces" / "t.json").write_text(json.dumps({"traceEvents": [
+            {"name": "read_params", "cat": "io", "ph": "X", "ts": 1, "dur": dur, "pid": 1, "tid": 1}],
+            "otherData": {"model_name": "m", "upr_enabled": True}}))
+
+    trace(tmp_path / "run", 2000)
+    trace(tmp_path / "elsewhere", 5000000)  # the same relative path, from where the reader runs
+    results = [{"latency_us": 1000 + i, "trace": "traces/t.json", "ok": True, "hit": True} for i in range(3)]
+    (tmp_path / "run" / "report.json").write_text(json.dumps({"experiment": "compare", "model": "m", "store": {}, "modes": {
+        mode: {"results": results, "wall_s": 1} for mode in ("original", "shared")}}))
+    (tmp_path / "run" / "d.json").write_text(json.dumps({
+        "experiment": "distribution", "distribution": "uniform", "params": [0, 1], "concurrency": 1, "results": results,
+        "wall_s": 1, "evictions": 0, "store": {}}))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["trims", "summary", "--compare", str(tmp_path / "run" / "report.json"), "--distributions",
+                 str(tmp_path / "run" / "d.json"), "-o", str(tmp_path / "s.json")]) == 0
+    [row] = json.loads((tmp_path / "s.json").read_text())["compare"]
+    assert row["original_load_ms"] == 2.0

@@ -132,7 +132,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
         plan = [(model, i) for i in range(settings["iterations"])]
         results, wall = client.run(plan, 1)
         _failed(results, f"compare {model} ({mode})")
-        return {"results": results, "wall_s": wall}
+        return {"results": _beside(results, out_dir), "wall_s": wall}
 
     connection = StoreConnection(socket_path, timeout=30)
     try:
@@ -160,9 +160,28 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
     after = connection.request({"op": "status"})
     connection.close()
     report = {"experiment": "distribution", "distribution": name, "params": params, "concurrency": concurrency,
-              "results": results, "wall_s": wall, "evictions": after["evictions"] - before["evictions"],
+              "results": _beside(results, out_dir), "wall_s": wall, "evictions": after["evictions"] - before["evictions"],
               "store": store_fields(before)}
     write_json(out_dir / "report.json", report)
+    return report
+
+
+def _beside(results, out_dir):
+    """`results` with each request's trace named relative to the report's directory (`out_dir`): the
+    report is read from wherever it lies (another working directory, a copied clone) and its traces
+    found beside it (read_report), never those of the working directory the reader runs in."""
+    return [{**r, "trace": os.path.relpath(r["trace"], out_dir)} if r.get("trace") else r for r in results]
+
+
+def read_report(path):
+    """An experiment's report.json, its requests' traces named as paths from here (see _beside)."""
+    report = read_json(path, "an experiment's report.json")
+    modes = report.get("modes") if isinstance(report, dict) else None
+    runs = [report, *(modes.values() if isinstance(modes, dict) else ())]
+    for run in (run for run in runs if isinstance(run, dict) and isinstance(run.get("results"), list)):
+        for result in run["results"]:
+            if isinstance(result, dict) and isinstance(result.get("trace"), str):
+                result["trace"] = str(Path(path).parent / result["trace"])
     return report
 
 
@@ -220,12 +239,10 @@ def summary(compare_paths, distribution_paths):
     statistics of the compare runs' traces (under each report's traces/)."""
     from repro.traces import summarize
 
-    def load(path):
-        return read_json(path, "an experiment's report.json")
 
     def rows(table, path):
         try:
-            return table([load(path)])
+            return table([read_report(path)])
         except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
             raise ReproError(f"{path}: not an experiment's report.json ({type(exc).__name__}: {str(exc)[:200]})") from None
         except ReproError as exc:  # a trace it names, or no requests to draw intervals from
@@ -241,7 +258,7 @@ def summary(compare_paths, distribution_paths):
         if twice is not None:
             raise ReproError(f"{flag}: two reports of {' '.join(map(str, twice))}; expected one report per run")
     for flag, paths in (("--compare", compare_paths), ("--distributions", distribution_paths)):
-        _check_one_series(flag, paths, [load(path) for path in paths])
+        _check_one_series(flag, paths, [read_report(path) for path in paths])
     traces = summarize([Path(p).parent / "traces" for p in compare_paths], group_by=("model_name", "upr_enabled"))
     return {"compare": compared, "distributions": distributions, "trace_statistics": traces["groups"]}
 
