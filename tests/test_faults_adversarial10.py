@@ -318,3 +318,17 @@ def test_trims_summary_reads_the_traces_beside_a_report_read_from_elsewhere(tmp_
                  str(tmp_path / "run" / "d.json"), "-o", str(tmp_path / "s.json")]) == 0
     [row] = json.loads((tmp_path / "s.json").read_text())["compare"]
     assert row["original_load_ms"] == 2.0
+
+
+def test_a_calibration_named_twice_is_refused(tmp_path):
+    """`pecan run|figure|estimate --calibration X X`: ran (or said another pipeline's was missing)."""
+    from repro.pecan.run import load_calibrations
+    from test_faults_input import _calibration
+
+    (tmp_path / "r.json").write_text(_calibration("resnet"))
+    os.link(tmp_path / "r.json", tmp_path / "link.json")
+    for second in ("r.json", "link.json"):
+        with pytest.raises(ReproError, match=re.escape(f"--calibration {tmp_path / second}: named twice; expected each "
+                                                       "pipeline's calibration once")):
+            load_calibrations([tmp_path / "r.json", tmp_path / second])
+    assert set(load_calibrations([tmp_path / "r.json"])) == {"resnet"}

@@ -14,7 +14,7 @@ import numpy as np
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import DIRECTORY_MODE, atomic_path, open_regular, read_json, size_text, write_json
+from repro.fsutil import DIRECTORY_MODE, atomic_path, first_named_twice, open_regular, read_json, size_text, write_json
 from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
@@ -379,6 +379,9 @@ def remove_repeats(run_dir, stale_only=False):
 
 def load_calibrations(paths):
     """{pipeline: calibration} from `repro pecan calibrate` outputs; ReproError naming a file that is not one."""
+    twice = first_named_twice(paths)
+    if twice is not None:  # the same pipeline's file twice, where another pipeline's may be missing
+        raise ReproError(f"--calibration {twice}: named twice; expected each pipeline's calibration once")
     result = {}
     for path in paths:
         data = read_json(path, "the output of `repro pecan calibrate`", f"--calibration {path}")
