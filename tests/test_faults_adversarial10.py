@@ -332,3 +332,23 @@ def test_a_calibration_named_twice_is_refused(tmp_path):
                                                        "pipeline's calibration once")):
             load_calibrations([tmp_path / "r.json", tmp_path / second])
     assert set(load_calibrations([tmp_path / "r.json"])) == {"resnet"}
+
+
+def test_a_run_directory_with_the_clients_own_files_is_overwritten(models, tmp_path, monkeypatch, capsys):
+    """--profile-output-overwrite refused a directory holding the run's upload receipt (--trace-upload),
+    calling it the user's: a run made with trace upload could never be overwritten."""
+    from support import run_repro
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yml").write_text(f"micro18:\n  base_path: {models}\n  profile_output_directory: {tmp_path}/p\n"
+                                    f"  base_bucket_url: {tmp_path}/bucket\n  upload_bucket_name: traces\n")
+    run = ["trims", "client", "run", "--config", "c.yml", "--model", "squeezenet_1.1", "--iterations", "1", "--original",
+           "--device", "cpu", "--profile-output", "up", "--trace-upload"]
+    for overwrite in ([], ["--profile-output-overwrite"]):
+        code, _, err = run_repro([*run, *overwrite], capsys)
+        assert code == 0, err
+    made = next((tmp_path / "p").rglob("up"))
+    assert (made / "upload.json").is_file()
+    (made / "notes.json").write_text("{}")  # a file of the user's is still refused
+    code, _, err = run_repro([*run, "--profile-output-overwrite"], capsys)
+    assert code == 1 and "holds notes.json, which this command does not write" in err

@@ -554,13 +554,13 @@ def profile_directory(root, name, overwrite, share_hour=False):
     `share_hour` (the original's trace names, unique per request): then the hour's runs share it,
     as in the original.
     """
-    from repro.trims.client import TRACE_FILES
+    from repro.trims.client import RUN_FILES
 
     directory, shared_hour = check_profile_directory(root, name, overwrite, share_hour)
     if shared_hour:
         directory.mkdir(parents=True, exist_ok=True)
         return directory
-    return fresh_directory(directory, "--profile-output", TRACE_FILES)  # an earlier run's removed, this one's made and marked
+    return fresh_directory(directory, "--profile-output", RUN_FILES)  # an earlier run's removed, this one's made and marked
 
 
 def check_profile_directory(root, name, overwrite, share_hour=False):

@@ -39,8 +39,12 @@ _SEGMENT_SUFFIX = re.compile(r"[0-9]+_[0-9]+_[0-9]+")  # <owner pid>_<owner star
 # the paths of the traces clients write in a profile output: [upr_]<model>_<uuid>.json (the original's
 # names) or <model>/<mode>-<iteration>.json, under a directory per mode where a run has both; a run
 # that finds other files there (a user's) refuses it
-TRACE_FILES = re.compile(r"(?:(?:original|shared)/)?(?:(?:upr_)?[^/]+_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
-                         r"[0-9a-f]{12}|[^/]+/(?:original|shared)-[0-9]{5,})\.json")
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+TRACE_FILES = re.compile(rf"(?:(?:original|shared)/)?(?:(?:upr_)?[^/]+_{_UUID}|[^/]+/(?:original|shared)-[0-9]{{5,}})\.json")
+# and what a client run writes beside them in its profile directory (repro.trims.cli): the combined
+# and compared traces, the memory samples (--monitor-memory) and the upload receipt (--trace-upload)
+RUN_FILES = re.compile(rf"{TRACE_FILES.pattern}|upload\.json|combined-{_UUID}\.json|compared-[^/]+\.json"
+                       r"|(?:original|shared)[-/]memory(?:\.csv|-summary\.json)")
 _IPC_HANDLE = re.compile(r"[0-9a-f]{128}")  # a CUDA IPC memory handle (64 bytes) as hex (repro.trims.cuda)
 
 
