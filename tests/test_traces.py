@@ -1827,6 +1827,13 @@ def test_a_combined_trace_given_with_its_inputs_is_refused(tmp_path, capsys):
         assert main([*command, str(second), str(combined)]) == 0
     with pytest.raises(TraceError, match=re.escape(said)):
         original_summary([combined, first])
+    # a combined trace of a combined trace holds the first one's inputs too
+    twice = tmp_path / "combined-2.json"
+    assert main(["trace", "combine", str(combined), str(second), "-o", str(twice)]) == 0
+    capsys.readouterr()
+    assert main(["trace", "combine", str(twice), str(first), "-o", str(tmp_path / "c3.json")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {twice}: is a combined trace of {first}, given too; expected "
+                                       "each trace once (the combined trace or its inputs)\n")
 
 
 def test_trace_validate_writes_one_line_per_file_whatever_its_name(tmp_path, capsys):
@@ -1884,3 +1891,11 @@ def test_the_metadata_copied_from_many_traces_is_bounded_and_named(tmp_path, mon
         run(paths)
     assert str(caught.value) == (f"{paths[1]}: its metadata, with that of the traces before it, makes {what} larger "
                                  "than 0 MiB; expected traces whose metadata (displayTimeUnit, otherData) is kilobytes")
+
+
+def test_a_commands_success_line_is_one_line_whatever_its_output_is_named(tmp_path, capsys):
+    """`trace combine t.json -o $'c\\nd.json'` printed its success line in two."""
+    path = dump(tmp_path / "t.json", {"traceEvents": []})
+    for command in (["trace", "combine"], ["trace", "summarize"]):
+        assert main([*command, str(path), "-o", str(tmp_path / "c\nd.json")]) == 0
+        assert capsys.readouterr().out.count("\n") == 1

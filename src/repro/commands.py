@@ -86,8 +86,8 @@ def _combine(args):
         args.output = check_default_output("combined.json", "-o/--output", is_combined, "a combined trace")
     refuse_overwriting([("-o/--output", args.output)], inputs)  # also a trace found in an input directory
     report = combine(inputs, args.output, adjust=args.adjust, skip_first=args.skip_first, strict=not args.lenient)
-    print(f"{args.output}: {report['events']} events from {report['inputs']} traces"
-          + (f", {report['skipped']} malformed events skipped" if report["skipped"] else ""))
+    print(one_line(f"{args.output}: {report['events']} events from {report['inputs']} traces"  # a name with a newline: one line
+                   + (f", {report['skipped']} malformed events skipped" if report["skipped"] else "")))
 
 
 def _summarize(args):
@@ -126,14 +126,14 @@ def _summarize_into(args, inputs, output):
     if args.format == "original":
         records = original_summary(inputs, detailed=args.detailed, strict=not args.lenient)
         write_json(output, records)
-        print(f"{output}: {len(records)} traces")
+        print(one_line(f"{output}: {len(records)} traces"))
         return
     group_by = [k for k in args.group_by.split(",") if k]
     if (twice := first_repeated(group_by)) is not None:
         raise ReproError(f"--group-by {args.group_by}: {twice!r} named twice; expected each field once")
     doc = summarize(inputs, group_by=group_by, detailed=args.detailed, strict=not args.lenient)
     write_json(output, doc)
-    print(f"{output}: {len(doc['traces'])} traces, {len(doc['groups'])} groups")
+    print(one_line(f"{output}: {len(doc['traces'])} traces, {len(doc['groups'])} groups"))
 
 
 def _validate(args):
@@ -160,7 +160,7 @@ def _download(args):
                          "for the store the receipt names)")
     store = open_store(args.store) if args.store else None
     for entry in download_traces(store, args.receipt, args.output_dir):
-        print(f"{entry['key']}: sha256 {entry['sha256']} verified")
+        print(one_line(f"{entry['key']}: sha256 {entry['sha256']} verified"))
 
 
 def _cluster_commands(sub):
@@ -334,8 +334,8 @@ def _config_check(args):
     from repro.config import check_config_files
 
     config = check_config_files(args.files, args.base)
-    print(f"{' + '.join([args.base, *args.files])}: ok (backend {config['backend']}, "
-          f"{len(config['pecan']['experiments'])} experiments)")
+    print(one_line(f"{' + '.join([args.base, *args.files])}: ok (backend {config['backend']}, "
+                   f"{len(config['pecan']['experiments'])} experiments)"))
 
 
 def _doctor_command(sub):

@@ -68,6 +68,8 @@ def check_not_combined_from(path, other_data, given):
         if isinstance(file, str) and file_identity(file) in given:
             raise TraceError(path, f"is a combined trace of {file[:200]}, given too; expected each trace once (the "
                              "combined trace or its inputs)")
+        if isinstance(entry, dict) and isinstance(entry.get("otherData"), dict):  # a combined trace's combined input
+            check_not_combined_from(path, entry["otherData"], given)
 
 
 class MetadataTotal:
