@@ -400,3 +400,16 @@ def test_a_bar_label_taller_than_its_bar_is_left_out(monkeypatch, tmp_path):
     style = {"width_in": 5.0, "height_in": 3.6, "dpi": 60, "font_size": 9, "show_reference": False}
     plot_comparison(rows, "autoorder", [str(tmp_path / "f.png")], "the caption", style)
     assert shown == {"5.00": True, "0.05": False}
+
+
+def test_comparison_rows_refuse_tables_of_two_presets(tmp_path):
+    """A local-preset ResNet table beside an artifact-preset SimCLR table: drawn side by side under a
+    caption naming one preset, exit 0."""
+    paths = tables(tmp_path)[:2]
+    _edited(paths[1], lambda rows: [{**r, "preset": "artifact"} for r in rows])
+    with pytest.raises(ReproError) as caught:
+        comparison_rows("autoorder", WORKLOADS[:2], paths)
+    assert str(caught.value) == (f"{paths[1]}: runs of calibration preset 'artifact', and {paths[0]} of 'local'; "
+                                 "expected the tables of one preset")
+    _edited(paths[1], lambda rows: [{**r, "preset": ""} for r in rows])  # the tf.data engine's: no preset
+    assert len(comparison_rows("autoorder", WORKLOADS[:2], paths)) == 4

@@ -75,10 +75,16 @@ def comparison_rows(option, workloads, tables):
     modes = OPTIONS[option]["modes"]
     if len(workloads) != len(tables):
         raise ReproError(f"{len(workloads)} workloads but {len(tables)} cost tables; expected one table per workload")
-    rows = []
+    rows, presets = [], {}  # preset -> the first table of its runs
     for workload, table in zip(workloads, tables):
         by_mode, table_rows = {}, read_rows(table)
         check_table_runs(table_rows, table, workload)  # paired by position: another workload's bars under its name
+        for preset in {row.get("preset") for row in table_rows} - {"", None}:
+            presets.setdefault(preset, table)
+        if len(presets) > 1:  # drawn side by side under one caption that names one preset
+            (first, earlier), (second, later) = presets.items()
+            raise ReproError(f"{later}: runs of calibration preset {second!r}, and {earlier} of {first!r}; expected the "
+                             "tables of one preset")
         for row in table_rows:
             if row.get("mode") in by_mode:  # which of two rows the figure would draw is anyone's guess
                 raise ReproError(f"{table}: two rows for mode {row['mode']!r}; expected one row per mode")
