@@ -107,8 +107,9 @@ class LocalBackend(Backend):
         return {"stopped": [f"{state['engine_service']['engine']} service: {stopped} process(es)"] if stopped else []}
 
     def caption(self, preset, measured):
-        return (f"local model (backend=local, calibration={preset}; {measured}); "
-                "triangles: the artifact's reference values")
+        # the markers (a reference's, or the paper's values) say what they are in the figure's legend,
+        # where they are drawn
+        return f"local model (backend=local, calibration={preset}; {measured})"
 
 
 BACKEND = LocalBackend
