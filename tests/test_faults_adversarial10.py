@@ -352,3 +352,12 @@ def test_a_run_directory_with_the_clients_own_files_is_overwritten(models, tmp_p
     (made / "notes.json").write_text("{}")  # a file of the user's is still refused
     code, _, err = run_repro([*run, "--profile-output-overwrite"], capsys)
     assert code == 1 and "holds notes.json, which this command does not write" in err
+
+
+def test_trims_models_publish_names_its_flag(tmp_path, capsys):
+    """`trims models --publish DIR` was refused as a "trace store"."""
+    assert main(["trims", "models", "squeezenet_1.1", "--base-path", str(tmp_path / "m"), "--publish",
+                 str(tmp_path / "assets")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: --publish {str(tmp_path / 'assets')!r}: expected "
+                                       "gs://bucket[/prefix] (a GCS asset store)\n")
+    assert not (tmp_path / "m").exists()

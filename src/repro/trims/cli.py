@@ -455,6 +455,8 @@ def _models(args):
     if args.publish:  # before any model is built: a malformed URL or missing credentials are named first
         from repro.tracestore import GCSStore
 
+        if not args.publish.startswith("gs://"):  # GCSStore would name it a trace store
+            raise ReproError(f"--publish {args.publish!r}: expected gs://bucket[/prefix] (a GCS asset store)")
         store = GCSStore(args.publish)
     if (twice := first_repeated(args.models)) is not None:
         raise ReproError(f"model {twice!r} named twice; expected each model once")
