@@ -69,3 +69,17 @@ def test_a_log_axis_is_labelled_with_plain_numbers(monkeypatch):
     assert all(not any("$" in label for label in figure) for figure in labels), labels
     assert {"1", "10", "100", "1000"} <= set(labels[0])
     assert "20" in labels[1] and "100" in labels[1]  # less than a decade: minor ticks labelled too
+
+
+def test_a_figure_of_single_runs_says_so(monkeypatch, tmp_path):
+    """`pecan plot -t 4.43 0.59 0.55 -c 0 1.01 0.36`: numbers typed on the command line were captioned
+    "mean of N=1 repeats, whiskers: 95% t-interval of the mean"."""
+    from repro import plots
+    from repro.cli import main
+
+    captions = []
+    monkeypatch.setattr(plots, "_save", lambda fig, outputs, caption, style, **kwargs: (captions.append(caption),
+                                                                                         plt.close(fig)))
+    assert main(["pecan", "plot", "-t", "4.43", "0.59", "0.55", "-c", "0", "1.01", "0.36", "-o",
+                 str(tmp_path / "f")]) in (0, None)
+    assert captions == ["cost numbers given on the command line; bars: one run each (no interval)"]

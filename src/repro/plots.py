@@ -151,10 +151,17 @@ def plot_costs(table, outputs, title, caption, style, reference=None, modes=None
                                               loc="upper center", ncol=columns, frameon=False,
                                               fontsize=max(6, style["font_size"] - 1)),
                 len(swatches) + len(markers))
-    repeats = repeat_counts(rows, table)
-    caption = (f"{caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, whiskers: 95% t-interval of "
-               "the mean (total at the top, TPU part at its edge)")
+    caption = f"{caption}; " + _bars(repeat_counts(rows, table), "95% t-interval of the mean (total at the top, "
+                                                                     "TPU part at its edge)")
     _save(fig, outputs, caption, style)
+
+
+def _bars(repeats, whiskers):
+    """What a figure's bars are: the mean over the repeats and its interval (`whiskers`), or, where
+    every bar is one run (numbers given on the command line), that: there is no interval."""
+    if repeats == [1]:
+        return "bars: one run each (no interval)"
+    return f"bars: mean of N={'/'.join(map(str, repeats))} repeats, whiskers: {whiskers}"
 
 
 def fit_columns(ax, make_legend, columns):
@@ -388,8 +395,7 @@ def plot_comparison(rows, option, outputs, caption, style, paper=None):
                                               loc=settings["legend"], ncol=columns, frameon=False,
                                               fontsize=max(6, style["font_size"] - 1)), 3)
     repeats = sorted({int(r["repeats"]) for r in rows})  # checked as the table was read (repeat_counts)
-    caption = (f"{settings['figure']} ({option}): {caption}; bars: mean of N={'/'.join(map(str, repeats))} repeats, "
-               "whiskers: 95% t-interval of the mean total")
+    caption = f"{settings['figure']} ({option}): {caption}; " + _bars(repeats, "95% t-interval of the mean total")
     _save(fig, outputs, caption, {**style, "width_in": max(style["width_in"], 8.0)},
           laid_out=lambda renderer: _inside_bars_only(ax, values, renderer))
     return drawn  # (workload, mode, x) of every bar
