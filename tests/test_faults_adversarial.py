@@ -341,23 +341,24 @@ def test_profile_output_overwrite_replaces_only_a_directory_a_run_made(tmp_path,
     assert code == 0, err
     made = next(tmp_path.rglob("made"))  # <profile root>/<hostname>/made
     users = made.parent / "users"
-    _write(users / "notes.txt", "my notes\n")
-    before = snapshot(tmp_path)
-    code, _, err = run_repro([*client, "--profile-output", "users", "--profile-output-overwrite"], capsys)
-    assert code == 1 and err == (f"repro: error: --profile-output 'users': {users.relative_to(tmp_path)} holds files no run "
-                                 "of this client made; --profile-output-overwrite replaces only a directory a run "
-                                 "made: remove it or choose another --profile-output\n")
-    assert snapshot(tmp_path) == before
+
+    def overwrite_refused(user_file, name):
+        """The error of overwriting --profile-output `name` once `user_file` is there; nothing changed."""
+        _write(user_file, "{}")
+        before = snapshot(tmp_path)
+        code, _, err = run_repro([*client, "--profile-output", name, "--profile-output-overwrite"], capsys)
+        assert code == 1 and snapshot(tmp_path) == before
+        return err
+
+    assert overwrite_refused(users / "notes.txt", "users") == (
+        f"repro: error: --profile-output 'users': {users.relative_to(tmp_path)} holds files no run of this client made; "
+        "--profile-output-overwrite replaces only a directory a run made: remove it or choose another --profile-output\n")
     code, _, err = run_repro([*client, "--profile-output", "made", "--profile-output-overwrite"], capsys)
     assert code == 0, err
     # a file of the user's, named as a trace is, in a directory a run made: it was deleted with the run's
-    _write(made / "my_analysis.json", "{}")
-    before = snapshot(tmp_path)
-    code, _, err = run_repro([*client, "--profile-output", "made", "--profile-output-overwrite"], capsys)
-    assert code == 1 and err == (f"repro: error: --profile-output {made.relative_to(tmp_path)}: holds my_analysis.json, "
-                                 "which this command does not write; it may be yours: move it, or name another "
-                                 "directory\n")
-    assert snapshot(tmp_path) == before
+    assert overwrite_refused(made / "my_analysis.json", "made") == (
+        f"repro: error: --profile-output {made.relative_to(tmp_path)}: holds my_analysis.json, which this command does "
+        "not write; it may be yours: move it, or name another directory\n")
 
 
 # -- a forged process record: a process of the user's is never taken for the service's --------

@@ -63,12 +63,13 @@ def _spread(row, column, path):
     names = [f"{column}_{s}" for s in ("mean", "ci_low", "ci_high")]
     if any(row.get(name) is None for name in names):
         raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)")
-    try:
-        values = [float(row[name]) for name in names]
-    except ValueError:
-        bad = next(name for name in names if not _is_number(row[name]))
-        raise ReproError(f"{path}: mode {row.get('mode')!r}: {bad} is {row[bad][:40]!r}; expected a number of "
-                         "dollars") from None
+    values = []
+    for name in names:
+        try:
+            values.append(float(row[name]))
+        except ValueError:
+            raise ReproError(f"{path}: mode {row.get('mode')!r}: {name} is {row[name][:40]!r}; expected a number of "
+                             "dollars") from None
     if not all(math.isfinite(v) and 0 <= v <= MAX_DOLLARS for v in values):
         raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} {values} (mean, interval); expected "
                          f"non-negative dollars, at most {MAX_DOLLARS:g}")
@@ -76,14 +77,6 @@ def _spread(row, column, path):
         raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} interval [{values[1]:g}, {values[2]:g}]; expected "
                          "ci_low at most ci_high")
     return values
-
-
-def _is_number(text):
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def repeat_counts(rows, path):

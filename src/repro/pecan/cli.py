@@ -625,7 +625,7 @@ def _comparison_rows(path):
 
 def _validation(args):
     from repro.config import check_settings, check_style
-    from repro.fsutil import read_json
+    from repro.fsutil import file_identity, read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.run import load_calibrations
     from repro.pecan.validation import COLUMNS, caption_text, validation_rows, verdict
@@ -638,11 +638,10 @@ def _validation(args):
     rows, runs = [], []
     check_settings({"network_gbps": args.network_gbps}, "--network-gbps",
                    places={"network_gbps": ("pecan", "cluster", "network_gbps")})  # bounded as the config's
-    named = {}  # (device, inode): the spelling that named it first
+    named = {}  # fsutil.file_identity: the spelling that named it first
     for path in args.metrics:
         metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
-        file = os.stat(path)
-        same = (file.st_dev, file.st_ino)
+        same = file_identity(path)
         if same in named:  # its deployments would be counted twice in the verdict
             raise ReproError(f"--metrics {path}: the file {named[same]} named already; expected each run's metrics.json once")
         named[same] = path
