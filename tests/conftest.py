@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -49,6 +50,18 @@ def workdir(tmp_path):
     work = copy_workflow(tmp_path / "work")
     yield work
     stop_clusters(work)
+
+
+@pytest.fixture
+def work(models, tmp_path, monkeypatch):
+    """The test's directory (cwd), a tool config naming the generated models, and a base path of
+    its own for models a case breaks."""
+    directory = tmp_path / "work"
+    directory.mkdir()
+    monkeypatch.chdir(directory)
+    config = directory / "carml.yml"
+    config.write_text(f"micro18:\n  base_path: {models}\n  profile_output_directory: {directory / 'profiles'}\n")
+    return SimpleNamespace(dir=directory, config=config, models=models)
 
 
 @pytest.fixture

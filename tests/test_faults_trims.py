@@ -412,18 +412,6 @@ def test_client_checks_what_the_store_hands_out(models, tmp_path, kind):
 # -- command lines ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def work(models, tmp_path, monkeypatch):
-    """The test's directory (cwd), a tool config naming the generated models, and a base path of
-    its own for models a case breaks."""
-    directory = tmp_path / "work"
-    directory.mkdir()
-    monkeypatch.chdir(directory)
-    config = directory / "carml.yml"
-    config.write_text(f"micro18:\n  base_path: {models}\n  profile_output_directory: {directory / 'profiles'}\n")
-    return SimpleNamespace(dir=directory, config=config, models=models)
-
-
 def _one_line(run, work, capsys, pattern, status=1):
     """`run()` exits with `status` (1: bad input, 2: a usage error) with one line on stderr matching `pattern`,
     and writes, changes or deletes nothing."""

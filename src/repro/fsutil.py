@@ -466,3 +466,17 @@ def fresh_directory(path, label, written):
     except OSError as exc:
         raise ReproError(f"{label} {path}: cannot write ({exc.strerror})") from None
     return path
+
+
+@contextlib.contextmanager
+def removed_unless_done(*paths):
+    """Yield a list of directories that fresh_directory made for this command (`paths`, and those the
+    block adds); remove them where the block ends in an exception (a failure, Ctrl-C, SIGTERM): what
+    a cut run wrote is never read as a whole run's."""
+    made = list(paths)
+    try:
+        yield made
+    except BaseException:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+        raise

@@ -10,6 +10,7 @@ socket lies in a directory only this user can enter (repro.processes.private_dir
 """
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -23,7 +24,8 @@ from pathlib import Path, PurePath
 import yaml
 
 from repro.errors import ReproError, invalid_yaml
-from repro.fsutil import OWN_DIRECTORY_MARK, check_fresh_directory, first_repeated, fresh_directory, refuse_inside
+from repro.fsutil import (OWN_DIRECTORY_MARK, check_fresh_directory, first_repeated, fresh_directory, refuse_inside,
+                          removed_unless_done)
 from repro.settings import figure_file, settings_argument, settings_keys
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.figures import FIGURES
@@ -64,6 +66,10 @@ def load_tool_config(path, defaults=None):
     section = (document.get("micro18") or {}) if isinstance(document, dict) else None
     if not isinstance(section, dict):
         raise ReproError(f"{path}: expected a mapping with a 'micro18' mapping of settings")
+    misplaced = sorted(set(document) & set(DEFAULTS))  # other top-level sections are other tools'; these are not
+    if misplaced:
+        raise ReproError(f"{path}: {misplaced} at the top level; expected them under 'micro18:', where the tools "
+                         "read their settings")
     from repro.trims.carml_config import UNUSED_KEYS
 
     unknown = sorted(set(section) - set(DEFAULTS) - set(UNUSED_KEYS))
@@ -719,7 +725,7 @@ def _client_setup(args, shared, own_copies):
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,
                             device=resolve_device(_setting(args, "device", "device")),
                             experiment_description=args.experiment_description,
-                            run_id=f"{socket.gethostname()}-{int(time.time())}",
+                            run_id=f"{socket.gethostname()}-{int(time.time())}-{os.getpid()}",
                             extra={"distribution": args.distribution, "distribution_params": args.distribution_params,
                                    "concurrent": args.concurrent})
     if store is not None:
@@ -823,6 +829,35 @@ def _upload(args, run_dir):
     print(f"{len(entries)} traces uploaded to {url}/{prefix}/")
 
 
+@contextlib.contextmanager
+def _removed_unless_done(args, run_dir, run_id):
+    """What the run writes to run_dir removed where the block ends in an exception (Ctrl-C, SIGTERM, a
+    failure): a cut run's traces are never read as a whole run's. The directory profile_directory
+    made for the run goes; in the hour's directory, which runs share, only this run's traces."""
+    if not _shares_hour(args):
+        with removed_unless_done(run_dir):
+            yield
+        return
+    from repro.traces.reader import TraceReader
+    from repro.trims.client import TRACE_FILES
+
+    earlier = set(os.listdir(run_dir))
+    try:
+        yield
+    except BaseException:
+        for name in set(os.listdir(run_dir)) - earlier:
+            path = run_dir / name
+            with contextlib.suppress(OSError, ReproError):
+                if TRACE_FILES.fullmatch(name) and TraceReader(path).other_data.get("run_id") == run_id:
+                    path.unlink()
+        raise
+
+
+def _shares_hour(args):
+    """Whether the run's traces go to the hour's directory, shared with the hour's other runs."""
+    return args.profile_output is None and args.trace_names == "original"
+
+
 def _finish(args, report, failed, run_dir):
     if args.results:
         from repro.fsutil import write_json
@@ -839,12 +874,13 @@ def _client_run(args):
     if run_dir is None:
         return
     label = "original" if args.original else "shared"
-    results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
-    traces = [Path(r["trace"]) for r in results if r["ok"]]
-    if args.trace_names == "original" and len(traces) > 1:  # the original client's post-processing
-        from repro.traces import combine
+    with _removed_unless_done(args, run_dir, options.run_id):
+        results, wall, where = _run_mode(args, options, plan, run_dir, args.original, label)
+        traces = [Path(r["trace"]) for r in results if r["ok"]]
+        if args.trace_names == "original" and len(traces) > 1:  # the original client's post-processing
+            from repro.traces import combine
 
-        combine(traces, run_dir / f"combined-{uuid.uuid4()}.json")
+            combine(traces, run_dir / f"combined-{uuid.uuid4()}.json")
     _finish(args, {label: {"results": results, "wall_s": wall, "traces": str(where)}},
             sum(not r["ok"] for r in results), run_dir)
 
@@ -861,16 +897,17 @@ def _client_compare(args):
         results, wall, where = _run_mode(args, options, plan, run_dir, original, label)
         return {"results": results, "wall_s": wall, "traces": str(where)}
 
-    report = compare(run, run_original=args.run_original)
+    with _removed_unless_done(args, run_dir, options.run_id):
+        report = compare(run, run_original=args.run_original)
+        models = sorted({m for m, _ in plan})
+        groups = {"all": models} if args.combined_all else {model: [model] for model in models}
+        for group, members in groups.items() if args.combine else ():
+            traces = [Path(r["trace"]) for label in report for r in report[label]["results"]
+                      if r["ok"] and r["model"] in members]
+            if traces:
+                out = run_dir / (f"compared-{group}-{uuid.uuid4()}.json" if args.trace_names == "original"
+                                 else f"compared-{group}.json")
+                combine(traces, out)
+                print(f"{out}: {len(traces)} requests, {' and '.join(report)}")
     failed = sum(not r["ok"] for mode in report.values() for r in mode["results"])
-    models = sorted({m for m, _ in plan})
-    groups = {"all": models} if args.combined_all else {model: [model] for model in models}
-    for group, members in groups.items() if args.combine else ():
-        traces = [Path(r["trace"]) for label in report for r in report[label]["results"]
-                  if r["ok"] and r["model"] in members]
-        if traces:
-            out = run_dir / (f"compared-{group}-{uuid.uuid4()}.json" if args.trace_names == "original"
-                             else f"compared-{group}.json")
-            combine(traces, out)
-            print(f"{out}: {len(traces)} requests, {' and '.join(report)}")
     _finish(args, report, failed, run_dir)

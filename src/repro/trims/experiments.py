@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import copy_limited, first_repeated, fresh_directory, open_regular, read_json, sha256_file, write_json
+from repro.fsutil import (copy_limited, first_repeated, fresh_directory, open_regular, read_json, removed_unless_done,
+                           sha256_file, write_json)
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
 from repro.trims.client import TRACE_FILES, Client, ClientOptions, store_fields
@@ -127,6 +128,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
 
     def run(mode, original):
         traces = fresh_directory(out_dir / "traces" / mode, "--out", TRACE_FILES)
+        made.append(traces)
         client = _client(base_path, socket_path, traces, original, settings,
                          {"experiment": "compare", "run_id": f"compare-{model}-{mode}", **store})
         plan = [(model, i) for i in range(settings["iterations"])]
@@ -139,7 +141,10 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
         store = store_fields(connection.request({"op": "status"}))
     finally:
         connection.close()
-    report = {"experiment": "compare", "model": model, "store": store, "modes": compare(run)}
+    _remove_report(out_dir)
+    with removed_unless_done() as made:  # a cut run leaves no mode's traces
+        modes = compare(run)
+    report = {"experiment": "compare", "model": model, "store": store, "modes": modes}
     write_json(out_dir / "report.json", report)
     return report
 
@@ -147,16 +152,17 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
 def run_distribution(name, params, concurrency, settings, models, base_path, socket_path, out_dir):
     """Shared-mode requests following a popularity distribution at one concurrency level."""
     out_dir = Path(out_dir)
-    traces = fresh_directory(out_dir / "traces", "--out", TRACE_FILES)
     plan = plan_requests(models, settings["iterations"], name, params, seed=settings["seed"])
     connection = StoreConnection(socket_path, timeout=30)
     connection.request({"op": "flush"})  # every run starts from an empty store
     before = connection.request({"op": "status"})
-    client = _client(base_path, socket_path, traces, False, settings,
-                     {"experiment": "distribution", "run_id": f"{name}-c{concurrency}", "distribution": name,
-                      "distribution_params": params, "concurrent": concurrency, **store_fields(before)})
-    results, wall = client.run(plan, concurrency)
-    _failed(results, f"distribution {name} at concurrency {concurrency}")
+    _remove_report(out_dir)
+    with removed_unless_done(fresh_directory(out_dir / "traces", "--out", TRACE_FILES)) as (traces,):
+        client = _client(base_path, socket_path, traces, False, settings,
+                         {"experiment": "distribution", "run_id": f"{name}-c{concurrency}", "distribution": name,
+                          "distribution_params": params, "concurrent": concurrency, **store_fields(before)})
+        results, wall = client.run(plan, concurrency)
+        _failed(results, f"distribution {name} at concurrency {concurrency}")
     after = connection.request({"op": "status"})
     connection.close()
     report = {"experiment": "distribution", "distribution": name, "params": params, "concurrency": concurrency,
@@ -164,6 +170,12 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
               "store": store_fields(before)}
     write_json(out_dir / "report.json", report)
     return report
+
+
+def _remove_report(out_dir):
+    """Remove an earlier run's report.json (check_report_replaceable has found it an experiment's) before
+    its traces are replaced: a report never names traces of another run."""
+    (Path(out_dir) / "report.json").unlink(missing_ok=True)
 
 
 def _beside(results, out_dir):

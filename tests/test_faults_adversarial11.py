@@ -1,0 +1,124 @@
+"""Fault injection, an adversarial pass over runs cut short: a TrIMS client run or experiment stopped
+(Ctrl-C, SIGTERM, a failure) leaves none of its traces where a reader would take them for a whole
+run's, and never an earlier run's report beside them.
+"""
+
+import json
+
+import pytest
+
+from repro.cli import main
+from repro.trims import client
+
+pytestmark = pytest.mark.fault
+
+
+def _cut_after(monkeypatch, requests):
+    """Client.request raises KeyboardInterrupt (Ctrl-C) once `requests` requests have written their traces."""
+    request, done = client.Client.request, []
+
+    def cut(self, model, iteration):
+        if len(done) == requests:
+            raise KeyboardInterrupt
+        done.append(model)
+        return request(self, model, iteration)
+
+    monkeypatch.setattr(client.Client, "request", cut)
+    return done
+
+
+def _run(work, *words):
+    return main(["trims", "client", "run", "--original", "--config", str(work.config), "--iterations", "3", *words])
+
+
+def _hours(work):
+    return [p for p in (work.dir / "profiles").glob("*/*") if p.is_dir()]
+
+
+@pytest.mark.parametrize("words", [[], ["--profile-output", "named"]])
+def test_a_cut_client_run_leaves_no_trace_directory(work, monkeypatch, capsys, words):
+    """The run's directory held the traces written before Ctrl-C, read afterwards as the run's."""
+    assert len(_cut_after(monkeypatch, 2)) == 0
+    assert _run(work, *words) == 130
+    assert capsys.readouterr().err == "repro: interrupted\n"
+    assert _hours(work) == []
+
+
+def test_a_cut_client_run_into_the_hours_shared_directory_removes_its_own_traces_only(work, monkeypatch, capsys):
+    """With the original's trace names the hour's runs share one directory: the cut run's traces go,
+    an earlier run's stay."""
+    assert _run(work, "--trace-names", "original") == 0
+    (hour,) = _hours(work)
+    earlier = sorted(p.name for p in hour.iterdir())
+    assert len([name for name in earlier if client.TRACE_FILES.fullmatch(name)]) == 6
+    _cut_after(monkeypatch, 3)
+    assert _run(work, "--trace-names", "original") == 130
+    assert sorted(p.name for p in hour.iterdir()) == earlier
+
+
+def test_a_client_run_with_failed_requests_keeps_its_traces(work, monkeypatch, capsys):
+    """A request that fails is part of the run's result (its report says so), not a cut run."""
+    request = client.Client.request
+
+    def fails_once(self, model, iteration):
+        if iteration == 1:
+            raise OSError(5, "Input/output error")
+        return request(self, model, iteration)
+
+    monkeypatch.setattr(client.Client, "request", fails_once)
+    assert _run(work, "--profile-output", "kept", "--results", "r.json") == 1
+    assert "2 request(s) failed" in capsys.readouterr().err
+    results = json.loads((work.dir / "r.json").read_text())["original"]["results"]
+    assert sorted(p.name for p in (_hours(work)[0] / "original").rglob("*.json")) == sorted(
+        f"original-{r['iteration']:05d}.json" for r in results if r["ok"])
+
+
+def _settings(config):
+    from repro.rulesettings import trims_client_settings
+
+    return trims_client_settings(config, "compare")
+
+
+def _earlier_compare(server, models, config, out):
+    from repro.trims.experiments import run_compare
+
+    sock, _ = server
+    run_compare("squeezenet_1.1", {**_settings(config), "iterations": 2}, models, sock, out)
+    assert (out / "report.json").is_file()
+
+
+def test_a_cut_compare_leaves_neither_traces_nor_the_earlier_report(server, models, config, tmp_path, monkeypatch):
+    """Cut in its shared mode, the compare experiment left the original mode's new traces beside the
+    earlier run's report.json, which named traces of another run."""
+    from repro.trims.experiments import run_compare
+
+    out = tmp_path / "out"
+    _earlier_compare(server, models, config, out)
+    _cut_after(monkeypatch, 3)  # the two original requests, then one shared
+    with pytest.raises(KeyboardInterrupt):
+        run_compare("squeezenet_1.1", {**_settings(config), "iterations": 2}, models, server[0], out)
+    assert sorted(p.name for p in out.iterdir()) == ["traces"]
+    assert list((out / "traces").iterdir()) == []
+
+
+def test_a_cut_distribution_run_leaves_neither_traces_nor_the_earlier_report(server, models, config, tmp_path,
+                                                                             monkeypatch):
+    from repro.trims.experiments import run_distribution
+
+    out = tmp_path / "out"
+    settings = {**_settings(config), "iterations": 4, "seed": 1}
+    run_distribution("uniform", [], 1, settings, ["squeezenet_1.1"], models, server[0], out)
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "traces"]
+    _cut_after(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_distribution("uniform", [], 1, settings, ["squeezenet_1.1"], models, server[0], out)
+    assert list(out.iterdir()) == []
+
+
+def test_tool_config_settings_at_the_top_level_are_refused(work, capsys):
+    """`profile_output_directory:` outside `micro18:` was ignored: the traces went to the default directory."""
+    work.config.write_text(f"micro18:\n  base_path: {work.models}\nprofile_output_directory: {work.dir / 'p'}\n")
+    assert _run(work) == 1
+    assert capsys.readouterr().err == (f"repro: error: {work.config}: ['profile_output_directory'] at the top level; "
+                                       "expected them under 'micro18:', where the tools read their settings\n")
+    assert not (work.dir / "results").exists()
