@@ -122,3 +122,21 @@ def test_tool_config_settings_at_the_top_level_are_refused(work, capsys):
     assert capsys.readouterr().err == (f"repro: error: {work.config}: ['profile_output_directory'] at the top level; "
                                        "expected them under 'micro18:', where the tools read their settings\n")
     assert not (work.dir / "results").exists()
+
+
+@pytest.mark.parametrize("words, named", [(["--bogus"], "repro"), (["pecan", "--bogus=3"], "repro pecan"),
+                                          (["trims", "server", "-x", "--why"], "repro trims server")])
+def test_an_unknown_flag_where_a_subcommand_is_missing_is_named(capsys, words, named):
+    """argparse named the missing subcommand ("the following arguments are required"), not the mistyped flag."""
+    with pytest.raises(SystemExit) as exc:
+        main(words)
+    flags = " ".join(w for w in words if w.startswith("-"))
+    assert (exc.value.code, capsys.readouterr().err.splitlines()[-1]) == (
+        2, f"{named}: error: unrecognized arguments: {flags}")
+
+
+def test_a_missing_subcommand_alone_is_named(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["trims", "server"])
+    assert (exc.value.code, capsys.readouterr().err.splitlines()[-1]) == (
+        2, "repro trims server: error: the following arguments are required: {run,stop,status}")

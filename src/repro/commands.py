@@ -394,7 +394,7 @@ def build_parser(group=None):
     """The parser of every command; with `group`, a command group's name, of that group alone: a
     command then starts without importing the other groups' modules (pecan's and trims' take a
     tenth of a second)."""
-    parser = argparse.ArgumentParser(prog="repro", description=__doc__)
+    parser = _Parser(prog="repro", description=__doc__)
     alone = group in COMMAND_GROUPS
     # a group built alone: its usage lines still name them all, as the whole parser's do
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMAND_GROUPS) + "}" if alone else None)
@@ -403,6 +403,24 @@ def build_parser(group=None):
             add(sub)
     _name_subcommands(parser)
     return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, which names an unknown flag given where a subcommand is missing (`repro
+    --bogus`), not the missing subcommand: the flag is what the user mistyped. Its subparsers are
+    of this class too."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):
+        if message.startswith("the following arguments are required") and self._subparsers is not None:
+            flags = self._given[:self._given.index("--")] if "--" in self._given else self._given
+            unknown = [a for a in flags if a.startswith("-") and a.split("=")[0] not in self._option_string_actions]
+            if unknown:
+                message = f"unrecognized arguments: {' '.join(unknown)}"
+        super().error(message)
 
 
 def _name_subcommands(parser):
