@@ -329,10 +329,10 @@ def staged_model(directory):
         kind = "a symbolic link" if directory.is_symlink() else "not a directory"
         raise ReproError(f"{directory}: is {kind}; expected a model's directory (or nothing) there: remove it, "
                          "or name another base path")
-    if directory.is_dir() and any(directory.iterdir()) and not _holds_model(directory):
-        # the user's (the original tools' weights are model.params too): its files were replaced
-        raise ReproError(f"{directory}: holds files but no model manifest ({MANIFEST}); expected a model's directory "
-                         "(or nothing) there: move the files away, or name another base path")
+    not_a_model = _not_a_model(directory) if directory.is_dir() and any(directory.iterdir()) else None
+    if not_a_model:  # the user's (the original tools' weights are model.params too): its files were replaced
+        raise ReproError(f"{directory}: holds files but {not_a_model}; expected a model's directory (or nothing) "
+                         "there: move the files away, or name another base path")
     directory.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
     try:
@@ -348,13 +348,16 @@ def staged_model(directory):
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _holds_model(directory):
-    """Whether `directory` holds a model this package wrote: a manifest there that loads as one."""
+def _not_a_model(directory):
+    """Why `directory` holds no model this package wrote (no manifest there that loads as one), or None."""
+    if not os.path.lexists(directory / MANIFEST):
+        return f"no model manifest ({MANIFEST})"
     try:
         load_manifest_file(directory / MANIFEST)
-    except (ReproError, OSError):
-        return False
-    return True
+    except (ReproError, OSError) as exc:
+        reason = str(exc).removeprefix(f"{directory / MANIFEST}: ")
+        return f"a {MANIFEST} that is no model manifest ({reason})"
+    return None
 
 
 def generate(name, directory, seed=0):
