@@ -450,7 +450,7 @@ def check_references(config, source="config"):
     if not backend.runs_trims and config.get("plots", {}).get("trims"):
         raise ReproError(f"{source}: plots.trims: the TrIMS experiments run on the local backend only; "
                          f"set plots.trims to [] with backend: {backend.name}")
-    from repro.pecan.presets import REFERENCE_PLOTS
+    from repro.pecan.presets import REFERENCE_PLOTS, reference_of_another_workload
 
     _check_output_names(config, source)
     for name, figure in config.get("plots", {}).get("figures", {}).items():
@@ -465,17 +465,11 @@ def check_references(config, source="config"):
             raise ReproError(f"{source}: plots.figures.{name}.modes: unknown mode(s) {unknown}; "
                              f"expected modes of experiment {figure['experiment']!r} ({', '.join(listed)})")
         drawn = figure.get("modes", listed)
-        reference = figure.get("reference")
-        measured = next((pecan["experiments"][e] for e in sorted(pecan["experiments"], key=len, reverse=True)
-                         if reference and (reference == e or reference.startswith(f"{e}_"))), None)
         workload = pecan["experiments"][figure["experiment"]]
-        if measured is not None and (measured["model"], measured["accelerator"]) != (workload["model"],
-                                                                                    workload["accelerator"]):
-            # the bars of one workload judged against another's values ("outside by -431%")
-            raise ReproError(f"{source}: plots.figures.{name}.reference: {reference!r} holds the values of "
-                             f"{measured['model']} on {measured['accelerator']}; experiment {figure['experiment']!r} "
-                             f"runs {workload['model']} on {workload['accelerator']}; expected a reference of its "
-                             "workload, or none")
+        another = figure.get("reference") and reference_of_another_workload(
+            figure["reference"], figure["experiment"], workload["model"], workload["accelerator"])
+        if another:
+            raise ReproError(f"{source}: plots.figures.{name}.reference: {another}")
         if figure.get("reference") and not set(REFERENCE_PLOTS[figure["reference"]]) & set(drawn):
             # the figure drew no reference value and judged none: "0 of 0 reference values inside"
             raise ReproError(f"{source}: plots.figures.{name}.reference: {figure['reference']!r} holds values for modes "

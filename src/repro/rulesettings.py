@@ -110,8 +110,11 @@ def figure_settings(config, figure):
 
     spec = config["plots"]["figures"][figure]
     engine = ENGINES[config["pecan"]["engine"]]
+    workload = config["pecan"]["experiments"][spec["experiment"]]
     return Settings({
         "experiment": spec["experiment"],
+        "model": workload["model"],  # what the reference's workload must be
+        "accelerator": workload["accelerator"],
         "engine_caption": engine.caption(config["pecan"], spec["experiment"]) if engine.caption else None,
         "reference": spec.get("reference"),
         "modes": spec.get("modes"),

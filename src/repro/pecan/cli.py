@@ -444,14 +444,15 @@ def _cost_table(args):
     print(f"{args.output}: {len(rows)} modes, {rows[0]['repeats']} repeats each")
 
 
-def _check_figure_settings(settings, section, name, keys):
+def _check_figure_settings(settings, section, name, keys, elsewhere=None):
     """Figure settings given by hand: `keys` checked where plots.<section>.<name> holds them, preset and
-    backend where the config does, engine_caption (which the workflow derives from the engine) as text
-    (style by check_style as it is drawn; a None is a key the spec left out)."""
+    backend where the config does, engine_caption (which the workflow derives from the engine) as text,
+    `elsewhere` ({key: place}) at their places (style by check_style as it is drawn; a None is a key the
+    spec left out)."""
     from repro.config import check_settings
 
     places = {**{key: ("plots", section, name, key) for key in keys}, "preset": ("calibration", "preset"),
-              "style": None, "engine_caption": {"type": "string"}}
+              "style": None, "engine_caption": {"type": "string"}, **(elsewhere or {})}
     check_settings({key: value for key, value in settings.items() if value is not None}, places=places)
 
 
@@ -459,17 +460,22 @@ def _check_figure_settings(settings, section, name, keys):
 def _figure(args):
     from repro.config import check_style
     from repro.pecan.costtable import check_table_runs, write_table
-    from repro.pecan.presets import REFERENCE_PLOTS
+    from repro.pecan.presets import REFERENCE_PLOTS, reference_of_another_workload
     from repro.pecan.reproducibility import VERDICT_COLUMNS, reference_verdicts
     from repro.pecan.run import load_calibrations
     from repro.plots import figure_rows, plot_costs
     from repro.rulesettings import caption
 
     settings = args.settings
-    _check_figure_settings(settings, "figures", args.figure, ("experiment", "reference", "modes"))
+    _check_figure_settings(settings, "figures", args.figure, ("experiment", "reference", "modes"),
+                           {key: ("pecan", "experiments", "experiment", key) for key in ("model", "accelerator")})
     if settings["reference"] and settings["reference"] not in REFERENCE_PLOTS:  # as the config's check refuses it
         raise ReproError(f"--settings: reference: unknown reference {settings['reference']!r}; expected one of "
                          f"{sorted(REFERENCE_PLOTS)}")
+    another = settings["reference"] and reference_of_another_workload(
+        settings["reference"], settings["experiment"], settings["model"], settings["accelerator"])
+    if another:
+        raise ReproError(f"--settings: reference: {another}")
     reference = REFERENCE_PLOTS.get(settings["reference"]) if settings["reference"] else None
     text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
                    settings["engine_caption"])

@@ -48,9 +48,21 @@ def _artifact_facts():
 _FACTS = _artifact_facts()
 ARTIFACT_RUNS = _FACTS["runs"]
 REFERENCE_PLOTS = _FACTS["reference_plots"]
+REFERENCE_WORKLOADS = _FACTS["reference_workloads"]  # {reference: {model, accelerator}}
 PAPER_COSTS = _FACTS["paper_costs"]  # {mode: {workload: [tpu, worker]}}: the paper's Fig 6 and 7
 ANCHOR = next(iter(ARTIFACT_RUNS))  # its declared cost maps a core here onto a cloud vCPU (`local`)
 PRESETS = ("local", "artifact")
+
+
+def reference_of_another_workload(reference, experiment, model, accelerator):
+    """Why the sample plot `reference` is no reference for a figure of `experiment`, `model` on
+    `accelerator` (it measured another workload: the bars were judged against the other's values,
+    "outside by -431%"), or None."""
+    measured = REFERENCE_WORKLOADS[reference]
+    if (measured["model"], measured["accelerator"]) == (model, accelerator):
+        return None
+    return (f"{reference!r} holds the values of {measured['model']} on {measured['accelerator']}; experiment "
+            f"{experiment!r} runs {model} on {accelerator}; expected a reference of its workload, or none")
 
 
 def examples_per_second(run, epoch_s):
