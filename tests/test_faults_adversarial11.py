@@ -9,6 +9,7 @@ import pytest
 
 from repro.cli import main
 from repro.trims import client
+from test_faults_input import _calibration
 
 pytestmark = pytest.mark.fault
 
@@ -163,3 +164,35 @@ def test_a_model_directory_whose_manifest_is_no_models_names_the_manifest(models
     assert err.endswith("); expected a model's directory (or nothing) there: move the files away, or name another "
                         "base path\n") and len(err.splitlines()) == 1
     assert (tmp_path / "base" / "squeezenet_1.1" / "manifest.json").read_text() == '{"model": "mine"}'
+
+
+def test_a_comparison_figure_refuses_a_table_of_another_preset(tmp_path, capsys):
+    """A comparison table names its runs' calibration preset; a figure whose caption names another is
+    refused (the artifact preset's bars had been captioned "local")."""
+    from repro.pecan.comparisons import COLUMNS
+
+    rows = [",".join(["W", "artifact", mode, "3", *["1.0"] * (len(COLUMNS) - 4)]) for mode in ("cachew", "autoorder")]
+    (tmp_path / "t.csv").write_text("\n".join([",".join(COLUMNS), *rows]) + "\n")
+    (tmp_path / "r.json").write_text(_calibration("resnet"))
+    settings = {"backend": "local", "preset": "local", "engine_caption": None, "option": "autoorder", "workloads": ["W"],
+                "style": {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 50, "show_reference": False}}
+    assert main(["pecan", "comparison", "AutoOrder_Cost", "--table", str(tmp_path / "t.csv"), "--calibration",
+                 str(tmp_path / "r.json"), "--settings", json.dumps(settings), "--output", str(tmp_path / "f.pdf"), str(tmp_path / "f.png"),
+                 "--verdicts", str(tmp_path / "v.csv")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {tmp_path / 't.csv'}: runs of calibration preset 'artifact', not "
+                                       "of 'local'; expected the table of the preset the caption names\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "t.csv"]
+
+
+def test_a_comparison_table_names_the_preset_of_its_runs(tmp_path):
+    from repro.pecan.comparisons import COLUMNS, comparison_rows
+    from repro.pecan.costtable import write_table
+
+    table = tmp_path / "W.csv"
+    costs = ["1.0"] * (len(COLUMNS) - 4)
+    table.write_text("\n".join([",".join(COLUMNS), *(",".join(["W", "artifact", mode, "3", *costs])
+                                                      for mode in ("cachew", "autoorder"))]) + "\n")
+    rows = comparison_rows("autoorder", ["W"], [table])
+    write_table(rows, tmp_path / "c.csv", COLUMNS)
+    assert [line.split(",")[:3] for line in (tmp_path / "c.csv").read_text().splitlines()] == [
+        ["workload", "preset", "mode"], ["W", "artifact", "cachew"], ["W", "artifact", "autoorder"]]

@@ -247,7 +247,7 @@ def test_the_plots_default_output_replaces_only_a_figure_it_drew(command, basena
     from repro.pecan.comparisons import COLUMNS, OPTIONS
 
     monkeypatch.chdir(tmp_path)
-    rows = [",".join(["ResNet50_v2-8", mode] + ["1"] * (len(COLUMNS) - 2)) for mode in OPTIONS["autoorder"]["modes"]]
+    rows = [",".join(["ResNet50_v2-8", "local", mode] + ["1"] * (len(COLUMNS) - 3)) for mode in OPTIONS["autoorder"]["modes"]]
     (tmp_path / "t.csv").write_text("\n".join([",".join(COLUMNS), *rows, ""]))
     (tmp_path / "plots").mkdir()
     mine = tmp_path / f"{basename}.{kind}"

@@ -408,7 +408,7 @@ def _spread_table(*rows):
     """A cost table of workload W with the spread columns: (mode, value) rows, every number `value`."""
     from repro.pecan.comparisons import COLUMNS
 
-    return "\n".join([",".join(COLUMNS), *(",".join(["W", mode, "3", *[str(value)] * (len(COLUMNS) - 3)])
+    return "\n".join([",".join(COLUMNS), *(",".join(["W", "local", mode, "3", *[str(value)] * (len(COLUMNS) - 4)])
                                            for mode, value in rows)])
 
 
@@ -490,7 +490,7 @@ def _plot_comparison(edit):
     def prepare(ctx):
         from repro.pecan.comparisons import COLUMNS
 
-        rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in ("cachew", "autoorder")]
+        rows = [",".join(["W", "local", mode, "3", *["1.0"] * (len(COLUMNS) - 4)]) for mode in ("cachew", "autoorder")]
         return ["pecan", "plot", "-e", "autoorder", "--table",
                 _write(ctx.dir / "t.csv", edit("\n".join([",".join(COLUMNS), *rows]) + "\n"))]
     return prepare
@@ -501,7 +501,7 @@ def _figure_settings(command, **changed):
     def prepare(ctx):
         from repro.pecan.comparisons import COLUMNS
 
-        rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in ("cachew", "autoorder")]
+        rows = [",".join(["W", "local", mode, "3", *["1.0"] * (len(COLUMNS) - 4)]) for mode in ("cachew", "autoorder")]
         table = _write(ctx.dir / "t.csv", "\n".join([",".join(COLUMNS), *rows]) + "\n")
         settings = {"backend": "local", "preset": "local", "engine_caption": None,
                     "style": {"font_size": 9, "width_in": 5, "height_in": 3.6, "dpi": 100, "show_reference": False},
@@ -589,7 +589,7 @@ COST_TABLE_SETTINGS_FAULTS = [
 
 # A comparison table drawn by `pecan plot`: its columns, one row per bar, numbers a bar can show
 PLOT_TABLE_FAULTS = [
-    Fault("plot-comparison-table-lacks-columns", _plot_comparison(lambda t: "\n".join(",".join(line.split(",")[:5])
+    Fault("plot-comparison-table-lacks-columns", _plot_comparison(lambda t: "\n".join(",".join(line.split(",")[:6])
                                                                                       for line in t.splitlines())),
           r"repro: error: .*/t.csv: not a comparison table \(no column\(s\) tpu_cost_ci_high"),
     Fault("plot-comparison-table-row-twice", _plot_comparison(lambda t: t + t.splitlines()[-1] + "\n"),
@@ -732,7 +732,7 @@ def test_pecan_plot_of_a_comparison_writes_the_file_named(tmp_path, monkeypatch,
     from repro.pecan.comparisons import COLUMNS
 
     monkeypatch.chdir(tmp_path)
-    rows = [",".join(["W", mode, "3", *["1.0"] * (len(COLUMNS) - 3)]) for mode in modes]
+    rows = [",".join(["W", "local", mode, "3", *["1.0"] * (len(COLUMNS) - 4)]) for mode in modes]
     _write(tmp_path / "t.csv", "\n".join([",".join(COLUMNS), *rows]) + "\n")
     code, _, err = run_repro(["pecan", "plot", "-e", experiment, "--table", "t.csv", "-o", "mine.pdf"], capsys)
     assert code == 0, err

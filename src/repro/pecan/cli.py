@@ -579,6 +579,10 @@ def _comparison(args):
     if tabled != settings["workloads"]:  # the caption and the paper's values follow the settings, the bars the table
         raise ReproError(f"--settings: workloads: {settings['workloads']}, but {args.table} holds {tabled}; expected "
                          "the workloads of the table, in its order")
+    other = next((row["preset"] for row in rows if row["preset"] != settings["preset"]), None)
+    if other is not None:  # the caption names the settings' preset
+        raise ReproError(f"{args.table}: runs of calibration preset {other[:100]!r}, not of {settings['preset']!r}; "
+                         "expected the table of the preset the caption names")
     modes, held = OPTIONS[settings["option"]]["modes"], {(row["workload"], row["mode"]) for row in rows}
     missing = next(((workload, mode) for workload in tabled for mode in modes if (workload, mode) not in held), None)
     if missing:  # a table of the other option: the settings are not at fault
@@ -600,7 +604,7 @@ def _comparison(args):
 def _comparison_rows(path):
     """A comparison table's rows with its numbers as floats: its columns, one row per workload and
     mode, each number finite, non-negative and at most MAX_DOLLARS (a bar the figure can draw)."""
-    from repro.pecan.comparisons import COLUMNS, not_a_cost, read_rows
+    from repro.pecan.comparisons import COLUMNS, NUMBER_COLUMNS, not_a_cost, read_rows
     from repro.plots import repeat_counts
 
     rows = read_rows(path, "a comparison table")
@@ -617,14 +621,14 @@ def _comparison_rows(path):
                              f"{row['mode']!r}; expected one row each")
         seen.add((row["workload"], row["mode"]))
         try:
-            number = {k: float(row[k]) for k in COLUMNS[2:]}
+            number = {k: float(row[k]) for k in NUMBER_COLUMNS}
         except (TypeError, ValueError):
-            raise ReproError(f"{path}: row {index}: expected numbers in {', '.join(COLUMNS[2:])}") from None
+            raise ReproError(f"{path}: row {index}: expected numbers in {', '.join(NUMBER_COLUMNS)}") from None
         bad = not_a_cost(number, MAX_DOLLARS)
         if bad:
             raise ReproError(f"{path}: row {index}: {bad} is {row[bad]}; expected a non-negative number of at "
                              f"most {MAX_DOLLARS:g}")
-        numbers.append({"workload": row["workload"], "mode": row["mode"], **number})
+        numbers.append({"workload": row["workload"], "preset": row["preset"], "mode": row["mode"], **number})
     repeat_counts(rows, path)  # the caption's N
     return numbers
 

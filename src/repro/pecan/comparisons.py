@@ -36,7 +36,8 @@ STYLE = {
     "autoorder": ("#9467bd", "#c9b0ed", "Pecan AutoOrder"),
 }
 QUANTITIES = ["tpu_cost", "worker_cost", "total_cost", "remote_workers", "local_workers", "epoch_time"]
-COLUMNS = ["workload", "mode", "repeats"] + [f"{q}_{s}" for q in QUANTITIES for s in ("mean", "ci_low", "ci_high")]
+NUMBER_COLUMNS = ["repeats"] + [f"{q}_{s}" for q in QUANTITIES for s in ("mean", "ci_low", "ci_high")]
+COLUMNS = ["workload", "preset", "mode", *NUMBER_COLUMNS]  # preset: the calibration preset of the runs
 VERDICT_COLUMNS = ["figure", "workload", "mode", "quantity", "paper", "reference_rounding", "mean", "ci_low", "ci_high",
                    "repeats", "verdict", "outside_by", "deviation_pct", "within_15pct"]
 
@@ -103,7 +104,8 @@ def comparison_rows(option, workloads, tables):
                 what = f"{bad} is {row[bad]}" if bad else f"repeats is {repeats}"
                 raise ReproError(f"{table}: mode {mode!r}: {what}; expected non-negative numbers of at most {MAX_DOLLARS:g} "
                                  "and at least one repeat")
-            rows.append({"workload": workload, "mode": mode, "repeats": repeats, **numbers})
+            rows.append({"workload": workload, "preset": row.get("preset") or "", "mode": mode, "repeats": repeats,
+                         **numbers})
     return rows
 
 
