@@ -247,7 +247,8 @@ def test_trims_summary_refuses_compare_reports_of_two_stores(tmp_path, capsys):
                  str(tmp_path / "s.json")]) == 1
     assert capsys.readouterr().err == (f"repro: error: --compare {reports[1]}: store settings {{'store_eviction': "
                                        f"'never'}}, and {reports[0]}'s {{'store_eviction': 'lru'}}; expected the runs "
-                                       "of one series (one store, one set of parameters per distribution)\n")
+                                       "of one series (one store, one client's settings, one set of parameters per "
+                                       "distribution)\n")
     assert not (tmp_path / "s.json").exists()
 
 

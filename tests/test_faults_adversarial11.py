@@ -196,3 +196,33 @@ def test_a_comparison_table_names_the_preset_of_its_runs(tmp_path):
     write_table(rows, tmp_path / "c.csv", COLUMNS)
     assert [line.split(",")[:3] for line in (tmp_path / "c.csv").read_text().splitlines()] == [
         ["workload", "preset", "mode"], ["W", "artifact", "cachew"], ["W", "artifact", "autoorder"]]
+
+
+def test_an_experiment_report_records_its_clients_settings(server, models, config, tmp_path):
+    from repro.trims.experiments import run_compare
+
+    settings = {**_settings(config), "iterations": 2, "cold_cache": True}
+    report = run_compare("squeezenet_1.1", settings, models, server[0], tmp_path / "out")
+    assert report["client"] == {"eager": settings["eager"], "eager_async": settings["eager_async"], "cold_cache": True,
+                                "iterations": 2, "seed": settings["seed"]}
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["client"] == report["client"]
+
+
+def test_trims_summary_refuses_compare_reports_of_two_client_settings(server, models, config, tmp_path, capsys):
+    """A cold-cache run of one model and a warm one of another were drawn side by side under one caption."""
+    from repro.trims.experiments import run_compare, run_distribution
+
+    reports = []
+    for model, cold in (("squeezenet_1.1", True), ("resnet18_v1", False)):
+        run_compare(model, {**_settings(config), "iterations": 2, "cold_cache": cold}, models, server[0],
+                    tmp_path / model)
+        reports.append(tmp_path / model / "report.json")
+    run_distribution("uniform", [], 1, {**_settings(config), "iterations": 2}, ["squeezenet_1.1"], models, server[0],
+                     tmp_path / "d")
+    assert main(["trims", "summary", "--compare", *map(str, reports), "--distributions", str(tmp_path / "d" / "report.json"),
+                 "-o", str(tmp_path / "s.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"repro: error: --compare {reports[1]}: client settings {{") and "'cold_cache': False" in err
+    assert err.endswith("expected the runs of one series (one store, one client's settings, one set of parameters per "
+                        "distribution)\n")
+    assert not (tmp_path / "s.json").exists()

@@ -162,7 +162,8 @@ def _trims_summary_of_two_distributions(second):
 COMMAND_FAULTS += [
     Fault("trims-summary-a-series-of-two-parameter-sets", _trims_summary_of_two_distributions({"params": [0, 5]}),
           r"repro: error: --distributions .*/d2/report.json: uniform parameters \[0, 5\], and .*/d1/report.json's "
-          r"\[0, 1\]; expected the runs of one series \(one store, one set of parameters per distribution\)$"),
+          r"\[0, 1\]; expected the runs of one series \(one store, one client's settings, one set of parameters per "
+          r"distribution\)$"),
     Fault("trims-summary-a-series-of-two-stores",
           _trims_summary_of_two_distributions({"store": {"store_budget_bytes": 2 << 20}}),
           r"repro: error: --distributions .*/d2/report.json: store settings \{'store_budget_bytes': 2097152\}, and "

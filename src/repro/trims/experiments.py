@@ -91,6 +91,11 @@ def _client(base_path, socket_path, traces, original, settings, extra):
                                 extra=extra))
 
 
+def _client_fields(settings):
+    """What a report records of its client's settings: runs drawn side by side must share them."""
+    return {key: settings[key] for key in ("eager", "eager_async", "cold_cache", "iterations", "seed")}
+
+
 def _failed(results, what):
     failed = [r for r in results if not r["ok"]]
     if failed:
@@ -144,7 +149,8 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
     _remove_report(out_dir)
     with removed_unless_done() as made:  # a cut run leaves no mode's traces
         modes = compare(run)
-    report = {"experiment": "compare", "model": model, "store": store, "modes": modes}
+    report = {"experiment": "compare", "model": model, "store": store, "client": _client_fields(settings),
+              "modes": modes}
     write_json(out_dir / "report.json", report)
     return report
 
@@ -167,7 +173,7 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
     connection.close()
     report = {"experiment": "distribution", "distribution": name, "params": params, "concurrency": concurrency,
               "results": _beside(results, out_dir), "wall_s": wall, "evictions": after["evictions"] - before["evictions"],
-              "store": store_fields(before)}
+              "store": store_fields(before), "client": _client_fields(settings)}
     write_json(out_dir / "report.json", report)
     return report
 
@@ -232,18 +238,19 @@ def compare_table(reports):
 
 def _check_one_series(flag, paths, reports):
     """ReproError where reports drawn in one figure differ in what they ran: the store's settings
-    (budget, eviction, tiers), which its caption does not tell apart, or, for distribution reports
-    drawn as one series, a distribution's parameters."""
+    (budget, eviction, tiers) or the client's (eager, cold cache, requests), which its caption does
+    not tell apart, or, for distribution reports drawn as one series, a distribution's parameters."""
     first = {}
     for path, report in zip(paths, reports):
         series = (("parameters", report["distribution"]),) if "distribution" in report else ()
-        for what, key in (*series, ("store", None)):
-            value = report["params"] if key is not None else report.get("store", {})
+        for what, key in (*series, ("store", None), ("client", None)):
+            value = report["params"] if key is not None else report.get(what, {})
             seen_path, seen = first.setdefault((what, key), (path, value))
             if seen != value:
-                of = f"{key} {what}" if key is not None else "store settings"
+                of = f"{key} {what}" if key is not None else f"{what} settings"
                 raise ReproError(f"{flag} {path}: {of} {value}, and {seen_path}'s {seen}; expected the "
-                                 "runs of one series (one store, one set of parameters per distribution)")
+                                 "runs of one series (one store, one client's settings, one set of parameters per "
+                                 "distribution)")
 
 
 def summary(compare_paths, distribution_paths):
