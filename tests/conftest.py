@@ -23,6 +23,20 @@ from support import (REPO, configfiles, copy_workflow, free_port, server_record,
 SMALL_MODELS = ("squeezenet_1.1", "resnet18_v1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_runtime_directory(tmp_path_factory):
+    """The session's own $XDG_RUNTIME_DIR (mode 0700, as pytest makes it), for the sockets and process
+    records of the stores and services the tests start: the runtime directory of each test's workflow
+    directory goes with the session's temporary files, not into the user's /tmp/repro-<uid>."""
+    runtime, earlier = tmp_path_factory.mktemp("runtime"), os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    yield runtime
+    if earlier is None:
+        os.environ.pop("XDG_RUNTIME_DIR")
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = earlier
+
+
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
     """A base path with small generated models."""
