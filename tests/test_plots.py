@@ -1,6 +1,7 @@
 """Figure layout that the data cannot show wrong: legends inside their axes."""
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -83,3 +84,52 @@ def test_a_figure_of_single_runs_says_so(monkeypatch, tmp_path):
     assert main(["pecan", "plot", "-t", "4.43", "0.59", "0.55", "-c", "0", "1.01", "0.36", "-o",
                  str(tmp_path / "f")]) in (0, None)
     assert captions == ["cost numbers given on the command line; bars: one run each (no interval)"]
+
+
+def _six_mode_table(path):
+    import csv
+
+    from repro.pecan.costtable import TABLE_COLUMNS
+
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, TABLE_COLUMNS, restval="1")
+        writer.writeheader()
+        for i, mode in enumerate(("collocated", "cachew", "pecan", "autoplacement", "autoorder", "fastflow")):
+            costs = {f"{q}_{s}": v * f for q, v in (("tpu_cost", 0.5 + i / 10), ("worker_cost", 0.3),
+                                                     ("total_cost", 0.8 + i / 10))
+                     for s, f in (("mean", 1), ("ci_low", 0.9), ("ci_high", 1.1))}
+            writer.writerow({"mode": mode, "workload": "W", "preset": "local", "repeats": 3, **costs})
+    return path
+
+
+def _texts_drawn(fig):
+    """The figure's extent, its x tick labels' (left to right) and its other texts', as drawn."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.axes
+    ticks = [label.get_window_extent(renderer) for label in ax.get_xticklabels() if label.get_text()]
+    others = [text.get_window_extent(renderer) for text in (*fig.texts, ax.title, ax.yaxis.label)]
+    return fig.bbox, ticks, others
+
+
+@pytest.mark.parametrize("font_size, title, caption", [
+    (9, "W", "a caption of one line"),
+    (14, "W on a TPU v2-8 with every input-pipeline mode of the Pecan paper side by side", "measured here; " * 40)])
+def test_every_text_of_a_figure_is_inside_it_and_tick_labels_stay_apart(monkeypatch, tmp_path, font_size, title,
+                                                                           caption):
+    """Six modes side by side ran their tick labels together; a caption was wrapped by a character
+    count that ignored the font size, and ran off the figure's edge, as did a long title."""
+    from repro import plots
+
+    closed = []
+    monkeypatch.setattr(plots.plt, "close", closed.append)
+    style = {"width_in": 5.0, "height_in": 3.6, "dpi": 50, "font_size": font_size, "show_reference": False}
+    plots.plot_costs(_six_mode_table(tmp_path / "t.csv"), [tmp_path / "f.png"], title, caption, style)
+    figure, ticks, others = _texts_drawn(closed[0])
+    for box in ticks + others:
+        assert figure.x0 <= box.x0 and box.x1 <= figure.x1 and figure.y0 <= box.y0 and box.y1 <= figure.y1, box
+    (ax,) = closed[0].axes
+    slanted = {label.get_rotation() for label in ax.get_xticklabels()} == {30}
+    assert slanted or all(left.x1 < right.x0 for left, right in zip(ticks, ticks[1:]))
+    assert ax.get_window_extent().height >= plots.AXES_SHARE * 3.6 * 50 - 1  # the bars keep their room
+    plt.close(closed[0])

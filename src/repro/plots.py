@@ -3,11 +3,13 @@
 import contextlib
 import math
 import textwrap
+import warnings
 
 import matplotlib
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, first_repeated, open_regular, read_at_most, read_csv
+from repro.pecan.comparisons import STYLE
 from repro.pecan.costs import MAX_DOLLARS
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
@@ -19,9 +21,13 @@ from matplotlib import ticker
 from matplotlib.patches import Patch
 
 # The artifact's plotting-scripts/fig8.py colours; the hello-world run is a Pecan run.
-COLORS = {"collocated": "#1f77b4", "cachew": "#ff7f0e", "pecan": "#8c564b", "short": "#8c564b"}
-WORKER_COLORS = {"cachew": "#ffaf18", "pecan": "#bca68b", "short": "#bca68b"}
-LABELS = {"collocated": "Collocated", "cachew": "Cachew", "pecan": "Pecan", "short": "Pecan (all workers)"}
+# the artifact's fig8.py colours and names: its own three modes, and the paper's Fig 6 and 7 modes
+COLORS = {"collocated": "#1f77b4", "cachew": "#ff7f0e", "pecan": "#8c564b", "short": "#8c564b",
+          **{mode: tpu for mode, (tpu, _, _) in STYLE.items() if mode not in ("collocated", "cachew")}}
+WORKER_COLORS = {"cachew": "#ffaf18", "pecan": "#bca68b", "short": "#bca68b",
+                 **{mode: worker for mode, (_, worker, _) in STYLE.items() if mode not in ("collocated", "cachew")}}
+LABELS = {"collocated": "Collocated", "cachew": "Cachew", "pecan": "Pecan", "short": "Pecan (all workers)",
+          **{mode: label for mode, (_, _, label) in STYLE.items() if mode not in ("collocated", "cachew")}}
 Y_LABEL = "Total training cost per epoch ($)"
 # Written into every figure's metadata (PDF Creator, PNG Software), uncompressed in both: a command
 # replaces a default output only where it holds a figure this package drew, never a user's file
@@ -169,14 +175,36 @@ def fit_columns(ax, make_legend, columns):
     return legend
 
 
-def _save(fig, outputs, caption, style, line=0.035, laid_out=None):
-    """`line`: the figure's height one caption line takes (0.035 of the style's height); `laid_out`:
-    called with the renderer once the figure is laid out (what depends on the sizes drawn)."""
-    wrapped = textwrap.fill(caption, width=int(style["width_in"] * 19))
-    fig.text(0.01, 0.01, wrapped, fontsize=max(5, style["font_size"] - 3), ha="left", va="bottom", style="italic")
-    fig.tight_layout(rect=(0, 0.03 + line * wrapped.count("\n") + 0.04, 1, 1))
+def _save(fig, outputs, caption, style, laid_out=None):
+    """Draw `caption` under the plots and write the figure to every output. Every text is fitted
+    to the figure as drawn: the caption and titles wrapped to its width, tick labels that would
+    run together wrapped or slanted, and the figure made taller where the caption would take more
+    than CAPTION_SHARE of it. `laid_out`: called with the renderer once the figure is laid out
+    (what depends on the sizes drawn)."""
+    renderer = fig.canvas.get_renderer()
+    text = fig.text(0.01, 0.01, caption, fontsize=max(5, style["font_size"] - 3), ha="left", va="bottom",
+                    style="italic")
+    _wrap_to_width(text, 0.98 * fig.get_figwidth() * fig.dpi, renderer)
+    for ax in fig.axes:
+        _wrap_to_width(ax.title, ax.get_window_extent(renderer).width, renderer)
+        _wrap_to_width(ax.yaxis.label, ax.get_window_extent(renderer).height, renderer)
+        _fit_tick_labels(ax, renderer)
+    if fig._suptitle is not None:
+        _wrap_to_width(fig._suptitle, 0.98 * fig.get_figwidth() * fig.dpi, renderer)
+    asked = fig.get_figheight()
+    caption_in = text.get_window_extent(renderer).height / fig.dpi + 0.1
+    # the plots keep at least 1 - CAPTION_SHARE of the height asked for
+    fig.set_figheight(max(asked, caption_in + (1 - CAPTION_SHARE) * asked))
+    for _ in range(8):  # and each axes AXES_SHARE of it, below their titles and above their tick labels
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            fig.tight_layout(rect=(0, caption_in / fig.get_figheight(), 1, 1))
+        short = AXES_SHARE * asked * fig.dpi - min(ax.get_window_extent(renderer).height for ax in fig.axes)
+        if not short > 0 and not any("Tight layout not applied" in str(w.message) for w in said):
+            break
+        fig.set_figheight(fig.get_figheight() + max(short / fig.dpi, 0.25 * asked))
     if laid_out:
-        laid_out(fig.canvas.get_renderer())
+        laid_out(renderer)
     # every file rendered before any is renamed into place: a stop or a failure while the PNG renders
     # (most of the time) leaves neither, not a new PDF beside no PNG or last run's
     with contextlib.ExitStack() as stack:
@@ -186,6 +214,47 @@ def _save(fig, outputs, caption, style, line=0.035, laid_out=None):
             fig.savefig(tmp, format=kind, dpi=style["dpi"],
                         metadata={"pdf": {"Creator": FIGURE_MARK}, "png": {"Software": FIGURE_MARK}}.get(kind))
     plt.close(fig)
+
+
+CAPTION_SHARE = 0.25  # of a figure's height, at most, before the figure is made taller for its caption
+AXES_SHARE = 0.45  # of a figure's height, at least, that each axes keeps (a long title, slanted labels)
+
+
+def _wrap_to_width(text, width, renderer):
+    """Wrap the Text `text` at spaces into lines no longer than `width` (pixels; along the text, which
+    may be upright), where it is longer: matplotlib clips a line at the figure's edge."""
+    def length():
+        box = text.get_window_extent(renderer)
+        return box.height if text.get_rotation() == 90 else box.width
+
+    content, drawn = text.get_text(), length()
+    if not content or drawn <= width:
+        return
+    per_line = max(8, int(len(content) * width / drawn))
+    while True:
+        text.set_text(textwrap.fill(content, per_line))
+        if per_line <= 8 or length() <= width:
+            return
+        per_line = max(8, int(per_line * 0.9))
+
+
+def _fit_tick_labels(ax, renderer):
+    """The x tick labels of `ax` broken at spaces onto lines where side by side they would run
+    together, and slanted where even so they would."""
+    labels = [label for label in ax.get_xticklabels() if label.get_text() and label.get_rotation() == 0]
+    if len(labels) < 2 or not _run_together(labels, renderer):
+        return
+    ticks = ax.get_xticks()
+    ax.set_xticks(ticks, [label.get_text().replace(" ", "\n") for label in ax.get_xticklabels()])
+    if _run_together(ax.get_xticklabels(), renderer):
+        ax.set_xticks(ticks, [label.get_text().replace("\n", " ") for label in ax.get_xticklabels()], rotation=30,
+                      ha="right")
+
+
+def _run_together(labels, renderer, gap=2):
+    """Whether any two neighbouring labels (left to right) come closer than `gap` pixels."""
+    boxes = sorted((label.get_window_extent(renderer) for label in labels), key=lambda box: box.x0)
+    return any(left.x1 + gap > right.x0 for left, right in zip(boxes, boxes[1:]))
 
 
 def is_figure(path):
@@ -334,7 +403,7 @@ def plot_validation(rows, outputs, title, caption, style,
     by_mode = {r["mode"]: [r["engine_converged"]] + [r[f"{name}_converged"] for name, _ in models] for r in rows}
     converged = "; ".join(f"{LABELS.get(mode, mode)} {' / '.join(values)}" for mode, values in by_mode.items())
     order = " / ".join(["engine"] + [label for _, label in models])
-    _save(fig, outputs, f"{caption}. Converged remote+local workers ({order}): {converged}", style, 0.035 / taller)
+    _save(fig, outputs, f"{caption}. Converged remote+local workers ({order}): {converged}", style)
 
 
 def plot_comparison(rows, option, outputs, caption, style, paper=None):
@@ -343,7 +412,7 @@ def plot_comparison(rows, option, outputs, caption, style, paper=None):
     TPU cost solid, the remote-worker cost stacked and hatched, whiskers for the 95% interval of each
     segment, the paper's values (`paper`: {mode: {workload: [tpu, worker]}}) as markers. Returns the
     bars drawn, (workload, mode, x) each."""
-    from repro.pecan.comparisons import OPTIONS, STYLE
+    from repro.pecan.comparisons import OPTIONS
 
     settings = OPTIONS[option]
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
