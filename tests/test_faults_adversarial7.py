@@ -219,7 +219,8 @@ def test_a_server_whose_info_file_cannot_be_written_at_stop_removes_its_socket(m
         info = directory / "info.json"
         proc = _serve(models, directory, "--info-file", str(info))
         deadline = time.monotonic() + 60
-        while not (directory / "s.pid").exists() and time.monotonic() < deadline:
+        # the info file is written after the pid file: the server is up once both are there
+        while not ((directory / "s.pid").exists() and info.exists()) and time.monotonic() < deadline:
             time.sleep(0.05)
         info.unlink()
         info.mkdir()
