@@ -226,3 +226,22 @@ def test_trims_summary_refuses_compare_reports_of_two_client_settings(server, mo
     assert err.endswith("expected the runs of one series (one store, one client's settings, one set of parameters per "
                         "distribution)\n")
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_a_command_out_of_memory_ends_in_one_line(capsys, monkeypatch, limited):
+    """Under `ulimit -v`, numpy's _ArrayMemoryError (a MemoryError) came out as a traceback."""
+    import resource
+    from types import SimpleNamespace
+
+    from repro import commands
+
+    def exhausted(args):
+        raise MemoryError("Unable to allocate 16.0 MiB for an array")
+
+    limit = (300 << 20) if limited else resource.RLIM_INFINITY
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limit, resource.RLIM_INFINITY))
+    assert commands.run(SimpleNamespace(func=exhausted)) == 1
+    said = " (this process may use 300 MiB: ulimit -v)" if limited else ""
+    assert capsys.readouterr().err == (f"repro: error: out of memory{said}; expected the command to have more memory "
+                                       "to use\n")

@@ -599,12 +599,24 @@ def run(args, prog="repro", spell=str):
             _discard_standard_output()
         print(f"{prog}: error: {one_line(_os_error(exc))}", file=sys.stderr)
         return 1
+    except MemoryError:  # the machine's memory, or the process's limit (ulimit -v), is what is short
+        print(f"{prog}: error: out of memory{_memory_limit()}; expected the command to have more memory to use",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: cleaned up on the way out; 128 + signal, as shells do
         signum = getattr(exc, "signum", signal.SIGINT)
         print(f"{prog}: interrupted" if signum == signal.SIGINT else f"{prog}: terminated ({signal.Signals(signum).name})",
               file=sys.stderr)
         return 128 + signum
     return code or 0
+
+
+def _memory_limit():
+    """The process's address-space limit as the out-of-memory error names it, or nothing where unlimited."""
+    import resource
+
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return "" if limit == resource.RLIM_INFINITY else f" (this process may use {limit >> 20} MiB: ulimit -v)"
 
 
 def _discard_standard_output():
