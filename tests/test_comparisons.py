@@ -413,3 +413,17 @@ def test_comparison_rows_refuse_tables_of_two_presets(tmp_path):
                                  "expected the tables of one preset")
     _edited(paths[1], lambda rows: [{**r, "preset": ""} for r in rows])  # the tf.data engine's: no preset
     assert len(comparison_rows("autoorder", WORKLOADS[:2], paths)) == 4
+
+
+def test_a_comparison_table_names_the_preset_of_its_runs(tmp_path):
+    from repro.pecan.comparisons import COLUMNS, comparison_rows
+    from repro.pecan.costtable import write_table
+
+    table = tmp_path / "W.csv"
+    costs = ["1.0"] * (len(COLUMNS) - 4)
+    table.write_text("\n".join([",".join(COLUMNS), *(",".join(["W", "artifact", mode, "3", *costs])
+                                                      for mode in ("cachew", "autoorder"))]) + "\n")
+    rows = comparison_rows("autoorder", ["W"], [table])
+    write_table(rows, tmp_path / "c.csv", COLUMNS)
+    assert [line.split(",")[:3] for line in (tmp_path / "c.csv").read_text().splitlines()] == [
+        ["workload", "preset", "mode"], ["W", "artifact", "cachew"], ["W", "artifact", "autoorder"]]

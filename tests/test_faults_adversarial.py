@@ -664,7 +664,10 @@ def test_trims_tools_run_hands_on_text_that_begins_with_a_dash(tmp_path, monkeyp
     assert [p.name for p in (tmp_path / "p").glob("*/*")] == ["-o"]
 
 
-def _compare_results_into(ctx, output, second_table="mode,workload,tpu_cost_mean,worker_cost_mean\nshort,ResNet50_v2-8,1.5,0.5\n"):
+SHORT_TABLE = "mode,workload,preset,tpu_cost_mean,worker_cost_mean\nshort,ResNet50_v2-8,local,1.5,0.5\n"
+
+
+def _compare_results_into(ctx, output, second_table=SHORT_TABLE):
     """`repro pecan compare-results r1 r2 --figure fig8_ResNet50_v2-8 -o OUTPUT` over two finished results/ directories."""
     order = {"cpu_s_per_element": 0.01, "bytes_out_per_element": 10, "per_reference_kernel": 10.0}
     calibration = {"pipeline": "resnet", "autoorder_saving": 0.1, "reference_kernel": {"cpu_s": 0.001},
@@ -672,7 +675,7 @@ def _compare_results_into(ctx, output, second_table="mode,workload,tpu_cost_mean
     for results in ("r1", "r2"):
         _write(ctx.dir / results / "calibration" / "resnet.json", json.dumps(calibration))
         _write(ctx.dir / results / "tables" / "ResNet50_v2-8.csv",
-               "mode,workload,tpu_cost_mean,worker_cost_mean\nshort,ResNet50_v2-8,1.5,0.5\n" if results == "r1" else second_table)
+               SHORT_TABLE if results == "r1" else second_table)
     return ["pecan", "compare-results", ctx.dir / "r1", ctx.dir / "r2", "--config", CONFIG, "--figure", "fig8_ResNet50_v2-8",
             "-o", ctx.dir / output]
 
@@ -685,10 +688,10 @@ COMPARE_RESULTS_FAULTS = [
 # the second results' bars of another mode: a KeyError; a NaN in them: blamed on the output file
 COMPARE_RESULTS_FAULTS += [
     Fault("compare-results-another-mode", lambda ctx: _compare_results_into(
-        ctx, "c.csv", "mode,workload,tpu_cost_mean,worker_cost_mean\nlong,ResNet50_v2-8,1.5,0.5\n"),
+        ctx, "c.csv", "mode,workload,preset,tpu_cost_mean,worker_cost_mean\nlong,ResNet50_v2-8,local,1.5,0.5\n"),
           r"repro: error: .*/r1: has 'fig8_ResNet50_v2-8 short tpu_cost \$', which .*/r2 lacks; expected results of the same"),
     Fault("compare-results-a-nan-cost", lambda ctx: _compare_results_into(
-        ctx, "c.csv", "mode,workload,tpu_cost_mean,worker_cost_mean\nshort,ResNet50_v2-8,nan,0.5\n"),
+        ctx, "c.csv", "mode,workload,preset,tpu_cost_mean,worker_cost_mean\nshort,ResNet50_v2-8,local,nan,0.5\n"),
           r"repro: error: .*/r2: fig8_ResNet50_v2-8 short tpu_cost \$ is nan, not a finite number")]
 
 

@@ -184,20 +184,6 @@ def test_a_comparison_figure_refuses_a_table_of_another_preset(tmp_path, capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "t.csv"]
 
 
-def test_a_comparison_table_names_the_preset_of_its_runs(tmp_path):
-    from repro.pecan.comparisons import COLUMNS, comparison_rows
-    from repro.pecan.costtable import write_table
-
-    table = tmp_path / "W.csv"
-    costs = ["1.0"] * (len(COLUMNS) - 4)
-    table.write_text("\n".join([",".join(COLUMNS), *(",".join(["W", "artifact", mode, "3", *costs])
-                                                      for mode in ("cachew", "autoorder"))]) + "\n")
-    rows = comparison_rows("autoorder", ["W"], [table])
-    write_table(rows, tmp_path / "c.csv", COLUMNS)
-    assert [line.split(",")[:3] for line in (tmp_path / "c.csv").read_text().splitlines()] == [
-        ["workload", "preset", "mode"], ["W", "artifact", "cachew"], ["W", "artifact", "autoorder"]]
-
-
 def test_an_experiment_report_records_its_clients_settings(server, models, config, tmp_path):
     from repro.trims.experiments import run_compare
 
@@ -245,3 +231,20 @@ def test_a_command_out_of_memory_ends_in_one_line(capsys, monkeypatch, limited):
     said = " (this process may use 300 MiB: ulimit -v)" if limited else ""
     assert capsys.readouterr().err == (f"repro: error: out of memory{said}; expected the command to have more memory "
                                        "to use\n")
+
+
+@pytest.mark.parametrize("fields, missing", [(2, "workload"), (9, "workload"), (10, "preset")])
+def test_a_cost_table_row_shorter_than_its_header_is_named(tmp_path, capsys, fields, missing):
+    """A row cut before its workload field: csv gives None, and the message naming another workload's
+    runs ended in a TypeError traceback."""
+    from repro.pecan.costtable import TABLE_COLUMNS
+
+    row = ["1"] * len(TABLE_COLUMNS)
+    row[TABLE_COLUMNS.index("workload")], row[TABLE_COLUMNS.index("preset")] = "W", "local"
+    table = tmp_path / "W.csv"
+    table.write_text(",".join(TABLE_COLUMNS) + "\n" + ",".join(row[:fields]) + "\n")
+    assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", "W", "--table", str(table),
+                 "-o", str(tmp_path / "c.csv")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {table}: row 1 has no {missing!r} field (shorter than the "
+                                       "header); expected a cost table's rows\n")
+    assert not (tmp_path / "c.csv").exists()

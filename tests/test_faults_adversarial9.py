@@ -124,7 +124,7 @@ def _comparison_tables(*names):
     """`pecan comparison-table` of workloads A and B given the tables `names` (files A.csv, B.csv)."""
     def prepare(ctx):
         for workload in ("A", "B"):
-            _write(ctx.dir / f"{workload}.csv", f"workload,mode\n{workload},cachew\n")
+            _write(ctx.dir / f"{workload}.csv", f"workload,preset,mode\n{workload},local,cachew\n")
         return ["pecan", "comparison-table", "--option", "autoorder", "--workload", "A", "B", "--table",
                 *(str(ctx.dir / name) for name in names), "-o", str(ctx.dir / "o.csv")]
     return prepare

@@ -409,7 +409,7 @@ def _results(root, calibrations, worker_cost, workload="ResNet50_v2-8"):
         (root / "calibration" / f"{pipeline}.json").write_text(json.dumps(calibration))
     (root / "tables").mkdir()
     with open(root / "tables" / "ResNet50_v2-8.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, ["mode", "workload", "tpu_cost_mean", "worker_cost_mean"])
+        writer = csv.DictWriter(fh, ["mode", "workload", "preset", "tpu_cost_mean", "worker_cost_mean"], restval="local")
         writer.writeheader()
         writer.writerows([{"mode": "collocated", "workload": workload, "tpu_cost_mean": 4.43, "worker_cost_mean": 0.0},
                           {"mode": "pecan", "workload": workload, "tpu_cost_mean": 0.55, "worker_cost_mean": worker_cost}])

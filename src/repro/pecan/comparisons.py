@@ -80,7 +80,7 @@ def comparison_rows(option, workloads, tables):
     for workload, table in zip(workloads, tables):
         by_mode, table_rows = {}, read_rows(table)
         check_table_runs(table_rows, table, workload)  # paired by position: another workload's bars under its name
-        for preset in {row.get("preset") for row in table_rows} - {"", None}:
+        for preset in {row["preset"] for row in table_rows}:
             presets.setdefault(preset, table)
         if len(presets) > 1:  # drawn side by side under one caption that names one preset
             (first, earlier), (second, later) = presets.items()
@@ -104,8 +104,7 @@ def comparison_rows(option, workloads, tables):
                 what = f"{bad} is {row[bad]}" if bad else f"repeats is {repeats}"
                 raise ReproError(f"{table}: mode {mode!r}: {what}; expected non-negative numbers of at most {MAX_DOLLARS:g} "
                                  "and at least one repeat")
-            rows.append({"workload": workload, "preset": row.get("preset") or "", "mode": mode, "repeats": repeats,
-                         **numbers})
+            rows.append({"workload": workload, "preset": row["preset"], "mode": mode, "repeats": repeats, **numbers})
     return rows
 
 

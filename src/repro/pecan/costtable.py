@@ -94,13 +94,18 @@ def check_table_runs(rows, table, workload, preset=None):
     """ReproError unless every row of the cost table `table` holds runs of `workload` (and of the
     calibration `preset`, where given and the row names one): a figure labels its bars by them."""
     for index, row in enumerate(rows, start=1):
-        if "workload" not in row:
-            raise ReproError(f"{table}: no 'workload' column (a table written by an older version); rebuild it "
+        missing = next((column for column in ("workload", "preset") if column not in row), None)
+        if missing:
+            raise ReproError(f"{table}: no {missing!r} column (a table written by an older version); rebuild it "
                              "(snakemake --forcerun cost_table)")
+        short = next((column for column in ("workload", "preset") if row[column] is None), None)
+        if short:  # csv's value for a field the row lacks
+            raise ReproError(f"{table}: row {index} has no {short!r} field (shorter than the header); expected a "
+                             "cost table's rows")
         if row["workload"] != workload:
             raise ReproError(f"{table}: row {index} holds runs of {row['workload'][:100]!r}, not of {workload!r}; "
                              f"expected {workload}'s cost table")
-        if preset is not None and row.get("preset") and row["preset"] != preset:
+        if preset is not None and row["preset"] != preset:
             raise ReproError(f"{table}: row {index} holds runs of calibration preset {row['preset'][:100]!r}, not of "
                              f"{preset!r}; expected the table of the preset the caption names")
 
