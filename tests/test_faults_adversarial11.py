@@ -248,3 +248,37 @@ def test_a_cost_table_row_shorter_than_its_header_is_named(tmp_path, capsys, fie
     assert capsys.readouterr().err == (f"repro: error: {table}: row 1 has no {missing!r} field (shorter than the "
                                        "header); expected a cost table's rows\n")
     assert not (tmp_path / "c.csv").exists()
+
+
+def _cluster_run_in(config, directory, *changed):
+    """`repro cluster run` of Getting_started's short mode on a local backend in `directory`; `changed`
+    replaces flags (flag, value)."""
+    from repro.rulesettings import run_settings
+
+    (directory / "store").mkdir(exist_ok=True)
+    (directory / "state.json").write_text(json.dumps({"backend": "local", "trace_store": str(directory / "store")}))
+    (directory / "cal.json").write_text(_calibration("resnet"))
+    flags = {"--state": str(directory / "state.json"), "--settings": json.dumps(run_settings(config, "Getting_started",
+                                                                                              "short")),
+             "--experiment": "Getting_started", "--mode": "short", "--calibration": str(directory / "cal.json"),
+             "--run-dir": str(directory / "run"), "--receipt": str(directory / "run" / "upload.json"), **dict(changed)}
+    return main(["cluster", "run", *(word for pair in flags.items() for word in pair)])
+
+
+@pytest.mark.parametrize("changed, error", [
+    (("--calibration", "missing.json"), "--calibration missing.json: cannot read (No such file or directory)"),
+    (("--mode", "long"), "unknown mode 'long'"),
+    (("--receipt", "notes.txt"), "--receipt notes.txt: holds a file that is not an upload receipt; name another file")])
+def test_a_refused_cluster_run_leaves_the_earlier_run_and_the_receipt_named(config, tmp_path, monkeypatch, capsys,
+                                                                           changed, error):
+    """`repro cluster run` removed the earlier run's metrics.json, repeats/ and receipt, and a user's
+    file named as --receipt, before it read its calibration."""
+    monkeypatch.chdir(tmp_path)
+    assert _cluster_run_in(config, tmp_path) == 0
+    (tmp_path / "notes.txt").write_text("my notes")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert (tmp_path / "run" / "metrics.json") in before and any("repeats" in p.parts for p in before)
+    capsys.readouterr()
+    assert _cluster_run_in(config, tmp_path, changed) == 1
+    assert error in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -176,10 +176,11 @@ def test_config_values_reach_the_remote_shell_quoted(cluster, tmp_path):
     config = ssh_config(root, hosts)
     config["run"]["command"] = "echo {experiment} > " + str(tmp_path / "echoed") + "; printenv MARK >> " + str(tmp_path / "echoed")
     config["run"]["env"] = {"MARK": "$(touch " + str(tmp_path / "pwned") + ") {mode}"}
-    settings = {"pecan": {"modes": {"m; touch x": {"autoorder": True, "epochs": 1}}}}
+    experiment = "e'; touch " + str(tmp_path / "pwned") + "; '"
+    settings = {"pecan": {"modes": {"m; touch x": {"autoorder": True, "epochs": 1}},
+                          "experiments": {experiment: {"modes": ["m; touch x"]}}}}
     with pytest.raises(ReproError):  # the echo 'run' writes no metrics: the fetch fails, after running
-        request = RunRequest(settings, "e'; touch " + str(tmp_path / "pwned") + "; '", "m; touch x", (), tmp_path / "run",
-                             tmp_path / "receipt.json")
+        request = RunRequest(settings, experiment, "m; touch x", (), tmp_path / "run", tmp_path / "receipt.json")
         ssh_backend.BACKEND("ssh").execute(request, {"ssh": config, "trace_store": str(tmp_path / "store")})
     assert not (tmp_path / "pwned").exists()
     assert "touch" in (tmp_path / "echoed").read_text()
@@ -211,7 +212,7 @@ def test_a_run_leaves_a_remote_directory_it_did_not_make_as_it_was(cluster, tmp_
     mine = tmp_path / "home" / "E" / f"m-{ssh_backend._clone_key(tmp_path / 'run')}"
     mine.mkdir(parents=True)
     (mine / "thesis.tex").write_text("mine\n")
-    settings = {"pecan": {"modes": {"m": {"autoorder": True, "epochs": 1}}}}
+    settings = {"pecan": {"modes": {"m": {"autoorder": True, "epochs": 1}}, "experiments": {"E": {"modes": ["m"]}}}}
     request = RunRequest(settings, "E", "m", (), tmp_path / "run", tmp_path / "receipt.json")
     with pytest.raises(ReproError, match=rf"accel \(root@127.0.0.1:{hosts[0].port}\): {mine} holds files "
                                          r"this backend did not write \(no .repro-run\); expected a run directory of"):

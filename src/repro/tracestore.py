@@ -304,6 +304,15 @@ def read_receipt(receipt):
     return data["store"], data["objects"]
 
 
+def is_receipt(path):
+    """Whether `path` holds an upload receipt (what upload_traces writes)."""
+    try:
+        read_receipt(path)
+    except ReproError:
+        return False
+    return True
+
+
 def download_traces(store, receipt, destination_dir):
     """Fetch every object a receipt lists into destination_dir, verifying checksums. `store` None:
     the store the receipt records, where the run uploaded them."""

@@ -99,14 +99,20 @@ class Backend(ABC):
 
     def execute(self, request: RunRequest, state):
         """Run, then put the run's traces in the trace store with a receipt; return the metrics."""
-        from repro.pecan.run import RUN_FILES, check_run_directory, remove_repeats, remove_run_traces
-        from repro.tracestore import open_store, upload_traces
+        from repro.fsutil import check_default_output
+        from repro.pecan.costs import experiment_mode
+        from repro.pecan.run import RUN_FILES, check_run_directory, load_calibrations, remove_repeats, remove_run_traces
+        from repro.tracestore import is_receipt, open_store, upload_traces
 
         check_run_directory(request.run_dir)  # nothing of the user's replaced; this run's traces uploaded only
         receipt, run_dir = Path(request.receipt).resolve(), Path(request.run_dir).resolve()
         if receipt.is_relative_to(run_dir) and receipt.relative_to(run_dir).parts[0] in RUN_FILES:
             raise ReproError(f"--receipt {request.receipt}: is the run's own {receipt.relative_to(run_dir)} in "
                              f"--run-dir {request.run_dir}; expected another file (the workflow's: upload.json there)")
+        # what the run reads, and the receipt it replaces, checked before an earlier run's results go
+        check_default_output(request.receipt, "--receipt", is_receipt, "an upload receipt", "name another file")
+        experiment_mode(request.settings["pecan"], request.experiment, request.mode)
+        load_calibrations(request.calibration_paths)
         remove_repeats(request.run_dir)  # an earlier run's repeat logs never pass for this one's, whatever ran it
         remove_run_traces(request.run_dir)  # nor its traces: every trace there is uploaded as this run's
         # and its marks of completion, which this run replaces: one stopped or failed leaves none
