@@ -282,3 +282,50 @@ def test_a_refused_cluster_run_leaves_the_earlier_run_and_the_receipt_named(conf
     assert _cluster_run_in(config, tmp_path, changed) == 1
     assert error in capsys.readouterr().err
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("name", [".backup.tmp/thesis.txt", ".notes.tmp", ".shared-00001.json.abcdefgh.tmp/data.txt",
+                                  ".run.1-2.abcdefgh.tmp/thesis.txt", ".thesis.txt.abcdefgh.tmp"])
+def test_a_hidden_tmp_name_in_a_directory_a_command_made_is_not_taken_for_its_own(tmp_path, name):
+    """Any path under a `.*.tmp` name was taken for a command's temporary file and deleted with the
+    directory (`--profile-output-overwrite`, `--scratch`, `--out`), whatever it held."""
+    from repro.errors import ReproError
+    from repro.fsutil import fresh_directory
+
+    made = fresh_directory(tmp_path / "out", "--out", client.RUN_FILES)
+    (made / name).parent.mkdir(parents=True, exist_ok=True)
+    (made / name).write_text("the user's")
+    with pytest.raises(ReproError, match="which this command does not write; it may be yours"):
+        fresh_directory(made, "--out", client.RUN_FILES)
+    assert (made / name).read_text() == "the user's"
+
+
+@pytest.mark.parametrize("name", ["original/squeezenet_1.1/.original-00001.json.abcd_123.tmp",
+                                  "original/squeezenet_1.1/.run.12-34.abcdefgh.tmp/original-00001.json"])
+def test_a_commands_own_temporary_files_are_its_own(tmp_path, name):
+    """What atomic_path or a run's staging directory leave after a crash is still removed with the directory."""
+    from repro.fsutil import fresh_directory
+
+    made = fresh_directory(tmp_path / "out", "--out", client.RUN_FILES)
+    (made / name).parent.mkdir(parents=True)
+    (made / name).write_text("{}")
+    assert list(fresh_directory(made, "--out", client.RUN_FILES).iterdir()) == [made / ".repro-made"]
+
+
+def test_a_scratch_directory_holds_the_configs_tables_only(config, tmp_path):
+    """`check-reproducibility --scratch`: a `tables/my_notes.csv` of the user's was deleted as a table."""
+    from repro.errors import ReproError
+    from repro.fsutil import fresh_directory
+    from repro.pecan.reproducibility import scratch_files
+
+    made = fresh_directory(tmp_path / "run-1", "--scratch", scratch_files(config))
+    for own in ("tables/ResNet50_v2-8.csv", "calibration/resnet.json", "runs/RetinaNet/fastflow/repeats/run-1.log"):
+        (made / own).parent.mkdir(parents=True, exist_ok=True)
+        (made / own).write_text("")
+    made = fresh_directory(made, "--scratch", scratch_files(config))
+    for user in ("tables/my_notes.csv", "runs/Getting_started/cachew/run.log", "calibration/notes.json"):
+        (made / user).parent.mkdir(parents=True, exist_ok=True)
+        (made / user).write_text("the user's")
+        with pytest.raises(ReproError, match=f"holds {user}, which this command does not write"):
+            fresh_directory(made, "--scratch", scratch_files(config))
+        (made / user).unlink()

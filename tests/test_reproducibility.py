@@ -530,15 +530,15 @@ def test_a_scratch_directory_is_emptied_of_what_the_chain_wrote_only(config, tmp
     with it. What the chain writes (calibrations, runs with their repeats, tables) is its own; anything
     else is refused and kept."""
     from repro.fsutil import check_fresh_directory, fresh_directory
-    from repro.pecan.reproducibility import SCRATCH_FILES, run_chain
+    from repro.pecan.reproducibility import run_chain, scratch_files
 
     cfg = {**copy.deepcopy(config), "repeats": 2}
     cfg["calibration"].update(elements=2, repeats=1)
-    scratch = fresh_directory(tmp_path / "run-1", "--scratch", SCRATCH_FILES)
+    scratch = fresh_directory(tmp_path / "run-1", "--scratch", scratch_files(config))
     run_chain(cfg, ["Getting_started"], scratch)
     assert (scratch / "runs" / "Getting_started" / "short" / "repeats" / "run-1.log").is_file()
-    check_fresh_directory(scratch, "--scratch", SCRATCH_FILES)  # all of it the chain's own
+    check_fresh_directory(scratch, "--scratch", scratch_files(config))  # all of it the chain's own
     (scratch / "runs" / "notes.txt").write_text("the user's")
     with pytest.raises(ReproError, match=r"--scratch .*run-1: holds runs/notes.txt, which this command does not write"):
-        fresh_directory(scratch, "--scratch", SCRATCH_FILES)
+        fresh_directory(scratch, "--scratch", scratch_files(config))
     assert (scratch / "runs" / "notes.txt").read_text() == "the user's"

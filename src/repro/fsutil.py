@@ -425,7 +425,19 @@ def check_default_output(path, label, is_ours, what, remedy=None):
     return path
 
 
-_STAGED_NAME = re.compile(r"\..+\.tmp")  # atomic_path's temporary files, run_mode's staging directories
+_ATOMIC_TEMPORARY = re.compile(r"\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp")  # atomic_path's: mkstemp's 8 characters
+_RUN_STAGE = re.compile(r"\.run\.[0-9]+-[0-9]+\.[a-z0-9_]{8}\.tmp")  # run_mode's staging directory (mkdtemp's)
+
+
+def _as_written(relative):
+    """The output path that `relative` (a path in a directory of a command's outputs) stands for: a
+    file in a run's staging directory as the file the stage becomes, an atomic temporary file as
+    the file it is renamed to (each still matched against what the command writes)."""
+    parts = [part for part in PurePosixPath(relative).parts if not _RUN_STAGE.fullmatch(part)]
+    temporary = _ATOMIC_TEMPORARY.fullmatch(parts[-1]) if parts else None
+    if temporary:
+        parts[-1] = temporary["target"]
+    return "/".join(parts)
 
 
 def check_fresh_directory(path, label, written):
@@ -445,8 +457,7 @@ def check_fresh_directory(path, label, written):
         below = Path(folder).relative_to(path)
         for name in files + [d for d in directories if (Path(folder) / d).is_symlink()]:
             relative = (below / name).as_posix()
-            if relative != OWN_DIRECTORY_MARK and not written.fullmatch(relative) and not any(
-                    _STAGED_NAME.fullmatch(part) for part in PurePosixPath(relative).parts):
+            if relative != OWN_DIRECTORY_MARK and not written.fullmatch(_as_written(relative)):
                 raise ReproError(f"{label} {path}: holds {relative}, which this command does not write; it may be "
                                  "yours: move it, or name another directory")
 

@@ -71,9 +71,18 @@ def figure_pipelines(config, figures):
     return experiment_pipelines(config, experiments)
 
 
-# what run_chain writes in its scratch directory: calibrations, runs (as run_mode writes them), tables
-SCRATCH_FILES = re.compile(r"calibration/[^/]+\.json|tables/[^/]+\.csv"
-                           r"|runs/[^/]+/[^/]+/(?:run\.log|metrics\.json|traces/[^/]+\.json|repeats/run-[0-9]+\.log)")
+def scratch_files(config):
+    """What run_chain writes in its scratch directory for any figure of `config`: the calibrations of
+    its pipelines, the runs of its experiments' modes (as run_mode writes them), their tables."""
+    pecan = config["pecan"]
+
+    def one_of(names):
+        return "(?:" + "|".join(map(re.escape, sorted(names))) + ")"
+
+    runs = "|".join(f"{re.escape(e)}/{one_of(spec['modes'])}" for e, spec in sorted(pecan["experiments"].items()))
+    return re.compile(rf"calibration/{one_of({m['pipeline'] for m in pecan['models'].values()})}\.json"
+                      rf"|tables/{one_of(pecan['experiments'])}\.csv"
+                      rf"|runs/(?:{runs})/(?:run\.log|metrics\.json|traces/[^/]+\.json|repeats/run-[0-9]+\.log)")
 
 
 def run_chain(config, figures, scratch):
@@ -219,10 +228,11 @@ def check(config, figures, scratch_root):
     them; refused where it did not); return the comparison rows."""
     check_figures(config, figures)
     scratches = [Path(scratch_root) / f"run-{i}" for i in (1, 2)]
+    written = scratch_files(config)
     for scratch in scratches:  # both, before either is emptied
-        check_fresh_directory(scratch, "--scratch", SCRATCH_FILES)
+        check_fresh_directory(scratch, "--scratch", written)
     for scratch in scratches:
-        fresh_directory(scratch, "--scratch", SCRATCH_FILES)
+        fresh_directory(scratch, "--scratch", written)
     first, second = (run_chain(config, figures, scratch) for scratch in scratches)
     return compare(first, second, config["reproducibility"]["tolerance"])
 
