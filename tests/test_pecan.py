@@ -146,6 +146,31 @@ def test_throughput_is_the_mean_of_the_samples_above_95_percent_of_the_peak(tmp_
     assert parse_log(write_log(tmp_path / "one.log", [7.5])).throughput == 7.5
 
 
+def test_a_throughput_past_a_floats_range_is_named_by_its_line(tmp_path):
+    """400 digits of examples/second: the peak was inf, no sample above 95% of it, and the mean of none
+    a ZeroDivisionError."""
+    log = tmp_path / "inf.log"
+    log.write_text("first line\nI0101 TimeHistory: 1.00 seconds, 12.5 examples/second between steps 1 and 2\n"
+                   f"I0101 TimeHistory: 1.00 seconds, {'9' * 400} examples/second between steps 2 and 3\n")
+    with pytest.raises(ReproError) as error:
+        parse_log(log)
+    assert str(error.value) == (f"{log}:3: throughput {'9' * 40} examples/second is not a finite number; expected a "
+                                "training log's throughput")
+
+
+def test_a_throughput_that_prices_an_epoch_beyond_any_figure_is_refused():
+    """1e-7 examples/second priced an epoch of ResNet with 2 workers at $2.07e10, which every figure then refused."""
+    resnet = {"batch_size": 1024, "steps_per_epoch": 1251}
+    slow = ParsedLog("slow.log", 1e-7, 1, 2, 0, True, {})
+    with pytest.raises(ReproError, match=r"^slow.log: 1e-07 examples/second prices an epoch at \$2.07e\+10; expected "
+                                         r"at most \$1e\+09 \(a training log's throughput\)$"):
+        cost_row(slow, "pecan", "resnet", resnet, 4.96, 0.427)
+    worker_bound = ParsedLog("w.log", 0.003, 1, 10 ** 6, 0, True, {})  # the workers' share passes the bound alone
+    with pytest.raises(ReproError, match=r"prices an epoch at \$"):
+        cost_row(worker_bound, "pecan", "resnet", resnet, 0.0, 0.427)
+    assert cost_row(ParsedLog("ok.log", 0.5, 1, 0, 0, True, {}), "pecan", "resnet", resnet, 4.96, 0.427)["tpu_cost"] < 1e9
+
+
 def test_the_deployment_is_the_last_worker_set_seen_three_times_in_a_row(tmp_path):
     a, b = ["w1:1", "w2:1"], ["w1:1", "w2:1", "w3:1", "localhost:9"]
     # read from the end: b twice, then a three times: a is the converged deployment

@@ -48,6 +48,10 @@ def cost_row(parsed, mode, model_name, model, tpu_price, worker_price, tpu_count
         raise ReproError(f"{getattr(parsed, 'path', mode)}: {parsed.throughput:g} examples/second is "
                          f"{batches_sec:g} batches/second of {model['batch_size']}; expected a throughput to price")
     epoch = model["steps_per_epoch"] / batches_sec
+    total = (tpu_count * tpu_price + parsed.remote_workers * worker_price) * epoch / 3600
+    if total > MAX_DOLLARS:  # as every figure refuses it: a throughput so small no epoch ends
+        raise ReproError(f"{getattr(parsed, 'path', mode)}: {parsed.throughput:g} examples/second prices an epoch at "
+                         f"${total:.3g}; expected at most ${MAX_DOLLARS:g} (a training log's throughput)")
     return {
         "experiment": f"{model_name}_{mode}",
         "model": model_name,

@@ -9,6 +9,7 @@ experiments/pecan):
   worker set (from the end) seen 3 times in a row is the converged deployment.
 """
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -91,6 +92,9 @@ def _read_log(path):
                 run = dict(word.split("=", 1) for word in m.group(1).split())
             if m := THROUGHPUT.search(line):
                 samples.append(float(m.group(1)))
+                if not math.isfinite(samples[-1]):  # digits past a float's range
+                    raise ReproError(f"{path}:{number + 1}: throughput {m.group(1)[:40]} examples/second is not a "
+                                     "finite number; expected a training log's throughput")
             if _is_mark(line):
                 marks.append((number, line))
     return samples, marks, run
