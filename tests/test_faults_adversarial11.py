@@ -329,3 +329,22 @@ def test_a_scratch_directory_holds_the_configs_tables_only(config, tmp_path):
         with pytest.raises(ReproError, match=f"holds {user}, which this command does not write"):
             fresh_directory(made, "--scratch", scratch_files(config))
         (made / user).unlink()
+
+
+@pytest.mark.parametrize("override, error", [
+    ("pecan:\n  modes:\n    short: {placement: fixed, autoorder: true, epochs: 2, steps_per_loop: 500, remote_workers: 0,\n"
+     "      local_workers: 0}\n",
+     "pecan.modes.short: a fixed deployment of no workers preprocesses nothing; expected remote_workers or "
+     "local_workers of at least 1 (collocated is the placement without workers)"),
+    ("pecan:\n  cluster: {max_remote_workers: 5}\n",
+     "pecan.modes.short.remote_workers: 20, more than the cluster's pecan.cluster.max_remote_workers 5; expected a "
+     "deployment the cluster can run"),
+    ("pecan:\n  cluster: {max_local_workers: 2}\n",
+     "pecan.modes.short.local_workers: 10, more than the cluster's pecan.cluster.max_local_workers 2; expected a "
+     "deployment the cluster can run")])
+def test_a_fixed_deployment_the_cluster_cannot_run_is_refused(tmp_path, capsys, override, error):
+    """A fixed mode of no workers passed the check, then every run ended in a ZeroDivisionError; one of
+    20 remote workers on a cluster of 5 was run and billed."""
+    (tmp_path / "o.yaml").write_text(override)
+    assert main(["config", "check", str(tmp_path / "o.yaml")]) == 1
+    assert capsys.readouterr().err.endswith(f"{tmp_path / 'o.yaml'}: {error}\n")

@@ -315,6 +315,9 @@ def test_a_backend_module_dropped_into_the_package_is_registered(tmp_path, monke
     assert backend.caption("local", "here") == "backend=recording, calibration=local"
 
 
+SETTINGS_OF_E_M = {"pecan": {"experiments": {"E": {"modes": ["m"]}}, "modes": {"m": {}}}}  # a run's, as far as execute reads
+
+
 def test_a_backends_run_never_leaves_an_earlier_runs_repeats_beside_its_own(tmp_path):
     """Backend.execute, whatever backend or engine runs: a run that writes no repeats/ (one repeat,
     the tf.data engine) leaves none from an earlier run in its directory."""
@@ -342,7 +345,7 @@ def test_a_backends_run_never_leaves_an_earlier_runs_repeats_beside_its_own(tmp_
     run_dir = tmp_path / "run"
     (run_dir / "repeats").mkdir(parents=True)
     (run_dir / "repeats" / "run-3.log").write_text("an earlier run's\n")
-    request = RunRequest({}, "E", "m", (), run_dir, tmp_path / "upload.json")
+    request = RunRequest(SETTINGS_OF_E_M, "E", "m", (), run_dir, tmp_path / "upload.json")
     OneRepeat("one-repeat").execute(request, {"trace_store": str(tmp_path / "store")})
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.log", "traces"]
     assert re.fullmatch(r"traces/E/m/[0-9a-f]{16}/t\.json", json.loads((tmp_path / "upload.json").read_text())["objects"][0]["key"])
@@ -363,8 +366,8 @@ def test_a_backends_run_that_fails_leaves_no_earlier_runs_marks_of_completion(tm
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "metrics.json").write_text('{"experiment": "E", "mode": "m", "throughput": 1, "repeats": []}\n')
-    (tmp_path / "upload.json").write_text('{"store": "s", "objects": []}\n')
-    request = RunRequest({}, "E", "m", (), run_dir, tmp_path / "upload.json")
+    (tmp_path / "upload.json").write_text('{"store": "s", "objects": [{"key": "traces/E/m/t.json", "sha256": "0"}]}\n')
+    request = RunRequest(SETTINGS_OF_E_M, "E", "m", (), run_dir, tmp_path / "upload.json")
     with pytest.raises(KeyboardInterrupt):
         Stopped("stopped").execute(request, {"trace_store": str(tmp_path / "store")})
     assert not (run_dir / "metrics.json").exists() and not (tmp_path / "upload.json").exists()

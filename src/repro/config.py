@@ -374,6 +374,21 @@ def _check_directories(config, source):
                                  "directory, or a path where one can be made")
 
 
+def _check_fixed_deployment(name, mode, cluster, source):
+    """A fixed placement's workers: at least one (without any, nothing preprocesses: every run divided
+    by a rate of 0), and no more of each kind than the cluster has (they were run and billed)."""
+    remote, local = mode.get("remote_workers", 0), mode.get("local_workers", 0)
+    if remote + local == 0:
+        raise ReproError(f"{source}: pecan.modes.{name}: a fixed deployment of no workers preprocesses nothing; "
+                         "expected remote_workers or local_workers of at least 1 (collocated is the placement "
+                         "without workers)")
+    for kind, count in (("remote", remote), ("local", local)):
+        if count > cluster[f"max_{kind}_workers"]:
+            raise ReproError(f"{source}: pecan.modes.{name}.{kind}_workers: {count}, more than the cluster's "
+                             f"pecan.cluster.max_{kind}_workers {cluster[f'max_{kind}_workers']}; expected a "
+                             "deployment the cluster can run")
+
+
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
     _check_directories(config, source)
@@ -417,6 +432,8 @@ def check_references(config, source="config"):
     from repro.pecan.policies import fastflow_workers
 
     for name, mode in pecan["modes"].items():
+        if mode["placement"] == "fixed":
+            _check_fixed_deployment(name, mode, pecan["cluster"], source)
         if mode["placement"] == "fastflow":
             try:
                 fastflow_workers(mode.get("remote_workers", 2), f"pecan.modes.{name}.remote_workers")
