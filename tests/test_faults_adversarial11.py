@@ -348,3 +348,36 @@ def test_a_fixed_deployment_the_cluster_cannot_run_is_refused(tmp_path, capsys, 
     (tmp_path / "o.yaml").write_text(override)
     assert main(["config", "check", str(tmp_path / "o.yaml")]) == 1
     assert capsys.readouterr().err.endswith(f"{tmp_path / 'o.yaml'}: {error}\n")
+
+
+@pytest.mark.parametrize("signum, said", [(2, "trims-tools: interrupted"), (15, "trims-tools: terminated (SIGTERM)")])
+def test_trims_tools_stopped_while_it_reads_its_command_line_ends_in_one_line(monkeypatch, capsys, signum, said):
+    """Ctrl-C in trims-tools' first second (its command line translated, onnx imported) printed a
+    KeyboardInterrupt traceback; SIGTERM there ended it without a word."""
+    import os
+    import time
+
+    from repro.trims import originals
+
+    translate = originals.translate
+
+    def stopped(words):
+        os.kill(os.getpid(), signum)
+        time.sleep(0.5)  # where the signal is not taken as a command's, its handler raises here
+        return translate(words)
+
+    monkeypatch.setattr(originals, "translate", stopped)
+    assert originals.main(["trace", "combine", "a.json", "--output=b.json"]) == 128 + signum
+    assert capsys.readouterr().err == f"{said}\n"
+
+
+@pytest.mark.parametrize("words, usage", [(["run", "--help"], "usage: trims-tools run [flags]"),
+                                          (["client", "run", "-h"], "usage: trims-tools client run [flags]"),
+                                          (["trace", "combine", "x.json", "--help"], "usage: trims-tools trace combine")])
+def test_trims_tools_command_help(capsys, words, usage):
+    """`trims-tools run --help` was refused as an unknown flag."""
+    from repro.trims.originals import main
+
+    assert main(words) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(usage) and "\nflags: " in out and "--config" in out

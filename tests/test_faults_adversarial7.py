@@ -123,8 +123,8 @@ def test_compare_results_names_a_calibration_value_that_is_no_number(calibration
         assert main(["pecan", "costs", str(experiment / "run.log"), "--config", config, "--experiment", "ResNet50_v2-8",
                      "-o", str(table)]) in (0, None)
         lines = table.read_text().splitlines()
-        table.write_text("\n".join([lines[0] + ",workload,tpu_cost_mean,worker_cost_mean",
-                                    *(f"{line},ResNet50_v2-8,1.0,0.5" for line in lines[1:])]) + "\n")
+        table.write_text("\n".join([lines[0] + ",workload,preset,tpu_cost_mean,worker_cost_mean",
+                                    *(f"{line},ResNet50_v2-8,local,1.0,0.5" for line in lines[1:])]) + "\n")
     edited = tmp_path / "second" / "calibration" / "resnet.json"
     data = json.loads(edited.read_text())
     data["declared"][key] = value

@@ -526,10 +526,15 @@ def _parse_repro(parser, command):
         return None
 
 
-def _print_usage(status):
+def _print_usage(status, path=None):
+    """The usage of every command, or of the command `path` (`trims-tools run --help`)."""
+    if path is not None:
+        print(f"usage: {PROG} {' '.join(path)} [flags]\n\nflags: {' '.join(f'--{name}' for name in COMMANDS[path])}"
+              f"\nglobal flags: {' '.join(f'--{name}' for name in GLOBAL)}")
+        return status
     print(f"usage: {PROG} COMMAND [flags]: the original TRIMS tools' command lines, run by repro\n\ncommands:")
-    for path, flags in COMMANDS.items():
-        print(f"  {' '.join(path):<20} {' '.join(f'--{name}' for name in flags)}")
+    for command, flags in COMMANDS.items():
+        print(f"  {' '.join(command):<20} {' '.join(f'--{name}' for name in flags)}")
     print(f"\nglobal flags: {' '.join(f'--{name}' for name in GLOBAL)}")
     return status
 
@@ -542,24 +547,52 @@ def _print_config(values):
 
 
 def main(argv=None):
-    from repro.commands import build_parser, open_closed_standard_streams, run
-    from repro.trims.carml_config import original_defaults
+    from repro import stopsignals
 
+    # as repro's main: a stop signal during the imports is put off, then ends the command as a later
+    # one does (128 + signal, one line), not in a KeyboardInterrupt traceback or a silent death
+    with stopsignals.deferred() as caught:
+        from repro.commands import open_closed_standard_streams, run
     open_closed_standard_streams()  # before translate() opens the config
     words = sys.argv[1:] if argv is None else list(argv)
+    planned = []
+
+    def plan(_):
+        stopsignals.raise_deferred(caught)  # here, where the command's handlers are set
+        return _plan(words, planned)
+
+    # run as a command: a write to standard output that fails is one line naming it, not a traceback
+    status = run(SimpleNamespace(func=plan), PROG, original_spelling)
+    for command, args in planned:
+        status = run(args, PROG, original_spelling) or status
+        if status and command[:3] == ["trims", "server", "run"]:
+            break  # no store: the client would fail on every request
+    return status
+
+
+def _plan(words, planned):
+    """The repro command lines (with their parsed arguments) an original command line runs, appended
+    to `planned`; or the exit status where it ends here (usage, help, info config, a refusal)."""
+    from repro.commands import build_parser
+    from repro.trims.carml_config import original_defaults
+
     if not words or words[0] in ("-h", "--help", "help"):
-        # run as a command is: a write to standard output that fails is one line naming it, not a traceback
-        return run(SimpleNamespace(func=lambda _: _print_usage(0 if words else 2)), PROG)
+        return _print_usage(0 if words else 2)
+    flags = words[:words.index("--")] if "--" in words else words
+    if "-h" in flags or "--help" in flags:  # `trims-tools run --help`, as the original's command line takes it
+        try:
+            path, _ = _command(words)
+        except UsageError as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return 2
+        return _print_usage(0, path if path in COMMANDS else None)
     try:
-        commands, values, path = translate(words)
+        commands, values, path = translate(words)  # a ReproError is run's: named as the original spells it
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    except ReproError as exc:  # also repro's checks of the flags, named as the original spells them
-        print(f"{PROG}: error: {original_spelling(str(exc))}", file=sys.stderr)
-        return 1
-    if path == ("info", "config"):  # run as a command: a failed write to standard output is one line
-        return run(SimpleNamespace(func=lambda _: _print_config(values)), PROG, original_spelling)
+    if path == ("info", "config"):
+        return _print_config(values)
     # as the original, for this process and every process it starts
     os.environ["CUDA_VISIBLE_DEVICES"] = values["visible_devices"]
     defaults = {**_repro_defaults(), **original_defaults()}
@@ -568,14 +601,10 @@ def main(argv=None):
         args = _parse_repro(build_parser(), command)
         if args is None:
             return 2
-        parsed.append(args)
-    status = 0
-    for command, args in zip(commands, parsed):
         args.tool_defaults = defaults
-        status = run(args, PROG, original_spelling) or status
-        if status and command[:3] == ["trims", "server", "run"]:
-            break  # no store: the client would fail on every request
-    return status
+        parsed.append((command, args))
+    planned.extend(parsed)
+    return 0
 
 
 if __name__ == "__main__":
