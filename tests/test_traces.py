@@ -1899,3 +1899,16 @@ def test_a_commands_success_line_is_one_line_whatever_its_output_is_named(tmp_pa
     for command in (["trace", "combine"], ["trace", "summarize"]):
         assert main([*command, str(path), "-o", str(tmp_path / "c\nd.json")]) == 0
         assert capsys.readouterr().out.count("\n") == 1
+
+
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_every_reading_refuses_a_span_that_ends_before_it_begins(tmp_path, monkeypatch, options):
+    """combine took an 'E' earlier than its 'B' (which summarize and validate refuse) and wrote a
+    combined trace that validate calls invalid, with exit 0; also where the pair spans chunks."""
+    events = [{"name": "a", "ph": "B", "ts": 1, "pid": 1, "tid": 1},
+              *({"name": "x", "ph": "X", "ts": 2 + i, "dur": 1, "pid": 1, "tid": 2} for i in range(5)),
+              {"name": "a", "ph": "E", "ts": 0.5, "pid": 1, "tid": 1}]
+    path = tmp_path / "backwards.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    every_reading_refuses(path, tmp_path, monkeypatch, options,
+                          r"event 6: 'E' event at ts 0.5 is earlier than the 'B' it closes \(ts 1\)")

@@ -110,7 +110,7 @@ def _kept_chunks(reader, plan, adjust, strict, compact=False, part=None, last=Tr
         else:
             columns.update((key, values(chunk, key)) for key in ("ph", "ts", "pid", "tid", "cat"))
         phases, stamps, pids = columns["ph"], columns["ts"], columns["pid"]
-        matched = matcher.feed(chunk, phases, index, pids=pids, tids=columns["tid"])
+        matched = matcher.feed(chunk, phases, index, pids=pids, tids=columns["tid"], stamps=stamps, field=values)
         for pid in dict.fromkeys(pids):
             plan.pids.setdefault(pid, None)
         drops = matched.strays.tolist()

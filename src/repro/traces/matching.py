@@ -49,19 +49,28 @@ class SpanMatcher:
         # (global index, (pid, tid), event) of the begins still open, in file order; the key is kept
         # apart since a caller may rewrite the event (combine gives it its new pid)
         self._open = []
+        self._begun = {}  # id of an open begin -> its timestamp, kept apart alike (combine rewrites it too)
 
     def feed(self, events, phases, first_index, codes=None, pids=None, tids=None, stamps=None, field=values):
         """Match one chunk; `phases` (and optionally its codes, pids, tids) are its columns. Given its
         timestamps (`stamps`), a strict matcher refuses a pair that ends before it begins; `field`
         reads a field of the events (dicts by default)."""
         matched = self._match(events, phases, first_index, codes, pids, tids)
-        if stamps is not None and self.strict and matched.begins:
-            begun = np.asarray(field(matched.begins, "ts"), float)
+        if stamps is None or not self.strict:
+            return matched
+        if matched.begins:
+            carried = [self._begun.pop(id(event), None) for event in matched.begins] if self._begun else ()
+            begun = field(matched.begins, "ts")
+            begun = np.asarray([ts if ts is not None else own for ts, own in zip(carried, begun)] if carried else begun,
+                               float)
             ended = np.asarray(list(map(stamps.__getitem__, matched.ends.tolist())), float)
             backwards = np.flatnonzero(ended < begun)
             if backwards.size:
                 at = int(backwards[0])  # pairs are in end order: the first such end in the file
                 raise backwards_error(self.path, first_index + int(matched.ends[at]), ended[at], begun[at])
+        for index, _, event in self._open:  # this chunk's begins left open: their timestamps as read
+            if index >= first_index:
+                self._begun[id(event)] = stamps[index - first_index]
         return matched
 
     def _match(self, events, phases, first_index, codes, pids, tids):
