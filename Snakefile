@@ -16,11 +16,12 @@ configfile: "config/config.yaml"
 
 
 # config/config.yaml, then --configfile, then --config: checked once, with defaults, paths expanded
-# (repro.config.validate_config; its result is reused while the config and the package are unchanged).
+# (repro.config.validate_config; its result is reused while the config and the package are unchanged);
+# each config file read as `repro config check` reads it (a key written twice, an oversized file).
 # A config error is one line naming the key, as the repro commands give it, not Snakemake's report
 # of an exception with its stack.
 try:
-    checked_config(config, "config", ".snakemake/repro")
+    checked_config(config, "config", ".snakemake/repro", workflow.configfiles)
 except ReproError as exc:
     sys.exit(f"repro: error: {exc}")
 

@@ -381,3 +381,16 @@ def test_trims_tools_command_help(capsys, words, usage):
     assert main(words) == 0
     out = capsys.readouterr().out
     assert out.startswith(usage) and "\nflags: " in out and "--config" in out
+
+
+@pytest.mark.workflow
+def test_snakemake_refuses_a_config_file_with_a_key_written_twice(tmp_path):
+    """`repro config check` refused `seed: 1 / seed: 2`; the workflow ran with Snakemake's last one."""
+    from support import copy_workflow, snakemake
+
+    work = copy_workflow(tmp_path / "work")
+    (work / "dup.yaml").write_text("seed: 1\nseed: 2\n")
+    proc = snakemake(work, "-n", "--configfile", str(work / "dup.yaml"), check=False, timeout=300)
+    assert proc.returncode != 0
+    assert f"repro: error: {work / 'dup.yaml'}: key 'seed' appears twice, at line 1 and line 2" in proc.stderr, (
+        proc.stderr[-3000:])

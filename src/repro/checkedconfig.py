@@ -29,9 +29,16 @@ _KEPT_NAME = re.compile(r"config-[0-9a-f]{32}\.json")  # as _key names them
 KEPT_LIMIT = 64 << 20  # a kept config is the JSON of a config file of at most 4 MiB and 200,000 values
 
 
-def checked_config(config, source, cache_dir):
+def checked_config(config, source, cache_dir, files=()):
     """Validate `config` in place (schema defaults filled in, paths expanded, references checked)
-    as `repro.config.validate_config` does, reusing a result kept in `cache_dir` for the same inputs."""
+    as `repro.config.validate_config` does, reusing a result kept in `cache_dir` for the same inputs.
+    `files`, the config files it was merged from, are read as `repro config check` reads them: what
+    the merged mapping cannot show (a key written twice, of which Snakemake's loader keeps the last;
+    an oversized file) is refused."""
+    from repro.config import read_config_file
+
+    for path in dict.fromkeys(files):
+        read_config_file(path)
     _check_size(config, source)
     try:
         text = json.dumps(config, allow_nan=False)  # in order: the rules' params keep the config's key order
