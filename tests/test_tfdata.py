@@ -257,6 +257,25 @@ def test_validation_refuses_a_run_named_twice(tmp_path, capsys):
         assert not (tmp_path / "v.csv").exists()
 
 
+@pytest.mark.fault
+def test_validation_refuses_a_copy_of_a_run(tmp_path, capsys):
+    """Copies of one run's metrics.json (not the same file) each counted as deployments: four copies met
+    the minimum of three deployments from one run. Runs of one mode with other seeds are other runs."""
+    run = _engine_metrics(windows=[(ONE, ONE, 1.0), (TWO, TWO, 1.0)])
+    other_seed = {**run, "spec": {**run["spec"], "seed": 1}}
+    result, rows = _validate(tmp_path, [run, other_seed], capsys)
+    assert len(rows) == 4
+    (tmp_path / "v.csv").unlink()
+    (tmp_path / "m2.json").write_bytes((tmp_path / "m0.json").read_bytes())
+    result = _repro(capsys, "pecan", "validation", "E", "--metrics", str(tmp_path / "m0.json"), str(tmp_path / "m2.json"),
+                    "--calibration", str(tmp_path / "calibration.json"), "--network-gbps", "32", "--style", "{}",
+                    "--output", str(tmp_path / "v.pdf"), str(tmp_path / "v.png"), "--table", str(tmp_path / "v.csv"))
+    assert (result.returncode, result.stderr) == (1, f"repro: error: --metrics {tmp_path / 'm2.json'}: the same run as "
+                                                     f"{tmp_path / 'm0.json'} (the same spec: mode 'cachew', seed 0); "
+                                                     "expected each run once\n")
+    assert not (tmp_path / "v.csv").exists()
+
+
 # the Pillow calibration: 5 ms per element, so one worker (200 examples/s) reaches the bound (100)
 CALIBRATION = {"resnet": {order: {"cpu_s_per_element": 0.005, "bytes_out_per_element": 1000.0}
                           for order in ("declared", "autoorder")}}

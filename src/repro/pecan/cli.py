@@ -2,6 +2,7 @@
 the workflow's rules run: cost-table, figure, validation, estimate, check-reproducibility."""
 
 import argparse
+import json
 import contextlib
 import math
 import os
@@ -648,7 +649,7 @@ def _validation(args):
     rows, runs = [], []
     check_settings({"network_gbps": args.network_gbps}, "--network-gbps",
                    places={"network_gbps": ("pecan", "cluster", "network_gbps")})  # bounded as the config's
-    named = {}  # fsutil.file_identity: the spelling that named it first
+    named, specs = {}, {}  # fsutil.file_identity, and each run's spec: the spelling that named it first
     for path in args.metrics:
         metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
         same = file_identity(path)
@@ -659,6 +660,11 @@ def _validation(args):
         experiment = spec.get("experiment") if isinstance(spec, dict) else None
         if experiment is not None and experiment != args.experiment:  # titled and judged as another experiment's
             raise ReproError(f"--metrics {path}: a run of experiment {str(experiment)[:80]!r}; expected {args.experiment}'s")
+        run = json.dumps(spec, sort_keys=True, default=str)
+        if spec is not None and run in specs:  # a copy of one run: its deployment counted twice towards the minimum
+            raise ReproError(f"--metrics {path}: the same run as {specs[run]} (the same spec: mode "
+                             f"{str(spec.get('mode'))[:80]!r}, seed {str(spec.get('seed'))[:40]}); expected each run once")
+        specs.setdefault(run, path)
         runs.append(metrics)
         try:
             rows += validation_rows(metrics, calibrations, args.network_gbps, path)
