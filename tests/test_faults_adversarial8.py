@@ -201,8 +201,8 @@ def test_a_title_or_caption_with_dollar_signs_is_drawn_as_given(title, tmp_path,
     from repro.plots import plot_costs
 
     columns = {"mode": "collocated", "repeats": "1"}
-    for name in ("tpu_cost", "worker_cost", "total_cost"):
-        columns.update({name: "1", f"{name}_mean": "1", f"{name}_ci_low": "1", f"{name}_ci_high": "1"})
+    for name, value in (("tpu_cost", "1"), ("worker_cost", "0"), ("total_cost", "1")):
+        columns.update({name: value, f"{name}_mean": value, f"{name}_ci_low": value, f"{name}_ci_high": value})
     (tmp_path / "table.csv").write_text(",".join(columns) + "\n" + ",".join(columns.values()) + "\n")
     plot_costs(tmp_path / "table.csv", [tmp_path / "cap.png"], "t", f"measured on {title}",
                {"width_in": 5, "height_in": 3.6, "dpi": 50, "font_size": 9})
@@ -406,16 +406,17 @@ def test_run_settings_given_by_hand_are_bounded_as_a_config_file_is(config, plac
 
 
 def _figure_command(tmp_path, reference=None, **mean_of):
-    """`repro pecan figure` over a cost table of collocated, Cachew and Pecan, each mode's total and
-    TPU cost 1 in [0.9, 1.1] but where `mean_of` gives a mode's TPU mean ('dup': that mode twice; 'no mode
-    column': the table's mode column named otherwise)."""
+    """`repro pecan figure` over a cost table of collocated, Cachew and Pecan, each mode's TPU cost 1 in
+    [0.9, 1.1] (its workers' 0.5, its total 1.5, each within 10%) but where `mean_of` gives a mode's TPU
+    mean ('dup': that mode twice; 'no mode column': the table's mode column named otherwise)."""
     from repro.pecan.costtable import SPREAD_OF, write_table
 
     rows = []
     for mode in ("collocated", "cachew", "pecan"):
         row = {"mode": mode, "repeats": 3, "workload": "ResNet50_v2-8", "preset": "local"}
         for column in SPREAD_OF:
-            row.update({f"{column}_mean": 1.0, f"{column}_ci_low": 0.9, f"{column}_ci_high": 1.1})
+            mean = {"worker_cost": 0.5, "total_cost": 1.5}.get(column, 1.0)
+            row.update({f"{column}_mean": mean, f"{column}_ci_low": 0.9 * mean, f"{column}_ci_high": 1.1 * mean})
         if mean_of.get(mode) == "dup":
             rows.append(dict(row))
         elif mode in mean_of:
@@ -449,11 +450,29 @@ def test_a_figure_from_a_hand_edited_table_or_settings_is_refused_naming_what(ed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json", "table.csv"]
 
 
-def test_a_figure_whose_mean_lies_outside_its_interval_is_drawn(tmp_path):
-    """A bootstrap interval need not hold its mean (a hand-edited table: mean 5 in [0.9, 1.1]): the
-    whisker's negative length was a ValueError traceback from matplotlib."""
+def test_a_figure_whose_mean_lies_outside_its_interval_is_refused(tmp_path):
+    """A hand-edited table, mean 5 in [0.9, 1.1]: the whisker's negative length was a ValueError
+    traceback from matplotlib; then it was drawn, under a caption of a t-interval, which holds its mean."""
     code, out, err = run_forked(_figure_command(tmp_path, collocated=5.0), tmp_path, timeout=120)
-    assert (code, err) == (0, "") and (tmp_path / "f.pdf").stat().st_size > 1000
+    assert (code, err) == (1, "repro: error: table.csv: mode 'collocated': tpu_cost mean 5 outside its "
+                              "interval [0.9, 1.1]; expected the mean inside its 95% t-interval\n")
+    assert not (tmp_path / "f.pdf").exists()
+
+
+def test_a_figure_whose_total_is_not_its_parts_is_refused(tmp_path):
+    """A total_cost_mean of 100 beside TPU and worker costs of 1 and 0.5 was drawn and judged."""
+    import csv
+
+    from repro.pecan.costtable import write_table
+
+    command = _figure_command(tmp_path)
+    rows = [{**row, "total_cost_mean": "100", "total_cost_ci_high": "101"} if row["mode"] == "cachew" else row
+            for row in csv.DictReader((tmp_path / "table.csv").open())]
+    write_table(rows, tmp_path / "table.csv", columns=list(rows[0]))
+    code, out, err = run_forked(command, tmp_path, timeout=120)
+    assert (code, err) == (1, "repro: error: table.csv: mode 'cachew': total_cost_mean 100, but "
+                              "tpu_cost_mean + worker_cost_mean is 1.5; expected the total of the two\n")
+    assert not (tmp_path / "f.pdf").exists()
 
 
 @pytest.mark.parametrize("key, value, said", [

@@ -79,10 +79,24 @@ def _spread(row, column, path):
     if not all(math.isfinite(v) and 0 <= v <= MAX_DOLLARS for v in values):
         raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} {values} (mean, interval); expected "
                          f"non-negative dollars, at most {MAX_DOLLARS:g}")
-    if values[1] > values[2]:  # a mean may lie outside its interval (a bootstrap's), no interval ends below its start
+    if values[1] > values[2]:
         raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} interval [{values[1]:g}, {values[2]:g}]; expected "
                          "ci_low at most ci_high")
+    if not values[1] - ROUNDING <= values[0] <= values[2] + ROUNDING:  # a t-interval is centred on its mean
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} mean {values[0]:g} outside its interval "
+                         f"[{values[1]:g}, {values[2]:g}]; expected the mean inside its 95% t-interval")
     return values
+
+
+ROUNDING = 0.005  # dollars: what a table rounded to its labels' cents may be off by
+
+
+def _check_total(row, spread, path):
+    """The total's mean is the TPU's plus the workers' (a mean is linear), within rounding."""
+    tpu, worker, total = (spread[c][0] for c in ("tpu_cost", "worker_cost", "total_cost"))
+    if abs(total - (tpu + worker)) > max(ROUNDING, 1e-3 * total):
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: total_cost_mean {total:g}, but tpu_cost_mean + "
+                         f"worker_cost_mean is {tpu + worker:g}; expected the total of the two")
 
 
 def repeat_counts(rows, path):
@@ -113,6 +127,8 @@ def plot_costs(table, outputs, title, caption, style, reference=None, modes=None
     plt.rcParams.update({"font.size": style["font_size"], "hatch.linewidth": 0.8})
     fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
     spreads = [{c: _spread(r, c, table) for c in ("tpu_cost", "worker_cost", "total_cost")} for r in rows]
+    for row, spread in zip(rows, spreads):
+        _check_total(row, spread, table)
     top = max(s["total_cost"][2] for s in spreads)
     if reference and style["show_reference"]:
         top = max([top] + [_reference_total(v) for v in reference.values()])
