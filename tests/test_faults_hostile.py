@@ -286,7 +286,8 @@ FIGURE_FAULTS = [
     Fault("trims-summary-no-requests", _trims_summary(_mode_results([])),
           r"repro: error: .*/c/report.json: not an experiment's report.json \(ValueError: original mode made no requests\)"),
     Fault("trims-summary-latency-a-string", _trims_summary(_mode_results([{**COMPARE_RESULTS[0], "latency_us": "x"}])),
-          r"repro: error: .*/c/report.json: not an experiment's report.json \(TypeError"),
+          r"repro: error: .*/c/report.json: original mode request 0: latency_us x; expected microseconds from 0 to "
+          r"1e\+12$"),
     Fault("trims-summary-lacks-model", _trims_summary(lambda r: {k: v for k, v in r.items() if k != "model"}),
           r"repro: error: .*/c/report.json: not an experiment's report.json \(KeyError: 'model'\)"),
     # -- trims plot: numbers a figure's axis cannot hold ---------------------------------------------
@@ -294,6 +295,21 @@ FIGURE_FAULTS = [
           r"repro: error: .*/s.json: compare\[0\].original_latency_ms: expected a number from 0 to 1e\+09, got 1e\+308"),
     Fault("trims-plot-latency-negative", _trims_plot(shared_latency_ms=-1),
           r"repro: error: .*/s.json: compare\[0\].shared_latency_ms: expected a number from 0 to 1e\+09, got -1"),
+    Fault("trims-plot-interval-low-above-high", _trims_plot(original_latency_ci_ms=[500, 1]),
+          r"repro: error: .*/s.json: compare\[0\].original_latency_ci_ms: expected a \[low, high\] pair of numbers "
+          r"from 0 to 1e\+09, low at most high, got \[500, 1\]"),
+    Fault("trims-plot-a-model-twice", lambda ctx: ["trims", "plot", "trims_model_load", "--summary", _write(
+        ctx.dir / "s.json", json.dumps({"compare": [SUMMARY_ROW] * 200})), "--style", "{}", "--output",
+        str(ctx.dir / "p.pdf"), str(ctx.dir / "p.png")],
+          r"repro: error: .*/s.json: compare\[1\]: a second row of m \(first: compare\[0\]\); expected one row each"),
+    # -- trims summary: a report's requests as a finished experiment writes them ----------------------
+    *[Fault(f"trims-summary-request-{name}", _trims_summary(_mode_results(
+        [{**COMPARE_RESULTS[0], **change}, *COMPARE_RESULTS[1:]])), r"repro: error: .*/c/report.json: original mode "
+        + error) for name, change, error in [
+        ("latency-negative", {"latency_us": -5}, r"request 0: latency_us -5; expected microseconds from 0 to 1e\+12"),
+        ("latency-1e308", {"latency_us": 1e308}, r"request 0: latency_us 1e\+308; expected microseconds"),
+        ("latency-a-string", {"latency_us": "5"}, r"request 0: latency_us 5; expected microseconds"),
+        ("failed", {"ok": False}, r"request 0: failed or not marked ok; expected the requests of a finished experiment")]],
 ]
 
 

@@ -224,8 +224,8 @@ def compare_table(reports):
             results = data["results"][1:] if mode == "shared" and len(data["results"]) > 1 else data["results"]
             if not results:
                 raise ValueError(f"{mode} mode made no requests")
+            latencies = _latencies_ms(results, mode)
             phases = [_trace_phases(r["trace"]) for r in results]
-            latencies = np.array([r["latency_us"] for r in results]) / 1000
             row[f"{mode}_latency_ms"] = float(np.median(latencies))
             row[f"{mode}_latency_ci_ms"] = list(bootstrap_interval(latencies)[1:])
             row[f"{mode}_requests"] = len(latencies)
@@ -234,6 +234,24 @@ def compare_table(reports):
         row["load_speedup"] = row["original_load_ms"] / row["shared_load_ms"]
         rows.append(row)
     return rows
+
+
+MAX_LATENCY_US = 1e12  # a request of eleven days: beyond, a report's number is no latency
+
+
+def _latencies_ms(results, mode=None):
+    """The requests' latencies in ms; ReproError where one failed (a finished experiment's have not)
+    or its latency_us is no number of microseconds from 0 to MAX_LATENCY_US."""
+    where = f"{mode} mode " if mode else ""
+    for index, result in enumerate(results):
+        if result.get("ok") is not True:
+            raise ReproError(f"{where}request {index}: failed or not marked ok; expected the requests of a finished "
+                             "experiment")
+        value = result.get("latency_us")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LATENCY_US:
+            raise ReproError(f"{where}request {index}: latency_us {str(value)[:40]}; expected microseconds from 0 to "
+                             f"{MAX_LATENCY_US:g}")
+    return np.array([r["latency_us"] for r in results], float) / 1000
 
 
 def _check_one_series(flag, paths, reports):
@@ -287,7 +305,7 @@ def distribution_table(reports):
     over the requests, requests/s and store hit rate (with its interval)."""
     rows = []
     for report in reports:
-        latencies = np.array([r["latency_us"] for r in report["results"]]) / 1000
+        latencies = _latencies_ms(report["results"])
         hits = [r["hit"] for r in report["results"]]
         row = {"distribution": report["distribution"], "concurrency": report["concurrency"], "requests": len(hits)}
         for q in (50, 90, 99):

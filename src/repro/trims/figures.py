@@ -13,7 +13,7 @@ MAX_SUMMARY_NUMBER = 1e9  # ms (11 days), requests, clients: past it a figure's 
 MAX_ROWS = len(DISTRIBUTIONS) * 1024
 MAX_NAME = 255
 _NUMBER = f"a number from 0 to {MAX_SUMMARY_NUMBER:g}"
-_INTERVAL = f"a [low, high] pair of numbers from 0 to {MAX_SUMMARY_NUMBER:g}"
+_INTERVAL = f"a [low, high] pair of numbers from 0 to {MAX_SUMMARY_NUMBER:g}, low at most high"
 _NAME = f"a name of 1 to {MAX_NAME} characters"
 
 
@@ -23,16 +23,17 @@ class Figure:
     draws each table its own way) and, per row, the fields it reads with what each must be."""
 
     table: str
+    key: tuple  # the fields that name a row: one row each
     fields: dict
 
 
 # The registry: `plots.trims` in the config, `repro trims plot`'s figure and the trims_plot rule's
 # wildcard take their names from here.
 FIGURES = {
-    "trims_model_load": Figure("compare", {"model": _NAME, "speedup": _NUMBER, **{
+    "trims_model_load": Figure("compare", ("model",), {"model": _NAME, "speedup": _NUMBER, **{
         f"{mode}_{field}": kind for mode in ("original", "shared") for field, kind in
         (("latency_ms", _NUMBER), ("latency_ci_ms", _INTERVAL), ("requests", _NUMBER))}}),
-    "trims_distributions": Figure("distributions", {
+    "trims_distributions": Figure("distributions", ("distribution", "concurrency"), {
         "distribution": _NAME, "concurrency": _NUMBER, "requests": _NUMBER, "hit_rate": _NUMBER,
         "hit_rate_ci": _INTERVAL, **{f"p{q}{field}": kind for q in (50, 90, 99) for field, kind in
                                      (("_ms", _NUMBER), ("_ci_ms", _INTERVAL))}}),
@@ -46,7 +47,7 @@ def _is(value, kind):
     if kind == _NUMBER:
         return number(value)
     if kind == _INTERVAL:
-        return isinstance(value, list) and len(value) == 2 and all(number(v) for v in value)
+        return isinstance(value, list) and len(value) == 2 and all(number(v) for v in value) and value[0] <= value[1]
     return isinstance(value, str) and 1 <= len(value) <= MAX_NAME
 
 
@@ -69,4 +70,11 @@ def read_summary(path, figure):
         for field, kind in fields.items():
             if not _is(row.get(field), kind):
                 raise ReproError(f"{path}: {key}[{i}].{field}: expected {kind}, got {str(row.get(field))[:60]}")
+    named = {}
+    for i, row in enumerate(rows):  # one model's bars drawn twice over, as trims summary refuses them
+        name = tuple(row[field] for field in FIGURES[figure].key)
+        if name in named:
+            raise ReproError(f"{path}: {key}[{i}]: a second row of {' '.join(map(str, name))[:120]} (first: "
+                             f"{key}[{named[name]}]); expected one row each")
+        named[name] = i
     return summary
