@@ -154,6 +154,7 @@ def _earlier_run(*extra):
     def with_earlier(ctx):
         _write(ctx.dir / "profiles" / HOST / "run1" / "original" / "squeezenet_1.1" / "original-00000.json",
                '{"traceEvents": [], "earlier": true}\n')
+        _write(ctx.dir / "profiles" / HOST / "run1" / ".repro-made", "")  # as a run marks its directory
         return prepare(ctx)
 
     return with_earlier

@@ -394,3 +394,51 @@ def test_snakemake_refuses_a_config_file_with_a_key_written_twice(tmp_path):
     assert proc.returncode != 0
     assert f"repro: error: {work / 'dup.yaml'}: key 'seed' appears twice, at line 1 and line 2" in proc.stderr, (
         proc.stderr[-3000:])
+
+
+def test_a_profile_output_of_the_users_files_says_so_without_overwrite(work, capsys):
+    """A directory holding only the user's notes was said to hold "an earlier run's traces", and to be
+    replaced with --profile-output-overwrite, which then refused it as the user's."""
+    host = work.dir / "profiles" / __import__("socket").gethostname() / "mine"
+    host.mkdir(parents=True)
+    (host / "notes.txt").write_text("mine")
+    assert _run(work, "--profile-output", "mine") == 1
+    assert capsys.readouterr().err == (f"repro: error: --profile-output 'mine': {host} holds files no run of this "
+                                       "client made; --profile-output-overwrite replaces only a directory a run made: "
+                                       "remove it or choose another --profile-output\n")
+    assert (host / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("name", ["/elsewhere", "../../x"])
+def test_simulate_refuses_a_profile_output_the_run_refuses(work, capsys, name):
+    """`--simulate` ("check everything") accepted a --profile-output that the real run refuses."""
+    assert _run(work, "--simulate", "--profile-output", name) == 1
+    assert capsys.readouterr().err.startswith(f"repro: error: --profile-output {name!r}: expected a relative name")
+
+
+def test_a_daemon_store_that_fails_names_why(models, tmp_path, monkeypatch, capsys):
+    """`trims server run -d` said only "exited with code 1; see trims-server.log" (a relative name)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["trims", "server", "run", "-d", "--socket", str(tmp_path / "no" / "s.sock"), "--base-path",
+                 str(models), "--memory-mb", "10"]) == 1
+    assert capsys.readouterr().err == (f"repro: error: model store server exited with code 1: --socket "
+                                       f"{tmp_path / 'no' / 's.sock'}: cannot listen there (No such file or directory); "
+                                       f"see {tmp_path / 'trims-server.log'}\n")
+
+
+def test_cluster_stop_of_no_state_says_so(tmp_path, capsys):
+    """`repro cluster stop --state /typo/state.json` ended with exit 0 and not a word."""
+    assert main(["cluster", "stop", "--state", str(tmp_path / "typo" / "state.json")]) == 0
+    assert capsys.readouterr().out.startswith(f"no cluster state at {tmp_path / 'typo' / 'state.json'}: no backend to "
+                                              "stop\n")
+
+
+def test_a_figure_of_zero_costs_is_drawn_without_a_warning(tmp_path, monkeypatch, capsys):
+    """`repro pecan plot -t 0 0 0 -c 0 0 0` printed matplotlib's identical-ylims warning (two lines)."""
+    import warnings
+
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["pecan", "plot", "-t", "0", "0", "0", "-c", "0", "0", "0", "-o", "z"]) == 0
+    assert capsys.readouterr().err == ""

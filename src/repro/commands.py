@@ -315,6 +315,8 @@ def _cluster_stop(args):
             with _state_keys(args.state):
                 get_backend(state["backend"]).stop(state)
             print(f"{state['backend']} backend stopped")
+        else:  # nothing started there, or stopped already (a second `make clean`); a typo is seen here
+            print(f"no cluster state at {args.state}: no backend to stop")
     finally:  # a state that cannot be read still leaves no model store running
         if service.stop():
             print("model store stopped")

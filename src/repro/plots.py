@@ -154,7 +154,7 @@ def plot_costs(table, outputs, title, caption, style, reference=None, modes=None
     ax.set_xticks(range(len(rows)), [LABELS.get(r["mode"], r["mode"]) for r in rows])
     ax.set_ylabel(Y_LABEL)
     ax.set_title(title)
-    ax.set_ylim(0, top * 1.35)  # a band above the tallest bar for the legend: it covers no data
+    ax.set_ylim(0, top * 1.35 or 1)  # a band above the tallest bar for the legend: it covers no data (bars of 0: $1)
     ax.set_xlim(-0.5, len(rows) - 0.5)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -461,7 +461,7 @@ def plot_comparison(rows, option, outputs, caption, style, paper=None):
     ax.set_xticks(range(len(workloads)), workloads)
     ax.set_xlabel("Model")
     ax.set_ylabel(Y_LABEL)
-    ax.set_ylim(0, top * 1.3)
+    ax.set_ylim(0, top * 1.3 or 1)
     ax.set_xlim(-0.5 - 0.1, len(workloads) - 0.5 + 0.1)
     ax.grid(axis="y", linewidth=0.5)
     ax.set_axisbelow(True)

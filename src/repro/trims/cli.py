@@ -592,7 +592,7 @@ def check_profile_directory(root, name, overwrite, share_hour=False):
     if directory.is_symlink() or directory.exists() and not directory.resolve().is_relative_to(host.resolve()):
         raise ReproError(f"--profile-output {name!r}: {directory} leads outside {host}")
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        if not overwrite:
+        if (directory / OWN_DIRECTORY_MARK).is_file() and not overwrite:
             raise ReproError(f"{directory}: holds an earlier run's traces; pass --profile-output-overwrite to "
                              "replace them, or choose another --profile-output")
         if not (directory / OWN_DIRECTORY_MARK).is_file():  # the user's files: overwrite replaced them too
@@ -717,9 +717,8 @@ def _client_setup(args, shared, own_copies):
     config = tool_config(args)
     if args.trace_upload:
         check_upload_target(config)
-    if not args.simulate:
-        check_profile_directory(config["profile_output_directory"], args.profile_output,
-                                args.profile_output_overwrite, share_hour=args.trace_names == "original")
+    check_profile_directory(config["profile_output_directory"], args.profile_output,  # --simulate too: it checks all
+                            args.profile_output_overwrite, share_hour=args.trace_names == "original")
     store = _check_store_answers(_socket(args), resolve_device(_setting(args, "device", "device"))) if shared else None
     options = ClientOptions(base_path=base, socket=_socket(args),
                             eager=args.eager, eager_async=args.eager_async, cold_cache=args.cold_cache,

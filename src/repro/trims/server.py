@@ -358,11 +358,25 @@ def start_daemon(socket_path, base_path, budget, policy, pid_file, log_file, dev
         raise
 
 
+def _last_error(log_file, tail=4096):
+    """The last `repro: error:` line of the daemon's log (what refused it), without its prefix; or None."""
+    try:
+        with open(log_file, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - tail))
+            lines = fh.read(tail).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    errors = [line.removeprefix("repro: error: ") for line in lines if line.startswith("repro: error: ")]
+    return errors[-1][:400] if errors else None
+
+
 def _wait_answering(proc, socket_path, log_file):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ReproError(f"model store server exited with code {proc.returncode}; see {log_file}")
+            said = _last_error(log_file)
+            raise ReproError(f"model store server exited with code {proc.returncode}"
+                             + (f": {said}" if said else "") + f"; see {os.path.abspath(log_file)}")
         answering = server_pid(socket_path) if Path(socket_path).exists() else None
         if answering == proc.pid:
             return proc.pid
