@@ -442,3 +442,18 @@ def test_a_figure_of_zero_costs_is_drawn_without_a_warning(tmp_path, monkeypatch
         warnings.simplefilter("error")
         assert main(["pecan", "plot", "-t", "0", "0", "0", "-c", "0", "0", "0", "-o", "z"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_publishing_without_credentials_names_the_asset_store(work, monkeypatch, capsys):
+    """`trims models --publish gs://b/p` without credentials spoke of a "trace store"."""
+    from google.auth.exceptions import DefaultCredentialsError
+
+    from repro import tracestore
+
+    def no_credentials():
+        raise DefaultCredentialsError("none")
+
+    monkeypatch.setattr(tracestore, "_gcs_client", no_credentials)
+    assert main(["trims", "models", "squeezenet_1.1", "--base-path", "m", "--publish", "gs://b/p"]) == 1
+    assert capsys.readouterr().err.startswith("repro: error: asset store (--publish) gs://b/p: no Google credentials "
+                                              "found; ")

@@ -84,19 +84,19 @@ class GCSStore:
     project and credentials come from the usual Google environment (application default
     credentials, GOOGLE_CLOUD_PROJECT); STORAGE_EMULATOR_HOST points the client at an emulator."""
 
-    def __init__(self, url, client=None, retry_deadline_s=60.0):
+    def __init__(self, url, client=None, retry_deadline_s=60.0, what="trace store"):
         from google.auth.exceptions import DefaultCredentialsError
         from google.cloud.storage.retry import DEFAULT_RETRY
 
         if not url.startswith("gs://") or len(url) <= 5:
-            raise ReproError(f"trace store {url!r}: expected gs://bucket[/prefix]")
+            raise ReproError(f"{what} {url!r}: expected gs://bucket[/prefix]")
         bucket, _, prefix = url[5:].partition("/")
-        self.url, self.prefix = url, prefix.strip("/")
+        self.url, self.prefix, self.what = url, prefix.strip("/"), what  # what it is to the user: named in errors
         self.root = url
         try:
             self.client = client or _gcs_client()
         except DefaultCredentialsError:
-            raise ReproError(f"trace store {url}: no Google credentials found; set them up with `gcloud auth "
+            raise ReproError(f"{what} {url}: no Google credentials found; set them up with `gcloud auth "
                              "application-default login` or GOOGLE_APPLICATION_CREDENTIALS, or name a local "
                              "directory") from None
         self.bucket = self.client.bucket(bucket)
@@ -115,7 +115,7 @@ class GCSStore:
             yield
         except GoogleAuthError as exc:
             reason = " ".join(str(exc).split())[:300]
-            raise ReproError(f"trace store {self.url}: Google's credentials failed ({type(exc).__name__}: "
+            raise ReproError(f"{self.what} {self.url}: Google's credentials failed ({type(exc).__name__}: "
                              f"{reason}); check GOOGLE_APPLICATION_CREDENTIALS or gcloud's application default "
                              "credentials") from None
 
@@ -127,7 +127,7 @@ class GCSStore:
             try:
                 blob.upload_from_filename(str(path), retry=self.retry, checksum="crc32c")
             except exceptions.GoogleAPIError as exc:
-                raise ReproError(f"trace store {self.url}: upload of {key!r} failed: {exc}") from None
+                raise ReproError(f"{self.what} {self.url}: upload of {key!r} failed: {exc}") from None
         return {"key": key, "sha256": sha256(path), "bytes": os.path.getsize(path), "crc32c": blob.crc32c}
 
     def get(self, key, destination, expected_sha256=None, expected_bytes=None, check_size=None):
@@ -143,18 +143,18 @@ class GCSStore:
                 if blob is None:
                     raise exceptions.NotFound(key)
                 if expected_bytes is not None and blob.size != expected_bytes:
-                    raise ReproError(f"trace store {self.url}: {key!r} changed since upload (uploaded {expected_bytes} "
+                    raise ReproError(f"{self.what} {self.url}: {key!r} changed since upload (uploaded {expected_bytes} "
                                      f"bytes, stored {blob.size})")
                 if check_size is not None:
                     check_size(f"{self.url}/{key}", blob.size)
                 blob.download_to_filename(str(tmp), retry=self.retry, checksum="crc32c",
                                           if_generation_match=blob.generation)
             except exceptions.NotFound:
-                raise ReproError(f"trace store {self.url}: no object {key!r}") from None
+                raise ReproError(f"{self.what} {self.url}: no object {key!r}") from None
             except DataCorruption as exc:
-                raise ReproError(f"trace store {self.url}: checksum mismatch for {key!r} ({exc})") from None
+                raise ReproError(f"{self.what} {self.url}: checksum mismatch for {key!r} ({exc})") from None
             except exceptions.GoogleAPIError as exc:
-                raise ReproError(f"trace store {self.url}: download of {key!r} failed: {exc}") from None
+                raise ReproError(f"{self.what} {self.url}: download of {key!r} failed: {exc}") from None
             digest = sha256(tmp)
             _check_expected(self.url, key, digest, expected_sha256)
         return {"key": key, "sha256": digest}

@@ -463,7 +463,7 @@ def _models(args):
 
         if not args.publish.startswith("gs://"):  # GCSStore would name it a trace store
             raise ReproError(f"--publish {args.publish!r}: expected gs://bucket[/prefix] (a GCS asset store)")
-        store = GCSStore(args.publish)
+        store = GCSStore(args.publish, what="asset store (--publish)")
     if (twice := first_repeated(args.models)) is not None:
         raise ReproError(f"model {twice!r} named twice; expected each model once")
     for name in args.models:

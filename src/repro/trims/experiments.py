@@ -47,7 +47,7 @@ def fetch_model(asset_store, model, base_path):
     if str(asset_store).startswith("gs://"):
         from repro.tracestore import GCSStore
 
-        store = GCSStore(str(asset_store))
+        store = GCSStore(str(asset_store), what="asset store")
         with staged_model(target) as stage:
             store.get(f"{model}/manifest.json", stage / MANIFEST, check_size=check_manifest_size)
             manifest = _named(load_manifest_file(stage / MANIFEST), model, f"{asset_store}/{model}/{MANIFEST}")
