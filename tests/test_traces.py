@@ -1912,3 +1912,23 @@ def test_every_reading_refuses_a_span_that_ends_before_it_begins(tmp_path, monke
     path.write_text(json.dumps({"traceEvents": events}))
     every_reading_refuses(path, tmp_path, monkeypatch, options,
                           r"event 6: 'E' event at ts 0.5 is earlier than the 'B' it closes \(ts 1\)")
+
+
+@pytest.mark.parametrize("number", ["1e999", "9" * 310, "9" * 400])
+@pytest.mark.parametrize("options", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_every_reading_refuses_a_number_beyond_a_double(tmp_path, monkeypatch, options, number):
+    """A number a double cannot hold, in an event's args: validate called the trace invalid JSON,
+    summarize and combine took it (combine writing a trace validate refused), and in an event of 400
+    characters combine ended in orjson's JSONDecodeError traceback."""
+    events = [{"name": "a", "ph": "X", "ts": 1, "dur": 5, "pid": 1, "tid": 1, "args": {"x": 0}},
+              {"name": "b", "ph": "X", "ts": 2, "dur": 5, "pid": 1, "tid": 1, "args": {"x": 1}}]
+    path = tmp_path / "far.json"
+    path.write_text(json.dumps({"traceEvents": events}).replace('"x": 1}', f'"x": {number}}}'))
+    every_reading_refuses(path, tmp_path, monkeypatch, options, r"invalid JSON \(number is infinity")
+
+
+def test_a_number_that_looks_far_in_a_string_is_read():
+    """The compact reading leaves anything like a far number to the general one, which reads a string as one."""
+    from repro.traces.reader import _FAR_NUMBER
+
+    assert _FAR_NUMBER.search(b'"1e100"') and _FAR_NUMBER.search(b"1E+0999") and not _FAR_NUMBER.search(b"1e99 12e-300")

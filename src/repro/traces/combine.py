@@ -387,7 +387,7 @@ def _check_depth(texts):
     for text in texts:
         try:
             orjson.dumps([orjson.loads(text)])
-        except orjson.JSONEncodeError:
+        except (orjson.JSONEncodeError, orjson.JSONDecodeError):  # the general reading names the event
             raise NotCompact from None
 
 

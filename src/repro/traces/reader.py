@@ -16,6 +16,7 @@ import json
 import math
 import mmap
 import os
+import re
 import stat
 from bisect import bisect_left
 from contextlib import contextmanager
@@ -320,9 +321,16 @@ def _check_utf8(data):
             raise NotCompact from None
 
 
+# a number a double may not hold (300 digits or more, an exponent from 100 up), or text that looks like
+# one: the general reading decides, as orjson reads it (a number beyond a double's range is invalid JSON)
+_FAR_NUMBER = re.compile(rb"[0-9]{300,}|[eE]\+?0*[1-9][0-9]{2,}")
+
+
 def _compact_events(data):
     """The Event structs of a JSON array of events, or NotCompact."""
     _check_utf8(data)
+    if _FAR_NUMBER.search(data):  # msgspec reads such numbers as inf or keeps them raw: not as orjson does
+        raise NotCompact
     try:
         events = _EVENT_LIST.decode(data)
     except (msgspec.DecodeError, RecursionError):  # ValidationError (a field's type) is a DecodeError
