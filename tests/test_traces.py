@@ -961,11 +961,11 @@ def test_trims_compare_table_reads_request_traces_through_the_trace_tools(tmp_pa
             events.append({"ph": "E", "ts": ts + 1, "pid": 1, "tid": 1})
         return str(write_trace(tmp_path / f"{name}.json", events))
 
-    results = {"original": [{"trace": request(f"o{i}", 400), "latency_us": 1000} for i in range(3)],
-               "shared": [{"trace": request(f"s{i}", 10), "latency_us": 100} for i in range(3)]}
+    results = {"original": [{"trace": request(f"o{i}", 400), "latency_us": 1000, "ok": True} for i in range(3)],
+               "shared": [{"trace": request(f"s{i}", 10), "latency_us": 100, "ok": True} for i in range(3)]}
     row, = compare_table([{"model": "m", "modes": {m: {"results": r} for m, r in results.items()}}])
     assert row["original_load_ms"] == 0.8 and row["shared_load_ms"] == 0.02 and row["load_speedup"] == 40
-    broken = [{"trace": request("bad", 400, extra_e=True), "latency_us": 1000}]
+    broken = [{"trace": request("bad", 400, extra_e=True), "latency_us": 1000, "ok": True}]
     with pytest.raises(TraceError, match="bad.json: event 8: 'E' event without a matching 'B'"):
         compare_table([{"model": "m", "modes": {"original": {"results": broken}, "shared": {"results": broken}}}])
 
