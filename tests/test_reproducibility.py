@@ -514,7 +514,7 @@ def test_trims_distribution_table_gives_bootstrap_intervals():
     from repro.trims.experiments import distribution_table
 
     rng = np.random.default_rng(0)
-    results = [{"latency_us": float(v), "hit": bool(h)} for v, h in zip(rng.lognormal(10, 0.3, 60), rng.random(60) < 0.7)]
+    results = [{"latency_us": float(v), "hit": bool(h), "ok": True} for v, h in zip(rng.lognormal(10, 0.3, 60), rng.random(60) < 0.7)]
     row = distribution_table([{"distribution": "pareto", "concurrency": 2, "results": results, "wall_s": 3.0,
                                "evictions": 1}])[0]
     assert row["requests"] == 60
