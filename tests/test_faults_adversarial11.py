@@ -457,3 +457,30 @@ def test_publishing_without_credentials_names_the_asset_store(work, monkeypatch,
     assert main(["trims", "models", "squeezenet_1.1", "--base-path", "m", "--publish", "gs://b/p"]) == 1
     assert capsys.readouterr().err.startswith("repro: error: asset store (--publish) gs://b/p: no Google credentials "
                                               "found; ")
+
+
+@pytest.mark.parametrize("name", ["original/squeezenet_1.1/original-00009.json", "upload.json",
+                                  "original-memory.csv", "compared-all.json"])
+def test_overwrite_keeps_a_users_file_under_a_name_a_run_writes(work, capsys, name):
+    """`--profile-output-overwrite` removed a user's {"mine": 1} saved as shared-00009.json or
+    upload.json in the run's directory: a file was the run's by its name alone."""
+    assert _run(work, "--profile-output", "r", "--iterations", "1") == 0
+    (run_dir,) = _hours(work)
+    (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / name).write_text('{"mine": 1}')
+    capsys.readouterr()
+    assert _run(work, "--profile-output", "r", "--profile-output-overwrite") == 1
+    assert capsys.readouterr().err == (f"repro: error: --profile-output {run_dir}: holds {name}, whose content is not "
+                                       "what this command writes there; it may be yours: move it, or name another "
+                                       "directory\n")
+    assert (run_dir / name).read_text() == '{"mine": 1}'
+
+
+def test_overwrite_replaces_a_run_with_its_memory_samples_and_receipt(work, capsys, tmp_path):
+    """What a run writes (traces, memory samples, a receipt) is still its own to replace."""
+    (tmp_path / "store").mkdir()
+    work.config.write_text(work.config.read_text() + f"  base_bucket_url: {tmp_path / 'store'}\n")
+    assert _run(work, "--profile-output", "r", "--monitor-memory", "--trace-upload") == 0
+    (run_dir,) = _hours(work)
+    assert {"upload.json", "original"} <= {p.name for p in run_dir.iterdir()}
+    assert _run(work, "--profile-output", "r", "--profile-output-overwrite") == 0

@@ -440,10 +440,12 @@ def _as_written(relative):
     return "/".join(parts)
 
 
-def check_fresh_directory(path, label, written):
+def check_fresh_directory(path, label, written, holds_ours=None):
     """ReproError, naming `label`, unless `path` is new, an empty directory or one that
     fresh_directory made (marked so) holding only files whose paths in it `written` (a compiled
-    pattern) matches, the command's own: anything else may be the user's."""
+    pattern) matches, the command's own: anything else may be the user's. `holds_ours(path)`, where
+    given, tells by its content whether a file `written` names holds what the command writes there
+    (a name alone does not make a file the command's)."""
     path = Path(path)
     if path.is_symlink() or path.exists() and not path.is_dir():
         raise ReproError(f"{label} {path}: is not a directory this command made; expected a new or empty "
@@ -460,15 +462,26 @@ def check_fresh_directory(path, label, written):
             if relative != OWN_DIRECTORY_MARK and not written.fullmatch(_as_written(relative)):
                 raise ReproError(f"{label} {path}: holds {relative}, which this command does not write; it may be "
                                  "yours: move it, or name another directory")
+            if (holds_ours and relative != OWN_DIRECTORY_MARK and relative == _as_written(relative)
+                    and not _held_by(holds_ours, Path(folder) / name)):
+                raise ReproError(f"{label} {path}: holds {relative}, whose content is not what this command writes "
+                                 "there; it may be yours: move it, or name another directory")
 
 
-def fresh_directory(path, label, written):
+def _held_by(holds_ours, path):
+    try:
+        return not path.is_symlink() and holds_ours(path)
+    except (OSError, ReproError):
+        return False
+
+
+def fresh_directory(path, label, written, holds_ours=None):
     """`path` made empty for this command's output: an earlier one it made (marked so) is removed,
     a new one made and marked. A directory it did not make, holding anything, or one it made
-    holding anything but what it writes (`written`), is refused naming `label`
+    holding anything but what it writes (`written`, `holds_ours`), is refused naming `label`
     (check_fresh_directory): it may be the user's, and is never deleted."""
     path = Path(path)
-    check_fresh_directory(path, label, written)
+    check_fresh_directory(path, label, written, holds_ours)
     if (path / OWN_DIRECTORY_MARK).is_file():
         shutil.rmtree(path)
     try:

@@ -321,7 +321,7 @@ MAX_CONCURRENCY, MAX_PARAMETER = 1024, 1e6  # as the config schema bounds trims.
 def _experiment_compare(args):
     from repro.config import check_settings
     from repro.trims import service
-    from repro.trims.client import TRACE_FILES
+    from repro.trims.client import TRACE_FILES, holds_run_file
     from repro.trims.experiments import check_report_replaceable, run_compare
     from repro.trims.models import check_model_name
 
@@ -329,7 +329,7 @@ def _experiment_compare(args):
     settings = _client_settings(args.settings, "compare")
     check_model_name(args.model)
     for mode in ("original", "shared"):
-        check_fresh_directory(Path(args.out) / "traces" / mode, "--out", TRACE_FILES)
+        check_fresh_directory(Path(args.out) / "traces" / mode, "--out", TRACE_FILES, holds_run_file)
     check_report_replaceable(args.out)
     store = service.ensure(args.store, check_settings)  # started again if it no longer runs (a killed run, cluster_stop)
     run_compare(args.model, settings, store["base_path"], store["socket"], Path(args.out))
@@ -339,7 +339,7 @@ def _experiment_compare(args):
 def _experiment_distribution(args):
     from repro.config import check_settings
     from repro.trims import service
-    from repro.trims.client import TRACE_FILES
+    from repro.trims.client import TRACE_FILES, holds_run_file
     from repro.trims.experiments import check_report_replaceable, run_distribution
     from repro.trims.models import check_model_name
     from repro.trims.workload import check_params
@@ -357,7 +357,7 @@ def _experiment_distribution(args):
     except ReproError as exc:
         raise ReproError(str(exc).replace("--distribution-params", "--params").replace("--distribution", "distribution")) \
             from None
-    check_fresh_directory(Path(args.out) / "traces", "--out", TRACE_FILES)
+    check_fresh_directory(Path(args.out) / "traces", "--out", TRACE_FILES, holds_run_file)
     check_report_replaceable(args.out)
     store = service.ensure(args.store, check_settings)  # started again if it no longer runs (a killed run, cluster_stop)
     run_distribution(args.distribution, args.params, args.concurrency, settings, args.models,
@@ -562,13 +562,14 @@ def profile_directory(root, name, overwrite, share_hour=False):
     `share_hour` (the original's trace names, unique per request): then the hour's runs share it,
     as in the original.
     """
-    from repro.trims.client import RUN_FILES
+    from repro.trims.client import RUN_FILES, holds_run_file
 
     directory, shared_hour = check_profile_directory(root, name, overwrite, share_hour)
     if shared_hour:
         directory.mkdir(parents=True, exist_ok=True)
         return directory
-    return fresh_directory(directory, "--profile-output", RUN_FILES)  # an earlier run's removed, this one's made and marked
+    # an earlier run's removed, this one's made and marked
+    return fresh_directory(directory, "--profile-output", RUN_FILES, holds_run_file)
 
 
 def check_profile_directory(root, name, overwrite, share_hour=False):

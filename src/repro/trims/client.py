@@ -45,6 +45,34 @@ TRACE_FILES = re.compile(rf"(?:(?:original|shared)/)?(?:(?:upr_)?[^/]+_{_UUID}|[
 # and compared traces, the memory samples (--monitor-memory) and the upload receipt (--trace-upload)
 RUN_FILES = re.compile(rf"{TRACE_FILES.pattern}|upload\.json|combined-{_UUID}\.json|compared-[^/]+\.json"
                        r"|(?:original|shared)[-/]memory(?:\.csv|-summary\.json)")
+
+
+def holds_run_file(path):
+    """Whether `path`, named as RUN_FILES names a client run's files, holds what the run writes there:
+    a trace of a request (otherData.run_id) or one combined from them (otherData.inputs), an upload
+    receipt, the memory samples. A user's file of such a name is not removed with the run."""
+    from repro.fsutil import read_json
+    from repro.tracestore import is_receipt
+    from repro.traces import TraceReader
+    from repro.trims.monitor import FIELDS
+
+    name = path.name
+    if name == "upload.json":
+        return is_receipt(path)
+    if name.endswith("memory.csv"):
+        return _first_line(path) == ",".join(FIELDS)
+    if name.endswith("memory-summary.json"):
+        summary = read_json(path, "a memory summary")
+        return isinstance(summary, dict) and {"samples", "interval_s", "devices"} <= set(summary)
+    other = TraceReader(path).other_data
+    return "run_id" in other or "inputs" in other
+
+
+def _first_line(path):
+    with open(path, "rb") as fh:
+        return fh.readline(4096).decode("utf-8", "replace").rstrip("\r\n")
+
+
 _IPC_HANDLE = re.compile(r"[0-9a-f]{128}")  # a CUDA IPC memory handle (64 bytes) as hex (repro.trims.cuda)
 
 

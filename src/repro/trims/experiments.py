@@ -17,7 +17,7 @@ from repro.fsutil import (copy_limited, first_repeated, fresh_directory, open_re
                            sha256_file, write_json)
 from repro.stats import bootstrap_interval
 from repro.traces import summarize_trace
-from repro.trims.client import TRACE_FILES, Client, ClientOptions, store_fields
+from repro.trims.client import TRACE_FILES, Client, ClientOptions, holds_run_file, store_fields
 from repro.trims.device import resolve_device
 from repro.trims.models import check_file_size, load_manifest, load_manifest_file
 from repro.trims.server import StoreConnection
@@ -132,7 +132,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
     out_dir = Path(out_dir)
 
     def run(mode, original):
-        traces = fresh_directory(out_dir / "traces" / mode, "--out", TRACE_FILES)
+        traces = fresh_directory(out_dir / "traces" / mode, "--out", TRACE_FILES, holds_run_file)
         made.append(traces)
         client = _client(base_path, socket_path, traces, original, settings,
                          {"experiment": "compare", "run_id": f"compare-{model}-{mode}", **store})
@@ -163,7 +163,7 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
     connection.request({"op": "flush"})  # every run starts from an empty store
     before = connection.request({"op": "status"})
     _remove_report(out_dir)
-    with removed_unless_done(fresh_directory(out_dir / "traces", "--out", TRACE_FILES)) as (traces,):
+    with removed_unless_done(fresh_directory(out_dir / "traces", "--out", TRACE_FILES, holds_run_file)) as (traces,):
         client = _client(base_path, socket_path, traces, False, settings,
                          {"experiment": "distribution", "run_id": f"{name}-c{concurrency}", "distribution": name,
                           "distribution_params": params, "concurrent": concurrency, **store_fields(before)})
