@@ -341,10 +341,20 @@ def test_a_scratch_directory_holds_the_configs_tables_only(config, tmp_path):
      "deployment the cluster can run"),
     ("pecan:\n  cluster: {max_local_workers: 2}\n",
      "pecan.modes.short.local_workers: 10, more than the cluster's pecan.cluster.max_local_workers 2; expected a "
-     "deployment the cluster can run")])
+     "deployment the cluster can run"),
+    ("pecan:\n  modes:\n    fastflow: {remote_workers: 50}\n",
+     "pecan.modes.fastflow.remote_workers: 50, more than the cluster's pecan.cluster.max_remote_workers 20; expected a "
+     "deployment the cluster can run"),
+    ("pecan:\n  modes:\n    collocated: {local_workers: 11}\n",
+     "pecan.modes.collocated.local_workers: placement 'collocated' does not read it (it decides its workers, or runs "
+     "none); expected it only with placement fixed"),
+    ("pecan:\n  modes:\n    cachew: {remote_workers: 7}\n",
+     "pecan.modes.cachew.remote_workers: placement 'cachew' does not read it (it decides its workers, or runs none); "
+     "expected it only with placement fixed or fastflow")])
 def test_a_fixed_deployment_the_cluster_cannot_run_is_refused(tmp_path, capsys, override, error):
     """A fixed mode of no workers passed the check, then every run ended in a ZeroDivisionError; one of
-    20 remote workers on a cluster of 5 was run and billed."""
+    20 remote workers on a cluster of 5 (or FastFlow's 50 on one of 20) was run and billed; worker counts
+    given to a placement that decides its own were ignored, the run reporting others."""
     (tmp_path / "o.yaml").write_text(override)
     assert main(["config", "check", str(tmp_path / "o.yaml")]) == 1
     assert capsys.readouterr().err.endswith(f"{tmp_path / 'o.yaml'}: {error}\n")

@@ -374,19 +374,32 @@ def _check_directories(config, source):
                                  "directory, or a path where one can be made")
 
 
-def _check_fixed_deployment(name, mode, cluster, source):
+# the worker counts a placement reads from its mode (the others decide theirs, or run none)
+WORKER_COUNTS = {"fixed": ("remote_workers", "local_workers"), "fastflow": ("remote_workers",)}
+
+
+def _check_worker_counts(name, mode, cluster, source):
+    """A mode's worker counts: only where its placement reads them (elsewhere they were ignored, the
+    run reporting others), each no more than the cluster has (they were run and billed)."""
+    read = WORKER_COUNTS.get(mode["placement"], ())
+    for key in ("remote_workers", "local_workers"):
+        if key in mode and key not in read:
+            raise ReproError(f"{source}: pecan.modes.{name}.{key}: placement {mode['placement']!r} does not read it "
+                             f"(it decides its workers, or runs none); expected it only with placement "
+                             f"{' or '.join(p for p, keys in WORKER_COUNTS.items() if key in keys)}")
+        limit = cluster[f"max_{key}"]
+        if key in mode and mode[key] > limit:
+            raise ReproError(f"{source}: pecan.modes.{name}.{key}: {mode[key]}, more than the cluster's "
+                             f"pecan.cluster.max_{key} {limit}; expected a deployment the cluster can run")
+
+
+def _check_fixed_deployment(name, mode, source):
     """A fixed placement's workers: at least one (without any, nothing preprocesses: every run divided
-    by a rate of 0), and no more of each kind than the cluster has (they were run and billed)."""
-    remote, local = mode.get("remote_workers", 0), mode.get("local_workers", 0)
-    if remote + local == 0:
+    by a rate of 0)."""
+    if mode.get("remote_workers", 0) + mode.get("local_workers", 0) == 0:
         raise ReproError(f"{source}: pecan.modes.{name}: a fixed deployment of no workers preprocesses nothing; "
                          "expected remote_workers or local_workers of at least 1 (collocated is the placement "
                          "without workers)")
-    for kind, count in (("remote", remote), ("local", local)):
-        if count > cluster[f"max_{kind}_workers"]:
-            raise ReproError(f"{source}: pecan.modes.{name}.{kind}_workers: {count}, more than the cluster's "
-                             f"pecan.cluster.max_{kind}_workers {cluster[f'max_{kind}_workers']}; expected a "
-                             "deployment the cluster can run")
 
 
 def check_references(config, source="config"):
@@ -432,8 +445,9 @@ def check_references(config, source="config"):
     from repro.pecan.policies import fastflow_workers
 
     for name, mode in pecan["modes"].items():
+        _check_worker_counts(name, mode, pecan["cluster"], source)
         if mode["placement"] == "fixed":
-            _check_fixed_deployment(name, mode, pecan["cluster"], source)
+            _check_fixed_deployment(name, mode, source)
         if mode["placement"] == "fastflow":
             try:
                 fastflow_workers(mode.get("remote_workers", 2), f"pecan.modes.{name}.remote_workers")
