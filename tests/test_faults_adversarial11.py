@@ -494,3 +494,21 @@ def test_overwrite_replaces_a_run_with_its_memory_samples_and_receipt(work, caps
     (run_dir,) = _hours(work)
     assert {"upload.json", "original"} <= {p.name for p in run_dir.iterdir()}
     assert _run(work, "--profile-output", "r", "--profile-output-overwrite") == 0
+
+
+def test_a_table_whose_header_names_a_column_twice_is_refused(tmp_path, capsys):
+    """A cost table with `workload` in its header twice: the row's second value was read, and the
+    message said the row "holds runs of 'local'"."""
+    (tmp_path / "t.csv").write_text("workload,mode,workload\nA,cachew,B\n")
+    assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", "A", "--table",
+                 str(tmp_path / "t.csv"), "-o", str(tmp_path / "c.csv")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {tmp_path / 't.csv'}: its header names column 'workload' twice; "
+                                       "expected a cost table with each column once\n")
+
+
+def test_an_engine_runs_table_names_no_preset_and_is_drawn_under_any(config, tmp_path):
+    """The tf.data engine's rows name no calibration preset (its scale is derived): a figure or a
+    comparison of the config's preset takes them."""
+    from repro.pecan.costtable import check_table_runs
+
+    check_table_runs([{"workload": "W", "preset": ""}], "t.csv", "W", "local")

@@ -268,7 +268,11 @@ def read_csv(path, label, what, limit=JSON_LIMIT):
 
     try:
         text = read_text(path, label, what, limit).removeprefix("\ufeff")  # a spreadsheet's byte order mark
-        return list(csv.DictReader(io.StringIO(text, newline="")))
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        twice = first_repeated(reader.fieldnames or ())
+        if twice is not None:  # a row's value of it would be the last column's, silently
+            raise ReproError(f"{label}: its header names column {twice[:80]!r} twice; expected {what} with each column once")
+        return list(reader)
     except OSError as exc:
         raise ReproError(f"{label}: cannot read ({exc.strerror})") from None
     except csv.Error as exc:

@@ -580,7 +580,7 @@ def _comparison(args):
     if tabled != settings["workloads"]:  # the caption and the paper's values follow the settings, the bars the table
         raise ReproError(f"--settings: workloads: {settings['workloads']}, but {args.table} holds {tabled}; expected "
                          "the workloads of the table, in its order")
-    other = next((row["preset"] for row in rows if row["preset"] != settings["preset"]), None)
+    other = next((row["preset"] for row in rows if row["preset"] not in ("", settings["preset"])), None)
     if other is not None:  # the caption names the settings' preset
         raise ReproError(f"{args.table}: runs of calibration preset {other[:100]!r}, not of {settings['preset']!r}; "
                          "expected the table of the preset the caption names")

@@ -80,7 +80,7 @@ def comparison_rows(option, workloads, tables):
     for workload, table in zip(workloads, tables):
         by_mode, table_rows = {}, read_rows(table)
         check_table_runs(table_rows, table, workload)  # paired by position: another workload's bars under its name
-        for preset in {row["preset"] for row in table_rows}:
+        for preset in {row["preset"] for row in table_rows} - {""}:  # the tf.data engine's rows name none
             presets.setdefault(preset, table)
         if len(presets) > 1:  # drawn side by side under one caption that names one preset
             (first, earlier), (second, later) = presets.items()
