@@ -512,3 +512,23 @@ def test_an_engine_runs_table_names_no_preset_and_is_drawn_under_any(config, tmp
     from repro.pecan.costtable import check_table_runs
 
     check_table_runs([{"workload": "W", "preset": ""}], "t.csv", "W", "local")
+
+
+def test_a_cut_client_run_runs_none_of_the_requests_not_begun(work, monkeypatch, capsys):
+    """Ctrl-C during a run of several clients: the requests still queued ran to the end of the plan
+    before the command ended."""
+    import threading
+
+    request, attempts, lock = client.Client.request, [], threading.Lock()
+
+    def counted(self, model, iteration):
+        with lock:
+            attempts.append(iteration)
+            if len(attempts) == 4:
+                raise KeyboardInterrupt
+        return request(self, model, iteration)
+
+    monkeypatch.setattr(client.Client, "request", counted)
+    assert _run(work, "--iterations", "100", "--concurrent", "2") == 130
+    assert len(attempts) <= 6, len(attempts)  # the cut one, and at most one more begun on the other client
+    assert _hours(work) == []
