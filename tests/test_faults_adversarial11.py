@@ -88,14 +88,17 @@ def _earlier_compare(server, models, config, out):
     assert (out / "report.json").is_file()
 
 
-def test_a_cut_compare_leaves_neither_traces_nor_the_earlier_report(server, models, config, tmp_path, monkeypatch):
+@pytest.mark.parametrize("cut_after", [1, 3], ids=["in-original-mode", "in-shared-mode"])
+def test_a_cut_compare_leaves_neither_traces_nor_the_earlier_report(server, models, config, tmp_path, monkeypatch,
+                                                                    cut_after):
     """Cut in its shared mode, the compare experiment left the original mode's new traces beside the
-    earlier run's report.json, which named traces of another run."""
+    earlier run's report.json, which named traces of another run; cut in its original mode, the
+    earlier run's shared traces stayed."""
     from repro.trims.experiments import run_compare
 
     out = tmp_path / "out"
     _earlier_compare(server, models, config, out)
-    _cut_after(monkeypatch, 3)  # the two original requests, then one shared
+    _cut_after(monkeypatch, cut_after)  # of the two original requests, then the shared ones
     with pytest.raises(KeyboardInterrupt):
         run_compare("squeezenet_1.1", {**_settings(config), "iterations": 2}, models, server[0], out)
     assert sorted(p.name for p in out.iterdir()) == ["traces"]

@@ -132,8 +132,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
     out_dir = Path(out_dir)
 
     def run(mode, original):
-        traces = fresh_directory(out_dir / "traces" / mode, "--out", TRACE_FILES, holds_run_file)
-        made.append(traces)
+        traces = out_dir / "traces" / mode
         client = _client(base_path, socket_path, traces, original, settings,
                          {"experiment": "compare", "run_id": f"compare-{model}-{mode}", **store})
         plan = [(model, i) for i in range(settings["iterations"])]
@@ -147,7 +146,10 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
     finally:
         connection.close()
     _remove_report(out_dir)
-    with removed_unless_done() as made:  # a cut run leaves no mode's traces
+    # both modes' earlier traces go before either runs: a cut run leaves no mode's, new or earlier
+    emptied = [fresh_directory(out_dir / "traces" / mode, "--out", TRACE_FILES, holds_run_file)
+               for mode in ("original", "shared")]
+    with removed_unless_done(*emptied):
         modes = compare(run)
     report = {"experiment": "compare", "model": model, "store": store, "client": _client_fields(settings),
               "modes": modes}
