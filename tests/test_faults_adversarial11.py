@@ -146,29 +146,6 @@ def test_a_missing_subcommand_alone_is_named(capsys):
         2, "repro trims server: error: the following arguments are required: {run,stop,status}")
 
 
-@pytest.mark.parametrize("command", [["trims", "models", "squeezenet_1.1"],
-                                     ["trims", "fetch", "squeezenet_1.1", "--asset-store", "assets"]],
-                         ids=["models", "fetch"])
-def test_a_model_directory_whose_manifest_is_no_models_names_the_manifest(models, tmp_path, monkeypatch, capsys,
-                                                                          command):
-    """A directory of the user's holding a manifest.json that is none of this package's was said to
-    hold "no model manifest", which it plainly does."""
-    from support import run_repro
-    from test_faults_adversarial7 import _copy_model
-
-    monkeypatch.chdir(tmp_path)
-    _copy_model(models, tmp_path / "assets")
-    (tmp_path / "base" / "squeezenet_1.1").mkdir(parents=True)
-    (tmp_path / "base" / "squeezenet_1.1" / "manifest.json").write_text('{"model": "mine"}')
-    code, out, err = run_repro([*command, "--base-path", "base"], capsys)
-    assert (code, out) == (1, "")
-    assert err.startswith("repro: error: base/squeezenet_1.1: holds files but a manifest.json that is no model "
-                          "manifest (")
-    assert err.endswith("); expected a model's directory (or nothing) there: move the files away, or name another "
-                        "base path\n") and len(err.splitlines()) == 1
-    assert (tmp_path / "base" / "squeezenet_1.1" / "manifest.json").read_text() == '{"model": "mine"}'
-
-
 def test_a_comparison_figure_refuses_a_table_of_another_preset(tmp_path, capsys):
     """A comparison table names its runs' calibration preset; a figure whose caption names another is
     refused (the artifact preset's bars had been captioned "local")."""

@@ -6,6 +6,7 @@ read; a command that refuses says so in one line naming the file, key or flag.
 """
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -262,22 +263,28 @@ def test_a_server_info_file_under_a_file_is_refused_before_the_server_listens(mo
 @pytest.mark.parametrize("command", [["trims", "models", "squeezenet_1.1"],
                                      ["trims", "fetch", "squeezenet_1.1", "--asset-store", "assets"]],
                          ids=["models", "fetch"])
-def test_a_model_directory_of_the_users_is_not_written_into(models, tmp_path, monkeypatch, capsys, command):
+@pytest.mark.parametrize("name, content, said", [
+    ("model.params", "the user's weights", r"no model manifest \(manifest\.json\)"),
+    ("manifest.json", '{"model": "mine"}', r"a manifest\.json that is no model manifest \([^\n]+\)")],
+    ids=["no-manifest", "a-manifest-not-a-models"])
+def test_a_model_directory_of_the_users_is_not_written_into(models, tmp_path, monkeypatch, capsys, command, name,
+                                                            content, said):
     """`repro trims models NAME` (and `trims-tools download assets`, which runs it for every model) or
     `repro trims fetch NAME` where the base path's NAME is a directory of the user's, without a model
     manifest (the original tools' base path holds their own models, whose weights are model.params
-    too): its model.params was replaced by the generated or fetched weights."""
+    too): its model.params was replaced by the generated or fetched weights. One holding a manifest.json
+    that is none of this package's was said to hold "no model manifest", which it plainly does."""
     monkeypatch.chdir(tmp_path)
     _copy_model(models, tmp_path / "assets")
     (tmp_path / "base" / "squeezenet_1.1").mkdir(parents=True)
-    (tmp_path / "base" / "squeezenet_1.1" / "model.params").write_text("the user's weights")
+    (tmp_path / "base" / "squeezenet_1.1" / name).write_text(content)
     code, out, err = run_repro([*command, "--base-path", "base"], capsys)
     assert (code, out) == (1, "")
-    assert err == ("repro: error: base/squeezenet_1.1: holds files but no model manifest (manifest.json); expected a "
-                   "model's directory (or nothing) there: move the files away, or name another base path\n")
+    assert re.fullmatch(rf"repro: error: base/squeezenet_1\.1: holds files but {said}; expected a model's directory "
+                        r"\(or nothing\) there: move the files away, or name another base path\n", err), err
     assert os.listdir(tmp_path / "base") == ["squeezenet_1.1"]
-    assert os.listdir(tmp_path / "base" / "squeezenet_1.1") == ["model.params"]
-    assert (tmp_path / "base" / "squeezenet_1.1" / "model.params").read_text() == "the user's weights"
+    assert os.listdir(tmp_path / "base" / "squeezenet_1.1") == [name]
+    assert (tmp_path / "base" / "squeezenet_1.1" / name).read_text() == content
 
 
 @pytest.mark.parametrize("command", [["server", "run"], ["run", "--models=squeezenet_1.1"]], ids=["server-run", "run"])
