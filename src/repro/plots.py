@@ -197,10 +197,11 @@ def _save(fig, outputs, caption, style, laid_out=None):
     run together wrapped or slanted, and the figure made taller where the caption would take more
     than CAPTION_SHARE of it. `laid_out`: called with the renderer once the figure is laid out
     (what depends on the sizes drawn)."""
+    fig.set_dpi(style["dpi"])  # measured as drawn: small text's hinted widths do not scale with the dpi
     renderer = fig.canvas.get_renderer()
     text = fig.text(0.01, 0.01, caption, fontsize=max(5, style["font_size"] - 3), ha="left", va="bottom",
                     style="italic")
-    _wrap_to_width(text, 0.98 * fig.get_figwidth() * fig.dpi, renderer)
+    _wrap_to_width(text, 0.97 * fig.get_figwidth() * fig.dpi, renderer)
     for ax in fig.axes:
         _wrap_to_width(ax.title, ax.get_window_extent(renderer).width, renderer)
         _wrap_to_width(ax.yaxis.label, ax.get_window_extent(renderer).height, renderer)
