@@ -5,6 +5,7 @@ import inspect
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -169,6 +170,18 @@ def test_a_throughput_that_prices_an_epoch_beyond_any_figure_is_refused():
     with pytest.raises(ReproError, match=r"prices an epoch at \$"):
         cost_row(worker_bound, "pecan", "resnet", resnet, 0.0, 0.427)
     assert cost_row(ParsedLog("ok.log", 0.5, 1, 0, 0, True, {}), "pecan", "resnet", resnet, 4.96, 0.427)["tpu_cost"] < 1e9
+    # at the bound: $1 an hour, an hour's steps of one example each, priced at just over $1e9 and at $1e9
+    hour = {"batch_size": 1, "steps_per_epoch": 3600}
+    with pytest.raises(ReproError, match=r"prices an epoch at \$1e\+09; expected at most"):
+        cost_row(ParsedLog("edge.log", 1 / 1.00001e9, 1, 0, 0, True, {}), "m", "resnet", hour, 1.0, 0.0)
+    assert cost_row(ParsedLog("edge.log", 1 / 0.99999e9, 1, 0, 0, True, {}), "m", "resnet", hour, 1.0, 0.0)["tpu_cost"] \
+        == pytest.approx(0.99999e9)
+    with pytest.raises(ReproError) as nothing:  # a throughput so small it rounds to no batches at all
+        cost_row(ParsedLog("none.log", 5e-324, 1, 0, 0, True, {}), "m", "resnet", resnet, 1.0, 0.0)
+    assert str(nothing.value) == ("none.log: 4.94066e-324 examples/second is 0 batches/second of 1024; expected a "
+                                  "throughput to price")
+    assert "m:" in str(pytest.raises(ReproError, cost_row, SimpleNamespace(throughput=5e-324, remote_workers=0),
+                                     "m", "resnet", resnet, 1.0, 0.0).value)  # no path: named by its mode
 
 
 def test_the_deployment_is_the_last_worker_set_seen_three_times_in_a_row(tmp_path):
