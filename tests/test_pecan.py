@@ -182,6 +182,8 @@ def test_a_throughput_that_prices_an_epoch_beyond_any_figure_is_refused():
                                   "throughput to price")
     assert "m:" in str(pytest.raises(ReproError, cost_row, SimpleNamespace(throughput=5e-324, remote_workers=0),
                                      "m", "resnet", resnet, 1.0, 0.0).value)  # no path: named by its mode
+    assert str(pytest.raises(ReproError, cost_row, SimpleNamespace(throughput=1e-7, remote_workers=2), "m", "resnet",
+                             resnet, 4.96, 0.427).value).startswith("m: 1e-07 examples/second prices an epoch at $")
 
 
 def test_the_deployment_is_the_last_worker_set_seen_three_times_in_a_row(tmp_path):
