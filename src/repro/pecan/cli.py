@@ -568,7 +568,7 @@ def comparison_caption(settings, calibrations, verdicts, rows):
 def _comparison(args):
     from repro.config import check_style
     from repro.pecan.comparisons import OPTIONS, VERDICT_COLUMNS, ordering_notes, paper_verdicts
-    from repro.pecan.costtable import write_table
+    from repro.pecan.costtable import named_preset, write_table
     from repro.pecan.presets import PAPER_COSTS
     from repro.pecan.run import load_calibrations
     from repro.plots import plot_comparison
@@ -580,7 +580,7 @@ def _comparison(args):
     if tabled != settings["workloads"]:  # the caption and the paper's values follow the settings, the bars the table
         raise ReproError(f"--settings: workloads: {settings['workloads']}, but {args.table} holds {tabled}; expected "
                          "the workloads of the table, in its order")
-    other = next((row["preset"] for row in rows if row["preset"] not in ("", settings["preset"])), None)
+    other = next((row["preset"] for row in rows if named_preset(row) not in (None, settings["preset"])), None)
     if other is not None:  # the caption names the settings' preset
         raise ReproError(f"{args.table}: runs of calibration preset {other[:100]!r}, not of {settings['preset']!r}; "
                          "expected the table of the preset the caption names")

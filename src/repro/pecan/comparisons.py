@@ -15,7 +15,7 @@ import math
 from repro.errors import ReproError
 from repro.fsutil import read_csv
 from repro.pecan.costs import MAX_DOLLARS
-from repro.pecan.costtable import check_table_runs
+from repro.pecan.costtable import check_table_runs, named_preset
 from repro.stats import verdict
 
 LABEL_ROUNDING = 0.005  # fig8.py labels cents: a labelled value stands for any within half a cent
@@ -80,7 +80,7 @@ def comparison_rows(option, workloads, tables):
     for workload, table in zip(workloads, tables):
         by_mode, table_rows = {}, read_rows(table)
         check_table_runs(table_rows, table, workload)  # paired by position: another workload's bars under its name
-        for preset in {row["preset"] for row in table_rows} - {""}:  # the tf.data engine's rows name none
+        for preset in {named_preset(row) for row in table_rows} - {None}:
             presets.setdefault(preset, table)
         if len(presets) > 1:  # drawn side by side under one caption that names one preset
             (first, earlier), (second, later) = presets.items()

@@ -90,6 +90,12 @@ def mode_row(log, metrics, mode, settings):
     return row
 
 
+def named_preset(row):
+    """The calibration preset a table row's runs name, or None: the tf.data engine's derive their scale
+    and name none (""), so they stand under any preset."""
+    return row["preset"] or None
+
+
 def check_table_runs(rows, table, workload, preset=None):
     """ReproError unless every row of the cost table `table` holds runs of `workload` (and of the
     calibration `preset`, where given and the row names one): a figure labels its bars by them."""
@@ -105,7 +111,7 @@ def check_table_runs(rows, table, workload, preset=None):
         if row["workload"] != workload:
             raise ReproError(f"{table}: row {index} holds runs of {row['workload'][:100]!r}, not of {workload!r}; "
                              f"expected {workload}'s cost table")
-        if preset is not None and row["preset"] and row["preset"] != preset:  # the tf.data engine's rows name none
+        if preset is not None and named_preset(row) not in (None, preset):
             raise ReproError(f"{table}: row {index} holds runs of calibration preset {row['preset'][:100]!r}, not of "
                              f"{preset!r}; expected the table of the preset the caption names")
 
