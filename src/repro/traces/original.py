@@ -25,6 +25,7 @@ PHASES = {
     "get_output": ("prediction", ("get_output",)),
     "free_predictor": ("prediction", ("free", "free_predictor")),
 }
+_PHASE_OF = {(category, name): key for key, (category, names) in PHASES.items() for name in names}
 FIELDS = ("run_id", "server", "upr_enabled", "eager_mode", "eager_mode_async", "hostname", "model_name",
           "experiment_description")
 RECORD_KEYS = {*FIELDS, "end_to_end_process_time", "end_to_end_time", "init_time"}  # in every record
@@ -46,24 +47,34 @@ def _ns(microseconds, path, key):
     return round(nanoseconds)
 
 
+class _Phases:
+    """What a record takes from a trace's events, kept as they come (the events are not held): the
+    first start, and each phase's last event (in order of completion, the last match wins, as in the
+    original)."""
+
+    def __init__(self, path):
+        self.path, self.start, self.phases = path, None, {}
+
+    def append(self, event):
+        self.start = event["start"] if self.start is None else min(self.start, event["start"])
+        key = _PHASE_OF.get((event["cat"], event["name"]))
+        if key is not None:
+            self.phases[key] = {"name": event["name"], "category": event["cat"],
+                                "start_time_t": _rfc3339(event["start"], self.path),
+                                "duration": _ns(event["duration"], self.path, f"{event['name']}'s duration")}
+
+
 def original_record(path, detailed=True, strict=True, given=frozenset()):
     """One trace's record in the original's shape (`given`: as summarize_trace's)."""
-    summary = summarize_trace(path, detailed=True, strict=strict, given=given)
-    events = summary["detailed_events"]
+    phases = _Phases(path)
+    summary = summarize_trace(path, detailed=True, strict=strict, given=given, keep=lambda: phases)
     record = {key: summary.get(key) for key in FIELDS}
     for key in ("end_to_end_process_time", "end_to_end_time"):
         record[key] = _ns(summary[key], path, key)
-    start = summary.get("start_at") or (_rfc3339(min(e["start"] for e in events), path) if events else None)
+    start = summary.get("start_at") or (_rfc3339(phases.start, path) if phases.start is not None else None)
     record["init_time"] = start
     if detailed:
-        phases = {}
-        for event in events:  # in order of completion: the last match wins, as in the original
-            for key, (category, names) in PHASES.items():
-                if event["cat"] == category and event["name"] in names:
-                    phases[key] = {"name": event["name"], "category": category,
-                                   "start_time_t": _rfc3339(event["start"], path),
-                                   "duration": _ns(event["duration"], path, f"{event['name']}'s duration")}
-        record["events"] = phases
+        record["events"] = phases.phases
     return record
 
 

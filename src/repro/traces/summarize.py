@@ -8,15 +8,21 @@ All times in a summary are microseconds (the trace's own unit). Per trace:
                            background), whatever their category.
 """
 
+import json
 import math
+import os
+import re
+import secrets
+import tempfile
 from itertools import compress, repeat
 from operator import ne
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from repro.errors import ReproError, TraceError
-from repro.fsutil import check_text_name, file_identity, first_named_twice
+from repro.fsutil import atomic_path, check_text_name, file_identity, first_named_twice, json_text
 from repro.stats import t_quantile
 from repro.traces.events import IGNORE_CATEGORY, column
 from repro.traces.events import values as dict_values
@@ -78,23 +84,57 @@ def find_traces(inputs):
     return files
 
 
-def summarize_trace(path, detailed=False, strict=True, reader_options=None, given=frozenset()):
+class SpilledEvents:
+    """A trace's detailed events kept on disk, one JSON line each, in an unnamed temporary file: they
+    are many times the trace's size as Python objects, and the summary is written by streaming them
+    (write_summary). The temporary goes beside `target`, the summary's file (not to /tmp, which may be
+    held in memory), or its nearest directory that exists."""
+
+    def __init__(self, target):
+        directory = next(p for p in Path(os.path.abspath(target)).parents if p.is_dir())
+        try:
+            self._file = tempfile.TemporaryFile(dir=directory)
+        except OSError as exc:
+            raise ReproError(f"{target}: cannot write the detailed events beside it ({exc.strerror})") from None
+        self.count = 0
+
+    def append(self, record):
+        try:
+            line = orjson.dumps(record)
+        except orjson.JSONEncodeError:  # integers beyond 64 bits, names with lone surrogates
+            line = json.dumps(record, separators=(",", ":")).encode()
+        self._file.write(line + b"\n")
+        self.count += 1
+
+    def lines(self):
+        """The events' JSON texts, in the order appended."""
+        self._file.flush()
+        self._file.seek(0)
+        for line in self._file:
+            yield line[:-1]
+
+    def close(self):
+        self._file.close()
+
+
+def summarize_trace(path, detailed=False, strict=True, reader_options=None, given=frozenset(), keep=list):
     """Summary of one trace: run metadata, end_to_end_time and per-event-name durations. `given`: the
-    identities of the other traces summarized with it, none of which a combined trace may hold."""
+    identities of the other traces summarized with it, none of which a combined trace may hold. With
+    `detailed`, `keep()` makes what the events are appended to (`detailed_events`)."""
     try:
-        return _summary(path, detailed, strict, reader_options, compact=True, given=given)
+        return _summary(path, detailed and keep, strict, reader_options, compact=True, given=given)
     except NotCompact:  # read with orjson: the same summary, or the same error, as ever
-        return _summary(path, detailed, strict, reader_options, compact=False, given=given)
+        return _summary(path, detailed and keep, strict, reader_options, compact=False, given=given)
 
 
-def _summary(path, detailed, strict, reader_options, compact, given=frozenset()):
+def _summary(path, keep, strict, reader_options, compact, given=frozenset()):
     """summarize_trace over the reader's compact chunks (Event structs) or its dict chunks."""
     reader = TraceReader(path, strict=strict, **(reader_options or {}))
     chunks, values = (reader.compact_chunks(), field_values) if compact else (reader.column_chunks(), dict_values)
     matcher = SpanMatcher(path, strict)
     names = {}  # event name -> small int, in order of first completion
     counts, totals = np.zeros(0, np.int64), np.zeros(0)
-    detail = [] if detailed else None
+    detail = keep() if keep else None
     first_begin = last_end = process_first = process_last = None
     init_time = 0
     index = backwards_pairs = 0
@@ -263,13 +303,42 @@ def aggregate(summaries, group_by):
     return result
 
 
-def summarize(inputs, group_by=("model_name", "upr_enabled"), detailed=False, strict=True):
-    """Summary document of many traces (files or directories): per-trace entries and group statistics."""
+def summarize(inputs, group_by=("model_name", "upr_enabled"), detailed=False, strict=True, keep=list):
+    """Summary document of many traces (files or directories): per-trace entries and group statistics.
+    `keep`: as summarize_trace's (SpilledEvents, for a document that write_summary writes)."""
     copied, traces = MetadataTotal("the summary's copy of the traces' otherData"), []
     with cycle_collection_paused():
         paths = find_traces(inputs)
         given = {file_identity(path) for path in paths}
         for path in paths:
-            traces.append(summarize_trace(path, detailed=detailed, strict=strict, given=given))
+            traces.append(summarize_trace(path, detailed=detailed, strict=strict, given=given, keep=keep))
             copied.add(path, sum(len(value) for value in traces[-1].values() if isinstance(value, str)))
     return {"time_unit": "us", "traces": traces, "group_by": list(group_by), "groups": aggregate(traces, list(group_by))}
+
+
+def write_summary(target, doc):
+    """Write a summary document as write_json does, streaming each trace's SpilledEvents into it (one
+    event per line) rather than holding them in memory."""
+    token = secrets.token_hex(8)  # a placeholder no trace's text can forge
+    spilled = {}
+    entries = []
+    for entry in doc["traces"]:
+        events = entry.get("detailed_events")
+        if isinstance(events, SpilledEvents):
+            spilled[f"\0spilled-{token}-{len(spilled)}"] = events
+            entry = {**entry, "detailed_events": f"\0spilled-{token}-{len(spilled) - 1}"}
+        entries.append(entry)
+    parts = re.split(rf'( *"detailed_events": "\\u0000spilled-{token}-\d+")', json_text(target, {**doc, "traces": entries}))
+    with atomic_path(target) as tmp, open(tmp, "wb") as out:
+        for part in parts:
+            placeholder = re.fullmatch(rf'( *)"detailed_events": "\\u0000(spilled-{token}-\d+)"', part)
+            if placeholder is None:
+                out.write(part.encode())
+                continue
+            indent, events = placeholder[1], spilled["\0" + placeholder[2]]
+            out.write(f'{indent}"detailed_events": ['.encode())
+            for n, line in enumerate(events.lines()):
+                out.write((b",\n" if n else b"\n") + indent.encode() + b"  " + line)
+            out.write(f"\n{indent}]".encode() if events.count else b"]")
+            events.close()
+    return target
