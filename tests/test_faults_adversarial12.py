@@ -1,14 +1,21 @@
-"""Fault injection, an adversarial pass over bounds: a detailed trace summary streams its events
-rather than holding them, in either summary format.
+"""Fault injection, an adversarial pass over bounds and signals: a detailed trace summary streams its
+events rather than holding them, in either summary format; a stop signal to the process group of a
+process-per-request client run reaches the client alone.
 """
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import time
 
+import psutil
 import pytest
 
 from repro.cli import main
 from repro.traces import summarize
-from support import run_forked
+from support import BIN, ctrl_c_heard, run_forked
 
 pytestmark = pytest.mark.fault
 
@@ -58,3 +65,39 @@ def test_the_streamed_detailed_summary_is_the_summary_in_memory(tmp_path, capsys
     assert [len(t["detailed_events"]) for t in written["traces"]] == [2, 0]
     assert [p.name for p in tmp_path.iterdir()] == sorted(["t.json", "ignored.json", "s.json"], key=[
         p.name for p in tmp_path.iterdir()].index)  # no temporary left beside it
+
+
+def _request_processes(pid):
+    """The processes multiprocessing has spawned for `pid`'s requests (not its resource tracker)."""
+    with contextlib.suppress(psutil.Error):
+        return [child for child in psutil.Process(pid).children() if "spawn_main" in " ".join(child.cmdline())]
+    return []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_stop_signal_to_the_group_of_a_process_per_request_run_prints_no_traceback(server, models, tmp_path, signum):
+    """Ctrl-C or a hang-up sent to the process group, as a terminal sends it, reached each request
+    process in its imports (a KeyboardInterrupt traceback apiece) and killed multiprocessing's resource
+    tracker (its KeyError tracebacks). The run stops with its one line; nothing of it is left running."""
+    socket_path, _ = server
+    proc = subprocess.Popen([str(BIN / "repro"), "trims", "client", "run", "--model", "squeezenet_1.1",
+                             "--iterations", "50", "--concurrent", "2", "--process-per-request", "--socket",
+                             str(socket_path), "--base-path", str(models)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=ctrl_c_heard)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and not _request_processes(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # past the interpreter's start, into the imports (numpy, onnxruntime: a second or more)
+        group = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert group
+    assert "Traceback" not in err and "Some resources might leak" not in err, err
+    assert proc.returncode == 128 + signum and err.strip().splitlines()[-1].startswith("repro: "), err
+    assert not psutil.wait_procs(group, timeout=10)[1]  # the resource tracker ends once it reads the end of its pipe

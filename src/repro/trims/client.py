@@ -16,6 +16,7 @@ import hashlib
 import multiprocessing
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError
+from repro.stopsignals import STOP_SIGNALS
 from repro.traces import write_trace
 from repro.trims.cuda import Mappings
 from repro.trims.modelstore import AttachedSegment, segment_prefix
@@ -299,9 +301,7 @@ class Client:
         threads of this process."""
         if concurrent < 1:
             raise ReproError(f"--concurrent must be at least 1, got {concurrent}")
-        results = []
-        pool = (ProcessPoolExecutor(concurrent, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)
-                if processes else None)
+        pool = threads = None
 
         def request(model, iteration):
             if pool is None:
@@ -320,12 +320,38 @@ class Client:
 
         started = time.perf_counter()
         try:
-            with ThreadPoolExecutor(max_workers=concurrent) as threads:
-                results = list(threads.map(one, plan))
-        finally:
+            # made with the stop signals blocked, the threads, the request processes they start and
+            # multiprocessing's resource tracker keep them blocked: Ctrl-C, SIGTERM or a hang-up sent
+            # to the process group reaches this thread alone, which stops the run (a request process
+            # cut in its imports printed a traceback, and a hang-up killed the resource tracker)
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                if processes:
+                    pool = ProcessPoolExecutor(concurrent, mp_context=multiprocessing.get_context("spawn"),
+                                               max_tasks_per_child=1, initializer=_request_process_signals)
+                    # starting the resource tracker unblocks SIGINT and SIGTERM (multiprocessing's
+                    # resource_tracker.ensure_running) rather than restoring the mask
+                    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+                threads = ThreadPoolExecutor(max_workers=concurrent)
+                outcomes = threads.map(one, plan)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            results = list(outcomes)
+        finally:  # requests under way finish; those not begun are not begun
+            if threads is not None:
+                threads.shutdown(cancel_futures=True)
             if pool is not None:
                 pool.shutdown()
         return results, time.perf_counter() - started
+
+
+def _request_process_signals():
+    """A request process ignores the group's Ctrl-C and hang-up (the parent stops the run) and ends on
+    SIGTERM without a word, as pool workers do; what came while it started is then discarded."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _request_in_new_process(options, model, iteration):
