@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -101,3 +102,26 @@ def test_a_stop_signal_to_the_group_of_a_process_per_request_run_prints_no_trace
     assert "Traceback" not in err and "Some resources might leak" not in err, err
     assert proc.returncode == 128 + signum and err.strip().splitlines()[-1].startswith("repro: "), err
     assert not psutil.wait_procs(group, timeout=10)[1]  # the resource tracker ends once it reads the end of its pipe
+
+
+def test_two_stop_signals_at_once_are_one_stop_without_a_race_report(tmp_path):
+    """Ctrl-C and SIGTERM that arrive together: the first one's handler set the other's to SIG_IGN
+    while it waited for its handler, and the interpreter printed "Signal 15 ignored due to race
+    condition" beside the command's line."""
+    script = """
+import os, signal, sys
+from repro.commands import Terminated, _terminated_as_interrupted
+with _terminated_as_interrupted():
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # both come now
+        sum(range(1000))
+    except Terminated as stop:
+        print("stopped by", signal.Signals(stop.signum).name)
+    sum(range(1000))  # the interpreter looks at the signals still waiting
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          preexec_fn=ctrl_c_heard)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "stopped by SIGINT\n", "")

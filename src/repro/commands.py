@@ -490,6 +490,10 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+def _repeat_ignored(signum, frame):
+    """A stop signal after the first, while the clean-up runs."""
+
+
 @contextlib.contextmanager
 def _terminated_as_interrupted():
     """While a command runs: SIGTERM and SIGHUP do what Ctrl-C does. A signal that is ignored (nohup)
@@ -504,9 +508,9 @@ def _terminated_as_interrupted():
     def terminated(signum, frame):
         if after_imports.put_off(signum, frame):
             return
-        for other in previous:
-            signal.signal(other, signal.SIG_IGN)
-        raise Terminated(signum)
+        for other in previous:  # a Python handler that does nothing, not SIG_IGN: a signal that came with
+            signal.signal(other, _repeat_ignored)  # this one and waits for its handler would be reported
+        raise Terminated(signum)  # "ignored due to race condition" by the interpreter
 
     for signum in STOP_SIGNALS:
         handler = signal.getsignal(signum)
