@@ -125,3 +125,45 @@ with _terminated_as_interrupted():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           preexec_fn=ctrl_c_heard)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "stopped by SIGINT\n", "")
+
+
+def test_cluster_stop_stops_the_store_whose_record_was_edited_to_name_another_process(tmp_path, monkeypatch, capsys):
+    """A store record edited to name another process (its pid and start ticks): that process was rightly
+    left alone, but the store itself was left running with its socket and record removed, where nothing
+    could reach or stop it, and `cluster stop` said "model store stopped"."""
+    from repro.processes import describe, matches
+    from repro.trims import service
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    settings = {"base_path": "models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
+    assert main(["trims", "store", "start", "--settings", json.dumps(settings), "--state", "st.json"]) == 0
+    store = json.loads((tmp_path / "st.json").read_text())["process"]
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        record_path = service._record_path(tmp_path)
+        record = json.loads(record_path.read_text())
+        forged = {key: value for key, value in describe(other.pid, "sleep").items() if key in ("pid", "start_ticks")}
+        for key in ("process", "watchdog"):
+            record[key] = {**record[key], **forged}
+        record_path.write_text(json.dumps(record))
+        capsys.readouterr()
+        assert main(["cluster", "stop", "--state", "no-state.json"]) == 0
+        assert "model store stopped" in capsys.readouterr().out
+        assert not matches(store) and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+        service.stop(tmp_path)
+
+
+@pytest.mark.parametrize("words", [["pecan", "costs", "--path", "log.txt", "-o", "-"],
+                                   ["trace", "summarize", "t.json", "-o", "-"],
+                                   ["trace", "combine", "t.json", "-o", "-"]], ids=["costs", "summarize", "combine"])
+def test_an_output_named_dash_is_refused_not_written_as_a_file(tmp_path, monkeypatch, capsys, words):
+    """`repro pecan costs -o -` wrote a file literally named '-' where '-' says standard output."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.json").write_text('{"traceEvents": []}')
+    assert main(words) == 1
+    assert capsys.readouterr().err.startswith("repro: error: -o/--output -: expected a file name; '-' is not ")
+    assert not (tmp_path / "-").exists()

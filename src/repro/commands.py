@@ -475,6 +475,9 @@ def refuse_overwriting_inputs(args):
         for path in paths(dest):
             if not path or path.endswith(os.sep):  # Path() would drop the '/' and write a file of the directory's name
                 raise ReproError(f"{flag} {path!r}: expected a file name, not {'an empty one' if not path else 'a directory'}")
+            if path == "-":  # the usual spelling of standard output, which would be a file named '-'
+                raise ReproError(f"{flag} -: expected a file name; '-' is not standard output here (where a command "
+                                 "prints to standard output, leave the flag out; ./- names a file '-')")
             check_output(path, f"{flag} {path}")
             blocker = not_a_directory(os.path.dirname(path) or ".")  # before the work, not when it is written
             if blocker is not None:

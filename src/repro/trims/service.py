@@ -42,6 +42,7 @@ LOCK = "store.lock"
 SETTINGS_PLACES = {"base_path": ("trims", "base_path"), "server": ("trims", "server")}
 SERVER_KEYS = ("memory_mb", "eviction", "device")
 WATCH_INTERVAL_S = 1.0
+STOP_WAIT_S = 30  # for a store asked to stop to remove its segments and socket
 
 
 def _same_invocation(a, b):
@@ -92,6 +93,22 @@ def _answers(socket_path):
         return True
     except ReproError:
         return False
+
+
+def _shut_down(socket_path):
+    """Ask the store answering on `socket_path` to stop; whether it has ended within STOP_WAIT_S."""
+    from repro.trims.server import StoreConnection
+
+    try:
+        connection = StoreConnection(socket_path, timeout=2)
+        store = processes.describe(connection.request({"op": "status"}).get("pid"), "model store")
+        connection.request({"op": "shutdown"})
+    except (ReproError, ProcessLookupError, TypeError, ValueError):  # gone meanwhile, or no pid of this namespace
+        return False
+    deadline = time.monotonic() + STOP_WAIT_S
+    while processes.matches(store) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not processes.matches(store)
 
 
 def running(record, workdir="."):
@@ -243,6 +260,8 @@ def _stop(workdir):
         processes.terminate(watchdog, owner=owner)
     stopped = processes.terminate(record.get("process"), owner=owner)
     socket_path = record_path.with_name("trims.sock")  # the only socket a store of this directory has
+    if _answers(socket_path):  # the record names another process (edited): what answers in this private
+        stopped = _shut_down(socket_path) or stopped  # directory is this directory's store, stopped through it
     with contextlib.suppress(OSError):  # only a socket: a file put in its place is left alone
         if stat.S_ISSOCK(socket_path.lstat().st_mode):
             socket_path.unlink()
