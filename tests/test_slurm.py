@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from support import (BIN, REPO, configfiles, copy_workflow, experiment_modes, free_port, path_env, run_stopped_as_by_ctrl_c,
                      skip_unless_installed, stop_clusters)
@@ -82,7 +83,7 @@ def slurm(tmp_path_factory):
         f"SlurmctldLogFile={root / 'slurmctld.log'}", f"SlurmdLogFile={root / 'slurmd.log'}",
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "ReturnToService=2",
         "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory",
-        "MinJobAge=600", "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        "MinJobAge=600", "KillWait=5", "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "SlurmUser=root", f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
         "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
     daemons = Daemons(root)
@@ -161,6 +162,16 @@ def test_a_slurm_that_is_down_fails_with_its_message(slurm, tmp_path):
         stop_clusters(work)
 
 
+def _job_step_processes(work):
+    """Processes of jobs SLURM runs for the workflow in `work` (their command lines name its Snakefile)."""
+    snakefile = str(work / "Snakefile")
+    processes = []
+    for process in psutil.process_iter(["cmdline"]):
+        if snakefile in (process.info["cmdline"] or ()) and "slurm-jobstep" in (process.info["cmdline"] or ()):
+            processes.append(process)
+    return processes
+
+
 def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
     work = workflow_copy(tmp_path / "w")
     slow = configfiles(work, {"pecan": {"modes": {"pecan": {"epochs": 3000}}}})  # long enough to be cancelled
@@ -178,6 +189,11 @@ def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
         time.sleep(2)  # the job's command is under way, not only its allocation
         subprocess.run(["scancel", job], check=True)
         out, _ = runner.communicate(timeout=900)
+        # the job's own Snakemake outlives SIGTERM; the scheduler kills it after KillWait
+        deadline = time.monotonic() + 60
+        while _job_step_processes(work) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _job_step_processes(work), "the cancelled job's processes still run"
         assert runner.returncode != 0
         assert "CANCELLED" in out
         assert (work / "results/runs/ResNet50_v2-8/collocated/metrics.json").exists()  # keep-going: the rest ran
