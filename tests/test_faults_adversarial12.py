@@ -9,12 +9,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
 import pytest
 
 from repro.cli import main
+from repro.errors import ReproError
 from repro.traces import summarize
 from support import BIN, ctrl_c_heard, run_forked
 
@@ -167,3 +169,38 @@ def test_an_output_named_dash_is_refused_not_written_as_a_file(tmp_path, monkeyp
     assert main(words) == 1
     assert capsys.readouterr().err.startswith("repro: error: -o/--output -: expected a file name; '-' is not ")
     assert not (tmp_path / "-").exists()
+
+
+def test_the_model_store_serves_a_bounded_number_of_connections(models, tmp_path, monkeypatch):
+    """2000 idle connections of one process filled the store's accept queue with a thread each, and
+    `trims server stop` then failed with 'Connection reset by peer'. One past the bound is told so and
+    closed; the store goes on serving the others, and a new one once one has closed."""
+    from repro.trims import server as store_server
+
+    monkeypatch.setattr(store_server, "MAX_CONNECTIONS", 3)
+    path = tmp_path / "s.sock"
+    ready = threading.Event()
+    thread = threading.Thread(target=store_server.serve, args=(path, models, 50 << 20, "lru"),
+                              kwargs={"ready": ready.set}, daemon=True)
+    thread.start()
+    assert ready.wait(30)
+    idle = [store_server.StoreConnection(path, timeout=10) for _ in range(3)]
+    try:
+        with pytest.raises(ReproError, match="serves at most 3 connections at once"):
+            store_server.StoreConnection(path, timeout=10).request({"op": "status"})
+        assert idle[0].request({"op": "status"})["ok"]
+        idle.pop().close()
+        deadline = time.monotonic() + 10
+        while True:  # the closed one's thread ends once it reads the end of its connection
+            try:
+                assert store_server.StoreConnection(path, timeout=10).request({"op": "status"})["ok"]
+                break
+            except ReproError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        for connection in idle:
+            connection.close()
+        store_server.StoreConnection(path, timeout=10).request({"op": "shutdown"})
+        thread.join(30)
+    assert not thread.is_alive()

@@ -125,8 +125,36 @@ class _Handler(socketserver.StreamRequestHandler):
         return {"ok": True}  # shutdown: the handler stops the server once this is sent
 
 
+MAX_CONNECTIONS = 1100  # a thread each; a client opens one per request in flight (--concurrent: at most 1024)
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """One thread per connection, at most MAX_CONNECTIONS at once: one more is told so and closed."""
+
     daemon_threads = True
+
+    def __init__(self, *args, **kwargs):
+        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        if not self._connections.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(json.dumps({"ok": False, "error": f"the model store serves at most {MAX_CONNECTIONS} "
+                                                                  "connections at once; closing"}).encode() + b"\n")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread was started to release it
+            self._connections.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connections.release()
 
 
 MAX_MEMORY_MB = 1 << 24  # 16 TiB: more than any machine's memory, so a budget beyond it is a typo
