@@ -684,6 +684,10 @@ REPEATS_FAULTS = [
           r"repro: error: run directory .*/run: .*/run/repeats is not the repeats/ directory a run writes"),
     Fault("run-out-holds-users-repeats-file", _run_over_users("repeats"),
           r"repro: error: run directory .*/run: .*/run/repeats is not the repeats/ directory a run writes"),
+    # named as a run's repeat logs, told by their content: deleted (run-99.log) or overwritten (run-1.log)
+    *[Fault(f"run-out-holds-users-{name.split('.')[0]}", _run_over_users(f"repeats/{name}", "my notes\n"),
+            r"repro: error: run directory .*/run: .*/run/repeats is not the repeats/ directory a run writes \(run-<n>.log "
+            r"files only, each a run's log\)") for name in ("run-1.log", "run-99.log")],
 ]
 
 TRACE_JSON = '{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'

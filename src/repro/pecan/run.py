@@ -367,9 +367,9 @@ def remove_repeats(run_dir, stale_only=False):
         return
     repeats = run_dir / "repeats"
     if os.path.lexists(repeats) and (repeats.is_symlink() or not repeats.is_dir() or not all(
-            _REPEAT_LOG.fullmatch(p.name) and p.is_file() and not p.is_symlink() for p in repeats.iterdir())):
+            _REPEAT_LOG.fullmatch(p.name) and _is_run_log(p) for p in repeats.iterdir())):
         raise ReproError(f"run directory {run_dir}: {repeats} is not the repeats/ directory a run writes (run-<n>.log "
-                         "files only); it may be yours: move it, or name another run directory")
+                         "files only, each a run's log); it may be yours: move it, or name another run directory")
     for path in [*([] if stale_only else [repeats]), *_stale_stages(run_dir)]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
