@@ -204,3 +204,96 @@ def test_the_model_store_serves_a_bounded_number_of_connections(models, tmp_path
         store_server.StoreConnection(path, timeout=10).request({"op": "shutdown"})
         thread.join(30)
     assert not thread.is_alive()
+
+
+@pytest.mark.service
+@pytest.mark.parametrize("name", ["dispatcher.log", "dispatcher.status.json"])
+def test_a_service_start_keeps_a_users_file_named_as_its_log_or_status(tf, tmp_path, monkeypatch, capsys, name):
+    """`repro pecan tfdata start --state-dir DIR`: the user's DIR/dispatcher.log, worker-0.log and their
+    status files were emptied and rewritten. An earlier start's are told by their content and replaced."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / name).write_text("USER notes\n")
+    try:
+        assert main(["pecan", "tfdata", "start", "--state-dir", "state"]) == 1
+    finally:
+        if (tmp_path / "state" / "state.json").exists():  # started before: stop it
+            main(["pecan", "tfdata", "stop", "--state-dir", "state"])
+    err = capsys.readouterr().err
+    assert err.startswith(f"repro: error: state directory state: state/{name} is not a tf.data "), err
+    assert (tmp_path / "state" / name).read_text() == "USER notes\n"
+    (tmp_path / "state" / name).unlink()
+    try:  # a start, stopped, and started again: its own files are replaced
+        for _ in range(2):
+            assert main(["pecan", "tfdata", "start", "--state-dir", "state"]) == 0
+            assert main(["pecan", "tfdata", "stop", "--state-dir", "state"]) == 0
+    finally:
+        main(["pecan", "tfdata", "stop", "--state-dir", "state"])
+    assert (tmp_path / "state" / "dispatcher.log").read_text().startswith("repro tf.data dispatcher log\n")
+
+
+def _answering(path, answer):
+    """A Unix socket at `path` that answers every line with `answer` (a store that answers wrongly)."""
+    import socket as sockets
+
+    listener = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+
+    def serve():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection, connection.makefile("rb") as lines:
+                for _ in lines:
+                    connection.sendall(json.dumps(answer).encode() + b"\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+@pytest.mark.parametrize("words", [["memory", "--no-measure", "squeezenet_1.1"],
+                                   ["client", "run", "--monitor-memory", "--model", "squeezenet_1.1", "--iterations", "1"]],
+                         ids=["memory", "client-monitor-memory"])
+def test_a_store_status_of_wrong_types_is_a_malformed_answer(models, tmp_path, monkeypatch, capsys, words):
+    """`repro trims memory --socket S` where S answers status with `"models": 5` (an AttributeError
+    traceback), and a client run that monitors the store's memory where it answers without a pid (KeyError)."""
+    monkeypatch.chdir(tmp_path)
+    listener = _answering(tmp_path / "s.sock", {"ok": True, "pid": "x", "models": 5, "device": "cpu"})
+    try:
+        code = main(["trims", *words, "--socket", str(tmp_path / "s.sock"), "--base-path", str(models)])
+    finally:
+        listener.close()
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(f"repro: error: model store server on {tmp_path / 's.sock'} sent a malformed "
+                                        "answer to status ("), err
+
+
+def test_one_connection_holds_a_bounded_number_of_references(models, tmp_path, monkeypatch):
+    """Each `acquire` on one connection added a reference the connection held, without bound: 300,000
+    of them grew the store by 26 MiB. One past the bound is refused; a release makes room again."""
+    from repro.trims import server as store_server
+
+    monkeypatch.setattr(store_server, "MAX_HELD", 3)
+    path = tmp_path / "s.sock"
+    ready = threading.Event()
+    thread = threading.Thread(target=store_server.serve, args=(path, models, 50 << 20, "lru"),
+                              kwargs={"ready": ready.set}, daemon=True)
+    thread.start()
+    assert ready.wait(30)
+    connection = store_server.StoreConnection(path, timeout=10)
+    try:
+        acquire = {"op": "acquire", "model": "squeezenet_1.1"}
+        for _ in range(3):
+            assert connection.request(acquire)["ok"]
+        with pytest.raises(ReproError, match=r"this connection holds 3 references already \(at most 3\); release one"):
+            connection.request(acquire)
+        assert connection.request({"op": "release", "model": "squeezenet_1.1"})["ok"]
+        assert connection.request(acquire)["ok"]
+        assert connection.request({"op": "status"})["models"]["squeezenet_1.1"]["refs"] == 3
+    finally:
+        connection.request({"op": "shutdown"})
+        connection.close()
+        thread.join(30)

@@ -755,7 +755,10 @@ def _run_mode(args, options, plan, run_dir, original, label):
     if args.monitor_memory and not original:
         from repro.trims.server import StoreConnection
 
-        store_pid = StoreConnection(options.socket, timeout=10).request({"op": "status"})["pid"]
+        store_pid = StoreConnection(options.socket, timeout=10).request({"op": "status"}).get("pid")
+        if type(store_pid) is not int or store_pid < 1:
+            raise ReproError(f"model store server on {options.socket} sent a malformed answer to status (pid: "
+                             f"expected a process id, got {str(store_pid)[:40]!r})")
     if args.monitor_memory:
         from repro.trims.monitor import MemoryMonitor
 
@@ -790,6 +793,11 @@ def _memory(args):
         status = StoreConnection(socket_path, timeout=2).request({"op": "status"})
     except ReproError:
         status = None  # no store running: nothing resident to report
+    models = (status or {}).get("models", {})
+    if not (isinstance(models, dict) and all(isinstance(entry, dict) and type(entry.get("bytes")) is int
+                                             for entry in models.values())):
+        raise ReproError(f"model store server on {socket_path} sent a malformed answer to status (models: expected "
+                         "an object of models, each with its bytes)")
     rows = []
     from repro.trims.models import GRAPH, PARAMS, check_file_size, load_manifest, model_directory, model_file
 

@@ -41,6 +41,7 @@ from repro.trims.modelstore import ModelStore, remove_stale_segments, segment_pr
 
 _OPS = ("acquire", "release", "status", "flush", "shutdown")
 MAX_LINE = 1 << 16  # bytes in one request or answer line; the largest real one (status) is a few KiB
+MAX_HELD = 1024  # references one connection may hold at once; a client holds one per request in flight
 
 
 def _parse(line):
@@ -106,6 +107,9 @@ class _Handler(socketserver.StreamRequestHandler):
     def _answer(self, store, request, held):
         op = request["op"]
         if op == "acquire":
+            if len(held) >= MAX_HELD:
+                raise ReproError(f"this connection holds {len(held)} references already (at most {MAX_HELD}); "
+                                 "release one first")
             handle, size, hit = store.acquire(request["model"])
             held.append(request["model"])
             return {"ok": True, **handle, "size": size, "hit": hit}

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import check_output, open_lock, read_json, write_json
+from repro.fsutil import check_output, open_lock, open_regular, read_json, write_json
 from repro.invocation import owner
 from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, terminate
 
@@ -78,6 +78,23 @@ def _fresh(status_path, pid):
     if not status or status.get("pid") != pid or time.time() - status.get("at", 0) > STATUS_FRESH_S:
         return None
     return status
+
+
+def _is_service_log(path):
+    """Whether `path` is a log _spawn wrote: its first line names it (not a link, not another file)."""
+    try:
+        with open_regular(path, str(path), "a tf.data process's log", "r", errors="replace") as fh:
+            return not Path(path).is_symlink() and re.fullmatch(r"repro tf\.data (dispatcher|worker) log\n",
+                                                                 fh.readline(100)) is not None
+    except (OSError, ReproError):
+        return False
+
+
+def _is_status(path):
+    """Whether `path` holds a status a tf.data process reported (repro.pecan.tfdata.server)."""
+    status = read_record(path)
+    return (not Path(path).is_symlink() and isinstance(status, dict) and status.get("role") in ("dispatcher", "worker")
+            and isinstance(status.get("pid"), int))
 
 
 def _log_tail(path, lines=5):
@@ -214,7 +231,15 @@ class Service:
 
     def _spawn(self, role, arguments, status, log_name, wait=True):
         check_output(self.directory / log_name, str(self.directory / log_name))  # a link: open() would empty what it names
+        # a start replaces an earlier start's log and status file of these names, told by their content
+        for path, is_ours, what in ((self.directory / log_name, _is_service_log, f"a tf.data {role}'s log (its first "
+                                     "line names it)"), (status, _is_status, "a tf.data process's status (role, pid)")):
+            if os.path.lexists(path) and not is_ours(path):
+                raise ReproError(f"state directory {self.directory}: {path} is not {what}, and a start would replace "
+                                 "it; it may be yours: move it, or name another state directory")
         log = open(self.directory / log_name, "w")
+        log.write(f"repro tf.data {role} log\n")
+        log.flush()
         marks = owner_environment(self.directory)
         with log:
             parent = ["--parent", str(os.getpid())] if self.owned else []
@@ -591,7 +616,8 @@ def _probed_earlier(service):
             "invocation)")
 
 
-def print_checks(lines, out=sys.stdout):
+def print_checks(lines):
+    """Print the checks to standard output (the command's, at the time of the call); whether all passed."""
     for ok, text in lines:
-        print(("[ OK ] " if ok else "[FAILED] ") + text, file=out)
+        print(("[ OK ] " if ok else "[FAILED] ") + text)
     return all(ok for ok, _ in lines)
