@@ -1932,3 +1932,36 @@ def test_a_number_that_looks_far_in_a_string_is_read():
     from repro.traces.reader import _FAR_NUMBER
 
     assert _FAR_NUMBER.search(b'"1e100"') and _FAR_NUMBER.search(b"1E+0999") and not _FAR_NUMBER.search(b"1e99 12e-300")
+
+
+def test_the_streamed_detailed_summary_is_the_summary_in_memory(tmp_path, capsys):
+    """Events whose numbers orjson cannot write (an integer beyond 64 bits),
+    a trace without counted events, and text that looks like the stream's placeholder."""
+    events = [{"name": "a", "ph": "X", "ts": 2**70, "dur": 3, "pid": 1, "tid": 1},
+              {"name": "b", "cat": "c", "ph": "B", "ts": 5, "pid": 1, "tid": 2},
+              {"name": "b", "cat": "c", "ph": "E", "ts": 9, "pid": 1, "tid": 2}]
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events, "otherData": {
+        "model_name": '"detailed_events": "\\u0000spilled-0-0"'}}))
+    (tmp_path / "ignored.json").write_text(json.dumps({"traceEvents": [
+        {"name": "x", "cat": "ignore", "ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}))
+    inputs = [str(tmp_path / "t.json"), str(tmp_path / "ignored.json")]
+    assert main(["trace", "summarize", "--detailed", *inputs, "-o", str(tmp_path / "s.json")]) == 0
+    written = json.loads((tmp_path / "s.json").read_text())
+    assert written == json.loads(json.dumps(summarize(inputs, detailed=True)))
+    assert [len(t["detailed_events"]) for t in written["traces"]] == [2, 0]
+    assert [p.name for p in tmp_path.iterdir()] == sorted(["t.json", "ignored.json", "s.json"], key=[
+        p.name for p in tmp_path.iterdir()].index)  # no temporary left beside it
+
+
+def test_spilled_events_give_back_what_was_appended_in_order(tmp_path):
+    from repro.traces.summarize import SpilledEvents
+
+    events = SpilledEvents(tmp_path / "out" / "s.json")  # beside the output, in its nearest directory that exists
+    records = [{"name": "a", "start": 2**70, "duration": 1}, {"name": "b", "start": 1.5, "duration": 0}]
+    for record in records:
+        events.append(record)
+    assert events.count == 2
+    assert [json.loads(line) for line in events.lines()] == records
+    assert [json.loads(line) for line in events.lines()] == records  # read again from the start
+    assert list(tmp_path.iterdir()) == []  # an unnamed temporary
+    events.close()
