@@ -277,3 +277,19 @@ def test_one_connection_holds_a_bounded_number_of_references(models, tmp_path, m
         connection.request({"op": "shutdown"})
         connection.close()
         thread.join(30)
+
+
+@pytest.mark.parametrize("name", ["worker-0.log", "worker-0.status.json"])
+def test_a_remote_worker_start_keeps_a_users_file_named_as_its_log_or_status(tmp_path, capsys, name):
+    """On a worker host, the remote worker's start emptied a file of the user's named as its log in
+    the worker directory, and deleted one named as its status file, without a look at either."""
+    from repro.pecan.tfdata import remote
+
+    (tmp_path / name).write_text("USER notes\n")
+    code = remote.main(["start", "--dir", str(tmp_path), "--dispatcher", "localhost:1", "--host", "127.0.0.1",
+                        "--threads", "1", "--slot", "0", "--number", "0"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err.startswith(f"error: state directory {tmp_path}: {tmp_path / name} is not a tf.data "), err
+    assert (tmp_path / name).read_text() == "USER notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]

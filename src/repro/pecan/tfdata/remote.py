@@ -36,7 +36,7 @@ READ_LIMIT, READ_TIMEOUT_S = 1 << 16, 5
 # -- on the worker host ------------------------------------------------------------------------
 
 def _start(args):
-    from repro.fsutil import check_output
+    from repro.pecan.tfdata.service import open_service_log
     from repro.processes import OWNER_TOKEN, describe, owner_environment
 
     directory = Path(args.dir)
@@ -44,11 +44,11 @@ def _start(args):
     available = sorted(os.sched_getaffinity(0))
     cpus = [available[(args.slot * args.threads + j) % len(available)] for j in range(args.threads)]
     status = directory / f"worker-{args.number}.status.json"
-    status.unlink(missing_ok=True)
     log_path = directory / f"worker-{args.number}.log"
-    check_output(log_path, str(log_path))  # a link: open() would empty what it names
+    log = open_service_log(directory, "worker", log_path, status)
+    status.unlink(missing_ok=True)  # an earlier worker's (open_service_log has told it by its content)
     marks = owner_environment(directory)
-    with open(log_path, "w") as log:
+    with log:
         proc = subprocess.Popen([sys.executable, "-m", "repro.pecan.tfdata.server", "worker",
                                  "--dispatcher", args.dispatcher, "--host", args.host, "--threads", str(args.threads),
                                  "--cpus", ",".join(map(str, cpus)), "--status", str(status)],

@@ -80,6 +80,22 @@ def _fresh(status_path, pid):
     return status
 
 
+def open_service_log(directory, role, log_path, status_path):
+    """The log of a process about to start, opened for writing with its first line naming it. An
+    earlier start's log and status file of these names are replaced, told by their content; another
+    file there is refused (it may be the user's), as is a link (open() would empty what it names)."""
+    check_output(log_path, str(log_path))
+    for path, is_ours, what in ((log_path, _is_service_log, f"a tf.data {role}'s log (its first line names it)"),
+                                (status_path, _is_status, "a tf.data process's status (role, pid)")):
+        if os.path.lexists(path) and not is_ours(path):
+            raise ReproError(f"state directory {directory}: {path} is not {what}, and a start would replace it; it "
+                             "may be yours: move it, or name another state directory")
+    log = open(log_path, "w")
+    log.write(f"repro tf.data {role} log\n")
+    log.flush()
+    return log
+
+
 def _is_service_log(path):
     """Whether `path` is a log _spawn wrote: its first line names it (not a link, not another file)."""
     try:
@@ -230,16 +246,7 @@ class Service:
         return service
 
     def _spawn(self, role, arguments, status, log_name, wait=True):
-        check_output(self.directory / log_name, str(self.directory / log_name))  # a link: open() would empty what it names
-        # a start replaces an earlier start's log and status file of these names, told by their content
-        for path, is_ours, what in ((self.directory / log_name, _is_service_log, f"a tf.data {role}'s log (its first "
-                                     "line names it)"), (status, _is_status, "a tf.data process's status (role, pid)")):
-            if os.path.lexists(path) and not is_ours(path):
-                raise ReproError(f"state directory {self.directory}: {path} is not {what}, and a start would replace "
-                                 "it; it may be yours: move it, or name another state directory")
-        log = open(self.directory / log_name, "w")
-        log.write(f"repro tf.data {role} log\n")
-        log.flush()
+        log = open_service_log(self.directory, role, self.directory / log_name, status)
         marks = owner_environment(self.directory)
         with log:
             parent = ["--parent", str(os.getpid())] if self.owned else []
