@@ -181,6 +181,26 @@ def test_a_pair_that_ends_before_it_begins_is_refused_or_skipped(tmp_path, optio
         summarize_trace(later, strict=False, reader_options=options)
 
 
+
+@pytest.mark.parametrize("options", [{}, CHUNKED, {"whole_file_limit": 0, "chunk_bytes": 64}],
+                         ids=["whole", "chunked", "begin-in-an-earlier-chunk"])
+def test_lenient_combine_leaves_out_a_pair_that_ends_before_it_begins(tmp_path, options):
+    """Lenient combine copied a pair that ends before it begins into its output, which validate then
+    refused; now it skips both events, as lenient summarize does, and counts them."""
+    events = [{"name": "a", "ph": "B", "ts": 10, "pid": 1, "tid": 1}, {"name": "b", "ph": "X", "ts": 11, "dur": 1,
+                                                                        "pid": 1, "tid": 2},
+              {"name": "a", "ph": "E", "ts": 5, "pid": 1, "tid": 1},
+              {"name": "c", "ph": "B", "ts": 10, "pid": 1, "tid": 1}, {"name": "c", "ph": "E", "ts": 15, "pid": 1, "tid": 1}]
+    path = dump(tmp_path / "t.json", {"traceEvents": events})
+    for adjust in (True, False):
+        report = combine([path], tmp_path / "c.json", adjust=adjust, strict=False, reader_options=options)
+        assert report["skipped"] == 2
+        validate(tmp_path / "c.json")
+        assert [(e.get("name"), e["ph"]) for e in read_trace(tmp_path / "c.json")[1] if e["ph"] != "M"] == [
+            ("b", "X"), ("c", "B"), ("c", "E")]
+    assert summarize_trace(path, strict=False, reader_options=options)["skipped_events"] == 2
+
+
 def test_a_trace_given_twice_is_refused(tmp_path):
     """`trace combine t.json t.json` and `trace summarize d d/t.json` counted the trace twice, exit 0; so
     did a hard link beside the trace, which a resolved path does not tell from another file."""

@@ -143,11 +143,9 @@ def _kept_chunks(reader, plan, adjust, strict, compact=False, part=None, last=Tr
             plan.origin = origin
         yield kept, index, sorted(drops)
         index += len(chunk)
-    if not last:
-        if matcher.still_open:
-            raise NotCompact
-        return
-    plan.dangling = matcher.finish()
+    if not last and matcher.still_open:
+        raise NotCompact
+    plan.dangling = matcher.finish()  # a part but the last: only the begins of pairs that end before they begin
     plan.unmatched += len(plan.dangling)
 
 

@@ -3,7 +3,7 @@
 Each 'E' closes the latest 'B' still open on the same (pid, tid), in file order, as trace
 viewers do. An 'E' with nothing open is a stray; a 'B' never closed dangles. Strict readers
 reject both (naming the event), lenient ones skip and count them. Strict readers also reject an
-'E' earlier than the 'B' it closes: its span would last a negative time.
+'E' earlier than the 'B' it closes: its span would last a negative time; lenient ones skip both.
 
 The matching runs over a chunk's columns with numpy, not event by event: within one (pid, tid),
 the events at one nesting level alternate B, E, B, E..., so ordering them by (key, level,
@@ -26,6 +26,7 @@ class Matched(NamedTuple):
     begins: list  # the begin event of each pair (possibly from an earlier chunk), pairs in end order
     ends: np.ndarray  # the position in the chunk of each pair's end
     strays: np.ndarray  # positions of ends that close nothing (lenient; strict raises)
+    begin_at: np.ndarray = _NONE  # the position of each pair's begin (an earlier chunk's: from -carried)
 
 
 def phase_codes(phases):
@@ -50,13 +51,16 @@ class SpanMatcher:
         # apart since a caller may rewrite the event (combine gives it its new pid)
         self._open = []
         self._begun = {}  # id of an open begin -> its timestamp, kept apart alike (combine rewrites it too)
+        self._backwards = []  # (global index, event) of the begins of pairs that end before they begin (lenient)
 
     def feed(self, events, phases, first_index, codes=None, pids=None, tids=None, stamps=None, field=values):
         """Match one chunk; `phases` (and optionally its codes, pids, tids) are its columns. Given its
-        timestamps (`stamps`), a strict matcher refuses a pair that ends before it begins; `field`
-        reads a field of the events (dicts by default)."""
+        timestamps (`stamps`), a pair that ends before it begins is refused (strict) or is no pair
+        (lenient: its end is a stray, its begin left open); `field` reads a field of the events (dicts
+        by default)."""
+        carried_before = self._open
         matched = self._match(events, phases, first_index, codes, pids, tids)
-        if stamps is None or not self.strict:
+        if stamps is None:
             return matched
         if matched.begins:
             carried = [self._begun.pop(id(event), None) for event in matched.begins] if self._begun else ()
@@ -65,13 +69,29 @@ class SpanMatcher:
                                float)
             ended = np.asarray(list(map(stamps.__getitem__, matched.ends.tolist())), float)
             backwards = np.flatnonzero(ended < begun)
-            if backwards.size:
+            if backwards.size and self.strict:
                 at = int(backwards[0])  # pairs are in end order: the first such end in the file
                 raise backwards_error(self.path, first_index + int(matched.ends[at]), ended[at], begun[at])
+            if backwards.size:
+                matched = self._unpaired(matched, backwards, carried_before, first_index)
         for index, _, event in self._open:  # this chunk's begins left open: their timestamps as read
             if index >= first_index:
                 self._begun[id(event)] = stamps[index - first_index]
         return matched
+
+    def _unpaired(self, matched, backwards, carried_before, first_index):
+        """`matched` without the pairs at `backwards` (lenient): each end a stray, each begin one that
+        finish() reports as never closed."""
+        for at in backwards.tolist():
+            position = int(matched.begin_at[at])
+            index = carried_before[position + len(carried_before)][0] if position < 0 else first_index + position
+            self._backwards.append((index, matched.begins[at]))
+        self.strays += int(backwards.size)
+        keep = np.ones(len(matched.begins), bool)
+        keep[backwards] = False
+        strays = np.sort(np.concatenate([matched.strays, matched.ends[backwards]]))
+        return Matched([begin for begin, kept in zip(matched.begins, keep) if kept], matched.ends[keep], strays,
+                       matched.begin_at[keep])
 
     def _match(self, events, phases, first_index, codes, pids, tids):
         codes = phase_codes(phases) if codes is None else codes
@@ -142,7 +162,7 @@ class SpanMatcher:
         named = list(table)  # key ids are positions in the table's insertion order
         self._open = [previous[p + carried] if p < 0 else (first_index + p, named[k], events[p])
                       for p, k in zip(left_at[order].tolist(), left_key[order].tolist())]
-        return Matched(begins, end_at, strays if strays.size else _NONE)
+        return Matched(begins, end_at, strays if strays.size else _NONE, begin_at)
 
     def _alternating(self, pool, carried, first_index, spans, opens, pids, tids):
         """The common case without sorting: B, E, B, E... each pair on one (pid, tid), so each
@@ -158,7 +178,7 @@ class SpanMatcher:
         else:
             last = int(spans[-1])  # a chunk position: a carried begin is followed by its end at least
             self._open = [(first_index + last, (pids[-1], tids[-1]), pool[last + carried])]
-        return Matched(begins, spans[1:even:2], _NONE)
+        return Matched(begins, spans[1:even:2], _NONE, spans[:even:2])
 
     @property
     def still_open(self):
@@ -166,8 +186,9 @@ class SpanMatcher:
         return len(self._open)
 
     def finish(self):
-        """The (global index, event) of every begin left open, in file order; strict raises on the first."""
-        dangling = [(index, event) for index, _, event in self._open]
+        """The (global index, event) of every begin left open (lenient: and of every pair's that ended
+        before it began), in file order; strict raises on the first."""
+        dangling = sorted([(index, event) for index, _, event in self._open] + self._backwards, key=lambda d: d[0])
         if dangling and self.strict:
             raise TraceError(self.path, "'B' event without a matching 'E'", dangling[0][0])
         return dangling

@@ -137,7 +137,7 @@ def _summary(path, keep, strict, reader_options, compact, given=frozenset()):
     detail = keep() if keep else None
     first_begin = last_end = process_first = process_last = None
     init_time = 0
-    index = backwards_pairs = 0
+    index = 0
     for chunk, columns in chunks:
         phases = column(chunk, columns, "ph")
         codes = phase_codes(phases)
@@ -166,16 +166,6 @@ def _summary(path, keep, strict, reader_options, compact, given=frozenset()):
         if duration.dtype.kind == "f" and not np.isfinite(duration).all():
             bad = int(done[np.flatnonzero(~np.isfinite(duration)).min()])
             raise TraceError(path, "duration is not a finite number (timestamps too far apart)", index + bad)
-        backwards = np.flatnonzero(duration[:len(matched.begins)] < 0)  # lenient: a strict matcher refused them
-        if backwards.size:
-            backwards_pairs += int(backwards.size)
-            keep = np.ones(duration.size, bool)
-            keep[backwards] = False
-            begins = list(compress(begins, keep))
-            done, start, end, duration = done[keep], start[keep], end[keep], duration[keep]
-            if not begins:
-                index += len(chunk)
-                continue
         order = np.argsort(done, kind="stable")
         start, end, duration = start[order], end[order], duration[order]
         begins = list(map(begins.__getitem__, order.tolist()))
@@ -225,7 +215,7 @@ def _summary(path, keep, strict, reader_options, compact, given=frozenset()):
         _require_finite(summary[key], path, key)
     if detail is not None:
         summary["detailed_events"] = detail
-    skipped = reader.skipped + matcher.strays + len(dangling) + 2 * backwards_pairs
+    skipped = reader.skipped + matcher.strays + len(dangling)  # a pair that ends before it begins: 2
     if skipped:
         summary["skipped_events"] = skipped
     return summary
