@@ -344,7 +344,8 @@ def test_a_backends_run_never_leaves_an_earlier_runs_repeats_beside_its_own(tmp_
 
     run_dir = tmp_path / "run"
     (run_dir / "repeats").mkdir(parents=True)
-    (run_dir / "repeats" / "run-3.log").write_text("an earlier run's\n")
+    (run_dir / "repeats" / "run-3.log").write_text(  # an earlier run's, as its first line says
+        "I0101 00:00:00.000000 140000000000000 keras_utils.py:145] repro local model: experiment=E mode=m seed=1\n")
     request = RunRequest(SETTINGS_OF_E_M, "E", "m", (), run_dir, tmp_path / "upload.json")
     OneRepeat("one-repeat").execute(request, {"trace_store": str(tmp_path / "store")})
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.log", "traces"]
