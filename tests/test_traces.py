@@ -1847,6 +1847,11 @@ def test_a_combined_trace_given_with_its_inputs_is_refused(tmp_path, capsys):
         assert main([*command, str(second), str(combined)]) == 0
     with pytest.raises(TraceError, match=re.escape(said)):
         original_summary([combined, first])
+    # a combined trace written again by another tool (not compact: read the general way) is told too
+    pretty = tmp_path / "combined-pretty.json"
+    pretty.write_text(json.dumps(json.loads(combined.read_text()), indent=1))
+    with pytest.raises(TraceError, match=re.escape(said.replace(str(combined), str(pretty)))):
+        summarize([first, pretty])
     # a combined trace of a combined trace holds the first one's inputs too
     twice = tmp_path / "combined-2.json"
     assert main(["trace", "combine", str(combined), str(second), "-o", str(twice)]) == 0
@@ -1981,7 +1986,42 @@ def test_spilled_events_give_back_what_was_appended_in_order(tmp_path):
     for record in records:
         events.append(record)
     assert events.count == 2
-    assert [json.loads(line) for line in events.lines()] == records
-    assert [json.loads(line) for line in events.lines()] == records  # read again from the start
+    lines = list(events.lines())
+    assert lines == [b'{"name":"a","start":1180591620717411303424,"duration":1}', b'{"name":"b","start":1.5,"duration":0}']
+    assert list(events.lines()) == lines  # read again from the start
     assert list(tmp_path.iterdir()) == []  # an unnamed temporary
+    assert os.readlink(f"/proc/self/fd/{events._file.fileno()}").startswith(f"{tmp_path}/")  # not /tmp
     events.close()
+
+
+def test_spilled_events_that_cannot_be_written_name_the_output(tmp_path, monkeypatch):
+    import tempfile
+
+    from repro.traces.summarize import SpilledEvents
+
+    def full(**kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", full)
+    with pytest.raises(ReproError, match=rf"^{re.escape(str(tmp_path / 's.json'))}: cannot write the detailed events "
+                                         r"beside it \(No space left on device\)$"):
+        SpilledEvents(tmp_path / "s.json")
+
+
+def test_a_detailed_summary_written_by_streaming_is_laid_out_as_json_text_is(tmp_path, capsys):
+    """One event per line, indented under its trace; no event: an empty list. A run field named as the
+    stream's placeholder is written as it is."""
+    from repro.traces.summarize import SpilledEvents
+
+    one = dump(tmp_path / "one.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+                                       "otherData": {"detailed_events": "\u0000spilled-None-0"}})
+    none = dump(tmp_path / "none.json", {"traceEvents": []})
+    doc = summarize([one, none], detailed=True, keep=lambda: SpilledEvents(tmp_path / "s.json"))
+    assert all(isinstance(entry["detailed_events"], SpilledEvents) for entry in doc["traces"])
+    assert main(["trace", "summarize", "--detailed", str(one), str(none), "-o", str(tmp_path / "s.json")]) == 0
+    text = (tmp_path / "s.json").read_text()
+    assert ('      "detailed_events": [\n        {"name":"a","cat":null,"start":1,"duration":2,"pid":1,"tid":1}\n'
+            '      ]') in text
+    assert '      "detailed_events": []' in text
+    assert main(["trace", "summarize", str(one), "-o", str(tmp_path / "plain.json")]) == 0
+    assert json.loads((tmp_path / "plain.json").read_text())["traces"][0]["detailed_events"] == "\u0000spilled-None-0"
