@@ -308,8 +308,12 @@ class Client:
                 return self.request(model, iteration)
             return pool.submit(_request_in_new_process, self.options, model, iteration).result()
 
+        stopped = threading.Event()  # a request stopped the run (Ctrl-C in it), or the run is stopping
+
         def one(item):
             model, iteration = item
+            if stopped.is_set():  # queued behind the request that stopped the run: never begun
+                return {"model": model, "iteration": iteration, "ok": False, "error": "not begun: the run stopped"}
             try:
                 latency, trace, hit = request(model, iteration)
                 return {"model": model, "iteration": iteration, "ok": True, "latency_us": latency,
@@ -317,6 +321,9 @@ class Client:
             except (ReproError, OSError, BrokenProcessPool, *self.runtime.errors) as exc:
                 self._local.connection = None  # reconnect next time
                 return {"model": model, "iteration": iteration, "ok": False, "error": str(exc)}
+            except BaseException:
+                stopped.set()
+                raise
 
         started = time.perf_counter()
         try:
@@ -338,6 +345,7 @@ class Client:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             results = list(outcomes)
         finally:  # requests under way finish; those not begun are not begun
+            stopped.set()
             if threads is not None:
                 threads.shutdown(cancel_futures=True)
             if pool is not None:
