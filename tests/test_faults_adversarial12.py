@@ -293,3 +293,19 @@ def test_a_remote_worker_start_keeps_a_users_file_named_as_its_log_or_status(tmp
     assert err.startswith(f"error: state directory {tmp_path}: {tmp_path / name} is not a tf.data "), err
     assert (tmp_path / name).read_text() == "USER notes\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_detailed_summary_of_many_traces_holds_one_temporary_file(tmp_path):
+    """`trace summarize --detailed` kept a temporary file open per trace: past the open-file limit
+    (1024 by default, 40 here) it failed with 'Too many open files'."""
+    for n in range(60):
+        (tmp_path / f"t{n:02d}.json").write_text('{"traceEvents": [{"name": "a", "ph": "X", "ts": %d, "dur": 1, '
+                                                 '"pid": 1, "tid": 1}]}' % n)
+    import resource
+
+    proc = subprocess.run([str(BIN / "repro"), "trace", "summarize", "--detailed",
+                           *sorted(p.name for p in tmp_path.iterdir()), "-o", "s.json"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40)))
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert [entry["detailed_events"][0]["start"] for entry in doc["traces"]] == list(range(60))

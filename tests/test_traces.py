@@ -1979,25 +1979,29 @@ def test_the_streamed_detailed_summary_is_the_summary_in_memory(tmp_path, capsys
 
 
 def test_spilled_events_give_back_what_was_appended_in_order(tmp_path):
-    from repro.traces.summarize import SpilledEvents
+    from repro.traces.summarize import EventSpill
 
-    events = SpilledEvents(tmp_path / "out" / "s.json")  # beside the output, in its nearest directory that exists
+    spill = EventSpill(tmp_path / "out" / "s.json")  # beside the output, in its nearest directory that exists
+    events, others = spill.events(), None
     records = [{"name": "a", "start": 2**70, "duration": 1}, {"name": "b", "start": 1.5, "duration": 0}]
     for record in records:
         events.append(record)
-    assert events.count == 2
+    others = spill.events()  # the next trace's, in the same file
+    others.append({"name": "c"})
+    assert (events.count, others.count) == (2, 1)
     lines = list(events.lines())
     assert lines == [b'{"name":"a","start":1180591620717411303424,"duration":1}', b'{"name":"b","start":1.5,"duration":0}']
-    assert list(events.lines()) == lines  # read again from the start
+    assert list(others.lines()) == [b'{"name":"c"}']
+    assert list(events.lines()) == lines  # read again from its start
     assert list(tmp_path.iterdir()) == []  # an unnamed temporary
-    assert os.readlink(f"/proc/self/fd/{events._file.fileno()}").startswith(f"{tmp_path}/")  # not /tmp
-    events.close()
+    assert os.readlink(f"/proc/self/fd/{spill.file.fileno()}").startswith(f"{tmp_path}/")  # not /tmp
+    spill.close()
 
 
 def test_spilled_events_that_cannot_be_written_name_the_output(tmp_path, monkeypatch):
     import tempfile
 
-    from repro.traces.summarize import SpilledEvents
+    from repro.traces.summarize import EventSpill
 
     def full(**kwargs):
         raise OSError(28, "No space left on device")
@@ -2005,18 +2009,18 @@ def test_spilled_events_that_cannot_be_written_name_the_output(tmp_path, monkeyp
     monkeypatch.setattr(tempfile, "TemporaryFile", full)
     with pytest.raises(ReproError, match=rf"^{re.escape(str(tmp_path / 's.json'))}: cannot write the detailed events "
                                          r"beside it \(No space left on device\)$"):
-        SpilledEvents(tmp_path / "s.json")
+        EventSpill(tmp_path / "s.json")
 
 
 def test_a_detailed_summary_written_by_streaming_is_laid_out_as_json_text_is(tmp_path, capsys):
     """One event per line, indented under its trace; no event: an empty list. A run field named as the
     stream's placeholder is written as it is."""
-    from repro.traces.summarize import SpilledEvents
+    from repro.traces.summarize import EventSpill, SpilledEvents
 
     one = dump(tmp_path / "one.json", {"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
                                        "otherData": {"detailed_events": "\u0000spilled-None-0"}})
     none = dump(tmp_path / "none.json", {"traceEvents": []})
-    doc = summarize([one, none], detailed=True, keep=lambda: SpilledEvents(tmp_path / "s.json"))
+    doc = summarize([one, none], detailed=True, keep=EventSpill(tmp_path / "s.json").events)
     assert all(isinstance(entry["detailed_events"], SpilledEvents) for entry in doc["traces"])
     assert main(["trace", "summarize", "--detailed", str(one), str(none), "-o", str(tmp_path / "s.json")]) == 0
     text = (tmp_path / "s.json").read_text()

@@ -119,7 +119,7 @@ def _summarize_into(args, inputs, output):
     from repro.fsutil import refuse_overwriting
     from repro.traces import summarize
     from repro.traces.original import original_summary
-    from repro.traces.summarize import SpilledEvents, find_traces, write_summary
+    from repro.traces.summarize import EventSpill, find_traces, write_summary
 
     refuse_overwriting([("-o/--output", output)], find_traces(inputs))  # also a trace found in an input directory
 
@@ -131,9 +131,10 @@ def _summarize_into(args, inputs, output):
     group_by = [k for k in args.group_by.split(",") if k]
     if (twice := first_repeated(group_by)) is not None:
         raise ReproError(f"--group-by {args.group_by}: {twice!r} named twice; expected each field once")
-    doc = summarize(inputs, group_by=group_by, detailed=args.detailed, strict=not args.lenient,
-                    keep=lambda: SpilledEvents(output))
-    write_summary(output, doc)
+    with contextlib.closing(EventSpill(output)) if args.detailed else contextlib.nullcontext() as spill:
+        doc = summarize(inputs, group_by=group_by, detailed=args.detailed, strict=not args.lenient,
+                        keep=spill and spill.events)
+        write_summary(output, doc)
     print(one_line(f"{output}: {len(doc['traces'])} traces, {len(doc['groups'])} groups"))
 
 

@@ -84,19 +84,33 @@ def find_traces(inputs):
     return files
 
 
-class SpilledEvents:
-    """A trace's detailed events kept on disk, one JSON line each, in an unnamed temporary file: they
-    are many times the trace's size as Python objects, and the summary is written by streaming them
-    (write_summary). The temporary goes beside `target`, the summary's file (not to /tmp, which may be
-    held in memory), or its nearest directory that exists."""
+class EventSpill:
+    """One unnamed temporary file that holds the detailed events of every trace of a summary, one JSON
+    line each: as Python objects they are many times the traces' size, and the summary is written by
+    streaming them (write_summary). One file for all the traces, not one each (a file descriptor
+    apiece ran out past a thousand traces). It goes beside `target`, the summary's file (not to /tmp,
+    which may be held in memory), or in its nearest directory that exists."""
 
     def __init__(self, target):
         directory = next(p for p in Path(os.path.abspath(target)).parents if p.is_dir())
         try:
-            self._file = tempfile.TemporaryFile(dir=directory)
+            self.file = tempfile.TemporaryFile(dir=directory)
         except OSError as exc:
             raise ReproError(f"{target}: cannot write the detailed events beside it ({exc.strerror})") from None
-        self.count = 0
+
+    def events(self):
+        """The place of one trace's events, after those of the traces before it."""
+        return SpilledEvents(self.file)
+
+    def close(self):
+        self.file.close()
+
+
+class SpilledEvents:
+    """One trace's detailed events in an EventSpill's file: appended, all of them, before any is read."""
+
+    def __init__(self, file):
+        self._file, self._start, self.count = file, file.seek(0, os.SEEK_END), 0
 
     def append(self, record):
         try:
@@ -109,12 +123,9 @@ class SpilledEvents:
     def lines(self):
         """The events' JSON texts, in the order appended."""
         self._file.flush()
-        self._file.seek(0)
-        for line in self._file:
-            yield line[:-1]
-
-    def close(self):
-        self._file.close()
+        self._file.seek(self._start)
+        for _ in range(self.count):
+            yield self._file.readline()[:-1]
 
 
 def summarize_trace(path, detailed=False, strict=True, reader_options=None, given=frozenset(), keep=list):
@@ -295,7 +306,7 @@ def aggregate(summaries, group_by):
 
 def summarize(inputs, group_by=("model_name", "upr_enabled"), detailed=False, strict=True, keep=list):
     """Summary document of many traces (files or directories): per-trace entries and group statistics.
-    `keep`: as summarize_trace's (SpilledEvents, for a document that write_summary writes)."""
+    `keep`: as summarize_trace's (an EventSpill's `events`, for a document that write_summary writes)."""
     copied, traces = MetadataTotal("the summary's copy of the traces' otherData"), []
     with cycle_collection_paused():
         paths = find_traces(inputs)
@@ -330,5 +341,4 @@ def write_summary(target, doc):
             for n, line in enumerate(events.lines()):
                 out.write((b",\n" if n else b"\n") + indent.encode() + b"  " + line)
             out.write(f"\n{indent}]".encode() if events.count else b"]")
-            events.close()
     return target
