@@ -131,8 +131,11 @@ SETTINGS_FAULTS = [
           r"repro: error: --settings: server: \[\] is not of type 'object'"),
     Fault("store-start-settings-memory-a-string", _store_settings(["server", "memory_mb"], "x"),
           r"repro: error: --settings: server.memory_mb: 'x' is not of type 'integer'"),
-    Fault("store-start-settings-memory-1e30", _store_settings(["server", "memory_mb"], 1e30),
-          r"repro: error: --settings: server.memory_mb: 1e\+30 is greater than the maximum of \d+"),
+    Fault("store-start-settings-memory-1e30", _store_settings(["server", "memory_mb"], 10**30),
+          r"repro: error: --settings: server.memory_mb: 10{30} is greater than the maximum of \d+"),
+    # a whole number written as a float passed jsonschema's `integer`, then failed where it was used
+    Fault("store-start-settings-memory-a-float", _store_settings(["server", "memory_mb"], 512.0),
+          r"repro: error: --settings: server.memory_mb: 512.0 is not of type 'integer'$"),
     Fault("store-start-settings-eviction-a-number", _store_settings(["server", "eviction"], 3),
           r"repro: error: --settings: server.eviction: 3 is not of type 'string'"),
 ]

@@ -364,6 +364,15 @@ INPUT_FAULTS = [
     Fault("config-base-duplicate-key", lambda ctx: ["config", "check", "--base", _write(
         ctx.dir / "base.yaml", CONFIG.read_text() + "\nseed: 7\n")],
           r"repro: error: .*/base.yaml: key 'seed' appears twice, at line \d+ and line \d+"),
+    # -- whole numbers written as floats: jsonschema's `integer` took them, range() and << did not ----
+    *[Fault(f"config-{key.replace('.', '-')}-a-float", _check(text),
+            rf"repro: error: .*/my.yaml: {re.escape(key)}: {value} is not of type 'integer'$")
+      for key, value, text in [
+          ("repeats", "20.0", "repeats: 20.0\n"), ("seed", "1.0", "seed: 1.0\n"),
+          ("trims.server.memory_mb", "512.0", "trims:\n  server:\n    memory_mb: 512.0\n"),
+          ("trims.compare.iterations", "5.0", "trims:\n  compare:\n    iterations: 5.0\n"),
+          ("pecan.models.resnet.steps_per_epoch", "1251.0",
+           "pecan:\n  models:\n    resnet: {pipeline: resnet, batch_size: 1024, steps_per_epoch: 1251.0}\n")]],
     # -- finite but absurd numbers, strings and names: refused at the check ------------------------
     Fault("worker-price-1e308", _check("pecan:\n  prices:\n    worker: 1.0e+308\n"),
           r"repro: error: .*: pecan.prices.worker: 1e\+308 is greater than the maximum of"),

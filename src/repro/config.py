@@ -37,6 +37,18 @@ def schema():
     return fill_schema(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))  # libyaml: 5x faster
 
 
+def _strict_validator():
+    """Draft 2020-12, but an `integer` is an int: jsonschema takes 20.0 for one, which range() and
+    the bit shifts that use the value then refuse (a traceback, after the check passed)."""
+    from jsonschema import Draft202012Validator, validators
+
+    def integer(checker, instance):
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    return validators.extend(Draft202012Validator,
+                             type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", integer))
+
+
 def _with_defaults(validator_class):
     """A validator that fills in each property's `default` (as snakemake.utils.validate does)."""
     import jsonschema
@@ -57,9 +69,8 @@ def validate_config(config, source="config"):
     """Check `config` in place: finite numbers, the schema (defaults filled in), `~` and `$VAR` in
     paths expanded, cross-key references. Raise ReproError naming the key at fault."""
     _reject_non_finite(config, source, [])
-    from jsonschema import Draft202012Validator  # here: a Snakefile start that reuses a checked config skips it
-
-    validator = _with_defaults(Draft202012Validator)(schema())
+    # jsonschema imported here: a Snakefile start that reuses a checked config skips it
+    validator = _with_defaults(_strict_validator())(schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
@@ -94,8 +105,7 @@ def check_settings(settings, flag="--settings", places=None, at=()):
     top (a tuple of keys; None: not a config value; a mapping: the schema of a value the workflow
     derives from the config, such as a caption); `at`: where every other key lies (the top: ()).
     A key they lack is left to `settings_keys`."""
-    from jsonschema import Draft202012Validator
-
+    validator = _strict_validator()
     places = places or {}
     shaped, where = {}, {}
     for key, value in settings.items():
@@ -103,7 +113,7 @@ def check_settings(settings, flag="--settings", places=None, at=()):
         if place is None:
             continue
         if isinstance(place, dict):
-            error = next(Draft202012Validator(place).iter_errors(value), None)
+            error = next(validator(place).iter_errors(value), None)
             if error is not None:
                 raise ReproError(f"{flag}: {_shortened(key)}: {_shortened(error.message)}")
             continue
@@ -113,7 +123,7 @@ def check_settings(settings, flag="--settings", places=None, at=()):
         node[place[-1]] = value
         where[tuple(place)] = key
     _reject_non_finite(shaped, flag, [])
-    errors = sorted(Draft202012Validator(_without_required(schema())).iter_errors(shaped),
+    errors = sorted(validator(_without_required(schema())).iter_errors(shaped),
                     key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
@@ -279,11 +289,9 @@ def check_ssh_section(ssh, source):
     """The ssh backend's settings as a cluster state records them (`source`: that file), checked in
     place as a config's `ssh` section is: the schema, with its defaults filled in where a key is
     missing, and the run command's and environment's placeholders. ReproError naming the key."""
-    from jsonschema import Draft202012Validator
-
     root = schema()
     section = {"$ref": "#/$defs/ssh", "$defs": {"ssh": root["properties"]["ssh"]}, "definitions": root["definitions"]}
-    errors = sorted(_with_defaults(Draft202012Validator)(section).iter_errors(ssh), key=lambda e: list(e.absolute_path))
+    errors = sorted(_with_defaults(_strict_validator())(section).iter_errors(ssh), key=lambda e: list(e.absolute_path))
     if errors:
         key = ".".join(["ssh", *(str(p) for p in errors[0].absolute_path)])
         raise ReproError(f"{source}: {_shortened(key)}: {_shortened(errors[0].message)}")
