@@ -690,3 +690,22 @@ def test_a_cost_row_refuses_a_log_and_metrics_of_two_runs(config, calibrations, 
                                          r"1; expected the log and the metrics of one run$"):
         mode_row(tmp_path / "b" / "run.log", tmp_path / "a" / "metrics.json", "pecan", settings)
     assert mode_row(tmp_path / "b" / "run.log", tmp_path / "b" / "metrics.json", "pecan", settings)["mode"] == "pecan"
+
+
+@pytest.mark.parametrize("placement", ["cachew", "autoplacement"])
+def test_a_deployment_that_preprocesses_nothing_is_named_not_divided_by(placement):
+    """Settings written by hand to `cluster run` (not checked as a config is): a cluster of no workers
+    for a placement that starts them from it ended in ZeroDivisionError."""
+    with pytest.raises(ReproError, match=rf"^mode m: 0 remote and 0 local workers \(placement {placement}\) "
+                                         r"preprocess nothing; expected a deployment of at least one worker"):
+        simulate(spec(placement=placement, max_remote_workers=0, max_local_workers=0))
+    with pytest.raises(ReproError, match=rf"pecan.modes.{placement}: placement '{placement}' starts its workers within "
+                                         rf"pecan.cluster.max_remote_workers( and pecan.modes.{placement}.max_local_workers)?, "
+                                         "which allow none; expected at least 1"):
+        config = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
+        config["pecan"]["cluster"].update(max_remote_workers=0, max_local_workers=0)
+        config["pecan"]["modes"] = {placement: {**config["pecan"]["modes"][placement], "max_local_workers": 0}
+                                    if placement == "autoplacement" else config["pecan"]["modes"][placement]}
+        for experiment in config["pecan"]["experiments"].values():
+            experiment["modes"] = [placement]
+        validate_config(config)

@@ -399,6 +399,13 @@ def _check_worker_counts(name, mode, cluster, source):
         if key in mode and mode[key] > limit:
             raise ReproError(f"{source}: pecan.modes.{name}.{key}: {mode[key]}, more than the cluster's "
                              f"pecan.cluster.max_{key} {limit}; expected a deployment the cluster can run")
+    # the placements that decide their own workers take them from the cluster's bounds: none, none run
+    bounds = {"cachew": ("max_remote_workers",), "autoplacement": ("max_remote_workers", "max_local_workers")}
+    keys = bounds.get(mode["placement"], ())
+    if keys and not any(mode.get(key, cluster[key]) for key in keys):  # a mode's own bound before the cluster's
+        named = " and ".join(f"pecan.modes.{name}.{key}" if key in mode else f"pecan.cluster.{key}" for key in keys)
+        raise ReproError(f"{source}: pecan.modes.{name}: placement {mode['placement']!r} starts its workers within "
+                         f"{named}, which allow none; expected at least 1")
 
 
 def _check_fixed_deployment(name, mode, source):

@@ -165,6 +165,11 @@ def simulate(spec):
             supply = fastflow_capacity(spec, policy.state, remote, policy.ratio_local)
         else:
             supply = capacity(spec, remote, local)
+        if not supply > 0:  # settings not checked as a config is (a hand-written --settings)
+            raise ReproError(f"mode {spec.mode}: {remote} remote and {local} local workers (placement "
+                             f"{spec.placement}) preprocess nothing; expected a deployment of at least one worker "
+                             f"(pecan.cluster.max_remote_workers {spec.max_remote_workers}, max_local_workers "
+                             f"{spec.max_local_workers})")
         rate = min(bound, supply) * rng.lognormal(-sigma**2 / 2, sigma)
         seconds = steps * spec.batch_size / rate
         sim.windows.append(Window(now, step, steps, seconds, remote, local))
