@@ -6,6 +6,7 @@ process-per-request client run reaches the client alone.
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -213,7 +214,8 @@ def test_a_service_start_keeps_a_users_file_named_as_its_log_or_status(tf, tmp_p
 
 
 def _answering(path, answer):
-    """A Unix socket at `path` that answers every line with `answer` (a store that answers wrongly)."""
+    """A Unix socket at `path` that answers every line with `answer` (a store that answers wrongly):
+    a JSON-able value, or bytes sent as they are."""
     import socket as sockets
 
     listener = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
@@ -228,7 +230,7 @@ def _answering(path, answer):
                 return
             with connection, connection.makefile("rb") as lines:
                 for _ in lines:
-                    connection.sendall(json.dumps(answer).encode() + b"\n")
+                    connection.sendall((answer if isinstance(answer, bytes) else json.dumps(answer).encode()) + b"\n")
 
     threading.Thread(target=serve, daemon=True).start()
     return listener
@@ -309,3 +311,35 @@ def test_a_detailed_summary_of_many_traces_holds_one_temporary_file(tmp_path):
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
     doc = json.loads((tmp_path / "s.json").read_text())
     assert [entry["detailed_events"][0]["start"] for entry in doc["traces"]] == list(range(60))
+
+
+GOOD_STATUS = {"ok": True, "pid": 1, "policy": "lru", "device": "cpu", "budget_bytes": 1, "used_bytes": 0,
+               "evictions": 0, "tiers": {"host": {"budget_bytes": 0}}, "models": {}}
+
+
+@pytest.mark.parametrize("answer, said", [
+    ({**GOOD_STATUS, "pid": float("nan")}, "sent a malformed answer$"),
+    ({**GOOD_STATUS, "pid": 10**400}, r"sent a malformed answer to status \(pid: expected a process id"),
+    ({**GOOD_STATUS, "tiers": 5}, r"sent a malformed answer to status \(tiers: expected an object of tiers"),
+    ({**GOOD_STATUS, "policy": 5}, r"sent a malformed answer to status \(policy: expected a name"),
+    (b"\x00garbage", "sent a malformed answer$"),
+    ([1, 2], "sent a malformed answer$")], ids=["pid-nan", "pid-huge", "tiers-a-number", "policy-a-number",
+                                               "garbage", "a-list"])
+@pytest.mark.parametrize("words", [["server", "status"], ["server", "stop"], ["memory", "--no-measure", "squeezenet_1.1"],
+                                   ["client", "run", "--model", "squeezenet_1.1", "--iterations", "1"]],
+                         ids=["server-status", "server-stop", "memory", "client-run"])
+def test_every_store_command_names_a_malformed_status_answer(models, tmp_path, monkeypatch, capsys, words, answer, said):
+    """A socket answering status with NaN, a 400-digit pid, wrong types or garbage: `trims server status`
+    printed NaN as JSON (exit 0), `server stop` said "stopped", `trims memory` took it for no store (exit
+    0), and `client run` ended in an AttributeError traceback."""
+    monkeypatch.chdir(tmp_path)
+    listener = _answering(tmp_path / "s.sock", answer)
+    try:
+        code = main(["trims", *words, "--socket", str(tmp_path / "s.sock"),
+                     *(["--base-path", str(models)] if words[0] != "server" else [])])
+    finally:
+        listener.close()
+    out, err = capsys.readouterr()
+    assert code == 1 and re.match(rf"repro: error: model store server on {re.escape(str(tmp_path / 's.sock'))} {said}",
+                                  err), (out, err)
+    assert "stopped" not in out and "NaN" not in out

@@ -535,7 +535,7 @@ def _server_stop(args):
         if removed:
             raise ReproError(f"{exc}; removed {len(removed)} shared memory segment(s) a killed server left") from None
         raise
-    pid = connection.request({"op": "status"}).get("pid")
+    pid = connection.status()["pid"]
     try:
         server = describe(pid, "model store server")
     except (ProcessLookupError, TypeError, ValueError):  # it answers from elsewhere (another namespace)
@@ -550,7 +550,7 @@ def _server_stop(args):
 def _server_status(args):
     from repro.trims.server import StoreConnection
 
-    print(json.dumps(StoreConnection(_socket(args), timeout=10).request({"op": "status"}), indent=2))
+    print(json.dumps(StoreConnection(_socket(args), timeout=10).status(), indent=2))
 
 
 def profile_directory(root, name, overwrite, share_hour=False):
@@ -651,7 +651,7 @@ def _check_store_answers(socket_path, device):
 
     connection = StoreConnection(socket_path, timeout=10)
     try:
-        status = connection.request({"op": "status"})
+        status = connection.status()
     finally:
         connection.close()
     if status.get("device") == "gpu" and device != "gpu":
@@ -755,10 +755,7 @@ def _run_mode(args, options, plan, run_dir, original, label):
     if args.monitor_memory and not original:
         from repro.trims.server import StoreConnection
 
-        store_pid = StoreConnection(options.socket, timeout=10).request({"op": "status"}).get("pid")
-        if type(store_pid) is not int or store_pid < 1:
-            raise ReproError(f"model store server on {options.socket} sent a malformed answer to status (pid: "
-                             f"expected a process id, got {str(store_pid)[:40]!r})")
+        store_pid = StoreConnection(options.socket, timeout=10).status()["pid"]
     if args.monitor_memory:
         from repro.trims.monitor import MemoryMonitor
 
@@ -790,14 +787,14 @@ def _memory(args):
         raise ReproError(f"--socket {socket_path}: is not a socket; expected a model store's socket, or no file "
                          "when no store runs")  # else the report would say that nothing is resident
     try:
-        status = StoreConnection(socket_path, timeout=2).request({"op": "status"})
+        connection = StoreConnection(socket_path, timeout=2)
     except ReproError:
         status = None  # no store running: nothing resident to report
-    models = (status or {}).get("models", {})
-    if not (isinstance(models, dict) and all(isinstance(entry, dict) and type(entry.get("bytes")) is int
-                                             for entry in models.values())):
-        raise ReproError(f"model store server on {socket_path} sent a malformed answer to status (models: expected "
-                         "an object of models, each with its bytes)")
+    else:  # one that answers wrongly is named, not taken for none
+        try:
+            status = connection.status()
+        finally:
+            connection.close()
     rows = []
     from repro.trims.models import GRAPH, PARAMS, check_file_size, load_manifest, model_directory, model_file
 

@@ -142,7 +142,7 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
 
     connection = StoreConnection(socket_path, timeout=30)
     try:
-        store = store_fields(connection.request({"op": "status"}))
+        store = store_fields(connection.status())
     finally:
         connection.close()
     _remove_report(out_dir)
@@ -163,7 +163,7 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
     plan = plan_requests(models, settings["iterations"], name, params, seed=settings["seed"])
     connection = StoreConnection(socket_path, timeout=30)
     connection.request({"op": "flush"})  # every run starts from an empty store
-    before = connection.request({"op": "status"})
+    before = connection.status()
     _remove_report(out_dir)
     with removed_unless_done(fresh_directory(out_dir / "traces", "--out", TRACE_FILES, holds_run_file)) as (traces,):
         client = _client(base_path, socket_path, traces, False, settings,
@@ -171,7 +171,7 @@ def run_distribution(name, params, concurrency, settings, models, base_path, soc
                           "distribution_params": params, "concurrent": concurrency, **store_fields(before)})
         results, wall = client.run(plan, concurrency)
         _failed(results, f"distribution {name} at concurrency {concurrency}")
-    after = connection.request({"op": "status"})
+    after = connection.status()
     connection.close()
     report = {"experiment": "distribution", "distribution": name, "params": params, "concurrency": concurrency,
               "results": _beside(results, out_dir), "wall_s": wall, "evictions": after["evictions"] - before["evictions"],

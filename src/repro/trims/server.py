@@ -349,7 +349,7 @@ def server_pid(socket_path):
     except ReproError:
         return None
     try:
-        return connection.request({"op": "status"}).get("pid")
+        return connection.status()["pid"]
     except ReproError:
         return None
     finally:
@@ -425,6 +425,35 @@ def _wait_answering(proc, socket_path, log_file):
 
 
 _PEER = struct.Struct("3i")  # struct ucred: pid, uid, gid
+PID_LIMIT = 1 << 22  # Linux's largest pid_max
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is no JSON value")
+
+
+def _count(value):
+    return type(value) is int and value >= 0
+
+
+def _status_problem(status):
+    """What is wrong with a status answer (ModelStore.status), or None."""
+    if not (type(status.get("pid")) is int and 0 < status["pid"] < PID_LIMIT):
+        return f"pid: expected a process id, got {str(status.get('pid'))[:40]!r}"
+    for key in ("policy", "device"):
+        if not isinstance(status.get(key), str):
+            return f"{key}: expected a name, got {str(status.get(key))[:40]!r}"
+    for key in ("budget_bytes", "used_bytes", "evictions"):
+        if not _count(status.get(key)):
+            return f"{key}: expected a whole number, got {str(status.get(key))[:40]!r}"
+    tiers, models = status.get("tiers", {}), status.get("models", {})
+    if not (isinstance(tiers, dict) and all(isinstance(tier, dict) for tier in tiers.values())
+            and _count(tiers.get("host", {}).get("budget_bytes", 0))):
+        return "tiers: expected an object of tiers, each an object (host: with its budget_bytes)"
+    if not (isinstance(models, dict) and all(isinstance(entry, dict) and _count(entry.get("bytes"))
+                                             for entry in models.values())):
+        return "models: expected an object of models, each with its bytes"
+    return None
 
 
 class StoreConnection:
@@ -456,8 +485,8 @@ class StoreConnection:
             raise ReproError(f"model store server on {self.socket_path} closed the connection")
         if len(line) > MAX_LINE:
             raise ReproError(f"model store server on {self.socket_path} sent an answer longer than {MAX_LINE} bytes")
-        try:
-            answer = json.loads(line)
+        try:  # NaN and Infinity are no JSON: an answer holding them is malformed
+            answer = json.loads(line, parse_constant=_no_constant)
         except (ValueError, RecursionError):
             answer = None
         if not isinstance(answer, dict):
@@ -465,6 +494,14 @@ class StoreConnection:
         if answer.get("ok") is not True:
             error = answer.get("error")
             raise ReproError(error[:1000] if isinstance(error, str) else "model store server refused the request")
+        return answer
+
+    def status(self):
+        """The store's status (ModelStore.status), its fields checked before any is used or printed."""
+        answer = self.request({"op": "status"})
+        problem = _status_problem(answer)
+        if problem:
+            raise ReproError(f"model store server on {self.socket_path} sent a malformed answer to status ({problem})")
         return answer
 
     def close(self):

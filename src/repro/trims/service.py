@@ -101,7 +101,7 @@ def _shut_down(socket_path):
 
     try:
         connection = StoreConnection(socket_path, timeout=2)
-        store = processes.describe(connection.request({"op": "status"}).get("pid"), "model store")
+        store = processes.describe(connection.status()["pid"], "model store")
         connection.request({"op": "shutdown"})
     except (ReproError, ProcessLookupError, TypeError, ValueError):  # gone meanwhile, or no pid of this namespace
         return False
