@@ -343,3 +343,32 @@ def test_every_store_command_names_a_malformed_status_answer(models, tmp_path, m
     assert code == 1 and re.match(rf"repro: error: model store server on {re.escape(str(tmp_path / 's.sock'))} {said}",
                                   err), (out, err)
     assert "stopped" not in out and "NaN" not in out
+
+
+@pytest.mark.parametrize("edit", ["no-params", "distribution-null", "concurrency-a-string"])
+def test_trims_summary_refuses_a_distribution_report_without_its_series(server, models, config, tmp_path, capsys, edit):
+    """A distribution report without params (a KeyError traceback), or whose distribution is null (a
+    TypeError beside another report; alone, exit 0 with "distribution": null in the summary)."""
+    from repro.trims.experiments import run_compare, run_distribution
+
+    from repro.rulesettings import trims_client_settings
+
+    settings = trims_client_settings(config, "compare")
+    run_compare("squeezenet_1.1", {**settings, "iterations": 2}, models, server[0], tmp_path / "c")
+    for name, concurrency in (("d1", 1), ("d2", 2)):
+        run_distribution("uniform", [], concurrency, {**settings, "iterations": 2}, ["squeezenet_1.1"], models,
+                         server[0], tmp_path / name)
+    report = json.loads((tmp_path / "d1" / "report.json").read_text())
+    if edit == "no-params":
+        del report["params"]
+    else:
+        report.update({"distribution-null": {"distribution": None}, "concurrency-a-string": {"concurrency": "1"}}[edit])
+    (tmp_path / "d1" / "report.json").write_text(json.dumps(report))
+    for others in ([], [str(tmp_path / "d2" / "report.json")]):
+        capsys.readouterr()
+        assert main(["trims", "summary", "--compare", str(tmp_path / "c" / "report.json"), "--distributions",
+                     str(tmp_path / "d1" / "report.json"), *others, "-o", str(tmp_path / "s.json")]) == 1
+        assert capsys.readouterr().err == (f"repro: error: {tmp_path / 'd1' / 'report.json'}: expected a distribution "
+                                           "report: the distribution's name, its params and a concurrency of at "
+                                           "least 1\n")
+    assert not (tmp_path / "s.json").exists()

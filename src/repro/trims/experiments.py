@@ -307,6 +307,10 @@ def distribution_table(reports):
     over the requests, requests/s and store hit rate (with its interval)."""
     rows = []
     for report in reports:
+        if not (isinstance(report.get("distribution"), str) and "params" in report
+                and type(report.get("concurrency")) is int and report["concurrency"] >= 1):
+            raise ReproError("expected a distribution report: the distribution's name, its params and a concurrency "
+                             "of at least 1")
         latencies = _latencies_ms(report["results"])
         hits = [r["hit"] for r in report["results"]]
         row = {"distribution": report["distribution"], "concurrency": report["concurrency"], "requests": len(hits)}
