@@ -124,7 +124,11 @@ def cost_table(settings, modes, logs, metrics, summary):
     if not isinstance(traces, list) or not all(isinstance(t, dict) for t in traces):
         raise ReproError(f"{summary}: not a trace summary (expected 'traces', a list of objects, as "
                          "`repro trace summarize` writes)")
-    summarized = {trace.get("mode") for trace in traces}
+    modes_summarized = [trace.get("mode") for trace in traces]
+    odd = next((i for i, mode in enumerate(modes_summarized) if isinstance(mode, (list, dict))), None)
+    if odd is not None:  # `trace summarize` writes run fields as text, numbers or nothing: an edited summary
+        raise ReproError(f"{summary}: traces[{odd}].mode: expected a mode's name, got {str(modes_summarized[odd])[:60]}")
+    summarized = set(modes_summarized)
     if not len(modes) == len(logs) == len(metrics):
         raise ReproError(f"cost table: {len(modes)} modes, {len(logs)} logs and {len(metrics)} metrics files; "
                          "expected one of each per mode, in the same order")
