@@ -362,3 +362,18 @@ def test_trims_models_publish_names_its_flag(tmp_path, capsys):
     assert capsys.readouterr().err == (f"repro: error: --publish {str(tmp_path / 'assets')!r}: expected "
                                        "gs://bucket[/prefix] (a GCS asset store)\n")
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("mode", [[], {"a": 1}], ids=["a-list", "an-object"])
+def test_a_cost_table_names_a_summarys_mode_that_is_no_name(config, table, capsys, mode):
+    """A summary (edited: `trace summarize` writes no such run field) whose trace mode is a list: an
+    'unhashable type' traceback."""
+    from repro.rulesettings import cost_settings
+
+    run, summary = table.parent / "run", table.parent / "odd-summary.json"
+    summary.write_text(json.dumps({"traces": [{"mode": "pecan"}, {"mode": mode}]}))
+    assert main(["pecan", "cost-table", "--settings", json.dumps(cost_settings(config, "ResNet50_v2-8")), "--mode",
+                 "pecan", "--log", str(run / "run.log"), "--metrics", str(run / "metrics.json"), "--summary",
+                 str(summary), "-o", str(table.parent / "t.csv")]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {summary}: traces[1].mode: expected a mode's name, got "
+                                       f"{mode}\n")

@@ -19,7 +19,6 @@ import pytest
 from repro.cli import main
 from repro.errors import ReproError
 from support import BIN, ctrl_c_heard, run_forked
-from test_faults_adversarial10 import table  # noqa: F401 - a fixture: a cost table of one pecan run
 
 pytestmark = pytest.mark.fault
 
@@ -373,18 +372,3 @@ def test_trims_summary_refuses_a_distribution_report_without_its_series(server, 
                                            "report: the distribution's name, its params and a concurrency of at "
                                            "least 1\n")
     assert not (tmp_path / "s.json").exists()
-
-
-@pytest.mark.parametrize("mode", [[], {"a": 1}], ids=["a-list", "an-object"])
-def test_a_cost_table_names_a_summarys_mode_that_is_no_name(config, table, capsys, mode):
-    """A summary (edited: `trace summarize` writes no such run field) whose trace mode is a list: an
-    'unhashable type' traceback."""
-    from repro.rulesettings import cost_settings
-
-    run, summary = table.parent / "run", table.parent / "odd-summary.json"
-    summary.write_text(json.dumps({"traces": [{"mode": "pecan"}, {"mode": mode}]}))
-    assert main(["pecan", "cost-table", "--settings", json.dumps(cost_settings(config, "ResNet50_v2-8")), "--mode",
-                 "pecan", "--log", str(run / "run.log"), "--metrics", str(run / "metrics.json"), "--summary",
-                 str(summary), "-o", str(table.parent / "t.csv")]) == 1
-    assert capsys.readouterr().err == (f"repro: error: {summary}: traces[1].mode: expected a mode's name, got "
-                                       f"{mode}\n")
