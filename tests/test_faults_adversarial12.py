@@ -372,3 +372,19 @@ def test_trims_summary_refuses_a_distribution_report_without_its_series(server, 
                                            "report: the distribution's name, its params and a concurrency of at "
                                            "least 1\n")
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_profiling_store_keeps_a_bounded_number_of_events(models, monkeypatch):
+    """A store started with --profile kept every acquire and release event until it stopped: 0.7 KB a
+    request, without bound. Past the bound they are counted, and the trace says how many."""
+    from repro.trims import modelstore
+
+    monkeypatch.setattr(modelstore, "MAX_PROFILE_EVENTS", 5)
+    store = modelstore.ModelStore(models, 50 << 20, "lru", events=[])
+    try:
+        for _ in range(10):
+            store.acquire("squeezenet_1.1")
+            store.release("squeezenet_1.1")
+    finally:
+        store.close()
+    assert len(store.events) == 5 and store.events_dropped >= 5

@@ -38,6 +38,7 @@ DEVICES = ("cpu", "gpu")  # where a store keeps models
 DEVICE_CHOICES = (*DEVICES, "auto")
 _CHUNK = 8 << 20
 SHM_DIR = Path("/dev/shm")  # where Linux keeps POSIX shared memory segments
+MAX_PROFILE_EVENTS = 100_000  # a profiling server's trace, held until it stops (about 70 MB of events)
 
 
 def segment_prefix(socket_path):
@@ -181,6 +182,7 @@ class ModelStore:
     file_loads: int = 0  # loads that read the model file
     tier_evictions: int = 0  # copies dropped from the host tier to make room
     events: list = None  # the server's trace (Chrome trace events) when it profiles; None: not recorded
+    events_dropped: int = 0  # events past MAX_PROFILE_EVENTS, counted, not kept
     lock: threading.RLock = field(default_factory=threading.RLock)
     freed: threading.Condition = None
     _sequence: itertools.count = field(default_factory=itertools.count)
@@ -223,6 +225,9 @@ class ModelStore:
     def _record(self, name, start_us, end_us=None, **args):
         """A complete event (or an instant one without end) in the server's trace, when it profiles."""
         if self.events is None:
+            return
+        if len(self.events) >= MAX_PROFILE_EVENTS:  # held until the server stops: bounded
+            self.events_dropped += 1
             return
         event = {"name": name, "cat": "server", "pid": os.getpid(), "tid": threading.get_ident() % (1 << 31),
                  "ts": start_us, "args": args}

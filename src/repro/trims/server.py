@@ -333,7 +333,8 @@ def serve(socket_path, base_path, budget, policy, pid_file=None, ready=None, dev
 
                 Path(profile_dir).mkdir(parents=True, exist_ok=True)
                 write_trace(Path(profile_dir) / f"server_{server_id}.json", store.events,
-                            {"displayTimeUnit": "ms", "otherData": {**final, "upr_server": True}})
+                            {"displayTimeUnit": "ms", "otherData": {**final, "upr_server": True,
+                                                                     "events_dropped": store.events_dropped}})
         finally:
             with contextlib.suppress(OSError):  # only the socket this server bound: not one put there since
                 if _socket_identity(socket_path) == bound:
