@@ -51,9 +51,13 @@ rule trims_status:
         " -o {output:q} > {log:q} 2>&1"
 
 
+# Every file of a model is an output: a forced rerun removes them all first (a model directory
+# without its manifest is refused as one that may be the user's).
 rule trims_generate:
     output:
         f"{config['trims']['asset_store']}/{{model}}/manifest.json",
+        f"{config['trims']['asset_store']}/{{model}}/model.onnx",
+        f"{config['trims']['asset_store']}/{{model}}/model.params",
     log:
         "results/logs/trims/generate/{model}.log",
     conda:
@@ -76,6 +80,8 @@ rule trims_fetch:
         fetch_source(config, ASSETS_IN_GCS),
     output:
         f"{config['trims']['base_path']}/{{model}}/manifest.json",
+        f"{config['trims']['base_path']}/{{model}}/model.onnx",
+        f"{config['trims']['base_path']}/{{model}}/model.params",
     log:
         "results/logs/trims/fetch/{model}.log",
     conda:

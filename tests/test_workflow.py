@@ -180,6 +180,18 @@ def test_deleting_a_trims_run_redoes_that_run_and_downstream_only(built):
     assert not store_processes(built)
 
 
+def test_a_forced_rerun_of_a_models_generation_and_fetch_makes_it_again(built):
+    """`--forcerun trims_generate trims_fetch` (or a new trims.seed): Snakemake removed only the
+    manifest, the one output the rules declared, and the model's other files made the directory one
+    that `trims models` refuses as possibly the user's."""
+    model = "results/trims/models/squeezenet_1.1/manifest.json"
+    snakemake(built, model, "--forcerun", "trims_generate", "trims_fetch", *configfiles(built))
+    for store in ("assets", "models"):
+        assert sorted(p.name for p in (built / "results" / "trims" / store / "squeezenet_1.1").iterdir()) == [
+            "manifest.json", "model.onnx", "model.params"]
+    assert planned_jobs(built, model, *configfiles(built)) == []
+
+
 def test_settings_from_the_command_line_reach_the_cluster_and_a_mismatch_is_refused(workdir):
     target = "results/runs/Getting_started/short/metrics.json"
     snakemake(workdir, target, *configfiles(workdir), "--config", "trace_store=results/elsewhere")
