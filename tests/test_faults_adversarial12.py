@@ -388,3 +388,19 @@ def test_a_profiling_store_keeps_a_bounded_number_of_events(models, monkeypatch)
     finally:
         store.close()
     assert len(store.events) == 5 and store.events_dropped >= 5
+
+
+def test_a_store_request_with_a_key_given_twice_is_refused(module_server):
+    """{"op": "status", "op": "shutdown"} shut the store down: the last key won, where config files
+    refuse a key given twice."""
+    import socket as sockets
+
+    socket_path, _ = module_server
+    with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as connection:
+        connection.connect(str(socket_path))
+        connection.sendall(b'{"op": "status", "op": "shutdown"}\n')
+        answer = json.loads(connection.makefile("rb").readline())
+    assert answer == {"ok": False, "error": "bad request: key 'op' given twice; expected each key once"}
+    from repro.trims.server import StoreConnection
+
+    assert StoreConnection(socket_path, timeout=10).status()["pid"]  # still serving

@@ -44,10 +44,25 @@ MAX_LINE = 1 << 16  # bytes in one request or answer line; the largest real one 
 MAX_HELD = 1024  # references one connection may hold at once; a client holds one per request in flight
 
 
+class _KeyTwice(ValueError):
+    pass
+
+
+def _once_each(pairs):
+    """A request's object, each key once: {"op": "status", "op": "shutdown"} was taken as a shutdown."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        raise _KeyTwice(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return obj
+
+
 def _parse(line):
     """The request on one line, or ReproError saying what is wrong with it."""
     try:
-        request = json.loads(line)
+        request = json.loads(line, object_pairs_hook=_once_each)
+    except _KeyTwice as exc:
+        raise ReproError(f"bad request: key {str(exc)[:100]!r} given twice; expected each key once") from None
     except ValueError:
         raise ReproError("bad request: not a JSON line") from None
     except RecursionError:
