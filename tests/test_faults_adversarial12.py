@@ -152,6 +152,19 @@ def test_an_output_named_dash_is_refused_not_written_as_a_file(tmp_path, monkeyp
     assert not (tmp_path / "-").exists()
 
 
+def _serving(path, models):
+    """A model store serving on `path` in a thread of this process (its bounds patched as a test sets
+    them); stopped by a shutdown request."""
+    from repro.trims import server as store_server
+
+    ready = threading.Event()
+    thread = threading.Thread(target=store_server.serve, args=(path, models, 50 << 20, "lru"),
+                              kwargs={"ready": ready.set}, daemon=True)
+    thread.start()
+    assert ready.wait(30)
+    return thread
+
+
 def test_the_model_store_serves_a_bounded_number_of_connections(models, tmp_path, monkeypatch):
     """2000 idle connections of one process filled the store's accept queue with a thread each, and
     `trims server stop` then failed with 'Connection reset by peer'. One past the bound is told so and
@@ -160,11 +173,7 @@ def test_the_model_store_serves_a_bounded_number_of_connections(models, tmp_path
 
     monkeypatch.setattr(store_server, "MAX_CONNECTIONS", 3)
     path = tmp_path / "s.sock"
-    ready = threading.Event()
-    thread = threading.Thread(target=store_server.serve, args=(path, models, 50 << 20, "lru"),
-                              kwargs={"ready": ready.set}, daemon=True)
-    thread.start()
-    assert ready.wait(30)
+    thread = _serving(path, models)
     idle = [store_server.StoreConnection(path, timeout=10) for _ in range(3)]
     try:
         with pytest.raises(ReproError, match="serves at most 3 connections at once"):
@@ -260,11 +269,7 @@ def test_one_connection_holds_a_bounded_number_of_references(models, tmp_path, m
 
     monkeypatch.setattr(store_server, "MAX_HELD", 3)
     path = tmp_path / "s.sock"
-    ready = threading.Event()
-    thread = threading.Thread(target=store_server.serve, args=(path, models, 50 << 20, "lru"),
-                              kwargs={"ready": ready.set}, daemon=True)
-    thread.start()
-    assert ready.wait(30)
+    thread = _serving(path, models)
     connection = store_server.StoreConnection(path, timeout=10)
     try:
         acquire = {"op": "acquire", "model": "squeezenet_1.1"}
