@@ -495,8 +495,8 @@ class StoreConnection:
         try:
             self.sock.sendall(json.dumps(payload).encode() + b"\n")
             line = self.reader.readline(MAX_LINE + 1)
-        except OSError as exc:
-            raise ReproError(f"model store server on {self.socket_path} failed: {exc}") from None
+        except OSError as exc:  # what a server that closed the connection said first (it serves no more)
+            raise ReproError(self._parting_words() or f"model store server on {self.socket_path} failed: {exc}") from None
         if not line:
             raise ReproError(f"model store server on {self.socket_path} closed the connection")
         if len(line) > MAX_LINE:
@@ -511,6 +511,15 @@ class StoreConnection:
             error = answer.get("error")
             raise ReproError(error[:1000] if isinstance(error, str) else "model store server refused the request")
         return answer
+
+    def _parting_words(self):
+        """The error a server sent before it closed the connection, or None."""
+        try:
+            answer = json.loads(self.reader.readline(MAX_LINE + 1), parse_constant=_no_constant)
+        except (OSError, ValueError, RecursionError):
+            return None
+        error = answer.get("error") if isinstance(answer, dict) else None
+        return error[:1000] if isinstance(error, str) else None
 
     def status(self):
         """The store's status (ModelStore.status), its fields checked before any is used or printed."""
