@@ -515,7 +515,7 @@ def test_trims_distribution_table_gives_bootstrap_intervals():
 
     rng = np.random.default_rng(0)
     results = [{"latency_us": float(v), "hit": bool(h), "ok": True} for v, h in zip(rng.lognormal(10, 0.3, 60), rng.random(60) < 0.7)]
-    row = distribution_table([{"distribution": "pareto", "concurrency": 2, "results": results, "wall_s": 3.0,
+    row = distribution_table([{"distribution": "pareto", "params": [1.5], "concurrency": 2, "results": results, "wall_s": 3.0,
                                "evictions": 1}])[0]
     assert row["requests"] == 60
     for q in (50, 90, 99):

@@ -36,7 +36,7 @@ READ_LIMIT, READ_TIMEOUT_S = 1 << 16, 5
 # -- on the worker host ------------------------------------------------------------------------
 
 def _start(args):
-    from repro.pecan.tfdata.service import open_service_log
+    from repro.pecan.tfdata.servicelog import open_service_log
     from repro.processes import OWNER_TOKEN, describe, owner_environment
 
     directory = Path(args.dir)

@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import check_output, open_lock, open_regular, read_json, write_json
+from repro.fsutil import open_lock, read_json, write_json
 from repro.invocation import owner
+from repro.pecan.tfdata.servicelog import open_service_log
 from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, terminate
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
@@ -78,39 +79,6 @@ def _fresh(status_path, pid):
     if not status or status.get("pid") != pid or time.time() - status.get("at", 0) > STATUS_FRESH_S:
         return None
     return status
-
-
-def open_service_log(directory, role, log_path, status_path):
-    """The log of a process about to start, opened for writing with its first line naming it. An
-    earlier start's log and status file of these names are replaced, told by their content; another
-    file there is refused (it may be the user's), as is a link (open() would empty what it names)."""
-    check_output(log_path, str(log_path))
-    for path, is_ours, what in ((log_path, _is_service_log, f"a tf.data {role}'s log (its first line names it)"),
-                                (status_path, _is_status, "a tf.data process's status (role, pid)")):
-        if os.path.lexists(path) and not is_ours(path):
-            raise ReproError(f"state directory {directory}: {path} is not {what}, and a start would replace it; it "
-                             "may be yours: move it, or name another state directory")
-    log = open(log_path, "w")
-    log.write(f"repro tf.data {role} log\n")
-    log.flush()
-    return log
-
-
-def _is_service_log(path):
-    """Whether `path` is a log _spawn wrote: its first line names it (not a link, not another file)."""
-    try:
-        with open_regular(path, str(path), "a tf.data process's log", "r", errors="replace") as fh:
-            return not Path(path).is_symlink() and re.fullmatch(r"repro tf\.data (dispatcher|worker) log\n",
-                                                                 fh.readline(100)) is not None
-    except (OSError, ReproError):
-        return False
-
-
-def _is_status(path):
-    """Whether `path` holds a status a tf.data process reported (repro.pecan.tfdata.server)."""
-    status = read_record(path)
-    return (not Path(path).is_symlink() and isinstance(status, dict) and status.get("role") in ("dispatcher", "worker")
-            and isinstance(status.get("pid"), int))
 
 
 def _log_tail(path, lines=5):
