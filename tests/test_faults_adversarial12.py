@@ -420,3 +420,20 @@ def test_a_store_request_with_a_key_given_twice_is_refused(module_server):
     from repro.trims.server import StoreConnection
 
     assert StoreConnection(socket_path, timeout=10).status()["pid"]  # still serving
+
+
+@pytest.mark.parametrize("at", ["x", [1], 1e300, -1e20, None], ids=["a-string", "a-list", "far-future", "far-past", "null"])
+def test_an_earlier_probe_at_no_time_is_probed_again(tmp_path, monkeypatch, at):
+    """`tfdata status --probe-workers` in a workflow: a probed.json whose `at` was a string or out of
+    range ended in a TypeError or OverflowError traceback; it is no earlier probe."""
+    from types import SimpleNamespace
+
+    from repro.pecan.tfdata import service as tfdata_service
+
+    key = {"dispatcher": {"pid": 1, "start_ticks": 2}}
+    monkeypatch.setattr(tfdata_service, "_probe_key", lambda service: key)
+    probed = {**key, "text": "a worker served", "where": "here", "at": at}
+    (tmp_path / tfdata_service.PROBED).write_text(json.dumps(probed))
+    assert tfdata_service._probed_earlier(SimpleNamespace(directory=tmp_path)) is None
+    (tmp_path / tfdata_service.PROBED).write_text(json.dumps({**probed, "at": time.time()}))
+    assert tfdata_service._probed_earlier(SimpleNamespace(directory=tmp_path)).startswith("a worker served (here, at ")

@@ -586,7 +586,10 @@ def _probed_earlier(service):
         return None
     if key is None or not isinstance(probed, dict) or {k: probed.get(k) for k in key} != key:
         return None
-    at = time.strftime("%H:%M:%S", time.localtime(probed.get("at", 0)))
+    at = probed.get("at")
+    if type(at) not in (int, float) or not 0 <= at <= time.time():  # no time this probe could have run at
+        return None
+    at = time.strftime("%H:%M:%S", time.localtime(at))
     return (f"{probed.get('text')} ({probed.get('where')}, at {at}: this dispatcher, probed once in this Snakemake "
             "invocation)")
 
