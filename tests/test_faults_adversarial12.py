@@ -437,3 +437,25 @@ def test_an_earlier_probe_at_no_time_is_probed_again(tmp_path, monkeypatch, at):
     assert tfdata_service._probed_earlier(SimpleNamespace(directory=tmp_path)) is None
     (tmp_path / tfdata_service.PROBED).write_text(json.dumps({**probed, "at": time.time()}))
     assert tfdata_service._probed_earlier(SimpleNamespace(directory=tmp_path)).startswith("a worker served (here, at ")
+
+
+@pytest.mark.parametrize("server", [{"eviction": "lru", "memory_mb": 300}, {}], ids=["without-device", "empty"])
+@pytest.mark.parametrize("experiment", [["compare", "squeezenet_1.1"],
+                                        ["distribution", "pareto", "--params", "1", "1.5", "--concurrency", "1",
+                                         "--models", "squeezenet_1.1"]], ids=["compare", "distribution"])
+def test_an_experiments_settings_without_the_stores_keys_are_named(config, tmp_path, monkeypatch, capsys, server,
+                                                                    experiment):
+    """`trims experiment --settings` whose server lacks device: a KeyError traceback after the settings
+    check passed, and an empty traces/ left behind."""
+    from repro.rulesettings import trims_client_settings
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "st.json").write_text(json.dumps({"base_path": "bp", "socket": "s.sock"}))
+    settings = {**trims_client_settings(config, experiment[0] if experiment[0] == "compare" else "distributions"),
+                "server": server}
+    assert main(["trims", "experiment", *experiment, "--store", "st.json", "--settings", json.dumps(settings),
+                 "--out", "exp"]) == 1
+    missing = "device" if server else "memory_mb"
+    assert capsys.readouterr().err == (f"repro: error: --settings: lacks key 'server.{missing}' (expected the settings "
+                                       "the workflow passes; see repro.rulesettings.trims_client_settings)\n")
+    assert not (tmp_path / "exp").exists()

@@ -308,7 +308,10 @@ def _client_settings(settings, experiment):
     places = {key: ("trims", "client", key) for key in ("eager", "eager_async", "cold_cache")}
     places.update(seed=("trims", "seed"), server=("trims", "server"), iterations=("trims", experiment, "iterations"))
     check_settings(settings, places=places)
+    from repro.trims.service import SERVER_KEYS
+
     missing = [key for key in places if key not in settings]
+    missing += [f"server.{key}" for key in SERVER_KEYS if not missing and key not in settings["server"]]
     if missing:
         raise ReproError(f"--settings: lacks key {missing[0]!r} (expected the settings the workflow passes; "
                          "see repro.rulesettings.trims_client_settings)")
