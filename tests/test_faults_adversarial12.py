@@ -459,3 +459,18 @@ def test_an_experiments_settings_without_the_stores_keys_are_named(config, tmp_p
     assert capsys.readouterr().err == (f"repro: error: --settings: lacks key 'server.{missing}' (expected the settings "
                                        "the workflow passes; see repro.rulesettings.trims_client_settings)\n")
     assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.parametrize("hosts", [{"hosts": [{"name": "h", "address": "127.0.0.1"}]}, {"a": 1}, {"hosts": 5}],
+                         ids=["without-python", "without-hosts", "hosts-a-number"])
+@pytest.mark.parametrize("command", ["stop", "status"])
+def test_a_state_whose_worker_hosts_are_not_the_services_is_named(tmp_path, capsys, hosts, command):
+    """`tfdata stop` on a state whose ssh_workers lacked python or hosts: a KeyError traceback, after
+    the workers and before the dispatcher (which a real state would have left running)."""
+    state = {"dispatcher": {"pid": 999999, "start_ticks": 1, "address": "localhost:1", "status": "x"},
+             "workers": [{"pid": 999998, "start_ticks": 1, "status": "s", "kind": "remote", "slot": 0, "host": "h"}],
+             "ssh_workers": hosts}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    assert main(["pecan", "tfdata", command, "--state-dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith(f"repro: error: {tmp_path / 'state.json'}: ssh_workers: expected an "
+                                              "object with hosts (a list of objects with a name and an address)")

@@ -1,6 +1,5 @@
 """`repro pecan tfdata ...`: the tf.data service engine's commands (TensorFlow imported only when run)."""
 
-import json
 import sys
 
 from repro import stopsignals
@@ -172,9 +171,10 @@ def _start(args):
     ssh_workers = None
     if args.worker_hosts:
         from repro.fsutil import read_json
+        from repro.pecan.tfdata.remote import check_worker_hosts
 
         ssh_workers = read_json(args.worker_hosts, "the worker hosts as JSON", f"--worker-hosts {args.worker_hosts}")
-        _check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
+        check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
     else:  # the workers run here
         check_worker_memory(args.workers, f"--workers {args.workers}")
     was_running = Service(args.state_dir).dispatcher_running()
@@ -203,19 +203,6 @@ def _add_workers(service, count, threads, started_dispatcher):
                 for _ in range(added):
                     service.remove_worker("remote")
         raise
-
-
-def _check_worker_hosts(flag, hosts):
-    """Refuse worker hosts that are not what the ssh backend writes (SshWorkers' config): recorded in the
-    state, they made every later status and stop fail, the dispatcher left running."""
-    listed = hosts.get("hosts") if isinstance(hosts, dict) else None
-    if not (isinstance(listed, list) and listed
-            and all(isinstance(h, dict) and isinstance(h.get("name"), str) and isinstance(h.get("address"), str)
-                    for h in listed)
-            and all(isinstance(hosts.get(key), str) for key in ("python", "worker_dir", "dispatcher_host"))):
-        raise ReproError(f"{flag}: expected an object with hosts (a list of objects with a name and an address), "
-                         "python, worker_dir and dispatcher_host, as the ssh backend writes; got "
-                         f"{json.dumps(hosts)[:80]}")
 
 
 def _status(args):

@@ -91,6 +91,21 @@ def main(argv=None):
 
 # -- on the accelerator host -------------------------------------------------------------------
 
+def check_worker_hosts(flag, hosts):
+    """Refuse worker hosts that are not what the ssh backend writes (SshWorkers' config): recorded in the
+    state, they made every later status and stop fail, the dispatcher left running. `flag`: where
+    they come from (a flag, or a state file's key)."""
+    listed = hosts.get("hosts") if isinstance(hosts, dict) else None
+    if not (isinstance(listed, list) and listed
+            and all(isinstance(h, dict) and isinstance(h.get("name"), str) and isinstance(h.get("address"), str)
+                    for h in listed)
+            and all(isinstance(hosts.get(key), str) for key in ("python", "worker_dir", "dispatcher_host"))):
+        raise ReproError(f"{flag}: expected an object with hosts (a list of objects with a name and an address), "
+                         "python, worker_dir and dispatcher_host, as the ssh backend writes; got "
+                         f"{json.dumps(hosts)[:80]}")
+
+
+
 def _read_command(path, reader):
     """A shell command running `reader` (`head -c N`, `tail -c N`) on `path` on a worker host where it
     is a regular file (a FIFO there waited for ever, /dev/zero never ended), killed after

@@ -123,8 +123,10 @@ def _check_state(path, state):
                                  "hosts (ssh_workers) are recorded; not a state file the service wrote")
     if not isinstance(state.get("started", 0), int):
         raise ReproError(f"{path}: started: expected an integer, got {state['started']!r:.60}")
-    if not isinstance(state.get("ssh_workers") or {}, dict):
-        raise ReproError(f"{path}: ssh_workers: expected an object (the worker hosts), got {state['ssh_workers']!r:.60}")
+    if state.get("ssh_workers") is not None:  # as `tfdata start --worker-hosts` checks them, before any is used
+        from repro.pecan.tfdata.remote import check_worker_hosts
+
+        check_worker_hosts(f"{path}: ssh_workers", state["ssh_workers"])
     retired = state.get("retired_ports", {})
     if not isinstance(retired, dict) or len(retired) > RETIRED_PORTS_MAX or not all(
             re.fullmatch(r"\d{1,5}", port) and isinstance(at, (int, float)) and not isinstance(at, bool)
