@@ -481,6 +481,12 @@ def test_a_figure_whose_total_is_not_its_parts_is_refused(tmp_path):
     (("hosts", "accelerator", "user"), "a b", r"ssh\.hosts\.accelerator\.user: 'a b' does not match"),
     (("run", "remote_dir"), "/", r"ssh\.run\.remote_dir: '/' does not match"),
     (("run", "remote_dir"), "runs", r"ssh\.run\.remote_dir: 'runs' does not match"),
+    # the tf.data service's directories on the hosts, and its python, as the runs' remote_dir is checked
+    (("tfdata", "state_dir"), "", r"ssh\.tfdata\.state_dir: '' does not match"),
+    (("tfdata", "state_dir"), "/", r"ssh\.tfdata\.state_dir: '/' does not match"),
+    (("tfdata", "worker_dir"), "relative/dir", r"ssh\.tfdata\.worker_dir: 'relative/dir' does not match"),
+    (("tfdata", "worker_dir"), "/tmp/x\x00y", r"ssh\.tfdata\.worker_dir: '/tmp/x\\x00y' does not match"),
+    (("tfdata", "python"), "", r"ssh\.tfdata\.python: '' does not match"),
     (("start_commands",), {"acelerator": ["true"]}, r"ssh\.start_commands: 'acelerator' is not one of \['control', "),
     (("checks",), [{"name": "x", "role": "worker", "command": "true"}], r"ssh\.checks\.0\.role: 'worker' is not one of"),
 ])
