@@ -724,3 +724,24 @@ def test_generated_data_is_written_once_and_deterministic(tf, data):
     other = ops.write_data("resnet", 3, data / "other", seed=5)
     assert [Path(f).read_bytes() for f in other["files"]] == [Path(f).read_bytes() for f in first["files"]]
 
+
+
+def test_a_data_set_without_its_manifest_is_written_again_over_its_own_images_only(tf, data):
+    """A data set directory without a manifest (a write cut short) is written again; an image of the
+    user's under one of its names was overwritten with no warning."""
+    from repro.errors import ReproError
+    from repro.pecan.tfdata import ops
+
+    first = ops.write_data("resnet", 3, data / "cut", seed=2)
+    directory = Path(first["files"][0]).parent
+    (directory / "manifest.json").unlink()  # cut before the manifest
+    Path(first["files"][2]).unlink()
+    assert ops.write_data("resnet", 3, data / "cut", seed=2) == first
+    (directory / "manifest.json").unlink()
+    Path(first["files"][1]).write_bytes(b"MY PHOTO")
+    with pytest.raises(ReproError, match=rf"^{re.escape(first['files'][1])}: not image 00001 of this data set "
+                                         r"\(pipeline resnet, seed 2\), and no manifest in .* says what it is; it may "
+                                         "be yours"):
+        ops.write_data("resnet", 3, data / "cut", seed=2)
+    assert Path(first["files"][1]).read_bytes() == b"MY PHOTO"
+    assert not (directory / "manifest.json").exists()

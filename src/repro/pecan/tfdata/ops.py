@@ -12,12 +12,13 @@ the (repeated) stream and the op, so both orders draw the same crops and flips.
 """
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, read_json, write_json
+from repro.fsutil import atomic_path, open_regular, read_json, write_json
 from repro.pecan.pipelines import (
     BLUR_TAPS,
     FRAME,
@@ -61,9 +62,14 @@ def write_data(pipeline, count, directory, seed=0):
         return _checked_manifest(read_json(manifest_path, "a synthetic data set's manifest"), manifest_path,
                                  pipeline, count, seed)
     elements = synthetic_jpegs(pipeline, count, seed=seed)
+    paths = [directory / f"{i:05d}{PILLOW_PIPELINES[pipeline].suffix}" for i in range(count)]
+    for path, element in zip(paths, elements):  # an interrupted write's images are these bytes: a file else is not
+        if os.path.lexists(path) and not _holds(path, element["image"]):
+            raise ReproError(f"{path}: not image {path.stem} of this data set (pipeline {pipeline}, seed {seed}), and "
+                             f"no manifest in {directory} says what it is; it may be yours: move it, or name "
+                             "another data directory")
     files = []
-    for i, element in enumerate(elements):
-        path = directory / f"{i:05d}{PILLOW_PIPELINES[pipeline].suffix}"
+    for path, element in zip(paths, elements):
         with atomic_path(path) as tmp:
             tmp.write_bytes(element["image"])
         files.append(str(path.resolve()))
@@ -71,6 +77,15 @@ def write_data(pipeline, count, directory, seed=0):
                 "boxes": [e["boxes"].tolist() for e in elements] if PILLOW_PIPELINES[pipeline].boxes else None}
     write_json(manifest_path, manifest)
     return manifest
+
+
+def _holds(path, content):
+    """Whether `path` is a regular file (not a link) holding exactly `content`."""
+    try:
+        with open_regular(path, str(path), "an image") as fh:
+            return not path.is_symlink() and fh.read(len(content) + 1) == content
+    except (OSError, ReproError):
+        return False
 
 
 def _checked_manifest(manifest, path, pipeline, count, seed):
