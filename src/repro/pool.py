@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import signal
 
-from repro.stopsignals import STOP_SIGNALS
+from repro.stopsignals import STOP_SIGNALS, as_worker
 
 _FAILED = "repro.pool: task failed"
 
@@ -36,10 +36,7 @@ def usable_cpus():
 
 def _serve(run, tasks, conn):
     """A worker's life: run each task with the pipe; stop when the parent has closed it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as Ctrl-C: a hang-up reaches the parent, which stops them
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: terminate() ends a worker at once
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent while it forked this worker
+    as_worker()  # the parent blocked the stop signals while it forked this worker
     try:
         for task in tasks:
             try:

@@ -37,6 +37,16 @@ def deferred():
             signal.signal(signum, handler)
 
 
+def as_worker():
+    """In a worker process its parent started with the stop signals blocked: Ctrl-C and a hang-up to
+    the group reach the parent, which stops its workers; SIGTERM (terminate()) ends the worker at once,
+    without the parent's handler. What came while it started is then discarded."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 def raise_deferred(caught):
     """Raise the first signal that deferred() put off, as it came: its own handler runs now."""
     if caught:

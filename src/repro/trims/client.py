@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.errors import ReproError
-from repro.stopsignals import STOP_SIGNALS
+from repro.stopsignals import STOP_SIGNALS, as_worker
 from repro.traces import write_trace
 from repro.trims.cuda import Mappings
 from repro.trims.modelstore import AttachedSegment, segment_prefix
@@ -335,7 +335,7 @@ class Client:
             try:
                 if processes:
                     pool = ProcessPoolExecutor(concurrent, mp_context=multiprocessing.get_context("spawn"),
-                                               max_tasks_per_child=1, initializer=_request_process_signals)
+                                               max_tasks_per_child=1, initializer=as_worker)
                     # starting the resource tracker unblocks SIGINT and SIGTERM (multiprocessing's
                     # resource_tracker.ensure_running) rather than restoring the mask
                     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -351,15 +351,6 @@ class Client:
             if pool is not None:
                 pool.shutdown()
         return results, time.perf_counter() - started
-
-
-def _request_process_signals():
-    """A request process ignores the group's Ctrl-C and hang-up (the parent stops the run) and ends on
-    SIGTERM without a word, as pool workers do; what came while it started is then discarded."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _request_in_new_process(options, model, iteration):
