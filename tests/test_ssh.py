@@ -343,7 +343,7 @@ def test_tfdata_over_ssh_runs_its_workers_on_the_worker_hosts_and_leaves_nothing
     root, hosts = cluster
     workdir, home = tmp_path / "wf", tmp_path / "home"
     copy_workflow(workdir)
-    engine = {"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, "images": 16}}}
+    engine = {"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, "images": 16, "decision_steps": 8}}}
     args = example_args(workdir, root, hosts, home, engine)
     env = {"HOME": str(home)}
     target = "results/runs/ResNet50_v2-8/cachew/metrics.json"

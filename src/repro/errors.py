@@ -12,6 +12,11 @@ class ReproError(Exception):
     """Bad input or a failed step, with a message that names the file, key or flag at fault."""
 
 
+class OutputError(ReproError):
+    """A file the command writes cannot be written (a full disk, a size limit, a file in a directory's
+    place): the fault is where the output goes, not in the input."""
+
+
 class TraceError(ReproError):
     """A file that is not a well-formed Chrome trace."""
 

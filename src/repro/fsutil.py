@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from repro import stopsignals
-from repro.errors import ReproError
+from repro.errors import OutputError, ReproError
 
 
 def _umask():
@@ -47,8 +47,8 @@ def atomic_path(target):
                 # mkdir says "File exists" where a parent is a file: name that parent
                 blocker = not_a_directory(target.parent)
                 if blocker is not None:
-                    raise ReproError(f"{target}: cannot write: {blocker} is not a directory") from None
-                raise ReproError(f"{target}: cannot write ({exc.strerror})") from None
+                    raise OutputError(f"{target}: cannot write: {blocker} is not a directory") from None
+                raise OutputError(f"{target}: cannot write ({exc.strerror})") from None
         os.close(fd)
         stopsignals.raise_deferred(caught)
         yield Path(tmp)
@@ -60,7 +60,7 @@ def atomic_path(target):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):
-            raise ReproError(f"{target}: cannot write ({exc.strerror or exc})") from None
+            raise OutputError(f"{target}: cannot write ({exc.strerror or exc})") from None
         raise
 
 
@@ -82,7 +82,7 @@ def check_text_name(path, what):
 
 
 def check_output(target, label):
-    """ReproError, naming `label`, when `target` exists and is not a regular file. Renaming a new file over
+    """OutputError, naming `label`, when `target` exists and is not a regular file. Renaming a new file over
     a device, FIFO, socket or symlink would replace that node (as root, /dev/full) rather than write to it;
     a directory cannot be replaced. lstat, so a symlink is refused rather than followed."""
     try:
@@ -92,9 +92,9 @@ def check_output(target, label):
     if stat.S_ISREG(kind):
         return
     if stat.S_ISDIR(kind):
-        raise ReproError(f"{label}: cannot write: it is a directory")
+        raise OutputError(f"{label}: cannot write: it is a directory")
     what = "a symbolic link" if stat.S_ISLNK(kind) else file_kind(kind)
-    raise ReproError(f"{label}: is {what}; expected a regular file or a new path to write the output to")
+    raise OutputError(f"{label}: is {what}; expected a regular file or a new path to write the output to")
 
 
 def write_text(target, text):

@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from repro.errors import ReproError
+from repro.errors import OutputError, ReproError
 from repro.fsutil import (atomic_path, check_output, check_regular, copy_limited, not_a_directory, open_regular,
                           read_bounded, read_json, read_text, refuse_overwriting, write_json, write_text)
 from repro.fsutil import sha256_file as sha256
@@ -339,6 +339,8 @@ def download_traces(store, receipt, destination_dir):
         try:
             fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name, entry["sha256"],
                                      entry.get("bytes")))
+        except OutputError:  # the destination's fault (a full disk): the store is not to blame
+            raise
         except ReproError as exc:
             raise ReproError(f"{receipt}: {exc} ({where})") from None
     return fetched

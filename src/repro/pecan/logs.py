@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 
 from repro.errors import ReproError
 
-THROUGHPUT = re.compile(r"([0-9]+(?:\.[0-9]+)?) examples/second")
+THROUGHPUT = re.compile(r"(\S+) examples/second")
+DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # as TimeHistory writes it (%.2f): never signed, never an exponent
 WORKER = re.compile(r"Worker Address: ([^;\s]+)")
 HEARTBEAT = re.compile(r"ClientHeartbeat: (?:Normal|Current) Tasks")
 END_PRINTING = "End Printing"
@@ -91,6 +92,9 @@ def _read_log(path):
             if number == 0 and (m := RUN_LINE.search(line.rstrip("\n"))):
                 run = dict(word.split("=", 1) for word in m.group(1).split())
             if m := THROUGHPUT.search(line):
+                if not DECIMAL.fullmatch(m.group(1)):
+                    raise ReproError(f"{path}:{number + 1}: throughput {m.group(1)[:40]} examples/second; expected "
+                                     "digits with an optional fraction (12.34), as a training log writes them")
                 samples.append(float(m.group(1)))
                 if not math.isfinite(samples[-1]):  # digits past a float's range
                     raise ReproError(f"{path}:{number + 1}: throughput {m.group(1)[:40]} examples/second is not a "

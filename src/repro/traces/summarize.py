@@ -8,6 +8,7 @@ All times in a summary are microseconds (the trace's own unit). Per trace:
                            background), whatever their category.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -92,37 +93,52 @@ class EventSpill:
     which may be held in memory), or in its nearest directory that exists."""
 
     def __init__(self, target):
+        self.target = target
         directory = next(p for p in Path(os.path.abspath(target)).parents if p.is_dir())
         try:
             self.file = tempfile.TemporaryFile(dir=directory)
         except OSError as exc:
-            raise ReproError(f"{target}: cannot write the detailed events beside it ({exc.strerror})") from None
+            raise self.cannot_write(exc) from None
+
+    def cannot_write(self, exc):
+        """The error for a failure to write the file (a full disk, a file size limit)."""
+        return ReproError(f"{self.target}: cannot write the detailed events beside it ({exc.strerror})")
 
     def events(self):
         """The place of one trace's events, after those of the traces before it."""
-        return SpilledEvents(self.file)
+        return SpilledEvents(self)
 
     def close(self):
-        self.file.close()
+        # the file is closed even where flushing fails; its events are read by then, or the failure
+        # to write them is the error on its way
+        with contextlib.suppress(OSError):
+            self.file.close()
 
 
 class SpilledEvents:
     """One trace's detailed events in an EventSpill's file: appended, all of them, before any is read."""
 
-    def __init__(self, file):
-        self._file, self._start, self.count = file, file.seek(0, os.SEEK_END), 0
+    def __init__(self, spill):
+        self._spill, self._file = spill, spill.file
+        self._start, self.count = self._file.seek(0, os.SEEK_END), 0
 
     def append(self, record):
         try:
             line = orjson.dumps(record)
         except orjson.JSONEncodeError:  # integers beyond 64 bits, names with lone surrogates
             line = json.dumps(record, separators=(",", ":")).encode()
-        self._file.write(line + b"\n")
+        try:
+            self._file.write(line + b"\n")
+        except OSError as exc:
+            raise self._spill.cannot_write(exc) from None
         self.count += 1
 
     def lines(self):
         """The events' JSON texts, in the order appended."""
-        self._file.flush()
+        try:
+            self._file.flush()
+        except OSError as exc:
+            raise self._spill.cannot_write(exc) from None
         self._file.seek(self._start)
         for _ in range(self.count):
             yield self._file.readline()[:-1]

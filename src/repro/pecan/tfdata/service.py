@@ -34,7 +34,8 @@ from repro.errors import ReproError
 from repro.fsutil import open_lock, read_json, write_json
 from repro.invocation import owner
 from repro.pecan.tfdata.servicelog import open_service_log
-from repro.processes import OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, terminate
+from repro.processes import (OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, stop_child,
+                              terminate)
 
 START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
 # How long a run's client waits for one batch before the run fails: the longest wait that is not a
@@ -207,15 +208,21 @@ class Service:
             raise ReproError(f"--port {port}: port in use; choose another port or 0 (any free port)")
         service.directory.mkdir(parents=True, exist_ok=True)
         status = service.directory / "dispatcher.status.json"
-        record = service._spawn("dispatcher", ["--port", str(port), "--work-dir", str(service.directory / "work_dir"),
-                                               "--status", str(status)], status, "dispatcher.log")
-        service.state = {**(service.state or {}), "workers": workers,
-                         **({"ssh_workers": ssh_workers} if ssh_workers is not None else {}),
-                         "dispatcher": {**record, "address": read_record(status)["address"], "status": str(status)}}
-        service._save()
+
+        def keep(record):
+            service.state = {**(service.state or {}), "workers": workers,
+                             **({"ssh_workers": ssh_workers} if ssh_workers is not None else {}),
+                             "dispatcher": {**record, "address": read_record(status)["address"], "status": str(status)}}
+
+        service._spawn("dispatcher", ["--port", str(port), "--work-dir", str(service.directory / "work_dir"),
+                                      "--status", str(status)], status, "dispatcher.log", keep)
         return service
 
-    def _spawn(self, role, arguments, status, log_name, wait=True):
+    def _spawn(self, role, arguments, status, log_name, keep, wait=True):
+        """Start a server process of `role`; `keep(record)` puts its record in the state, which is then
+        saved, and what keep returns is returned. Until it is saved, a stop signal (Ctrl-C, SIGTERM,
+        SIGHUP) or an error stops the process too: none runs that no state records. With wait=True,
+        it first waits until the process serves."""
         log = open_service_log(self.directory, role, self.directory / log_name, status)
         marks = owner_environment(self.directory)
         with log:
@@ -224,24 +231,27 @@ class Service:
                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                          env={**os.environ, **marks})
         self._children[proc.pid] = proc
-        record = {**describe(proc.pid, f"tfdata {role}", marks[OWNER_TOKEN]), "log": str(self.directory / log_name)}
-        if not wait:
-            return record
-        deadline = time.monotonic() + START_TIMEOUT_S
         try:
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise ReproError(f"tf.data {role} exited with status {proc.returncode} before serving: "
-                                     f"{_log_tail(self.directory / log_name)}")
-                if _fresh(status, proc.pid):
-                    return record
-                time.sleep(0.1)
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP while it starts: no state records it, so it goes too
-            terminate(record, owner=self.directory)
+            record = {**describe(proc.pid, f"tfdata {role}", marks[OWNER_TOKEN]), "log": str(self.directory / log_name)}
+            if wait:
+                self._wait_serving(proc, role, status, log_name)
+            kept = keep(record)
+            self._save()
+        except BaseException:
             self._children.pop(proc.pid, None)
-            proc.wait()
+            stop_child(proc)
             raise
-        terminate(record, owner=self.directory)
+        return kept
+
+    def _wait_serving(self, proc, role, status, log_name):
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ReproError(f"tf.data {role} exited with status {proc.returncode} before serving: "
+                                 f"{_log_tail(self.directory / log_name)}")
+            if _fresh(status, proc.pid):
+                return
+            time.sleep(0.1)
         raise ReproError(f"tf.data {role} did not report within {START_TIMEOUT_S} s: {_log_tail(self.directory / log_name)}")
 
     def _save(self):
@@ -274,14 +284,16 @@ class Service:
         number = self.state.setdefault("started", 0)
         self.state["started"] = number + 1
         status = self.directory / f"worker-{number}.status.json"
-        record = self._spawn("worker", ["--dispatcher", self.address, "--host", HOSTS[kind], "--threads", str(threads),
-                                        "--cpus", ",".join(map(str, cpus)), "--status", str(status),
-                                        "--avoid-ports", ",".join(map(str, self._retired_ports()))],
-                             status, f"worker-{number}.log", wait)
-        entry = {**record, "kind": kind, "slot": slot, "cpus": cpus, "threads": threads, "status": str(status)}
-        self.state["workers"].append(entry)
-        self._save()
-        return entry
+
+        def keep(record):
+            entry = {**record, "kind": kind, "slot": slot, "cpus": cpus, "threads": threads, "status": str(status)}
+            self.state["workers"].append(entry)
+            return entry
+
+        return self._spawn("worker", ["--dispatcher", self.address, "--host", HOSTS[kind], "--threads", str(threads),
+                               "--cpus", ",".join(map(str, cpus)), "--status", str(status),
+                               "--avoid-ports", ",".join(map(str, self._retired_ports()))],
+                           status, f"worker-{number}.log", keep, wait)
 
     def _add_ssh_worker(self, threads, wait, host=None):
         """A remote worker on a worker host (`host`, or the one running fewest), started over ssh."""
