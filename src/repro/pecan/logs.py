@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from repro.errors import ReproError
 
-THROUGHPUT = re.compile(r"(\S+) examples/second")
+THROUGHPUT = re.compile(r"(?<!\S)(\S+) examples/second")  # a whole word: one try per word, not per character
 DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # as TimeHistory writes it (%.2f): never signed, never an exponent
 WORKER = re.compile(r"Worker Address: ([^;\s]+)")
 HEARTBEAT = re.compile(r"ClientHeartbeat: (?:Normal|Current) Tasks")
@@ -91,7 +91,7 @@ def _read_log(path):
                 raise ReproError(f"{path}:{number + 1}: line longer than {MAX_LINE} characters; expected a training log")
             if number == 0 and (m := RUN_LINE.search(line.rstrip("\n"))):
                 run = dict(word.split("=", 1) for word in m.group(1).split())
-            if m := THROUGHPUT.search(line):
+            if " examples/second" in line and (m := THROUGHPUT.search(line)):
                 if not DECIMAL.fullmatch(m.group(1)):
                     raise ReproError(f"{path}:{number + 1}: throughput {m.group(1)[:40]} examples/second; expected "
                                      "digits with an optional fraction (12.34), as a training log writes them")
