@@ -709,3 +709,38 @@ def test_a_deployment_that_preprocesses_nothing_is_named_not_divided_by(placemen
         for experiment in config["pecan"]["experiments"].values():
             experiment["modes"] = [placement]
         validate_config(config)
+
+
+def test_a_log_is_read_line_by_line_with_a_bound_on_each(tmp_path):
+    """A line of MAX_LINE characters (its line break included) is read; one longer is refused by number."""
+    from repro.pecan.logs import MAX_LINE
+
+    log = tmp_path / "long.log"
+    sample = "I0101 TimeHistory: 1.00 seconds, 12.50 examples/second between steps 0 and 1\n"
+    log.write_text(sample + "x" * (MAX_LINE - 1 - len(sample)) + " " + sample)  # the second line: MAX_LINE - 1 + 1
+    assert parse_log(log, infer_workers=False).samples == 2
+    log.write_text(sample + "x" * (MAX_LINE - len(sample)) + " " + sample)
+    with pytest.raises(ReproError) as error:
+        parse_log(log, infer_workers=False)
+    assert str(error.value) == f"{log}:2: line longer than {MAX_LINE} characters; expected a training log"
+    (tmp_path / "dir.log").mkdir()
+    with pytest.raises(ReproError) as error:
+        parse_log(tmp_path / "dir.log")
+    assert str(error.value) == f"{tmp_path / 'dir.log'}: is a directory; expected a regular file (a training log)"
+
+
+def test_a_value_of_the_run_line_may_hold_an_equals_sign(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("I0101 12:00:00.0 1 x.py:1] repro tfdata engine: experiment=E mode=m note=a=b\n"
+                   "I0101 TimeHistory: 1.00 seconds, 12.50 examples/second between steps 0 and 1\n")
+    assert parse_log(log, infer_workers=False).run == {"experiment": "E", "mode": "m", "note": "a=b"}
+
+
+@pytest.mark.parametrize("number", ["-5", "1e3", "nan"])
+def test_a_throughput_a_training_log_never_writes_is_refused_by_line(tmp_path, number):
+    log = tmp_path / "run.log"
+    log.write_text(f"I0101 TimeHistory: 1.00 seconds, {number} examples/second between steps 0 and 1\n")
+    with pytest.raises(ReproError) as error:
+        parse_log(log, infer_workers=False)
+    assert str(error.value) == (f"{log}:1: throughput {number} examples/second; expected digits with an optional "
+                                "fraction (12.34), as a training log writes them")

@@ -2012,6 +2012,35 @@ def test_spilled_events_that_cannot_be_written_name_the_output(tmp_path, monkeyp
         EventSpill(tmp_path / "s.json")
 
 
+def test_spilled_events_whose_writes_fail_name_the_output_and_close_quietly(tmp_path):
+    """A full disk found as the events are written, or as they are flushed to be read: the error names
+    the output; closing the file, whose buffer cannot be written either, adds no second error."""
+    from repro.traces.summarize import EventSpill
+
+    class FullDisk:
+        def __init__(self, file):
+            self.file = file
+
+        def seek(self, *args):
+            return self.file.seek(*args)
+
+        def write(self, *data):
+            raise OSError(28, "No space left on device")
+
+        flush = close = write
+
+    spill = EventSpill(tmp_path / "s.json")
+    real, spill.file = spill.file, FullDisk(spill.file)
+    events = spill.events()
+    said = rf"^{re.escape(str(tmp_path / 's.json'))}: cannot write the detailed events beside it \(No space left on device\)$"
+    with pytest.raises(ReproError, match=said):
+        events.append({"name": "a"})
+    with pytest.raises(ReproError, match=said):
+        next(events.lines())
+    spill.close()
+    real.close()
+
+
 def test_a_detailed_summary_written_by_streaming_is_laid_out_as_json_text_is(tmp_path, capsys):
     """One event per line, indented under its trace; no event: an empty list. A run field named as the
     stream's placeholder is written as it is."""
