@@ -89,7 +89,7 @@ def _read_log(path):
         for number, line in enumerate(iter(lambda: fh.readline(MAX_LINE + 1), "")):
             if len(line) > MAX_LINE:
                 raise ReproError(f"{path}:{number + 1}: line longer than {MAX_LINE} characters; expected a training log")
-            if number == 0 and (m := RUN_LINE.search(line.rstrip("\n"))):
+            if number == 0 and (m := RUN_LINE.search(line)):  # its $ matches before the line break
                 run = dict(word.split("=", 1) for word in m.group(1).split())
             if " examples/second" in line and (m := THROUGHPUT.search(line)):
                 if not DECIMAL.fullmatch(m.group(1)):
