@@ -2,6 +2,7 @@
 starts is stopped by a stop signal that comes before its record is saved."""
 
 import importlib.util
+import json
 
 import psutil
 import pytest
@@ -10,6 +11,7 @@ from repro.cli import main
 from repro.pecan.tfdata import service as tfdata_service
 from repro.pecan.tfdata.service import Service
 from repro.tracestore import LocalStore, upload_traces
+from repro.trims.originals import main as original_main
 from support import REPO, run_forked
 
 pytestmark = pytest.mark.fault
@@ -78,3 +80,91 @@ def test_a_download_that_cannot_write_its_trace_blames_the_destination_not_the_s
     assert code == 1
     assert err.strip() == "repro: error: down/t.json: cannot write (File too large)", err
     assert list((tmp_path / "down").iterdir()) == []
+
+
+NOT_UTF8 = "\udcff\udcfe"  # the bytes ff fe on a command line, as Python decodes them
+
+
+@pytest.mark.parametrize("program, words, flag", [
+    (main, ["pecan", "plot", "-e", "final", "-m", NOT_UTF8, "-t", "4", "1", "1", "-c", "0", "1", "1", "-o", "p"],
+     "argument -m/--model"),
+    (main, ["pecan", "costs", "--path", "run.log", "--experiment-type", NOT_UTF8], "argument --experiment-type/--experiment_type"),
+    (main, ["trims", "client", "run", "--simulate", "--experiment-description", NOT_UTF8], "argument --experiment-description"),
+    (original_main, ["client", "memory_usage", f"--models={NOT_UTF8}"], "--models"),
+    (original_main, ["client", "run", "--simulate_run", f"--experiment_description={NOT_UTF8}"], "--experiment_description"),
+], ids=["plot-title", "costs-experiment-type", "client-description", "tools-models", "tools-description"])
+def test_free_text_that_is_not_utf8_is_refused_naming_its_flag(tmp_path, monkeypatch, capsys, program, words, flag):
+    """Bytes that are not UTF-8 in a title, a CSV label, a trace's description or a model pattern gave a
+    traceback from the font renderer, the CSV writer, the trace writer or the regex binding: after the
+    requests had run, for the description."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    try:
+        code = program(words)
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.endswith(f"{flag}: '\\udcff\\udcfe' is not UTF-8 text; expected text an output can hold"), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _distribution_report(**edits):
+    report = {"experiment": "distribution", "distribution": "uniform", "params": [0.0, 1.0], "concurrency": 1,
+              "wall_s": 0.3, "evictions": 0, "store": {"store_eviction": "lru", "store_budget_bytes": 1 << 26},
+              "results": [{"model": "m", "iteration": i, "ok": True, "latency_us": 1000.0 + i, "trace": "t.json",
+                           "hit": i > 0} for i in range(5)]}
+    return {**report, **edits}
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("wall_s", -1, "wall_s: -1; expected the run's length, a positive number of seconds"),
+    ("wall_s", 0, "wall_s: 0; expected the run's length, a positive number of seconds"),
+    ("wall_s", "x", "wall_s: x; expected the run's length, a positive number of seconds"),
+    ("wall_s", True, "wall_s: True; expected the run's length, a positive number of seconds"),
+    ("evictions", [1], "evictions: [1]; expected the store's count of evictions (0 or more)"),
+    ("evictions", -2, "evictions: -2; expected the store's count of evictions (0 or more)"),
+])
+def test_trims_summary_refuses_a_distribution_reports_wall_time_or_evictions_that_are_none(tmp_path, key, value, said):
+    """wall_s -1 wrote requests_per_s -40.0 with exit 0; wall_s 0 named ZeroDivisionError, not the key;
+    evictions [1] was copied into the summary."""
+    from repro.errors import ReproError
+    from repro.trims.experiments import summary
+
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(_distribution_report(**{key: value})))
+    with pytest.raises(ReproError) as error:
+        summary([], [path])
+    assert str(error.value) == f"{path}: {said}"
+
+
+@pytest.mark.parametrize("model", [["a"], None, -1, ""])
+def test_trims_summary_refuses_a_compare_report_whose_model_is_no_name(tmp_path, model):
+    """"model": a list gave a TypeError traceback; null or -1 went into the summary with exit 0."""
+    from repro.errors import ReproError
+    from repro.trims.experiments import summary
+
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"experiment": "compare", "model": model, "modes": {}}))
+    with pytest.raises(ReproError) as error:
+        summary([path], [])
+    assert str(error.value) == f"{path}: model: {str(model)[:40]}; expected the name of the model the run compared"
+
+
+@pytest.mark.parametrize("given", ["file", "/dev/zero"])
+def test_tfdata_stop_of_a_state_directory_that_is_a_file_is_refused(tmp_path, monkeypatch, capsys, given):
+    """`tfdata stop --state-dir` of a file or a device said "stopped 0 process(es)", exit 0: a typo read
+    as a stop while the service ran on."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("mine\n")
+    assert main(["pecan", "tfdata", "stop", "--state-dir", given]) == 1
+    assert capsys.readouterr().err == (f"repro: error: --state-dir {given}: not a directory; expected the directory "
+                                       "`tfdata start` was given\n")
+    assert (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_tfdata_stop_of_a_directory_where_no_service_is_recorded_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    assert main(["pecan", "tfdata", "stop", "--state-dir", "results"]) == 0
+    assert capsys.readouterr().out == "results: no tf.data service recorded there (no state.json); nothing stopped\n"

@@ -2013,8 +2013,8 @@ def test_spilled_events_that_cannot_be_written_name_the_output(tmp_path, monkeyp
 
 
 def test_spilled_events_whose_writes_fail_name_the_output_and_close_quietly(tmp_path):
-    """A full disk found as the events are written, or as they are flushed to be read: the error names
-    the output; closing the file, whose buffer cannot be written either, adds no second error."""
+    """A full disk found as the events are written, as they are flushed to be read, or as the next
+    trace's seek writes the buffer: the error names the output; closing the file, whose buffer cannot be written either, adds no second error."""
     from repro.traces.summarize import EventSpill
 
     class FullDisk:
@@ -2037,6 +2037,13 @@ def test_spilled_events_whose_writes_fail_name_the_output_and_close_quietly(tmp_
         events.append({"name": "a"})
     with pytest.raises(ReproError, match=said):
         next(events.lines())
+
+    class FullOnSeek(FullDisk):
+        seek = FullDisk.write
+
+    spill.file = FullOnSeek(real)  # the next trace's events: the seek to the end writes the buffer
+    with pytest.raises(ReproError, match=said):
+        spill.events()
     spill.close()
     real.close()
 

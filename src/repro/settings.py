@@ -69,6 +69,17 @@ def settings_digest(settings):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def utf8_text(value):
+    """argparse type: free text that goes into an output (a title, a CSV cell, a trace). A command
+    line's bytes that are not UTF-8 reach Python as lone surrogates, which no such output can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{ascii(value)[:80]} is not UTF-8 text; expected text an output can hold") \
+            from None
+    return value
+
+
 FIGURE_FORMATS = ("pdf", "png", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff")  # matplotlib's, by file suffix
 
 

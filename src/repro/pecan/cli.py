@@ -15,7 +15,7 @@ from repro.errors import ReproError
 from repro.fsutil import file_kind
 from repro.pecan.costs import MAX_DOLLARS
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
-from repro.settings import figure_file, settings_argument, settings_keys
+from repro.settings import figure_file, settings_argument, settings_keys, utf8_text
 
 MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
 MAX_TPUS = 4096  # `pecan costs --tpu-count`: the chips of the largest TPU pod (v4), so more is a typo
@@ -75,7 +75,7 @@ def add_commands(sub):
                        help="identical worker sets in a row that make the converged deployment (default 3)")
     _absl_bool(costs, "infer_workers", True, "read the converged worker counts from the log (else 0 workers)")
     _absl_bool(costs, "header", True, "write the CSV header line (extract_costs.py's default: off)")
-    costs.add_argument("--experiment-type", "--experiment_type", dest="experiment_type",
+    costs.add_argument("--experiment-type", "--experiment_type", dest="experiment_type", type=utf8_text,
                        help="the value of the experiment column for every row (the artifact's free label; "
                        "default: <model>_<log name>)")
     costs.add_argument("-o", "--output", help="CSV file (default: standard output)")
@@ -88,7 +88,7 @@ def add_commands(sub):
                       "plots/Cachew_AP_FF and plots/AutoOrder_Cost as fig8.py does, or to -o")
     plot.add_argument("--table", help="autoplacement/autoorder: the comparison table "
                       "(default results/tables/Cachew_AP_FF.csv or results/tables/AutoOrder_Cost.csv)")
-    plot.add_argument("-m", "--model", default="ResNet50_v2-8", help="the workload, the figure's title")
+    plot.add_argument("-m", "--model", default="ResNet50_v2-8", type=utf8_text, help="the workload, the figure's title")
     plot.add_argument("-o", "--out_file", "--out-file", dest="out_file",
                       help="output basename: BASE.pdf and BASE.png are written (default plots/ResNet50_v2-8, "
                       "plots/Cachew_AP_FF or plots/AutoOrder_Cost); a name ending in .pdf or .png: that file only")

@@ -119,8 +119,11 @@ class SpilledEvents:
     """One trace's detailed events in an EventSpill's file: appended, all of them, before any is read."""
 
     def __init__(self, spill):
-        self._spill, self._file = spill, spill.file
-        self._start, self.count = self._file.seek(0, os.SEEK_END), 0
+        self._spill, self._file, self.count = spill, spill.file, 0
+        try:  # a seek writes what the buffer holds of the traces before
+            self._start = self._file.seek(0, os.SEEK_END)
+        except OSError as exc:
+            raise spill.cannot_write(exc) from None
 
     def append(self, record):
         try:
@@ -137,9 +140,9 @@ class SpilledEvents:
         """The events' JSON texts, in the order appended."""
         try:
             self._file.flush()
+            self._file.seek(self._start)
         except OSError as exc:
             raise self._spill.cannot_write(exc) from None
-        self._file.seek(self._start)
         for _ in range(self.count):
             yield self._file.readline()[:-1]
 

@@ -26,7 +26,7 @@ import yaml
 from repro.errors import ReproError, invalid_yaml
 from repro.fsutil import (OWN_DIRECTORY_MARK, check_fresh_directory, first_repeated, fresh_directory, refuse_inside,
                           removed_unless_done)
-from repro.settings import figure_file, settings_argument, settings_keys
+from repro.settings import figure_file, settings_argument, settings_keys, utf8_text
 from repro.trims.eviction import POLICIES, POLICY_ALIASES
 from repro.trims.figures import FIGURES
 from repro.trims.modelstore import DEVICE_CHOICES
@@ -414,7 +414,7 @@ def _client_flags(parser):
                         "(default: the hour, or a fresh -N variant of it); an earlier run's is kept unless overwritten")
     parser.add_argument("--profile-output-overwrite", action="store_true",
                         help="replace an earlier run's traces in that directory")
-    parser.add_argument("--experiment-description", default="", help="recorded in every trace")
+    parser.add_argument("--experiment-description", default="", type=utf8_text, help="recorded in every trace")
     parser.add_argument("--trace-names", choices=["repro", "original"], default="repro",
                         help="repro: <mode>/<model>/<mode>-<n>.json; original: the original tools' "
                         "[upr_]<model>_<uuid>.json in the run directory, with combined-<uuid>.json (default: repro)")

@@ -7,6 +7,7 @@ distribution decides what stays resident).
 """
 
 import contextlib
+import math
 import os
 from pathlib import Path
 
@@ -220,6 +221,8 @@ def compare_table(reports):
     the requests) and median model-loading latency, in ms."""
     rows = []
     for report in reports:
+        if not isinstance(report.get("model"), str) or not report["model"]:
+            raise ReproError(f"model: {str(report.get('model'))[:40]}; expected the name of the model the run compared")
         row = {"model": report["model"], **report.get("store", {})}
         for mode, data in report["modes"].items():
             # the first shared request loads the model into the store: steady state excludes it
@@ -311,6 +314,11 @@ def distribution_table(reports):
                 and type(report.get("concurrency")) is int and report["concurrency"] >= 1):
             raise ReproError("expected a distribution report: the distribution's name, its params and a concurrency "
                              "of at least 1")
+        wall, evictions = report.get("wall_s"), report.get("evictions")
+        if type(wall) not in (int, float) or not 0 < wall < math.inf:
+            raise ReproError(f"wall_s: {str(wall)[:40]}; expected the run's length, a positive number of seconds")
+        if type(evictions) is not int or evictions < 0:
+            raise ReproError(f"evictions: {str(evictions)[:40]}; expected the store's count of evictions (0 or more)")
         latencies = _latencies_ms(report["results"])
         hits = [r["hit"] for r in report["results"]]
         row = {"distribution": report["distribution"], "concurrency": report["concurrency"], "requests": len(hits)}

@@ -27,6 +27,9 @@ class Flag(NamedTuple):
     short: str = None
 
 
+PATH_FLAGS = {"config", "profile_output", "output"}  # file names: any bytes; the other str flags are text
+
+
 class UsageError(ReproError):
     """A command line the original would refuse: exit status 2."""
 
@@ -129,10 +132,20 @@ def _value(name, flag, text):
         if text in GO_FALSE:
             return False
         raise UsageError(f"--{name}: invalid boolean {text!r}; expected true or false")
+    if flag.kind == "str" and name not in PATH_FLAGS and not _utf8(text):
+        raise UsageError(f"--{name}: {ascii(text)[:80]} is not UTF-8 text; expected text an output can hold")
     try:
         return {"int": int, "float": float, "str": str}[flag.kind](text)
     except ValueError:
         raise UsageError(f"--{name}: invalid {flag.kind} {text!r}") from None
+
+
+def _utf8(text):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a command line's bytes that are not UTF-8: lone surrogates
+        return False
+    return True
 
 
 def parse_flags(words, flags):

@@ -1,5 +1,6 @@
 """`repro pecan tfdata ...`: the tf.data service engine's commands (TensorFlow imported only when run)."""
 
+import os
 import sys
 
 from repro import stopsignals
@@ -221,7 +222,13 @@ def _status(args):
 def _stop(args):
     from repro.pecan.tfdata.service import Service
 
-    print(f"{args.state_dir}: stopped {Service(args.state_dir).stop()} process(es)")
+    if os.path.lexists(args.state_dir) and not os.path.isdir(args.state_dir):
+        raise ReproError(f"--state-dir {args.state_dir}: not a directory; expected the directory `tfdata start` was given")
+    service = Service(args.state_dir)
+    if service.state is None:  # nothing to stop: as idempotent as a second stop, but said
+        print(f"{args.state_dir}: no tf.data service recorded there (no state.json); nothing stopped")
+        return
+    print(f"{args.state_dir}: stopped {service.stop()} process(es)")
 
 
 def _run(args):
