@@ -255,10 +255,13 @@ def test_trims_summary_refuses_compare_reports_of_two_stores(tmp_path, capsys):
 @pytest.mark.parametrize("edit, said", [
     ({"tpu_cost_mean": "10", "tpu_cost_ci_low": "20", "tpu_cost_ci_high": "1"},
      "mode 'pecan': tpu_cost interval [20, 1]; expected ci_low at most ci_high"),
-    ({"repeats": "0"}, "mode 'pecan': repeats is '0'; expected a whole number of at least 1 (the runs behind the mean)"),
-    ({"repeats": "2.5"}, "mode 'pecan': repeats is '2.5'; expected a whole number of at least 1 (the runs behind the mean)"),
+    ({"repeats": "0"}, "mode 'pecan': repeats is '0'; expected a whole number from 1 to 10000 (the runs behind the mean)"),
+    ({"repeats": "2.5"}, "mode 'pecan': repeats is '2.5'; expected a whole number from 1 to 10000 (the runs behind the "
+     "mean)"),
+    ({"repeats": "1e308"}, "mode 'pecan': repeats is '1e308'; expected a whole number from 1 to 10000 (the runs behind "
+     "the mean)"),
     ({"tpu_cost_mean": "=cmd|x"}, "mode 'pecan': tpu_cost_mean is '=cmd|x'; expected a number of dollars"),
-], ids=["interval-reversed", "no-repeats", "half-a-repeat", "text"])
+], ids=["interval-reversed", "no-repeats", "half-a-repeat", "absurd-repeats", "text"])
 def test_a_figure_refuses_a_table_whose_spread_is_no_spread(table, tmp_path, capsys, edit, said):
     """An interval whose low end is above its high end and a table of 0 repeats ("N=0") were drawn with
     exit 0; a cost that is text was said to be "a table written before repeats"."""

@@ -168,3 +168,12 @@ def test_tfdata_stop_of_a_directory_where_no_service_is_recorded_says_so(tmp_pat
     (tmp_path / "results").mkdir()
     assert main(["pecan", "tfdata", "stop", "--state-dir", "results"]) == 0
     assert capsys.readouterr().out == "results: no tf.data service recorded there (no state.json); nothing stopped\n"
+
+
+def test_a_tables_repeats_are_bounded_as_the_config_bounds_them():
+    import yaml
+
+    from repro.plots import MAX_REPEATS
+
+    schema = yaml.safe_load((REPO / "src" / "repro" / "schemas" / "config.schema.yaml").read_text())
+    assert schema["properties"]["repeats"]["maximum"] == MAX_REPEATS

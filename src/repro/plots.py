@@ -99,6 +99,9 @@ def _check_total(row, spread, path):
                          f"worker_cost_mean is {tpu + worker:g}; expected the total of the two")
 
 
+MAX_REPEATS = 10_000  # the config's `repeats` at most (its schema's maximum, tested to agree)
+
+
 def repeat_counts(rows, path):
     """The sorted repeat counts of a table's rows (the caption's N): each a whole number of at least 1."""
     counts = set()
@@ -107,9 +110,9 @@ def repeat_counts(rows, path):
             count = float(row.get("repeats"))
         except (TypeError, ValueError):
             count = math.nan
-        if not (count >= 1 and count.is_integer()):
+        if not (1 <= count <= MAX_REPEATS and count.is_integer()):
             raise ReproError(f"{path}: mode {row.get('mode')!r}: repeats is {str(row.get('repeats'))[:40]!r}; expected a "
-                             "whole number of at least 1 (the runs behind the mean)")
+                             f"whole number from 1 to {MAX_REPEATS} (the runs behind the mean)")
         counts.add(int(count))
     return sorted(counts)
 
