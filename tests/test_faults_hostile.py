@@ -292,7 +292,7 @@ FIGURE_FAULTS = [
           r"repro: error: .*/c/report.json: original mode request 0: latency_us x; expected microseconds from 0 to "
           r"1e\+12$"),
     Fault("trims-summary-lacks-model", _trims_summary(lambda r: {k: v for k, v in r.items() if k != "model"}),
-          r"repro: error: .*/c/report.json: not an experiment's report.json \(KeyError: 'model'\)"),
+          r"repro: error: .*/c/report.json: model: missing; expected the name of the model the run compared$"),
     # -- trims plot: numbers a figure's axis cannot hold ---------------------------------------------
     Fault("trims-plot-latency-1e308", _trims_plot(original_latency_ms=1e308),
           r"repro: error: .*/s.json: compare\[0\].original_latency_ms: expected a number from 0 to 1e\+09, got 1e\+308"),

@@ -222,7 +222,8 @@ def compare_table(reports):
     rows = []
     for report in reports:
         if not isinstance(report.get("model"), str) or not report["model"]:
-            raise ReproError(f"model: {str(report.get('model'))[:40]}; expected the name of the model the run compared")
+            raise ReproError(f"model: {str(report.get('model', 'missing'))[:40]}; expected the name of the model the run "
+                             "compared")
         row = {"model": report["model"], **report.get("store", {})}
         for mode, data in report["modes"].items():
             # the first shared request loads the model into the store: steady state excludes it
