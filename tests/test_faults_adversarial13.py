@@ -177,3 +177,24 @@ def test_a_tables_repeats_are_bounded_as_the_config_bounds_them():
 
     schema = yaml.safe_load((REPO / "src" / "repro" / "schemas" / "config.schema.yaml").read_text())
     assert schema["properties"]["repeats"]["maximum"] == MAX_REPEATS
+
+
+def test_a_compare_rerun_does_not_empty_the_run_its_traces_directory_links_to(server, models, config, tmp_path):
+    """`trims experiment compare --out DIR`, DIR/traces a symbolic link to an archived run: the rerun
+    emptied the archive's mode directories through the link."""
+    from repro.errors import ReproError
+    from repro.rulesettings import trims_client_settings
+    from repro.trims.experiments import run_compare
+
+    settings = {**trims_client_settings(config, "compare"), "iterations": 2}
+    run_compare("squeezenet_1.1", settings, models, server[0], tmp_path / "first")
+    archive = tmp_path / "archive"
+    (tmp_path / "first" / "traces").rename(archive)
+    kept = sorted(str(p.relative_to(archive)) for p in archive.rglob("*"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "traces").symlink_to(archive)
+    with pytest.raises(ReproError) as error:
+        run_compare("squeezenet_1.1", settings, models, server[0], tmp_path / "out")
+    assert str(error.value) == (f"--out {tmp_path / 'out' / 'traces'}: is a symbolic link; expected a directory this "
+                                "command made, which a rerun empties: remove the link or name another --out")
+    assert sorted(str(p.relative_to(archive)) for p in archive.rglob("*")) == kept

@@ -325,14 +325,14 @@ def _experiment_compare(args):
     from repro.config import check_settings
     from repro.trims import service
     from repro.trims.client import TRACE_FILES, holds_run_file
-    from repro.trims.experiments import check_report_replaceable, run_compare
+    from repro.trims.experiments import check_report_replaceable, compare_trace_directories, run_compare
     from repro.trims.models import check_model_name
 
     _store_state(args.store)  # a state that is no state named first, as it would be without these checks
     settings = _client_settings(args.settings, "compare")
     check_model_name(args.model)
-    for mode in ("original", "shared"):
-        check_fresh_directory(Path(args.out) / "traces" / mode, "--out", TRACE_FILES, holds_run_file)
+    for directory in compare_trace_directories(args.out):
+        check_fresh_directory(directory, "--out", TRACE_FILES, holds_run_file)
     check_report_replaceable(args.out)
     store = service.ensure(args.store, check_settings)  # started again if it no longer runs (a killed run, cluster_stop)
     run_compare(args.model, settings, store["base_path"], store["socket"], Path(args.out))

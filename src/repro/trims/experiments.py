@@ -148,14 +148,25 @@ def run_compare(model, settings, base_path, socket_path, out_dir):
         connection.close()
     _remove_report(out_dir)
     # both modes' earlier traces go before either runs: a cut run leaves no mode's, new or earlier
-    emptied = [fresh_directory(out_dir / "traces" / mode, "--out", TRACE_FILES, holds_run_file)
-               for mode in ("original", "shared")]
+    emptied = [fresh_directory(directory, "--out", TRACE_FILES, holds_run_file)
+               for directory in compare_trace_directories(out_dir)]
     with removed_unless_done(*emptied):
         modes = compare(run)
     report = {"experiment": "compare", "model": model, "store": store, "client": _client_fields(settings),
               "modes": modes}
     write_json(out_dir / "report.json", report)
     return report
+
+
+def compare_trace_directories(out_dir):
+    """A compare run's trace directories, one per mode, under `out_dir`/traces, which may not be a
+    symbolic link: a rerun empties the modes' directories, which would be those of the link's target
+    (an archived run, say)."""
+    traces = Path(out_dir) / "traces"
+    if traces.is_symlink():
+        raise ReproError(f"--out {traces}: is a symbolic link; expected a directory this command made, which a rerun "
+                         "empties: remove the link or name another --out")
+    return [traces / mode for mode in ("original", "shared")]
 
 
 def run_distribution(name, params, concurrency, settings, models, base_path, socket_path, out_dir):
