@@ -198,3 +198,20 @@ def test_a_compare_rerun_does_not_empty_the_run_its_traces_directory_links_to(se
     assert str(error.value) == (f"--out {tmp_path / 'out' / 'traces'}: is a symbolic link; expected a directory this "
                                 "command made, which a rerun empties: remove the link or name another --out")
     assert sorted(str(p.relative_to(archive)) for p in archive.rglob("*")) == kept
+
+
+def test_a_store_started_by_hand_is_stopped_by_its_own_command(tmp_path, monkeypatch, capsys):
+    """`repro trims store start` by hand ran until `cluster stop`: no command of its own stopped it."""
+    from repro.processes import matches
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    settings = {"base_path": "models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
+    assert main(["trims", "store", "start", "--settings", json.dumps(settings), "--state", "st.json"]) == 0
+    store = json.loads((tmp_path / "st.json").read_text())["process"]
+    capsys.readouterr()
+    assert main(["trims", "store", "stop"]) == 0
+    assert capsys.readouterr().out == "model store stopped\n"
+    assert not matches(store)
+    assert main(["trims", "store", "stop"]) == 0
+    assert capsys.readouterr().out == "no model store of this directory was running\n"

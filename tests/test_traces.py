@@ -2032,7 +2032,8 @@ def test_spilled_events_whose_writes_fail_name_the_output_and_close_quietly(tmp_
     spill = EventSpill(tmp_path / "s.json")
     real, spill.file = spill.file, FullDisk(spill.file)
     events = spill.events()
-    said = rf"^{re.escape(str(tmp_path / 's.json'))}: cannot write the detailed events beside it \(No space left on device\)$"
+    said = (rf"^{re.escape(str(tmp_path / 's.json'))}: cannot write the detailed events beside it "
+            r"\(No space left on device\)$")
     with pytest.raises(ReproError, match=said):
         events.append({"name": "a"})
     with pytest.raises(ReproError, match=said):

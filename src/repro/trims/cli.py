@@ -208,6 +208,9 @@ def _workflow_commands(tsub):
                        help="base_path and server settings as JSON (repro.rulesettings.trims_store_settings)")
     start.add_argument("--state", required=True, help="state JSON to write")
     start.set_defaults(func=_store_start, writes={"state": "--state"})
+    stop = stsub.add_parser("stop", help="stop the store this working directory started, if it runs (as "
+                            "snakemake cluster_stop does)")
+    stop.set_defaults(func=_store_stop)
     status = stsub.add_parser("status", help="check it runs, with the expected settings; exit 1 if not")
     status.add_argument("--state", required=True, help="the state JSON store start wrote")
     status.add_argument("--expect", required=True, metavar="DIGEST", help="digest of the settings it must run with")
@@ -274,6 +277,12 @@ def _store_start(args):
     record = service.start(settings, args.state)
     print(f"model store pid {record['process']['pid']} on {record['socket']}"
           + (" (found running)" if record.get("reused") else ""))
+
+
+def _store_stop(args):
+    from repro.trims import service
+
+    print("model store stopped" if service.stop() else "no model store of this directory was running")
 
 
 def _store_status(args):
