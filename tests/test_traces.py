@@ -2014,7 +2014,8 @@ def test_spilled_events_that_cannot_be_written_name_the_output(tmp_path, monkeyp
 
 def test_spilled_events_whose_writes_fail_name_the_output_and_close_quietly(tmp_path):
     """A full disk found as the events are written, as they are flushed to be read, or as the next
-    trace's seek writes the buffer: the error names the output; closing the file, whose buffer cannot be written either, adds no second error."""
+    trace's seek writes the buffer: the error names the output; closing the file, whose buffer cannot
+    be written either, adds no second error."""
     from repro.traces.summarize import EventSpill
 
     class FullDisk:
