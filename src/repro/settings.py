@@ -69,14 +69,20 @@ def settings_digest(settings):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def utf8_text(value):
-    """argparse type: free text that goes into an output (a title, a CSV cell, a trace). A command
-    line's bytes that are not UTF-8 reach Python as lone surrogates, which no such output can hold."""
+def is_utf8(value):
+    """Whether `value` is UTF-8 text: a command line's bytes that are not reach Python as lone
+    surrogates, which no output (a title, a CSV cell, a trace) can hold."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(f"{ascii(value)[:80]} is not UTF-8 text; expected text an output can hold") \
-            from None
+        return False
+    return True
+
+
+def utf8_text(value):
+    """argparse type: free text that goes into an output (is_utf8)."""
+    if not is_utf8(value):
+        raise argparse.ArgumentTypeError(f"{ascii(value)[:80]} is not UTF-8 text; expected text an output can hold")
     return value
 
 

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from repro.errors import ReproError
+from repro.settings import is_utf8
 
 PROG = "trims-tools"
 
@@ -132,20 +133,12 @@ def _value(name, flag, text):
         if text in GO_FALSE:
             return False
         raise UsageError(f"--{name}: invalid boolean {text!r}; expected true or false")
-    if flag.kind == "str" and name not in PATH_FLAGS and not _utf8(text):
+    if flag.kind == "str" and name not in PATH_FLAGS and not is_utf8(text):
         raise UsageError(f"--{name}: {ascii(text)[:80]} is not UTF-8 text; expected text an output can hold")
     try:
         return {"int": int, "float": float, "str": str}[flag.kind](text)
     except ValueError:
         raise UsageError(f"--{name}: invalid {flag.kind} {text!r}") from None
-
-
-def _utf8(text):
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a command line's bytes that are not UTF-8: lone surrogates
-        return False
-    return True
 
 
 def parse_flags(words, flags):
