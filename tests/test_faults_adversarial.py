@@ -254,17 +254,31 @@ def test_command_faults(fault, tmp_path, monkeypatch, capsys):
     check_fault(fault, tmp_path, monkeypatch, capsys)
 
 
-@pytest.mark.parametrize("given, what", [("/dev/zero", "is not a regular file"), ("nope.yaml", "does not exist")])
-def test_trims_tools_names_a_config_it_cannot_read_once(tmp_path, monkeypatch, capsys, given, what):
+def test_trims_tools_names_a_config_that_does_not_exist_once(tmp_path, monkeypatch, capsys):
     """`trims-tools info config --config /dev/zero`: the note said /dev/zero does not exist, twice."""
     from repro.trims.originals import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("CARML_CONFIG_FILE", raising=False)
-    assert main(["info", "config", "--config", given]) == 0
+    assert main(["info", "config", "--config", "nope.yaml"]) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
-    assert notes == [f"trims-tools: note: --config: {given} {what}; searching as the original does"]
+    assert notes == ["trims-tools: note: --config: nope.yaml does not exist; searching as the original does"]
+
+
+@pytest.mark.parametrize("given", ["/dev/zero", "fifo", "."])
+def test_trims_tools_refuses_a_config_that_is_no_regular_file(tmp_path, monkeypatch, capsys, given):
+    """`--config /dev/zero`, a FIFO or a directory: noted, then the defaults used with exit 0, where every
+    other command refuses an input that is no regular file."""
+    from repro.trims.originals import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    os.mkfifo(tmp_path / "fifo")
+    assert main(["info", "config", "--config", given]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"trims-tools: error: --config: {given} is not a regular file; expected a config file (.carml_config.yml), "
+        "or a path that does not exist to search as the original does")
 
 
 def test_a_daemon_log_inside_the_base_path_is_refused(tmp_path, monkeypatch, capsys):

@@ -199,9 +199,11 @@ def _config_args(values):
     from repro.trims.carml_config import find_config
 
     given = values["config"] and os.path.expanduser(values["config"])
-    if given and not os.path.isfile(given):
-        what = "is not a regular file" if os.path.exists(given) else "does not exist"
-        _note(f"--config: {values['config']} {what}; searching as the original does")
+    if given and os.path.exists(given) and not os.path.isfile(given):  # a FIFO would hang, a device never end
+        raise ReproError(f"--config: {values['config']} is not a regular file; expected a config file "
+                         "(.carml_config.yml), or a path that does not exist to search as the original does")
+    if given and not os.path.exists(given):
+        _note(f"--config: {values['config']} does not exist; searching as the original does")
     path = find_config(values["config"] or None)
     return ["--config", path] if path else []
 
