@@ -3,6 +3,7 @@ starts is stopped by a stop signal that comes before its record is saved."""
 
 import importlib.util
 import json
+import os
 
 import psutil
 import pytest
@@ -215,3 +216,24 @@ def test_a_store_started_by_hand_is_stopped_by_its_own_command(tmp_path, monkeyp
     assert not matches(store)
     assert main(["trims", "store", "stop"]) == 0
     assert capsys.readouterr().out == "no model store of this directory was running\n"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
+@pytest.mark.parametrize("state", ["damaged", "missing"])
+def test_cluster_stop_without_a_readable_state_stops_the_engine_service_beside_it(tmp_path, monkeypatch, capsys, state):
+    """A cluster state.json cut short (or removed), then `make clean`: cluster stop failed (or was not
+    run), `rm -rf results/*` deleted the tf.data service's own record, and its dispatcher ran on."""
+    from repro.processes import matches
+
+    monkeypatch.chdir(tmp_path)
+    directory = tmp_path / "results" / "cluster" / "local"
+    dispatcher = Service.start(directory / "tfdata").state["dispatcher"]
+    try:
+        if state == "damaged":
+            (directory / "state.json").write_text('{"trace_store": "results/st')
+        assert main(["cluster", "stop", "--state", "results/cluster/local/state.json"]) == (state == "damaged")
+        out = capsys.readouterr().out
+        assert f"engine service in {os.path.join('results', 'cluster', 'local', 'tfdata')} stopped: 1 process(es)" in out
+        assert not matches(dispatcher)
+    finally:
+        Service(directory / "tfdata").stop()

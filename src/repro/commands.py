@@ -319,9 +319,14 @@ def _cluster_stop(args):
             print(f"{state['backend']} backend stopped")
         else:  # nothing started there, or stopped already (a second `make clean`); a typo is seen here
             print(f"no cluster state at {args.state}: no backend to stop")
-    finally:  # a state that cannot be read still leaves no model store running
+    finally:  # a state that cannot be read (or none) still leaves no model store or engine service running
         if service.stop():
             print("model store stopped")
+        if args.state:
+            from repro.pecan.engines import stop_services_beside
+
+            for directory, count in stop_services_beside(args.state):
+                print(f"engine service in {directory} stopped: {count} process(es)")
 
 
 def _config_command(sub):

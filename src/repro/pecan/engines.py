@@ -109,6 +109,18 @@ def start_engine_service(settings, state_path):
     return ENGINES[engine].start_service(Path(state_path).parent / engine)
 
 
+def stop_services_beside(state_path):
+    """Stop the engine services recorded beside the cluster state `state_path` (where
+    start_engine_service puts them), from their own records: where that state is gone or cannot be
+    read, no service outlives it (`make clean` removes the records next). [(directory, processes)]."""
+    stopped = []
+    for name, engine in ENGINES.items():
+        directory = Path(state_path).parent / name
+        if engine.stop_service is not None and (directory / "state.json").is_file():
+            stopped.append((directory, engine.stop_service({"directory": str(directory)})))
+    return stopped
+
+
 def engine_service_checks(state):
     record = state.get("engine_service")
     return ENGINES[record["engine"]].service_checks(record) if record else []
