@@ -237,3 +237,17 @@ def test_cluster_stop_without_a_readable_state_stops_the_engine_service_beside_i
         assert not matches(dispatcher)
     finally:
         Service(directory / "tfdata").stop()
+
+
+@pytest.mark.parametrize("name", ["a\nb", "x\udcff", "tab\there"])
+def test_a_profile_output_name_with_a_line_break_or_bytes_that_are_not_utf8_is_refused(tmp_path, name):
+    """`--profile-output $'a\\nb'` made a directory whose name split the run's last message in two;
+    `$'x\\xff'` was taken too, where --experiment-description refuses such bytes."""
+    from repro.errors import ReproError
+    from repro.trims.cli import check_profile_directory
+
+    with pytest.raises(ReproError) as error:
+        check_profile_directory(tmp_path, name, False)
+    assert str(error.value) == (f"--profile-output {ascii(name)}: expected a name of UTF-8 text without line breaks or "
+                                "other control characters")
+    assert list(tmp_path.iterdir()) == []

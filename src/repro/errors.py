@@ -36,6 +36,12 @@ def invalid_yaml(path, exc):
     return ReproError(f"{path}: invalid YAML{where}: {problem}")
 
 
+def printable(text):
+    """Whether `text` holds none of the characters one_line escapes: a name that goes into a file
+    name and into messages."""
+    return not _CONTROL.search(text)
+
+
 def one_line(message):
     """`message` with its control characters written as Python escapes (a newline as \\n), so that an
     error naming a hostile file name is still one line, shown as it is."""

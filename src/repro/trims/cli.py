@@ -23,7 +23,7 @@ from pathlib import Path, PurePath
 
 import yaml
 
-from repro.errors import ReproError, invalid_yaml
+from repro.errors import ReproError, invalid_yaml, printable
 from repro.fsutil import (OWN_DIRECTORY_MARK, check_fresh_directory, first_repeated, fresh_directory, refuse_inside,
                           removed_unless_done)
 from repro.settings import figure_file, settings_argument, settings_keys, utf8_text
@@ -598,6 +598,9 @@ def check_profile_directory(root, name, overwrite, share_hour=False):
         stem = time.strftime("%Y-%m-%d-%H")
         candidates = (stem if n == 1 else f"{stem}-{n}" for n in itertools.count(1))
         name = next(c for c in candidates if not (host / c).exists() or not any((host / c).iterdir()))
+    if not printable(name):  # a line break would split every message naming it; other bytes fit no trace
+        raise ReproError(f"--profile-output {ascii(name)}: expected a name of UTF-8 text without line breaks or other "
+                         "control characters")
     parts = PurePath(name).parts
     if not parts or PurePath(name).is_absolute() or ".." in parts:
         raise ReproError(f"--profile-output {name!r}: expected a relative name (no '..') for a directory under {host}")
