@@ -251,3 +251,17 @@ def test_a_profile_output_name_with_a_line_break_or_bytes_that_are_not_utf8_is_r
     assert str(error.value) == (f"--profile-output {ascii(name)}: expected a name of UTF-8 text without line breaks or "
                                 "other control characters")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"pipeline": "resnet"}'])
+def test_cluster_status_fails_a_calibration_the_run_could_not_read(tmp_path, monkeypatch, capsys, text):
+    """An empty, cut or incomplete calibration passed `[ OK ] calibration ... present`, exit 0: the run
+    after it failed on it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["cluster", "start", "--config", str(REPO / "config" / "config.yaml"), "--state", "state.json"]) == 0
+    (tmp_path / "cal.json").write_text(text)
+    capsys.readouterr()
+    assert main(["cluster", "status", "--state", "state.json", "--calibration", "cal.json"]) == 1
+    out, err = capsys.readouterr()
+    assert "[FAILED] calibration cal.json readable: --calibration cal.json: " in out, out
+    assert err.startswith("repro: error: cluster status: 1 check(s) FAILED: calibration cal.json readable")

@@ -262,6 +262,7 @@ def _cluster_status(args):
     state = _read_state(args.state)
     with _state_keys(args.state):
         checks = get_backend(state["backend"]).status(state, args.calibration)
+    checks += _unreadable_calibrations(args.calibration)
     if args.expect is not None:  # an empty digest (`--expect "$UNSET"`) is compared too, never skipped
         checks.insert(0, state_check(state, args.state, args.expect))
     print(format_checks(checks))
@@ -270,6 +271,20 @@ def _cluster_status(args):
         raise ReproError(f"cluster status: {len(failed)} check(s) FAILED: {'; '.join(failed)}")
     if args.output:
         write_json(args.output, {"backend": state["backend"], "checks": checks})
+
+
+def _unreadable_calibrations(paths):
+    """A failed check for each calibration that is there but that the run could not read: present is
+    not enough."""
+    from repro.pecan.run import load_calibrations
+
+    checks = []
+    for path in (path for path in paths or () if os.path.isfile(path)):
+        try:
+            load_calibrations([path])
+        except ReproError as exc:
+            checks.append({"name": f"calibration {path} readable", "ok": False, "detail": str(exc)})
+    return checks
 
 
 @settings_keys()
