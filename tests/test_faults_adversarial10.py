@@ -326,7 +326,7 @@ def test_trims_summary_reads_the_traces_beside_a_report_read_from_elsewhere(tmp_
 
 def test_a_calibration_named_twice_is_refused(tmp_path):
     """`pecan run|figure|estimate --calibration X X`: ran (or said another pipeline's was missing)."""
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
     from test_faults_input import _calibration
 
     (tmp_path / "r.json").write_text(_calibration("resnet"))

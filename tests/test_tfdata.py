@@ -496,7 +496,7 @@ def test_every_run_of_a_pipeline_takes_one_scale_from_its_calibration(pecan_conf
 @pytest.mark.parametrize("tf_ops", [{"declared": {"cpu_s_per_element": 0}}, {"declared": {}}, [], {"declared": 5},
                                     {"declared": {"cpu_s_per_element": 1e300}}, {"declared": {"cpu_s_per_element": 1e-320}}])
 def test_a_calibration_whose_tf_cost_is_not_a_positive_number_is_refused(tmp_path, tf_ops):
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
 
     path = tmp_path / "resnet.json"
     path.write_text(json.dumps({"pipeline": "resnet", "autoorder_saving": 0.1, "tf_ops": tf_ops, **CALIBRATION["resnet"]}))
@@ -636,7 +636,7 @@ def test_calibration_in_tf_ops_feeds_the_local_preset(tf, tmp_path):
     """`repro pecan calibrate --ops tf` writes the record the Pillow calibration writes, from the
     TF ops the engine runs, and the local preset relates the pipelines by it."""
     from repro.pecan.presets import pipeline_costs
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
 
     out = [tmp_path / "resnet.json", tmp_path / "retinanet.json"]
     result = subprocess.run([str(REPRO), "pecan", "calibrate", "--ops", "tf", "--pipeline", "resnet", "retinanet",

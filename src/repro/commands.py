@@ -276,7 +276,7 @@ def _cluster_status(args):
 def _unreadable_calibrations(paths):
     """A failed check for each calibration that is there but that the run could not read: present is
     not enough."""
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
 
     checks = []
     for path in (path for path in paths or () if os.path.isfile(path)):

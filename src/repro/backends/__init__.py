@@ -101,7 +101,8 @@ class Backend(ABC):
         """Run, then put the run's traces in the trace store with a receipt; return the metrics."""
         from repro.fsutil import check_default_output
         from repro.pecan.costs import experiment_mode
-        from repro.pecan.run import RUN_FILES, check_run_directory, load_calibrations, remove_repeats, remove_run_traces
+        from repro.pecan.calibration_files import load_calibrations
+        from repro.pecan.run import RUN_FILES, check_run_directory, remove_repeats, remove_run_traces
         from repro.tracestore import is_receipt, open_store, upload_traces
 
         check_run_directory(request.run_dir)  # nothing of the user's replaced; this run's traces uploaded only

@@ -93,7 +93,7 @@ class LocalBackend(Backend):
 
     def run(self, request: RunRequest, state):
         from repro.pecan.engines import run_engine
-        from repro.pecan.run import load_calibrations
+        from repro.pecan.calibration_files import load_calibrations
 
         service = state.get("engine_service")
         return run_engine(request.settings, request.experiment, request.mode,

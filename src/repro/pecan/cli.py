@@ -245,7 +245,7 @@ def _calibrate(args):
 def _run(args):
     from repro.config import check_settings, load_config
     from repro.pecan.engines import engine_of, run_engine
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
 
     if args.settings:
         from repro.fsutil import read_json
@@ -463,7 +463,7 @@ def _figure(args):
     from repro.pecan.costtable import check_table_runs, write_table
     from repro.pecan.presets import REFERENCE_PLOTS, reference_of_another_workload
     from repro.pecan.reproducibility import VERDICT_COLUMNS, reference_verdicts
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
     from repro.plots import figure_rows, plot_costs
     from repro.rulesettings import caption
 
@@ -570,7 +570,7 @@ def _comparison(args):
     from repro.pecan.comparisons import OPTIONS, VERDICT_COLUMNS, ordering_notes, paper_verdicts
     from repro.pecan.costtable import named_preset, write_table
     from repro.pecan.presets import PAPER_COSTS
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
     from repro.plots import plot_comparison
 
     settings = args.settings
@@ -638,7 +638,7 @@ def _validation(args):
     from repro.config import check_settings, check_style
     from repro.fsutil import file_identity, read_json
     from repro.pecan.costtable import write_table
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
     from repro.pecan.validation import COLUMNS, caption_text, validation_rows, verdict
     from repro.plots import plot_validation
 
@@ -693,7 +693,7 @@ def _estimate(args):
     from repro.config import check_settings, load_config
     from repro.fsutil import write_text
     from repro.pecan.estimate import estimate, format_estimate
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
 
     config = check_settings(args.settings) if args.settings is not None else load_config(args.config)
     table = format_estimate(estimate(config, load_calibrations(args.calibration)))

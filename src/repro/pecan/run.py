@@ -6,7 +6,6 @@ import itertools
 import os
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import numpy as np
 
 from repro import processes
 from repro.errors import ReproError
-from repro.fsutil import DIRECTORY_MODE, atomic_path, first_named_twice, open_regular, read_json, size_text, write_json
+from repro.fsutil import DIRECTORY_MODE, atomic_path, open_regular, read_json, size_text, write_json
 from repro.pecan.calibrate import resample
 from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
@@ -375,80 +374,3 @@ def remove_repeats(run_dir, stale_only=False):
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
-
-
-def load_calibrations(paths):
-    """{pipeline: calibration} from `repro pecan calibrate` outputs; ReproError naming a file that is not one."""
-    twice = first_named_twice(paths)
-    if twice is not None:  # the same pipeline's file twice, where another pipeline's may be missing
-        raise ReproError(f"--calibration {twice}: named twice; expected each pipeline's calibration once")
-    result = {}
-    for path in paths:
-        data = read_json(path, "the output of `repro pecan calibrate`", f"--calibration {path}")
-        orders = [data.get(order) if isinstance(data, dict) else None for order in ("declared", "autoorder")]
-        if (not isinstance(data, dict) or not isinstance(data.get("pipeline"), str)
-                or not isinstance(data.get("autoorder_saving"), (int, float))
-                or not all(isinstance(o, dict) and {"cpu_s_per_element", "bytes_out_per_element"} <= set(o)
-                           for o in orders)):
-            raise ReproError(f"--calibration {path}: not a calibration (expected the output of `repro pecan calibrate`)")
-        _check_numbers(data, f"--calibration {path}")
-        earlier = result.get(data["pipeline"])
-        if earlier is not None and earlier[1] != data:  # which of two calibrations a run used would be the last named
-            raise ReproError(f"--calibration {path}: a second calibration of pipeline {data['pipeline']!r}, other than "
-                             f"{earlier[0]}'s; expected one per pipeline")
-        result[data["pipeline"]] = (path, data)
-    return {pipeline: data for pipeline, (_, data) in result.items()}
-
-
-def _finite(value):
-    """A number within float's range: compared, not math.isfinite, since an integer JSON holds may lie
-    past it (10**400), where math.isfinite raised OverflowError."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and -sys.float_info.max <= value <= sys.float_info.max
-
-
-def _positive(value):
-    return _finite(value) and value > 0
-
-
-# CPU seconds per element as a calibration measures them: no pipeline here takes under a nanosecond or
-# an hour an element, and the tf.data engine's scale divides by the cost squared (derive_scale),
-# which past these is 0 or infinite
-MIN_CPU_S, MAX_CPU_S = 1e-9, 3600.0
-CPU_S_EXPECTED = f"a positive number of CPU seconds, {MIN_CPU_S:g} to {MAX_CPU_S:g}"
-
-
-def _cpu_seconds(value):
-    return _positive(value) and MIN_CPU_S <= value <= MAX_CPU_S
-
-
-# a cost per reference kernel: a CPU cost in the range above over a kernel's, itself in that range
-MIN_KERNELS, MAX_KERNELS = MIN_CPU_S / MAX_CPU_S, MAX_CPU_S / MIN_CPU_S
-
-
-def _kernels(value):
-    return _positive(value) and MIN_KERNELS <= value <= MAX_KERNELS
-
-
-def _check_numbers(data, label):
-    """A calibration's costs divide the work a run simulates: each must be a positive finite number
-    (a zero cost would make the preprocessing infinitely fast, a zero size the network), a CPU cost
-    one a scale can be derived from."""
-    for order in ("declared", "autoorder"):
-        for key, fits, expected in (("cpu_s_per_element", _cpu_seconds, CPU_S_EXPECTED),
-                                    ("bytes_out_per_element", _positive, "a positive number")):
-            if not fits(data[order][key]):
-                raise ReproError(f"{label}: {order}.{key} is {data[order][key]!r}; expected {expected}")
-        ratio = data[order].get("per_reference_kernel")  # the local preset's cost: this ratio times one scale
-        if "per_reference_kernel" in data[order] and not _kernels(ratio):
-            raise ReproError(f"{label}: {order}.per_reference_kernel is {ratio!r:.40}; expected a positive number of "
-                             f"reference kernels, {MIN_KERNELS:.3g} to {MAX_KERNELS:.3g}")
-        drawn = data[order].get("element_cpu_s")
-        if drawn is not None and not (isinstance(drawn, list) and drawn and all(map(_positive, drawn))):
-            raise ReproError(f"{label}: {order}.element_cpu_s: expected a non-empty list of positive numbers")
-    tf_ops = data.get("tf_ops")  # the tf.data engine derives its scale from it
-    if tf_ops is not None and not (isinstance(tf_ops, dict) and isinstance(tf_ops.get("declared"), dict)
-                                   and _cpu_seconds(tf_ops["declared"].get("cpu_s_per_element"))):
-        raise ReproError(f"{label}: tf_ops.declared.cpu_s_per_element: expected {CPU_S_EXPECTED}")
-    saving = data["autoorder_saving"]
-    if not _finite(saving) or saving >= 1:
-        raise ReproError(f"{label}: autoorder_saving is {saving!r}; expected a finite fraction below 1")

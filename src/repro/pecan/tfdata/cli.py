@@ -140,7 +140,7 @@ def _sweep(args):
         raise ReproError(f"{source}: pecan.tfdata.sweep is empty; expected remote worker counts, or --counts")
     check_sweep(counts, miniature.get("worker_threads", 1), cpus_available(), key)
     from repro.pecan.costs import experiment_pipeline
-    from repro.pecan.run import load_calibrations
+    from repro.pecan.calibration_files import load_calibrations
 
     calibrations = load_calibrations(args.calibration)
     with settings_keys():
