@@ -4,6 +4,8 @@ starts is stopped by a stop signal that comes before its record is saved."""
 import importlib.util
 import json
 import os
+import signal
+import time
 
 import psutil
 import pytest
@@ -265,3 +267,26 @@ def test_cluster_status_fails_a_calibration_the_run_could_not_read(tmp_path, mon
     out, err = capsys.readouterr()
     assert "[FAILED] calibration cal.json readable: --calibration cal.json: " in out, out
     assert err.startswith("repro: error: cluster status: 1 check(s) FAILED: calibration cal.json readable")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
+def test_a_dispatcher_whose_state_directory_is_removed_ends(tmp_path):
+    """Its record damaged, `make clean` could not stop the dispatcher, then removed its directory: the
+    dispatcher ran on, wrote its status file into a directory of its own making, and nothing could find
+    it. A server whose state directory is removed now ends."""
+    import shutil
+
+    from repro.processes import matches
+
+    service = Service.start(tmp_path / "sd")
+    dispatcher = service.state["dispatcher"]
+    try:
+        (tmp_path / "sd" / "state.json").write_text("")  # damaged: no stop can read it
+        shutil.rmtree(tmp_path / "sd")
+        deadline = time.monotonic() + 20
+        while matches(dispatcher) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not matches(dispatcher)
+    finally:
+        if matches(dispatcher):
+            os.kill(dispatcher["pid"], signal.SIGKILL)

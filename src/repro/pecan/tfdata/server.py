@@ -25,11 +25,33 @@ WORKER_HEARTBEAT_MS = 500
 WORKER_TIMEOUT_MS = 3000
 
 
-def _report(path, fields):
-    write_record(path, {**fields, "pid": os.getpid(), "at": time.time()})
+def _directory_identity(directory):
+    try:
+        found = os.stat(directory)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _reporter(path):
+    """A function that writes this server's status record at `path`, and ends the process where the
+    directory it lies in was removed since the start (with the service's records: `make clean`, say),
+    even where a write of its own made it again: no record could find or stop the server any more."""
+    directory = os.path.dirname(os.path.abspath(path))
+    started_in = _directory_identity(directory)  # None: not there yet; the first record makes it
+
+    def report(fields):
+        nonlocal started_in
+        if started_in is not None and _directory_identity(directory) != started_in:
+            os._exit(0)  # TensorFlow's server threads would hold up an interpreter's exit
+        write_record(path, {**fields, "pid": os.getpid(), "at": time.time()})
+        started_in = started_in or _directory_identity(directory)
+
+    return report
 
 
 def dispatcher(args):
+    report = _reporter(args.status)  # before TensorFlow's import: a directory removed meanwhile counts too
     from repro.pecan.tfdata import tensorflow
 
     tf = tensorflow()
@@ -38,11 +60,12 @@ def dispatcher(args):
     server = tf.data.experimental.service.DispatchServer(config)
     port = server._server.bound_port()
     while True:
-        _report(args.status, {"role": "dispatcher", "address": f"localhost:{port}", "workers": server._num_workers()})
+        report({"role": "dispatcher", "address": f"localhost:{port}", "workers": server._num_workers()})
         time.sleep(REPORT_INTERVAL_S)
 
 
 def worker(args):
+    report = _reporter(args.status)  # before TensorFlow's import: a directory removed meanwhile counts too
     cpus = [int(c) for c in args.cpus.split(",")]
     os.sched_setaffinity(0, cpus)
     from repro.pecan.tfdata import tensorflow
@@ -57,7 +80,7 @@ def worker(args):
     server = tf.data.experimental.service.WorkerServer(config)
     address = f"{args.host}:{server._server.bound_port()}"
     while True:
-        _report(args.status, {"role": "worker", "address": address, "tasks": server._num_tasks(), "cpus": cpus,
+        report({"role": "worker", "address": address, "tasks": server._num_tasks(), "cpus": cpus,
                               "threads": args.threads})
         time.sleep(REPORT_INTERVAL_S)
 
