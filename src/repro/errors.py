@@ -36,6 +36,16 @@ def invalid_yaml(path, exc):
     return ReproError(f"{path}: invalid YAML{where}: {problem}")
 
 
+def is_utf8(value):
+    """Whether `value` is UTF-8 text: a command line's or a file name's bytes that are not reach Python
+    as lone surrogates, which no output (a title, a CSV cell, a trace) can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def printable(text):
     """Whether `text` holds none of the characters one_line escapes: a name that goes into a file
     name and into messages."""

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from repro import stopsignals
-from repro.errors import OutputError, ReproError
+from repro.errors import OutputError, ReproError, is_utf8
 
 
 def _umask():
@@ -75,10 +75,8 @@ def check_text_name(path, what):
     """ReproError unless the name of `path` is UTF-8: a file name's other bytes come from the file system
     as lone surrogates, which no UTF-8 output (a CSV row, a JSON string) can hold. `what`: where the
     name goes."""
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ReproError(f"{path}: the file name is not UTF-8 text, and {what}; rename the file") from None
+    if not is_utf8(str(path)):
+        raise ReproError(f"{path}: the file name is not UTF-8 text, and {what}; rename the file")
 
 
 def check_output(target, label):

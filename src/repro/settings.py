@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 
-from repro.errors import ReproError
+from repro.errors import ReproError, is_utf8
 
 
 class Settings(dict):
@@ -67,16 +67,6 @@ def settings_digest(settings):
     """A short, stable fingerprint of `settings`: a state records it, status checks compare it."""
     text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def is_utf8(value):
-    """Whether `value` is UTF-8 text: a command line's bytes that are not reach Python as lone
-    surrogates, which no output (a title, a CSV cell, a trace) can hold."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def utf8_text(value):

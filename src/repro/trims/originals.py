@@ -16,8 +16,7 @@ import sys
 from types import SimpleNamespace
 from typing import NamedTuple
 
-from repro.errors import ReproError
-from repro.settings import is_utf8
+from repro.errors import ReproError, is_utf8
 
 PROG = "trims-tools"
 
