@@ -20,6 +20,7 @@ from support import REPO, run_forked
 pytestmark = pytest.mark.fault
 
 
+@pytest.mark.service
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
 @pytest.mark.parametrize("moment", ["describe", "_save"])
 def test_a_stop_signal_before_the_dispatchers_record_is_saved_stops_the_dispatcher(tmp_path, monkeypatch, moment):
@@ -220,6 +221,7 @@ def test_a_store_started_by_hand_is_stopped_by_its_own_command(tmp_path, monkeyp
     assert capsys.readouterr().out == "no model store of this directory was running\n"
 
 
+@pytest.mark.service
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
 @pytest.mark.parametrize("state", ["damaged", "missing"])
 def test_cluster_stop_without_a_readable_state_stops_the_engine_service_beside_it(tmp_path, monkeypatch, capsys, state):
@@ -269,6 +271,7 @@ def test_cluster_status_fails_a_calibration_the_run_could_not_read(tmp_path, mon
     assert err.startswith("repro: error: cluster status: 1 check(s) FAILED: calibration cal.json readable")
 
 
+@pytest.mark.service
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the dispatcher needs the 'tfdata' extra")
 def test_a_dispatcher_whose_state_directory_is_removed_ends(tmp_path):
     """Its record damaged, `make clean` could not stop the dispatcher, then removed its directory: the

@@ -274,11 +274,15 @@ def _cluster_status(args):
 
 
 def _unreadable_calibrations(paths):
-    """A failed check for each calibration that is there but that the run could not read: present is
-    not enough."""
+    """A failed check for each calibration that is there but that the run could not read (present is
+    not enough), and for one named twice (a run refuses it)."""
+    from repro.fsutil import first_named_twice
     from repro.pecan.calibration_files import load_calibrations
 
-    checks = []
+    twice = first_named_twice(paths or ())
+    checks = [] if twice is None else [
+        {"name": f"calibration {twice} named once", "ok": False,
+         "detail": f"--calibration {twice}: named twice; expected each pipeline's calibration once"}]
     for path in (path for path in paths or () if os.path.isfile(path)):
         try:
             load_calibrations([path])

@@ -6,7 +6,9 @@ name, if it has one (the schema's `<name>:` entry, or the backend's own `schema`
 the package's module list, so adding a backend is its module.
 """
 
+import os
 import pkgutil
+import stat
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from repro.errors import ReproError
-from repro.fsutil import write_json
+from repro.fsutil import file_kind, write_json
 from repro.settings import settings_digest
 
 
@@ -93,7 +95,7 @@ class Backend(ABC):
     def status(self, state, calibration_paths=()):
         """The backend's checks, then one per calibration the run needs."""
         return self.checks(state) + [
-            {"name": f"calibration {path} present", "ok": Path(path).is_file(), "detail": "" if Path(path).is_file() else "missing"}
+            {"name": f"calibration {path} present", "ok": Path(path).is_file(), "detail": _not_a_file(path)}
             for path in calibration_paths
         ]
 
@@ -125,6 +127,17 @@ class Backend(ABC):
         upload_traces(open_store(state["trace_store"]), traces, f"traces/{request.experiment}/{request.mode}",
                       request.receipt)
         return metrics
+
+
+def _not_a_file(path):
+    """Why `path` is not a calibration file to read: "" where it is a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return "" if stat.S_ISREG(mode) else f"{file_kind(mode)}, not a file"
 
 
 def start_cluster(settings, state_path):
