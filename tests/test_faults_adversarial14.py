@@ -1,11 +1,13 @@
 """Fault cases found by the fourth round of adversarial passes over the whole surface."""
 
+import json
 import os
 
 import pytest
 
 from repro.cli import main
 from support import REPO
+from test_faults_input import Fault, _calibration, _pecan_run, check_fault
 
 pytestmark = pytest.mark.fault
 
@@ -40,3 +42,36 @@ def test_cluster_status_fails_a_calibration_named_twice(tmp_path, monkeypatch, c
     assert (f"[FAILED] calibration {second} named once: --calibration {second}: named twice; expected each pipeline's "
             "calibration once") in out, out
     assert err.startswith(f"repro: error: cluster status: 1 check(s) FAILED: calibration {second} named once")
+
+
+def _calibration_with(order, key, value):
+    data = json.loads(_calibration("resnet"))
+    (data[order] if order else data)[key] = value
+    return json.dumps(data)
+
+
+CALIBRATION = r"repro: error: --calibration .*/resnet.json: "
+CPU_S = "a positive number of CPU seconds, 1e-09 to 3600"
+# a calibration's fields that a run reads but that were checked only in part: each gave a traceback
+CALIBRATION_FAULTS = [
+    Fault("calibration-declared-draws-null", _pecan_run(_calibration_with("declared", "element_cpu_s", None)),
+          CALIBRATION + f"declared.element_cpu_s: expected a non-empty list, each element's cost {CPU_S}$"),
+    Fault("calibration-autoorder-draws-null", _pecan_run(_calibration_with("autoorder", "element_cpu_s", None)),
+          CALIBRATION + f"autoorder.element_cpu_s: expected a non-empty list, each element's cost {CPU_S}$"),
+    Fault("calibration-draw-of-1e300-s", _pecan_run(_calibration_with("autoorder", "element_cpu_s", [1e300, 0.01])),
+          CALIBRATION + f"autoorder.element_cpu_s: expected a non-empty list, each element's cost {CPU_S}$"),
+    Fault("calibration-draws-of-other-elements", _pecan_run(_calibration_with("autoorder", "element_cpu_s", [0.01])),
+          CALIBRATION + "declared.element_cpu_s has 2 element\\(s\\), autoorder.element_cpu_s 1; expected both orders "
+                        "measured on the same elements$"),
+    Fault("calibration-bytes-of-1e300", _pecan_run(_calibration_with("autoorder", "bytes_out_per_element", 1e300)),
+          CALIBRATION + "autoorder.bytes_out_per_element is 1e\\+300; expected a positive number of bytes, at most 1e\\+12$"),
+    *(Fault(f"calibration-reference-kernel-{name}", _pecan_run(_calibration_with(None, "reference_kernel", kernel)),
+            CALIBRATION + f"reference_kernel.cpu_s: expected {CPU_S}$")
+      for name, kernel in (("text", {"cpu_s": "x"}), ("zero", {"cpu_s": 0}), ("negative", {"cpu_s": -1}),
+                           ("a-list", [1]))),
+]
+
+
+@pytest.mark.parametrize("fault", CALIBRATION_FAULTS, ids=[f.id for f in CALIBRATION_FAULTS])
+def test_calibration_faults(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)

@@ -59,13 +59,23 @@ def _kernels(value):
     return _positive(value) and MIN_KERNELS <= value <= MAX_KERNELS
 
 
+# bytes an element leaves its pipeline with: a run divides them by the network's bandwidth, so past a
+# terabyte (RetinaNet's float32 image is 4.9 MB) an element's transfer outlasts any run it is part of
+MAX_BYTES = 1e12
+BYTES_EXPECTED = f"a positive number of bytes, at most {MAX_BYTES:g}"
+
+
+def _bytes(value):
+    return _positive(value) and value <= MAX_BYTES
+
+
 def _check_numbers(data, label):
     """A calibration's costs divide the work a run simulates: each must be a positive finite number
     (a zero cost would make the preprocessing infinitely fast, a zero size the network), a CPU cost
     one a scale can be derived from."""
     for order in ("declared", "autoorder"):
         for key, fits, expected in (("cpu_s_per_element", _cpu_seconds, CPU_S_EXPECTED),
-                                    ("bytes_out_per_element", _positive, "a positive number")):
+                                    ("bytes_out_per_element", _bytes, BYTES_EXPECTED)):
             if not fits(data[order][key]):
                 raise ReproError(f"{label}: {order}.{key} is {data[order][key]!r}; expected {expected}")
         ratio = data[order].get("per_reference_kernel")  # the local preset's cost: this ratio times one scale
@@ -73,8 +83,17 @@ def _check_numbers(data, label):
             raise ReproError(f"{label}: {order}.per_reference_kernel is {ratio!r:.40}; expected a positive number of "
                              f"reference kernels, {MIN_KERNELS:.3g} to {MAX_KERNELS:.3g}")
         drawn = data[order].get("element_cpu_s")
-        if drawn is not None and not (isinstance(drawn, list) and drawn and all(map(_positive, drawn))):
-            raise ReproError(f"{label}: {order}.element_cpu_s: expected a non-empty list of positive numbers")
+        if "element_cpu_s" in data[order] and not (isinstance(drawn, list) and drawn and all(map(_cpu_seconds, drawn))):
+            raise ReproError(f"{label}: {order}.element_cpu_s: expected a non-empty list, each element's cost "
+                             f"{CPU_S_EXPECTED}")
+    # a bootstrap draw picks the same elements from both orders' lists (calibrate.resample)
+    lengths = [len(data[order].get("element_cpu_s", ())) for order in ("declared", "autoorder")]
+    if lengths[0] != lengths[1]:
+        raise ReproError(f"{label}: declared.element_cpu_s has {lengths[0]} element(s), autoorder.element_cpu_s "
+                         f"{lengths[1]}; expected both orders measured on the same elements")
+    kernel = data.get("reference_kernel")  # the local preset's unit (per_reference_kernel's divisor)
+    if "reference_kernel" in data and not (isinstance(kernel, dict) and _cpu_seconds(kernel.get("cpu_s"))):
+        raise ReproError(f"{label}: reference_kernel.cpu_s: expected {CPU_S_EXPECTED}")
     tf_ops = data.get("tf_ops")  # the tf.data engine derives its scale from it
     if tf_ops is not None and not (isinstance(tf_ops, dict) and isinstance(tf_ops.get("declared"), dict)
                                    and _cpu_seconds(tf_ops["declared"].get("cpu_s_per_element"))):
