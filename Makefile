@@ -81,11 +81,13 @@ lint: $(VENV)/.test-extras
 
 # stop whatever this directory's workflow left running first, on every backend it used (a model
 # store after a killed run, a tf.data service, the ssh hosts' servers), each backend's directory with
-# its state.json or not: a tf.data service is also stopped from its own record. results/ or plots/ that is a
+# its state.json or not: a tf.data service is also stopped from its own record, and the model store from
+# its runtime record, results/cluster/ there or not. results/ or plots/ that is a
 # symbolic link is refused before anything is stopped or deleted: `rm -rf results/*` emptied the
 # directory it names, outside this clone, whatever else it held.
 clean:
 	@for dir in results plots; do if [ -L "$$dir" ]; then echo "make clean: $$dir is a symbolic link (to $$(readlink "$$dir")); expected this clone's own $$dir/ directory: empty the directory it names yourself, or put a directory in its place" >&2; exit 1; fi; done
 	-for dir in results/cluster/*/; do if [ -d "$$dir" ]; then $(RUN) repro cluster stop --state "$${dir}state.json"; fi; done
+	-$(RUN) repro trims store stop
 	rm -rf results/* plots/* .snakemake
 	touch results/.gitkeep plots/.gitkeep

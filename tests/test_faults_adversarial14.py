@@ -2,11 +2,13 @@
 
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
 
 from repro.cli import main
-from support import REPO
+from support import REPO, path_env
 from test_faults_input import Fault, _calibration, _pecan_run, check_fault
 
 pytestmark = pytest.mark.fault
@@ -75,3 +77,28 @@ CALIBRATION_FAULTS = [
 @pytest.mark.parametrize("fault", CALIBRATION_FAULTS, ids=[f.id for f in CALIBRATION_FAULTS])
 def test_calibration_faults(fault, tmp_path, monkeypatch, capsys):
     check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.service
+def test_make_clean_stops_the_model_store_when_results_cluster_is_gone(tmp_path, monkeypatch):
+    """`rm -rf results/*`, then `make clean`: it stopped what each results/cluster/*/ named, found none,
+    exit 0, and the store (and its watchdog) ran on, its models' directory deleted."""
+    from repro.processes import matches
+    from repro.trims import service
+
+    shutil.copy(REPO / "Makefile", tmp_path)
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "results" / "trims" / "models").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    settings = {"base_path": "results/trims/models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
+    assert main(["trims", "store", "start", "--settings", json.dumps(settings), "--state",
+                 "results/cluster/local/trims-store.json"]) == 0
+    record = json.loads(service._record_path(tmp_path).read_text())
+    try:
+        shutil.rmtree(tmp_path / "results" / "cluster")
+        proc = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=path_env())
+        assert proc.returncode == 0, proc.stderr
+        assert "model store stopped" in proc.stdout
+        assert not matches(record["process"]) and not matches(record["watchdog"])
+    finally:
+        service.stop(tmp_path)

@@ -284,7 +284,8 @@ def test_make_clean_stops_the_state_of_every_backend_before_it_deletes_them(tmp_
     subprocess.run(["make", "clean"], cwd=tmp_path, check=True, capture_output=True,
                    env={**os.environ, "PATH": f"{stand_in.parent}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")})
     assert sorted((tmp_path / "calls").read_text().splitlines()) == [
-        f"cluster stop --state results/cluster/{backend}/state.json" for backend in ("local", "ssh")]
+        f"cluster stop --state results/cluster/{backend}/state.json" for backend in ("local", "ssh")] + [
+        "trims store stop"]
     assert not (tmp_path / "results" / "cluster").exists()
 
 
