@@ -102,3 +102,41 @@ def test_make_clean_stops_the_model_store_when_results_cluster_is_gone(tmp_path,
         assert not matches(record["process"]) and not matches(record["watchdog"])
     finally:
         service.stop(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def pecan_run(tmp_path_factory):
+    """A run of the model engine: its run.log and metrics.json."""
+    from repro.config import load_config
+    from repro.pecan.calibrate import calibrate
+    from repro.pecan.run import run_mode
+
+    directory = tmp_path_factory.mktemp("run") / "pecan"
+    config = load_config(REPO / "config" / "config.yaml")
+    config["calibration"]["preset"] = "artifact"
+    calibrations = {p: calibrate(p, elements=2, repeats=1) for p in ("resnet", "retinanet")}
+    run_mode(config, "ResNet50_v2-8", "pecan", calibrations, directory)
+    return directory, config
+
+
+@pytest.mark.parametrize("cut", ["after-its-first-throughput", "mid-line"])
+def test_a_cost_row_refuses_a_log_cut_short_since_the_run(pecan_run, tmp_path, cut):
+    """A run's log cut after its first throughput line (or in the middle of a line) priced the mode from
+    what was left, exit 0: a Pecan row of $2.81 and no workers where the run's whole log gave $0.57."""
+    from repro.errors import ReproError
+    from repro.pecan.costtable import mode_row
+    from repro.rulesettings import cost_settings
+
+    directory, config = pecan_run
+    settings = cost_settings(config, "ResNet50_v2-8")
+    whole = (directory / "run.log").read_text()
+    assert mode_row(directory / "run.log", directory / "metrics.json", "pecan", settings)["remote_workers"] > 0
+    lines = whole.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if "examples/second" in line)
+    text = "".join(lines[:first + 1]) if cut == "after-its-first-throughput" else whole[:whole.index("TimeHistory", len(whole) // 2) + 20]
+    (tmp_path / "run.log").write_text(text)
+    with pytest.raises(ReproError) as error:
+        mode_row(tmp_path / "run.log", directory / "metrics.json", "pecan", settings)
+    assert str(error.value).startswith(f"{tmp_path / 'run.log'}: reads local_workers ")
+    assert str(error.value).endswith(f"({directory / 'metrics.json'}: repeats[0]); expected the log as the run wrote it "
+                                     "(cut short or edited since?): rerun the run")

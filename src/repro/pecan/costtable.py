@@ -44,6 +44,20 @@ def _repeat_value(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_REPEAT_VALUE
 
 
+def _check_log_is_the_runs(log, parsed, metrics, first):
+    """ReproError where the log reads otherwise than the run read its own run.log (repeats[0] of its
+    metrics.json): a log cut short, or edited, since. A log cut after any of its lines parses."""
+    if first.get("log") != "run.log":
+        return
+    read = {key: getattr(parsed, key) for key in sorted(_REPEAT_KEYS)}
+    recorded = {key: first[key] for key in sorted(_REPEAT_KEYS)}
+    if read != recorded:
+        shown = ", ".join(f"{key} {value:g}" for key, value in read.items())
+        was = ", ".join(f"{key} {value:g}" for key, value in recorded.items())
+        raise ReproError(f"{log}: reads {shown}, where the run read its log as {was} ({metrics}: repeats[0]); "
+                         "expected the log as the run wrote it (cut short or edited since?): rerun the run")
+
+
 def mode_row(log, metrics, mode, settings):
     """One mode's row with spread, from its training log and metrics.json, priced by `settings`
     (repro.rulesettings.cost_settings)."""
@@ -78,6 +92,7 @@ def mode_row(log, metrics, mode, settings):
         if logged is not None and recorded is not None and logged != str(recorded):  # two runs' files in one row
             raise ReproError(f"{log}: the log of a run of {key} {logged}, and {metrics} of a run of {key} {recorded}; "
                              "expected the log and the metrics of one run")
+    _check_log_is_the_runs(log, parsed, metrics, repeats[0])
     spec = data.get("spec") if scale is None else None  # the model engine's: the model's own batch and epoch
     for key in ("batch_size", "steps_per_epoch") if isinstance(spec, dict) else ():
         if key in spec and spec[key] != settings["model"].get(key):  # another model's prices on this run
