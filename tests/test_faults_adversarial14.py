@@ -140,3 +140,16 @@ def test_a_cost_row_refuses_a_log_cut_short_since_the_run(pecan_run, tmp_path, c
     assert str(error.value).startswith(f"{tmp_path / 'run.log'}: reads local_workers ")
     assert str(error.value).endswith(f"({directory / 'metrics.json'}: repeats[0]); expected the log as the run wrote it "
                                      "(cut short or edited since?): rerun the run")
+
+
+@pytest.mark.parametrize("url", ["gs:///x", "gs://B/x", "gs://a", "gs://-ab/x", "gs://a b/x"])
+def test_a_gcs_store_of_a_malformed_bucket_is_refused_before_credentials_are_looked_for(url):
+    """A receipt naming `gs:///x` (an empty bucket) went on to a credentials lookup and its retries,
+    then "no Google credentials found", where `gs://` was refused as malformed."""
+    from repro.errors import ReproError
+    from repro.tracestore import open_store
+
+    with pytest.raises(ReproError) as error:
+        open_store(url)
+    assert str(error.value) == (f"trace store {url!r}: expected gs://bucket[/prefix], the bucket's name 3 to 222 "
+                                "lowercase letters, digits, dots, dashes and underscores")

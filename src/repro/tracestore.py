@@ -7,6 +7,7 @@ replaces its own objects instead of adding new ones.
 
 import contextlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -78,6 +79,11 @@ def _copy_bounded(source, target, limit, label):
         raise ReproError(f"{label} changed since upload (uploaded {limit} bytes, stored {copied})")
 
 
+# Cloud Storage's rule for bucket names (its documentation's "Bucket naming requirements"): refused here,
+# an empty or malformed one went on to a credentials lookup and its retries
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+
+
 class GCSStore:
     """Objects under gs://bucket/prefix. Downloads are checked against the object's CRC32C by
     google-cloud-storage; transient errors (429, 5xx, timeouts) are retried with backoff. The
@@ -88,9 +94,10 @@ class GCSStore:
         from google.auth.exceptions import DefaultCredentialsError
         from google.cloud.storage.retry import DEFAULT_RETRY
 
-        if not url.startswith("gs://") or len(url) <= 5:
-            raise ReproError(f"{what} {url!r}: expected gs://bucket[/prefix]")
         bucket, _, prefix = url[5:].partition("/")
+        if not url.startswith("gs://") or not BUCKET_NAME.fullmatch(bucket):
+            raise ReproError(f"{what} {url!r}: expected gs://bucket[/prefix], the bucket's name 3 to 222 lowercase "
+                             "letters, digits, dots, dashes and underscores")
         self.url, self.prefix, self.what = url, prefix.strip("/"), what  # what it is to the user: named in errors
         self.root = url
         try:
