@@ -153,3 +153,19 @@ def test_a_gcs_store_of_a_malformed_bucket_is_refused_before_credentials_are_loo
         open_store(url)
     assert str(error.value) == (f"trace store {url!r}: expected gs://bucket[/prefix], the bucket's name 3 to 222 "
                                 "lowercase letters, digits, dots, dashes and underscores")
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "dir"])
+def test_doctor_names_a_profile_config_that_is_not_a_file(tmp_path, capsys, target):
+    """`repro doctor --profile DIR`, DIR/config.yaml a link to /dev/zero (or a directory): "not a Snakemake
+    profile (expected a directory with config.yaml)", which it has."""
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    if target == "dir":
+        (profile / "config.yaml").mkdir()
+    else:
+        (profile / "config.yaml").symlink_to(target)
+    assert main(["doctor", "--profile", str(profile)]) == 1
+    kind = "a directory" if target == "dir" else "a character device"
+    assert capsys.readouterr().err == (f"repro: error: {profile / 'config.yaml'}: {kind}; expected the Snakemake "
+                                       "profile's config file\n")

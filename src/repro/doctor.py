@@ -15,6 +15,7 @@ from pathlib import Path
 
 
 from repro.errors import ReproError
+from repro.fsutil import file_kind
 
 # the executors and storage providers of pyproject.toml's extras: (kind, name) -> extra
 PLUGIN_EXTRAS = {
@@ -38,6 +39,10 @@ def profile_file(directory):
     for name in ("config.v8+.yaml", "config.yaml"):
         if (directory / name).is_file():
             return directory / name
+    for name in ("config.v8+.yaml", "config.yaml"):  # there, but not a file to read
+        if (directory / name).exists():
+            kind = file_kind((directory / name).stat().st_mode)
+            raise ReproError(f"{directory / name}: {kind}; expected the Snakemake profile's config file")
     raise ReproError(f"{directory}: not a Snakemake profile (expected a directory with config.yaml)")
 
 
