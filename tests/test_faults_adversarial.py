@@ -474,18 +474,18 @@ def test_two_tfdata_starts_in_one_state_directory_run_one_dispatcher(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
 def test_a_gcs_store_without_credentials_is_one_line(tmp_path, monkeypatch, capsys):
-    """`repro trace download --store gs://b/p` where no Google credentials are set up: google-auth's
+    """`repro trace download --store gs://bkt/p` where no Google credentials are set up: google-auth's
     DefaultCredentialsError as a traceback (trims fetch and trims models --publish alike)."""
     for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
     monkeypatch.setenv("NO_GCE_CHECK", "True")  # not a Google Compute Engine machine: no metadata server asked
-    receipt = json.dumps({"store": "gs://b", "objects": [{"key": "a.json", "sha256": "0" * 64}]})
+    receipt = json.dumps({"store": "gs://bkt", "objects": [{"key": "a.json", "sha256": "0" * 64}]})
     fault = Fault("download-from-gcs-without-credentials",
                   lambda ctx: ["trace", "download", _write(ctx.dir / "up.json", receipt), "-o", str(ctx.dir / "out"),
-                               "--store", "gs://b/p"],
-                  r"repro: error: trace store gs://b/p: no Google credentials found; set them up with")
+                               "--store", "gs://bkt/p"],
+                  r"repro: error: trace store gs://bkt/p: no Google credentials found; set them up with")
     check_fault(fault, tmp_path, monkeypatch, capsys)
 
 

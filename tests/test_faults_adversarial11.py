@@ -441,7 +441,7 @@ def test_a_figure_of_zero_costs_is_drawn_without_a_warning(tmp_path, monkeypatch
 
 
 def test_publishing_without_credentials_names_the_asset_store(work, monkeypatch, capsys):
-    """`trims models --publish gs://b/p` without credentials spoke of a "trace store"."""
+    """`trims models --publish gs://bkt/p` without credentials spoke of a "trace store"."""
     from google.auth.exceptions import DefaultCredentialsError
 
     from repro import tracestore
@@ -450,8 +450,8 @@ def test_publishing_without_credentials_names_the_asset_store(work, monkeypatch,
         raise DefaultCredentialsError("none")
 
     monkeypatch.setattr(tracestore, "_gcs_client", no_credentials)
-    assert main(["trims", "models", "squeezenet_1.1", "--base-path", "m", "--publish", "gs://b/p"]) == 1
-    assert capsys.readouterr().err.startswith("repro: error: asset store (--publish) gs://b/p: no Google credentials "
+    assert main(["trims", "models", "squeezenet_1.1", "--base-path", "m", "--publish", "gs://bkt/p"]) == 1
+    assert capsys.readouterr().err.startswith("repro: error: asset store (--publish) gs://bkt/p: no Google credentials "
                                               "found; ")
 
 
