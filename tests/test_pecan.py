@@ -744,3 +744,20 @@ def test_a_throughput_a_training_log_never_writes_is_refused_by_line(tmp_path, n
         parse_log(log, infer_workers=False)
     assert str(error.value) == (f"{log}:1: throughput {number[:40]} examples/second; expected digits with an optional "
                                 "fraction (12.34), as a training log writes them")
+
+
+def test_a_bootstrap_draw_of_a_calibration_prices_its_cost_in_reference_kernels():
+    """The local preset reads each order's cost per reference kernel: a draw recomputes it from the drawn
+    cost; a calibration without a reference kernel draws none."""
+    from repro.pecan.calibrate import resample
+
+    orders = {"declared": {"cpu_s_per_element": 0.02, "bytes_out_per_element": 10, "element_cpu_s": [0.01, 0.03]},
+              "autoorder": {"cpu_s_per_element": 0.01, "bytes_out_per_element": 10, "element_cpu_s": [0.005, 0.015]}}
+    calibration = {"pipeline": "resnet", "autoorder_saving": 0.5, **orders, "reference_kernel": {"cpu_s": 0.004}}
+    drawn = resample(calibration, np.random.default_rng(3))
+    for order in ("declared", "autoorder"):
+        assert drawn[order]["cpu_s_per_element"] in (0.01, 0.02, 0.03, 0.005, 0.01, 0.015)
+        assert drawn[order]["per_reference_kernel"] == pytest.approx(drawn[order]["cpu_s_per_element"] / 0.004)
+    without = resample({key: value for key, value in calibration.items() if key != "reference_kernel"},
+                       np.random.default_rng(3))
+    assert "per_reference_kernel" not in without["declared"]

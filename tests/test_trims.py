@@ -608,3 +608,88 @@ def test_a_client_maps_a_segment_without_the_resource_tracker(monkeypatch):
     finally:
         monkeypatch.undo()
         store.close()
+
+
+def test_a_profiling_store_records_each_acquire_and_eviction_as_a_trace_event(tmp_path, monkeypatch):
+    """The server's trace (--profile): each acquire a complete event, from where the model came (file,
+    host tier or already resident) and its length, each eviction an instant one; past the bound the
+    events are counted, not kept."""
+    import threading
+
+    from repro.trims import modelstore
+
+    clock = iter(range(10**9, 2 * 10**9, 500))  # ns: each reading 0.5 us after the last
+    monkeypatch.setattr(modelstore.time, "time_ns", lambda: next(clock))
+    monkeypatch.setattr(modelstore, "MAX_PROFILE_EVENTS", 7)
+    store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, "lru", persist_bytes=1000, events=[])
+    try:
+        for model in ("a", "a", "b", "a", "a"):  # b evicts a to the host tier, a comes back from it
+            store.acquire(model)
+            store.release(model)
+    finally:
+        store.close()
+    common = {"cat": "server", "pid": os.getpid(), "tid": threading.get_ident() % (1 << 31)}
+    assert [{k: v for k, v in e.items() if k not in ("ts", "dur")} for e in store.events] == [
+        {"name": "acquire", **common, "args": {"model": "a", "bytes": 600, "source": "file"}, "ph": "X"},
+        {"name": "acquire", **common, "args": {"model": "a", "bytes": 600, "source": "resident"}, "ph": "X"},
+        {"name": "evict", **common, "args": {"model": "a", "bytes": 600}, "ph": "i", "s": "p"},
+        {"name": "acquire", **common, "args": {"model": "b", "bytes": 600, "source": "file"}, "ph": "X"},
+        {"name": "evict", **common, "args": {"model": "b", "bytes": 600}, "ph": "i", "s": "p"},
+        {"name": "acquire", **common, "args": {"model": "a", "bytes": 600, "source": "host tier"}, "ph": "X"},
+        {"name": "acquire", **common, "args": {"model": "a", "bytes": 600, "source": "resident"}, "ph": "X"},
+    ]
+    assert store.events_dropped == 1  # the close's eviction of a
+    assert store.events[1]["dur"] == 0.5  # a hit: the clock read twice
+    assert all(e["dur"] >= 0.5 for e in store.events if e["ph"] == "X")
+    stamps = [e["ts"] for e in store.events]  # us, from the clock's readings in ns
+    assert all(10**6 <= ts < 2 * 10**6 and (ts * 2).is_integer() for ts in stamps), stamps
+
+
+def test_a_host_segment_is_sized_as_asked_and_refuses_sizes_that_are_not_bytes_or_do_not_fit(monkeypatch):
+    from repro.trims import modelstore
+
+    for size in (True, -1, 1.5):
+        with pytest.raises(ReproError) as error:
+            modelstore.HostMemory(size)
+        assert str(error.value) == f"a model's size must be a whole number of bytes, got {size!r}"
+    empty = modelstore.HostMemory(0)
+    try:
+        assert empty.shm.size == 1  # a segment holds at least a byte
+    finally:
+        empty.close()
+    free = SimpleNamespace(f_bavail=10, f_frsize=1 << 20)  # 10 MiB free in /dev/shm
+    monkeypatch.setattr(modelstore.os, "statvfs", lambda path: free)
+    modelstore.HostMemory(10 << 20).close()  # exactly what is free fits
+    with pytest.raises(ReproError) as error:
+        modelstore.HostMemory((10 << 20) + 1)
+    assert str(error.value) == (f"{modelstore.SHM_DIR}: 10 MiB free, a model of 10 MiB does not fit; expected a larger "
+                                "/dev/shm (docker run --shm-size) or a smaller model")
+
+
+@pytest.mark.parametrize("name, params, message", [
+    ("pareto", [1], "pareto takes 2 parameter(s) (xm, alpha), got 1"),
+    ("uniform", [1, 1], "out of range for uniform: max=1 must exceed min=1"),
+    ("uniform", [2, 1], "out of range for uniform: max=1 must exceed min=2"),
+    ("exponential", [0], "out of range for exponential: rate=0 must be > 0"),
+    ("weibull", [-1, -2], "out of range for weibull: k=-1 must be > 0, lambda=-2 must be > 0"),
+])
+def test_a_distribution_out_of_range_is_refused_in_words_naming_each_parameter(name, params, message):
+    with pytest.raises(ReproError) as error:
+        plan_requests(["a"], 5, name, params)
+    assert str(error.value) == f"--distribution-params: {message}"
+    with pytest.raises(ReproError) as error:
+        plan_requests([], 3)
+    assert str(error.value) == "no models to run"
+
+
+def test_draws_that_overflow_are_refused_without_numpy_warnings():
+    import warnings
+
+    from repro.trims.workload import popularity
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow RuntimeWarning: kept quiet, the refusal says it
+        with pytest.raises(ReproError) as error:
+            popularity(["a", "b"], "pareto", [1e308, 1.5], np.random.default_rng(0))
+    assert str(error.value) == ("--distribution-params: out of range for pareto: [1e+308, 1.5] gives draws that are not "
+                                "finite numbers")
