@@ -70,7 +70,8 @@ def test_a_malformed_publish_url_is_refused_before_the_models_are_built(built, t
         assert run_repro(argv, capsys)[0] == 0
     before = snapshot(tmp_path)
     code, out, err = run_repro([*argv, "--publish", "gs://"], capsys)
-    assert (code, out, err) == (1, "", "repro: error: asset store (--publish) 'gs://': expected gs://bucket[/prefix], the bucket's name 3 to 222 lowercase letters, digits, dots, dashes and underscores\n")
+    assert (code, out, err) == (1, "", "repro: error: asset store (--publish) 'gs://': expected gs://bucket[/prefix], the "
+                                       "bucket's name 3 to 222 lowercase letters, digits, dots, dashes and underscores\n")
     assert snapshot(tmp_path) == before
 
 
