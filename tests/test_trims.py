@@ -620,7 +620,7 @@ def test_a_profiling_store_records_each_acquire_and_eviction_as_a_trace_event(tm
 
     clock = iter(range(10**9, 2 * 10**9, 500))  # ns: each reading 0.5 us after the last
     monkeypatch.setattr(modelstore.time, "time_ns", lambda: next(clock))
-    monkeypatch.setattr(modelstore, "MAX_PROFILE_EVENTS", 7)
+    monkeypatch.setattr(modelstore, "MAX_PROFILE_EVENTS", 6)
     store = ModelStore(fake_models(tmp_path, {"a": 600, "b": 600}), 1000, "lru", persist_bytes=1000, events=[])
     try:
         for model in ("a", "a", "b", "a", "a"):  # b evicts a to the host tier, a comes back from it
@@ -636,13 +636,37 @@ def test_a_profiling_store_records_each_acquire_and_eviction_as_a_trace_event(tm
         {"name": "acquire", **common, "args": {"model": "b", "bytes": 600, "source": "file"}, "ph": "X"},
         {"name": "evict", **common, "args": {"model": "b", "bytes": 600}, "ph": "i", "s": "p"},
         {"name": "acquire", **common, "args": {"model": "a", "bytes": 600, "source": "host tier"}, "ph": "X"},
-        {"name": "acquire", **common, "args": {"model": "a", "bytes": 600, "source": "resident"}, "ph": "X"},
     ]
-    assert store.events_dropped == 1  # the close's eviction of a
+    assert store.events_dropped == 2  # the last acquire, the close's eviction of a
     assert store.events[1]["dur"] == 0.5  # a hit: the clock read twice
     assert all(e["dur"] >= 0.5 for e in store.events if e["ph"] == "X")
     stamps = [e["ts"] for e in store.events]  # us, from the clock's readings in ns
     assert all(10**6 <= ts < 2 * 10**6 and (ts * 2).is_integer() for ts in stamps), stamps
+    # a thread's identifier fits the trace's 31 bits
+    monkeypatch.setattr(modelstore.threading, "get_ident", lambda: (1 << 40) + (1 << 31) + 5)
+    store.events, store.events_dropped = [], 0
+    store._record("x", 1.0)
+    monkeypatch.undo()
+    assert store.events[0]["tid"] == 5
+
+
+def test_the_store_refuses_weights_longer_than_the_manifest_and_closes_what_it_read(tmp_path):
+    """The manifest's size and checksum hold for the file's first bytes only: a file longer than that is
+    refused too; and the file read is closed once the model is resident."""
+    models = fake_models(tmp_path, {"a": 600, "b": 600})
+    with open(models / "b" / "model.params", "ab") as fh:
+        fh.write(b"\0")
+    store = ModelStore(models, 10_000, "lru")
+    try:
+        store.acquire("a")
+        opened = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")]
+        assert str(models / "a" / "model.params") not in opened
+        with pytest.raises(ReproError) as error:
+            store.acquire("b")
+        assert str(error.value).startswith(f"{models / 'b' / 'model.params'}: checksum mismatch (expected sha256 ")
+    finally:
+        store.close()
 
 
 def test_a_host_segment_is_sized_as_asked_and_refuses_sizes_that_are_not_bytes_or_do_not_fit(monkeypatch):
@@ -693,3 +717,25 @@ def test_draws_that_overflow_are_refused_without_numpy_warnings():
             popularity(["a", "b"], "pareto", [1e308, 1.5], np.random.default_rng(0))
     assert str(error.value) == ("--distribution-params: out of range for pareto: [1e+308, 1.5] gives draws that are not "
                                 "finite numbers")
+
+
+def test_weights_that_cannot_be_opened_are_named(tmp_path, monkeypatch):
+    from repro.trims import models as model_files
+
+    models = fake_models(tmp_path, {"a": 600})
+    opened = os.open
+
+    def refused(path, flags, *args):
+        if str(path).endswith("model.params"):
+            raise PermissionError(13, "Permission denied")
+        return opened(path, flags, *args)
+
+    monkeypatch.setattr(model_files.os, "open", refused)
+    store = ModelStore(models, 10_000, "lru")
+    try:
+        with pytest.raises(ReproError) as error:
+            store.acquire("a")
+    finally:
+        monkeypatch.undo()
+        store.close()
+    assert str(error.value) == f"{models / 'a' / 'model.params'}: cannot read the weights of 'a' (Permission denied)"

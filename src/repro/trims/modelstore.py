@@ -339,11 +339,10 @@ class ModelStore:
             start = time.time_ns() / 1000
             entry = self.entries.get(model)
             hit = entry is not None
-            loads = (self.promotions, self.file_loads)
+            promotions = self.promotions
             if not hit:
                 entry = self._load(model)
-            source = ("resident" if hit else "host tier" if self.promotions > loads[0]
-                      else "file" if self.file_loads > loads[1] else "resident")
+            source = "resident" if hit else "host tier" if self.promotions > promotions else "file"
             self._record("acquire", start, time.time_ns() / 1000, model=model, bytes=entry.size, source=source)
             entry.refs += 1
             entry.uses += 1
