@@ -169,3 +169,17 @@ def test_doctor_names_a_profile_config_that_is_not_a_file(tmp_path, capsys, targ
     kind = "a directory" if target == "dir" else "a character device"
     assert capsys.readouterr().err == (f"repro: error: {profile / 'config.yaml'}: {kind}; expected the Snakemake "
                                        "profile's config file\n")
+
+
+def test_an_empty_group_by_puts_every_trace_in_one_group(tmp_path, monkeypatch, capsys):
+    """As --help says: `--group-by ''` is one group of all the traces (a field list, none named)."""
+    from repro.traces import write_trace
+
+    monkeypatch.chdir(tmp_path)
+    for model in ("a", "b"):
+        write_trace(tmp_path / "t" / f"{model}.json", [{"name": "step", "ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1}],
+                    {"otherData": {"model_name": model, "upr_enabled": False}})
+    assert main(["trace", "summarize", "t", "--group-by", "", "-o", "one.json"]) == 0
+    assert main(["trace", "summarize", "t", "-o", "two.json"]) == 0
+    groups = [len(json.loads((tmp_path / name).read_text())["groups"]) for name in ("one.json", "two.json")]
+    assert groups == [1, 2]

@@ -49,7 +49,8 @@ def _trace_commands(sub):
     summ.add_argument(
         "--group-by",
         default="model_name,upr_enabled",
-        help="comma-separated run fields to group statistics by (default: model_name,upr_enabled)",
+        help="comma-separated run fields to group statistics by (default: model_name,upr_enabled; '' puts every "
+        "trace in one group)",
     )
     summ.add_argument("--lenient", action="store_true", help="skip malformed events and unmatched pairs")
     summ.add_argument("--format", choices=["repro", "original"], default="repro",
