@@ -183,3 +183,15 @@ def test_an_empty_group_by_puts_every_trace_in_one_group(tmp_path, monkeypatch, 
     assert main(["trace", "summarize", "t", "-o", "two.json"]) == 0
     groups = [len(json.loads((tmp_path / name).read_text())["groups"]) for name in ("one.json", "two.json")]
     assert groups == [1, 2]
+
+
+def test_a_sweep_refuses_a_later_counts_run_directory_before_any_run(tmp_path, monkeypatch, capsys):
+    """`tfdata sweep --counts 0 2` where 2/run.log is the user's: the count 0 ran for minutes first, then
+    the count 2 was refused; and `tfdata run` refused a user's run.log only after TensorFlow's import."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sw" / "2").mkdir(parents=True)
+    (tmp_path / "sw" / "2" / "run.log").write_text("my notes\n")
+    assert main(["pecan", "tfdata", "sweep", "--config", str(REPO / "config" / "config.yaml"), "--experiment",
+                 "ResNet50_v2-8", "--mode", "cachew", "--counts", "0", "2", "--out", "sw"]) == 1
+    assert capsys.readouterr().err.startswith(f"repro: error: run directory {os.path.join('sw', '2')}: ")
+    assert sorted(p.name for p in (tmp_path / "sw").iterdir()) == ["2"]  # no count ran

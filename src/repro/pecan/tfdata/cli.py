@@ -119,6 +119,7 @@ def _sweep(args):
 
     from repro.config import check_settings, load_config
     from repro.pecan.costs import lookup
+    from repro.pecan.run import check_run_directory
     from repro.pecan.tfdata import check_sweep, cpus_available
     from repro.settings import settings_keys
 
@@ -154,6 +155,8 @@ def _sweep(args):
         spec = spec_from_config(pecan, args.experiment, args.mode, seed=seed, time_scale=miniature.pop("time_scale", None),
                                 decision_steps=miniature.pop("decision_steps", None), **miniature)
     scale = scale_from_calibration(spec, calibrations.get(pipeline))
+    for count in counts:  # as the sweep checks them, before seconds of TensorFlow's import
+        check_run_directory(Path(args.out) / str(count))
     from repro.pecan.tfdata.engine import sweep
 
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -236,6 +239,7 @@ def _run(args):
     from pathlib import Path
 
     from repro.config import load_config
+    from repro.pecan.run import check_run_directory
     from repro.pecan.tfdata.spec import spec_from_config
 
     if not 0 < args.batch_timeout <= MAX_BATCH_TIMEOUT_S:
@@ -245,6 +249,7 @@ def _run(args):
     _check_flags(args, ("seed", *miniature))  # before the spec divides by them (--worker-threads 0)
     spec = spec_from_config(load_config(args.config)["pecan"], args.experiment, args.mode, seed=args.seed,
                             time_scale=args.time_scale, **miniature)  # which bounds the time scale by its step time
+    check_run_directory(args.out)  # as the run checks it, before seconds of TensorFlow's import
     from repro.pecan.tfdata.engine import run  # TensorFlow: after the settings are checked
 
     def progress(window):

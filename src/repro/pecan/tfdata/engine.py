@@ -714,13 +714,16 @@ def sweep(spec, counts, out_dir, data_dir, service_dir=None, on_window=None, bat
     order of `spec`'s mode. Every count runs at one scale: `scale` (scale_from_calibration), else the
     first count's, derived as a run derives it, unless `spec` has a configured one. Returns the runs'
     metrics, in `counts`' order."""
+    from repro.pecan.run import check_run_directory
+
     check_sweep(counts, spec.worker_threads, cpus_available())
     runs = [dataclasses.replace(spec, mode="sweep", placement="collocated" if count == 0 else "fixed",
                                 fixed_remote_workers=count, fixed_local_workers=0, max_remote_workers=count,
                                 max_local_workers=0) for count in counts]
     remote_here = _remote_workers_here(service_dir)
-    for fixed in runs:  # every count's, before the first run
+    for count, fixed in zip(counts, runs):  # every count's, before the first run
         check_deployment_memory(fixed, remote_here)
+        check_run_directory(Path(out_dir) / str(count))
     results = []
     for count, fixed in zip(counts, runs):
         metrics = run(fixed, Path(out_dir) / str(count), data_dir, service_dir, on_window, batch_timeout_s, scale)
