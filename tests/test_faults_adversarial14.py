@@ -9,6 +9,7 @@ import pytest
 
 from repro.cli import main
 from support import REPO, path_env
+from test_faults_adversarial import _compare_results_into
 from test_faults_input import Fault, _calibration, _pecan_run, check_fault
 
 pytestmark = pytest.mark.fault
@@ -195,3 +196,40 @@ def test_a_sweep_refuses_a_later_counts_run_directory_before_any_run(tmp_path, m
                  "ResNet50_v2-8", "--mode", "cachew", "--counts", "0", "2", "--out", "sw"]) == 1
     assert capsys.readouterr().err.startswith(f"repro: error: run directory {os.path.join('sw', '2')}: ")
     assert sorted(p.name for p in (tmp_path / "sw").iterdir()) == ["2"]  # no count ran
+
+
+ROW = "short,ResNet50_v2-8,{preset},{cost},0.5\n"
+HEADER = "mode,workload,preset,tpu_cost_mean,worker_cost_mean\n"
+# compare-results read tables that the figure and the comparison tables refuse, and said "all within tolerance"
+COMPARE_FAULTS = [
+    Fault("compare-results-two-rows-of-a-mode",
+          lambda ctx: _compare_results_into(ctx, "c.csv", HEADER + ROW.format(preset="local", cost=15.0)
+                                            + ROW.format(preset="local", cost=1.5)),
+          r"repro: error: .*/r2/tables/ResNet50_v2-8.csv: two rows for mode 'short' of ResNet50_v2-8; expected one row per "
+          r"mode and workload$"),
+    Fault("compare-results-another-preset",
+          lambda ctx: _compare_results_into(ctx, "c.csv", HEADER + ROW.format(preset="artifact", cost=1.5)),
+          r"repro: error: .*/r2/tables/ResNet50_v2-8.csv: row 1 holds runs of calibration preset 'artifact', not of "
+          r"'local'"),
+]
+
+
+@pytest.mark.parametrize("fault", COMPARE_FAULTS, ids=[f.id for f in COMPARE_FAULTS])
+def test_compare_results_refuses_the_tables_the_figures_refuse(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def test_a_comparisons_table_of_two_rows_for_one_mode_or_another_preset_is_refused():
+    from repro.config import load_config
+    from repro.errors import ReproError
+    from repro.pecan.reproducibility import _check_table_of
+
+    config = load_config(REPO / "config" / "config.yaml")
+    workloads = config["plots"]["comparisons"]["Cachew_AP_FF"]["workloads"]
+    rows = [{"workload": w, "preset": "local", "mode": "cachew"} for w in workloads]
+    _check_table_of(config, "Cachew_AP_FF", "t.csv", rows)
+    for bad, said in (([*rows, dict(rows[-1])], f"two rows for mode 'cachew' of {workloads[-1]}"),
+                      ([dict(rows[0], preset="artifact"), *rows[1:]], "row 1 holds runs of calibration preset 'artifact'")):
+        with pytest.raises(ReproError) as error:
+            _check_table_of(config, "Cachew_AP_FF", "t.csv", bad)
+        assert str(error.value).startswith(f"t.csv: {said}")

@@ -112,8 +112,9 @@ def named_preset(row):
 
 
 def check_table_runs(rows, table, workload, preset=None):
-    """ReproError unless every row of the cost table `table` holds runs of `workload` (and of the
-    calibration `preset`, where given and the row names one): a figure labels its bars by them."""
+    """ReproError unless every row of the cost table `table` holds runs of `workload` (where given:
+    a comparison's table holds several) and of the calibration `preset` (where given and the row names
+    one): a figure labels its bars by them."""
     for index, row in enumerate(rows, start=1):
         missing = next((column for column in ("workload", "preset") if column not in row), None)
         if missing:
@@ -123,7 +124,7 @@ def check_table_runs(rows, table, workload, preset=None):
         if short:  # csv's value for a field the row lacks
             raise ReproError(f"{table}: row {index} has no {short!r} field (shorter than the header); expected a "
                              "cost table's rows")
-        if row["workload"] != workload:
+        if workload is not None and row["workload"] != workload:
             raise ReproError(f"{table}: row {index} holds runs of {row['workload'][:100]!r}, not of {workload!r}; "
                              f"expected {workload}'s cost table")
         if preset is not None and named_preset(row) not in (None, preset):

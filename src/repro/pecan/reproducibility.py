@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.fsutil import check_fresh_directory, fresh_directory, read_csv, read_json, write_json
+from repro.fsutil import check_fresh_directory, first_repeated, fresh_directory, read_csv, read_json, write_json
 from repro.pecan.calibrate import calibrate_together
 from repro.pecan.comparisons import comparison_rows, read_rows
 from repro.pecan.costtable import TABLE_COLUMNS, check_table_runs, mode_row, write_table
@@ -117,13 +117,20 @@ def run_chain(config, figures, scratch):
 
 
 def _check_table_of(config, figure, table, rows):
-    """ReproError where a results directory's table holds another workload's rows than its name says
-    (compared by name with the other directory's, its numbers would be judged as the named one's)."""
+    """ReproError where a results directory's table holds another workload's rows than its name says,
+    runs of another calibration preset than the config's, or two rows of one mode (of one workload):
+    compared by name with the other directory's, its numbers would be judged as the named one's, and
+    of two rows the last would be."""
     spec = config["plots"]["comparisons"].get(figure)
     if spec is None:
-        check_table_runs(rows, table, config["plots"]["figures"][figure]["experiment"])
+        check_table_runs(rows, table, config["plots"]["figures"][figure]["experiment"], config["calibration"]["preset"])
     elif (listed := list(dict.fromkeys(row.get("workload") for row in rows))) != spec["workloads"]:
         raise ReproError(f"{table}: holds workloads {listed}; expected {spec['workloads']} (plots.comparisons.{figure})")
+    else:
+        check_table_runs(rows, table, None, config["calibration"]["preset"])
+    twice = first_repeated((row.get("workload"), row.get("mode")) for row in rows)
+    if twice is not None:
+        raise ReproError(f"{table}: two rows for mode {twice[1]!r} of {twice[0]}; expected one row per mode and workload")
 
 
 def _results_table(config, figure, results):
