@@ -130,3 +130,45 @@ def test_a_link_made_since_the_check_validates_afresh(tmp_path, monkeypatch):
     (tmp_path / "store").symlink_to("results")
     with pytest.raises(ReproError, match="trace_store: 'store' keeps the store's traces in results/traces"):
         checked_config(copy.deepcopy(linked), "config", tmp_path / "keep")
+
+
+def _damage_pecan(kept):
+    del kept["config"]["pecan"]
+
+
+def _damage_extras(kept):
+    kept["extras"] = [1]
+
+
+def _damage_repeats(kept):
+    kept["config"]["repeats"] = -5
+
+
+def _damage_plots(kept):
+    kept["config"]["plots"] = None
+
+
+@pytest.mark.parametrize("damage", [_damage_pecan, _damage_extras, _damage_repeats, _damage_plots],
+                         ids=["pecan-removed", "extras-not-triples", "repeats-of-minus-5", "plots-null"])
+def test_a_kept_config_damaged_since_is_validated_afresh(tmp_path, damage):
+    """A kept config edited since (valid JSON, a key removed or a value no check would pass) was used
+    as it was: a KeyError or TypeError traceback from the rules, or repeats: -5 reaching them."""
+    first = checked_config(raw(), "config", tmp_path)
+    (path,) = tmp_path.glob("config-*.json")
+    kept = json.loads(path.read_text())
+    damage(kept)
+    path.write_text(json.dumps(kept))
+    assert json.dumps(checked_config(raw(), "config", tmp_path)) == json.dumps(first)
+    assert json.loads(path.read_text())["config"] == first  # kept again, as validated
+
+
+def test_a_kept_config_of_another_key_is_not_reused(tmp_path):
+    checked_config(raw(), "config", tmp_path)
+    (other,) = tmp_path.glob("config-*.json")
+    changed = raw()
+    changed["seed"] = 7
+    first = checked_config(copy.deepcopy(changed), "config", tmp_path)
+    (path,) = tmp_path.glob("config-*.json")
+    path.write_text(other.read_text() if other.exists() else json.dumps(
+        {**json.loads(path.read_text()), "config": validate_config(raw())}))
+    assert checked_config(copy.deepcopy(changed), "config", tmp_path)["seed"] == 7 == first["seed"]

@@ -7,7 +7,8 @@ result is keyed by what validation reads: the merged config itself, the environm
 paths name (and HOME, for `~`), where its strings lead as paths (the checks resolve links), and
 the package's source files (the schema, the registries and the checks), by name, size and
 modification time. Any change there validates afresh; only a config
-that passed is kept. What the installed packages provide (the extras a setting needs) is checked
+that passed is kept, with a digest of its name and content: one edited or damaged since is
+validated afresh, never used as it is. What the installed packages provide (the extras a setting needs) is checked
 again at every start, since installing or removing one leaves all of that unchanged.
 
 This module imports nothing beyond the standard library until it has to validate.
@@ -50,7 +51,7 @@ def checked_config(config, source, cache_dir, files=()):
     try:
         kept = json.loads(_read_kept(path))
         checked, extras = kept["config"], kept["extras"]
-        if not isinstance(checked, dict) or not isinstance(extras, list):
+        if kept["digest"] != _digest(path, checked, extras):  # edited or damaged since, or another key's
             raise ValueError(f"{path}: not a kept config")
     except (OSError, ValueError, KeyError, TypeError):
         _validate(config, source)
@@ -155,6 +156,14 @@ def _real_paths(text):
     return real
 
 
+def _digest(path, checked, extras):
+    """What a kept config is recognised by: its name (the key of what it was checked for) and its
+    content, as written. A kept config edited by hand, cut, or copied from another key's name is not
+    reused; it is validated afresh."""
+    text = json.dumps({"config": checked, "extras": extras})  # as _keep wrote it: JSON keeps the key order
+    return hashlib.sha256(f"{Path(path).name}\n{text}".encode()).hexdigest()
+
+
 def _keep(path, config):
     """Write the checked config (and the extras it needs) atomically; drop older ones."""
     from repro.config import needed_extras
@@ -163,6 +172,7 @@ def _keep(path, config):
     text = json.dumps(record)  # not sorted: a reused config has the key order validation gave it
     if json.loads(text)["config"] != config:  # validation added what JSON cannot hold: keep nothing
         return
+    text = json.dumps({**record, "digest": _digest(path, record["config"], record["extras"])})
     if path.parent.is_symlink():  # the older ones dropped below would be wherever it leads: keep nothing
         return
     try:
