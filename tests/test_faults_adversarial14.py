@@ -233,3 +233,23 @@ def test_a_comparisons_table_of_two_rows_for_one_mode_or_another_preset_is_refus
         with pytest.raises(ReproError) as error:
             _check_table_of(config, "Cachew_AP_FF", "t.csv", bad)
         assert str(error.value).startswith(f"t.csv: {said}")
+
+
+def test_a_tool_config_as_info_config_prints_it_is_refused_naming_where_its_settings_belong(tmp_path, capsys):
+    """`trims-tools info config > f.yml`, edited, then `--config f.yml`: every key was outside `micro18:`
+    (`micro18.base_path:`, `serverinfopath:`), ignored without a word, exit 0, the defaults used."""
+    from repro.trims.originals import main as original_main
+
+    printed = tmp_path / "printed.yml"
+    assert original_main(["info", "config"]) == 0
+    text = capsys.readouterr().out
+    printed.write_text(text.replace("micro18.base_path: ", f"micro18.base_path: {tmp_path}/models #"))
+    assert original_main(["info", "config", "--config", str(printed)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"trims-tools: error: {printed}: ['micro18.base_bucket_url', 'micro18.base_path', "), err
+    assert err.endswith("'micro18.visible_devices', 'serverinfopath'] at the top level; expected them under 'micro18:' "
+                        "(as base_bucket_url, base_path, build_timeout, client_build_cmd, client_relative_path, "
+                        "client_run_cmd, polling_interval, profile_output_directory, server_build_cmd, "
+                        "server_relative_path, server_run_cmd, src_path, upload_bucket_name, visible_devices, "
+                        "server_info_path), where the tools read their settings\n"), err
+    assert main(["trims", "config", "--config", str(printed)]) == 1

@@ -46,6 +46,23 @@ DEFAULTS = {
 _reported_unused = set()  # config files whose unused keys were already reported
 
 
+# the names `trims-tools info config` prints for settings whose key in the micro18 section differs
+PRINTED_NAMES = {"serverinfopath": "server_info_path", "uprenabled": "upr_enabled"}
+
+
+def _misplaced(document):
+    """{top-level key: its name under micro18} for the settings a tool config holds outside its micro18
+    section: bare (`base_path:`), or as `trims-tools info config` prints them (`micro18.base_path:`,
+    `serverinfopath:`), which a copy of that output would hold."""
+    found = {}
+    for key in document:
+        name = key.removeprefix("micro18.") if isinstance(key, str) else key
+        name = PRINTED_NAMES.get(name, name)
+        if name in DEFAULTS or (isinstance(key, str) and key.startswith("micro18.")):
+            found[key] = name
+    return found
+
+
 def load_tool_config(path, defaults=None):
     """The micro18 section of the tool config, over the defaults (DEFAULTS unless given)."""
     explicit = path is not None
@@ -66,10 +83,11 @@ def load_tool_config(path, defaults=None):
     section = (document.get("micro18") or {}) if isinstance(document, dict) else None
     if not isinstance(section, dict):
         raise ReproError(f"{path}: expected a mapping with a 'micro18' mapping of settings")
-    misplaced = sorted(set(document) & set(DEFAULTS))  # other top-level sections are other tools'; these are not
+    misplaced = _misplaced(document)  # other top-level sections are other tools'; these are not
     if misplaced:
-        raise ReproError(f"{path}: {misplaced} at the top level; expected them under 'micro18:', where the tools "
-                         "read their settings")
+        names = ", ".join(misplaced[key] for key in sorted(misplaced) if misplaced[key] != key)
+        raise ReproError(f"{path}: {sorted(misplaced)} at the top level; expected them under 'micro18:'"
+                         + (f" (as {names})" if names else "") + ", where the tools read their settings")
     from repro.trims.carml_config import UNUSED_KEYS
 
     unknown = sorted(set(section) - set(DEFAULTS) - set(UNUSED_KEYS))
