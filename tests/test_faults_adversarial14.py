@@ -10,7 +10,7 @@ import pytest
 from repro.cli import main
 from support import REPO, path_env
 from test_faults_adversarial import _compare_results_into
-from test_faults_input import Fault, _calibration, _pecan_run, check_fault
+from test_faults_input import Fault, _calibration, _check_override, _pecan_run, check_fault
 
 pytestmark = pytest.mark.fault
 
@@ -253,3 +253,18 @@ def test_a_tool_config_as_info_config_prints_it_is_refused_naming_where_its_sett
                         "server_relative_path, server_run_cmd, src_path, upload_bucket_name, visible_devices, "
                         "server_info_path), where the tools read their settings\n"), err
     assert main(["trims", "config", "--config", str(printed)]) == 1
+
+
+# a store inside a run directory passed the check; the workflow uploaded the other modes' traces into
+# that run's traces/, and the run failed half-way, refusing them as not its own
+TRACE_STORE_FAULTS = [
+    Fault(f"trace-store-in-results-{name}", _check_override({"trace_store": store}),
+          rf"repro: error: .*: trace_store: '{store}' lies in results/{name}, which the workflow's rules write; expected "
+          r"a directory of its own, such as results/store$")
+    for name, store in (("runs", "results/runs/ResNet50_v2-8/pecan"), ("tables", "results/tables/s"),
+                        ("calibration", "results/calibration"))]
+
+
+@pytest.mark.parametrize("fault", TRACE_STORE_FAULTS, ids=[f.id for f in TRACE_STORE_FAULTS])
+def test_a_trace_store_where_the_rules_write_is_refused(fault, tmp_path, monkeypatch, capsys):
+    check_fault(fault, tmp_path, monkeypatch, capsys)

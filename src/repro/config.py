@@ -309,16 +309,30 @@ def check_ssh_section(ssh, source):
 DOWNLOADED_TRACES = Path("results", "traces")
 
 
+# The directories of results/ that the workflow's rules write (rules/*.smk), results/traces aside
+# (its rule writes an experiment's directories there, and a store beside them is the check above's
+# case): a store inside one is uploaded into, or replaced with, another rule's output; a run refused
+# its run directory's traces/ holding the other modes' traces, half-way through the workflow.
+RULE_DIRECTORIES = ("benchmarks", "calibration", "cluster", "cost_estimate", "logs", "provenance", "reference",
+                    "reproducibility", "runs", "summary", "sweep", "tables", "trims", "validation")
+
+
 def _check_trace_store(store, source):
     """ReproError where a local trace store (relative to the workflow directory) keeps its traces
-    where the workflow downloads them."""
+    where the workflow downloads them, or lies in a directory the rules write."""
     if store.startswith("gs://"):
         return
     # resolved: a store reached through a symbolic link to results/ keeps its traces there too
-    if Path(os.path.realpath(store)) / "traces" == Path(os.path.realpath(DOWNLOADED_TRACES)):
+    real = Path(os.path.realpath(store))
+    if real / "traces" == Path(os.path.realpath(DOWNLOADED_TRACES)):
         raise ReproError(f"{source}: trace_store: {store!r} keeps the store's traces in {DOWNLOADED_TRACES}, where the "
                          "workflow downloads them (and deletes them before each download); expected a directory of "
                          "its own, such as results/store")
+    written = next((name for name in RULE_DIRECTORIES if real.is_relative_to(os.path.realpath(Path("results", name)))),
+                   None)
+    if written is not None:
+        raise ReproError(f"{source}: trace_store: {store!r} lies in results/{written}, which the workflow's rules write; "
+                         "expected a directory of its own, such as results/store")
 
 
 def _check_output_names(config, source):
