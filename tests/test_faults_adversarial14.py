@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -268,3 +269,33 @@ TRACE_STORE_FAULTS = [
 @pytest.mark.parametrize("fault", TRACE_STORE_FAULTS, ids=[f.id for f in TRACE_STORE_FAULTS])
 def test_a_trace_store_where_the_rules_write_is_refused(fault, tmp_path, monkeypatch, capsys):
     check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def test_a_rerun_stopped_while_the_earlier_runs_repeats_go_leaves_no_earlier_run_looking_complete(tmp_path, monkeypatch,
+                                                                                                    capsys):
+    """Ctrl-C while `cluster run` removed the earlier run's repeats/: the earlier metrics.json (naming every
+    repeat log) and upload.json stayed beside a repeats/ with logs gone, and the cost table took them."""
+    from types import SimpleNamespace
+
+    from repro.config import load_config
+    from repro.pecan import run as pecan_run
+    from repro.rulesettings import run_settings
+    from test_faults_adversarial import _cluster_run
+
+    monkeypatch.chdir(tmp_path)
+    settings = run_settings(load_config(REPO / "config" / "config.yaml"), "Getting_started", "short")
+    settings["repeats"] = 3
+    argv = [str(a) for a in _cluster_run(SimpleNamespace(dir=tmp_path), settings)]
+    assert main(argv) == 0
+    run_dir = tmp_path / "run"
+    assert (run_dir / "metrics.json").exists() and len(list((run_dir / "repeats").iterdir())) == 2
+    removing = pecan_run.remove_repeats
+
+    def stopped(directory, *args, **kwargs):
+        next((Path(directory) / "repeats").iterdir()).unlink()  # half-way
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pecan_run, "remove_repeats", stopped)
+    assert main(argv) == 130  # as after Ctrl-C
+    monkeypatch.setattr(pecan_run, "remove_repeats", removing)
+    assert not (run_dir / "metrics.json").exists() and not (run_dir / "upload.json").exists()

@@ -116,12 +116,13 @@ class Backend(ABC):
         check_default_output(request.receipt, "--receipt", is_receipt, "an upload receipt", "name another file")
         experiment_mode(request.settings["pecan"], request.experiment, request.mode)
         load_calibrations(request.calibration_paths)
-        remove_repeats(request.run_dir)  # an earlier run's repeat logs never pass for this one's, whatever ran it
-        remove_run_traces(request.run_dir)  # nor its traces: every trace there is uploaded as this run's
-        # and its marks of completion, which this run replaces: one stopped or failed leaves none
+        # the earlier run's marks of completion first, which this run replaces: one stopped or failed
+        # leaves none, and one stopped while the rest below goes leaves no earlier run looking complete
         for done in (Path(request.receipt), Path(request.run_dir) / "metrics.json"):
             if done.is_symlink() or done.is_file():
                 done.unlink()
+        remove_repeats(request.run_dir)  # an earlier run's repeat logs never pass for this one's, whatever ran it
+        remove_run_traces(request.run_dir)  # nor its traces: every trace there is uploaded as this run's
         metrics = self.run(request, state)
         traces = sorted((Path(request.run_dir) / "traces").glob("*.json"))
         upload_traces(open_store(state["trace_store"]), traces, f"traces/{request.experiment}/{request.mode}",
