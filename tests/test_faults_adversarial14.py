@@ -299,3 +299,14 @@ def test_a_rerun_stopped_while_the_earlier_runs_repeats_go_leaves_no_earlier_run
     assert main(argv) == 130  # as after Ctrl-C
     monkeypatch.setattr(pecan_run, "remove_repeats", removing)
     assert not (run_dir / "metrics.json").exists() and not (run_dir / "upload.json").exists()
+
+
+@pytest.mark.parametrize("proc_file", ["/proc/self/pagemap", "/proc/self/status"])
+def test_provenance_refuses_a_proc_file_that_holds_more_than_its_size_says(tmp_path, capsys, proc_file):
+    """/proc/self/pagemap is a "regular" file of size 0 that reads hundreds of GiB: `repro provenance`
+    hashed it until killed, without a word."""
+    assert main(["provenance", "--settings", "{}", "-o", str(tmp_path / "p.json"), str(REPO / "README.md"),
+                 proc_file]) == 1
+    assert capsys.readouterr().err == (f"repro: error: {proc_file}: holds more than the 0 bytes its size gives (a file "
+                                       "of /proc or /sys?); expected a regular file\n")
+    assert not (tmp_path / "p.json").exists()

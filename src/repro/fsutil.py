@@ -353,10 +353,16 @@ def loads_json(data, label, what):
         raise ReproError(f"{label}: not JSON ({detail}expected {what})") from None
 
 
-def sha256_file(path):
-    digest = hashlib.sha256()
+def sha256_file(path, limit=None):
+    """The file's SHA-256; with `limit`, ReproError where it holds more bytes than that (a file of
+    /proc reports a size of 0 and may hold hundreds of GiB)."""
+    digest, read = hashlib.sha256(), 0
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
+            read += len(block)
+            if limit is not None and read > limit:
+                raise ReproError(f"{path}: holds more than the {limit} bytes its size gives (a file of /proc or "
+                                 "/sys?); expected a regular file")
             digest.update(block)
     return digest.hexdigest()
 

@@ -42,9 +42,10 @@ def describe_figure(inputs, settings):
     if (twice := first_named_twice(inputs)) is not None:
         raise ReproError(f"{twice}: named twice among the inputs; expected each file once")
     commit, dirty = git_state()
+    sizes = [Path(path).stat().st_size for path in inputs]
     return {
-        "inputs": [{"path": str(path), "sha256": sha256_file(path), "bytes": Path(path).stat().st_size}
-                   for path in inputs],
+        "inputs": [{"path": str(path), "sha256": sha256_file(path, size), "bytes": size}
+                   for path, size in zip(inputs, sizes)],
         "settings": settings,
         "git_commit": commit,
         "git_dirty": dirty,
