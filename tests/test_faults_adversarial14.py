@@ -310,3 +310,35 @@ def test_provenance_refuses_a_proc_file_that_holds_more_than_its_size_says(tmp_p
     assert capsys.readouterr().err == (f"repro: error: {proc_file}: holds more than the 0 bytes its size gives (a file "
                                        "of /proc or /sys?); expected a regular file\n")
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("column, value, expected", [
+    ("tpu_cost", "x", "a non-negative number of dollars, at most 1e+09"),
+    ("epoch_time", "nan", "a non-negative number of seconds, at most 1e+12"),
+    ("batches_sec", "-1", "a non-negative number of batches per second, at most 1e+12"),
+    ("remote_workers", "-4", "a whole number of workers, at most 1e+12"),
+    ("local_workers", "1.5", "a whole number of workers, at most 1e+12"),
+    ("worker_cost", "", "a non-negative number of dollars, at most 1e+09"),
+])
+def test_a_figure_refuses_a_table_whose_undrawn_run_columns_no_run_gives(tmp_path, column, value, expected):
+    """`pecan figure` checked the columns it draws (mean, interval) and drew a table whose run columns
+    held 'x', -4 workers or NaN, exit 0: 40 of 65 single-cell changes went through."""
+    import csv
+
+    from repro.errors import ReproError
+    from repro.plots import plot_costs
+    from test_plots import _six_mode_table
+
+    style = {"width_in": 5.0, "height_in": 3.6, "dpi": 50, "font_size": 9, "show_reference": False}
+    table = _six_mode_table(tmp_path / "t.csv")
+    plot_costs(table, [tmp_path / "f.png"], "t", "c", style)  # as written
+    rows = list(csv.DictReader(open(table)))
+    rows[1][column] = value
+    with open(table, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(ReproError) as error:
+        plot_costs(table, [tmp_path / "g.png"], "t", "c", style)
+    assert str(error.value) == f"{table}: mode 'cachew': {column} is {value!r}; expected {expected}"
+    assert not (tmp_path / "g.png").exists()

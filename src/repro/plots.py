@@ -88,6 +88,30 @@ def _spread(row, column, path):
     return values
 
 
+# the artifact's columns of a row (its first repeat's run, beside the spread drawn): what a run gives
+RUN_NUMBERS = {"tpu_cost": ("dollars", MAX_DOLLARS), "worker_cost": ("dollars", MAX_DOLLARS),
+               "epoch_time": ("seconds", 1e12), "batches_sec": ("batches per second", 1e12),
+               "remote_workers": ("workers", 1e12), "local_workers": ("workers", 1e12)}
+
+
+def _check_run_columns(row, path):
+    """ReproError where a column the figure does not draw holds what no run gives: the table is
+    damaged, and the figure would be drawn from it as if it were not."""
+    for column, (unit, most) in RUN_NUMBERS.items():
+        text = row.get(column)
+        if text is None:  # a table of `pecan plot`'s bars alone has none of them
+            continue
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            value = math.nan
+        whole = unit == "workers"
+        if not (math.isfinite(value) and 0 <= value <= most) or (whole and not value.is_integer()):
+            expected = f"a whole number of {unit}" if whole else f"a non-negative number of {unit}"
+            raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} is {str(text)[:40]!r}; expected {expected}, at "
+                             f"most {most:g}")
+
+
 ROUNDING = 0.005  # dollars: what a table rounded to its labels' cents may be off by
 
 
@@ -132,6 +156,7 @@ def plot_costs(table, outputs, title, caption, style, reference=None, modes=None
     spreads = [{c: _spread(r, c, table) for c in ("tpu_cost", "worker_cost", "total_cost")} for r in rows]
     for row, spread in zip(rows, spreads):
         _check_total(row, spread, table)
+        _check_run_columns(row, table)
     top = max(s["total_cost"][2] for s in spreads)
     if reference and style["show_reference"]:
         top = max([top] + [_reference_total(v) for v in reference.values()])
