@@ -88,6 +88,6 @@ lint: $(VENV)/.test-extras
 clean:
 	@for dir in results plots; do if [ -L "$$dir" ]; then echo "make clean: $$dir is a symbolic link (to $$(readlink "$$dir")); expected this clone's own $$dir/ directory: empty the directory it names yourself, or put a directory in its place" >&2; exit 1; fi; done
 	-for dir in results/cluster/*/; do if [ -d "$$dir" ]; then $(RUN) repro cluster stop --state "$${dir}state.json"; fi; done
-	-$(RUN) repro trims store stop
+	-if $(RUN) command -v repro > /dev/null; then $(RUN) repro trims store stop; fi
 	rm -rf results/* plots/* .snakemake
 	touch results/.gitkeep plots/.gitkeep
