@@ -450,7 +450,7 @@ def original_config_yaml(config, path):
     """What the original's `info config` prints: its keys, with the values in effect here."""
     import yaml
 
-    from repro.trims.cli import _read_yaml
+    from repro.trims.cli import PRINTED_NAMES, _read_yaml
 
     section = {}
     if path:
@@ -458,7 +458,8 @@ def original_config_yaml(config, path):
         section = document.get("micro18") or {} if isinstance(document, dict) else {}
     values = {**ORIGINAL_UNUSED_DEFAULTS, **{k: v for k, v in section.items() if k in ORIGINAL_UNUSED_DEFAULTS},
               **{k: config.get(k) for k in ORIGINAL_KEYS if k in config}}
-    names = {key: "serverinfopath" if key == "server_info_path" else f"micro18.{key}" for key in ORIGINAL_KEYS}
+    printed = {name: key for key, name in PRINTED_NAMES.items()}
+    names = {key: printed.get(key, f"micro18.{key}") for key in ORIGINAL_KEYS}
     return yaml.safe_dump({names[key]: values[key] for key in ORIGINAL_KEYS}, sort_keys=False)
 
 
