@@ -58,9 +58,10 @@ test: $(VENV)/.test-extras
 	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test} $(PYTEST) -n $(TEST_WORKERS) $(DIST) --durations=15
 
 # unit tests only: no Snakemake runs, no ssh, SLURM or GPU, no package registry, no tf.data service
-# or other long-running programs (the `service` marker)
+# or other long-running programs (the `service` marker), no inputs of tens of megabytes built to hold
+# a memory bound (the `large` marker)
 test-fast: $(VENV)/.test-extras
-	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -n $(WORKERS) $(DIST) -m "not workflow and not registry and not service" --durations=10
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -n $(WORKERS) $(DIST) -m "not workflow and not registry and not service and not large" --durations=10
 
 # everything, the Google Batch extra's tests included: what CI runs (.ci/run, which also installs
 # sshd and SLURM and requires their tests)

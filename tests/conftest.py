@@ -217,6 +217,8 @@ def pytest_configure(config):
     # registered here rather than among pyproject.toml's markers: a change there makes `make` reinstall
     config.addinivalue_line("markers", "service: starts real services or whole programs and waits on them (the tf.data "
                             "service, the original tools), or runs TensorFlow: seconds each; make test-fast leaves them out")
+    config.addinivalue_line("markers", "large: builds an input of tens or hundreds of megabytes (or a run of 100,000 "
+                            "requests) to show that a memory or size bound holds: seconds each; make test-fast leaves them out")
 
 
 _STARTED = pytest.StashKey[float]()

@@ -33,6 +33,7 @@ def _many_events(path, count):
     return path
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("form", ["own", "original"])
 def test_a_detailed_summary_of_a_large_trace_fits_a_memory_bound(tmp_path, form):
     """`trace summarize --detailed` held every event as a Python dict, about 28 times the trace's size:

@@ -149,6 +149,7 @@ def _bootstrap_of(argv):
     return 0
 
 
+@pytest.mark.large
 def test_a_bootstrap_over_many_requests_holds_a_bounded_memory(tmp_path):
     """The percentile bootstrap of `repro trims summary` (a distribution run's latencies and hit rate)
     drew every resample at once: 2000 x N indices and values, 32 GB for a report of a million requests

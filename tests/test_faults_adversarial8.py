@@ -299,6 +299,7 @@ def oversized_traces(tmp_path_factory):
             "compact metadata": (compact, "its keys beside 'traceEvents' are larger than 64 MiB")}
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("part", ["event", "metadata", "compact metadata"])
 @pytest.mark.parametrize("command", [["trace", "validate"], ["trace", "summarize", "-o", "s.json"],
                                      ["trace", "combine", "-o", "c.json"]], ids=["validate", "summarize", "combine"])
@@ -313,6 +314,7 @@ def test_an_event_or_metadata_of_hundreds_of_megabytes_is_refused_naming_the_tra
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("command", [["trace", "summarize", "-o", "s.json"], ["trace", "combine", "-o", "c.json"]],
                          ids=["summarize", "combine"])
 def test_the_metadata_copied_from_many_traces_is_bounded_as_one_traces(command, tmp_path):
@@ -348,6 +350,7 @@ def test_parsed_size_bounds_the_memory_a_json_file_takes_parsed(shape):
     assert taken <= parsed_size(data) <= 5 * taken
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("command", [
     ["pecan", "estimate", "--calibration", "objects.json", "--config", REPO / "config" / "config.yaml"],
     ["cluster", "status", "--state", "objects.json"],
@@ -364,6 +367,7 @@ def test_a_json_input_of_millions_of_empty_objects_is_refused_before_it_is_parse
     assert sorted(p.name for p in tmp_path.iterdir()) == ["objects.json"]
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("command", [["trace", "validate"], ["trace", "summarize", "-o", "s.json"]])
 def test_a_trace_under_the_whole_file_size_of_millions_of_empty_events_is_read_in_chunks(command, tmp_path):
     """60 MB of `{},` (under the 64 MiB the reader parses in one piece): 20 million dictionaries at

@@ -1,7 +1,8 @@
 """The test tiers (Makefile: test-fast, test, test-all): each prints its wall time, and the fast
-tier leaves out the tests that start the tf.data service."""
+tier leaves out the tests that start the tf.data service or build inputs of tens of megabytes."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -23,13 +24,21 @@ def test_a_tier_ends_with_its_wall_time():
     assert any(line.startswith("tier a-tier: ") and line.endswith(" s wall") for line in proc.stdout.splitlines()), proc.stdout[-500:]
 
 
-def test_the_fast_tier_leaves_out_the_tfdata_service_tests():
-    modules = ("tests/test_tfdata.py", "tests/test_tfdata_service.py")
-    service = _pytest("-q", "--collect-only", "-m", "service", *modules).stdout
-    fast = _pytest("-q", "--collect-only", "-m", "not workflow and not registry and not service", *modules).stdout
-    assert "test_service_starts_answers_a_probe_job_and_stops_every_process" in service
-    assert "test_service_starts_answers_a_probe_job_and_stops_every_process" not in fast
+def _fast_tier_selection():
+    """The -m expression of the Makefile's test-fast."""
+    recipe = (REPO / "Makefile").read_text().split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
+    return re.search(r'-m "([^"]+)"', recipe).group(1)
+
+
+def test_the_fast_tier_leaves_out_the_tfdata_service_tests_and_the_large_inputs():
+    modules = ("tests/test_tfdata.py", "tests/test_tfdata_service.py", "tests/test_faults_adversarial7.py")
+    everything = _pytest("-q", "--collect-only", *modules).stdout
+    fast = _pytest("-q", "--collect-only", "-m", _fast_tier_selection(), *modules).stdout
+    for left_out in ("test_service_starts_answers_a_probe_job_and_stops_every_process",  # starts the service
+                     "test_a_bootstrap_over_many_requests_holds_a_bounded_memory"):  # 100,000 requests
+        assert left_out in everything and left_out not in fast
     assert "test_validation_predicts_each_deployment_from_both_sets_of_inputs" in fast  # a unit test stays
+    assert "test_a_bootstrap_drawn_in_batches_draws_what_it_drew_at_once" in fast
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
