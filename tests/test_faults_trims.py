@@ -155,7 +155,7 @@ def test_store_refuses_weights_symlinked_outside_its_base_path(hostile_store):
 
 
 def test_store_answers_a_manifest_that_is_a_fifo(hostile_store):
-    _refused(hostile_store, "manifest-fifo", "not a regular file")
+    _refused(hostile_store, "manifest-fifo", r"manifest.json: is a FIFO; expected a regular file \(a model manifest\)")
 
 
 @pytest.mark.parametrize("name, message", [

@@ -19,6 +19,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from repro import fsutil
 from repro.errors import ReproError
 from repro.fsutil import DIRECTORY_MODE, atomic_path, read_at_most, sha256_file, write_json
 
@@ -473,16 +474,12 @@ def check_graph_size(path, size):
 
 
 def open_regular(path, what):
-    """A binary file object for the regular file `path`, never blocking on a FIFO or device."""
+    """A binary file object for the regular file `path` (never blocking on a FIFO or device), or
+    ReproError naming it and `what` it should be."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return fsutil.open_regular(path, path, what)
     except OSError as exc:
         raise ReproError(f"{path}: cannot read {what} ({exc.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ReproError(f"{path}: not a regular file (expected {what})")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
 
 
 def _is_count(value, low=0, high=None):
