@@ -293,3 +293,20 @@ def test_a_dispatcher_whose_state_directory_is_removed_ends(tmp_path):
     finally:
         if matches(dispatcher):
             os.kill(dispatcher["pid"], signal.SIGKILL)
+
+
+@pytest.mark.parametrize("flag", ["--compare", "--distributions"])
+def test_trims_summary_refuses_the_other_experiments_report_under_a_flag(tmp_path, flag):
+    """A distribution run's report given as --compare (or a compare report as --distributions) was
+    read as one: KeyError named as 'not an experiment's report.json', or, where its keys happened to
+    be there, drawn in the other figure."""
+    from repro.errors import ReproError
+    from repro.trims.experiments import summary
+
+    path = tmp_path / "report.json"
+    given = {"--compare": "distribution", "--distributions": "compare"}[flag]
+    path.write_text(json.dumps({**_distribution_report(), "experiment": given, "model": "m", "modes": {}}))
+    with pytest.raises(ReproError) as error:
+        summary([path], []) if flag == "--compare" else summary([], [path])
+    expected = {"--compare": "compare", "--distributions": "distribution"}[flag]
+    assert str(error.value) == f"{path}: experiment {given!r}; expected the report of a {expected!r} experiment ({flag})"

@@ -295,8 +295,14 @@ def summary(compare_paths, distribution_paths):
 
 
     def rows(table, path):
+        report = read_report(path)
+        kind = report.get("experiment") if isinstance(report, dict) else None
+        expected = "compare" if table is compare_table else "distribution"
+        if kind != expected:  # the other experiment's report, named under the other flag
+            raise ReproError(f"{path}: experiment {str(kind)[:40]!r}; expected the report of a {expected!r} experiment "
+                             f"(--{'compare' if expected == 'compare' else 'distributions'})")
         try:
-            return table([read_report(path)])
+            return table([report])
         except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
             raise ReproError(f"{path}: not an experiment's report.json ({type(exc).__name__}: {str(exc)[:200]})") from None
         except ReproError as exc:  # a trace it names, or no requests to draw intervals from
