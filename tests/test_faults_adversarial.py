@@ -746,7 +746,7 @@ def test_trims_summary_refuses_a_run_reported_twice(tmp_path):
               "wall_s": 0.3, "evictions": 0, "store": {"store_eviction": "lru", "store_budget_bytes": 1 << 26,
                                                       "store_device": "cpu", "store_host_tier_bytes": 0},
               "results": [{"model": "m", "iteration": i, "ok": True, "latency_us": 1000.0 + i, "trace": "t.json",
-                           "hit": i > 0} for i in range(5)]}
+                           "hit": i > 0} for i in range(5)], "client": {"iterations": 5}}
     path = _write(tmp_path / "report.json", json.dumps(report))
     with pytest.raises(ReproError, match=r"^--distributions: two reports of uniform 1; expected one report per run$"):
         summary([], [path, path])

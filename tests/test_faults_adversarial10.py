@@ -234,15 +234,17 @@ def test_trims_summary_refuses_compare_reports_of_two_stores(tmp_path, capsys):
         (tmp_path / model / "traces").mkdir(parents=True)
         (tmp_path / model / "traces" / "t.json").write_text(json.dumps(
             {**trace, "otherData": {"model_name": model, "upr_enabled": True}}))
-        results = [{"latency_us": 1000 + i, "trace": str(tmp_path / model / "traces" / "t.json"), "ok": True, "hit": True}
-                   for i in range(3)]
+        results = [{"model": model, "iteration": i, "latency_us": 1000 + i, "ok": True, "hit": True,
+                    "trace": str(tmp_path / model / "traces" / "t.json")} for i in range(3)]
         reports.append(tmp_path / model / "report.json")
-        reports[-1].write_text(json.dumps({"experiment": "compare", "model": model, "store": store, "modes": {
+        reports[-1].write_text(json.dumps({"experiment": "compare", "model": model, "store": store,
+                                           "client": {"iterations": 3}, "modes": {
             mode: {"results": results, "wall_s": 1} for mode in ("original", "shared")}}))
     run = tmp_path / "d" / "report.json"
     run.parent.mkdir()
     run.write_text(json.dumps({"experiment": "distribution", "distribution": "uniform", "params": [0, 1],
-                               "concurrency": 1, "results": results, "wall_s": 1, "evictions": 0, "store": {}}))
+                               "concurrency": 1, "results": results, "wall_s": 1, "evictions": 0, "store": {},
+                               "client": {"iterations": 3}}))
     assert main(["trims", "summary", "--compare", *map(str, reports), "--distributions", str(run), "-o",
                  str(tmp_path / "s.json")]) == 1
     assert capsys.readouterr().err == (f"repro: error: --compare {reports[1]}: store settings {{'store_eviction': "
@@ -311,12 +313,14 @@ def test_trims_summary_reads_the_traces_beside_a_report_read_from_elsewhere(tmp_
 
     trace(tmp_path / "run", 2000)
     trace(tmp_path / "elsewhere", 5000000)  # the same relative path, from where the reader runs
-    results = [{"latency_us": 1000 + i, "trace": "traces/t.json", "ok": True, "hit": True} for i in range(3)]
-    (tmp_path / "run" / "report.json").write_text(json.dumps({"experiment": "compare", "model": "m", "store": {}, "modes": {
-        mode: {"results": results, "wall_s": 1} for mode in ("original", "shared")}}))
+    results = [{"model": "m", "iteration": i, "latency_us": 1000 + i, "trace": "traces/t.json", "ok": True, "hit": True}
+               for i in range(3)]
+    (tmp_path / "run" / "report.json").write_text(json.dumps({
+        "experiment": "compare", "model": "m", "store": {}, "client": {"iterations": 3},
+        "modes": {mode: {"results": results, "wall_s": 1} for mode in ("original", "shared")}}))
     (tmp_path / "run" / "d.json").write_text(json.dumps({
         "experiment": "distribution", "distribution": "uniform", "params": [0, 1], "concurrency": 1, "results": results,
-        "wall_s": 1, "evictions": 0, "store": {}}))
+        "wall_s": 1, "evictions": 0, "store": {}, "client": {"iterations": 3}}))
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert main(["trims", "summary", "--compare", str(tmp_path / "run" / "report.json"), "--distributions",
                  str(tmp_path / "run" / "d.json"), "-o", str(tmp_path / "s.json")]) == 0

@@ -310,3 +310,78 @@ def test_trims_summary_refuses_the_other_experiments_report_under_a_flag(tmp_pat
         summary([path], []) if flag == "--compare" else summary([], [path])
     expected = {"--compare": "compare", "--distributions": "distribution"}[flag]
     assert str(error.value) == f"{path}: experiment {given!r}; expected the report of a {expected!r} experiment ({flag})"
+
+
+def _compare_report(tmp_path, **edits):
+    """A compare report of model m (3 requests a mode) whose requests' trace lies beside it."""
+    (tmp_path / "traces").mkdir(exist_ok=True)
+    (tmp_path / "traces" / "t.json").write_text(json.dumps({"traceEvents": [
+        {"name": "read_params", "cat": "io", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+        "otherData": {"model_name": "m", "upr_enabled": True}}))
+    results = [{"model": "m", "iteration": i, "ok": True, "latency_us": 1000.0 + i, "trace": "traces/t.json", "hit": True}
+               for i in range(3)]
+    report = {"experiment": "compare", "model": "m", "store": {}, "client": {"iterations": 3},
+              "modes": {mode: {"results": [dict(r) for r in results], "wall_s": 1} for mode in ("original", "shared")}}
+    return {**report, **edits}
+
+
+def _edit_request(report, mode, index, **fields):
+    runs = report["modes"][mode] if mode else report
+    runs["results"][index].update(fields)
+    return report
+
+
+def _drop_request(report, mode):
+    (report["modes"][mode] if mode else report)["results"].pop()
+    return report
+
+
+@pytest.mark.parametrize("kind, edit, said", [
+    # a report relabelled: its requests are still the other model's
+    ("compare", lambda r: {**r, "model": "vgg19"}, "original mode request 0: model 'm'; expected the report's model "
+     "'vgg19'"),
+    ("compare", lambda r: _drop_request(r, "shared"), "shared mode results: 2 request(s); expected client.iterations, 3"),
+    ("compare", lambda r: {**r, "client": {}}, "client: iterations None; expected the requests the run made per mode, a "
+     "whole number of at least 1"),
+    ("compare", lambda r: _edit_request(r, "shared", 1, iteration=1e308), "shared mode request 1: iteration 1e+308; "
+     "expected 1 (the requests in the order the run made them)"),
+    ("compare", lambda r: _edit_request(r, "shared", 2, hit={}), "shared mode request 2: hit {}; expected true, false or "
+     "null (whether the store held the model)"),
+    ("compare", lambda r: _edit_request(r, "original", 0, latency_us=0), "original mode request 0: latency_us 0; expected "
+     "microseconds above 0, at most 1e+12"),
+    ("distribution", lambda r: _edit_request(r, None, 3, model=-1), "request 3: model '-1'; expected the name of a model"),
+    ("distribution", lambda r: _drop_request(r, None), "results: 4 request(s); expected client.iterations, 5"),
+    ("distribution", lambda r: _edit_request(r, None, 0, iteration=None), "request 0: iteration None; expected 0 (the "
+     "requests in the order the run made them)"),
+], ids=["relabelled", "a-request-dropped", "no-client", "iteration-1e308", "hit-a-dict", "latency-0",
+        "distribution-model-a-number", "distribution-request-dropped", "distribution-iteration-null"])
+def test_trims_summary_refuses_requests_that_are_not_the_runs(tmp_path, kind, edit, said):
+    """A compare report relabelled `vgg19` (every request still resnet18_v1's) was drawn as vgg19 with
+    exit 0, as were reports with a request dropped, iterations or hits of any type, a latency of 0."""
+    from repro.errors import ReproError
+    from repro.trims.experiments import summary
+
+    path = tmp_path / "report.json"
+    if kind == "compare":
+        report = _compare_report(tmp_path)
+    else:
+        report = _distribution_report(client={"iterations": 5})
+        for index, result in enumerate(report["results"]):
+            result["trace"] = "traces/t.json"
+    path.write_text(json.dumps(edit(report)))
+    with pytest.raises(ReproError) as error:
+        summary([path], []) if kind == "compare" else summary([], [path])
+    assert str(error.value) == f"{path}: {said}"
+
+
+def test_trims_summary_takes_the_reports_its_runs_write(tmp_path):
+    """The reports the edits above start from are accepted as they are."""
+    from repro.trims.experiments import summary
+
+    (tmp_path / "c").mkdir()
+    compare = tmp_path / "c" / "report.json"
+    compare.write_text(json.dumps(_compare_report(tmp_path / "c")))
+    distribution = tmp_path / "d.json"
+    distribution.write_text(json.dumps(_distribution_report(client={"iterations": 5})))
+    result = summary([compare], [distribution])
+    assert [row["model"] for row in result["compare"]] == ["m"] and result["distributions"][0]["requests"] == 5

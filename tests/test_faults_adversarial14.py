@@ -342,3 +342,68 @@ def test_a_figure_refuses_a_table_whose_undrawn_run_columns_no_run_gives(tmp_pat
         plot_costs(table, [tmp_path / "g.png"], "t", "c", style)
     assert str(error.value) == f"{table}: mode 'cachew': {column} is {value!r}; expected {expected}"
     assert not (tmp_path / "g.png").exists()
+
+
+@pytest.mark.parametrize("value", [[], None, "x", 1e308, "NaN", "missing"])
+def test_a_cost_row_refuses_a_calibration_that_names_no_preset(pecan_run, tmp_path, value):
+    """metrics.json's `calibration` was copied into the table's preset column as it was: `[]`, null or
+    any text, exit 0, where the figures and comparisons read it."""
+    from repro.errors import ReproError
+    from repro.pecan.costtable import mode_row
+    from repro.rulesettings import cost_settings
+
+    directory, config = pecan_run
+    metrics = json.loads((directory / "metrics.json").read_text())
+    if value == "missing":
+        del metrics["calibration"]
+    else:
+        metrics["calibration"] = value
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(ReproError) as error:
+        mode_row(directory / "run.log", tmp_path / "metrics.json", "pecan", cost_settings(config, "ResNet50_v2-8"))
+    shown = None if value == "missing" else value
+    assert str(error.value) == (f"{tmp_path / 'metrics.json'}: calibration: {str(shown)[:40]!r}; expected the calibration "
+                                "preset of the run, one of ['local', 'artifact']; rerun the run")
+
+
+def test_a_cost_table_refuses_runs_of_two_presets(pecan_run, tmp_path):
+    """A run under the artifact preset beside one under local made one table, exit 0: costs of two
+    calibrations drawn side by side under one caption."""
+    import copy
+
+    from repro.errors import ReproError
+    from repro.pecan.calibrate import calibrate
+    from repro.pecan.costtable import cost_table
+    from repro.pecan.run import run_mode
+    from repro.rulesettings import cost_settings
+
+    directory, config = pecan_run
+    assert json.loads((directory / "metrics.json").read_text())["calibration"] == "artifact"
+    local = copy.deepcopy(config)
+    local["calibration"]["preset"] = "local"
+    run_mode(local, "ResNet50_v2-8", "cachew", {p: calibrate(p, elements=2, repeats=1) for p in ("resnet", "retinanet")},
+             tmp_path / "cachew")
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"traces": [{"mode": "pecan"}, {"mode": "cachew"}]}))
+    runs = [directory, tmp_path / "cachew"]
+    with pytest.raises(ReproError) as error:
+        cost_table(cost_settings(config, "ResNet50_v2-8"), ["pecan", "cachew"], [run / "run.log" for run in runs],
+                   [run / "metrics.json" for run in runs], summary)
+    assert str(error.value) == (f"{tmp_path / 'cachew' / 'metrics.json'}: a run of calibration preset 'local', and "
+                                f"{directory / 'metrics.json'} of 'artifact'; expected the runs of one preset: rerun the "
+                                "runs")
+
+
+@pytest.mark.parametrize("matches", [3, 99])
+def test_costs_says_where_no_worker_set_settled(capsys, matches):
+    """`pecan costs --worker-matches N` gave the same row for any N up to 1e17, with nothing to say
+    that no deployment was seen N times in a row: the row prices the last worker set."""
+    log = REPO / "tests" / "fixtures" / "pecan-logs" / "resnet_pecan.log"
+    assert main(["pecan", "costs", "--experiment", "ResNet50_v2-8", "--worker-matches", str(matches), str(log)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].split(",")[4:6] == ["4", "10"]
+    if matches == 3:  # the artifact's log settles at 4 remote and 10 local workers
+        assert err == ""
+    else:
+        assert err == (f"note: {log}: no worker set is seen 99 times in a row (--worker-matches); the row prices the last "
+                       "one, 4 remote and 10 local\n")

@@ -145,12 +145,13 @@ def _trims_summary_of_two_distributions(second):
         trace = {"traceEvents": [{"name": "read_params", "cat": "io", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
                  "otherData": {"model_name": "m", "upr_enabled": True}}
         _write(ctx.dir / "c" / "traces" / "t.json", json.dumps(trace))
-        results = [{"latency_us": 1000 + i, "trace": str(ctx.dir / "c" / "traces" / "t.json"), "ok": True, "hit": True}
-                   for i in range(3)]
-        compare = {"experiment": "compare", "model": "m", "store": {},
+        results = [{"model": "m", "iteration": i, "latency_us": 1000 + i, "trace": str(ctx.dir / "c" / "traces" / "t.json"),
+                    "ok": True, "hit": True} for i in range(3)]
+        compare = {"experiment": "compare", "model": "m", "store": {}, "client": {"iterations": 3},
                    "modes": {mode: {"results": results, "wall_s": 1} for mode in ("original", "shared")}}
         run = {"experiment": "distribution", "distribution": "uniform", "params": [0, 1], "concurrency": 1,
-               "results": results, "wall_s": 1, "evictions": 0, "store": {"store_budget_bytes": 1 << 20}}
+               "results": results, "wall_s": 1, "evictions": 0, "store": {"store_budget_bytes": 1 << 20},
+               "client": {"iterations": 3}}
         return ["trims", "summary", "--compare", _write(ctx.dir / "c" / "report.json", json.dumps(compare)),
                 "--distributions", _write(ctx.dir / "d1" / "report.json", json.dumps(run)),
                 _write(ctx.dir / "d2" / "report.json", json.dumps({**run, "concurrency": 2, **second})),

@@ -212,7 +212,8 @@ def _validation(style=STYLE, network="32", output=("v.pdf", "v.png"), **metrics)
     return prepare
 
 
-COMPARE_RESULTS = [{"latency_us": 1000 + i, "trace": "traces/t.json", "ok": True, "hit": True} for i in range(3)]
+COMPARE_RESULTS = [{"model": "m", "iteration": i, "latency_us": 1000 + i, "trace": "traces/t.json", "ok": True, "hit": True}
+                   for i in range(3)]
 
 
 def _trims_summary(compare=None, output="s.json"):
@@ -222,10 +223,10 @@ def _trims_summary(compare=None, output="s.json"):
                  "otherData": {"model_name": "m", "upr_enabled": True}}
         _write(ctx.dir / "c" / "traces" / "t.json", json.dumps(trace))
         results = [{**r, "trace": str(ctx.dir / "c" / r["trace"])} for r in COMPARE_RESULTS]
-        report = {"experiment": "compare", "model": "m", "store": {},
+        report = {"experiment": "compare", "model": "m", "store": {}, "client": {"iterations": 3},
                   "modes": {"original": {"results": results, "wall_s": 1}, "shared": {"results": results, "wall_s": 1}}}
         distribution = {"experiment": "distribution", "distribution": "uniform", "params": [], "concurrency": 1,
-                        "results": results, "wall_s": 1, "evictions": 0, "store": {}}
+                        "results": results, "wall_s": 1, "evictions": 0, "store": {}, "client": {"iterations": 3}}
         text = json.dumps(compare(report) if compare else report).replace('"traces/t.json"', json.dumps(
             str(ctx.dir / "c" / "traces" / "t.json")))
         return ["trims", "summary", "--compare", _write(ctx.dir / "c" / "report.json", text),
@@ -289,8 +290,8 @@ FIGURE_FAULTS = [
     Fault("trims-summary-no-requests", _trims_summary(_mode_results([])),
           r"repro: error: .*/c/report.json: not an experiment's report.json \(ValueError: original mode made no requests\)"),
     Fault("trims-summary-latency-a-string", _trims_summary(_mode_results([{**COMPARE_RESULTS[0], "latency_us": "x"}])),
-          r"repro: error: .*/c/report.json: original mode request 0: latency_us x; expected microseconds from 0 to "
-          r"1e\+12$"),
+          r"repro: error: .*/c/report.json: original mode request 0: latency_us x; expected microseconds above 0, "
+          r"at most 1e\+12$"),
     Fault("trims-summary-lacks-model", _trims_summary(lambda r: {k: v for k, v in r.items() if k != "model"}),
           r"repro: error: .*/c/report.json: model: missing; expected the name of the model the run compared$"),
     # -- trims plot: numbers a figure's axis cannot hold ---------------------------------------------
@@ -309,7 +310,7 @@ FIGURE_FAULTS = [
     *[Fault(f"trims-summary-request-{name}", _trims_summary(_mode_results(
         [{**COMPARE_RESULTS[0], **change}, *COMPARE_RESULTS[1:]])), r"repro: error: .*/c/report.json: original mode "
         + error) for name, change, error in [
-        ("latency-negative", {"latency_us": -5}, r"request 0: latency_us -5; expected microseconds from 0 to 1e\+12"),
+        ("latency-negative", {"latency_us": -5}, r"request 0: latency_us -5; expected microseconds above 0, at most 1e\+12"),
         ("latency-1e308", {"latency_us": 1e308}, r"request 0: latency_us 1e\+308; expected microseconds"),
         ("latency-a-string", {"latency_us": "5"}, r"request 0: latency_us 5; expected microseconds"),
         ("failed", {"ok": False}, r"request 0: failed or not marked ok; expected the requests of a finished experiment")]],

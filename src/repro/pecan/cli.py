@@ -296,6 +296,9 @@ def _costs(args):
     for log in logs:
         check_text_name(log, "it names the log's row (experiment and mode)")
         parsed = parse_log(log, worker_matches=args.worker_matches, infer_workers=args.infer_workers)
+        if not parsed.converged:  # the deployment never settled: the row stands for the last one, which a user must know
+            print(f"note: {log}: no worker set is seen {args.worker_matches} times in a row (--worker-matches); the row "
+                  f"prices the last one, {parsed.remote_workers} remote and {parsed.local_workers} local", file=sys.stderr)
         recorded = parsed.run.get("experiment")  # a log this package wrote names its run; the artifact's do not
         if recorded is not None and (recorded != args.experiment if args.experiment else
                                      pecan["experiments"].get(recorded, {}).get("model", model) != model):

@@ -10,6 +10,7 @@ from repro.errors import ReproError
 from repro.fsutil import atomic_path, first_repeated, read_json
 from repro.pecan.costs import COLUMNS, cost_row
 from repro.pecan.logs import parse_log
+from repro.pecan.presets import PRESETS
 from repro.stats import mean_interval
 
 SPREAD_OF = ["tpu_cost", "worker_cost", "total_cost", "remote_workers", "local_workers", "epoch_time", "batches_sec"]
@@ -98,8 +99,14 @@ def mode_row(log, metrics, mode, settings):
         if key in spec and spec[key] != settings["model"].get(key):  # another model's prices on this run
             raise ReproError(f"{metrics}: a run of {key} {spec[key]!r}, not the --settings model's "
                              f"{settings['model'].get(key)!r}; expected the settings of the run's model")
+    preset = ""  # the tf.data engine's runs measure: they name no preset
+    if scale is None:
+        preset = data.get("calibration")
+        if preset not in PRESETS:  # copied into the table, where the figures and comparisons read it
+            raise ReproError(f"{metrics}: calibration: {str(preset)[:40]!r}; expected the calibration preset of the "
+                             f"run, one of {list(PRESETS)}; rerun the run")
     row = with_spread(cost_row(parsed, mode, *prices), repeats, mode, *prices)
-    row.update(workload=settings["experiment"], preset=data.get("calibration") if scale is None else "")
+    row.update(workload=settings["experiment"], preset=preset)
     if scale is not None:
         row["time_scale"] = round(scale, 3)
     return row
@@ -156,6 +163,9 @@ def cost_table(settings, modes, logs, metrics, summary):
         if mode not in summarized:
             raise ReproError(f"{summary}: no summarized trace for mode {mode!r}")
         rows.append(mode_row(log, metrics_path, mode, settings))
+        if rows[-1]["preset"] != rows[0]["preset"]:  # one table, one figure: costs of one calibration
+            raise ReproError(f"{metrics_path}: a run of calibration preset {rows[-1]['preset']!r}, and "
+                             f"{metrics[0]} of {rows[0]['preset']!r}; expected the runs of one preset: rerun the runs")
     return rows
 
 

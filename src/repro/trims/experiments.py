@@ -258,17 +258,52 @@ MAX_LATENCY_US = 1e12  # a request of eleven days: beyond, a report's number is 
 
 def _latencies_ms(results, mode=None):
     """The requests' latencies in ms; ReproError where one failed (a finished experiment's have not)
-    or its latency_us is no number of microseconds from 0 to MAX_LATENCY_US."""
+    or its latency_us is no number of microseconds above 0 and at most MAX_LATENCY_US."""
     where = f"{mode} mode " if mode else ""
     for index, result in enumerate(results):
         if result.get("ok") is not True:
             raise ReproError(f"{where}request {index}: failed or not marked ok; expected the requests of a finished "
                              "experiment")
         value = result.get("latency_us")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LATENCY_US:
-            raise ReproError(f"{where}request {index}: latency_us {str(value)[:40]}; expected microseconds from 0 to "
-                             f"{MAX_LATENCY_US:g}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_LATENCY_US:
+            raise ReproError(f"{where}request {index}: latency_us {str(value)[:40]}; expected microseconds above 0, at "
+                             f"most {MAX_LATENCY_US:g}")
     return np.array([r["latency_us"] for r in results], float) / 1000
+
+
+def _check_requests(report):
+    """ReproError where a report's requests are not those its run made: client.iterations of them per
+    mode, numbered 0, 1, ... in order, each of the report's model (a compare run) or of a model named
+    (a distribution run), each a store hit or not. A label edited (the report's model) or a request
+    dropped would otherwise be drawn as a run that never happened."""
+    client = report.get("client")
+    iterations = client.get("iterations") if isinstance(client, dict) else None
+    if type(iterations) is not int or iterations < 1:
+        raise ReproError(f"client: iterations {str(iterations)[:40]}; expected the requests the run made per mode, a "
+                         "whole number of at least 1")
+    modes = report.get("modes") if report["experiment"] == "compare" else {"": report}
+    if not isinstance(modes, dict) or not modes:
+        raise ReproError(f"modes: {str(modes)[:40]}; expected the runs of the compare experiment, by mode")
+    for mode, run in modes.items():
+        where = f"{mode} mode " if mode else ""
+        results = run.get("results") if isinstance(run, dict) else None
+        if not isinstance(results, list) or len(results) != iterations:
+            count = len(results) if isinstance(results, list) else str(results)[:40]
+            raise ReproError(f"{where}results: {count} request(s); expected client.iterations, {iterations}")
+        for index, result in enumerate(results):
+            result = result if isinstance(result, dict) else {}
+            model = result.get("model")
+            if report["experiment"] == "compare" and model != report["model"]:
+                raise ReproError(f"{where}request {index}: model {str(model)[:40]!r}; expected the report's model "
+                                 f"{str(report['model'])[:40]!r}")
+            if not isinstance(model, str) or not model:
+                raise ReproError(f"{where}request {index}: model {str(model)[:40]!r}; expected the name of a model")
+            if type(result.get("iteration")) is not int or result["iteration"] != index:
+                raise ReproError(f"{where}request {index}: iteration {str(result.get('iteration'))[:40]}; expected "
+                                 f"{index} (the requests in the order the run made them)")
+            if result.get("hit") not in (True, False, None):
+                raise ReproError(f"{where}request {index}: hit {str(result.get('hit'))[:40]}; expected true, false "
+                                 "or null (whether the store held the model)")
 
 
 def _check_one_series(flag, paths, reports):
@@ -302,7 +337,9 @@ def summary(compare_paths, distribution_paths):
             raise ReproError(f"{path}: experiment {str(kind)[:40]!r}; expected the report of a {expected!r} experiment "
                              f"(--{'compare' if expected == 'compare' else 'distributions'})")
         try:
-            return table([report])
+            rows = table([report])
+            _check_requests(report)  # after the table's checks of each field it reads
+            return rows
         except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
             raise ReproError(f"{path}: not an experiment's report.json ({type(exc).__name__}: {str(exc)[:200]})") from None
         except ReproError as exc:  # a trace it names, or no requests to draw intervals from
