@@ -329,24 +329,24 @@ def summary(compare_paths, distribution_paths):
     from repro.traces import summarize
 
 
-    def rows(table, path):
+    def rows(table, path, experiment, flag):
         report = read_report(path)
         kind = report.get("experiment") if isinstance(report, dict) else None
-        expected = "compare" if table is compare_table else "distribution"
-        if kind != expected:  # the other experiment's report, named under the other flag
-            raise ReproError(f"{path}: experiment {str(kind)[:40]!r}; expected the report of a {expected!r} experiment "
-                             f"(--{'compare' if expected == 'compare' else 'distributions'})")
+        if kind != experiment:  # the other experiment's report, named under the other flag
+            raise ReproError(f"{path}: experiment {str(kind)[:40]!r}; expected the report of a {experiment!r} "
+                             f"experiment ({flag})")
         try:
-            rows = table([report])
+            drawn = table([report])
             _check_requests(report)  # after the table's checks of each field it reads
-            return rows
+            return drawn
         except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
             raise ReproError(f"{path}: not an experiment's report.json ({type(exc).__name__}: {str(exc)[:200]})") from None
         except ReproError as exc:  # a trace it names, or no requests to draw intervals from
             raise ReproError(str(exc) if str(exc).startswith(f"{path}:") else f"{path}: {exc}") from None
 
-    compared = [row for path in compare_paths for row in rows(compare_table, path)]
-    distributions = sorted((row for path in distribution_paths for row in rows(distribution_table, path)),
+    compared = [row for path in compare_paths for row in rows(compare_table, path, "compare", "--compare")]
+    distributions = sorted((row for path in distribution_paths
+                            for row in rows(distribution_table, path, "distribution", "--distributions")),
                            key=lambda r: (r["distribution"], r["concurrency"]))
     # one run twice (a report named twice, or two runs of one model): its bars and traces counted twice
     for flag, table, key in (("--compare", compared, ("model",)), ("--distributions", distributions,
