@@ -181,11 +181,13 @@ def _start(args):
         check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
     else:  # the workers run here
         check_worker_memory(args.workers, f"--workers {args.workers}")
-    was_running = Service(args.state_dir).dispatcher_running()
-    service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers)
-    service.prune()  # a start again on a running service tops its workers up, not adds as many again
-    running = sum(worker["kind"] == "remote" for worker in service.state["workers"])
-    _add_workers(service, max(0, args.workers - running), args.threads, started_dispatcher=not was_running)
+
+    def top_up(service, started_dispatcher):
+        service.prune()  # a start again on a running service tops its workers up, not adds as many again
+        running = sum(worker["kind"] == "remote" for worker in service.state["workers"])
+        _add_workers(service, max(0, args.workers - running), args.threads, started_dispatcher)
+
+    service = Service.start(args.state_dir, port=args.port, ssh_workers=ssh_workers, then=top_up)
     print(f"{args.state_dir}: dispatcher at {service.address}")
     return 0 if print_checks(service.checks(probe=False)) else 1
 

@@ -175,11 +175,14 @@ class Service:
     # -- starting and stopping -------------------------------------------------------------
 
     @classmethod
-    def start(cls, directory, port=0, owned=False, ssh_workers=None):
+    def start(cls, directory, port=0, owned=False, ssh_workers=None, then=None):
         """Start a dispatcher (fault-tolerant, journal in `directory`/work_dir) unless one runs there.
 
         ssh_workers: the worker hosts its remote workers run on, over ssh (see
         repro.pecan.tfdata.remote.SshWorkers), recorded in its state.
+        then(service, started): run once the dispatcher serves, in the same turn (`started`: this
+        start started it). A start that tops the workers up counts them there: two starts at once
+        would each count the same workers missing and each start them.
 
         A dispatcher that died is restarted on its recorded port (when free) from its journal: the
         workers still running reconnect to it and its jobs go on. One start at a time: a second one
@@ -189,7 +192,11 @@ class Service:
         Path(directory).mkdir(parents=True, exist_ok=True)
         with open_lock(Path(directory) / "start.lock", str(Path(directory) / "start.lock")) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
-            return cls._start(directory, port, owned, ssh_workers)
+            was_running = cls(directory).dispatcher_running()
+            service = cls._start(directory, port, owned, ssh_workers)
+            if then is not None:
+                then(service, not was_running)
+            return service
 
     @classmethod
     def _start(cls, directory, port, owned, ssh_workers):
