@@ -43,3 +43,36 @@ def test_two_tfdata_starts_at_once_start_the_workers_once(tf, tmp_path):
         psutil.wait_procs(left, timeout=30)
     assert stop.returncode == 0, stop.stderr
     assert left == []  # nothing of the service was left
+
+
+def test_make_clean_under_another_runtime_directory_stops_the_model_store(tmp_path, monkeypatch):
+    """`make clean` from a shell with another XDG_RUNTIME_DIR (sudo, ssh, cron) than the store's start
+    said "no model store of this directory was running", deleted results/ and left the store and its
+    watchdog running: it looked for the store's record in its own runtime directory only."""
+    import shutil
+
+    from repro.cli import main
+    from repro.processes import matches
+    from repro.trims import service
+    from support import REPO, path_env
+
+    shutil.copy(REPO / "Makefile", tmp_path)
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "results" / "trims" / "models").mkdir(parents=True)
+    other = tmp_path / "other-runtime"
+    other.mkdir(mode=0o700)
+    monkeypatch.chdir(tmp_path)
+    settings = {"base_path": "results/trims/models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
+    assert main(["trims", "store", "start", "--settings", json.dumps(settings), "--state",
+                 "results/cluster/local/trims-store.json"]) == 0
+    record = json.loads(service._record_path(tmp_path).read_text())
+    try:
+        proc = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env=path_env(XDG_RUNTIME_DIR=str(other)))
+        assert proc.returncode == 0, proc.stderr
+        assert "model store stopped" in proc.stdout, proc.stdout
+        assert psutil.wait_procs([psutil.Process(record[key]["pid"]) for key in ("process", "watchdog")
+                                  if matches(record[key])], timeout=30)[1] == []
+        assert [p.name for p in other.rglob("*")] in ([], ["repro"])  # no record, socket or lock made there
+    finally:
+        service.stop(tmp_path)

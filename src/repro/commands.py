@@ -340,7 +340,7 @@ def _cluster_stop(args):
         else:  # nothing started there, or stopped already (a second `make clean`); a typo is seen here
             print(f"no cluster state at {args.state}: no backend to stop")
     finally:  # a state that cannot be read (or none) still leaves no model store or engine service running
-        if service.stop():
+        if service.stop(states=[Path(args.state).with_name(service.STATE_NAME)] if args.state else ()):
             print("model store stopped")
         if args.state:
             from repro.pecan.engines import stop_services_beside

@@ -357,7 +357,9 @@ def _check_output_names(config, source):
 def _check_model_directory(base_path, backend, source):
     """ReproError where trims.base_path holds the model store's state file, which the store refuses
     to write among the models it reads: named here, not when the TrIMS runs reach the store's start."""
-    state = Path("results", "cluster", backend, "trims-store.json")
+    from repro.trims.service import STATE_NAME
+
+    state = Path("results", "cluster", backend, STATE_NAME)
     if Path(os.path.realpath(state)).is_relative_to(os.path.realpath(base_path)):
         raise ReproError(f"{source}: trims.base_path: {base_path!r} holds {state}, the model store's state file; "
                          "expected a directory of models only, such as results/trims/models")

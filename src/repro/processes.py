@@ -189,11 +189,11 @@ def private_directory():
     Sockets belong there rather than in /tmp, where another user could bind one first.
     """
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and _is_private(Path(xdg)):
+    if xdg and is_private(Path(xdg)):
         base = Path(xdg) / "repro"
     else:
         base = Path(tempfile.gettempdir()) / f"repro-{os.getuid()}"
-    return _private(base)
+    return private(base)
 
 
 def runtime_dir(key, create=True):
@@ -201,18 +201,20 @@ def runtime_dir(key, create=True):
     directory `key`: the next start finds them there even after `rm -rf results`. create=False: its
     path, which need not exist (nothing of `key`'s runs where it does not)."""
     path = private_directory() / hashlib.sha256(str(Path(key).resolve()).encode()).hexdigest()[:16]
-    return _private(path) if create else path
+    return private(path) if create else path
 
 
-def _private(directory):
+def private(directory):
+    """`directory`, made where missing; ReproError unless it is private (is_private)."""
     directory.mkdir(mode=0o700, exist_ok=True)
-    if not _is_private(directory):
+    if not is_private(directory):
         raise ReproError(f"{directory}: not a private directory (expected owner uid {os.getuid()}, mode 0700); "
                          "remove it or set XDG_RUNTIME_DIR")
     return directory
 
 
-def _is_private(path):
+def is_private(path):
+    """Whether `path` is a directory of this user's that no one else may enter (mode 0700 or narrower)."""
     try:
         info = path.lstat()
     except OSError:

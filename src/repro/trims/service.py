@@ -38,6 +38,8 @@ from repro.settings import settings_digest
 
 RECORD = "store.json"
 LOCK = "store.lock"
+# the store's state file, beside the cluster state of its backend (rules/common.smk: TRIMS_STORE)
+STATE_NAME = "trims-store.json"
 # where the config holds each of the store's settings (repro.rulesettings.trims_store_settings)
 SETTINGS_PLACES = {"base_path": ("trims", "base_path"), "server": ("trims", "server")}
 SERVER_KEYS = ("memory_mb", "eviction", "device")
@@ -49,19 +51,20 @@ def _same_invocation(a, b):
     return bool(a) and bool(b) and all(a.get(key) == b.get(key) for key in ("pid", "start_ticks", "boot_id"))
 
 
-def _record_path(workdir):
-    """Where the store's record lies; only a holder of the lock (_locked) writes it, so its directory exists then."""
-    return processes.runtime_dir(workdir, create=False) / RECORD
+def _record_path(workdir, runtime=None):
+    """Where the store's record lies (in `runtime`, a runtime directory of workdir's found elsewhere,
+    or the environment's); only a holder of the lock (_locked) writes it, so its directory exists then."""
+    return (runtime or processes.runtime_dir(workdir, create=False)) / RECORD
 
 
 @contextlib.contextmanager
-def _locked(workdir):
+def _locked(workdir, runtime=None):
     """Hold the store's lock: one start, adoption or stop at a time for this workflow directory. The
     runtime directory is removed on the way out when it holds nothing but the lock (no store, no
     record): a workflow that no longer runs a store leaves nothing in the temporary directory. A
     waiter that then gets the removed lock file takes the lock again, on the path's current file."""
     while True:
-        path = processes.runtime_dir(workdir) / LOCK
+        path = (processes.private(runtime) if runtime else processes.runtime_dir(workdir)) / LOCK
         with open_lock(path, f"{path} (the model store's lock)") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             if _same_file(path, lock):
@@ -241,14 +244,39 @@ def status(state, expected_digest, workdir="."):
     return checks
 
 
-def stop(workdir="."):
-    """Stop the store this workflow directory started, if it still runs; forget its record."""
-    with _locked(workdir):
-        return _stop(workdir)
+def stop(workdir=".", states=()):
+    """Stop the store this workflow directory started, if it still runs; forget its record.
+
+    states: the store's state files (`trims store start --state`). The runtime directory each names
+    is looked in too: a store started under another XDG_RUNTIME_DIR than this command's (another
+    shell, sudo, cron) keeps its record there, and would otherwise be left running."""
+    stopped = False
+    for runtime in _runtime_directories(workdir, states):
+        with _locked(workdir, runtime):
+            stopped = _stop(workdir, runtime) or stopped
+    return stopped
 
 
-def _stop(workdir):
-    record_path = _record_path(workdir)
+def _runtime_directories(workdir, states):
+    """None (the environment's runtime directory of workdir), then those the state files name that
+    are workdir's too: its key as their name, private (ours, mode 0700). A record in any other is
+    not this directory's store's."""
+    own = processes.runtime_dir(workdir, create=False)
+    found = [None]
+    for state in states:
+        try:
+            socket_path = read_json(state, "the model store state JSON that trims store start writes").get("socket")
+        except (ReproError, AttributeError):
+            continue  # none there, or not a state file: nothing named
+        directory = Path(socket_path).parent if isinstance(socket_path, str) else None
+        if (directory is not None and directory.name == own.name and directory != own and directory not in found
+                and processes.is_private(directory)):
+            found.append(directory)
+    return found
+
+
+def _stop(workdir, runtime=None):
+    record_path = _record_path(workdir, runtime)
     record = processes.read_record(record_path)
     if not record:
         return False
