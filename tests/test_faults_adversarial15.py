@@ -76,3 +76,40 @@ def test_make_clean_under_another_runtime_directory_stops_the_model_store(tmp_pa
         assert [p.name for p in other.rglob("*")] in ([], ["repro"])  # no record, socket or lock made there
     finally:
         service.stop(tmp_path)
+
+
+def _spaced_trace(path, layout):
+    """A trace of two events or none with 256 MiB of spaces where `layout` puts them, written a block at a time."""
+    event = b'{"name":"a","cat":"c","ph":"X","ts":1,"dur":1,"pid":1,"tid":1}'
+    spaces = b" " * (4 << 20)
+    parts = {"no-events": [b"[", None, b"]"], "after-the-last-event": [b"[", event, b",", event, None, b"]"],
+             "before-the-first-event": [b'{"traceEvents": [', None, event, b",", event, b"]}"],
+             "between-two-events": [b"[", event, b",", None, event, b"]"]}[layout]
+    with open(path, "wb") as fh:
+        for part in parts:
+            for _ in range(64 if part is None else 1):
+                fh.write(spaces if part is None else part)
+    return path
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("layout", ["no-events", "after-the-last-event", "before-the-first-event", "between-two-events"])
+def test_spaces_in_a_traces_event_list_are_read_in_bounded_memory(tmp_path, layout):
+    """A gigabyte of spaces inside `traceEvents` took twice its size in memory (2.15 GB): the space
+    after the chunks' events was copied whole, twice, to be parsed. It is now skipped a megabyte at
+    a time; a space between two events beyond the chunk's bound is refused as such."""
+    from support import run_forked
+
+    trace = _spaced_trace(tmp_path / "t.json", layout)
+    # the file's own mapping (256 MiB of address space) and 150 MiB for the rest: a copy of the spaces
+    # does not fit
+    code, out, err = run_forked(["trace", "summarize", str(trace), "-o", "s.json"], tmp_path, timeout=120,
+                                growth=(256 + 150) << 20)
+    if layout == "between-two-events":
+        assert (code, out) == (1, "") and err == (f"repro: error: {trace}: holds an event, or a space between events, "
+                                                  "larger than 64 MiB; expected trace events (a name, a phase, times "
+                                                  "and small arguments)\n")
+        return
+    assert (code, err) == (0, ""), err
+    [summary] = json.loads((tmp_path / "s.json").read_text())["traces"]
+    assert summary["events"] == ({} if layout == "no-events" else {"a": {"count": 2, "total": 2.0, "mean": 1.0}})

@@ -294,7 +294,7 @@ def oversized_traces(tmp_path_factory):
     compact = directory / "compact.json"
     compact.write_bytes(b'{"traceEvents":[{"name":"a","ph":"X","ts":0,"dur":1,"pid":1,"tid":1}],"otherData":{"note":"'
                         + big[: 70 << 20] + b'"}}')
-    return {"event": (event, "holds an event larger than 64 MiB"),
+    return {"event": (event, "holds an event, or a space between events, larger than 64 MiB"),
             "metadata": (metadata, "its keys beside 'traceEvents' are larger than 64 MiB"),
             "compact metadata": (compact, "its keys beside 'traceEvents' are larger than 64 MiB")}
 

@@ -44,6 +44,7 @@ _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPENERS, _CLOSERS = (ord("{"), ord("[")), (ord("}"), ord("]"))
 _SPACE = b" \t\r\n"
 _SPACE_BYTES = (b" ", b"\t", b"\r", b"\n")
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 _LISTED_HEAD = b'{"traceEvents":['
 _CUT_TRIES = 8  # places tried for a cut before the file is left to the general reading
 _LONGEST_EVENT = 1 << 20  # a cut is due this far past every chunk_bytes at the latest
@@ -735,6 +736,28 @@ class TraceReader:
             mm.close()
 
 
+def _skip_space(mm, start, end):
+    """The offset of the first byte in mm[start:end] that is no JSON whitespace, or `end`: searched a
+    megabyte at a time, in place, each dropped from memory once searched (_drop), so a gigabyte of
+    spaces between events is never held at once."""
+    while start < end:
+        stop = min(end, start + (1 << 20))
+        found = _NOT_SPACE.search(mm, start, stop)
+        _drop(mm, start, stop)
+        if found:
+            return found.start()
+        start = stop
+    return end
+
+
+def _drop(mm, start, end):
+    """Drop the mapped pages of mm[start:end] (and the rest of its first page) from this process's
+    memory: a later read maps them again from the page cache."""
+    start -= start % mmap.PAGESIZE
+    if end > start:
+        mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
 class _ChunkScanner:
     """Walks the JSON structure of a mapped file window by window.
 
@@ -834,6 +857,7 @@ class _ChunkScanner:
         object_form = first == b"{"
         array_depth = 2 if object_form else 1  # nesting depth inside the event list
         array_open = array_close = chunk_start = None
+        last_event_end = 0
         for pos, depth_after, quotes, depth0, parity0, window_end in self._tokens():
             if array_open is None:
                 if object_form:
@@ -850,8 +874,12 @@ class _ChunkScanner:
             event_ends = pos[after & (depth_after == array_depth)]
             if array_close is not None:
                 event_ends = event_ends[event_ends < array_close]
+            if event_ends.size:
+                last_event_end = int(event_ends[-1]) + 1
             chunk_start = yield from self._emit(chunk_start, event_ends)
-            self._release(chunk_start)
+            # the window's pages go, those of the events not yet parsed too (the parse maps them again
+            # from the page cache): a long run of spaces between events is never resident at once
+            self._release(window_end)
             if array_close is not None:
                 break
         if array_open is None:
@@ -860,27 +888,33 @@ class _ChunkScanner:
             )
         if array_close is None:
             raise TraceError(self.path, "truncated: the event list is not closed")
-        if self.parse_events and mm[chunk_start:array_close].strip(_SPACE):
-            yield self._parse_slice(chunk_start, array_close, first=self.first_slice)
+        # the events left end at the last event's end where only space follows it: that space is
+        # searched (a megabyte at a time), not parsed
+        end = array_close
+        if last_event_end > chunk_start and _skip_space(mm, last_event_end, array_close) == array_close:
+            end = last_event_end
+        if self.parse_events and _skip_space(mm, chunk_start, end) < end:
+            yield self._parse_slice(chunk_start, end, first=self.first_slice)
         self._finish(object_form, array_open, array_close)
 
     def _parse_slice(self, start, end, first):
         """Parse the events between two element boundaries; all but the first slice start with ','.
-        A slice ends at the first event end past chunk_bytes: a longer one holds an event over LARGEST_PART."""
-        if end - start > self.chunk_bytes + LARGEST_PART:
-            raise TraceError(self.path, f"holds an event larger than {LARGEST_PART >> 20} MiB; expected trace "
-                             "events (a name, a phase, times and small arguments)")
-        body = self.mm[start:end].lstrip(_SPACE)
+        A slice ends at the first event end past chunk_bytes: a longer one holds an event, or a space
+        between events, over LARGEST_PART. The space before its first event is skipped unread."""
+        start = _skip_space(self.mm, start, end)
         if not first:
-            if body[:1] != b",":
+            if self.mm[start:start + 1] != b",":
                 raise TraceError(self.path, "invalid JSON (expected ',' between events)")
-            body = body[1:]
-            if not body.strip(_SPACE):
+            start = _skip_space(self.mm, start + 1, end)
+            if start == end:
                 raise TraceError(self.path, "invalid JSON (trailing ',' in the event list)")
-        return self.decode(b"[" + body + b"]")
+        if end - start > self.chunk_bytes + LARGEST_PART:
+            raise TraceError(self.path, f"holds an event, or a space between events, larger than {LARGEST_PART >> 20} "
+                             "MiB; expected trace events (a name, a phase, times and small arguments)")
+        return self.decode(b"[" + self.mm[start:end] + b"]")
 
     def _release(self, upto):
-        """Drop the mapped pages already parsed, so the mapping does not grow the RSS to the file size."""
+        """Drop the mapped pages before `upto`, so the mapping does not grow the RSS to the file size."""
         end = upto - upto % mmap.PAGESIZE
         if end > self.released:
             self.mm.madvise(mmap.MADV_DONTNEED, self.released, end - self.released)
