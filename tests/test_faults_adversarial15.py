@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+from pathlib import Path
 
 import psutil
 import pytest
@@ -113,3 +114,31 @@ def test_spaces_in_a_traces_event_list_are_read_in_bounded_memory(tmp_path, layo
     assert (code, err) == (0, ""), err
     [summary] = json.loads((tmp_path / "s.json").read_text())["traces"]
     assert summary["events"] == ({} if layout == "no-events" else {"a": {"count": 2, "total": 2.0, "mean": 1.0}})
+
+
+@pytest.mark.parametrize("damage", ["emptied", "overwritten", "no-checksums"])
+def test_a_damaged_image_of_the_engines_data_set_is_named_before_tensorflow_reads_it(tf, tmp_path, damage):
+    """An image of the engine's data set emptied (or overwritten) after it was written ended the run in
+    TensorFlow's InvalidArgumentError traceback from its JPEG decode: the data set is reused wherever
+    its manifest names its files, and the manifest recorded no checksums."""
+    from repro.errors import ReproError
+    from repro.pecan.tfdata import ops
+
+    manifest = ops.write_data("resnet", 4, tmp_path)
+    directory = tmp_path.resolve() / "resnet-4-seed0"
+    assert ops.write_data("resnet", 4, tmp_path) == manifest  # reused as it was written
+    damaged = Path(manifest["files"][3])
+    if damage == "emptied":
+        damaged.write_bytes(b"")
+    elif damage == "overwritten":
+        damaged.write_bytes(Path(manifest["files"][0]).read_bytes())
+    else:  # a manifest written before its checksums were
+        (directory / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != "sha256"}))
+    with pytest.raises(ReproError) as raised:
+        ops.write_data("resnet", 4, tmp_path)
+    if damage == "no-checksums":
+        assert str(raised.value).endswith(f"with its checksum; remove {directory} to write the data set anew")
+    else:
+        assert str(raised.value) == (f"{damaged}: not the image {directory / 'manifest.json'} lists (its checksum "
+                                     f"differs: damaged or replaced since); remove {directory} to write the data set "
+                                     "anew")

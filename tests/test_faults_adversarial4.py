@@ -119,7 +119,7 @@ def test_a_data_set_manifest_that_is_not_this_data_sets_is_refused(files, tf, tm
         ops.write_data("resnet", 2, tmp_path)
     directory = tmp_path.resolve() / "resnet-2-seed0"
     assert str(raised.value) == (f"{manifest}: not the manifest of 2 images of pipeline 'resnet' (seed 0), each a "
-                                 f"file in {directory}; remove {directory} to write the data set anew")
+                                 f"file in {directory} with its checksum; remove {directory} to write the data set anew")
 
 
 def test_a_linked_store_log_does_not_take_the_stores_output(tmp_path, monkeypatch, capsys):

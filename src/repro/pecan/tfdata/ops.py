@@ -12,13 +12,14 @@ the (repeated) stream and the op, so both orders draw the same crops and flips.
 """
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 
 from repro.errors import ReproError
-from repro.fsutil import atomic_path, open_regular, read_json, write_json
+from repro.fsutil import atomic_path, open_regular, read_json, sha256_file, write_json
 from repro.pecan.pipelines import (
     BLUR_TAPS,
     FRAME,
@@ -44,6 +45,10 @@ INFLATION_PROBE_ELEMENTS = 4
 
 
 # -- the data ------------------------------------------------------------------------------
+
+
+# a synthetic JPEG is tens to hundreds of KiB: a file far larger is no image of a data set
+MAX_IMAGE_BYTES = 64 << 20
 
 
 def write_data(pipeline, count, directory, seed=0):
@@ -74,6 +79,7 @@ def write_data(pipeline, count, directory, seed=0):
             tmp.write_bytes(element["image"])
         files.append(str(path.resolve()))
     manifest = {"pipeline": pipeline, "count": count, "seed": seed, "files": files,
+                "sha256": [hashlib.sha256(e["image"]).hexdigest() for e in elements],
                 "boxes": [e["boxes"].tolist() for e in elements] if PILLOW_PIPELINES[pipeline].boxes else None}
     write_json(manifest_path, manifest)
     return manifest
@@ -90,18 +96,26 @@ def _holds(path, content):
 
 def _checked_manifest(manifest, path, pipeline, count, seed):
     """`manifest` where it lists this data set's `count` images, regular files beside it (the pipeline
-    reads each whole: a FIFO would hang it, /dev/zero fill the memory); else ReproError naming `path`."""
+    reads each whole: a FIFO would hang it, /dev/zero fill the memory) holding what it wrote (their
+    checksums: a damaged JPEG failed inside TensorFlow's decode); else ReproError naming `path`."""
     directory = path.parent.resolve()
     files = manifest.get("files") if isinstance(manifest, dict) else None
     boxes = manifest.get("boxes") if isinstance(manifest, dict) else None
+    sums = manifest.get("sha256") if isinstance(manifest, dict) else None
     wanted = {"pipeline": pipeline, "count": count, "seed": seed}
+    anew = f"remove {directory} to write the data set anew"
     if (not isinstance(files, list) or len(files) != count or any(manifest.get(k) != v for k, v in wanted.items())
             or not all(isinstance(f, str) and "\0" not in f and Path(f).parent == directory and Path(f).is_file()
                        and not Path(f).is_symlink() for f in files)
+            or not isinstance(sums, list) or len(sums) != count
             or (boxes is not None if not PILLOW_PIPELINES[pipeline].boxes else
                 not isinstance(boxes, list) or len(boxes) != count)):
         raise ReproError(f"{path}: not the manifest of {count} images of pipeline {pipeline!r} (seed {seed}), each a "
-                         f"file in {directory}; remove {directory} to write the data set anew")
+                         f"file in {directory} with its checksum; {anew}")
+    for file, expected in zip(files, sums):
+        if Path(file).stat().st_size > MAX_IMAGE_BYTES or sha256_file(file, MAX_IMAGE_BYTES) != expected:
+            raise ReproError(f"{file}: not the image {path} lists (its checksum differs: damaged or replaced since); "
+                             f"{anew}")
     return manifest
 
 
