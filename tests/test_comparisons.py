@@ -341,7 +341,7 @@ def test_comparison_table_refuses_a_cost_no_figure_can_draw(tmp_path, capsys):
         writer.writerows(rows)
     assert main(["pecan", "comparison-table", "--option", "autoorder", "--workload", "ResNet50_v2-8", "--table",
                  str(paths[0]), "-o", str(tmp_path / "t.csv")]) == 1
-    assert "tpu_cost_mean is 1e300; expected non-negative numbers of at most 1e+09" in capsys.readouterr().err
+    assert "tpu_cost [1e+300, " in (err := capsys.readouterr().err) and "expected non-negative dollars, at most 1e+09" in err
     assert not (tmp_path / "t.csv").exists()
 
 
@@ -360,9 +360,20 @@ def _edited(path, edit):
 @pytest.mark.parametrize("edit, message", [
     (lambda rows: rows + [rows[1]], "two rows for mode 'cachew'; expected one row per mode"),
     (lambda rows: [{k: v for k, v in r.items() if k != "epoch_time_ci_high"} for r in rows],
-     "no mean and interval per column (a table written before repeats; rerun costs)"),
-    (lambda rows: [{**r, "repeats": "0"} for r in rows], "mode 'cachew': repeats is 0; expected non-negative numbers "
-                                                        "of at most 1e+09 and at least one repeat"),
+     "no mean and interval for 'epoch_time' (a table written before repeats; rerun costs)"),
+    (lambda rows: [{**r, "repeats": "0"} for r in rows], "mode 'cachew': repeats is '0'; expected a whole number from 1 "
+                                                        "to 10000 (the runs behind the mean)"),
+    # a mean outside its interval, or a total that is not the TPU's and the workers' costs: drawn as they were
+    (lambda rows: [{**r, "tpu_cost_ci_low": "9"} for r in rows], "mode 'cachew': tpu_cost interval [9, 0.63]; expected "
+                                                                 "ci_low at most ci_high"),
+    (lambda rows: [{**r, "tpu_cost_mean": "0.7"} for r in rows],
+     "mode 'cachew': tpu_cost mean 0.7 outside its interval [0.57, 0.63]; expected the mean inside its 95% t-interval"),
+    (lambda rows: [{**r, "total_cost_mean": "77", "total_cost_ci_high": "80"} for r in rows], "mode 'cachew': "
+     "total_cost_mean 77, but "
+                                                                  "tpu_cost_mean + worker_cost_mean is 1.6; expected the "
+                                                                  "total of the two"),
+    (lambda rows: [{**r, "repeats": "1e30"} for r in rows], "mode 'cachew': repeats is '1e30'; expected a whole number "
+                                                           "from 1 to 10000 (the runs behind the mean)"),
     (lambda rows: [{**r, "workload": "SimCLR"} for r in rows], "row 1 holds runs of 'SimCLR', not of 'ResNet50_v2-8'; "
                                                                "expected ResNet50_v2-8's cost table"),
 ])
@@ -420,7 +431,7 @@ def test_a_comparison_table_names_the_preset_of_its_runs(tmp_path):
     from repro.pecan.costtable import write_table
 
     table = tmp_path / "W.csv"
-    costs = ["1.0"] * (len(COLUMNS) - 4)
+    costs = ["2.0" if column.startswith("total_cost") else "1.0" for column in COLUMNS[4:]]  # the total: TPU + workers
     table.write_text("\n".join([",".join(COLUMNS), *(",".join(["W", "artifact", mode, "3", *costs])
                                                       for mode in ("cachew", "autoorder"))]) + "\n")
     rows = comparison_rows("autoorder", ["W"], [table])

@@ -177,7 +177,7 @@ def test_tfdata_stop_of_a_directory_where_no_service_is_recorded_says_so(tmp_pat
 def test_a_tables_repeats_are_bounded_as_the_config_bounds_them():
     import yaml
 
-    from repro.plots import MAX_REPEATS
+    from repro.pecan.costtable import MAX_REPEATS
 
     schema = yaml.safe_load((REPO / "src" / "repro" / "schemas" / "config.schema.yaml").read_text())
     assert schema["properties"]["repeats"]["maximum"] == MAX_REPEATS

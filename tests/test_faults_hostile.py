@@ -425,10 +425,14 @@ def _comparison_table(content):
 
 
 def _spread_table(*rows):
-    """A cost table of workload W with the spread columns: (mode, value) rows, every number `value`."""
+    """A cost table of workload W with the spread columns: (mode, value) rows, every number `value`
+    but the total's, twice it (the TPU's and the workers' together)."""
     from repro.pecan.comparisons import COLUMNS
 
-    return "\n".join([",".join(COLUMNS), *(",".join(["W", "local", mode, "3", *[str(value)] * (len(COLUMNS) - 4)])
+    def number(column, value):
+        return str(2 * float(value)) if column.startswith("total_cost") else str(value)
+
+    return "\n".join([",".join(COLUMNS), *(",".join(["W", "local", mode, "3", *[number(c, value) for c in COLUMNS[4:]]])
                                            for mode, value in rows)])
 
 
@@ -446,13 +450,16 @@ TABLE_FAULTS = [
           r"repro: error: .*/t.csv: two rows for mode 'cachew'; expected one row per mode"),
     Fault("comparison-table-cost-table-a-negative-cost", _comparison_table(
         lambda: _spread_table(("cachew", 1), ("autoorder", -2))),
-          r"repro: error: .*/t.csv: mode 'autoorder': tpu_cost_mean is -2; expected non-negative numbers of at most 1e\+09"),
+          r"repro: error: .*/t.csv: mode 'autoorder': tpu_cost \[-2.0, -2.0, -2.0\] \(mean, interval\); expected non-negative "
+          r"dollars, at most 1e\+09$"),
     Fault("comparison-table-cost-table-an-infinite-cost", _comparison_table(
         lambda: _spread_table(("cachew", "inf"), ("autoorder", 1))),
-          r"repro: error: .*/t.csv: mode 'cachew': tpu_cost_mean is inf; expected non-negative numbers of at most 1e\+09"),
+          r"repro: error: .*/t.csv: mode 'cachew': tpu_cost \[inf, inf, inf\] \(mean, interval\); expected non-negative "
+          r"dollars, at most 1e\+09$"),
     Fault("comparison-table-cost-table-no-repeats", _comparison_table(
         lambda: _spread_table(("cachew", 1), ("autoorder", 1)).replace(",3,", ",0,")),
-          r"repro: error: .*/t.csv: mode 'cachew': repeats is 0; expected non-negative numbers of at most 1e\+09 and at least one"),
+          r"repro: error: .*/t.csv: mode 'cachew': repeats is '0'; expected a whole number from 1 to 10000 \(the runs behind "
+          r"the mean\)$"),
 ]
 
 

@@ -11,6 +11,7 @@ from repro.errors import ReproError
 from repro.fsutil import atomic_path, first_repeated, open_regular, read_at_most, read_csv
 from repro.pecan.comparisons import STYLE
 from repro.pecan.costs import MAX_DOLLARS
+from repro.pecan.costtable import check_total, repeat_counts, spread_of
 
 matplotlib.use("Agg")  # before pyplot is imported: no display is needed or wanted
 # every text drawn as given: a title, label or caption from a flag or a file (a model name, a CPU
@@ -65,29 +66,6 @@ def _reference_total(value):
     return sum(value) if isinstance(value, list) else value
 
 
-def _spread(row, column, path):
-    names = [f"{column}_{s}" for s in ("mean", "ci_low", "ci_high")]
-    if any(row.get(name) is None for name in names):
-        raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)")
-    values = []
-    for name in names:
-        try:
-            values.append(float(row[name]))
-        except ValueError:
-            raise ReproError(f"{path}: mode {row.get('mode')!r}: {name} is {row[name][:40]!r}; expected a number of "
-                             "dollars") from None
-    if not all(math.isfinite(v) and 0 <= v <= MAX_DOLLARS for v in values):
-        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} {values} (mean, interval); expected "
-                         f"non-negative dollars, at most {MAX_DOLLARS:g}")
-    if values[1] > values[2]:
-        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} interval [{values[1]:g}, {values[2]:g}]; expected "
-                         "ci_low at most ci_high")
-    if not values[1] - ROUNDING <= values[0] <= values[2] + ROUNDING:  # a t-interval is centred on its mean
-        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} mean {values[0]:g} outside its interval "
-                         f"[{values[1]:g}, {values[2]:g}]; expected the mean inside its 95% t-interval")
-    return values
-
-
 # the artifact's columns of a row (its first repeat's run, beside the spread drawn): what a run gives
 RUN_NUMBERS = {"tpu_cost": ("dollars", MAX_DOLLARS), "worker_cost": ("dollars", MAX_DOLLARS),
                "epoch_time": ("seconds", 1e12), "batches_sec": ("batches per second", 1e12),
@@ -112,35 +90,6 @@ def _check_run_columns(row, path):
                              f"most {most:g}")
 
 
-ROUNDING = 0.005  # dollars: what a table rounded to its labels' cents may be off by
-
-
-def _check_total(row, spread, path):
-    """The total's mean is the TPU's plus the workers' (a mean is linear), within rounding."""
-    tpu, worker, total = (spread[c][0] for c in ("tpu_cost", "worker_cost", "total_cost"))
-    if abs(total - (tpu + worker)) > max(ROUNDING, 1e-3 * total):
-        raise ReproError(f"{path}: mode {row.get('mode')!r}: total_cost_mean {total:g}, but tpu_cost_mean + "
-                         f"worker_cost_mean is {tpu + worker:g}; expected the total of the two")
-
-
-MAX_REPEATS = 10_000  # the config's `repeats` at most (its schema's maximum, tested to agree)
-
-
-def repeat_counts(rows, path):
-    """The sorted repeat counts of a table's rows (the caption's N): each a whole number of at least 1."""
-    counts = set()
-    for row in rows:
-        try:
-            count = float(row.get("repeats"))
-        except (TypeError, ValueError):
-            count = math.nan
-        if not (1 <= count <= MAX_REPEATS and count.is_integer()):
-            raise ReproError(f"{path}: mode {row.get('mode')!r}: repeats is {str(row.get('repeats'))[:40]!r}; expected a "
-                             f"whole number from 1 to {MAX_REPEATS} (the runs behind the mean)")
-        counts.add(int(count))
-    return sorted(counts)
-
-
 def _whisker(ax, x, value, low, high):
     ax.errorbar(x, value, yerr=_errors([value], [(low, high)]), fmt="none", ecolor="black", elinewidth=0.9,
                 capsize=3, zorder=3)
@@ -153,9 +102,9 @@ def plot_costs(table, outputs, title, caption, style, reference=None, modes=None
     rows = figure_rows(table, modes)
     plt.rcParams.update({"font.size": style["font_size"], "hatch.linewidth": 0.8})
     fig, ax = plt.subplots(figsize=(style["width_in"], style["height_in"]))
-    spreads = [{c: _spread(r, c, table) for c in ("tpu_cost", "worker_cost", "total_cost")} for r in rows]
+    spreads = [{c: spread_of(r, c, table) for c in ("tpu_cost", "worker_cost", "total_cost")} for r in rows]
     for row, spread in zip(rows, spreads):
-        _check_total(row, spread, table)
+        check_total(row, spread, table)
         _check_run_columns(row, table)
     top = max(s["total_cost"][2] for s in spreads)
     if reference and style["show_reference"]:

@@ -609,7 +609,7 @@ def _comparison_rows(path):
     """A comparison table's rows with its numbers as floats: its columns, one row per workload and
     mode, each number finite, non-negative and at most MAX_DOLLARS (a bar the figure can draw)."""
     from repro.pecan.comparisons import COLUMNS, NUMBER_COLUMNS, not_a_cost, read_rows
-    from repro.plots import repeat_counts
+    from repro.pecan.costtable import repeat_counts
 
     rows = read_rows(path, "a comparison table")
     if not rows:

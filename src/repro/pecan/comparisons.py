@@ -14,8 +14,7 @@ import math
 
 from repro.errors import ReproError
 from repro.fsutil import read_csv
-from repro.pecan.costs import MAX_DOLLARS
-from repro.pecan.costtable import check_table_runs, named_preset
+from repro.pecan.costtable import check_table_runs, check_total, named_preset, repeat_counts, spread_of
 from repro.stats import verdict
 
 LABEL_ROUNDING = 0.005  # fig8.py labels cents: a labelled value stands for any within half a cent
@@ -36,6 +35,7 @@ STYLE = {
     "autoorder": ("#9467bd", "#c9b0ed", "Pecan AutoOrder"),
 }
 QUANTITIES = ["tpu_cost", "worker_cost", "total_cost", "remote_workers", "local_workers", "epoch_time"]
+UNITS = {"remote_workers": "workers", "local_workers": "workers", "epoch_time": "seconds"}  # the others: dollars
 NUMBER_COLUMNS = ["repeats"] + [f"{q}_{s}" for q in QUANTITIES for s in ("mean", "ci_low", "ci_high")]
 COLUMNS = ["workload", "preset", "mode", *NUMBER_COLUMNS]  # preset: the calibration preset of the runs
 VERDICT_COLUMNS = ["figure", "workload", "mode", "quantity", "paper", "reference_rounding", "mean", "ci_low", "ci_high",
@@ -94,16 +94,11 @@ def comparison_rows(option, workloads, tables):
             if mode not in by_mode:
                 raise ReproError(f"{table}: no row for mode {mode!r} (workload {workload!r}); expected modes {modes}")
             row = by_mode[mode]
-            try:
-                numbers = {f"{q}_{s}": float(row[f"{q}_{s}"]) for q in QUANTITIES for s in ("mean", "ci_low", "ci_high")}
-                repeats = int(row["repeats"])
-            except (KeyError, TypeError, ValueError):
-                raise ReproError(f"{table}: no mean and interval per column (a table written before repeats; rerun costs)") from None
-            bad = not_a_cost(numbers, MAX_DOLLARS)  # as the comparison figure refuses it, named here
-            if bad or repeats < 1:
-                what = f"{bad} is {row[bad]}" if bad else f"repeats is {repeats}"
-                raise ReproError(f"{table}: mode {mode!r}: {what}; expected non-negative numbers of at most {MAX_DOLLARS:g} "
-                                 "and at least one repeat")
+            # checked as the cost figure checks its rows: what the comparison draws is what that draws
+            spread = {q: spread_of(row, q, table, UNITS.get(q, "dollars")) for q in QUANTITIES}
+            check_total(row, spread, table)
+            [repeats] = repeat_counts([row], table)
+            numbers = {f"{q}_{s}": value for q in QUANTITIES for s, value in zip(("mean", "ci_low", "ci_high"), spread[q])}
             rows.append({"workload": workload, "preset": row["preset"], "mode": mode, "repeats": repeats, **numbers})
     return rows
 

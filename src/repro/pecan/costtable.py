@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from repro.errors import ReproError
 from repro.fsutil import atomic_path, first_repeated, read_json
-from repro.pecan.costs import COLUMNS, cost_row
+from repro.pecan.costs import COLUMNS, MAX_DOLLARS, cost_row
 from repro.pecan.logs import parse_log
 from repro.pecan.presets import PRESETS
 from repro.stats import mean_interval
@@ -189,3 +189,58 @@ def write_table(rows, output, columns=COLUMNS, header=True):
         return
     with atomic_path(output) as tmp, open(tmp, "w", newline="") as fh:
         emit(fh)
+
+
+ROUNDING = 0.005  # dollars: what a table rounded to its labels' cents may be off by
+
+
+def spread_of(row, column, path, unit="dollars", most=MAX_DOLLARS):
+    """(mean, ci_low, ci_high) of a column of a table row: numbers of `unit` from 0 to `most`, the mean
+    inside its interval; else ReproError naming the table `path`, the mode and the column."""
+    names = [f"{column}_{s}" for s in ("mean", "ci_low", "ci_high")]
+    if any(row.get(name) is None for name in names):
+        raise ReproError(f"{path}: no mean and interval for {column!r} (a table written before repeats; rerun costs)")
+    values = []
+    for name in names:
+        try:
+            values.append(float(row[name]))
+        except ValueError:
+            raise ReproError(f"{path}: mode {row.get('mode')!r}: {name} is {row[name][:40]!r}; expected a number of "
+                             f"{unit}") from None
+    if not all(math.isfinite(v) and 0 <= v <= most for v in values):
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} {values} (mean, interval); expected "
+                         f"non-negative {unit}, at most {most:g}")
+    if values[1] > values[2]:
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} interval [{values[1]:g}, {values[2]:g}]; expected "
+                         "ci_low at most ci_high")
+    if not values[1] - ROUNDING <= values[0] <= values[2] + ROUNDING:  # a t-interval is centred on its mean
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: {column} mean {values[0]:g} outside its interval "
+                         f"[{values[1]:g}, {values[2]:g}]; expected the mean inside its 95% t-interval")
+    return values
+
+
+
+def check_total(row, spread, path):
+    """The total's mean is the TPU's plus the workers' (a mean is linear), within rounding."""
+    tpu, worker, total = (spread[c][0] for c in ("tpu_cost", "worker_cost", "total_cost"))
+    if abs(total - (tpu + worker)) > max(ROUNDING, 1e-3 * total):
+        raise ReproError(f"{path}: mode {row.get('mode')!r}: total_cost_mean {total:g}, but tpu_cost_mean + "
+                         f"worker_cost_mean is {tpu + worker:g}; expected the total of the two")
+
+
+MAX_REPEATS = 10_000  # the config's `repeats` at most (its schema's maximum, tested to agree)
+
+
+def repeat_counts(rows, path):
+    """The sorted repeat counts of a table's rows (the caption's N): each a whole number of at least 1."""
+    counts = set()
+    for row in rows:
+        try:
+            count = float(row.get("repeats"))
+        except (TypeError, ValueError):
+            count = math.nan
+        if not (1 <= count <= MAX_REPEATS and count.is_integer()):
+            raise ReproError(f"{path}: mode {row.get('mode')!r}: repeats is {str(row.get('repeats'))[:40]!r}; expected a "
+                             f"whole number from 1 to {MAX_REPEATS} (the runs behind the mean)")
+        counts.add(int(count))
+    return sorted(counts)
