@@ -82,10 +82,9 @@ def test_calibration_faults(fault, tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.service
-def test_make_clean_stops_the_model_store_when_results_cluster_is_gone(tmp_path, monkeypatch):
-    """`rm -rf results/*`, then `make clean`: it stopped what each results/cluster/*/ named, found none,
-    exit 0, and the store (and its watchdog) ran on, its models' directory deleted."""
-    from repro.processes import matches
+def store_in_a_clone(tmp_path, monkeypatch):
+    """A model store started as the workflow starts it, in tmp_path made a clone's directory (its
+    Makefile, results/, plots/, the cwd); returns the store's record."""
     from repro.trims import service
 
     shutil.copy(REPO / "Makefile", tmp_path)
@@ -95,7 +94,16 @@ def test_make_clean_stops_the_model_store_when_results_cluster_is_gone(tmp_path,
     settings = {"base_path": "results/trims/models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
     assert main(["trims", "store", "start", "--settings", json.dumps(settings), "--state",
                  "results/cluster/local/trims-store.json"]) == 0
-    record = json.loads(service._record_path(tmp_path).read_text())
+    return json.loads(service._record_path(tmp_path).read_text())
+
+
+def test_make_clean_stops_the_model_store_when_results_cluster_is_gone(tmp_path, monkeypatch):
+    """`rm -rf results/*`, then `make clean`: it stopped what each results/cluster/*/ named, found none,
+    exit 0, and the store (and its watchdog) ran on, its models' directory deleted."""
+    from repro.processes import matches
+    from repro.trims import service
+
+    record = store_in_a_clone(tmp_path, monkeypatch)
     try:
         shutil.rmtree(tmp_path / "results" / "cluster")
         proc = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=path_env())

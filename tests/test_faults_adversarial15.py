@@ -50,23 +50,14 @@ def test_make_clean_under_another_runtime_directory_stops_the_model_store(tmp_pa
     """`make clean` from a shell with another XDG_RUNTIME_DIR (sudo, ssh, cron) than the store's start
     said "no model store of this directory was running", deleted results/ and left the store and its
     watchdog running: it looked for the store's record in its own runtime directory only."""
-    import shutil
-
-    from repro.cli import main
     from repro.processes import matches
     from repro.trims import service
-    from support import REPO, path_env
+    from support import path_env
+    from test_faults_adversarial14 import store_in_a_clone
 
-    shutil.copy(REPO / "Makefile", tmp_path)
-    (tmp_path / "plots").mkdir()
-    (tmp_path / "results" / "trims" / "models").mkdir(parents=True)
     other = tmp_path / "other-runtime"
     other.mkdir(mode=0o700)
-    monkeypatch.chdir(tmp_path)
-    settings = {"base_path": "results/trims/models", "server": {"eviction": "lru", "memory_mb": 50, "device": "cpu"}}
-    assert main(["trims", "store", "start", "--settings", json.dumps(settings), "--state",
-                 "results/cluster/local/trims-store.json"]) == 0
-    record = json.loads(service._record_path(tmp_path).read_text())
+    record = store_in_a_clone(tmp_path, monkeypatch)
     try:
         proc = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                               env=path_env(XDG_RUNTIME_DIR=str(other)))
