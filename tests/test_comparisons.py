@@ -374,6 +374,12 @@ def _edited(path, edit):
                                                                   "total of the two"),
     (lambda rows: [{**r, "repeats": "1e30"} for r in rows], "mode 'cachew': repeats is '1e30'; expected a whole number "
                                                            "from 1 to 10000 (the runs behind the mean)"),
+    # the columns that are no cost are named in their own unit
+    (lambda rows: [{**r, "epoch_time_mean": "x"} for r in rows], "mode 'cachew': epoch_time_mean is 'x'; expected a "
+                                                                 "number of seconds"),
+    (lambda rows: [{**r, "local_workers_ci_high": "-1"} for r in rows], "mode 'cachew': local_workers [0.0, 0.0, -1.0] "
+                                                                        "(mean, interval); expected non-negative workers, "
+                                                                        "at most 1e+09"),
     (lambda rows: [{**r, "workload": "SimCLR"} for r in rows], "row 1 holds runs of 'SimCLR', not of 'ResNet50_v2-8'; "
                                                                "expected ResNet50_v2-8's cost table"),
 ])
