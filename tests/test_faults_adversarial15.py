@@ -133,3 +133,23 @@ def test_a_damaged_image_of_the_engines_data_set_is_named_before_tensorflow_read
         assert str(raised.value) == (f"{damaged}: not the image {directory / 'manifest.json'} lists (its checksum "
                                      f"differs: damaged or replaced since); remove {directory} to write the data set "
                                      "anew")
+
+
+def test_tfdata_start_refuses_more_threads_per_worker_than_cpus(tf, tmp_path, monkeypatch, capsys):
+    """`tfdata start --threads 64 --workers 1` on a 2-CPU machine started a worker of 64 threads pinned
+    "modulo" the CPUs: the memory was checked, the CPUs were not."""
+    import os
+
+    from repro.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        code = main(["pecan", "tfdata", "start", "--state-dir", "s", "--workers", "1", "--threads", str(cpus + 1)])
+    finally:  # what a start that was not refused started is stopped
+        if (tmp_path / "s").exists():
+            main(["pecan", "tfdata", "stop", "--state-dir", "s"])
+    assert code == 1
+    assert capsys.readouterr().err == (f"repro: error: --threads {cpus + 1}: more than the {cpus} CPU(s) this machine "
+                                       "lets a worker run on (os.sched_getaffinity); expected at most that many\n")
+    assert not (tmp_path / "s").exists()  # nothing started, nothing made

@@ -167,7 +167,7 @@ def _sweep(args):
 
 
 def _start(args):
-    from repro.pecan.tfdata import check_worker_memory, require_tensorflow
+    from repro.pecan.tfdata import check_worker_memory, cpus_available, require_tensorflow
     from repro.pecan.tfdata.service import Service, print_checks
 
     _check_flags(args, ("workers", "threads"))
@@ -179,8 +179,11 @@ def _start(args):
 
         ssh_workers = read_json(args.worker_hosts, "the worker hosts as JSON", f"--worker-hosts {args.worker_hosts}")
         check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
-    else:  # the workers run here
+    else:  # the workers run here, each pinned to its own CPUs (more threads than CPUs would share them)
         check_worker_memory(args.workers, f"--workers {args.workers}")
+        if args.threads > cpus_available():
+            raise ReproError(f"--threads {args.threads}: more than the {cpus_available()} CPU(s) this machine lets a "
+                             "worker run on (os.sched_getaffinity); expected at most that many")
 
     def top_up(service, started_dispatcher):
         service.prune()  # a start again on a running service tops its workers up, not adds as many again
