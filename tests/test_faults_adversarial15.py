@@ -153,3 +153,27 @@ def test_tfdata_start_refuses_more_threads_per_worker_than_cpus(tf, tmp_path, mo
     assert capsys.readouterr().err == (f"repro: error: --threads {cpus + 1}: more than the {cpus} CPU(s) this machine "
                                        "lets a worker run on (os.sched_getaffinity); expected at most that many\n")
     assert not (tmp_path / "s").exists()  # nothing started, nothing made
+
+
+def test_a_run_on_a_copied_service_state_names_whose_dispatcher_it_is(tf, tmp_path, pecan_config, data):
+    """`tfdata run --service-dir D`, D/state.json copied from a directory whose dispatcher runs, said
+    "no dispatcher running": it runs, for the other directory, as `tfdata status` says."""
+    import shutil
+
+    from repro.errors import ReproError
+    from repro.pecan.tfdata.engine import run
+    from repro.pecan.tfdata.service import Service
+    from test_tfdata_service import engine_spec
+
+    other = Service.start(tmp_path / "other")
+    pid = other.state["dispatcher"]["pid"]
+    try:
+        (tmp_path / "copy").mkdir()
+        shutil.copy(tmp_path / "other" / "state.json", tmp_path / "copy" / "state.json")
+        with pytest.raises(ReproError) as raised:
+            run(engine_spec(pecan_config, "cachew"), tmp_path / "run", data, service_dir=tmp_path / "copy")
+    finally:
+        other.stop()
+    assert str(raised.value) == (f"{tmp_path / 'copy' / 'state.json'}: [FAILED] dispatcher (pid {pid}) runs, but was "
+                                 "not started for this state directory; no run started (repro pecan tfdata start)")
+    assert not (tmp_path / "run" / "run.log").exists()

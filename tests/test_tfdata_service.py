@@ -204,7 +204,7 @@ def test_a_dispatcher_port_in_use_is_a_clear_error(tf, tmp_path):
 def test_a_run_against_a_stopped_dispatcher_does_not_start(tf, tmp_path, pecan_config, data):
     from repro.pecan.tfdata.engine import run
 
-    with pytest.raises(ReproError, match=r"\[FAILED\] no dispatcher running; no run started"):
+    with pytest.raises(ReproError, match=r"\[FAILED\] no tf.data service recorded in .*state.json; no run started"):
         run(engine_spec(pecan_config, "cachew"), tmp_path / "run", data, service_dir=tmp_path / "no-service")
     assert not (tmp_path / "run" / "run.log").exists()
 
