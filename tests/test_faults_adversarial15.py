@@ -177,3 +177,19 @@ def test_a_run_on_a_copied_service_state_names_whose_dispatcher_it_is(tf, tmp_pa
     assert str(raised.value) == (f"{tmp_path / 'copy' / 'state.json'}: [FAILED] dispatcher (pid {pid}) runs, but was "
                                  "not started for this state directory; no run started (repro pecan tfdata start)")
     assert not (tmp_path / "run" / "run.log").exists()
+
+
+@pytest.mark.parametrize("store, said", [
+    ("results/runs", "'results/runs' lies in results/runs, which the workflow's rules write"),
+    ("results", "'results' keeps the store's traces in results/traces, where the workflow downloads them"),
+])
+def test_cluster_start_by_hand_refuses_a_trace_store_the_config_check_refuses(tmp_path, monkeypatch, capsys, store, said):
+    """`cluster start --settings` took a trace_store that `config check` refuses: the workflow's own
+    directories, where its rules write or its downloads go."""
+    from repro.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    settings = json.dumps({"backend": "local", "trace_store": store})
+    assert main(["cluster", "start", "--settings", settings, "--state", "s.json"]) == 1
+    assert capsys.readouterr().err.startswith(f"repro: error: --settings: trace_store: {said}")
+    assert not (tmp_path / "s.json").exists()

@@ -245,12 +245,14 @@ def _state_keys(path):
 @settings_keys()
 def _cluster_start(args):
     from repro.backends import get_backend, start_cluster
-    from repro.config import check_settings, load_config
+    from repro.config import check_settings, check_trace_store, load_config
     from repro.rulesettings import cluster_settings
 
     if args.settings is not None:
         settings = check_settings(args.settings, places={"engine": ("pecan", "engine")})
         _check_backend_section(settings, "--settings")
+        if isinstance(settings.get("trace_store"), str):  # where it may lie, as the config check says
+            check_trace_store(settings["trace_store"], "--settings")
     else:
         settings = cluster_settings(load_config(args.config))
     state = start_cluster(settings, args.state)

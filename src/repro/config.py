@@ -317,7 +317,7 @@ RULE_DIRECTORIES = ("benchmarks", "calibration", "cluster", "cost_estimate", "lo
                     "reproducibility", "runs", "summary", "sweep", "tables", "trims", "validation")
 
 
-def _check_trace_store(store, source):
+def check_trace_store(store, source):
     """ReproError where a local trace store (relative to the workflow directory) keeps its traces
     where the workflow downloads them, or lies in a directory the rules write."""
     if store.startswith("gs://"):
@@ -436,7 +436,7 @@ def _check_fixed_deployment(name, mode, source):
 def check_references(config, source="config"):
     """Cross-key checks a JSON schema cannot express: names that must exist elsewhere in the config."""
     _check_directories(config, source)
-    _check_trace_store(config["trace_store"], source)
+    check_trace_store(config["trace_store"], source)
     pecan = config["pecan"]
     for name, exp in pecan["experiments"].items():
         where = f"{source}: pecan.experiments.{name}"
