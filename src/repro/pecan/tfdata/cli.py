@@ -181,9 +181,10 @@ def _start(args):
         check_worker_hosts(f"--worker-hosts {args.worker_hosts}", ssh_workers)
     else:  # the workers run here, each pinned to its own CPUs (more threads than CPUs would share them)
         check_worker_memory(args.workers, f"--workers {args.workers}")
-        if args.threads > cpus_available():
-            raise ReproError(f"--threads {args.threads}: more than the {cpus_available()} CPU(s) this machine lets a "
-                             "worker run on (os.sched_getaffinity); expected at most that many")
+        cpus = cpus_available()
+        if args.threads > cpus:
+            raise ReproError(f"--threads {args.threads}: more than the {cpus} CPU(s) this machine lets a worker run on "
+                             "(os.sched_getaffinity); expected at most that many")
 
     def top_up(service, started_dispatcher):
         service.prune()  # a start again on a running service tops its workers up, not adds as many again
