@@ -171,6 +171,38 @@ def test_a_workers_cost_measured_serving_the_pipeline_is_what_the_model_gives_it
     assert "the probe's worker serving the run's pipeline: 50.00 ms" in caption_text(list(rows.values()), [metrics])
 
 
+def test_the_caption_says_what_the_machine_lets_the_modes_reach(tmp_path, capsys):
+    """The demand is 100 examples/s, collocated's one CPU at 25 ms per element delivers 40 (40%).
+    On 2 CPUs a worker serving at 50 ms and the client receiving at 10 ms deliver at most
+    2 / 60 ms = 33.3 (33%): no mode can beat collocated, and the regime does not fit. On 16 CPUs at
+    30 ms, 3 + 2 workers deliver 166.7 (167%), 4.17x collocated, and it does."""
+    from repro.pecan.validation import limits_text, machine_limits
+
+    small = _engine_metrics(windows=[(ONE, ONE, 1.0)], receive=1e-5, served=0.05)
+    limits = machine_limits([small], CALIBRATION, 32)
+    assert limits["collocated"] == [0.4, 0.4]
+    assert limits["largest"] == [pytest.approx(1 / 3)] * 2
+    text = limits_text(limits)
+    assert "On these 2 CPUs the engine-fed model lets collocated deliver 40% of the accelerator's demand and the " \
+           "largest deployment 33% (the pipeline 25.00 ms CPU per element in-process, a worker serving it 50.00 ms, " \
+           "the client receiving it 10.00 ms): no mode delivers more than 0.83x collocated's throughput" in text
+    assert "falls short of the bound while collocated is input-bound" in text
+    large = _engine_metrics("pecan", windows=[(ONE, ONE, 1.0)], cpus=16, served=0.03)
+    limits = machine_limits([large], CALIBRATION, 32)
+    assert limits["largest"] == [pytest.approx(5 / 3)] * 2
+    text = limits_text(limits)
+    assert "the largest deployment 167%" in text and "more than 4.17x collocated's" in text
+    assert "falls short" not in text
+    # collocated alone probes no worker; workers on other hosts are not this machine's
+    collocated = _engine_metrics("collocated", windows=[([], [], 1.0)])
+    del collocated["transfer_cost"]
+    assert machine_limits([collocated, _engine_metrics(worker_hosts=["w1"], served=0.05)], CALIBRATION, 32) is None
+    assert limits_text(None) == ""
+    # `repro pecan validation` prints it and captions the figure with it
+    result, _ = _validate(tmp_path, [small], capsys)
+    assert "falls short of the bound while collocated is input-bound" in result.stdout
+
+
 def test_validation_of_a_run_without_its_transfer_probe_asks_for_a_rerun():
     from repro.pecan.validation import validation_rows
 

@@ -642,7 +642,7 @@ def _validation(args):
     from repro.fsutil import file_identity, read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.calibration_files import load_calibrations
-    from repro.pecan.validation import COLUMNS, caption_text, validation_rows, verdict
+    from repro.pecan.validation import COLUMNS, caption_text, machine_limits, validation_rows, verdict
     from repro.plots import plot_validation
 
     if not args.experiment:  # no run's spec names it: every run would be refused as another experiment's
@@ -675,7 +675,7 @@ def _validation(args):
             raise ReproError(f"--metrics {path}: not a tf.data engine run's metrics.json ({type(exc).__name__}: "
                              f"{exc})") from None
     try:  # the caption reads every run's measured inputs
-        text = caption_text(rows, runs)
+        text = caption_text(rows, runs, limits=machine_limits(runs, calibrations, args.network_gbps))
     except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
         raise ReproError(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json "
                          f"({type(exc).__name__}: {exc})") from None

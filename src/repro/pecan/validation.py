@@ -275,6 +275,56 @@ def verdict(rows, tolerance=0.15):
     return True, f"validated: {within} of {len(below)} deployments below the bound within ±{tolerance:.0%}"
 
 
+def machine_limits(runs, calibrations, network_gbps):
+    """What this machine lets an experiment's deployments deliver, in the engine-fed model of each
+    run that probed a worker here (its whole CPUs, no other work): {collocated, largest: share of
+    the accelerator's demand; ratio: largest / collocated}, each a [low, high] over those runs, and
+    the measured costs behind them. The scale rule (repro.pecan.tfdata.spec.derive_scale) prices a
+    worker at the pipeline's in-process cost; a worker serving it costs more, so on few CPUs the
+    largest deployment may fall short of the bound while collocated is input-bound. None where no
+    run probed a worker on this machine (collocated alone, or workers on other hosts)."""
+    found = {"collocated": [], "largest": [], "ratio": [], "cost_ms": [], "served_ms": [], "receive_ms": [],
+             "cpus": set()}
+    for metrics in runs:
+        if metrics.get("worker_hosts") or not (metrics.get("transfer_cost") or {}).get("served_s_per_element"):
+            continue
+        job = engine_job(metrics, calibrations[metrics["spec"]["pipeline"]], network_gbps)
+        demand = job.accelerator_batches_per_s * job.batch_size
+        collocated = capacity(dataclasses.replace(job, placement="collocated"), 0, 0)
+        largest = capacity(job, job.max_remote_workers, job.max_local_workers)
+        for key, value in (("collocated", collocated / demand), ("largest", largest / demand),
+                           ("ratio", largest / collocated), ("cost_ms", 1e3 * job.cost_per_element),
+                           ("served_ms", 1e3 * job.served_s_per_element),
+                           ("receive_ms", 1e3 * job.receive_s_per_byte * job.bytes_per_element)):
+            found[key].append(value)
+        found["cpus"].add(metrics["cpus"])
+    if not found["ratio"]:
+        return None
+    return {key: sorted(values) if key == "cpus" else [min(values), max(values)] for key, values in found.items()}
+
+
+def limits_text(limits):
+    """The caption's sentence of machine_limits: the shares, the most any mode can gain on
+    collocated, and whether the paper's regime fits this machine."""
+    if limits is None:
+        return ""
+    def share(pair):
+        return f"{pair[0]:.0%}" if f"{pair[0]:.0%}" == f"{pair[1]:.0%}" else f"{pair[0]:.0%}-{pair[1]:.0%}"
+
+    low, high = limits["ratio"]
+    ratio = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x-{high:.2f}x"
+    text = (f" On these {'/'.join(map(str, limits['cpus']))} CPUs the engine-fed model lets collocated deliver "
+            f"{share(limits['collocated'])} of the accelerator's demand and the largest deployment "
+            f"{share(limits['largest'])} (the pipeline {_span(limits['cost_ms'])} ms CPU per element in-process, a "
+            f"worker serving it {_span(limits['served_ms'])} ms, the client receiving it {_span(limits['receive_ms'])} "
+            f"ms): no mode delivers more than {ratio} collocated's throughput, so collocated costs at most that "
+            "multiple of any mode's accelerator time.")
+    if limits["largest"][0] < 1:
+        text += (" The largest deployment falls short of the bound while collocated is input-bound: with workers "
+                 "this dear, the paper's regime needs more CPUs than this machine has.")
+    return text
+
+
 def _close(engine, model):
     (er, el), (mr, ml) = (map(int, c.split("+")) for c in (engine, model))
     return abs(er + el - mr - ml) <= 1
@@ -290,9 +340,10 @@ def measured_inputs(runs):
     return costs, sorted({m["cpus"] for m in runs if "cpus" in m})
 
 
-def caption_text(rows, runs, tolerance=0.15):
-    """The figure's caption: the scale, each model column's inputs and agreement, and what neither
-    model describes (why they can differ)."""
+def caption_text(rows, runs, tolerance=0.15, limits=None):
+    """The figure's caption: the scale, each model column's inputs and agreement, what neither
+    model describes (why they can differ) and what the machine lets the modes reach (`limits`,
+    machine_limits)."""
     spec = runs[0]["spec"]
     costs, cpus = measured_inputs(runs)
     measured = ", ".join(f"{order} {min(v):.2f}-{max(v):.2f}" if len(v) > 1 else f"{order} {v[0]:.2f}"
@@ -314,7 +365,7 @@ def caption_text(rows, runs, tolerance=0.15):
             f"Model fed the engine's own TF pipeline measured by each run in-process on one CPU ({measured} ms CPU "
             f"per element), the {'/'.join(map(str, cpus))} CPUs the client, dispatcher and workers share, and the "
             f"share of its CPU each worker measured ({share}): "
-            f"{summary(rows, tolerance, 'model_tf')}. {_transfer_text(runs, mb)}")
+            f"{summary(rows, tolerance, 'model_tf')}. {_transfer_text(runs, mb)}.{limits_text(limits)}")
 
 
 def _transfer_text(runs, mb):
