@@ -44,7 +44,7 @@ from repro.rulesettings import (
     trims_models,
     trims_store_settings,
 )
-from repro.snakemake_adapter import is_main_process
+from repro.snakemake_adapter import forget_incomplete, is_main_process
 from repro.trims.figures import FIGURES as TRIMS_FIGURES
 from repro.wildcards import one_of
 
@@ -68,6 +68,9 @@ EXPERIMENT_CALIBRATIONS = {
 }
 STATE = f"results/cluster/{BACKEND}/state.json"
 TRIMS_STORE = f"results/cluster/{BACKEND}/trims-store.json"
+# written whole (temp, then rename): an interrupted start leaves the old file or the new one,
+# and Snakemake's mark of it as incomplete would plan its start alone (repro.snakemake_adapter)
+forget_incomplete(workflow, [STATE, TRIMS_STORE])
 TRIMS_STORE_SETTINGS = trims_store_settings(config)
 TRIMS_MODELS = trims_models(config)
 ASSETS_IN_GCS = config["trims"]["asset_store"].startswith("gs://")

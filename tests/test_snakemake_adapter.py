@@ -72,6 +72,30 @@ def test_is_main_process_tells_the_invocation_from_its_jobs(tmp_path, mode, expe
     assert f"MAIN {expected}" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.workflow
+def test_forget_incomplete_drops_the_mark_an_interrupted_job_leaves(tmp_path):
+    """A Snakemake killed while its job wrote state.json leaves the file marked incomplete, and
+    refuses to go on without --rerun-incomplete; with the mark forgotten, the file is taken as it is."""
+    (tmp_path / "Snakefile").write_text(
+        "from repro.snakemake_adapter import forget_incomplete\n\n"
+        "if config.get('forget'):\n"
+        "    forget_incomplete(workflow, ['state.json'])\n\n"
+        "rule a:\n"
+        "    output: 'state.json'\n"
+        "    shell: 'echo {{}} > {output}; kill -KILL $PPID'\n")  # its Snakemake, killed mid-job
+    killed = snakemake(tmp_path)
+    assert killed.returncode == -9 and (tmp_path / "state.json").exists(), killed.stderr
+    marked = snakemake(tmp_path, "-n")
+    said = marked.stdout + marked.stderr
+    assert marked.returncode != 0 and "Incomplete files:\nstate.json" in said, (
+        "Snakemake no longer marks an interrupted job's output incomplete:\n" + said)
+    forgotten = snakemake(tmp_path, "-n", "--config", "forget=1")
+    assert forgotten.returncode == 0, (
+        "forget_incomplete no longer finds the mark where Snakemake keeps it:\n" + forgotten.stderr)
+    assert "Nothing to be done" in forgotten.stdout + forgotten.stderr
+    assert not (tmp_path / ".snakemake" / "incomplete").exists() or not any((tmp_path / ".snakemake" / "incomplete").iterdir())
+
+
 def test_freeze_startup_objects_moves_them_out_of_the_collectors_walk():
     before = gc.get_freeze_count()
     kept = [[] for _ in range(1000)]

@@ -1,5 +1,6 @@
 """End-to-end tests of the Snakemake workflow on a tiny config: dry-run, a real run, partial reruns."""
 
+import base64
 import importlib.util
 import json
 import os
@@ -166,6 +167,21 @@ def test_deleting_a_run_recomputes_that_run_and_downstream_and_a_failed_status_c
     snakemake(built, *configfiles(built))
     assert (built / "results" / "runs" / "Getting_started" / "short" / "metrics.json").exists()
     assert planned_jobs(built, *configfiles(built)) == []
+
+
+def test_after_cluster_start_was_interrupted_the_target_is_planned_and_built(built):
+    """An invocation killed while cluster_start wrote the state leaves Snakemake's mark of it as
+    incomplete (.snakemake/incomplete/<path in URL-safe base64>, as
+    test_forget_incomplete_drops_the_mark_an_interrupted_job_leaves finds it). The state is written
+    whole, so the next invocation takes it as it is and builds its target; with the mark, it
+    planned the start alone and exited 0 without the target."""
+    (built / "plots" / "Getting_started.pdf").unlink()
+    state = "results/cluster/local/state.json"
+    (built / ".snakemake" / "incomplete" / base64.urlsafe_b64encode(state.encode()).decode()).touch()
+    target = ["plots/Getting_started.pdf", *configfiles(built)]
+    assert planned_jobs(built, *target) == ["plot[Getting_started]"]
+    snakemake(built, *target)
+    assert (built / "plots" / "Getting_started.pdf").stat().st_size > 1000
 
 
 def test_deleting_a_trims_run_redoes_that_run_and_downstream_only(built):

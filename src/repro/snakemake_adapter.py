@@ -11,6 +11,8 @@ rather than silently:
     the jobs it spawns;
   - `freeze_startup_objects`: gc.freeze() once Snakemake and the package are imported, so the cyclic
     collector stops walking what lives for the whole run.
+  - `forget_incomplete`: a file's "incomplete" mark, which the default (file) persistence keeps as
+    .snakemake/incomplete/<the path, URL-safe base64>, dropped for files written whole.
 Standard library only (and Snakemake's own helper, already imported when a Snakefile is read).
 REPRO_SNAKEMAKE_TRICKS names the speed tricks on: `signatures,freeze` (the default), one of them,
 or `off`; benchmarks/workflow.py measures what each saves.
@@ -19,6 +21,8 @@ or `off`; benchmarks/workflow.py measures what each saves.
 import gc
 import inspect
 import os
+from base64 import urlsafe_b64encode
+from pathlib import Path
 
 try:
     from snakemake.common import overwrite_function_params
@@ -55,3 +59,18 @@ def freeze_startup_objects():
     garbage collector stops walking it at every full collection."""
     if "freeze" in TRICKS:
         gc.freeze()
+
+
+def forget_incomplete(workflow, paths, root=".snakemake"):
+    """Drop Snakemake's marks of `paths` as incomplete, left by an invocation interrupted while it
+    wrote one. Only for files written whole (to a temporary path, then renamed): the file there is
+    either the old one or the new one, and the status checks after it tell whether what it records
+    runs. Snakemake 9 would rerun the job that writes it, and, where every later job takes the file
+    as ancient(), plan that job alone and exit 0 without the target (DAG.update_needrun skips the
+    jobs after a job that must run, then does not reach them through an ancient input). In the
+    invocation a user started only: a job spawned meanwhile must not drop the mark of a file its
+    invocation is writing."""
+    if not is_main_process(workflow):
+        return
+    for path in paths:
+        Path(root, "incomplete", urlsafe_b64encode(str(path).encode()).decode()).unlink(missing_ok=True)
