@@ -187,12 +187,13 @@ def test_the_caption_says_what_the_machine_lets_the_modes_reach(tmp_path, capsys
            "largest deployment 33% (the pipeline 25.00 ms CPU per element in-process, a worker serving it 50.00 ms, " \
            "the client receiving it 10.00 ms): no mode delivers more than 0.83x collocated's throughput" in text
     assert "falls short of the bound while collocated is input-bound" in text
+    assert "every mode with workers spends more accelerator time than collocated" in text
     large = _engine_metrics("pecan", windows=[(ONE, ONE, 1.0)], cpus=16, served=0.03)
     limits = machine_limits([large], CALIBRATION, 32)
     assert limits["largest"] == [pytest.approx(5 / 3)] * 2
     text = limits_text(limits)
     assert "the largest deployment 167%" in text and "more than 4.17x collocated's" in text
-    assert "falls short" not in text
+    assert "falls short" not in text and "collocated costs at most that multiple" in text
     # collocated alone probes no worker; workers on other hosts are not this machine's
     collocated = _engine_metrics("collocated", windows=[([], [], 1.0)])
     del collocated["transfer_cost"]

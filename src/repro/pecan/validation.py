@@ -317,8 +317,9 @@ def limits_text(limits):
             f"{share(limits['collocated'])} of the accelerator's demand and the largest deployment "
             f"{share(limits['largest'])} (the pipeline {_span(limits['cost_ms'])} ms CPU per element in-process, a "
             f"worker serving it {_span(limits['served_ms'])} ms, the client receiving it {_span(limits['receive_ms'])} "
-            f"ms): no mode delivers more than {ratio} collocated's throughput, so collocated costs at most that "
-            "multiple of any mode's accelerator time.")
+            f"ms): no mode delivers more than {ratio} collocated's throughput, so "
+            + ("collocated costs at most that multiple of any mode's accelerator time." if high >= 1 else
+               "every mode with workers spends more accelerator time than collocated."))
     if limits["largest"][0] < 1:
         text += (" The largest deployment falls short of the bound while collocated is input-bound: with workers "
                  "this dear, the paper's regime needs more CPUs than this machine has.")
