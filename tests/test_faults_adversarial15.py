@@ -1,11 +1,13 @@
 """Fault cases found by the fifth round of adversarial passes over the whole surface."""
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
 
 import psutil
 import pytest
+from test_faults_input import Fault, _write, check_fault
 
 from support import BIN
 
@@ -193,3 +195,38 @@ def test_cluster_start_by_hand_refuses_a_trace_store_the_config_check_refuses(tm
     assert main(["cluster", "start", "--settings", settings, "--state", "s.json"]) == 1
     assert capsys.readouterr().err.startswith(f"repro: error: --settings: trace_store: {said}")
     assert not (tmp_path / "s.json").exists()
+
+
+GOOGLE_ENVIRONMENT = ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("google.cloud.storage") is None, reason="needs google-cloud-storage")
+@pytest.mark.parametrize("credentials, error", [
+    (None, r"GOOGLE_APPLICATION_CREDENTIALS .*/absent.json: not credentials Google's libraries can load \(.*"
+           r"absent.json was not found.*\); expected a service account or user credentials JSON file$"),
+    ({"type": "service_account"}, r"GOOGLE_APPLICATION_CREDENTIALS .*/key.json: not credentials Google's libraries "
+                                  r"can load \(.*\); expected a service account or user credentials JSON file$"),
+    ({"type": "authorized_user", "client_id": "x", "client_secret": "y", "refresh_token": "z"},
+     r"no Google Cloud project: the credentials name none; set GOOGLE_CLOUD_PROJECT to the project the bucket is "
+     r"billed to$"),
+], ids=["file-missing", "fields-missing", "no-project"])
+def test_credentials_google_cannot_use_are_named_with_the_variable(credentials, error, tmp_path, monkeypatch, capsys):
+    """GOOGLE_APPLICATION_CREDENTIALS naming a missing file, or a key file without a service account's
+    fields, got "no Google credentials found; set them up with ... GOOGLE_APPLICATION_CREDENTIALS" (set
+    already); user credentials without a project got google-cloud's "Project was not passed", naming
+    no store."""
+    for name in GOOGLE_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")  # not a Google Compute Engine machine: no metadata server asked
+    key = tmp_path / ("absent.json" if credentials is None else "key.json")
+    if credentials is not None:
+        key.write_text(json.dumps(credentials))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    receipt = json.dumps({"store": "gs://bkt", "objects": [{"key": "a.json", "sha256": "0" * 64}]})
+    fault = Fault(f"gcs-credentials-{key.name}",
+                  lambda ctx: ["trace", "download", _write(ctx.dir / "up.json", receipt), "-o", str(ctx.dir / "out"),
+                               "--store", "gs://bkt/p"],
+                  r"repro: error: trace store gs://bkt/p: " + error)
+    check_fault(fault, tmp_path, monkeypatch, capsys)

@@ -102,10 +102,21 @@ class GCSStore:
         self.root = url
         try:
             self.client = client or _gcs_client()
-        except DefaultCredentialsError:
+        except DefaultCredentialsError as exc:
+            named = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+            if named:  # google-auth's reason: the file is missing, or not credentials it can load
+                reason = " ".join(str(exc).split())[:300]
+                raise ReproError(f"{what} {url}: GOOGLE_APPLICATION_CREDENTIALS {named}: not credentials Google's "
+                                 f"libraries can load ({reason}); expected a service account or user credentials "
+                                 "JSON file") from None
             raise ReproError(f"{what} {url}: no Google credentials found; set them up with `gcloud auth "
                              "application-default login` or GOOGLE_APPLICATION_CREDENTIALS, or name a local "
                              "directory") from None
+        except OSError as exc:  # google-cloud's "Project was not passed and could not be determined ..."
+            if "Project was not passed" not in str(exc):
+                raise
+            raise ReproError(f"{what} {url}: no Google Cloud project: the credentials name none; set "
+                             "GOOGLE_CLOUD_PROJECT to the project the bucket is billed to") from None
         self.bucket = self.client.bucket(bucket)
         self.retry = DEFAULT_RETRY.with_delay(initial=0.2, maximum=5.0).with_timeout(retry_deadline_s)
 
@@ -199,7 +210,7 @@ def check_credentials_file(environ=os.environ):
     file its credential_source names (an external account's subject token, a certificate), is not a
     regular file of at most CREDENTIALS_LIMIT bytes, or it is not JSON. The libraries read these whole:
     they wait forever on a FIFO, fill memory from /dev/zero or a sparse file, and a deeply nested file
-    ends in a RecursionError. A missing file is left to them to name."""
+    ends in a RecursionError. A missing file is left to them (GCSStore names it with their reason)."""
     path = environ.get("GOOGLE_APPLICATION_CREDENTIALS")
     if path:
         label = f"GOOGLE_APPLICATION_CREDENTIALS {path}"
