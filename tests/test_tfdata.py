@@ -368,6 +368,49 @@ def test_a_processes_share_counts_every_thread_it_ran_over_the_time_its_pipeline
     assert Sharing.shares({"w": (7, 1, zero)}, {"w": (7, 1, None)}) == {}
 
 
+class _ShortService:
+    """A service of which one remote worker serves, whatever the deployment asks for."""
+
+    state = {"workers": []}
+
+    def serving(self):
+        return ["127.0.0.1:1"]
+
+
+class _Deployment:
+    def __init__(self):
+        self.target = (0, 0)
+
+    def apply(self, remote, local, wait=False):
+        self.target = remote, local
+
+
+@pytest.mark.parametrize("asked, ends", [((2, 0), "waits, then ends"), ((1, 0), "settles")])
+def test_a_run_waits_for_the_deployment_its_policy_asked_for_at_most_a_while(tf, pecan_config, monkeypatch, capsys,
+                                                                            asked, ends):
+    """A policy asks for 2 workers and only 1 ever serves (a worker that runs but is never given the
+    job's task): the run no longer waits to its last window (80) but ends once DEPLOYMENT_WAIT_S
+    have passed, at the deployment that served, and says so; where the deployment is the one asked
+    for, the run settles as before."""
+    import itertools
+
+    from repro.pecan.policies import FixedPlacement
+    from repro.pecan.tfdata import engine
+    from support import engine_spec
+
+    monkeypatch.setattr(engine, "DEPLOYMENT_WAIT_S", 0.3)
+    spec = engine_spec(pecan_config, "cachew", time_scale=20, decision_steps=1, max_windows=80)  # 0.1 s windows
+    windows, decisions = engine.train(spec, itertools.repeat(None), _ShortService(), FixedPlacement(*asked),
+                                      _Deployment())
+    if ends == "settles":
+        assert len(windows) == 1 + spec.settle_windows and "note" not in decisions[-1]  # the first applies it
+        return
+    assert 2 < len(windows) < 80
+    assert decisions[-1]["note"].startswith("1 + 0 workers served for 0 s after the policy asked for 2 + 0: the run "
+                                            "ends at the deployment that served")
+    assert capsys.readouterr().err.startswith("repro: ResNet50_v2-8 cachew: 1 + 0 workers served for")
+
+
 def test_validation_predicts_each_fastflow_phase_as_the_model_runs_it(tmp_path):
     """FastFlow keeps its two workers; its rows are per phase: the client's own pipeline (one CPU), the
     accelerator alone, the workers, and the decided split."""

@@ -39,6 +39,7 @@ import itertools
 import math
 import os
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -71,6 +72,11 @@ SWITCH_WARMUP_BATCHES = 4
 # background threads through its first batches, and the process's CPU time counts it: read 2 first,
 # the same pipeline measured 3.1-4.5 ms per element in one fresh process after another; 12, 3.0-3.4.
 COST_WARMUP_BATCHES, COST_BATCHES = 12, 6
+# How long a run waits at a deployment short of the one its policy asked for (a worker started
+# imports TensorFlow, then registers: seconds, more under load) before it ends at the deployment
+# that serves, saying so: a worker that runs but is never given the job's task would keep the policy
+# waiting to the run's last window.
+DEPLOYMENT_WAIT_S = 60.0
 # The transfer probe (measure_transfer_cost): batches read first (for the same reason, in the worker),
 # then at least this many, and this long
 TRANSFER_WARMUP_BATCHES, TRANSFER_BATCHES, TRANSFER_MIN_S = 12, 8, 1.0
@@ -497,6 +503,7 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
         serving = service.serving
     windows, decisions = [], []
     step, start, settled = 0, time.monotonic(), 0
+    waiting_since = None  # since when the deployment has fallen short of the policy's
     while len(windows) < spec.max_windows and settled < spec.settle_windows:
         before = serving()
         phase = policy.state if fastflow else ""
@@ -534,6 +541,8 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
             # without workers would wait forever, so the run ends at the deployment it has
             decisions[-1]["note"] = "the policy asked for no workers: not applied, the run ends"
             break
+        if target == window.counts or target != deployment.target:
+            waiting_since = None
         if fastflow and policy.state != phase:  # the client reads something else from now on
             settled = 0
             for _ in range(SWITCH_WARMUP_BATCHES):
@@ -543,6 +552,14 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
             deployment.apply(*target)
         elif target != window.counts:
             settled = 0
+            waiting_since = waiting_since or window_start
+            waited = time.monotonic() - waiting_since
+            if waited > DEPLOYMENT_WAIT_S:
+                served = "{} + {}".format(*window.counts)
+                decisions[-1]["note"] = (f"{served} workers served for {waited:.0f} s after the policy asked for "
+                                         f"{target[0]} + {target[1]}: the run ends at the deployment that served")
+                print(f"repro: {spec.experiment} {spec.mode}: {decisions[-1]['note']}", file=sys.stderr)
+                break
         elif policy.state in STOPPED:
             settled += 1
     return windows, decisions
