@@ -63,6 +63,27 @@ def test_tensorflow_is_imported_without_keras_which_stays_importable(tf):
     assert out.stdout.split() == ["False", "False", "True", "3"], out.stdout
 
 
+SERVERS = ("import sys, time; from repro.pecan.tfdata import service_servers; s = service_servers(); "
+           "d = s.DispatchServer(s.DispatcherConfig(port=0)); port = d._server.bound_port(); "
+           "w = s.WorkerServer(s.WorkerConfig(dispatcher_address=f'localhost:{port}', port=0, heartbeat_interval_ms=100)); "
+           "deadline = time.monotonic() + 30\n"
+           "while d._num_workers() < 1 and time.monotonic() < deadline: time.sleep(0.05)\n"
+           "print(d._num_workers(), 'tensorflow.python.eager.context' in sys.modules, 'keras' in sys.modules)")
+
+
+@pytest.mark.parametrize("layout", ["as installed", "another"])
+def test_the_service_servers_load_without_the_rest_of_tensorflow(tf, layout):
+    """A dispatcher and a worker from service_servers(): the worker registers, and neither TensorFlow's
+    eager runtime nor Keras was loaded (the servers' processes spend 0.3 s of CPU on it, not 2.5).
+    Where the servers' module is not where TensorFlow 2.21 keeps it, the whole of TensorFlow is
+    imported instead. Pipelines served this way: test_tfdata_runs, test_tfdata_service."""
+    hide = "import sys; sys.modules['tensorflow.python.data.experimental.service.server_lib'] = None; " \
+        if layout == "another" else ""
+    out = subprocess.run([sys.executable, "-c", hide + SERVERS], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == (["1", "False", "False"] if layout == "as installed" else ["1", "True", "False"])
+
+
 @pytest.mark.parametrize("pipeline", ["resnet", "retinanet"])
 def test_a_pipeline_leaves_no_generated_source_in_the_temporary_directory(tf, tmp_path, pipeline):
     """Every map of a pipeline (either order) and of the engine's datasets is traced as written: AutoGraph

@@ -7,6 +7,9 @@ address and the tasks it runs. repro.pecan.tfdata.service starts them and reads 
 A worker's vCPU share: the process is pinned to its CPUs (os.sched_setaffinity, before TensorFlow
 starts its thread pools) and TensorFlow's intra- and inter-op pools get that many threads; the
 pipeline's own private threadpool has the same size (repro.pecan.tfdata.ops.dataset).
+
+Both load only the servers' module of TensorFlow (repro.pecan.tfdata.service_servers), not the whole
+of it: the pipelines run in TensorFlow's runtime, which that module loads.
 """
 
 import argparse
@@ -52,12 +55,12 @@ def _reporter(path):
 
 def dispatcher(args):
     report = _reporter(args.status)  # before TensorFlow's import: a directory removed meanwhile counts too
-    from repro.pecan.tfdata import tensorflow
+    from repro.pecan.tfdata import service_servers
 
-    tf = tensorflow()
-    config = tf.data.experimental.service.DispatcherConfig(
+    service = service_servers()
+    config = service.DispatcherConfig(
         port=args.port, work_dir=args.work_dir, fault_tolerant_mode=True, worker_timeout_ms=WORKER_TIMEOUT_MS)
-    server = tf.data.experimental.service.DispatchServer(config)
+    server = service.DispatchServer(config)
     port = server._server.bound_port()
     while True:
         report({"role": "dispatcher", "address": f"localhost:{port}", "workers": server._num_workers()})
@@ -68,16 +71,16 @@ def worker(args):
     report = _reporter(args.status)  # before TensorFlow's import: a directory removed meanwhile counts too
     cpus = [int(c) for c in args.cpus.split(",")]
     os.sched_setaffinity(0, cpus)
-    from repro.pecan.tfdata import tensorflow
+    # TensorFlow's runtime sizes its intra- and inter-op pools from these when it starts
+    os.environ["TF_NUM_INTRAOP_THREADS"] = os.environ["TF_NUM_INTEROP_THREADS"] = str(args.threads)
+    from repro.pecan.tfdata import service_servers
 
-    tf = tensorflow()
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    service = service_servers()
     avoid = {int(port) for port in args.avoid_ports.split(",") if port}
-    config = tf.data.experimental.service.WorkerConfig(
+    config = service.WorkerConfig(
         dispatcher_address=args.dispatcher, worker_address=f"{args.host}:%port%", port=free_port(avoid),
         heartbeat_interval_ms=WORKER_HEARTBEAT_MS)
-    server = tf.data.experimental.service.WorkerServer(config)
+    server = service.WorkerServer(config)
     address = f"{args.host}:{server._server.bound_port()}"
     while True:
         report({"role": "worker", "address": address, "tasks": server._num_tasks(), "cpus": cpus,

@@ -37,7 +37,7 @@ from repro.pecan.tfdata.servicelog import open_service_log
 from repro.processes import (OWNER_TOKEN, describe, matches, owner_environment, read_record, spawn, stop_child,
                               terminate)
 
-START_TIMEOUT_S = 90  # a process imports TensorFlow (4 s idle here, more under load) before it serves
+START_TIMEOUT_S = 90  # a process loads TensorFlow's runtime (under a second idle, seconds under load) before it serves
 # How long a run's client waits for one batch before the run fails: the longest wait that is not a
 # failure is the first batch after workers start (at the start, or when every serving worker is
 # replaced), each importing TensorFlow before it serves.
