@@ -100,12 +100,37 @@ def run_stopped_as_by_ctrl_c(command, timeout, **popen):
 
 
 def snakemake(workdir, *args, cores=2, check=True, timeout=600, env=None):
-    """Run this environment's snakemake in `workdir`; fail with its output tail unless check=False."""
-    proc = run_stopped_as_by_ctrl_c([str(BIN / "snakemake"), "--cores", str(cores), *args], timeout, cwd=workdir,
-                                    env=path_env(**(env or {})))
+    """This environment's snakemake in `workdir`: its entry point (snakemake.cli.main, what the
+    `snakemake` command runs) in a child forked from this process, which has loaded Snakemake and its
+    plugins once (run_forked), so that a start costs no second of imports. Stopped as Ctrl-C would
+    stop it after `timeout`. Fails with its output tail unless check=False."""
+    argv = ["--cores", str(cores), *args]
+    code, out, err = run_forked(argv, workdir, timeout, main=_snakemake_entry(), env=path_env(**(env or {})),
+                                graceful=True)
+    proc = subprocess.CompletedProcess([str(BIN / "snakemake"), *argv], code, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def _snakemake_entry():
+    """snakemake.cli.main, with Snakemake's modules and plugin registries loaded in this process (the
+    forked children share them), as `main(argv)` for run_forked: sys.argv as the command's, and the
+    log files flushed before the child ends (os._exit runs no atexit handler)."""
+    import logging
+
+    import snakemake.cli
+
+    snakemake.cli.get_argument_parser()  # collects every installed plugin, once
+
+    def entry(argv):
+        sys.argv = [str(BIN / "snakemake"), *argv]  # what Snakemake records as the command
+        try:
+            return snakemake.cli.main(argv)
+        finally:
+            logging.shutdown()
+
+    return entry
 
 
 def planned_jobs(workdir, *args, env=None):
@@ -260,11 +285,13 @@ def _address_space():
         return int(fh.read().split()[0]) * resource.getpagesize()
 
 
-def _forked_child(argv, out, err, main, growth, file_size, env):
+def _forked_child(argv, out, err, main, growth, file_size, env, interrupt=signal.SIG_DFL):
     """In a child forked by run_forked: `main(argv)` with stdout and stderr on the pipes `out` and
     `err`, in a process group of its own, its address space limited to `growth` bytes past what it
-    inherited and its files to `file_size` bytes (where given), SIGINT as at a terminal. Ends with
-    main's exit code, or 1 and the traceback where an exception escapes, as the program does."""
+    inherited and its files to `file_size` bytes (where given), SIGINT handled by `interrupt` (the
+    default action, as at a terminal before the program sets its own; signal.default_int_handler:
+    KeyboardInterrupt, as a Python program has it from its start). Ends with main's exit code, or 1
+    and the traceback where an exception escapes, as the program does."""
     code = 1
     try:
         os.setsid()
@@ -278,7 +305,7 @@ def _forked_child(argv, out, err, main, growth, file_size, env):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         if file_size is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, interrupt)
         if main is None:
             from repro.cli import main
         try:
@@ -300,12 +327,30 @@ def _forked_child(argv, out, err, main, growth, file_size, env):
             os._exit(code)
 
 
-def run_forked(argv, cwd, timeout, main=None, growth=None, file_size=None, env=None):
+def _stop_forked(pid, graceful):
+    """Stop run_forked's child and its process group (its own; the child is not reaped yet: ours),
+    SIGINT first where `graceful`, then reap it."""
+    if graceful:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return  # it ended, and is reaped
+            time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def run_forked(argv, cwd, timeout, main=None, growth=None, file_size=None, env=None, graceful=False):
     """`repro ARGV` (or the entry point `main`) in a child forked from this process, which has
     imported the package already: no interpreter start, as the program would pay. The child runs in
     `cwd` with `env` added to the environment, bounded as _forked_child says. Returns (exit code,
-    stdout, stderr); after `timeout` seconds its process group is killed and subprocess.TimeoutExpired
-    raised."""
+    stdout, stderr); after `timeout` seconds (or where this process is interrupted) its process group
+    is killed and subprocess.TimeoutExpired raised; `graceful`: sent SIGINT first, as Ctrl-C at a
+    terminal, and killed only if it still runs after STOP_GRACE_S (a workflow stops its jobs)."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -313,31 +358,34 @@ def run_forked(argv, cwd, timeout, main=None, growth=None, file_size=None, env=N
         os.close(out_r)
         os.close(err_r)
         os.chdir(cwd)
-        _forked_child(argv, out_w, err_w, main, growth, file_size, env)
+        _forked_child(argv, out_w, err_w, main, growth, file_size, env,
+                      signal.default_int_handler if graceful else signal.SIG_DFL)
     os.close(out_w)
     os.close(err_w)
     chunks = {out_r: [], err_r: []}
     deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
+    try:
+        with selectors.DefaultSelector() as selector:
+            for fd in chunks:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                ready = selector.select(timeout=left) if left > 0 else []
+                if not ready:
+                    raise subprocess.TimeoutExpired(["repro", *map(str, argv)], timeout)
+                for key, _ in ready:
+                    data = os.read(key.fd, 1 << 16)
+                    if data:
+                        chunks[key.fd].append(data)
+                    else:
+                        selector.unregister(key.fd)
+                        os.close(key.fd)
+    except BaseException:
+        _stop_forked(pid, graceful)
         for fd in chunks:
-            selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            ready = selector.select(timeout=left) if left > 0 else []
-            if not ready:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)  # its own group; the child is not reaped yet: ours
-                os.waitpid(pid, 0)
-                for fd in chunks:
-                    os.close(fd)
-                raise subprocess.TimeoutExpired(["repro", *map(str, argv)], timeout)
-            for key, _ in ready:
-                data = os.read(key.fd, 1 << 16)
-                if data:
-                    chunks[key.fd].append(data)
-                else:
-                    selector.unregister(key.fd)
-                    os.close(key.fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        raise
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)  # -N where signal N ended it
     return code, *(b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))

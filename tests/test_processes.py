@@ -8,7 +8,7 @@ import pytest
 
 from repro import processes
 
-from support import run_stopped_as_by_ctrl_c, sleeper
+from support import run_forked, run_stopped_as_by_ctrl_c, sleeper
 
 
 def test_a_record_matches_its_process_and_terminate_stops_it(tmp_path):
@@ -47,9 +47,11 @@ def test_unreadable_records_read_as_none(tmp_path):
     assert processes.read_record(tmp_path / "missing") is None
 
 
-def test_a_program_the_tests_time_out_gets_ctrl_c_with_everything_it_started(tmp_path):
-    """The tests' own runner (support.run_stopped_as_by_ctrl_c): a timeout sends SIGINT to the
-    program and to what it started, as a terminal's Ctrl-C does, so they clean up."""
+@pytest.mark.parametrize("runner", ["subprocess", "forked"])
+def test_a_program_the_tests_time_out_gets_ctrl_c_with_everything_it_started(tmp_path, runner):
+    """The tests' own runners (support.run_stopped_as_by_ctrl_c, and support.run_forked as
+    support.snakemake uses it): a timeout sends SIGINT to the program and to what it started, as a
+    terminal's Ctrl-C does, so they clean up."""
     child = ("import time\ntry:\n    open('child-ready', 'w').close()\n    time.sleep(60)\n"
              "except KeyboardInterrupt:\n    open('child', 'w').close()\n")
     program = ("import os, subprocess, sys, time\n"
@@ -68,7 +70,10 @@ def test_a_program_the_tests_time_out_gets_ctrl_c_with_everything_it_started(tmp
         run = tmp_path / f"timeout-{timeout}"
         run.mkdir()
         with pytest.raises(subprocess.TimeoutExpired):
-            run_stopped_as_by_ctrl_c([sys.executable, "-c", program], timeout, cwd=run)
+            if runner == "subprocess":
+                run_stopped_as_by_ctrl_c([sys.executable, "-c", program], timeout, cwd=run)
+            else:  # as support.snakemake runs Snakemake's entry point
+                run_forked([], run, timeout, main=lambda argv: exec(program, {}), graceful=True)
         if (run / "started").exists():
             break
     assert (run / "started").exists(), "the program and its child did not start within 20 s"
