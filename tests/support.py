@@ -102,12 +102,16 @@ def run_stopped_as_by_ctrl_c(command, timeout, **popen):
 def snakemake(workdir, *args, cores=2, check=True, timeout=600, env=None):
     """This environment's snakemake in `workdir`: its entry point (snakemake.cli.main, what the
     `snakemake` command runs) in a child forked from this process, which has loaded Snakemake and its
-    plugins once (run_forked), so that a start costs no second of imports. Stopped as Ctrl-C would
-    stop it after `timeout`. Fails with its output tail unless check=False."""
+    plugins once (run_forked), so that a start costs no second of imports. An `env` that the
+    interpreter reads as it starts (PYTHONPATH, say) runs the `snakemake` command instead. Stopped as
+    Ctrl-C would stop it after `timeout`. Fails with its output tail unless check=False."""
     argv = ["--cores", str(cores), *args]
-    code, out, err = run_forked(argv, workdir, timeout, main=_snakemake_entry(), env=path_env(**(env or {})),
-                                graceful=True)
-    proc = subprocess.CompletedProcess([str(BIN / "snakemake"), *argv], code, out, err)
+    if any(name.startswith("PYTHON") for name in env or {}):
+        proc = run_stopped_as_by_ctrl_c([str(BIN / "snakemake"), *argv], timeout, cwd=workdir, env=path_env(**env))
+    else:
+        code, out, err = run_forked(argv, workdir, timeout, main=_snakemake_entry(), env=path_env(**(env or {})),
+                                    graceful=True)
+        proc = subprocess.CompletedProcess([str(BIN / "snakemake"), *argv], code, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
