@@ -196,7 +196,9 @@ def test_the_caption_says_what_the_machine_lets_the_modes_reach(tmp_path, capsys
     """The demand is 100 examples/s, collocated's one CPU at 25 ms per element delivers 40 (40%).
     On 2 CPUs a worker serving at 50 ms and the client receiving at 10 ms deliver at most
     2 / 60 ms = 33.3 (33%): no mode can beat collocated, and the regime does not fit. On 16 CPUs at
-    30 ms, 3 + 2 workers deliver 166.7 (167%), 4.17x collocated, and it does."""
+    30 ms, 3 + 2 workers could make 166.7 but deliver the demand, 100 (2.5x collocated), and it
+    does. A collocated that makes more than the demand (2.5 ms) is not input-bound: no word of a
+    regime that does not fit. Runs of machines of different sizes give no limits."""
     from repro.pecan.validation import limits_text, machine_limits
 
     small = _engine_metrics(windows=[(ONE, ONE, 1.0)], receive=1e-5, served=0.05)
@@ -211,10 +213,18 @@ def test_the_caption_says_what_the_machine_lets_the_modes_reach(tmp_path, capsys
     assert "every mode with workers spends more accelerator time than collocated" in text
     large = _engine_metrics("pecan", windows=[(ONE, ONE, 1.0)], cpus=16, served=0.03)
     limits = machine_limits([large], CALIBRATION, 32)
-    assert limits["largest"] == [pytest.approx(5 / 3)] * 2
+    assert limits["largest"] == [1.0, 1.0]
     text = limits_text(limits)
-    assert "the largest deployment 167%" in text and "more than 4.17x collocated's" in text
+    assert "the largest deployment 100%" in text and "more than 2.50x collocated's" in text
     assert "falls short" not in text and "collocated costs at most that multiple" in text
+    assert machine_limits([small, large], CALIBRATION, 32) is None  # 2 and 16 CPUs: neither machine's
+    cheap = _engine_metrics(windows=[(ONE, ONE, 1.0)], receive=1e-5, served=0.5)
+    cheap["pipeline_cost"]["cpu_s_per_element"] = 0.0025
+    limits = machine_limits([cheap], CALIBRATION, 32)
+    assert limits["collocated"] == [1.0, 1.0] and limits["largest"] == [pytest.approx(2 / 0.51 / 100)] * 2
+    text = limits_text(limits)
+    assert "collocated deliver 100%" in text and "falls short" not in text
+    assert "every mode with workers spends more accelerator time than collocated" in text
     # collocated alone probes no worker; workers on other hosts are not this machine's
     collocated = _engine_metrics("collocated", windows=[([], [], 1.0)])
     del collocated["transfer_cost"]
@@ -223,6 +233,37 @@ def test_the_caption_says_what_the_machine_lets_the_modes_reach(tmp_path, capsys
     # `repro pecan validation` prints it and captions the figure with it
     result, _ = _validate(tmp_path, [small], capsys)
     assert "falls short of the bound while collocated is input-bound" in result.stdout
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("edit, error", [
+    (lambda m: m.update(cpus=0), r"m.json: cpus: expected the whole number of CPUs the run used, from 1 to 65536"),
+    (lambda m: m.update(cpus=True), r"m.json: cpus: expected the whole number"),
+    (lambda m: m.update(cpus="2"), r"m.json: cpus: expected the whole number"),
+    (lambda m: m["transfer_cost"].update(receive_s_per_byte=-1e-5),
+     r"m.json: transfer_cost.receive_s_per_byte: expected a number of seconds from 0 to 60"),
+    (lambda m: m["transfer_cost"].update(served_s_per_element=1e300),
+     r"m.json: transfer_cost.served_s_per_element: expected a number of seconds from 0 to 60"),
+    (lambda m: m["transfer_cost"].update(served_s_per_element=True), r"m.json: transfer_cost.served_s_per_element"),
+    (lambda m: m.update(transfer_cost=[1]), r"m.json: transfer_cost: expected an object"),
+    (lambda m: m["transfer_cost"].pop("worker_s_per_element"), r"m.json: transfer_cost.worker_s_per_element"),
+    (lambda m: m["pipeline_cost"].update(cpu_s_per_element=1e300),
+     r"m.json: pipeline_cost.cpu_s_per_element: expected a positive number of seconds, at most 60"),
+    (lambda m: m["pipeline_cost"].update(bytes_per_element=0), r"m.json: pipeline_cost.bytes_per_element"),
+    (lambda m: m["spec"].update(worker_threads=0), r"m.json: spec.worker_threads: expected a whole number from 1"),
+    (lambda m: m["spec"].update(max_remote_workers="3"), r"m.json: spec.max_remote_workers: expected a whole number"),
+], ids=["cpus-0", "cpus-bool", "cpus-text", "receive-negative", "served-huge", "served-bool", "transfer-list",
+        "transfer-field-missing", "cost-huge", "bytes-0", "threads-0", "max-remote-text"])
+def test_a_run_whose_measurements_are_impossible_is_named_not_captioned(edit, error):
+    """Hand-edited metrics.json: a CPU count of 0 or True, a negative or 10^300 cost per element or
+    byte, a boolean cost, or a count given as text reached the caption's machine limits ("On these
+    0 CPUs", "the client receiving it -10.00 ms", a 300-digit multiple) or a TypeError."""
+    from repro.pecan.validation import validation_rows
+
+    metrics = _engine_metrics(windows=[(ONE, ONE, 1.0)], receive=1e-5, served=0.05)
+    edit(metrics)
+    with pytest.raises(ReproError, match=error):
+        validation_rows(metrics, CALIBRATION, 32, "m.json")
 
 
 def test_validation_of_a_run_without_its_transfer_probe_asks_for_a_rerun():

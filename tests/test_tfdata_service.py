@@ -63,6 +63,24 @@ def test_service_starts_answers_a_probe_job_and_stops_every_process(tf, tmp_path
     assert down.returncode == 1 and "[FAILED]" in down.stdout
 
 
+def test_the_status_of_a_service_between_runs_runs_no_probe_that_cannot_be_served(tf, tmp_path):
+    """A service without workers (the workflow's, between runs): `tfdata status` waited 60 s on a
+    probe job no worker could serve, then failed. It says why the probe was not run, and passes."""
+    state = tmp_path / "service"
+    try:
+        started = subprocess.run([str(REPRO), "pecan", "tfdata", "start", "--state-dir", str(state)],
+                                 capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout + started.stderr
+        result = _status(state)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-2:] == [
+            "[ OK ] 0 worker(s) registered, 0 expected",
+            "[ OK ] probe job not run: no worker is registered to serve it (--probe-workers starts one to run it)"]
+    finally:
+        subprocess.run([str(REPRO), "pecan", "tfdata", "stop", "--state-dir", str(state)], capture_output=True,
+                       timeout=120)
+
+
 @pytest.mark.fault
 def test_a_dispatcher_that_died_restarts_from_its_journal_and_its_worker_comes_back(tf, tmp_path):
     from repro.pecan.tfdata.service import Service

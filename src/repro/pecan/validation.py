@@ -61,6 +61,9 @@ CLIENT_PHASES = (PROFILE_LTHP, LOCAL_ONLY)  # FastFlow reads only the client's o
 TESTED_BY = "model_tf"  # the model fed the run's own measurements is the one the verdict rests on
 MIN_TESTED = 3  # deployments below the bound needed before the model counts as tested
 MIN_AGREEMENT = 0.8  # share of those within the tolerance
+# Bounds of what a run's metrics.json may say it measured: a minute of CPU per element is beyond any
+# step time a run may have (repro.pecan.tfdata.spec.STEP_TIME_S), a gigabyte beyond any element
+MAX_ELEMENT_S, MAX_ELEMENT_BYTES, MAX_COUNT = 60.0, 1 << 30, 1 << 16
 NOT_TESTED = "not validated: accelerator-bound everywhere"
 # Windows left out after each change in the worker set: the first one runs up to 1.7x faster than
 # the deployment does once settled (the client drains what the service buffered meanwhile)
@@ -141,6 +144,10 @@ def _positive(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= sys.float_info.max
 
 
+def _within(value, low, high):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+
+
 def _is_share(value):  # as Sharing.shares measures it
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
 
@@ -154,9 +161,31 @@ def check_measured(metrics, path):
     for key in ("batch_size", "time_scale", "accelerator_examples_per_s"):
         if not _positive(spec.get(key)):
             raise ReproError(f"{path}: spec.{key}: expected a positive number")
+    for key, least in (("worker_threads", 1), ("collocated_threads", 1), ("max_remote_workers", 0),
+                       ("max_local_workers", 0)):
+        if not (isinstance(spec.get(key), int) and _within(spec[key], least, MAX_COUNT)):
+            raise ReproError(f"{path}: spec.{key}: expected a whole number from {least} to {MAX_COUNT}")
+    if "cpus" in metrics and not (isinstance(metrics["cpus"], int) and _within(metrics["cpus"], 1, MAX_COUNT)):
+        raise ReproError(f"{path}: cpus: expected the whole number of CPUs the run used, from 1 to {MAX_COUNT}")
     cost = metrics.get("pipeline_cost")  # the engine-fed model's cost per element
-    if cost is not None and not (isinstance(cost, dict) and _positive(cost.get("cpu_s_per_element"))):
-        raise ReproError(f"{path}: pipeline_cost.cpu_s_per_element: expected a positive number")
+    if cost is not None:
+        if not (isinstance(cost, dict) and _positive(cost.get("cpu_s_per_element"))
+                and cost["cpu_s_per_element"] <= MAX_ELEMENT_S):
+            raise ReproError(f"{path}: pipeline_cost.cpu_s_per_element: expected a positive number of seconds, at "
+                             f"most {MAX_ELEMENT_S:g}")
+        if "bytes_per_element" in cost and not (_positive(cost["bytes_per_element"])
+                                                and cost["bytes_per_element"] <= MAX_ELEMENT_BYTES):
+            raise ReproError(f"{path}: pipeline_cost.bytes_per_element: expected a positive number of bytes, at most "
+                             f"{MAX_ELEMENT_BYTES}")
+    transfer = metrics.get("transfer_cost")  # moving an element: seconds per byte, a worker's per element
+    if transfer is not None:
+        if not isinstance(transfer, dict):
+            raise ReproError(f"{path}: transfer_cost: expected an object (the run's transfer probe)")
+        for key in ("send_s_per_byte", "receive_s_per_byte", "worker_s_per_element", "client_s_per_element",
+                    "served_s_per_element"):  # the last one optional: runs from before the probe measured it
+            if (key in transfer or key != "served_s_per_element") and not _within(transfer.get(key), 0, MAX_ELEMENT_S):
+                raise ReproError(f"{path}: transfer_cost.{key}: expected a number of seconds from 0 to "
+                                 f"{MAX_ELEMENT_S:g}")
     for i, window in enumerate(metrics["windows"]):
         where = f"{path}: windows[{i}]"
         if not isinstance(window, dict):
@@ -277,12 +306,13 @@ def verdict(rows, tolerance=0.15):
 
 def machine_limits(runs, calibrations, network_gbps):
     """What this machine lets an experiment's deployments deliver, in the engine-fed model of each
-    run that probed a worker here (its whole CPUs, no other work): {collocated, largest: share of
-    the accelerator's demand; ratio: largest / collocated}, each a [low, high] over those runs, and
-    the measured costs behind them. The scale rule (repro.pecan.tfdata.spec.derive_scale) prices a
-    worker at the pipeline's in-process cost; a worker serving it costs more, so on few CPUs the
-    largest deployment may fall short of the bound while collocated is input-bound. None where no
-    run probed a worker on this machine (collocated alone, or workers on other hosts)."""
+    run that probed a worker here (its whole CPUs, no other work): {collocated, largest: the share
+    of the accelerator's demand each delivers (at most all of it); ratio: largest / collocated},
+    each a [low, high] over those runs, and the measured costs behind them. The scale rule
+    (repro.pecan.tfdata.spec.derive_scale) prices a worker at the pipeline's in-process cost; a
+    worker serving it costs more, so on few CPUs the largest deployment may fall short of the bound
+    while collocated is input-bound. None where no run probed a worker on this machine (collocated
+    alone, or workers on other hosts), or where the runs' machines had different CPU counts."""
     found = {"collocated": [], "largest": [], "ratio": [], "cost_ms": [], "served_ms": [], "receive_ms": [],
              "cpus": set()}
     for metrics in runs:
@@ -290,15 +320,16 @@ def machine_limits(runs, calibrations, network_gbps):
             continue
         job = engine_job(metrics, calibrations[metrics["spec"]["pipeline"]], network_gbps)
         demand = job.accelerator_batches_per_s * job.batch_size
-        collocated = capacity(dataclasses.replace(job, placement="collocated"), 0, 0)
-        largest = capacity(job, job.max_remote_workers, job.max_local_workers)
+        # what each delivers: no deployment delivers more than the accelerator takes
+        collocated = min(demand, capacity(dataclasses.replace(job, placement="collocated"), 0, 0))
+        largest = min(demand, capacity(job, job.max_remote_workers, job.max_local_workers))
         for key, value in (("collocated", collocated / demand), ("largest", largest / demand),
                            ("ratio", largest / collocated), ("cost_ms", 1e3 * job.cost_per_element),
                            ("served_ms", 1e3 * job.served_s_per_element),
                            ("receive_ms", 1e3 * job.receive_s_per_byte * job.bytes_per_element)):
             found[key].append(value)
         found["cpus"].add(metrics["cpus"])
-    if not found["ratio"]:
+    if not found["ratio"] or len(found["cpus"]) > 1:  # none probed here, or runs of machines of other sizes
         return None
     return {key: sorted(values) if key == "cpus" else [min(values), max(values)] for key, values in found.items()}
 
@@ -320,7 +351,7 @@ def limits_text(limits):
             f"ms): no mode delivers more than {ratio} collocated's throughput, so "
             + ("collocated costs at most that multiple of any mode's accelerator time." if high >= 1 else
                "every mode with workers spends more accelerator time than collocated."))
-    if limits["largest"][0] < 1:
+    if limits["largest"][0] < 1 and limits["collocated"][1] < 1:
         text += (" The largest deployment falls short of the bound while collocated is input-bound: with workers "
                  "this dear, the paper's regime needs more CPUs than this machine has.")
     return text

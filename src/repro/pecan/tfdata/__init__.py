@@ -33,8 +33,8 @@ def check_sweep(counts, worker_threads, cpus, key="pecan.tfdata.sweep"):
 
 
 # A worker process, idle: 490-500 MB resident (VmRSS, TensorFlow 2.21, CPU) with the whole of
-# TensorFlow imported, about 310 MB with the servers' module alone (service_servers); the budget is
-# the former's, which another TensorFlow layout loads
+# TensorFlow imported, 310-420 MB with the servers' module alone (service_servers; two installs);
+# the budget is the former's, which another TensorFlow layout loads
 WORKER_MEMORY_MB = 500
 
 

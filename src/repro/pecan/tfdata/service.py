@@ -468,7 +468,12 @@ class Service:
         if workers:
             lines.append(self.registered_check(expect_workers))
         if probe and lines[-1][0]:  # as workflow_checks: a job for a worker that is gone waits out PROBE_TIMEOUT_S
-            lines.append(self.probe())
+            status = self.dispatcher_status()
+            if workers and not (status and status["workers"]):  # the service between runs: none to serve a job
+                lines.append((True, "probe job not run: no worker is registered to serve it (--probe-workers starts "
+                                    "one to run it)"))
+            else:
+                lines.append(self.probe())
         return lines
 
     def registered_check(self, expect_workers=None):
