@@ -207,8 +207,9 @@ GOOGLE_ENVIRONMENT = ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST",
     ({"type": "service_account"}, r"GOOGLE_APPLICATION_CREDENTIALS .*/key.json: not credentials Google's libraries "
                                   r"can load \(.*\); expected a service account or user credentials JSON file$"),
     ({"type": "authorized_user", "client_id": "x", "client_secret": "y", "refresh_token": "z"},
-     r"no Google Cloud project: the credentials name none; set GOOGLE_CLOUD_PROJECT to the project the bucket is "
-     r"billed to$"),
+     r"no Google Cloud project: GOOGLE_CLOUD_PROJECT is not set and the credentials \(GOOGLE_APPLICATION_CREDENTIALS "
+     r".*/key.json\) name none, or could not be read; set GOOGLE_CLOUD_PROJECT to the project the bucket is billed "
+     r"to, or check the credentials$"),
 ], ids=["file-missing", "fields-missing", "no-project"])
 def test_credentials_google_cannot_use_are_named_with_the_variable(credentials, error, tmp_path, monkeypatch, capsys):
     """GOOGLE_APPLICATION_CREDENTIALS naming a missing file, or a key file without a service account's

@@ -449,13 +449,15 @@ class _Deployment:
 
 @pytest.mark.parametrize("asked, ends", [((2, 0), "waits, then ends"), ((1, 0), "settles")])
 def test_a_run_waits_for_the_deployment_its_policy_asked_for_at_most_a_while(tf, pecan_config, monkeypatch, capsys,
-                                                                            asked, ends):
+                                                                            tmp_path, asked, ends):
     """A policy asks for 2 workers and only 1 ever serves (a worker that runs but is never given the
     job's task): the run no longer waits to its last window (80) but ends once DEPLOYMENT_WAIT_S
     have passed, at the deployment that served, and says so; where the deployment is the one asked
     for, the run settles as before."""
     import itertools
+    from datetime import datetime
 
+    from repro.pecan.logs import parse_log
     from repro.pecan.policies import FixedPlacement
     from repro.pecan.tfdata import engine
     from support import engine_spec
@@ -471,6 +473,11 @@ def test_a_run_waits_for_the_deployment_its_policy_asked_for_at_most_a_while(tf,
     assert decisions[-1]["note"].startswith("1 + 0 workers served for 0 s after the policy asked for 2 + 0: the run "
                                             "ends at the deployment that served")
     assert capsys.readouterr().err.startswith("repro: ResNet50_v2-8 cachew: 1 + 0 workers served for")
+    # the run's log says so too, and still reads as the artifact's
+    log = tmp_path / "run.log"
+    engine.write_log(spec, windows, log, datetime.now(), ["decode"], [decisions[-1]["note"]])
+    assert f"repro tfdata engine: {decisions[-1]['note']}" in log.read_text().splitlines()[-2]
+    assert parse_log(log).remote_workers == 1
 
 
 def test_validation_predicts_each_fastflow_phase_as_the_model_runs_it(tmp_path):

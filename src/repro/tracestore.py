@@ -115,8 +115,11 @@ class GCSStore:
         except OSError as exc:  # google-cloud's "Project was not passed and could not be determined ..."
             if "Project was not passed" not in str(exc):
                 raise
-            raise ReproError(f"{what} {url}: no Google Cloud project: the credentials name none; set "
-                             "GOOGLE_CLOUD_PROJECT to the project the bucket is billed to") from None
+            named = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+            source = f"the credentials (GOOGLE_APPLICATION_CREDENTIALS {named})" if named else "the credentials"
+            raise ReproError(f"{what} {url}: no Google Cloud project: GOOGLE_CLOUD_PROJECT is not set and {source} "
+                             "name none, or could not be read; set GOOGLE_CLOUD_PROJECT to the project the bucket is "
+                             "billed to, or check the credentials") from None
         self.bucket = self.client.bucket(bucket)
         self.retry = DEFAULT_RETRY.with_delay(initial=0.2, maximum=5.0).with_timeout(retry_deadline_s)
 

@@ -565,9 +565,9 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
     return windows, decisions
 
 
-def write_log(spec, windows, path, started, order_names):
+def write_log(spec, windows, path, started, order_names, notes=()):
     """The artifact's log format: a heartbeat block per window (the workers that served it), then its
-    TimeHistory line."""
+    TimeHistory line; `notes` (why the run ended where a decision says so) before the last line."""
     with atomic_path(path) as tmp, open(tmp, "w") as fh:
         writer = LogWriter(fh, start=started)
         writer.info(0.0, f"repro tfdata engine: experiment={spec.experiment} mode={spec.mode} "
@@ -585,6 +585,8 @@ def write_log(spec, windows, path, started, order_names):
                 continue
             writer.time_history(end, window.seconds, rate, window.first_step, window.first_step + window.steps)
         last = windows[-1]
+        for note in notes:
+            writer.info(last.start_s + last.seconds, f"repro tfdata engine: {note}")
         writer.info(last.start_s + last.seconds, f"Training finished: {len(windows)} windows")
 
 
@@ -689,7 +691,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
                 service.stop_workers()  # on every host it can reach, even when one does not answer
             finally:
                 service.close()
-    write_log(spec, windows, out / "run.log", started, names)
+    write_log(spec, windows, out / "run.log", started, names, [d["note"] for d in decisions if "note" in d])
     parsed = parse_log(out / "run.log")
     metrics = {
         "engine": "tfdata",
