@@ -82,7 +82,10 @@ def test_forget_incomplete_drops_the_mark_an_interrupted_job_leaves(tmp_path):
         "    forget_incomplete(workflow, ['state.json'])\n\n"
         "rule a:\n"
         "    output: 'state.json'\n"
-        "    shell: 'echo {{}} > {output}; kill -KILL $PPID'\n")  # its Snakemake, killed mid-job
+        # its Snakemake killed mid-job, once it has marked the job's output (it may do so after the
+        # job has started; up to 20 s)
+        "    shell: 'echo {{}} > {output}; for i in $(seq 400); do ls .snakemake/incomplete 2>/dev/null | "
+        "grep -qv migration && break; sleep 0.05; done; kill -KILL $PPID'\n")
     killed = snakemake(tmp_path)
     assert killed.returncode == -9 and (tmp_path / "state.json").exists(), killed.stderr
     marked = snakemake(tmp_path, "-n")
