@@ -231,3 +231,23 @@ def test_credentials_google_cannot_use_are_named_with_the_variable(credentials, 
                                "--store", "gs://bkt/p"],
                   r"repro: error: trace store gs://bkt/p: " + error)
     check_fault(fault, tmp_path, monkeypatch, capsys)
+
+
+def test_costs_refuse_a_log_of_more_workers_than_the_cluster_holds(tmp_path, capsys):
+    """The artifact's Pecan log with 5,000 more workers in each heartbeat was priced at 5,005 remote
+    workers ($239.99 of workers per epoch) by `pecan costs --experiment`, whose config caps the
+    cluster at 20 remote and 10 local workers."""
+    from repro.cli import main
+
+    source = Path(__file__).parent / "fixtures" / "pecan-logs" / "resnet_pecan.log"
+    assert main(["pecan", "costs", "--experiment", "ResNet50_v2-8", str(source)]) == 0  # 4 remote, 10 local
+    capsys.readouterr()
+    extra = "".join(f"2026-01-01 00:04:56.763375: I tensorflow/core/kernels/data/experimental/data_service_dataset_op.cc"
+                    f":859] Worker Address: w{i}:31001; Task id: {i}; Job id: 2000\n" for i in range(5000))
+    damaged = tmp_path / "resnet_pecan.log"
+    damaged.write_text("".join(line + (extra if "ClientHeartbeat" in line else "")
+                               for line in source.read_text().splitlines(keepends=True)))
+    assert main(["pecan", "costs", "--experiment", "ResNet50_v2-8", str(damaged)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"repro: error: {damaged}: 5004 remote workers in its last deployment; the cluster holds at most 20 "
+        "(pecan.cluster.max_remote_workers of --config config/config.yaml)")

@@ -304,6 +304,12 @@ def _costs(args):
                                      pecan["experiments"].get(recorded, {}).get("model", model) != model):
             raise ReproError(f"{log}: a run of experiment {recorded!r}, not of "
                              + (f"--experiment {args.experiment!r}" if args.experiment else f"--model {model!r}"))
+        cluster = pecan["cluster"]  # a deployment beyond the cluster's caps is no run of it: a damaged log
+        for kind in ("remote", "local"):
+            count, cap = getattr(parsed, f"{kind}_workers"), cluster[f"max_{kind}_workers"]
+            if count > cap:
+                raise ReproError(f"{log}: {count} {kind} workers in its last deployment; the cluster holds at most {cap} "
+                                 f"(pecan.cluster.max_{kind}_workers of --config {args.config})")
         # the mode: the run's, or the artifact's log names it (resnet_colloc.log)
         row = cost_row(parsed, parsed.run.get("mode", Path(log).stem), model, pecan["models"][model], tpu_price, pecan["prices"]["worker"],
                        tpu_count=args.tpu_count)
