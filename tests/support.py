@@ -2,6 +2,7 @@
 model store servers."""
 
 import contextlib
+import functools
 import os
 import re
 import resource
@@ -117,6 +118,7 @@ def snakemake(workdir, *args, cores=2, check=True, timeout=600, env=None):
     return proc
 
 
+@functools.cache
 def _snakemake_entry():
     """snakemake.cli.main, with Snakemake's modules and plugin registries loaded in this process (the
     forked children share them), as `main(argv)` for run_forked: sys.argv as the command's, and the
@@ -367,6 +369,7 @@ def run_forked(argv, cwd, timeout, main=None, growth=None, file_size=None, env=N
     os.close(out_w)
     os.close(err_w)
     chunks = {out_r: [], err_r: []}
+    open_fds = set(chunks)
     deadline = time.monotonic() + timeout
     try:
         with selectors.DefaultSelector() as selector:
@@ -384,11 +387,11 @@ def run_forked(argv, cwd, timeout, main=None, growth=None, file_size=None, env=N
                     else:
                         selector.unregister(key.fd)
                         os.close(key.fd)
+                        open_fds.discard(key.fd)
     except BaseException:
         _stop_forked(pid, graceful)
-        for fd in chunks:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for fd in open_fds:  # only those still open: a closed one's number may be another file's by now
+            os.close(fd)
         raise
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)  # -N where signal N ended it

@@ -100,10 +100,10 @@ class GCSStore:
                              "letters, digits, dots, dashes and underscores")
         self.url, self.prefix, self.what = url, prefix.strip("/"), what  # what it is to the user: named in errors
         self.root = url
+        named = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
         try:
             self.client = client or _gcs_client()
         except DefaultCredentialsError as exc:
-            named = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
             if named:  # google-auth's reason: the file is missing, or not credentials it can load
                 reason = " ".join(str(exc).split())[:300]
                 raise ReproError(f"{what} {url}: GOOGLE_APPLICATION_CREDENTIALS {named}: not credentials Google's "
@@ -115,7 +115,6 @@ class GCSStore:
         except OSError as exc:  # google-cloud's "Project was not passed and could not be determined ..."
             if "Project was not passed" not in str(exc):
                 raise
-            named = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
             source = f"the credentials (GOOGLE_APPLICATION_CREDENTIALS {named})" if named else "the credentials"
             raise ReproError(f"{what} {url}: no Google Cloud project: GOOGLE_CLOUD_PROJECT is not set and {source} "
                              "name none, or could not be read; set GOOGLE_CLOUD_PROJECT to the project the bucket is "

@@ -149,7 +149,7 @@ def _within(value, low, high):
 
 
 def _is_share(value):  # as Sharing.shares measures it
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    return _within(value, 0, 1)
 
 
 def check_measured(metrics, path):
@@ -339,22 +339,24 @@ def limits_text(limits):
     collocated, and whether the paper's regime fits this machine."""
     if limits is None:
         return ""
-    def share(pair):
-        return f"{pair[0]:.0%}" if f"{pair[0]:.0%}" == f"{pair[1]:.0%}" else f"{pair[0]:.0%}-{pair[1]:.0%}"
-
-    low, high = limits["ratio"]
-    ratio = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x-{high:.2f}x"
+    high = limits["ratio"][1]
     text = (f" On these {'/'.join(map(str, limits['cpus']))} CPUs the engine-fed model lets collocated deliver "
-            f"{share(limits['collocated'])} of the accelerator's demand and the largest deployment "
-            f"{share(limits['largest'])} (the pipeline {_span(limits['cost_ms'])} ms CPU per element in-process, a "
+            f"{_range(limits['collocated'], '.0%')} of the accelerator's demand and the largest deployment "
+            f"{_range(limits['largest'], '.0%')} (the pipeline {_span(limits['cost_ms'])} ms CPU per element in-process, a "
             f"worker serving it {_span(limits['served_ms'])} ms, the client receiving it {_span(limits['receive_ms'])} "
-            f"ms): no mode delivers more than {ratio} collocated's throughput, so "
+            f"ms): no mode delivers more than {_range(limits['ratio'], '.2f', 'x')} collocated's throughput, so "
             + ("collocated costs at most that multiple of any mode's accelerator time." if high >= 1 else
                "every mode with workers spends more accelerator time than collocated."))
     if limits["largest"][0] < 1 and limits["collocated"][1] < 1:
         text += (" The largest deployment falls short of the bound while collocated is input-bound: with workers "
                  "this dear, the paper's regime needs more CPUs than this machine has.")
     return text
+
+
+def _range(pair, form, unit=""):
+    """[low, high] as the caption writes it: one value where both read the same in `form`."""
+    low, high = (format(value, form) + unit for value in pair)
+    return low if low == high else f"{low}-{high}"
 
 
 def _close(engine, model):
