@@ -119,6 +119,24 @@ def test_config_files_merge_over_the_base_as_snakemake_merges_them(tmp_path):
     assert merge_over(RAW, {}) == RAW and merged is not RAW
 
 
+def test_a_commands_config_flag_reads_an_overlay_as_the_workflow_does(tmp_path, monkeypatch, capsys):
+    """`--config config/examples/tfdata.yaml` (an overlay, as the README passes it to --configfile) was
+    refused by the commands, which wanted a whole config: "'trims' is a required property"."""
+    from repro.cli import main
+    from repro.config import check_config_files, load_config
+
+    overlay = Path("config") / "examples" / "tfdata.yaml"
+    monkeypatch.chdir(REPO)
+    assert load_config(overlay) == check_config_files([overlay]) and load_config(overlay)["pecan"]["engine"] == "tfdata"
+    assert load_config("config/config.yaml") == load_config(REPO / "config" / "config.yaml") == validate_config(raw())
+    with pytest.raises(ReproError, match="'trims' is a required property"):  # no base here: the file alone
+        load_config(overlay, base=tmp_path / "none.yaml")
+    # read, the sweep's own check comes next
+    assert main(["pecan", "tfdata", "sweep", "--config", str(overlay), "--experiment", "ResNet50_v2-8", "--counts", "99999",
+                 "--out", str(tmp_path / "sweep")]) == 1
+    assert capsys.readouterr().err.startswith("repro: error: --counts: 99999 remote worker(s)")
+
+
 def test_a_link_made_since_the_check_validates_afresh(tmp_path, monkeypatch):
     """The checks resolve paths (a trace store that leads to results/ is refused): a link made at the
     store's path after its config was checked and kept must not pass on the kept result."""

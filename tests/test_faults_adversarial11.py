@@ -518,3 +518,18 @@ def test_a_cut_client_run_runs_none_of_the_requests_not_begun(work, monkeypatch,
     assert _run(work, "--iterations", "100", "--concurrent", "2") == 130
     assert len(attempts) <= 6, len(attempts)  # the cut one, and at most one more begun on the other client
     assert _hours(work) == []
+
+
+def test_tool_config_sections_other_than_micro18_are_named_as_ignored(tmp_path, capsys):
+    """`iterations:` at the top level (a flag's name, or a typo) loaded without a word, as another tool's section."""
+    from repro.trims.cli import load_tool_config
+
+    path = tmp_path / "carml.yml"
+    path.write_text(f"micro18:\n  base_path: {tmp_path}\niterations: 99\nfoo: 1\n")
+    assert load_tool_config(path)["base_path"] == str(tmp_path)
+    load_tool_config(path)  # once per file
+    assert capsys.readouterr().err == (f"note: {path}: top-level sections other than micro18 are not read here (other "
+                                       "tools' settings), ignored: foo, iterations\n")
+    (tmp_path / "plain.yml").write_text(f"micro18:\n  base_path: {tmp_path}\n")
+    load_tool_config(tmp_path / "plain.yml")
+    assert capsys.readouterr().err == ""

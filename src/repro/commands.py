@@ -21,7 +21,7 @@ import threading
 
 from repro.errors import ReproError, one_line
 from repro.fsutil import file_identity, first_repeated, write_json
-from repro.settings import settings_argument, settings_keys
+from repro.settings import CONFIG_HELP, settings_argument, settings_keys
 from repro.stopsignals import STOP_SIGNALS, AfterImports
 
 
@@ -171,7 +171,7 @@ def _cluster_commands(sub):
     csub = cluster.add_subparsers(dest="cluster_command", required=True)
     start = csub.add_parser("start", help="start the backend (idempotent) and write its state JSON")
     where = start.add_mutually_exclusive_group()
-    where.add_argument("--config", default="config/config.yaml", help="config file (default: config/config.yaml)")
+    where.add_argument("--config", default="config/config.yaml", help=CONFIG_HELP)
     where.add_argument("--settings", type=settings_argument,
                        help="the cluster settings as JSON, instead of --config (the workflow passes its merged config's)")
     start.add_argument("--state", required=True, help="state JSON to write")

@@ -598,8 +598,14 @@ def read_config_file(path):
     return config
 
 
-def load_config(path):
-    return validate_config(read_config_file(path), str(path))
+def load_config(path, base="config/config.yaml"):
+    """The config the workflow sees with `--configfile path`: `path` merged over `base` (the
+    workflow's defaults, as the Snakefile reads them), so that an overlay such as
+    config/examples/tfdata.yaml is whole; `path` alone where it is `base` or `base` is not there."""
+    base = Path(base)
+    if not base.is_file() or base.resolve() == Path(path).resolve():
+        return validate_config(read_config_file(path), str(path))
+    return check_config_files([path], base)
 
 
 def merge_over(base, override):

@@ -21,6 +21,11 @@ class Settings(dict):
         return json.dumps(self, separators=(",", ":"))
 
 
+# --config: what a command reads as the workflow reads `--configfile`
+CONFIG_HELP = ("workflow config: config/config.yaml, or a file merged over it as Snakemake's --configfile merges "
+               "(config/examples/tfdata.yaml, say); default config/config.yaml")
+
+
 def settings_argument(text):
     """argparse type: a JSON object given on the command line (as a rule passes `Settings`)."""
     try:

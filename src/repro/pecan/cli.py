@@ -15,7 +15,7 @@ from repro.errors import ReproError
 from repro.fsutil import file_kind
 from repro.pecan.costs import MAX_DOLLARS
 from repro.pecan.tfdata.cli import add_commands as add_tfdata_commands
-from repro.settings import figure_file, settings_argument, settings_keys, utf8_text
+from repro.settings import CONFIG_HELP, figure_file, settings_argument, settings_keys, utf8_text
 
 MAX_ELEMENTS, MAX_REPEATS = 10_000, 1_000  # `pecan calibrate`: as the config schema bounds calibration.*
 MAX_TPUS = 4096  # `pecan costs --tpu-count`: the chips of the largest TPU pod (v4), so more is a typo
@@ -45,7 +45,7 @@ def add_commands(sub):
     cal.set_defaults(func=_calibrate, writes={"output": "-o/--output"})
 
     run = psub.add_parser("run", help="run one experiment x mode on the local cluster model")
-    run.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
+    run.add_argument("--config", default="config/config.yaml", help=CONFIG_HELP)
     run.add_argument("--settings", metavar="FILE",
                      help="a JSON file of the run's settings as the ssh backend writes them, instead of --config")
     run.add_argument("--experiment", required=True)
@@ -62,7 +62,7 @@ def add_commands(sub):
     costs = psub.add_parser("costs", help="cost table (the artifact's CSV columns) from training logs")
     costs.add_argument("logs", nargs="*", help="training logs in the artifact's format")
     costs.add_argument("--path", action="append", default=[], help="a training log (extract_costs.py's spelling)")
-    costs.add_argument("--config", default="config/config.yaml")
+    costs.add_argument("--config", default="config/config.yaml", help=CONFIG_HELP)
     costs.add_argument("--experiment", help="experiment whose model and accelerator apply")
     costs.add_argument("--model", help="the model (of the config's pecan.models: extract_costs.py's resnet or retinanet), "
                        "instead of --experiment")
@@ -106,7 +106,7 @@ def add_commands(sub):
                                        "reproducibility.tolerance; exits 1 if any is outside.")
     same.add_argument("first", help="a results/ directory")
     same.add_argument("second", help="another results/ directory")
-    same.add_argument("--config", default="config/config.yaml")
+    same.add_argument("--config", default="config/config.yaml", help=CONFIG_HELP)
     same.add_argument("--figure", action="append", metavar="NAME",
                       help="a figure to compare, repeated for more (default: reproducibility.figures)")
     same.add_argument("-o", "--output", help="CSV file (default: standard output)")
@@ -177,7 +177,7 @@ def _workflow_commands(psub):
     est = psub.add_parser("estimate", help="hours, worker-hours and dollars the configured experiments would cost "
                           "on the real cluster (the cluster model's estimate)")
     where = est.add_mutually_exclusive_group()
-    where.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
+    where.add_argument("--config", default="config/config.yaml", help=CONFIG_HELP)
     where.add_argument("--settings", type=settings_argument, help="pecan, seed and calibration.preset as JSON, "
                      "instead of --config (repro.rulesettings.estimate_settings; the workflow passes its merged config's)")
     est.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
@@ -186,7 +186,7 @@ def _workflow_commands(psub):
 
     check = psub.add_parser("check-reproducibility", help="the figures' chains run twice from empty scratch "
                             "directories, every plotted number compared within reproducibility.tolerance")
-    check.add_argument("--config", default="config/config.yaml", help="workflow config (default config/config.yaml)")
+    check.add_argument("--config", default="config/config.yaml", help=CONFIG_HELP)
     check.add_argument("--settings", type=settings_argument,
                        help="the whole checked config as JSON, instead of --config (the workflow passes its own)")
     check.add_argument("--scratch", required=True,

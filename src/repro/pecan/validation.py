@@ -66,7 +66,8 @@ MIN_AGREEMENT = 0.8  # share of those within the tolerance
 MAX_ELEMENT_S, MAX_ELEMENT_BYTES, MAX_COUNT = 60.0, 1 << 30, 1 << 16
 NOT_TESTED = "not validated: accelerator-bound everywhere"
 # Windows left out after each change in the worker set: the first one runs up to 1.7x faster than
-# the deployment does once settled (the client drains what the service buffered meanwhile)
+# the deployment does once settled (the client drains what the service buffered meanwhile), or, at
+# a run's start or a FastFlow phase's, slower (a pipeline warming up: RetinaNet's at 0.7-0.9x)
 SETTLE_WINDOWS = 1
 
 
@@ -222,9 +223,16 @@ def validation_rows(metrics, calibrations, network_gbps, path="metrics.json"):
     # over the windows whose worker set held still, from the second after a change on (phase:
     # FastFlow's state, what the client read)
     deployments = {}
-    unsettled = 0  # windows still left out after the last change in the worker set
+    # windows still left out after the last change in the worker set, within a window or between two
+    # (a decision that stops a worker: the next window drains what it had buffered), or in FastFlow's
+    # phase (the client's dataset made anew); the run's start is the first change (from none): a
+    # window after a start or a phase change also pays for the new pipeline's warm-up
+    unsettled, serving, phase = SETTLE_WINDOWS, None, None
     for window in metrics["windows"]:
-        if sorted(window["workers"]) != sorted(window["workers_after"]):
+        if serving is not None and (sorted(window["workers"]) != serving or window.get("phase", "") != phase):
+            unsettled = SETTLE_WINDOWS
+        serving, phase = sorted(window["workers_after"]), window.get("phase", "")
+        if sorted(window["workers"]) != serving:
             unsettled = SETTLE_WINDOWS
             continue
         if unsettled:

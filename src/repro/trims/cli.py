@@ -43,7 +43,7 @@ DEFAULTS = {
     "upload_bucket_name": "traces",
     "server_info_path": None,  # the server's settings and counters as JSON (trims-tools: ~/.micro18_server.json)
 }
-_reported_unused = set()  # config files whose unused keys were already reported
+_reported_unused = set()  # config files whose ignored keys were already reported
 
 
 # the names `trims-tools info config` prints for settings whose key in the micro18 section differs
@@ -95,9 +95,14 @@ def load_tool_config(path, defaults=None):
         raise ReproError(f"{path}: unknown micro18 keys {unknown}; expected some of {sorted(DEFAULTS)} "
                          f"(or the original tools' {sorted(UNUSED_KEYS)})")
     unused = sorted(set(section) & set(UNUSED_KEYS))
-    if unused and str(path) not in _reported_unused:
+    others = sorted(str(key) for key in document if key != "micro18")  # a typo reads as another tool's section
+    if (unused or others) and str(path) not in _reported_unused:
         _reported_unused.add(str(path))
-        print(f"note: {path}: micro18 keys with no meaning here, ignored: {', '.join(unused)}", file=sys.stderr)
+        if unused:
+            print(f"note: {path}: micro18 keys with no meaning here, ignored: {', '.join(unused)}", file=sys.stderr)
+        if others:
+            print(f"note: {path}: top-level sections other than micro18 are not read here (other tools' "
+                  f"settings), ignored: {', '.join(others)[:200]}", file=sys.stderr)
     # an empty value means the default, as in the original
     config.update({k: v for k, v in section.items() if k not in UNUSED_KEYS and v not in (None, "")})
     _expand_paths(config, path)

@@ -6,7 +6,7 @@ import sys
 from repro import stopsignals
 from repro.errors import ReproError
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, MAX_BATCH_TIMEOUT_S
-from repro.settings import settings_argument
+from repro.settings import CONFIG_HELP, settings_argument
 
 
 def _port(text):
@@ -53,7 +53,7 @@ def add_commands(psub):
                           description="Train against the real pipeline with an emulated accelerator; the policies "
                                       "start and stop real WorkerServer processes; writes run.log (the artifact's "
                                       "format) and metrics.json into --out.")
-    run.add_argument("--config", default="config/config.yaml")
+    run.add_argument("--config", default="config/config.yaml", help=CONFIG_HELP)
     run.add_argument("--experiment", required=True)
     run.add_argument("--mode", required=True)
     run.add_argument("--out", required=True, help="run directory")
@@ -75,7 +75,7 @@ def add_commands(psub):
                                         "writes <out>/<count>/run.log and metrics.json, which `repro pecan validation` "
                                         "reads as any engine run's.")
     source = sweep.add_mutually_exclusive_group()
-    source.add_argument("--config", help="workflow config (default config/config.yaml)")
+    source.add_argument("--config", help=CONFIG_HELP)
     source.add_argument("--settings", type=settings_argument,
                         help="the sweep's settings as the workflow passes them (JSON text), instead of --config")
     sweep.add_argument("--experiment", required=True)
