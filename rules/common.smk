@@ -16,6 +16,7 @@ from repro.rulefunctions import (
     fetch_source,
     figure_calibrations,
     figure_data,
+    figure_metrics,
     figure_table,
     modes,
     output_dir,

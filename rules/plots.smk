@@ -10,6 +10,7 @@ rule plot:
     input:
         table=figure_table(config),
         calibration=figure_calibrations(config, EXPERIMENT_CALIBRATIONS),
+        metrics=figure_metrics(config),
     output:
         pdf="plots/{figure}.pdf",
         png="plots/{figure}.png",
@@ -24,7 +25,7 @@ rule plot:
         settings=by_wildcards(figure_settings, config, "figure"),
     shell:
         "repro pecan figure {wildcards.figure:q} --table {input.table:q}"
-        " --calibration {input.calibration:q} --settings {params.settings:q}"
+        " --calibration {input.calibration:q} --metrics {input.metrics:q} --settings {params.settings:q}"
         " --output {output.pdf:q} {output.png:q} --verdicts {output.verdicts:q}"
         " > {log:q} 2>&1"
 

@@ -523,8 +523,9 @@ def _plot_comparison(edit):
     return prepare
 
 
-def _figure_settings(command, **changed):
-    """`pecan figure F` or `pecan comparison AutoOrder_Cost` with its settings, `changed` written over them."""
+def _figure_settings(command, metrics=None, **changed):
+    """`pecan figure F` or `pecan comparison AutoOrder_Cost` with its settings, `changed` written over them
+    (and `metrics`, a run's metrics.json, given to `pecan figure`'s --metrics)."""
     def prepare(ctx):
         from repro.pecan.comparisons import COLUMNS
 
@@ -537,7 +538,8 @@ def _figure_settings(command, **changed):
                     **changed}
         return ["pecan", command, "AutoOrder_Cost" if command == "comparison" else "F", "--table", table,
                 "--calibration", _write(ctx.dir / "r.json", _calibration("resnet")), "--settings", json.dumps(settings),
-                "--output", str(ctx.dir / "f.pdf"), str(ctx.dir / "f.png"), "--verdicts", str(ctx.dir / "v.csv")]
+                "--output", str(ctx.dir / "f.pdf"), str(ctx.dir / "f.png"), "--verdicts", str(ctx.dir / "v.csv"),
+                *(["--metrics", _write(ctx.dir / "m.json", json.dumps(metrics))] if metrics is not None else [])]
     return prepare
 
 
@@ -582,6 +584,20 @@ FIGURE_SETTINGS_FAULTS = [
     Fault("figure-settings-modes-a-number", _figure_settings("figure", modes=5),
           r"repro: error: --settings: modes: 5 is not of type 'array'"),
     # a caption that is not text was drawn as its Python repr
+    # the caption's machine limits (engine runs given): what they are computed from, checked
+    Fault("figure-settings-network-gbps-a-string", _figure_settings("figure", network_gbps="32"),
+          r"repro: error: --settings: network_gbps: '32' is not of type 'number'$"),
+    Fault("figure-metrics-without-network-gbps", _figure_settings("figure", _engine_metrics(experiment="W")),
+          r"repro: error: --metrics: the settings hold no network_gbps \(pecan.cluster.network_gbps\)"),
+    Fault("figure-metrics-of-another-experiment", _figure_settings("figure", _engine_metrics(), network_gbps=32),
+          r"repro: error: --metrics .*m.json: a run of experiment 'E'; expected W's$"),
+    Fault("figure-metrics-of-a-model-run", _figure_settings("figure", _engine_metrics(experiment="W", engine="model"),
+                                                            network_gbps=32),
+          r"repro: error: --metrics .*m.json: not a tf.data engine run \(engine 'model'\)$"),
+    Fault("figure-metrics-with-a-negative-cpu-cost",
+          _figure_settings("figure", _engine_metrics(experiment="W", pipeline_cost={
+              "order": "declared", "cpu_s_per_element": -1, "bytes_per_element": 1.0}), network_gbps=32),
+          r"repro: error: .*m.json: pipeline_cost.cpu_s_per_element"),
     Fault("figure-settings-engine-caption-a-number", _figure_settings("figure", engine_caption=5),
           r"repro: error: --settings: engine_caption: 5 is not of type 'string'$"),
     Fault("comparison-settings-engine-caption-a-mapping", _figure_settings("comparison", engine_caption={"a": 1}),

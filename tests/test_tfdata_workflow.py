@@ -71,6 +71,9 @@ def _build_fig8_on_the_engine(tmp_path):
     settings = json.loads((tmp_path / "results" / "provenance" / "fig8_ResNet50_v2-8.json").read_text())["settings"]
     assert "engine tfdata" in settings["figure"]["engine_caption"]
     assert "derived from the pipeline's calibrated TF cost" in settings["figure"]["engine_caption"]
+    # the caption says what this machine let the modes reach (Cachew's and Pecan's runs probed a worker here)
+    plotted = (tmp_path / "results" / "logs" / "plot" / "fig8_ResNet50_v2-8.log").read_text()
+    assert "CPUs the engine-fed model lets collocated deliver" in plotted, plotted
     with open(tmp_path / "results" / "validation" / "ResNet50_v2-8.csv") as fh:
         validation = list(csv.DictReader(fh))
     # the modes of the experiment, FastFlow's per phase, and the sweep's counts (the sweep rule's runs):

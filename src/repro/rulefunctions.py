@@ -88,6 +88,19 @@ def validation_metrics(config):
     return per_job(files)
 
 
+def figure_metrics(config):
+    """An input function: the engine runs a Pecan figure's experiment was measured by, whose caption
+    says what the machine let the modes reach (pecan.engine: tfdata); none under another engine."""
+    if config["pecan"]["engine"] != "tfdata":
+        return []
+
+    def files(wildcards):
+        experiment = config["plots"]["figures"][wildcards.figure]["experiment"]
+        return [RUN_METRICS.format(experiment=experiment, mode=mode) for mode in modes_of(config, experiment)]
+
+    return per_job(files)
+
+
 def figure_table(config):
     """An input function: the cost table a Pecan figure is drawn from."""
     return per_job(lambda wildcards: "results/tables/{}.csv".format(config["plots"]["figures"][wildcards.figure]["experiment"]))

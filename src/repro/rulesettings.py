@@ -116,6 +116,8 @@ def figure_settings(config, figure):
         "model": workload["model"],  # what the reference's workload must be
         "accelerator": workload["accelerator"],
         "engine_caption": engine.caption(config["pecan"], spec["experiment"]) if engine.caption else None,
+        # what the engine-fed model moves each element over (the caption's machine limits)
+        "network_gbps": config["pecan"]["cluster"]["network_gbps"] if engine.caption else None,
         "reference": spec.get("reference"),
         "modes": spec.get("modes"),
         "style": config["plots"]["style"],

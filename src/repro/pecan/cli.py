@@ -134,12 +134,16 @@ def _workflow_commands(psub):
     figure.add_argument("figure", help="the figure's name (plots.figures)")
     figure.add_argument("--table", required=True, help="the experiment's cost table")
     figure.add_argument("--calibration", nargs="+", required=True, help="calibration JSON files")
+    figure.add_argument("--metrics", nargs="*", default=[],
+                        help="the experiment's tf.data engine runs' metrics.json: the caption says what this machine "
+                             "let the modes reach (settings: network_gbps)")
     figure.add_argument("--settings", required=True, type=settings_argument,
                         help="the figure's settings as JSON (repro.rulesettings.figure_settings)")
     figure.add_argument("--output", nargs=2, required=True, type=figure_file, metavar=("PDF", "PNG"),
                         help="the figure files")
     figure.add_argument("--verdicts", required=True, help="CSV of the reference values' verdicts to write")
-    figure.set_defaults(func=_figure, writes={"output": "--output", "verdicts": "--verdicts"}, reads=("table", "calibration"))
+    figure.set_defaults(func=_figure, writes={"output": "--output", "verdicts": "--verdicts"},
+                        reads=("table", "calibration", "metrics"))
 
     both = psub.add_parser("comparison-table", help="a figure over several workloads: one row per workload and "
                            "mode from the workloads' cost tables (repro.pecan.comparisons)")
@@ -462,7 +466,8 @@ def _check_figure_settings(settings, section, name, keys, elsewhere=None):
     from repro.config import check_settings
 
     places = {**{key: ("plots", section, name, key) for key in keys}, "preset": ("calibration", "preset"),
-              "style": None, "engine_caption": {"type": "string"}, **(elsewhere or {})}
+              "style": None, "engine_caption": {"type": "string"},
+              "network_gbps": ("pecan", "cluster", "network_gbps"), **(elsewhere or {})}
     check_settings({key: value for key, value in settings.items() if value is not None}, places=places)
 
 
@@ -487,8 +492,9 @@ def _figure(args):
     if another:
         raise ReproError(f"--settings: reference: {another}")
     reference = REFERENCE_PLOTS.get(settings["reference"]) if settings["reference"] else None
-    text = caption(settings["backend"], settings["preset"], load_calibrations(args.calibration),
-                   settings["engine_caption"])
+    calibrations = load_calibrations(args.calibration)
+    text = caption(settings["backend"], settings["preset"], calibrations, settings["engine_caption"])
+    limits = _machine_limits_text(args.metrics, settings, calibrations) if args.metrics else ""
     modes = settings.get("modes")
     rows = figure_rows(args.table, modes)
     check_table_runs(rows, args.table, settings["experiment"], settings["preset"])  # the caption names them
@@ -502,10 +508,13 @@ def _figure(args):
         shown = {f"x{float(scale):.3g}" for _, scale in scales}
         text += "; time scale " + (shown.pop() if len(shown) == 1 else
                                    ", ".join(f"{mode} x{float(scale):.3g}" for mode, scale in scales))
+    if limits:
+        text += "." + limits.rstrip(".")  # plot_costs goes on with "; " and the bars
     plot_costs(args.table, args.output, settings["experiment"], text, check_style(settings["style"], "--settings style"),
                reference, modes)
     verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)
     write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
+    print(f"caption: {text}")
     print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
           "reference values inside the measured 95% interval")
 
@@ -643,9 +652,53 @@ def _comparison_rows(path):
     return numbers
 
 
+def _engine_runs(paths, experiment):
+    """The tf.data engine runs' metrics.json of `experiment` at `paths` (--metrics), each file and each
+    run once."""
+    from repro.fsutil import file_identity, read_json
+
+    runs, named, specs = [], {}, {}  # fsutil.file_identity, and each run's spec: the spelling that named it first
+    for path in paths:
+        metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
+        same = file_identity(path)
+        if same in named:  # its deployments would be counted twice in the verdict
+            raise ReproError(f"--metrics {path}: the file {named[same]} named already; expected each run's metrics.json once")
+        named[same] = path
+        spec = metrics.get("spec") if isinstance(metrics, dict) else None
+        run_experiment = spec.get("experiment") if isinstance(spec, dict) else None
+        if run_experiment is not None and run_experiment != experiment:  # titled and judged as another experiment's
+            raise ReproError(f"--metrics {path}: a run of experiment {str(run_experiment)[:80]!r}; expected {experiment}'s")
+        run = json.dumps(spec, sort_keys=True, default=str)
+        if spec is not None and run in specs:  # a copy of one run: its deployment counted twice towards the minimum
+            raise ReproError(f"--metrics {path}: the same run as {specs[run]} (the same spec: mode "
+                             f"{str(spec.get('mode'))[:80]!r}, seed {str(spec.get('seed'))[:40]}); expected each run once")
+        specs.setdefault(run, path)
+        runs.append(metrics)
+    return runs
+
+
+def _machine_limits_text(paths, settings, calibrations):
+    """The figure caption's sentence of what this machine let the modes reach, from the engine runs at
+    `paths` (repro.pecan.validation.machine_limits)."""
+    from repro.pecan.validation import check_measured, limits_text, machine_limits
+
+    if settings.get("network_gbps") is None:
+        raise ReproError("--metrics: the settings hold no network_gbps (pecan.cluster.network_gbps), which the "
+                         "machine's limits need; expected it beside the engine runs")
+    runs = _engine_runs(paths, settings["experiment"])
+    try:
+        for path, metrics in zip(paths, runs):
+            if metrics.get("engine") != "tfdata":
+                raise ReproError(f"--metrics {path}: not a tf.data engine run (engine {metrics.get('engine', 'model')!r})")
+            check_measured(metrics, path)
+        return limits_text(machine_limits(runs, calibrations, settings["network_gbps"]))
+    except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
+        raise ReproError(f"--metrics {' '.join(paths)}: not tf.data engine runs' metrics.json "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
 def _validation(args):
     from repro.config import check_settings, check_style
-    from repro.fsutil import file_identity, read_json
     from repro.pecan.costtable import write_table
     from repro.pecan.calibration_files import load_calibrations
     from repro.pecan.validation import COLUMNS, caption_text, machine_limits, validation_rows, verdict
@@ -655,26 +708,11 @@ def _validation(args):
         raise ReproError("experiment: expected the experiment's name (the runs' spec.experiment), got an empty one")
     style = check_style(args.style)
     calibrations = load_calibrations(args.calibration)
-    rows, runs = [], []
+    rows = []
     check_settings({"network_gbps": args.network_gbps}, "--network-gbps",
                    places={"network_gbps": ("pecan", "cluster", "network_gbps")})  # bounded as the config's
-    named, specs = {}, {}  # fsutil.file_identity, and each run's spec: the spelling that named it first
-    for path in args.metrics:
-        metrics = read_json(path, "a tf.data engine run's metrics.json", f"--metrics {path}")
-        same = file_identity(path)
-        if same in named:  # its deployments would be counted twice in the verdict
-            raise ReproError(f"--metrics {path}: the file {named[same]} named already; expected each run's metrics.json once")
-        named[same] = path
-        spec = metrics.get("spec") if isinstance(metrics, dict) else None
-        experiment = spec.get("experiment") if isinstance(spec, dict) else None
-        if experiment is not None and experiment != args.experiment:  # titled and judged as another experiment's
-            raise ReproError(f"--metrics {path}: a run of experiment {str(experiment)[:80]!r}; expected {args.experiment}'s")
-        run = json.dumps(spec, sort_keys=True, default=str)
-        if spec is not None and run in specs:  # a copy of one run: its deployment counted twice towards the minimum
-            raise ReproError(f"--metrics {path}: the same run as {specs[run]} (the same spec: mode "
-                             f"{str(spec.get('mode'))[:80]!r}, seed {str(spec.get('seed'))[:40]}); expected each run once")
-        specs.setdefault(run, path)
-        runs.append(metrics)
+    runs = _engine_runs(args.metrics, args.experiment)
+    for path, metrics in zip(args.metrics, runs):
         try:
             rows += validation_rows(metrics, calibrations, args.network_gbps, path)
         except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
