@@ -129,6 +129,13 @@ def test_a_commands_config_flag_reads_an_overlay_as_the_workflow_does(tmp_path, 
     monkeypatch.chdir(REPO)
     assert load_config(overlay) == check_config_files([overlay]) and load_config(overlay)["pecan"]["engine"] == "tfdata"
     assert load_config("config/config.yaml") == load_config(REPO / "config" / "config.yaml") == validate_config(raw())
+    whole = raw()  # a whole config is read as it is: what it leaves out of a section is not taken from the base
+    whole["pecan"]["experiments"] = {"Getting_started": whole["pecan"]["experiments"]["Getting_started"]}
+    whole["plots"]["figures"] = {"Getting_started": whole["plots"]["figures"]["Getting_started"]}
+    whole["plots"]["comparisons"] = {}
+    whole["reproducibility"]["figures"] = ["Getting_started"]
+    (tmp_path / "whole.yaml").write_text(yaml.safe_dump(whole))
+    assert list(load_config(tmp_path / "whole.yaml")["pecan"]["experiments"]) == ["Getting_started"]
     with pytest.raises(ReproError, match="'trims' is a required property"):  # no base here: the file alone
         load_config(overlay, base=tmp_path / "none.yaml")
     # read, the sweep's own check comes next

@@ -599,13 +599,14 @@ def read_config_file(path):
 
 
 def load_config(path, base="config/config.yaml"):
-    """The config the workflow sees with `--configfile path`: `path` merged over `base` (the
-    workflow's defaults, as the Snakefile reads them), so that an overlay such as
-    config/examples/tfdata.yaml is whole; `path` alone where it is `base` or `base` is not there."""
+    """The config at `path`: a whole config as it is; an overlay (a file without the schema's required
+    sections, such as config/examples/tfdata.yaml) merged over `base`, the workflow's defaults, as
+    Snakemake merges `--configfile path` over them (where `base` is there)."""
+    config = read_config_file(path)
     base = Path(base)
-    if not base.is_file() or base.resolve() == Path(path).resolve():
-        return validate_config(read_config_file(path), str(path))
-    return check_config_files([path], base)
+    if all(key in config for key in schema()["required"]) or not base.is_file():
+        return validate_config(config, str(path))
+    return validate_config(merge_over(read_config_file(base), config), f"{base} + {path}")
 
 
 def merge_over(base, override):

@@ -22,8 +22,8 @@ class Settings(dict):
 
 
 # --config: what a command reads as the workflow reads `--configfile`
-CONFIG_HELP = ("workflow config: config/config.yaml, or a file merged over it as Snakemake's --configfile merges "
-               "(config/examples/tfdata.yaml, say); default config/config.yaml")
+CONFIG_HELP = ("workflow config: a whole one, or an overlay (config/examples/tfdata.yaml, say) merged over "
+               "config/config.yaml as Snakemake's --configfile merges it; default config/config.yaml")
 
 
 def settings_argument(text):
