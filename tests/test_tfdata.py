@@ -238,6 +238,9 @@ def test_the_caption_says_what_the_machine_lets_the_modes_reach(tmp_path, capsys
     assert "the largest deployment 100%" in text and "more than 2.50x collocated's" in text
     assert "falls short" not in text and "collocated costs at most that multiple" in text
     assert machine_limits([small, large], CALIBRATION, 32) is None  # 2 and 16 CPUs: neither machine's
+    swept = _engine_metrics("sweep", windows=[(ONE, ONE, 1.0)], receive=1e-5, served=0.05)
+    swept["spec"].update(placement="fixed", max_remote_workers=1, max_local_workers=0, fixed_remote_workers=1)
+    assert machine_limits([small, swept], CALIBRATION, 32) == machine_limits([small], CALIBRATION, 32)  # its count only
     cheap = _engine_metrics(windows=[(ONE, ONE, 1.0)], receive=1e-5, served=0.5)
     cheap["pipeline_cost"]["cpu_s_per_element"] = 0.0025
     limits = machine_limits([cheap], CALIBRATION, 32)

@@ -320,11 +320,14 @@ def machine_limits(runs, calibrations, network_gbps):
     (repro.pecan.tfdata.spec.derive_scale) prices a worker at the pipeline's in-process cost; a
     worker serving it costs more, so on few CPUs the largest deployment may fall short of the bound
     while collocated is input-bound. None where no run probed a worker on this machine (collocated
-    alone, or workers on other hosts), or where the runs' machines had different CPU counts."""
+    alone, or workers on other hosts; a sweep's runs hold their count, whatever the machine holds),
+    or where the runs' machines had different CPU counts."""
     found = {"collocated": [], "largest": [], "ratio": [], "cost_ms": [], "served_ms": [], "receive_ms": [],
              "cpus": set()}
     for metrics in runs:
         if metrics.get("worker_hosts") or not (metrics.get("transfer_cost") or {}).get("served_s_per_element"):
+            continue
+        if metrics["spec"]["placement"] == "fixed":  # a sweep's count: its caps are that count, not the machine's
             continue
         job = engine_job(metrics, calibrations[metrics["spec"]["pipeline"]], network_gbps)
         demand = job.accelerator_batches_per_s * job.batch_size
