@@ -136,8 +136,12 @@ def test_a_commands_config_flag_reads_an_overlay_as_the_workflow_does(tmp_path, 
     whole["reproducibility"]["figures"] = ["Getting_started"]
     (tmp_path / "whole.yaml").write_text(yaml.safe_dump(whole))
     assert list(load_config(tmp_path / "whole.yaml")["pecan"]["experiments"]) == ["Getting_started"]
-    with pytest.raises(ReproError, match="'trims' is a required property"):  # no base here: the file alone
+    with pytest.raises(ReproError, match="'trims' is a required property; as an overlay it would be merged over "
+                                         ".*none.yaml, which is not a file here"):  # no base here: the file alone
         load_config(overlay, base=tmp_path / "none.yaml")
+    both = tmp_path / "both.yaml"  # an overlay of both required sections: still not whole
+    both.write_text("pecan: {engine: tfdata}\ntrims: {seed: 5}\n")
+    assert load_config(both)["pecan"]["engine"] == "tfdata" and load_config(both)["trims"]["seed"] == 5
     # read, the sweep's own check comes next
     assert main(["pecan", "tfdata", "sweep", "--config", str(overlay), "--experiment", "ResNet50_v2-8", "--counts", "99999",
                  "--out", str(tmp_path / "sweep")]) == 1

@@ -533,3 +533,10 @@ def test_tool_config_sections_other_than_micro18_are_named_as_ignored(tmp_path, 
     (tmp_path / "plain.yml").write_text(f"micro18:\n  base_path: {tmp_path}\n")
     load_tool_config(tmp_path / "plain.yml")
     assert capsys.readouterr().err == ""
+    # named on one line, as YAML spells them: a newline or an escape in a key is escaped, a long list cut
+    (tmp_path / "odd.yml").write_text(f'micro18:\n  base_path: {tmp_path}\n"a\\nb": 1\nnull: 2\n7: 3\n'
+                                      + "".join(f"z{i:03}: 0\n" for i in range(60)))
+    load_tool_config(tmp_path / "odd.yml")
+    note = capsys.readouterr().err
+    assert note.count("\n") == 1 and note.startswith(f"note: {tmp_path / 'odd.yml'}: top-level sections")
+    assert "'a\\nb', 7, null, z000" in note and note.endswith("...\n")

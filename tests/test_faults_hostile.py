@@ -203,6 +203,11 @@ def _engine_metrics(**changed):
     return run
 
 
+def _window(**changed):
+    """A decision window of two workers that held still, `changed` written over it."""
+    return {"steps": 4, "seconds": 0.5, "workers": ["a:1", "b:1"], "workers_after": ["a:1", "b:1"], **changed}
+
+
 def _validation(style=STYLE, network="32", output=("v.pdf", "v.png"), **metrics):
     def prepare(ctx):
         return ["pecan", "validation", "E", "--metrics", _write(ctx.dir / "m.json", json.dumps(_engine_metrics(**metrics))),
@@ -276,7 +281,17 @@ FIGURE_FAULTS = [
     Fault("validation-metrics-decision-steps-0", _validation(decision_steps=0),
           r"repro: error: --metrics .*/m.json: not a tf.data engine run's metrics.json \(IndexError"),
     Fault("validation-metrics-windows-a-mapping", _validation(windows={}),
-          r"repro: error: --metrics .*/m.json: not tf.data engine runs' metrics.json \(no window whose workers held still"),
+          r"repro: error: --metrics .*/m.json: no deployment measured \(no window whose workers held still: each was a run's "
+          r"first, or in or after a change"),
+    # a window's phase and workers as the engine never writes them: raw AttributeError text, or a worker
+    # counted twice
+    Fault("validation-metrics-phase-a-number", _validation(windows=[_window(phase=5)]),
+          r"repro: error: .*/m.json: windows\[0\].phase: '5'; expected none \(a phase is FastFlow's state; this run's "
+          r"placement is not fastflow\)$"),
+    Fault("validation-metrics-phase-unknown-to-fastflow", _validation(placement="fastflow", windows=[_window(phase="X")]),
+          r"repro: error: .*/m.json: windows\[0\].phase: 'X'; expected none or one of FastFlow's states PROFILE_LTHP, "),
+    Fault("validation-metrics-a-worker-twice", _validation(windows=[_window(workers=["a:1", "a:1"])]),
+          r"repro: error: .*/m.json: windows\[0\].workers: expected each worker address once$"),
     Fault("validation-network-1e308", _validation(network="1e308"),
           r"repro: error: --network-gbps: network_gbps: 1e\+308 is greater than the maximum of 100000$"),
     # a transfer time of 1e317 s: the config's minimum, a megabit/s, was not the flag's

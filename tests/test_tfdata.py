@@ -641,6 +641,11 @@ def test_validation_with_every_deployment_at_the_bound_is_not_validated(tmp_path
                                                       "(0 of 2 deployments below the bound, 3 needed)")
     assert [r["model_tf_below_bound"] for r in table] == ["False", "False"]  # the table shows why
     assert "not validated: accelerator-bound everywhere" in result.stdout
+    from repro.pecan.validation import verdict  # two below the bound: too few, and the headline says which
+
+    rows = [{"model_tf_below_bound": below, "model_tf_vs_engine": 0.0} for below in (True, True, False)]
+    assert verdict(rows) == (False, "not validated: accelerator-bound everywhere but 2 of 3 deployments (3 below the "
+                                    "bound needed)")
 
 
 @pytest.mark.fault

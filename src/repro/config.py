@@ -5,6 +5,7 @@ The Snakefile calls `validate_config` on Snakemake's merged config (config/confi
 (through `repro.checkedconfig`, which reuses a result while nothing it depends on changes).
 """
 
+import copy
 import importlib.util
 import math
 import os
@@ -599,13 +600,21 @@ def read_config_file(path):
 
 
 def load_config(path, base="config/config.yaml"):
-    """The config at `path`: a whole config as it is; an overlay (a file without the schema's required
-    sections, such as config/examples/tfdata.yaml) merged over `base`, the workflow's defaults, as
-    Snakemake merges `--configfile path` over them (where `base` is there)."""
+    """The config at `path`: a whole config as it is; an overlay (a file that lacks keys the schema
+    requires, such as config/examples/tfdata.yaml) merged over `base`, the workflow's defaults, as
+    Snakemake merges `--configfile path` over them."""
     config = read_config_file(path)
-    base = Path(base)
-    if all(key in config for key in schema()["required"]) or not base.is_file():
-        return validate_config(config, str(path))
+    try:
+        return validate_config(copy.deepcopy(config), str(path))
+    except ReproError as exc:
+        if "is a required property" not in str(exc):
+            raise
+        base = Path(base)
+        if not base.is_file():
+            raise ReproError(f"{exc}; as an overlay it would be merged over {base}, which is not a file here (run the "
+                             "command in the workflow's directory)") from None
+        if base.resolve() == Path(path).resolve():
+            raise
     return validate_config(merge_over(read_config_file(base), config), f"{base} + {path}")
 
 

@@ -724,8 +724,9 @@ def _validation(args):
         raise ReproError(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json "
                          f"({type(exc).__name__}: {exc})") from None
     if not rows:
-        raise ReproError(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json (no window whose "
-                         "workers held still: no deployment measured)")
+        raise ReproError(f"--metrics {' '.join(args.metrics)}: no deployment measured (no window whose workers held "
+                         "still: each was a run's first, or in or after a change of its workers or FastFlow phase); "
+                         "expected runs that held a deployment for two windows or more")
     write_table(rows, args.table, COLUMNS)
     passed, headline = verdict(rows)
     plot_validation(rows, args.output, f"Validation: {args.experiment}" + ("" if passed else f" ({headline.split(':')[0]})"),

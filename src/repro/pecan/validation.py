@@ -48,7 +48,7 @@ import sys
 
 from repro.errors import ReproError
 from repro.pecan.cluster import JobSpec, capacity, fastflow_capacity, simulate
-from repro.pecan.policies import LOCAL_ONLY, OFFLOADED, PROFILE_LTHP
+from repro.pecan.policies import FASTFLOW_CUTS, LOCAL_ONLY, OFFLOADED, PROFILE_GTHP, PROFILE_LTHP
 
 MODELS = ("model", "model_tf")  # the column prefixes: Pillow-fed, engine-fed
 LABELS = {"model": "model, Pillow calibration, a CPU per worker",
@@ -65,6 +65,8 @@ MIN_AGREEMENT = 0.8  # share of those within the tolerance
 # step time a run may have (repro.pecan.tfdata.spec.STEP_TIME_S), a gigabyte beyond any element
 MAX_ELEMENT_S, MAX_ELEMENT_BYTES, MAX_COUNT = 60.0, 1 << 30, 1 << 16
 NOT_TESTED = "not validated: accelerator-bound everywhere"
+# what a window's `phase` may be: none, or (a FastFlow run's) its policy's state
+FASTFLOW_PHASES = (PROFILE_LTHP, PROFILE_GTHP, *(f"PROFILE_RTHP_{cut}" for cut in FASTFLOW_CUTS), LOCAL_ONLY, OFFLOADED)
 # Windows left out after each change in the worker set: the first one runs up to 1.7x faster than
 # the deployment does once settled (the client drains what the service buffered meanwhile), or, at
 # a run's start or a FastFlow phase's, slower (a pipeline warming up: RetinaNet's at 0.7-0.9x)
@@ -194,6 +196,13 @@ def check_measured(metrics, path):
         for key in ("workers", "workers_after"):
             if not (isinstance(window.get(key), list) and all(isinstance(name, str) for name in window[key])):
                 raise ReproError(f"{where}.{key}: expected a list of worker addresses")
+            if len(set(window[key])) != len(window[key]):  # one worker counted twice
+                raise ReproError(f"{where}.{key}: expected each worker address once")
+        phases = ("", *FASTFLOW_PHASES) if spec.get("placement") == "fastflow" else ("",)
+        if window.get("phase", "") not in phases:
+            raise ReproError(f"{where}.phase: {str(window['phase'])[:80]!r}; expected "
+                             + (f"none or one of FastFlow's states {', '.join(FASTFLOW_PHASES)}" if len(phases) > 1
+                                else "none (a phase is FastFlow's state; this run's placement is not fastflow)"))
         if not (_positive(window.get("steps")) and isinstance(window["steps"], int)):
             raise ReproError(f"{where}.steps: expected a whole number of steps, at least 1")
         if not _positive(window.get("seconds")):
@@ -304,7 +313,10 @@ def verdict(rows, tolerance=0.15):
     are below the bound of the engine-fed model and at least MIN_AGREEMENT of them agree."""
     below = tested(rows)
     if len(below) < MIN_TESTED:
-        return False, f"{NOT_TESTED} ({len(below)} of {len(rows)} deployments below the bound, {MIN_TESTED} needed)"
+        if not below:
+            return False, f"{NOT_TESTED} (0 of {len(rows)} deployments below the bound, {MIN_TESTED} needed)"
+        return False, (f"{NOT_TESTED} but {len(below)} of {len(rows)} deployments ({MIN_TESTED} below the bound "
+                       "needed)")
     within = sum(abs(r[f"{TESTED_BY}_vs_engine"]) <= tolerance for r in below)
     if within < MIN_AGREEMENT * len(below):
         return False, (f"validation failed: {within} of {len(below)} deployments below the bound within "

@@ -95,19 +95,27 @@ def load_tool_config(path, defaults=None):
         raise ReproError(f"{path}: unknown micro18 keys {unknown}; expected some of {sorted(DEFAULTS)} "
                          f"(or the original tools' {sorted(UNUSED_KEYS)})")
     unused = sorted(set(section) & set(UNUSED_KEYS))
-    others = sorted(str(key) for key in document if key != "micro18")  # a typo reads as another tool's section
+    others = sorted(_key_name(key) for key in document if key != "micro18")  # a typo reads as another tool's section
     if (unused or others) and str(path) not in _reported_unused:
         _reported_unused.add(str(path))
         if unused:
             print(f"note: {path}: micro18 keys with no meaning here, ignored: {', '.join(unused)}", file=sys.stderr)
         if others:
+            names = ", ".join(others)
             print(f"note: {path}: top-level sections other than micro18 are not read here (other tools' "
-                  f"settings), ignored: {', '.join(others)[:200]}", file=sys.stderr)
+                  f"settings), ignored: {names if len(names) <= 200 else names[:200] + '...'}", file=sys.stderr)
     # an empty value means the default, as in the original
     config.update({k: v for k, v in section.items() if k not in UNUSED_KEYS and v not in (None, "")})
     _expand_paths(config, path)
     _check_values(config, path)
     return config
+
+
+def _key_name(key):
+    """A YAML key as a note names it on one line: as written where it is printable text, else escaped."""
+    if isinstance(key, str):
+        return key if key.isprintable() else ascii(key)
+    return json.dumps(key) if isinstance(key, (int, float, bool)) or key is None else ascii(key)
 
 
 def _read_yaml(path):
