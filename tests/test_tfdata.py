@@ -433,6 +433,15 @@ def test_validation_leaves_out_a_runs_first_window_and_the_one_after_a_change_be
     assert sorted(rows) == [(1, 0), (2, 0)]  # three workers: one window, the first after a change
     assert (rows[1, 0]["windows"], rows[1, 0]["engine_examples_per_s"]) == (1, 40)
     assert (rows[2, 0]["windows"], rows[2, 0]["engine_examples_per_s"]) == (1, 80)
+    # a run none of whose windows is left: the caption names its mode, which the figure leaves out
+    from repro.pecan.validation import caption_text
+
+    changing = _engine_metrics("pecan", windows=[(ONE, TWO, 1.0), (TWO, THREE, 1.0)], settle=False)
+    assert validation_rows(changing, CALIBRATION, 32) == []
+    text = caption_text(list(rows.values()), [metrics, changing])
+    assert text.endswith(" No settled deployment in the run(s) of pecan: each window was a run's first, or in or after "
+                         "a change of its workers or FastFlow phase.")
+    assert "No settled deployment" not in caption_text(list(rows.values()), [metrics])
 
 
 def test_validation_gives_each_worker_the_cpu_share_it_measured():

@@ -422,7 +422,17 @@ def caption_text(rows, runs, tolerance=0.15, limits=None):
             f"Model fed the engine's own TF pipeline measured by each run in-process on one CPU ({measured} ms CPU "
             f"per element), the {'/'.join(map(str, cpus))} CPUs the client, dispatcher and workers share, and the "
             f"share of its CPU each worker measured ({share}): "
-            f"{summary(rows, tolerance, 'model_tf')}. {_transfer_text(runs, mb)}.{limits_text(limits)}")
+            f"{summary(rows, tolerance, 'model_tf')}. {_transfer_text(runs, mb)}.{limits_text(limits)}"
+            + _unsettled_text(rows, runs))
+
+
+def _unsettled_text(rows, runs):
+    """The caption's word on the modes whose runs gave no row, which the figure would leave out unsaid."""
+    unsettled = sorted({str(m["spec"]["mode"]) for m in runs} - {str(r["mode"]) for r in rows})
+    if not unsettled:
+        return ""
+    return (f" No settled deployment in the run(s) of {', '.join(unsettled)}: each window was a run's first, or in "
+            "or after a change of its workers or FastFlow phase.")
 
 
 def _transfer_text(runs, mb):
