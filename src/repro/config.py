@@ -615,7 +615,7 @@ def load_config(path, base="config/config.yaml"):
                              "command in the workflow's directory)") from None
         if base.resolve() == Path(path).resolve():
             raise
-    return validate_config(merge_over(read_config_file(base), config), f"{base} + {path}")
+    return check_config_files([path], base)
 
 
 def merge_over(base, override):

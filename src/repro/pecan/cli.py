@@ -686,15 +686,22 @@ def _machine_limits_text(paths, settings, calibrations):
         raise ReproError("--metrics: the settings hold no network_gbps (pecan.cluster.network_gbps), which the "
                          "machine's limits need; expected it beside the engine runs")
     runs = _engine_runs(paths, settings["experiment"])
-    try:
+    with _malformed_runs(f"--metrics {' '.join(paths)}: not tf.data engine runs' metrics.json"):
         for path, metrics in zip(paths, runs):
             if metrics.get("engine") != "tfdata":
                 raise ReproError(f"--metrics {path}: not a tf.data engine run (engine {metrics.get('engine', 'model')!r})")
             check_measured(metrics, path)
         return limits_text(machine_limits(runs, calibrations, settings["network_gbps"]))
+
+
+@contextlib.contextmanager
+def _malformed_runs(what):
+    """ReproError `what (the exception)` for what a metrics.json that is not an engine run's raises
+    where it is read (a string where a number belongs, a key missing)."""
+    try:
+        yield
     except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
-        raise ReproError(f"--metrics {' '.join(paths)}: not tf.data engine runs' metrics.json "
-                         f"({type(exc).__name__}: {exc})") from None
+        raise ReproError(f"{what} ({type(exc).__name__}: {exc})") from None
 
 
 def _validation(args):
@@ -713,16 +720,11 @@ def _validation(args):
                    places={"network_gbps": ("pecan", "cluster", "network_gbps")})  # bounded as the config's
     runs = _engine_runs(args.metrics, args.experiment)
     for path, metrics in zip(args.metrics, runs):
-        try:
+        with _malformed_runs(f"--metrics {path}: not a tf.data engine run's metrics.json"):
             rows += validation_rows(metrics, calibrations, args.network_gbps, path)
-        except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
-            raise ReproError(f"--metrics {path}: not a tf.data engine run's metrics.json ({type(exc).__name__}: "
-                             f"{exc})") from None
-    try:  # the caption reads every run's measured inputs
+    # the caption reads every run's measured inputs
+    with _malformed_runs(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json"):
         text = caption_text(rows, runs, limits=machine_limits(runs, calibrations, args.network_gbps))
-    except (AttributeError, LookupError, TypeError, ValueError, ArithmeticError) as exc:
-        raise ReproError(f"--metrics {' '.join(args.metrics)}: not tf.data engine runs' metrics.json "
-                         f"({type(exc).__name__}: {exc})") from None
     if not rows:
         raise ReproError(f"--metrics {' '.join(args.metrics)}: no deployment measured (no window whose workers held "
                          "still: each was a run's first, or in or after a change of its workers or FastFlow phase); "

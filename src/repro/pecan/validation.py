@@ -236,19 +236,20 @@ def validation_rows(metrics, calibrations, network_gbps, path="metrics.json"):
     # (a decision that stops a worker: the next window drains what it had buffered), or in FastFlow's
     # phase (the client's dataset made anew); the run's start is the first change (from none): a
     # window after a start or a phase change also pays for the new pipeline's warm-up
-    unsettled, serving, phase = SETTLE_WINDOWS, None, None
+    unsettled, before = SETTLE_WINDOWS, None  # before: the last window's (workers at its end, phase)
     for window in metrics["windows"]:
-        if serving is not None and (sorted(window["workers"]) != serving or window.get("phase", "") != phase):
+        workers, phase = sorted(window["workers"]), window.get("phase", "")
+        if before is not None and (workers, phase) != before:
             unsettled = SETTLE_WINDOWS
-        serving, phase = sorted(window["workers_after"]), window.get("phase", "")
-        if sorted(window["workers"]) != serving:
+        before = (sorted(window["workers_after"]), phase)
+        if workers != before[0]:
             unsettled = SETTLE_WINDOWS
             continue
         if unsettled:
             unsettled -= 1
             continue
         counts = (0, 0) if job.placement == "collocated" else _counts(window["workers"])
-        entry = deployments.setdefault((*counts, window.get("phase", "")), [0, 0.0, 0, []])
+        entry = deployments.setdefault((*counts, phase), [0, 0.0, 0, []])
         entry[0] += window["steps"] * job.batch_size
         entry[1] += window["seconds"]
         entry[2] += 1
