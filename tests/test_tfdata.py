@@ -577,6 +577,32 @@ def test_fastflow_phases_take_the_share_of_the_pipeline_they_read():
     assert rows["OFFLOADED"]["cpu_share"] == pytest.approx(0.8333, abs=1e-4)
 
 
+def test_fastflows_offload_keeps_both_sources_running_ahead_of_its_split(tf):
+    """Offloaded, the client reads its own pipeline and the service's in a fixed split; each source
+    keeps making items into a buffer of its own meanwhile (as FastFlow's client fetches from both at
+    once), not only when the split asks for its next item: read in step, each idles while the
+    other's item is awaited, and the pair delivers less than the model's split of the two rates."""
+    import time
+
+    from repro.pecan.tfdata import engine
+
+    made = {"local": 0, "remote": 0}
+
+    def source(name):
+        def make(item):
+            made[name] += 1
+            return item
+        return tf.data.Dataset.range(1 << 20).map(lambda item: tf.py_function(make, [item], tf.int64))
+
+    items = iter(engine.offloaded(source("local"), source("remote"), 0.5, ahead=4))
+    assert sorted(int(next(items)) for _ in range(4)) == [0, 0, 1, 1]  # two of each, evenly spread
+    deadline = time.monotonic() + 20
+    while min(made.values()) < 2 + 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # each 4 ahead of what was read (a fifth may be made, waiting for room), and no further
+    assert all(2 + 4 <= count <= 2 + 4 + 1 for count in made.values()), made
+
+
 def test_validation_caps_by_the_machines_cpus_only_where_the_workers_share_it():
     from repro.pecan.validation import engine_job
 

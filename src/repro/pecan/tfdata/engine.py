@@ -318,6 +318,16 @@ def local_share(ratio):
                                                    == tf.math.floor(tf.cast(i, tf.float64) * ratio), tf.int64))
 
 
+def offloaded(local, remote, ratio_local, ahead):
+    """FastFlow's partial offload: the client's own pipeline and the service's, read in the
+    decision's fixed split (local_share), each source running `ahead` items ahead into a buffer of
+    its own, as FastFlow's client fetches from its own pipeline and its remote workers at once.
+    Read in step instead, each source would idle while the other's item is awaited, and the pair
+    would deliver less than the split of the two rates (the model's) allows."""
+    return tf.data.Dataset.choose_from_datasets([local.prefetch(ahead), remote.prefetch(ahead)],
+                                                local_share(ratio_local))
+
+
 def fastflow_dataset(spec, manifest, service, phase, decision):
     """What the client reads in FastFlow's `phase`: its own pipeline on `collocated_threads` threads
     (the host's budget; LTHP and LOCAL_ONLY), one cached batch of it re-read (GTHP: only the
@@ -337,7 +347,7 @@ def fastflow_dataset(spec, manifest, service, phase, decision):
     dataset = _distribute(remote, service, job)
     if phase == OFFLOADED:
         local, _ = ops.dataset(manifest, order, spec.batch_size, spec.collocated_threads, batched)
-        dataset = tf.data.Dataset.choose_from_datasets([local, dataset], local_share(decision.ratio_local))
+        dataset = offloaded(local, dataset, decision.ratio_local, ahead=1 if batched else spec.batch_size)
     if not batched:
         dataset = ops.batch(dataset, manifest, spec.batch_size)
     return dataset.prefetch(2), names
