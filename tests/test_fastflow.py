@@ -1,6 +1,7 @@
 """FastFlow as a placement policy: its decision rule, its run in the cluster model, and its worker count."""
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from repro.pecan.cluster import JobSpec, fastflow_capacity, simulate
 from repro.pecan.policies import (
     LOCAL_ONLY,
     OFFLOADED,
+    PROFILE_LTHP,
     FastFlowPlacement,
     fastflow_decide,
     fastflow_ratio_local,
@@ -139,6 +141,21 @@ def test_the_cluster_model_runs_fastflow_with_its_split():
     assert fastflow_capacity(s, OFFLOADED, 2, 1.0) == pytest.approx(host)
     assert fastflow_capacity(s, OFFLOADED, 2, 0.0) == pytest.approx(far)
     assert fastflow_capacity(s, OFFLOADED, 2, 0.5) == pytest.approx(2 * far)  # the slower share sets the pace
+
+
+def test_on_one_machine_fastflows_split_shares_its_cpus():
+    """The tf.data engine's miniature: the client's own pipeline (10 ms per element, one CPU), two
+    workers (12 ms per element served) and the client receiving their elements (2 ms) share 2 CPUs.
+    A fifth of the elements local: the split alone allows 178.6/s (the workers' 142.9/s capped by
+    the CPUs, over four fifths), but each element costs 0.2 x 10 + 0.8 x 14 = 13.2 ms of the CPUs."""
+    one_machine = spec(cost_per_element=0.01, collocated_vcpus=1, remote_worker_vcpus=1, bytes_per_element=1000,
+                       served_s_per_element=0.012, receive_s_per_byte=2e-6)
+    assert fastflow_capacity(one_machine, OFFLOADED, 2, 0.2) == pytest.approx(2 / 0.012 / 0.8)  # CPUs of their own
+    shared = dataclasses.replace(one_machine, host_cpus=2)
+    assert fastflow_capacity(shared, OFFLOADED, 2, 0.2) == pytest.approx(2 / 0.0132)
+    assert fastflow_capacity(shared, OFFLOADED, 2, 1.0) == pytest.approx(100)  # all local: the client's one CPU
+    assert fastflow_capacity(shared, OFFLOADED, 2, 0.0) == pytest.approx(2 / 0.014)
+    assert fastflow_capacity(shared, PROFILE_LTHP, 2, 0.2) == pytest.approx(100)  # the profiles read one source
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])

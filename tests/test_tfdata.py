@@ -548,10 +548,11 @@ def test_validation_predicts_each_fastflow_phase_as_the_model_runs_it(tmp_path):
     assert [(r["phase"], r["windows"]) for r in validation_rows(unsettled, CALIBRATION, 32)] == [("OFFLOADED", 1)]
     assert set(rows[0]) == set(COLUMNS)
     # engine-fed (25 ms per element, 2 CPUs shared): the client's pipeline 40/s, the workers 80/s; the
-    # split: a quarter local at 40/s sets the pace (160/s) but the bound is 100; GTHP: only the bound
+    # split: a quarter local at 40/s would allow 160/s, three quarters remote at 80/s 107/s, but the
+    # client's pipeline and the workers share the 2 CPUs: 80/s; GTHP: only the bound (100)
     tf = {r["phase"]: r["model_tf_examples_per_s"] for r in rows}
     assert tf == {"PROFILE_LTHP": 40, "PROFILE_GTHP": 100, "PROFILE_RTHP_ELEMENT": 80, "PROFILE_RTHP_BATCH": 80,
-                  "OFFLOADED": 100}
+                  "OFFLOADED": 80}
     metrics["fastflow"]["decision"]["ratio_local"] = 0.75  # three quarters local: 40 / 0.75 = 53.3/s
     assert {r["phase"]: r["model_tf_examples_per_s"] for r in validation_rows(metrics, CALIBRATION, 32)}["OFFLOADED"] \
         == pytest.approx(53.33)

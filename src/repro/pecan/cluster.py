@@ -101,12 +101,17 @@ class Simulation:
         return sum(w.seconds for w in self.windows)
 
 
+def served_s_per_element(spec):
+    """A worker's CPU seconds per element it serves: measured whole, or its pipeline and sending."""
+    return spec.served_s_per_element or spec.cost_per_element + spec.send_s_per_byte * spec.bytes_per_element
+
+
 def capacity(spec, remote, local):
     """Examples per second the preprocessing side can deliver with this deployment."""
     if spec.placement == "collocated":
         cap = spec.host_cpus / spec.cost_per_element if spec.host_cpus > 0 else math.inf
         return min(spec.collocated_vcpus / spec.cost_per_element, cap)
-    served = spec.served_s_per_element or spec.cost_per_element + spec.send_s_per_byte * spec.bytes_per_element
+    served = served_s_per_element(spec)
     # one machine: the workers' CPU and the client's receiving share its CPUs
     cap = spec.host_cpus / (served + spec.receive_s_per_byte * spec.bytes_per_element) if spec.host_cpus > 0 else math.inf
     remote_rate = remote * spec.remote_worker_vcpus / served
@@ -118,7 +123,8 @@ def fastflow_capacity(spec, state, remote, ratio_local):
     """Examples per second under FastFlow: its profiles run the local pipeline alone (LTHP), one cached
     batch (GTHP: only the accelerator bounds it) or every element remote (RTHP); after the decision the
     host's own pipeline produces `ratio_local` of the elements and the remote workers the rest, each
-    share at its source's rate (a fixed split: the slower source sets the pace)."""
+    share at its source's rate (a fixed split: the slower source sets the pace). On one machine
+    (host_cpus) the host's pipeline, the workers and the client's receiving also share its CPUs."""
     host = capacity(dataclasses.replace(spec, placement="collocated"), 0, 0)
     far = capacity(spec, remote, 0)
     if state in (PROFILE_LTHP, LOCAL_ONLY):
@@ -127,8 +133,12 @@ def fastflow_capacity(spec, state, remote, ratio_local):
         return math.inf
     if state.startswith("PROFILE_RTHP"):
         return far
-    return min(host / ratio_local if ratio_local > 0 else math.inf,
-               far / (1 - ratio_local) if ratio_local < 1 else math.inf)
+    split = min(host / ratio_local if ratio_local > 0 else math.inf,
+                far / (1 - ratio_local) if ratio_local < 1 else math.inf)
+    if spec.host_cpus <= 0:
+        return split
+    remote_element = served_s_per_element(spec) + spec.receive_s_per_byte * spec.bytes_per_element
+    return min(split, spec.host_cpus / (ratio_local * spec.cost_per_element + (1 - ratio_local) * remote_element))
 
 
 def make_policy(spec):
