@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from support import BIN, REPO, copy_workflow, experiment_modes, jobs_in_plan, path_env, planned_jobs, snakemake
 
 PLUGIN = "snakemake_executor_plugin_googlebatch"
@@ -163,5 +164,55 @@ def test_the_other_profiles_pass_where_their_extras_and_variables_are_there(tmp_
     assert proc.returncode == 0 and "ok (local execution)" in proc.stdout
     proc = doctor("profiles/slurm", {k: v for k, v in path_env().items() if k != "SLURM_PARTITION"})
     assert proc.returncode == 1 and "$SLURM_PARTITION is not set (used by default-resources.slurm_partition)" in proc.stderr
-    proc = doctor("profiles/slurm", path_env(SLURM_PARTITION="debug"))
+    proc = doctor("profiles/slurm", {**path_env(SLURM_PARTITION="debug"), "PATH": slurm_commands(tmp_path)})
     assert proc.returncode == 0 and "ok (executor slurm)" in proc.stdout, proc.stderr
+    proc = doctor("profiles/cluster-generic", {**path_env(), "PATH": slurm_commands(tmp_path)})
+    assert proc.returncode == 0 and "ok (executor cluster-generic)" in proc.stdout, proc.stderr
+
+
+def slurm_commands(tmp_path):
+    """A PATH of this interpreter's bin/ and a directory with SLURM's client commands (stand-ins that
+    only exist: the doctor looks them up, it does not run them)."""
+    commands = tmp_path / "slurm-bin"
+    commands.mkdir(exist_ok=True)
+    for name in ("sbatch", "squeue", "sacct", "scancel"):
+        (commands / name).write_text("#!/bin/sh\nexit 0\n")
+        (commands / name).chmod(0o755)
+    return f"{BIN}{os.pathsep}{commands}"
+
+
+def test_the_doctor_names_the_cluster_commands_this_machine_lacks(tmp_path):
+    """Without SLURM's client commands, `executor: slurm` would start and fail at its first submission:
+    the doctor names each command and what the executor runs it for; so for a generic cluster's
+    commands, the status script by where it was looked for (the directory Snakemake runs in)."""
+    proc = doctor("profiles/slurm", {**path_env(SLURM_PARTITION="debug"), "PATH": str(BIN)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "repro: error: profiles/slurm/config.yaml: executor: slurm runs sbatch to submit each job: not found on PATH",
+        "repro: error: profiles/slurm/config.yaml: executor: slurm runs scancel to cancel jobs: not found on PATH",
+        "repro: error: profiles/slurm/config.yaml: slurm-status-command: slurm runs squeue for each job's state: not "
+        "found on PATH"]
+    (tmp_path / "config.yaml").write_text("executor: slurm\n")  # no status command: sacct or squeue will do
+    squeue_only = slurm_commands(tmp_path)
+    (tmp_path / "slurm-bin" / "sacct").unlink()
+    assert doctor(tmp_path, {**path_env(), "PATH": squeue_only}).returncode == 0
+    (tmp_path / "slurm-bin" / "squeue").unlink()
+    proc = doctor(tmp_path, {**path_env(), "PATH": squeue_only})
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"repro: error: {tmp_path / 'config.yaml'}: executor: slurm runs sacct or squeue for each job's state: not "
+        "found on PATH"]
+    profile = REPO / "profiles" / "cluster-generic"
+    proc = doctor(profile, {**path_env(), "PATH": slurm_commands(tmp_path)}, cwd=tmp_path)  # not the workflow's directory
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"repro: error: {profile / 'config.yaml'}: cluster-generic-status-cmd: cluster-generic runs "
+        f"profiles/cluster-generic/status.py for each job's state: no executable file at "
+        f"{tmp_path / 'profiles' / 'cluster-generic' / 'status.py'}"]
+
+
+@pytest.mark.parametrize("command", ["'sbatch --parsable", "", ["sbatch"]])
+def test_the_doctor_refuses_a_generic_command_that_is_no_command_line(tmp_path, command):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"executor": "cluster-generic",
+                                                          "cluster-generic-submit-cmd": command}))
+    proc = doctor(tmp_path, path_env())
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert "cluster-generic-submit-cmd: expected a command line, got" in proc.stderr

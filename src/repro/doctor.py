@@ -1,6 +1,7 @@
 """What a Snakemake profile needs before Snakemake starts with it: the plugins it names (the
-package's extras), the environment variables its values name, and credentials where it uses
-Google's services.
+package's extras), the environment variables its values name, the programs its executor runs on
+this machine (SLURM's client commands, a generic cluster's submit, status and cancel commands),
+and credentials where it uses Google's services.
 
 Snakemake creates its default storage's client before it reads the Snakefile, so with
 `default-storage-provider: gcs` and no credentials it ends in google-auth's DefaultCredentialsError
@@ -11,6 +12,8 @@ missing in one line each instead.
 import importlib.util
 import os
 import re
+import shlex
+import shutil
 from pathlib import Path
 
 
@@ -131,6 +134,52 @@ def unset_variables(path, profile, environ=os.environ):
     return [f"{path}: environment variable ${name} is not set (used by {', '.join(keys)})" for name, keys in unset.items()]
 
 
+# the SLURM plugin's commands: it submits with sbatch, asks for each job's state with its status command
+# (without one, sacct where installed, else squeue) and cancels with scancel
+SLURM_PROGRAMS = (("sbatch", "to submit each job"), ("scancel", "to cancel jobs"))
+SLURM_STATUS = ("sacct", "squeue")
+GENERIC_COMMANDS = {"cluster-generic-submit-cmd": "to submit each job", "cluster-generic-status-cmd": "for each job's state",
+                    "cluster-generic-cancel-cmd": "to cancel jobs"}
+
+
+def _runnable(program, environ):
+    """Whether `program` runs as its executor would run it: a path (relative to the workflow's
+    directory) to an executable file, or a name found on PATH."""
+    if os.sep in program:
+        return os.path.isfile(program) and os.access(program, os.X_OK)
+    return shutil.which(program, path=environ.get("PATH", os.defpath)) is not None
+
+
+def missing_programs(path, profile, environ=os.environ):
+    """One problem per program the profile's executor runs on this machine that is not there: SLURM's
+    client commands for `executor: slurm`, the first word of each command `cluster-generic` is given."""
+    executor = profile.get("executor")
+    needed = []  # (option, the programs any one of which will do, what for)
+    if executor == "slurm":
+        needed = [("executor", (program,), why) for program, why in SLURM_PROGRAMS]
+        status = profile.get("slurm-status-command")
+        needed.append(("slurm-status-command", (str(status),), "for each job's state") if status is not None
+                      else ("executor", SLURM_STATUS, "for each job's state"))
+    elif executor == "cluster-generic":
+        for option, why in GENERIC_COMMANDS.items():
+            command = profile.get(option)
+            if command is None:
+                continue
+            try:
+                words = shlex.split(command) if isinstance(command, str) else []
+            except ValueError:  # an unclosed quote
+                words = []
+            if not words:
+                raise ReproError(f"{path}: {option}: expected a command line, got {str(command)[:100]!r}")
+            needed.append((option, (words[0],), why))
+    problems = []
+    for option, programs, why in needed:
+        if not any(_runnable(program, environ) for program in programs):
+            where = f"no executable file at {os.path.abspath(programs[0])}" if os.sep in programs[0] else "not found on PATH"
+            problems.append(f"{path}: {option}: {executor} runs {' or '.join(programs)} {why}: {where}")
+    return problems
+
+
 def missing_credentials(environ=os.environ):
     """None where Google's client libraries will find credentials (or an emulator stands in for
     the bucket), else the one-line reason."""
@@ -159,9 +208,8 @@ def missing_credentials(environ=os.environ):
 def check_profile(directory):
     """Every problem found, one line each (empty: the profile can start), and a summary of it."""
     path, profile = read_profile(directory)
-    used = plugins(profile, path)  # first: a value that names no plugin is the one problem to name
-    problems = missing_plugins(path, profile) + unset_variables(path, profile)
-    used = {(kind, name) for kind, name, _ in plugins(profile)}
+    used = {(kind, name) for kind, name, _ in plugins(profile, path)}  # first: a value naming no plugin is the one problem
+    problems = missing_plugins(path, profile) + unset_variables(path, profile) + missing_programs(path, profile)
     if used & GOOGLE_PLUGINS:
         missing = missing_credentials()
         if missing:
