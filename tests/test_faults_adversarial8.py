@@ -26,15 +26,21 @@ pytestmark = pytest.mark.fault
     (None, "expected a JSON object (a service account or user credentials JSON file), got null"),
     ({"type": "impersonated_service_account", "source_credentials": [],
       "service_account_impersonation_url": "https://iamcredentials.googleapis.com/v1/x:generateAccessToken"},
-     "not a credentials file Google's libraries can load (AttributeError: 'list' object has no attribute 'get')"),
+     "impersonated_service_account: source_credentials: expected a JSON object (the credentials that impersonate), "
+     "got an array"),
+    ({"type": "impersonated_service_account"},
+     "impersonated_service_account: source_credentials: expected a JSON object (the credentials that impersonate), "
+     "got nothing"),
     ({"type": "external_account", "audience": "a", "token_url": "https://sts.googleapis.com/v1/token",
       "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "credential_source": "file"},
-     "not a credentials file Google's libraries can load (AttributeError: 'str' object has no attribute 'get')"),
+     "external_account: credential_source: expected a JSON object (where the subject token comes from), got a "
+     "string"),
 ])
 def test_credential_files_of_another_shape_are_named(content, said, tmp_path):
     """GOOGLE_APPLICATION_CREDENTIALS naming a JSON array, null, or an impersonated or external account
-    whose source_credentials or credential_source is not an object: `repro doctor --profile P` and
-    `repro trace download` (a gs:// store) ended in an AttributeError traceback from google-auth."""
+    whose source_credentials or credential_source is not an object (or, impersonating, is not there):
+    `repro doctor --profile P` and `repro trace download` (a gs:// store) ended in an AttributeError
+    traceback from google-auth, then in its text; the key is named instead."""
     (tmp_path / "profile").mkdir()
     (tmp_path / "profile" / "config.yaml").write_text("default-storage-provider: gcs\n")
     (tmp_path / "upload.json").write_text('{"store": "gs://bucket/x", "objects": [{"key": "a/t.json", "sha256": "0"}]}')

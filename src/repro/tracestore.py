@@ -249,6 +249,12 @@ _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a num
                type(None): "null"}
 
 
+# the parts of a credentials file that google-auth reads as objects, by the file's type: an impersonating
+# account's own credentials (required), an external account's token source
+_NESTED_OBJECTS = {"impersonated_service_account": ("source_credentials", "the credentials that impersonate", True),
+                   "external_account": ("credential_source", "where the subject token comes from", False)}
+
+
 def _check_loadable(info, label):
     """ReproError naming the credentials file where Google's libraries would fail on its shape with an
     exception of their own (a list, a string or null where they expect an object: AttributeError,
@@ -256,6 +262,11 @@ def _check_loadable(info, label):
     if not isinstance(info, dict):
         raise ReproError(f"{label}: expected a JSON object (a service account or user credentials JSON file), "
                          f"got {_JSON_TYPES.get(type(info), type(info).__name__)}")
+    kind = info.get("type")
+    key, what, required = _NESTED_OBJECTS.get(kind if isinstance(kind, str) else None, (None, None, False))
+    if key and (key in info or required) and not isinstance(info.get(key), dict):
+        got = "nothing" if key not in info else _JSON_TYPES.get(type(info[key]), type(info[key]).__name__)
+        raise ReproError(f"{label}: {info['type']}: {key}: expected a JSON object ({what}), got {got}")
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
