@@ -183,36 +183,76 @@ def slurm_commands(tmp_path):
 
 def test_the_doctor_names_the_cluster_commands_this_machine_lacks(tmp_path):
     """Without SLURM's client commands, `executor: slurm` would start and fail at its first submission:
-    the doctor names each command and what the executor runs it for; so for a generic cluster's
-    commands, the status script by where it was looked for (the directory Snakemake runs in)."""
+    the doctor names each command and what the executor runs it for. The plugin's status command is
+    sacct or squeue, whichever is there."""
     proc = doctor("profiles/slurm", {**path_env(SLURM_PARTITION="debug"), "PATH": str(BIN)})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines() == [
-        "repro: error: profiles/slurm/config.yaml: executor: slurm runs sbatch to submit each job: not found on PATH",
-        "repro: error: profiles/slurm/config.yaml: executor: slurm runs scancel to cancel jobs: not found on PATH",
-        "repro: error: profiles/slurm/config.yaml: slurm-status-command: slurm runs squeue for each job's state: not "
-        "found on PATH"]
-    (tmp_path / "config.yaml").write_text("executor: slurm\n")  # no status command: sacct or squeue will do
-    squeue_only = slurm_commands(tmp_path)
-    (tmp_path / "slurm-bin" / "sacct").unlink()
-    assert doctor(tmp_path, {**path_env(), "PATH": squeue_only}).returncode == 0
-    (tmp_path / "slurm-bin" / "squeue").unlink()
-    proc = doctor(tmp_path, {**path_env(), "PATH": squeue_only})
+    assert proc.stderr.splitlines() == [f"repro: error: profiles/slurm/config.yaml: executor: {line}" for line in (
+        "'sbatch' not found on PATH; slurm runs it to submit each job",
+        "'scancel' not found on PATH; slurm runs it to cancel jobs",
+        "'sacct' not found on PATH and 'squeue' not found on PATH; slurm runs one of them for each job's state")]
+    commands = slurm_commands(tmp_path)
+    (tmp_path / "slurm-bin" / "squeue").unlink()  # the profile's squeue missing: the plugin falls back to sacct
+    assert doctor("profiles/slurm", {**path_env(SLURM_PARTITION="debug"), "PATH": commands}).returncode == 0
+    (tmp_path / "config.yaml").write_text("executor: slurm\nslurm-status-command: squeue --long\n")
+    proc = doctor(tmp_path, {**path_env(), "PATH": commands})
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
-        f"repro: error: {tmp_path / 'config.yaml'}: executor: slurm runs sacct or squeue for each job's state: not "
-        "found on PATH"]
+        f"repro: error: {tmp_path / 'config.yaml'}: slurm-status-command: expected sacct or squeue, got 'squeue --long'"]
+
+
+def generic_profile(directory, **commands):
+    directory.mkdir(exist_ok=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump({"executor": "cluster-generic", **{
+        f"cluster-generic-{name}-cmd": command for name, command in commands.items()}}))
+    return directory
+
+
+def test_the_doctor_resolves_a_generic_clusters_commands_as_snakemake_and_its_plugin_run_them(tmp_path):
+    """Snakemake expands variables and ~ in a profile's values and reads a value naming a file in the
+    profile's directory as that file; the plugin runs the submit and status commands through the shell
+    (a program after NAME=value words; a compound command is the shell's to judge) and the cancel and
+    sidecar commands as one program each. A missing or unusable command is named with what it is for."""
+    env = {**path_env(SUBMITTERS=str(tmp_path / "bin")), "PATH": slurm_commands(tmp_path)}
+    (tmp_path / "bin").mkdir()
+    for script in (tmp_path / "bin" / "submit.sh", tmp_path / "P" / "submit.sh"):
+        script.parent.mkdir(exist_ok=True)
+        script.write_text("#!/bin/sh\n")
+        script.chmod(0o755)
+    for given in ({"submit": "submit.sh"}, {"submit": "$SUBMITTERS/submit.sh --parsable"},
+                  {"submit": "SBATCH_WAIT=1 sbatch --parsable"}, {"submit": "mkdir -p logs && nosuch"}, {"submit": "exec sbatch"},
+                  {"submit": "sbatch", "status": "", "cancel": "scancel"}):
+        proc = doctor(generic_profile(tmp_path / "P", **given), env, cwd=tmp_path)
+        assert proc.returncode == 0, (given, proc.stderr)
+    profile = tmp_path / "P" / "config.yaml"
+    (tmp_path / "notexec").write_text("")
+    for given, said in [
+            ({}, "cluster-generic-submit-cmd: not set; the cluster-generic executor needs the command that submits "
+                 "a job"),
+            ({"submit": "nosuch --parsable"}, "cluster-generic-submit-cmd: 'nosuch' not found on PATH; cluster-generic "
+                                              "runs it to submit each job"),
+            ({"submit": "sbatch", "status": "./notexec"}, "cluster-generic-status-cmd: './notexec': not executable; "
+                                                          "cluster-generic runs it for each job's state"),
+            ({"submit": "sbatch", "cancel": "scancel --quiet"},
+             "cluster-generic-cancel-cmd: 'scancel --quiet' not found on PATH; cluster-generic runs it to cancel jobs "
+             "(the whole value, as one program: no arguments)"),
+            ({"submit": "sbatch", "sidecar": "/nonexistent/sidecar"},
+             "cluster-generic-sidecar-cmd: '/nonexistent/sidecar': no such file; cluster-generic runs it beside the "
+             "workflow")]:
+        proc = doctor(generic_profile(tmp_path / "P", **given), env, cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stderr.splitlines() == [f"repro: error: {profile}: {said}"], given
     profile = REPO / "profiles" / "cluster-generic"
-    proc = doctor(profile, {**path_env(), "PATH": slurm_commands(tmp_path)}, cwd=tmp_path)  # not the workflow's directory
+    proc = doctor(profile, env, cwd=tmp_path)  # the status script's path is relative to where Snakemake runs
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
-        f"repro: error: {profile / 'config.yaml'}: cluster-generic-status-cmd: cluster-generic runs "
-        f"profiles/cluster-generic/status.py for each job's state: no executable file at "
-        f"{tmp_path / 'profiles' / 'cluster-generic' / 'status.py'}"]
+        f"repro: error: {profile / 'config.yaml'}: cluster-generic-status-cmd: 'profiles/cluster-generic/status.py': "
+        f"no such file ({tmp_path / 'profiles' / 'cluster-generic' / 'status.py'}); cluster-generic runs it for each "
+        "job's state"]
 
 
-@pytest.mark.parametrize("command", ["'sbatch --parsable", "", ["sbatch"]])
-def test_the_doctor_refuses_a_generic_command_that_is_no_command_line(tmp_path, command):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"executor": "cluster-generic",
-                                                          "cluster-generic-submit-cmd": command}))
-    proc = doctor(tmp_path, path_env())
+@pytest.mark.parametrize("command, said", [("'sbatch --parsable", "No closing quotation in \"'sbatch --parsable\""),
+                                           ("", "expected a command line, got ''"),
+                                           ("FOO=1", "expected a command line, got 'FOO=1'"),
+                                           (["sbatch"], "expected a command line, got \"['sbatch']\"")])
+def test_the_doctor_refuses_a_generic_command_that_is_no_command_line(tmp_path, command, said):
+    proc = doctor(generic_profile(tmp_path, submit=command), path_env())
     assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
-    assert "cluster-generic-submit-cmd: expected a command line, got" in proc.stderr
+    assert f"cluster-generic-submit-cmd: {said}" in proc.stderr

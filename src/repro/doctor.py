@@ -134,49 +134,87 @@ def unset_variables(path, profile, environ=os.environ):
     return [f"{path}: environment variable ${name} is not set (used by {', '.join(keys)})" for name, keys in unset.items()]
 
 
-# the SLURM plugin's commands: it submits with sbatch, asks for each job's state with its status command
-# (without one, sacct where installed, else squeue) and cancels with scancel
+# The SLURM plugin submits with sbatch, cancels with scancel and asks for each job's state with sacct or
+# squeue (its slurm-status-command picks one; it falls back to the other where that one is missing):
+# each found on PATH by name.
 SLURM_PROGRAMS = (("sbatch", "to submit each job"), ("scancel", "to cancel jobs"))
 SLURM_STATUS = ("sacct", "squeue")
-GENERIC_COMMANDS = {"cluster-generic-submit-cmd": "to submit each job", "cluster-generic-status-cmd": "for each job's state",
-                    "cluster-generic-cancel-cmd": "to cancel jobs"}
+# cluster-generic runs its submit and status commands through the shell, its cancel and sidecar commands
+# as one program each (the whole value, no arguments); without a submit command it does not start
+SHELL_COMMANDS = {"cluster-generic-submit-cmd": "to submit each job", "cluster-generic-status-cmd": "for each job's state"}
+PROGRAM_COMMANDS = {"cluster-generic-cancel-cmd": "to cancel jobs", "cluster-generic-sidecar-cmd": "beside the workflow"}
+# a command line whose program these hide (a compound command, a substitution, a format placeholder)
+# is the shell's to resolve: not judged here
+_SHELL_SYNTAX = re.compile(r"[;&|`<>(){}\n]|\$\(")
+_SHELL_WORDS = {"!", ".", "cd", "command", "eval", "exec", "if", "for", "while", "until", "case", "time", "source"}
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def _runnable(program, environ):
-    """Whether `program` runs as its executor would run it: a path (relative to the workflow's
-    directory) to an executable file, or a name found on PATH."""
-    if os.sep in program:
-        return os.path.isfile(program) and os.access(program, os.X_OK)
-    return shutil.which(program, path=environ.get("PATH", os.defpath)) is not None
+def _resolved(value, profile_dir, environ):
+    """A profile's value as Snakemake passes it on (snakemake/profiles.py): environment variables and
+    ~ expanded, and made a path into the profile's directory where a file there has that name."""
+    value = os.path.expanduser(_ENV_VAR.sub(lambda m: environ.get(m.group(1) or m.group(2), m.group(0)), str(value)))
+    return str(profile_dir / value) if value and (profile_dir / value).exists() else value
+
+
+def _unrunnable(program, environ):
+    """Why `program` would not run as an executor runs it (a path, relative to the directory Snakemake
+    runs in, to an executable file, or a name found on PATH); None where it would."""
+    shown = repr(program[:100] + ("..." if len(program) > 100 else ""))
+    if os.sep not in program:
+        found = shutil.which(program, path=environ.get("PATH", os.defpath)) if program else None
+        return None if found else f"{shown} not found on PATH"
+    if not os.path.isfile(program):
+        where = os.path.abspath(program)
+        return f"{shown}: no such file" + (f" ({where[:200]})" if where != program else "")
+    return None if os.access(program, os.X_OK) else f"{shown}: not executable"
 
 
 def missing_programs(path, profile, environ=os.environ):
-    """One problem per program the profile's executor runs on this machine that is not there: SLURM's
-    client commands for `executor: slurm`, the first word of each command `cluster-generic` is given."""
-    executor = profile.get("executor")
-    needed = []  # (option, the programs any one of which will do, what for)
-    if executor == "slurm":
-        needed = [("executor", (program,), why) for program, why in SLURM_PROGRAMS]
-        status = profile.get("slurm-status-command")
-        needed.append(("slurm-status-command", (str(status),), "for each job's state") if status is not None
-                      else ("executor", SLURM_STATUS, "for each job's state"))
-    elif executor == "cluster-generic":
-        for option, why in GENERIC_COMMANDS.items():
-            command = profile.get(option)
-            if command is None:
-                continue
-            try:
-                words = shlex.split(command) if isinstance(command, str) else []
-            except ValueError:  # an unclosed quote
-                words = []
-            if not words:
-                raise ReproError(f"{path}: {option}: expected a command line, got {str(command)[:100]!r}")
-            needed.append((option, (words[0],), why))
+    """One problem per program the profile's executor runs on this machine that is not there (SLURM's
+    client commands; a generic cluster's commands), or per command it needs and is not given."""
+    executor, profile_dir = profile.get("executor"), Path(path).parent
     problems = []
-    for option, programs, why in needed:
-        if not any(_runnable(program, environ) for program in programs):
-            where = f"no executable file at {os.path.abspath(programs[0])}" if os.sep in programs[0] else "not found on PATH"
-            problems.append(f"{path}: {option}: {executor} runs {' or '.join(programs)} {why}: {where}")
+
+    def check(option, programs, why):
+        reasons = [_unrunnable(program, environ) for program in programs]
+        if all(reasons):
+            problems.append(f"{path}: {option}: {' and '.join(reasons)}; {executor} runs "
+                            f"{'one of them' if len(programs) > 1 else 'it'} {why}")
+
+    if executor == "slurm":
+        for program, why in SLURM_PROGRAMS:
+            check("executor", [program], why)
+        check("executor", SLURM_STATUS, "for each job's state")
+        status = profile.get("slurm-status-command")
+        if status is not None and status not in SLURM_STATUS:
+            problems.append(f"{path}: slurm-status-command: expected sacct or squeue, got {str(status)[:100]!r}")
+    elif executor == "cluster-generic":
+        if profile.get("cluster-generic-submit-cmd") is None:
+            problems.append(f"{path}: cluster-generic-submit-cmd: not set; the cluster-generic executor needs the "
+                            "command that submits a job")
+        for option, why in SHELL_COMMANDS.items():
+            command = profile.get(option)
+            if command is None or (command == "" and option != "cluster-generic-submit-cmd"):
+                continue  # not given (the plugin takes an empty status command as none)
+            if not isinstance(command, str):
+                raise ReproError(f"{path}: {option}: expected a command line, got {str(command)[:100]!r}")
+            line = _resolved(command, profile_dir, environ)
+            try:
+                words = shlex.split(line)
+            except ValueError as exc:  # an unclosed quote
+                raise ReproError(f"{path}: {option}: {exc} in {command[:100]!r}") from None
+            while words and _ASSIGNMENT.match(words[0]):  # NAME=value before the program
+                words.pop(0)
+            if not words:
+                raise ReproError(f"{path}: {option}: expected a command line, got {command[:100]!r}")
+            if not (_SHELL_SYNTAX.search(line) or words[0] in _SHELL_WORDS or _ENV_VAR.search(line)):  # (unset: named above)
+                check(option, [words[0]], why)
+        for option, why in PROGRAM_COMMANDS.items():
+            command = profile.get(option)
+            if command is not None and command != "" and not _ENV_VAR.search(_resolved(command, profile_dir, environ)):
+                alone = "" if str(command).split() == [str(command)] else " (the whole value, as one program: no arguments)"
+                check(option, [_resolved(command, profile_dir, environ)], why + alone)
     return problems
 
 
