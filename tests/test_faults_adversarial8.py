@@ -31,6 +31,14 @@ pytestmark = pytest.mark.fault
     ({"type": "impersonated_service_account"},
      "impersonated_service_account: source_credentials: expected a JSON object (the credentials that impersonate), "
      "got nothing"),
+    ({"type": "impersonated_service_account", "source_credentials": {"type": "authorized_user", "client_id": "a",
+                                                                      "client_secret": "b", "refresh_token": "c"}},
+     "impersonated_service_account: service_account_impersonation_url: expected a string (the URL that makes its "
+     "tokens), got nothing"),
+    ({"type": "external_account", "audience": "a", "token_url": "https://sts.googleapis.com/v1/token",
+      "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "credential_source": {"file": "t", "format": "x"}},
+     "external_account: credential_source.format: expected a JSON object (how the subject token is read), got a "
+     "string"),
     ({"type": "external_account", "audience": "a", "token_url": "https://sts.googleapis.com/v1/token",
       "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "credential_source": "file"},
      "external_account: credential_source: expected a JSON object (where the subject token comes from), got a "

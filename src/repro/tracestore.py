@@ -6,6 +6,7 @@ replaces its own objects instead of adding new ones.
 """
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -249,10 +250,15 @@ _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a num
                type(None): "null"}
 
 
-# the parts of a credentials file that google-auth reads as objects, by the file's type: an impersonating
-# account's own credentials (required), an external account's token source
-_NESTED_OBJECTS = {"impersonated_service_account": ("source_credentials", "the credentials that impersonate", True),
-                   "external_account": ("credential_source", "where the subject token comes from", False)}
+# the parts of a credentials file, by its type, that google-auth reads as an object or a string without
+# checking (anything else ended in its AttributeError): (path of keys, type, what it is, required)
+_CREDENTIAL_PARTS = {
+    "impersonated_service_account": ((("source_credentials",), dict, "the credentials that impersonate", True),
+                                     (("service_account_impersonation_url",), str, "the URL that makes its tokens",
+                                      True)),
+    "external_account": ((("credential_source",), dict, "where the subject token comes from", False),
+                         (("credential_source", "format"), dict, "how the subject token is read", False)),
+}
 
 
 def _check_loadable(info, label):
@@ -263,10 +269,15 @@ def _check_loadable(info, label):
         raise ReproError(f"{label}: expected a JSON object (a service account or user credentials JSON file), "
                          f"got {_JSON_TYPES.get(type(info), type(info).__name__)}")
     kind = info.get("type")
-    key, what, required = _NESTED_OBJECTS.get(kind if isinstance(kind, str) else None, (None, None, False))
-    if key and (key in info or required) and not isinstance(info.get(key), dict):
-        got = "nothing" if key not in info else _JSON_TYPES.get(type(info[key]), type(info[key]).__name__)
-        raise ReproError(f"{label}: {info['type']}: {key}: expected a JSON object ({what}), got {got}")
+    for keys, expected, what, required in _CREDENTIAL_PARTS.get(kind if isinstance(kind, str) else None, ()):
+        parent = functools.reduce(lambda node, key: node.get(key) if isinstance(node, dict) else None, keys[:-1], info)
+        if not isinstance(parent, dict) or (keys[-1] not in parent and not required):
+            continue
+        value = parent.get(keys[-1])
+        if not isinstance(value, expected):
+            got = "nothing" if keys[-1] not in parent else _JSON_TYPES.get(type(value), type(value).__name__)
+            raise ReproError(f"{label}: {kind}: {'.'.join(keys)}: expected "
+                             f"{'a JSON object' if expected is dict else 'a string'} ({what}), got {got}")
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
