@@ -1,6 +1,6 @@
 """What a Snakemake profile needs before Snakemake starts with it: the plugins it names (the
 package's extras), the environment variables its values name, the programs its executor runs on
-this machine (SLURM's client commands, a generic cluster's submit, status and cancel commands),
+this machine (SLURM's client commands, a generic cluster's submit, status, cancel and sidecar commands),
 and credentials where it uses Google's services.
 
 Snakemake creates its default storage's client before it reads the Snakefile, so with
@@ -212,9 +212,10 @@ def missing_programs(path, profile, environ=os.environ):
                 check(option, [words[0]], why)
         for option, why in PROGRAM_COMMANDS.items():
             command = profile.get(option)
-            if command is not None and command != "" and not _ENV_VAR.search(_resolved(command, profile_dir, environ)):
-                alone = "" if str(command).split() == [str(command)] else " (the whole value, as one program: no arguments)"
-                check(option, [_resolved(command, profile_dir, environ)], why + alone)
+            program = None if command is None or command == "" else _resolved(command, profile_dir, environ)
+            if program and not _ENV_VAR.search(program):
+                arguments = any(char.isspace() for char in program)
+                check(option, [program], why + (" (the whole value, as one program: no arguments)" if arguments else ""))
     return problems
 
 
