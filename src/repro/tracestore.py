@@ -6,7 +6,6 @@ replaces its own objects instead of adding new ones.
 """
 
 import contextlib
-import functools
 import os
 import re
 import shutil
@@ -251,7 +250,8 @@ _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a num
 
 
 # the parts of a credentials file, by its type, that google-auth reads as an object or a string without
-# checking (anything else ended in its AttributeError): (path of keys, type, what it is, required)
+# checking (anything else ended in its AttributeError): (its key, or a key and one below it; type; what it is;
+# required)
 _CREDENTIAL_PARTS = {
     "impersonated_service_account": ((("source_credentials",), dict, "the credentials that impersonate", True),
                                      (("service_account_impersonation_url",), str, "the URL that makes its tokens",
@@ -270,7 +270,7 @@ def _check_loadable(info, label):
                          f"got {_JSON_TYPES.get(type(info), type(info).__name__)}")
     kind = info.get("type")
     for keys, expected, what, required in _CREDENTIAL_PARTS.get(kind if isinstance(kind, str) else None, ()):
-        parent = functools.reduce(lambda node, key: node.get(key) if isinstance(node, dict) else None, keys[:-1], info)
+        parent = info.get(keys[0]) if len(keys) > 1 else info  # a part of the file, or of its top-level object
         if not isinstance(parent, dict) or (keys[-1] not in parent and not required):
             continue
         value = parent.get(keys[-1])

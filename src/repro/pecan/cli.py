@@ -708,7 +708,7 @@ def _validation(args):
     from repro.config import check_settings, check_style
     from repro.pecan.costtable import write_table
     from repro.pecan.calibration_files import load_calibrations
-    from repro.pecan.validation import COLUMNS, caption_text, machine_limits, validation_rows, verdict
+    from repro.pecan.validation import COLUMNS, UNSETTLED, caption_text, machine_limits, validation_rows, verdict
     from repro.plots import plot_validation
 
     if not args.experiment:  # no run's spec names it: every run would be refused as another experiment's
@@ -727,8 +727,7 @@ def _validation(args):
         text = caption_text(rows, runs, limits=machine_limits(runs, calibrations, args.network_gbps))
     if not rows:
         raise ReproError(f"--metrics {' '.join(args.metrics)}: no deployment measured (no window whose workers held "
-                         "still: each was a run's first, or in or after a change of its workers or FastFlow phase); "
-                         "expected runs that held a deployment for two windows or more")
+                         f"still: each was {UNSETTLED}); expected runs that held a deployment for two windows or more")
     write_table(rows, args.table, COLUMNS)
     passed, headline = verdict(rows)
     plot_validation(rows, args.output, f"Validation: {args.experiment}" + ("" if passed else f" ({headline.split(':')[0]})"),

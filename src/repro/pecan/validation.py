@@ -71,6 +71,7 @@ FASTFLOW_PHASES = (PROFILE_LTHP, PROFILE_GTHP, *(f"PROFILE_RTHP_{cut}" for cut i
 # the deployment does once settled (the client drains what the service buffered meanwhile), or, at
 # a run's start or a FastFlow phase's, slower (a pipeline warming up: RetinaNet's at 0.7-0.9x)
 SETTLE_WINDOWS = 1
+UNSETTLED = "a run's first, or in or after a change of its workers or FastFlow phase"  # why a window gives no row
 
 
 def miniature_job(metrics, calibration, network_gbps):
@@ -432,8 +433,7 @@ def _unsettled_text(rows, runs):
     unsettled = sorted({str(m["spec"]["mode"]) for m in runs} - {str(r["mode"]) for r in rows})
     if not unsettled:
         return ""
-    return (f" No settled deployment in the run(s) of {', '.join(unsettled)}: each window was a run's first, or in "
-            "or after a change of its workers or FastFlow phase.")
+    return f" No settled deployment in the run(s) of {', '.join(unsettled)}: each window was {UNSETTLED}."
 
 
 def _transfer_text(runs, mb):
