@@ -560,3 +560,15 @@ def test_trims_memory_refuses_weights_of_another_size_than_the_manifest_records(
     code, out, err = run_repro(["trims", "memory", "squeezenet_1.1", "--base-path", tmp_path / "m"], capsys)
     assert (code, out, err) == (1, "", f"repro: error: {params}: {3 << 30} bytes; expected the {recorded} bytes of "
                                        "weights its manifest records (params_bytes)\n")
+
+
+def test_a_json_number_past_pythons_digit_limit_is_named_not_called_not_json(tmp_path):
+    """Valid JSON that Python's int cannot take (over sys.get_int_max_str_digits() digits): named as
+    such, where it read "not JSON"."""
+    import sys
+
+    (tmp_path / "state.json").write_text('{"backend": ' + "9" * (sys.get_int_max_str_digits() + 1) + "}")
+    code, out, err = run_forked(["cluster", "status", "--state", "state.json"], tmp_path, timeout=60)
+    assert (code, err) == (1, f"repro: error: state.json: holds a whole number of more than "
+                              f"{sys.get_int_max_str_digits()} digits (expected the cluster state JSON that cluster "
+                              "start writes); run cluster start first\n")

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
@@ -349,6 +350,9 @@ def loads_json(data, label, what):
     except MemoryError:
         raise ReproError(f"{label}: too large to parse in the memory available (expected {what})") from None
     except ValueError as exc:
+        if "integer string conversion" in str(exc):  # JSON, but a number past Python's limit on digits
+            raise ReproError(f"{label}: holds a whole number of more than {sys.get_int_max_str_digits()} digits "
+                             f"(expected {what})") from None
         detail = f"{exc}; " if "JSON holds" in str(exc) or "appears twice" in str(exc) else ""
         raise ReproError(f"{label}: not JSON ({detail}expected {what})") from None
 
