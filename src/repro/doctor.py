@@ -170,6 +170,26 @@ def _unrunnable(program, environ):
     return None if os.access(program, os.X_OK) else f"{shown}: not executable"
 
 
+def _shell_program(path, option, command, profile_dir, environ):
+    """The program that the shell runs for the profile's command line `command` (after NAME=value
+    words), or None where the shell itself resolves it (a compound command, a builtin, a variable
+    still unset, which unset_variables names); ReproError naming `option` where it is no command line."""
+    if not isinstance(command, str):
+        raise ReproError(f"{path}: {option}: expected a command line, got {str(command)[:100]!r}")
+    line = _resolved(command, profile_dir, environ)
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:  # an unclosed quote
+        raise ReproError(f"{path}: {option}: {exc} in {command[:100]!r}") from None
+    while words and _ASSIGNMENT.match(words[0]):  # NAME=value before the program
+        words.pop(0)
+    if not words:
+        raise ReproError(f"{path}: {option}: expected a command line, got {command[:100]!r}")
+    if _SHELL_SYNTAX.search(line) or words[0] in _SHELL_WORDS or _ENV_VAR.search(line):
+        return None
+    return words[0]
+
+
 def missing_programs(path, profile, environ=os.environ):
     """One problem per program the profile's executor runs on this machine that is not there (SLURM's
     client commands; a generic cluster's commands), or per command it needs and is not given."""
@@ -197,19 +217,9 @@ def missing_programs(path, profile, environ=os.environ):
             command = profile.get(option)
             if command is None or (command == "" and option != "cluster-generic-submit-cmd"):
                 continue  # not given (the plugin takes an empty status command as none)
-            if not isinstance(command, str):
-                raise ReproError(f"{path}: {option}: expected a command line, got {str(command)[:100]!r}")
-            line = _resolved(command, profile_dir, environ)
-            try:
-                words = shlex.split(line)
-            except ValueError as exc:  # an unclosed quote
-                raise ReproError(f"{path}: {option}: {exc} in {command[:100]!r}") from None
-            while words and _ASSIGNMENT.match(words[0]):  # NAME=value before the program
-                words.pop(0)
-            if not words:
-                raise ReproError(f"{path}: {option}: expected a command line, got {command[:100]!r}")
-            if not (_SHELL_SYNTAX.search(line) or words[0] in _SHELL_WORDS or _ENV_VAR.search(line)):  # (unset: named above)
-                check(option, [words[0]], why)
+            program = _shell_program(path, option, command, profile_dir, environ)
+            if program is not None:
+                check(option, [program], why)
         for option, why in PROGRAM_COMMANDS.items():
             command = profile.get(option)
             program = None if command is None or command == "" else _resolved(command, profile_dir, environ)
