@@ -301,11 +301,15 @@ FIGURE_FAULTS = [
     Fault("trims-summary-output-is-a-report", _trims_summary(output="c/report.json"),
           r"repro: error: -o/--output .*/c/report.json: is one of the inputs"),
     Fault("trims-summary-modes-a-list", _trims_summary(lambda r: {**r, "modes": []}),
-          r"repro: error: .*/c/report.json: not an experiment's report.json \(AttributeError"),
+          r"repro: error: .*/c/report.json: modes: \[\], not a mapping; expected 'original' and 'shared', a compare "
+          r"run's two modes"),
+    Fault("trims-summary-no-shared-mode", _trims_summary(lambda r: {**r, "modes": {"original": r["modes"]["original"]}}),
+          r"repro: error: .*/c/report.json: modes: 'original'; expected 'original' and 'shared', a compare run's two "
+          r"modes \(its speedup divides their latencies\)$"),
     Fault("trims-summary-no-requests", _trims_summary(_mode_results([])),
           r"repro: error: .*/c/report.json: not an experiment's report.json \(ValueError: original mode made no requests\)"),
     Fault("trims-summary-latency-a-string", _trims_summary(_mode_results([{**COMPARE_RESULTS[0], "latency_us": "x"}])),
-          r"repro: error: .*/c/report.json: original mode request 0: latency_us x; expected microseconds above 0, "
+          r"repro: error: .*/c/report.json: original mode request 0: latency_us \"x\"; expected microseconds above 0, "
           r"at most 1e\+12$"),
     Fault("trims-summary-lacks-model", _trims_summary(lambda r: {k: v for k, v in r.items() if k != "model"}),
           r"repro: error: .*/c/report.json: model: missing; expected the name of the model the run compared$"),
@@ -327,7 +331,7 @@ FIGURE_FAULTS = [
         + error) for name, change, error in [
         ("latency-negative", {"latency_us": -5}, r"request 0: latency_us -5; expected microseconds above 0, at most 1e\+12"),
         ("latency-1e308", {"latency_us": 1e308}, r"request 0: latency_us 1e\+308; expected microseconds"),
-        ("latency-a-string", {"latency_us": "5"}, r"request 0: latency_us 5; expected microseconds"),
+        ("latency-a-string", {"latency_us": "5"}, r"request 0: latency_us \"5\"; expected microseconds"),
         ("failed", {"ok": False}, r"request 0: failed or not marked ok; expected the requests of a finished experiment")]],
 ]
 

@@ -91,13 +91,15 @@ class GCSStore:
     credentials, GOOGLE_CLOUD_PROJECT); STORAGE_EMULATOR_HOST points the client at an emulator."""
 
     def __init__(self, url, client=None, retry_deadline_s=60.0, what="trace store"):
-        from google.auth.exceptions import DefaultCredentialsError
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
         bucket, _, prefix = url[5:].partition("/")
         if not url.startswith("gs://") or not BUCKET_NAME.fullmatch(bucket):
             raise ReproError(f"{what} {url!r}: expected gs://bucket[/prefix], the bucket's name 3 to 222 lowercase "
                              "letters, digits, dots, dashes and underscores")
+        try:  # a receipt or flag naming gs:// on an install without the extra (config check names it earlier)
+            from google.auth.exceptions import DefaultCredentialsError
+            from google.cloud.storage.retry import DEFAULT_RETRY
+        except ImportError:
+            raise ReproError(f"{what} {url}: needs the 'gcs' extra (pip install -e '.[gcs]')") from None
         self.url, self.prefix, self.what = url, prefix.strip("/"), what  # what it is to the user: named in errors
         self.root = url
         named = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
@@ -376,13 +378,34 @@ def download_traces(store, receipt, destination_dir):
     blocker = not_a_directory(destination_dir)  # named apart: the fetch's errors are the store's
     if blocker is not None:
         raise ReproError(f"-o/--output-dir {destination_dir}: cannot write: {blocker} is not a directory")
+    made = _new_directories(destination_dir)
+    new = [target for target in targets if not target.exists()]
     fetched = []
-    for entry in objects:
-        try:
-            fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name, entry["sha256"],
-                                     entry.get("bytes")))
-        except OutputError:  # the destination's fault (a full disk): the store is not to blame
-            raise
-        except ReproError as exc:
-            raise ReproError(f"{receipt}: {exc} ({where})") from None
+    try:
+        for entry in objects:
+            try:
+                fetched.append(store.get(entry["key"], Path(destination_dir) / Path(entry["key"]).name,
+                                         entry["sha256"], entry.get("bytes")))
+            except OutputError:  # the destination's fault (a full disk): the store is not to blame
+                raise
+            except ReproError as exc:
+                raise ReproError(f"{receipt}: {exc} ({where})") from None
+    except BaseException:  # a download cut short is no download: what it fetched and made goes
+        for path in new:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        for directory in made:
+            with contextlib.suppress(OSError):  # left where something else was put in it meanwhile
+                directory.rmdir()
+        raise
     return fetched
+
+
+def _new_directories(path):
+    """The directories of `path` (itself included) that do not exist yet, deepest first."""
+    missing = []
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing

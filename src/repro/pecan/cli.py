@@ -54,7 +54,8 @@ def add_commands(sub):
                      help="calibration JSON files: one per pipeline the experiment or the preset fit needs")
     run.add_argument("--out", required=True, help="run directory to create")
     run.add_argument("--backend", default="local", choices=backend_names(),
-                     help="where this run executes, recorded in its metrics (default local)")
+                     help="the backend that started this run, recorded in its metrics (default local; the ssh "
+                          "backend's hosts pass ssh): the run executes here either way")
     run.add_argument("--service-dir", help="the engine's service to run on (tf.data: its state directory; default: "
                                            "a service of the run's own)")
     run.set_defaults(func=_run, reads=("config", "settings", "calibration"))

@@ -738,6 +738,9 @@ def _client_setup(args, shared, own_copies):
     from repro.trims.device import resolve_device
     from repro.trims.workload import plan_requests
 
+    if args.distribution is None and args.distribution_params:  # a plan of its own, or a forgotten flag
+        raise ReproError("--distribution-params: given without --distribution; expected --distribution NAME "
+                         f"({', '.join(DISTRIBUTIONS)}) for the parameters to apply to")
     check_client_flags(args.concurrent, args.iterations, args.model_iterations, args.seed, args.distribution,
                        args.distribution_params)
     base = Path(_setting(args, "base_path", "base_path"))

@@ -7,6 +7,7 @@ distribution decides what stays resident).
 """
 
 import contextlib
+import json
 import math
 import os
 from pathlib import Path
@@ -236,7 +237,15 @@ def compare_table(reports):
             raise ReproError(f"model: {str(report.get('model', 'missing'))[:40]}; expected the name of the model the run "
                              "compared")
         row = {"model": report["model"], **report.get("store", {})}
-        for mode, data in report["modes"].items():
+        modes = report["modes"]
+        if not isinstance(modes, dict) or sorted(modes) != ["original", "shared"]:
+            if isinstance(modes, dict):
+                found = ", ".join(repr(mode[:40]) for mode in sorted(modes)[:4]) or "none"
+            else:
+                found = f"{json.dumps(modes)[:40]}, not a mapping"
+            raise ReproError(f"modes: {found}; expected 'original' and 'shared', a compare run's two modes (its "
+                             "speedup divides their latencies)")
+        for mode, data in modes.items():
             # the first shared request loads the model into the store: steady state excludes it
             results = data["results"][1:] if mode == "shared" and len(data["results"]) > 1 else data["results"]
             if not results:
@@ -266,8 +275,8 @@ def _latencies_ms(results, mode=None):
                              "experiment")
         value = result.get("latency_us")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_LATENCY_US:
-            raise ReproError(f"{where}request {index}: latency_us {str(value)[:40]}; expected microseconds above 0, at "
-                             f"most {MAX_LATENCY_US:g}")
+            raise ReproError(f"{where}request {index}: latency_us {json.dumps(value)[:40]}; expected microseconds "
+                             f"above 0, at most {MAX_LATENCY_US:g}")
     return np.array([r["latency_us"] for r in results], float) / 1000
 
 
