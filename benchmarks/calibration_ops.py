@@ -18,6 +18,7 @@ from repro.pecan.costtable import mode_row
 from repro.pecan.presets import REFERENCE_PLOTS
 from repro.pecan.run import run_mode
 from repro.rulesettings import cost_settings
+from benchcli import count, run_main
 
 EXPERIMENT, MODES = "RetinaNet", ("collocated", "cachew")
 
@@ -38,8 +39,8 @@ def figure(config, calibrations, tmp):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="config/config.yaml")
-    parser.add_argument("--elements", type=int, help="default: calibration.elements")
-    parser.add_argument("--repeats", type=int, help="default: calibration.repeats")
+    parser.add_argument("--elements", type=count(), help="default: calibration.elements")
+    parser.add_argument("--repeats", type=count(), help="default: calibration.repeats")
     args = parser.parse_args()
     config = load_config(args.config)
     elements = args.elements or config["calibration"]["elements"]
@@ -68,4 +69,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sidebyside import copy_workflow, load  # noqa: E402
+from benchcli import run_main  # noqa: E402
 
 GOAL_S = 300
 
@@ -54,4 +55,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -16,6 +16,7 @@ import numpy as np
 from repro.config import load_config
 from repro.pecan.calibrate import calibrate_together
 from repro.pecan.run import run_mode
+from benchcli import run_main
 
 
 def main():
@@ -50,4 +51,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -19,9 +19,9 @@ import os
 import re
 import resource
 import subprocess
-import sys
 import time
 from pathlib import Path
+from benchcli import count, run_main
 
 TIERS = ("test-fast", "test", "test-all")
 
@@ -44,14 +44,23 @@ def run_tier(repo, tier, make_args):
             "load_before": load, "load_after": os.getloadavg()[0], "summary": summary[-1].strip("= ") if summary else out[-300:]}
 
 
+def _worker_counts(text):
+    """--workers: 'default' or whole numbers from 0, comma-separated."""
+    counts = text.split(",")
+    if not all(c == "default" or (c.isdigit() and c.isascii()) for c in counts):
+        raise argparse.ArgumentTypeError(f"expected 'default' or whole numbers from 0, comma-separated, got {text!r}")
+    return counts
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="the tree to time")
     parser.add_argument("--tiers", default="test-fast,test", help=f"comma-separated, of {', '.join(TIERS)}")
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--workers", default="default", help="comma-separated pytest-xdist worker counts (the Makefile's "
-                        "WORKERS for test-fast, TEST_WORKERS for the others; 0: one process; default: the Makefile's), "
-                        "each tier timed with each, side by side")
+    parser.add_argument("--rounds", type=count(), default=1)
+    parser.add_argument("--workers", type=_worker_counts, default=["default"],
+                        help="comma-separated pytest-xdist worker counts (the Makefile's WORKERS for test-fast, "
+                        "TEST_WORKERS for the others; 0: one process; default: the Makefile's), each tier timed with "
+                        "each, side by side")
     parser.add_argument("make_args", nargs="*", help="passed to make (VENV=..., for example)")
     args = parser.parse_args(argv)
     tiers = args.tiers.split(",")
@@ -59,17 +68,17 @@ def main(argv=None):
     if unknown:
         parser.error(f"--tiers: unknown tier(s) {unknown}; expected some of {', '.join(TIERS)}")
     failed = False
-    workers = args.workers.split(",")
+    workers = args.workers
     for round_ in range(args.rounds):
         for tier in tiers:
             times = {}
-            for count in workers:
+            for workers_count in workers:
                 variable = "WORKERS" if tier == "test-fast" else "TEST_WORKERS"
-                chosen = [] if count == "default" else [f"{variable}={count}"]
+                chosen = [] if workers_count == "default" else [f"{variable}={workers_count}"]
                 r = run_tier(args.repo, tier, [*chosen, *args.make_args])
-                times[count] = r["pytest_s"]
+                times[workers_count] = r["pytest_s"]
                 pytest_s = f"{r['pytest_s']:.1f}" if r["pytest_s"] is not None else "?"
-                print(f"round {round_ + 1} {tier} workers={count}: pytest {pytest_s} s, make {r['make_s']:.1f} s, "
+                print(f"round {round_ + 1} {tier} workers={workers_count}: pytest {pytest_s} s, make {r['make_s']:.1f} s, "
                       f"CPU {r['cpu_s']:.1f} s, rc {r['rc']}, "
                       f"load {r['load_before']:.1f}->{r['load_after']:.1f}: {r['summary']}", flush=True)
                 failed |= r["rc"] != 0
@@ -81,4 +90,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

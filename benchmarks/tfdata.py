@@ -15,11 +15,13 @@ import time
 from pathlib import Path
 
 from repro.config import load_config
+from repro.errors import ReproError
 from repro.pecan.calibrate import calibrate
 from repro.pecan.tfdata import ops, tensorflow
 from repro.pecan.tfdata.engine import process_cpus, run
 from repro.pecan.tfdata.spec import MINIATURE, spec_from_config
 from repro.pecan.tfdata.service import Service
+from benchcli import count, run_main
 
 tf = tensorflow()
 BATCH = MINIATURE["batch_size"]
@@ -66,13 +68,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="config/config.yaml")
     parser.add_argument("--experiment", default="ResNet50_v2-8")
-    parser.add_argument("--batches", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", type=count(), default=12)
+    parser.add_argument("--rounds", type=count(), default=3)
     parser.add_argument("--no-runs", action="store_true", help="skip the miniature runs")
     args = parser.parse_args()
     pecan = load_config(args.config)["pecan"]
+    if args.experiment not in pecan["experiments"]:
+        raise ReproError(f"--experiment {args.experiment}: not an experiment of {args.config}; expected one of "
+                         f"{', '.join(pecan['experiments'])}")
+    with tempfile.TemporaryDirectory(prefix="tfdata-bench-") as work:
+        measure(args, pecan, Path(work))
+
+
+def measure(args, pecan, work):
     pipeline = pecan["models"][pecan["experiments"][args.experiment]["model"]]["pipeline"]
-    work = Path(tempfile.mkdtemp(prefix="tfdata-bench-"))
     manifest = ops.write_data(pipeline, MINIATURE["images"], work / "data")
 
     # AutoOrder in TF (one thread, in-process) next to the Pillow pipeline's calibration
@@ -126,4 +135,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

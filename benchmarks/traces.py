@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import orjson
+from benchcli import count, run_main
 
 PHASES = ["read_params", "load_model", "create_prediction", "set_predict_input", "forward_predict", "get_output", "free_predictor"]
 MODELS = ["alexnet", "vgg16", "resnet50_v1", "squeezenet_1.0", "bvlc_googlenet"]
@@ -163,10 +164,10 @@ def bench(name, files, out, rows, repeats, check_rss):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", type=int, default=200)
-    parser.add_argument("--corpus-mb", type=int, default=500)
-    parser.add_argument("--single-mb", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--files", type=count(), default=200)
+    parser.add_argument("--corpus-mb", type=count(), default=500)
+    parser.add_argument("--single-mb", type=count(), default=200)
+    parser.add_argument("--repeats", type=count(), default=2)
     parser.add_argument("--workdir", type=Path, default=Path("benchmarks/out/traces"))
     parser.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -186,4 +187,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -29,6 +29,7 @@ from repro.trims.experiments import LOAD_PHASES, _trace_phases
 from repro.trims.models import generate
 from repro.trims.monitor import MemoryMonitor
 from repro.trims.server import budget_bytes, start_daemon
+from benchcli import count, run_main
 
 
 def measure(client, model, requests):
@@ -46,8 +47,8 @@ def measure(client, model, requests):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["squeezenet_1.1", "resnet50_v1", "bvlc_alexnet", "vgg16"])
-    parser.add_argument("--requests", type=int, default=5)
-    parser.add_argument("--concurrency-requests", type=int, default=24)
+    parser.add_argument("--requests", type=count(), default=5)
+    parser.add_argument("--concurrency-requests", type=count(), default=24)
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--monitor", type=Path, help="sample GPU memory throughout; write memory.csv and summary here")
     args = parser.parse_args()
@@ -62,8 +63,10 @@ def main():
         try:
             with monitor:
                 compare(args, tmp, sizes, monitor if args.monitor else None)
-        finally:
+        finally:  # on SIGTERM too (benchcli): the store is this process's child, started just above
             os.kill(pid, signal.SIGTERM)
+            with contextlib.suppress(ChildProcessError):  # reaped once it has removed its socket and segments
+                os.waitpid(pid, 0)
         if args.monitor:
             monitor.write(args.monitor / "memory.csv", args.monitor / "memory-summary.json")
             print(f"GPU samples in {args.monitor}")
@@ -115,4 +118,4 @@ def compare(args, tmp, sizes, monitor):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -55,6 +55,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from sidebyside import REPO, bare_workflow, copy_workflow, environment, fmt_ratio, instructions, load, ratios, rounds, timed, verdict
+from benchcli import count, run_main
 
 BIN = Path(sys.executable).parent
 ENV = environment(BIN)
@@ -107,7 +108,7 @@ def print_timed(samples, rows, count):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=40,
+    parser.add_argument("--rounds", type=count(), default=40,
                         help="timed rounds (0: none); with fewer, the full dry-run's interval can straddle its goal")
     parser.add_argument("--instructions", action="store_true",
                         help="also count each invocation's instructions once, under valgrind (minutes)")
@@ -190,4 +191,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
