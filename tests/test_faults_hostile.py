@@ -281,8 +281,13 @@ FIGURE_FAULTS = [
     Fault("validation-metrics-decision-steps-0", _validation(decision_steps=0),
           r"repro: error: --metrics .*/m.json: not a tf.data engine run's metrics.json \(IndexError"),
     Fault("validation-metrics-windows-a-mapping", _validation(windows={}),
-          r"repro: error: --metrics .*/m.json: no deployment measured \(no window whose workers held still: each was a run's "
-          r"first, or in or after a change"),
+          r"repro: error: .*/m.json: windows: expected a list of its decision windows, as the engine writes them$"),
+    Fault("validation-metrics-spec-a-string", _validation(spec="x"),
+          r"repro: error: .*/m.json: spec: expected an object: the run's settings, as the engine writes them$"),
+    Fault("validation-metrics-scale-a-string", _validation(scale="x"),
+          r"repro: error: .*/m.json: scale: expected an object: how its time scale was set, as the engine writes them$"),
+    Fault("validation-metrics-no-remote-workers", _validation(remote_workers=None),
+          r"repro: error: .*/m.json: remote_workers: expected the whole number of workers the run ended with, from 0 to "),
     # a window's phase and workers as the engine never writes them: raw AttributeError text, or a worker
     # counted twice
     Fault("validation-metrics-phase-a-number", _validation(windows=[_window(phase=5)]),

@@ -487,7 +487,7 @@ INPUT_FAULTS = [
           _settings_command("provenance", "x", "--settings", "[" * 50000, "-o", "{dir}/p.json"),
           r"repro provenance: error: argument --settings: nested too deeply", code=2),
     Fault("validation-metrics-without-spec", _metrics('{"engine": "tfdata"}'),
-          r"repro: error: --metrics .*/m.json: not a tf.data engine run's metrics.json \(KeyError: 'spec'\)"),
+          r"repro: error: .*/m.json: spec: expected an object: the run's settings, as the engine writes them$"),
     Fault("cost-table-summary-traces-a-number", _cost_table(summary='{"traces": 5}'),
           r"repro: error: .*/summary.json: not a trace summary"),
     Fault("cost-table-repeats-of-numbers", _cost_table(metrics='{"repeats": [1, 2]}'),

@@ -161,6 +161,14 @@ def check_measured(metrics, path):
     (steps x batch_size / seconds; accelerator_examples_per_s / time_scale) that is not what the
     engine writes: a negative one was drawn as a negative throughput or bound, and workers given as
     a string were counted by its characters."""
+    for key, kind, what in (("spec", dict, "an object: the run's settings"), ("windows", list, "a list of its decision "
+                            "windows"), ("scale", dict, "an object: how its time scale was set")):
+        if not isinstance(metrics.get(key, {} if key == "scale" else None), kind):  # scale: runs from before it
+            raise ReproError(f"{path}: {key}: expected {what}, as the engine writes them")
+    for key in ("remote_workers", "local_workers"):  # where the run ended
+        if not (type(metrics.get(key)) is int and _within(metrics[key], 0, MAX_COUNT)):
+            raise ReproError(f"{path}: {key}: expected the whole number of workers the run ended with, from 0 to "
+                             f"{MAX_COUNT}")
     spec = metrics["spec"]
     for key in ("batch_size", "time_scale", "accelerator_examples_per_s"):
         if not _positive(spec.get(key)):
