@@ -384,3 +384,23 @@ def test_a_cost_table_names_a_summarys_mode_that_is_no_name(config, table, capsy
                  str(summary), "-o", str(table.parent / "t.csv")]) == 1
     assert capsys.readouterr().err == (f"repro: error: {summary}: traces[1].mode: expected a mode's name, got "
                                        f"{mode}\n")
+
+
+def test_a_figure_whose_verdicts_cannot_be_written_leaves_no_figure(table, tmp_path, capsys, monkeypatch):
+    """A full disk (or a read-only one) where the verdicts go: the command failed, and left the PDF and
+    PNG it had drawn, looking complete."""
+    import errno
+
+    from repro.pecan import costtable
+
+    written = costtable.write_table
+
+    def full_disk(rows, output, *args, **kwargs):
+        if str(output).endswith("v.csv"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(output))
+        return written(rows, output, *args, **kwargs)
+
+    monkeypatch.setattr(costtable, "write_table", full_disk)
+    assert _figure(table, tmp_path) == 1
+    assert capsys.readouterr().err.endswith("v.csv: No space left on device\n")
+    assert not (tmp_path / "f.pdf").exists() and not (tmp_path / "f.png").exists() and not (tmp_path / "v.csv").exists()

@@ -68,3 +68,22 @@ def test_distribution_parameters_without_a_distribution_are_refused(tmp_path, mo
     assert err.strip() == ("repro: error: --distribution-params: given without --distribution; expected --distribution "
                            "NAME (pareto, uniform, exponential, weibull, poisson) for the parameters to apply to")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("calibration, named", [
+    ({"autoorder_saving": 0.1}, "pipeline: expected the pipeline's name"),
+    ({"pipeline": "resnet", "autoorder_saving": 0.1, "autoorder": {}}, "declared: expected an object (the declared order's costs)"),
+    ({"pipeline": "resnet", "autoorder_saving": 0.1, "declared": {"cpu_s_per_element": 0.001}, "autoorder": {}},
+     "declared.bytes_out_per_element: missing"),
+], ids=["pipeline", "declared", "bytes-out"])
+def test_a_calibration_missing_a_key_names_it(tmp_path, calibration, named):
+    """It read "not a calibration" alone, whichever of a dozen keys was missing."""
+    from repro.errors import ReproError
+    from repro.pecan.calibration_files import load_calibrations
+
+    path = tmp_path / "resnet.json"
+    path.write_text(json.dumps(calibration))
+    with pytest.raises(ReproError) as caught:
+        load_calibrations([path])
+    assert str(caught.value) == (f"--calibration {path}: not a calibration: {named} (expected the output of "
+                                 "`repro pecan calibrate`)")

@@ -15,12 +15,10 @@ def load_calibrations(paths):
     result = {}
     for path in paths:
         data = read_json(path, "the output of `repro pecan calibrate`", f"--calibration {path}")
-        orders = [data.get(order) if isinstance(data, dict) else None for order in ("declared", "autoorder")]
-        if (not isinstance(data, dict) or not isinstance(data.get("pipeline"), str)
-                or not isinstance(data.get("autoorder_saving"), (int, float))
-                or not all(isinstance(o, dict) and {"cpu_s_per_element", "bytes_out_per_element"} <= set(o)
-                           for o in orders)):
-            raise ReproError(f"--calibration {path}: not a calibration (expected the output of `repro pecan calibrate`)")
+        missing = _not_a_calibration(data)
+        if missing:
+            raise ReproError(f"--calibration {path}: not a calibration: {missing} (expected the output of "
+                             "`repro pecan calibrate`)")
         _check_numbers(data, f"--calibration {path}")
         earlier = result.get(data["pipeline"])
         if earlier is not None and earlier[1] != data:  # which of two calibrations a run used would be the last named
@@ -28,6 +26,23 @@ def load_calibrations(paths):
                              f"{earlier[0]}'s; expected one per pipeline")
         result[data["pipeline"]] = (path, data)
     return {pipeline: data for pipeline, (_, data) in result.items()}
+
+
+def _not_a_calibration(data):
+    """The first part of a calibration's layout that `data` lacks, named; None where it has them all."""
+    if not isinstance(data, dict):
+        return "expected an object"
+    if not isinstance(data.get("pipeline"), str):
+        return "pipeline: expected the pipeline's name"
+    if not isinstance(data.get("autoorder_saving"), (int, float)):
+        return "autoorder_saving: expected a number"
+    for order in ("declared", "autoorder"):
+        if not isinstance(data.get(order), dict):
+            return f"{order}: expected an object (the {order} order's costs)"
+        for key in ("cpu_s_per_element", "bytes_out_per_element"):
+            if key not in data[order]:
+                return f"{order}.{key}: missing"
+    return None
 
 
 def _finite(value):

@@ -511,10 +511,16 @@ def _figure(args):
                                    ", ".join(f"{mode} x{float(scale):.3g}" for mode, scale in scales))
     if limits:
         text += "." + limits.rstrip(".")  # plot_costs goes on with "; " and the bars
+    verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)
     plot_costs(args.table, args.output, settings["experiment"], text, check_style(settings["style"], "--settings style"),
                reference, modes)
-    verdicts = reference_verdicts(args.figure, figure_rows(args.table, modes), reference)
-    write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
+    try:
+        write_table(verdicts, args.verdicts, VERDICT_COLUMNS)
+    except BaseException:  # the figure without its verdicts would look complete
+        for path in args.output:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        raise
     print(f"caption: {text}")
     print(f"wrote {', '.join(args.output)}; {sum(v['verdict'] == 'inside' for v in verdicts)} of {len(verdicts)} "
           "reference values inside the measured 95% interval")
