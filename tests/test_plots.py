@@ -1,5 +1,7 @@
 """Figure layout that the data cannot show wrong: legends inside their axes."""
 
+import time
+
 import matplotlib
 import pytest
 
@@ -70,6 +72,23 @@ def test_a_log_axis_is_labelled_with_plain_numbers(monkeypatch):
     assert all(not any("$" in label for label in figure) for figure in labels), labels
     assert {"1", "10", "100", "1000"} <= set(labels[0])
     assert "20" in labels[1] and "100" in labels[1]  # less than a decade: minor ticks labelled too
+
+
+def test_a_figure_drawn_again_is_the_same_bytes(tmp_path):
+    """The PDF held the moment it was drawn (CreationDate): a figure redrawn from the same table
+    differed from the first by its checksum."""
+    from repro import plots
+
+    style = {"width_in": 5, "height_in": 3.6, "dpi": 50, "font_size": 9}
+    row = {"model": "m", "original_latency_ms": 80, "shared_latency_ms": 30, "original_latency_ci_ms": [79, 81],
+           "shared_latency_ci_ms": [29, 31], "speedup": 80 / 30}
+    drawn = []
+    for name in ("a", "b"):
+        outputs = [tmp_path / f"{name}.pdf", tmp_path / f"{name}.png"]
+        plots.plot_model_load([row], outputs, "caption", style)
+        drawn.append([path.read_bytes() for path in outputs])
+        time.sleep(1.1)  # a date to the second would differ
+    assert drawn[0] == drawn[1]
 
 
 def test_a_figure_of_single_runs_says_so(monkeypatch, tmp_path):

@@ -206,7 +206,9 @@ def _save(fig, outputs, caption, style, laid_out=None):
             tmp = stack.enter_context(atomic_path(output))
             kind = str(output).rsplit(".", 1)[-1].lower()
             fig.savefig(tmp, format=kind, dpi=style["dpi"],
-                        metadata={"pdf": {"Creator": FIGURE_MARK}, "png": {"Software": FIGURE_MARK}}.get(kind))
+                        # no CreationDate: the same figure drawn again is the same bytes (checksums compare)
+                        metadata={"pdf": {"Creator": FIGURE_MARK, "CreationDate": None},
+                                  "png": {"Software": FIGURE_MARK}}.get(kind))
     plt.close(fig)
 
 
