@@ -87,3 +87,16 @@ def test_a_calibration_missing_a_key_names_it(tmp_path, calibration, named):
         load_calibrations([path])
     assert str(caught.value) == (f"--calibration {path}: not a calibration: {named} (expected the output of "
                                  "`repro pecan calibrate`)")
+
+
+def test_workers_too_wide_for_the_cpus_are_named_as_the_reason():
+    """`--worker-threads 1000` on 2 CPUs was refused for too few CPUs, naming neither the flag's key
+    nor the way out that it offers."""
+    from repro.errors import ReproError
+    from repro.pecan.tfdata.spec import check_cpus
+
+    with pytest.raises(ReproError, match=r"^2 CPU\(s\) available .*whole workers of 1000 thread\(s\) "
+                                         r"\(pecan.tfdata.worker_threads\), reaches it; expected at least 1000 CPUs, fewer "
+                                         r"threads per worker, or set pecan.tfdata.time_scale$"):
+        check_cpus(1, 1000, 2)
+    assert check_cpus(1, 1, 2) == 2

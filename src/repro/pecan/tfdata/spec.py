@@ -106,7 +106,8 @@ def check_cpus(collocated_threads, worker_threads, cpus):
         raise ReproError(
             f"{cpus} CPU(s) available (os.sched_getaffinity): too few for an input-bound miniature, where collocated "
             f"({collocated_threads} CPU) delivers at most {COLLOCATED_SHARE:.0%} of the accelerator's demand and the "
-            f"largest deployment reaches it; expected at least {need} CPUs, or set pecan.tfdata.time_scale")
+            f"largest deployment, whole workers of {worker_threads} thread(s) (pecan.tfdata.worker_threads), reaches "
+            f"it; expected at least {need} CPUs, fewer threads per worker, or set pecan.tfdata.time_scale")
     return held
 
 
