@@ -642,7 +642,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
             service = Service(service_dir, owned=True)  # the run's workers; the dispatcher stays
             if not service.dispatcher_running():  # none recorded, dead, or another directory's (a copied state)
                 why = service.checks(probe=False, workers=False)[0][1]
-                raise ReproError(f"{service.state_path}: [FAILED] {why}; no run started (repro pecan tfdata start)")
+                raise ReproError(f"--service-dir {service_dir}: [FAILED] {why}; no run started (repro pecan tfdata start)")
         else:
             Service(out / "service").stop()  # what an interrupted run here left running
             fresh = not (out / "service").exists()
