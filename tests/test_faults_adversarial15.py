@@ -176,7 +176,7 @@ def test_a_run_on_a_copied_service_state_names_whose_dispatcher_it_is(tf, tmp_pa
             run(engine_spec(pecan_config, "cachew"), tmp_path / "run", data, service_dir=tmp_path / "copy")
     finally:
         other.stop()
-    assert str(raised.value) == (f"{tmp_path / 'copy' / 'state.json'}: [FAILED] dispatcher (pid {pid}) runs, but was "
+    assert str(raised.value) == (f"--service-dir {tmp_path / 'copy'}: [FAILED] dispatcher (pid {pid}) runs, but was "
                                  "not started for this state directory; no run started (repro pecan tfdata start)")
     assert not (tmp_path / "run" / "run.log").exists()
 

@@ -95,7 +95,7 @@ def test_workers_too_wide_for_the_cpus_are_named_as_the_reason():
     from repro.errors import ReproError
     from repro.pecan.tfdata.spec import check_cpus
 
-    with pytest.raises(ReproError, match=r"^2 CPU\(s\) available .*whole workers of 1000 thread\(s\) "
+    with pytest.raises(ReproError, match=r"^2 CPU\(s\) available .*whole workers of 1000 threads "
                                          r"\(pecan.tfdata.worker_threads\), reaches it; expected at least 1000 CPUs, fewer "
                                          r"threads per worker, or set pecan.tfdata.time_scale$"):
         check_cpus(1, 1000, 2)

@@ -756,7 +756,9 @@ def test_too_few_cpus_for_an_input_bound_miniature_is_one_line(collocated, worke
     from repro.pecan.tfdata.spec import derive_scale
 
     with pytest.raises(ReproError, match=rf"^{cpus} CPU\(s\) available \(os.sched_getaffinity\): too few for an "
-                                         r"input-bound miniature.*; expected at least \d+ CPUs, or set pecan.tfdata.time_scale$"):
+                                         r"input-bound miniature.*; expected at least \d+ CPUs, "
+                                         + ("fewer threads per worker, " if workers > 1 else "")
+                                         + r"or set pecan.tfdata.time_scale$"):
         derive_scale(0.004, 3234.0, collocated, workers, cpus)
 
 
