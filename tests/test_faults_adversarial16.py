@@ -100,3 +100,14 @@ def test_workers_too_wide_for_the_cpus_are_named_as_the_reason():
                                          r"threads per worker, or set pecan.tfdata.time_scale$"):
         check_cpus(1, 1000, 2)
     assert check_cpus(1, 1, 2) == 2
+
+
+@pytest.mark.parametrize("command", ["status", "stop"])
+def test_a_state_directory_that_is_a_file_is_named_so_by_status_and_stop_alike(tmp_path, monkeypatch, capsys, command):
+    """`tfdata stop` said "not a directory"; `tfdata status` said that no service was recorded in
+    FILE/state.json, a path that cannot exist."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sd").write_text("")
+    code, out, err = run_repro(["pecan", "tfdata", command, "--state-dir", "sd"], capsys)
+    assert (code, out) == (1, "")
+    assert err == "repro: error: --state-dir sd: not a directory; expected the directory `tfdata start` was given\n"

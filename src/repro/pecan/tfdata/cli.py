@@ -219,6 +219,7 @@ def _status(args):
     from repro.pecan.tfdata.service import Service, print_checks, workflow_checks
 
     _check_flags(args, ("expect_workers",))
+    _check_state_dir(args.state_dir)
     if args.probe_workers:
         return 0 if print_checks(workflow_checks(args.state_dir)) else 1
     service = Service(args.state_dir)
@@ -228,11 +229,15 @@ def _status(args):
         service.close()
 
 
+def _check_state_dir(state_dir):
+    if os.path.lexists(state_dir) and not os.path.isdir(state_dir):
+        raise ReproError(f"--state-dir {state_dir}: not a directory; expected the directory `tfdata start` was given")
+
+
 def _stop(args):
     from repro.pecan.tfdata.service import Service
 
-    if os.path.lexists(args.state_dir) and not os.path.isdir(args.state_dir):
-        raise ReproError(f"--state-dir {args.state_dir}: not a directory; expected the directory `tfdata start` was given")
+    _check_state_dir(args.state_dir)
     service = Service(args.state_dir)
     if service.state is None:  # nothing to stop: as idempotent as a second stop, but said
         print(f"{args.state_dir}: no tf.data service recorded there (no state.json); nothing stopped")
