@@ -104,12 +104,13 @@ def check_cpus(collocated_threads, worker_threads, cpus):
     if held < collocated_threads / COLLOCATED_SHARE:
         need = math.ceil(collocated_threads / COLLOCATED_SHARE / worker_threads) * worker_threads
         wide = worker_threads > 1  # then fewer threads per worker may be the way out
+        workers = f", whole workers of {worker_threads} threads (pecan.tfdata.worker_threads)," if wide else ""
+        fewer = "fewer threads per worker, " if wide else ""
         raise ReproError(
             f"{cpus} CPU(s) available (os.sched_getaffinity): too few for an input-bound miniature, where collocated "
             f"({collocated_threads} CPU) delivers at most {COLLOCATED_SHARE:.0%} of the accelerator's demand and the "
-            "largest deployment" + (f", whole workers of {worker_threads} threads (pecan.tfdata.worker_threads)," if wide
-                                    else "") + f" reaches it; expected at least {need} CPUs, "
-            + ("fewer threads per worker, " if wide else "") + "or set pecan.tfdata.time_scale")
+            f"largest deployment{workers} reaches it; expected at least {need} CPUs, {fewer}or set "
+            "pecan.tfdata.time_scale")
     return held
 
 
