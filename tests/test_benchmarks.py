@@ -50,15 +50,23 @@ def test_the_dag_scale_benchmark_runs(tmp_path):
     assert "goal 1.5:" in done.stdout, done.stdout
 
 
+def _running(process):
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.service
 def test_a_trims_benchmark_stopped_by_sigterm_stops_its_store(tmp_path):
     """`timeout` (SIGTERM) ended the benchmark and left its model store running, with its directory."""
     proc = subprocess.Popen([sys.executable, str(BENCHMARKS / "trims.py"), "--models", "squeezenet_1.1", "--requests", "200"],
                             cwd=tmp_path, env=path_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = []
     try:
         assert proc.stdout.readline().startswith("store: "), proc.stderr.read() if proc.poll() is not None else ""
         time.sleep(0.5)  # requests under way
-        store = [child for child in psutil.Process(proc.pid).children() if "server" in child.cmdline()]
+        store += [child for child in psutil.Process(proc.pid).children() if "server" in child.cmdline()]
         assert len(store) == 1, [child.cmdline() for child in psutil.Process(proc.pid).children()]
         socket_dir = store[0].cmdline()[store[0].cmdline().index("--socket") + 1].rsplit("/", 1)[0]
         proc.send_signal(signal.SIGTERM)
@@ -67,6 +75,11 @@ def test_a_trims_benchmark_stopped_by_sigterm_stops_its_store(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        left = [server for server in store if _running(server)]
+        for server in left:  # psutil's Process: the same process it found, not a pid reused since
+            server.terminate()
+            server.wait(30)
+    assert not left, "the benchmark left its model store running"
     assert proc.returncode == 128 + signal.SIGTERM and err.strip().endswith("trims.py: terminated (SIGTERM)"), err
     assert not psutil.pid_exists(store[0].pid)  # the benchmark's clean-up stopped and reaped it
     assert not Path(socket_dir).exists()  # and removed its temporary directory
