@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from sidebyside import fmt_ratio, load, ratios, rounds, timed, verdict
+from benchcli import count, run_main
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL = 1.1
@@ -52,10 +53,8 @@ def other_release(version):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default="0.7.0", help="the other ml_dtypes release (default 0.7.0)")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=count(), default=7)
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds {args.rounds}: expected 1 or more")
     other = other_release(args.against)
     if other is None:
         parser.error(f"--against {args.against}: pip could not install ml_dtypes=={args.against}; expected a release "
@@ -81,4 +80,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
