@@ -398,9 +398,15 @@ def run_forked(argv, cwd, timeout, main=None, growth=None, file_size=None, env=N
     return code, *(b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
 
 
+# The tf.data engine's settings for the tests' runs (pecan.tfdata keys): few images, and short windows of
+# small batches. The tests check the chain and the processes, not the numbers; a run's fixed costs
+# (TensorFlow's start, the probes) are then most of what it takes.
+ENGINE_TEST_SETTINGS = {"decision_steps": 8, "images": 16, "batch_size": 4}
+
+
 def engine_spec(pecan_config, mode, **overrides):
     """A short tf.data engine run of ResNet50_v2-8 in `mode` (repro.pecan.tfdata.spec.EngineSpec)."""
     from repro.pecan.tfdata.spec import spec_from_config
 
-    settings = {"decision_steps": 8, "settle_windows": 3, "max_windows": 40, "images": 16, **overrides}
+    settings = {**ENGINE_TEST_SETTINGS, "settle_windows": 3, "max_windows": 40, **overrides}
     return spec_from_config(pecan_config, "ResNet50_v2-8", mode, **settings)

@@ -21,6 +21,7 @@ import psutil
 import pytest
 from support import (
     BIN,
+    ENGINE_TEST_SETTINGS,
     REPO,
     configfiles,
     copy_workflow,
@@ -343,7 +344,7 @@ def test_tfdata_over_ssh_runs_its_workers_on_the_worker_hosts_and_leaves_nothing
     root, hosts = cluster
     workdir, home = tmp_path / "wf", tmp_path / "home"
     copy_workflow(workdir)
-    engine = {"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, "images": 16, "decision_steps": 8}}}
+    engine = {"pecan": {"engine": "tfdata", "tfdata": {"max_windows": 6, **ENGINE_TEST_SETTINGS}}}
     args = example_args(workdir, root, hosts, home, engine)
     env = {"HOME": str(home)}
     target = "results/runs/ResNet50_v2-8/cachew/metrics.json"
@@ -437,7 +438,7 @@ def test_tfdata_run_with_a_worker_host_gone_names_it_and_writes_nothing(cluster,
                                        worker_dir=str(tmp_path / "workers"))
     state = backend.start(settings, tmp_path / "state.json")
     pecan = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pecan"]
-    spec = spec_from_config(pecan, "ResNet50_v2-8", "cachew", decision_steps=8, max_windows=6, images=16)
+    spec = spec_from_config(pecan, "ResNet50_v2-8", "cachew", max_windows=6, **ENGINE_TEST_SETTINGS)
     hosts[1].stop()
     try:
         with pytest.raises(ReproError, match=rf"worker \(root@127.0.0.1:{hosts[1].port}\): unreachable"):

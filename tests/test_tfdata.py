@@ -510,7 +510,7 @@ def test_a_run_waits_for_the_deployment_its_policy_asked_for_at_most_a_while(tf,
     from support import engine_spec
 
     monkeypatch.setattr(engine, "DEPLOYMENT_WAIT_S", 0.3)
-    spec = engine_spec(pecan_config, "cachew", time_scale=20, decision_steps=1, max_windows=80)  # 0.1 s windows
+    spec = engine_spec(pecan_config, "cachew", time_scale=20, decision_steps=1, max_windows=80, batch_size=16)  # 0.1 s windows
     windows, decisions = engine.train(spec, itertools.repeat(None), _ShortService(), FixedPlacement(*asked),
                                       _Deployment())
     if ends == "settles":

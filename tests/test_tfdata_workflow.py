@@ -13,7 +13,7 @@ import yaml
 
 from repro.processes import alive
 
-from support import TINY, copy_workflow, snakemake, stop_clusters
+from support import ENGINE_TEST_SETTINGS, TINY, copy_workflow, snakemake, stop_clusters
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,9 +35,8 @@ def test_workflow_builds_a_figure_from_engine_runs(tf, tmp_path):
 
 def _build_fig8_on_the_engine(tmp_path):
     engine = tmp_path / "engine.yaml"
-    # short windows (decision_steps: 8, as the engine's own tests run): the test checks the chain, not the numbers
-    engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, "images": 16, "sweep": [0, 2],
-                                                           "decision_steps": 8}}}))
+    # short windows, as the engine's own tests run: the test checks the chain, not the numbers
+    engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, "sweep": [0, 2], **ENGINE_TEST_SETTINGS}}}))
     configs = ("--configfile", str(TINY), str(REPO / "config" / "examples" / "tfdata.yaml"), str(engine))
     # six modes, FastFlow among them
     snakemake(tmp_path, "plots/fig8_ResNet50_v2-8.pdf", "results/provenance/fig8_ResNet50_v2-8.json", *configs, timeout=900)
@@ -113,7 +112,7 @@ def test_a_dispatcher_that_died_between_runs_fails_the_status_and_no_run_starts(
 
     copy_workflow(tmp_path)
     engine = tmp_path / "engine.yaml"
-    engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, "images": 16, "decision_steps": 8}}}))
+    engine.write_text(yaml.safe_dump({"pecan": {"tfdata": {"max_windows": 6, **ENGINE_TEST_SETTINGS}}}))
     try:
         snakemake(tmp_path, "cluster_start", "--configfile", str(TINY), str(REPO / "config" / "examples" / "tfdata.yaml"),
                   str(engine))
