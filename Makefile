@@ -45,12 +45,14 @@ figures: setup
 # Each tier ends with its wall and CPU time (tests/conftest.py); -rs lists why each skipped test was skipped
 # (the package that would enable it). benchmarks/tests_time.py times the tiers.
 PYTEST := $(RUN) pytest -q -rs
-# The tests run under pytest-xdist, a module per worker (a module's tests share its fixtures: the tiny
-# build, SLURM, sshd); WORKERS=0 runs them in one process. The unit tests compute: a worker per CPU.
-# The workflow and service tests mostly wait on the programs they start: two workers per CPU (at
-# most 8) keep the CPUs busy.
-WORKERS ?= auto
+# The tests run under pytest-xdist, two workers per CPU (at most 8): the workflow and service tests
+# mostly wait on the programs they start, and some unit tests wait on the processes they signal, so
+# a worker per CPU leaves CPUs idle. A module per worker (a module's tests share its fixtures: the
+# tiny build, SLURM, sshd); the unit tests, whose fixtures are cheap, go test by test to whichever
+# worker is free (worksteal: no worker is left with a long module at the end). WORKERS=0 or
+# TEST_WORKERS=0 runs a tier in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n * 2 < 8 ? n * 2 : 8 )))
+WORKERS ?= $(TEST_WORKERS)
 DIST   := --dist loadfile
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
@@ -61,7 +63,7 @@ test: $(VENV)/.test-extras
 # or other long-running programs (the `service` marker), no inputs of tens of megabytes built to hold
 # a memory bound (the `large` marker)
 test-fast: $(VENV)/.test-extras
-	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -n $(WORKERS) $(DIST) -m "not workflow and not registry and not service and not large" --durations=10
+	REPRO_TEST_TIER=$${REPRO_TEST_TIER:-test-fast} $(PYTEST) -n $(WORKERS) --dist worksteal -m "not workflow and not registry and not service and not large" --durations=10
 
 # everything, the Google Batch extra's tests included: what CI runs (.ci/run, which also installs
 # sshd and SLURM and requires their tests)

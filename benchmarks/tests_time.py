@@ -11,7 +11,7 @@ not against an earlier measurement.
     python benchmarks/tests_time.py                      # test-fast, then test
     python benchmarks/tests_time.py --tiers test-fast --rounds 3
     python benchmarks/tests_time.py --repo ../other-tree --tiers test-fast
-    python benchmarks/tests_time.py --tiers test-fast --workers 0,auto   # one process against pytest-xdist
+    python benchmarks/tests_time.py --tiers test-fast --workers 0,2,4    # one process against 2 and 4 workers
 """
 
 import argparse

@@ -6,6 +6,7 @@ The Snakefile calls `validate_config` on Snakemake's merged config (config/confi
 """
 
 import copy
+import functools
 import importlib.util
 import math
 import os
@@ -31,11 +32,17 @@ PATH_KEYS = (
 
 def schema():
     """The config schema, shipped inside the package, with the names of registered things filled in
-    from their registries (repro.registries)."""
+    from their registries (repro.registries), which can grow while a process runs: a copy each call."""
     from repro.registries import fill_schema
 
+    return fill_schema(copy.deepcopy(_shipped_schema()))
+
+
+@functools.cache
+def _shipped_schema():
+    """The schema file as parsed (a tenth of the time of parsing it again: each config check reads it)."""
     text = files("repro").joinpath("schemas", "config.schema.yaml").read_text()
-    return fill_schema(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))  # libyaml: 5x faster
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 5x faster
 
 
 def _strict_validator():

@@ -65,7 +65,7 @@ def _measure(text, label, max_depth, max_values):
     sizes = {}  # anchor -> the values its node holds, expanded
     frames = []  # per open collection: [anchor, values so far]
     total = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # PyYAML's own parser: its messages, as yaml.safe_load's
+    for event in _events(text):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             frames.append([event.anchor, 1])
             if len(frames) > max_depth:
@@ -94,6 +94,18 @@ def _measure(text, label, max_depth, max_values):
             total += count
             if total > max_values:
                 raise ReproError(f"{label}: more than {max_values} values with its aliases expanded")
+
+
+def _events(text):
+    """The parser's events, from libyaml where installed (a twentieth of the time: every config check
+    reads the config). A document it refuses is parsed again by PyYAML's own parser, whose messages
+    are yaml.safe_load's (they show the line); libyaml's is raised where that one accepts it."""
+    try:
+        yield from yaml.parse(text, Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        for _ in yaml.parse(text, Loader=yaml.SafeLoader):
+            pass
+        raise exc
 
 
 def parse_yaml(text, label, max_depth=MAX_DEPTH, max_values=MAX_VALUES):
