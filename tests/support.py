@@ -398,10 +398,9 @@ def run_forked(argv, cwd, timeout, main=None, growth=None, file_size=None, env=N
     return code, *(b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
 
 
-# The tf.data engine's settings for the tests' runs (pecan.tfdata keys): few images, and short windows of
-# small batches. The tests check the chain and the processes, not the numbers; a run's fixed costs
-# (TensorFlow's start, the probes) are then most of what it takes.
-ENGINE_TEST_SETTINGS = {"decision_steps": 8, "images": 16, "batch_size": 4}
+# The tf.data engine's settings for the tests' runs (pecan.tfdata keys): few images, short windows of
+# small batches, a short transfer probe. The tests check the chain and the processes, not the numbers.
+ENGINE_TEST_SETTINGS = {"decision_steps": 8, "images": 16, "batch_size": 4, "probe_seconds": 0.2}
 
 
 def engine_spec(pecan_config, mode, **overrides):

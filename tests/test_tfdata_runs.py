@@ -15,7 +15,7 @@ import pytest
 from repro.pecan.logs import parse_log
 from repro.processes import matches
 
-from support import engine_spec
+from support import ENGINE_TEST_SETTINGS, engine_spec
 
 
 def test_collocated_run_writes_the_artifacts_log(tf, tmp_path, pecan_config, data):
@@ -41,10 +41,15 @@ def test_collocated_run_writes_the_artifacts_log(tf, tmp_path, pecan_config, dat
     assert metrics["scale"]["collocated_share"] <= 0.6 <= 1 <= metrics["scale"]["largest_share"]
 
 
-def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_path, pecan_config, data):
+def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_path, pecan_config, data, monkeypatch):
+    from repro.pecan.tfdata import engine
     from repro.pecan.tfdata.engine import run
 
+    probes = []  # the transfer probe's least seconds per phase: the spec's
+    measure = engine.measure_transfer_cost
+    monkeypatch.setattr(engine, "measure_transfer_cost", lambda *a, **kw: probes.append(kw["min_seconds"]) or measure(*a, **kw))
     metrics = run(engine_spec(pecan_config, "cachew", max_remote_workers=2), tmp_path / "run", data)
+    assert probes == [metrics["spec"]["probe_seconds"]] == [ENGINE_TEST_SETTINGS["probe_seconds"]]
     log = (tmp_path / "run" / "run.log").read_text()
     parsed = parse_log(tmp_path / "run" / "run.log")
     # Cachew scales up from one worker: a second one joins, with its own address

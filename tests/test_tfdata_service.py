@@ -231,6 +231,8 @@ def test_a_run_against_a_stopped_dispatcher_does_not_start(tf, tmp_path, pecan_c
 @pytest.mark.parametrize("flag, value, message", [
     ("--batch-size", "0", "--batch-size: batch_size: 0 is less than the minimum of 1"),
     ("--max-windows", "0", "--max-windows: max_windows: 0 is less than the minimum of 1"),
+    ("--probe-seconds", "0", "--probe-seconds: probe_seconds: 0.0 is less than or equal to the minimum of 0"),
+    ("--probe-seconds", "nan", "--probe-seconds: pecan.tfdata.probe_seconds: nan is not a finite number"),
     ("--time-scale", "-1", "--time-scale -1.0: expected a positive number"),
     ("--batch-timeout", "inf", "--batch-timeout inf: expected a positive, finite number of seconds"),
     ("--mode", "no-such-mode", "unknown mode 'no-such-mode'"),

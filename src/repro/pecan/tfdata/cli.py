@@ -67,6 +67,8 @@ def add_commands(psub):
     for name in ("batch-size", "decision-steps", "worker-threads", "collocated-threads", "max-remote-workers",
                  "max-local-workers", "settle-windows", "max-windows", "images"):
         run.add_argument(f"--{name}", type=int)
+    run.add_argument("--probe-seconds", type=float, metavar="SECONDS",
+                     help="the least seconds of each phase of the run's transfer probe (default 1.0; longer is steadier)")
     run.set_defaults(func=_run)
 
     sweep = tsub.add_parser("sweep", help="throughput against a fixed number of remote workers, one run per count",
@@ -92,7 +94,7 @@ def add_commands(psub):
 
 
 MINIATURE_FLAGS = ("time_scale", "batch_size", "decision_steps", "worker_threads", "collocated_threads",
-                   "max_remote_workers", "max_local_workers", "settle_windows", "max_windows", "images")
+                   "max_remote_workers", "max_local_workers", "settle_windows", "max_windows", "images", "probe_seconds")
 
 
 # Where the config holds what a flag sets, where that is not pecan.tfdata.<the flag's name>: worker

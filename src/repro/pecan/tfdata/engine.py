@@ -54,6 +54,7 @@ from repro.pecan.policies import LOCAL_ONLY, OFFLOADED, PROFILE_GTHP, PROFILE_LT
 from repro.pecan.tfdata import check_sweep, cpus_available, ops, tensorflow
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
 from repro.pecan.tfdata.spec import (
+    MINIATURE,
     check_cpus,
     check_deployment_memory,
     derive_scale,
@@ -78,8 +79,8 @@ COST_WARMUP_BATCHES, COST_BATCHES = 12, 6
 # waiting to the run's last window.
 DEPLOYMENT_WAIT_S = 60.0
 # The transfer probe (measure_transfer_cost): batches read first (for the same reason, in the worker),
-# then at least this many, and this long
-TRANSFER_WARMUP_BATCHES, TRANSFER_BATCHES, TRANSFER_MIN_S = 12, 8, 1.0
+# then at least this many, and (by default; a run's spec.probe_seconds) this long
+TRANSFER_WARMUP_BATCHES, TRANSFER_BATCHES, TRANSFER_MIN_S = 12, 8, MINIATURE["probe_seconds"]
 
 
 def policy_for(spec):
@@ -660,7 +661,7 @@ def run(spec, out_dir, data_dir, service_dir=None, on_window=None, batch_timeout
     try:
         if service:  # the model's other input: what moving the run's batches from a worker to the client costs
             transfer_cost = measure_transfer_cost(spec, manifest, pipeline_cost["batch_layout"], service,
-                                                  batch_timeout_s)
+                                                  batch_timeout_s, min_seconds=spec.probe_seconds)
         if deployment:  # FastFlow's workers are started before training, as its user launches them
             deployment.apply(policy.remote, policy.local, wait=fastflow)
         with budget:

@@ -25,7 +25,7 @@ STEP_TIME_S = (1e-4, 60.0)
 # Miniature defaults. Worker caps left at None are the workers the CPUs hold (max_workers_for):
 # the remote cap one more, so Cachew sees that a worker beyond the CPUs gains nothing.
 MINIATURE = {"batch_size": 16, "worker_threads": 1, "collocated_threads": 1, "max_remote_workers": None,
-             "max_local_workers": None, "settle_windows": 3, "max_windows": 80, "images": 64}
+             "max_local_workers": None, "settle_windows": 3, "max_windows": 80, "images": 64, "probe_seconds": 1.0}
 # The derived scale (derive_scale): collocated preprocessing may deliver at most this share of
 # the accelerator's demand (the paper's collocated runs are input-bound).
 COLLOCATED_SHARE = 0.6
@@ -57,6 +57,8 @@ class EngineSpec:
     max_windows: int
     images: int  # distinct generated JPEGs, repeated endlessly
     seed: int
+    # the least seconds of each phase of the transfer probe (measure_transfer_cost): longer is steadier
+    probe_seconds: float = MINIATURE["probe_seconds"]
 
     @property
     def step_time_s(self):
@@ -170,8 +172,11 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
     held_remote, held_local = max_workers_for(cpus_available(), settings["worker_threads"])
     settings["max_remote_workers"] = settings["max_remote_workers"] if settings["max_remote_workers"] is not None else held_remote
     settings["max_local_workers"] = settings["max_local_workers"] if settings["max_local_workers"] is not None else held_local
-    bad = [k for k, v in settings.items()
-           if not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1)]
+    bad = [k for k, v in settings.items() if k != "probe_seconds"
+           and (not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1))]
+    probe = settings["probe_seconds"]
+    if isinstance(probe, bool) or not isinstance(probe, (int, float)) or not 0 < probe <= 60:
+        raise ReproError(f"--probe-seconds {settings['probe_seconds']}: expected a number of seconds above 0, at most 60")
     if bad:
         raise ReproError(f"--{bad[0].replace('_', '-')} {settings[bad[0]]}: expected a positive whole number")
     if time_scale is None:
@@ -201,7 +206,7 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
         fixed_local_workers=min(mode_cfg.get("local_workers", 0), max_local),
         cachew_threshold_up=cluster["cachew_threshold_up"], client_cost=cluster["policy_prices"]["client_cost"],
         worker_cost=cluster["policy_prices"]["worker_cost"], settle_windows=settings["settle_windows"],
-        max_windows=settings["max_windows"], images=settings["images"], seed=seed)
+        max_windows=settings["max_windows"], images=settings["images"], seed=seed, probe_seconds=float(probe))
 
 
 def calibrated_cost(calibration):
