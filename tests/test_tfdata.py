@@ -976,3 +976,16 @@ def test_a_data_set_without_its_manifest_is_written_again_over_its_own_images_on
         ops.write_data("resnet", 3, data / "cut", seed=2)
     assert Path(first["files"][1]).read_bytes() == b"MY PHOTO"
     assert not (directory / "manifest.json").exists()
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("probe", [0, -1.0, 61, float("nan"), True, "1"])
+def test_a_transfer_probe_length_outside_its_bounds_is_refused_by_the_spec(pecan_config, probe):
+    """Settings that reach a spec without the config check (a caller of spec_from_config) are
+    checked there too: the probe's seconds, a number above 0 and at most 60."""
+    from repro.pecan.tfdata.spec import spec_from_config
+
+    assert spec_from_config(pecan_config, "ResNet50_v2-8", "cachew").probe_seconds == 1.0
+    assert spec_from_config(pecan_config, "ResNet50_v2-8", "cachew", probe_seconds=60).probe_seconds == 60.0
+    with pytest.raises(ReproError, match=r"^--probe-seconds .*: expected a number of seconds above 0, at most 60$"):
+        spec_from_config(pecan_config, "ResNet50_v2-8", "cachew", probe_seconds=probe)

@@ -176,7 +176,7 @@ def spec_from_config(pecan, experiment, mode, seed=0, time_scale=None, decision_
            and (not isinstance(v, int) or v < (0 if k.endswith("_workers") else 1))]
     probe = settings["probe_seconds"]
     if isinstance(probe, bool) or not isinstance(probe, (int, float)) or not 0 < probe <= 60:
-        raise ReproError(f"--probe-seconds {settings['probe_seconds']}: expected a number of seconds above 0, at most 60")
+        raise ReproError(f"--probe-seconds {probe}: expected a number of seconds above 0, at most 60")
     if bad:
         raise ReproError(f"--{bad[0].replace('_', '-')} {settings[bad[0]]}: expected a positive whole number")
     if time_scale is None:
