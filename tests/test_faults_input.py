@@ -588,6 +588,27 @@ def test_snakemake_refuses_an_anchor_bomb_in_bounded_time(tmp_path):
 # -- the loader harden-trims and others reuse ---------------------------------------------------
 
 
+@pytest.mark.fault
+@pytest.mark.parametrize("text, error", [
+    # libyaml takes a tab after a value; PyYAML, which reads --configfile for Snakemake, refuses it
+    ("backend: local\t\n", "line 1, column 15: found character '\\t' that cannot start any token"),
+    ("seed: 2001-02-30\n", "line 1: not a !!timestamp value: '2001-02-30'; expected a value its tag can hold"),
+    ("seed: 3\nplots:\n  style: {dpi: !!int abc}\n", "line 3: not a !!int value: 'abc'"),
+    ("seed: !!bool maybe\n", "line 1: not a !!bool value: 'maybe'"),
+    ("seed: !!int ''\n", "line 1: not a !!int value: ''"),
+    ("seed: !!set [1]\n", "a collection its tag cannot hold (cannot unpack non-iterable ScalarNode object); expected a "
+                          "mapping or list as written, without a tag"),
+])
+def test_a_config_its_parser_refuses_or_whose_tag_cannot_make_its_value_is_one_line(tmp_path, capsys, text, error):
+    """`repro config check` refuses what Snakemake's own reading of --configfile refuses, and a value
+    its tag cannot make (Python's ValueError and the like, in PyYAML's constructors) is named with
+    its line, not a traceback."""
+    path = _write(tmp_path / "mine.yaml", text)
+    code, out, err = run_repro(["config", "check", path], capsys)
+    assert (code, out) == (1, "") and err.startswith(f"repro: error: {path}: ") and error in err, err
+    assert err.count("\n") == 1
+
+
 def test_merge_keys_and_anchors_within_bounds_still_load(tmp_path):
     from repro.yamlfile import read_yaml_file
 

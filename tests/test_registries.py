@@ -372,3 +372,17 @@ def test_a_backends_run_that_fails_leaves_no_earlier_runs_marks_of_completion(tm
     with pytest.raises(KeyboardInterrupt):
         Stopped("stopped").execute(request, {"trace_store": str(tmp_path / "store")})
     assert not (run_dir / "metrics.json").exists() and not (tmp_path / "upload.json").exists()
+
+
+def test_a_registered_sections_defaults_are_each_configs_own(monkeypatch):
+    """An engine's settings schema goes into every config schema as a copy: a config whose
+    defaulted list was changed leaves the registry's schema, and the next config, as they were."""
+    from repro.pecan.engines import ENGINES, Engine
+
+    section = {"type": "object", "default": {}, "properties": {"labels": {"type": "array", "default": []}}}
+    monkeypatch.setitem(ENGINES, "listing", Engine("the cluster model", ENGINES["model"].run, section="listing",
+                                                   schema=section))
+    first = load_config(REPO / "config" / "config.yaml")
+    first["pecan"]["listing"]["labels"].append("changed")
+    assert load_config(REPO / "config" / "config.yaml")["pecan"]["listing"] == {"labels": []}
+    assert section["properties"]["labels"]["default"] == [] and schema()["properties"]["pecan"]["properties"]["listing"] == section

@@ -7,6 +7,7 @@ checked by tests/test_registries.py) take the names from here, so adding an entr
 the whole of adding a name.
 """
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -130,9 +131,9 @@ def fill_schema(tree):
     pecan = tree["properties"]["pecan"]["properties"]
     for engine in ENGINES.values():
         if engine.section and engine.schema is not None:
-            pecan.setdefault(engine.section, engine.schema)
+            pecan.setdefault(engine.section, copy.deepcopy(engine.schema))  # each call's own (see config.schema)
     for name in _backends():
         schema = get_backend(name).schema
         if schema is not None:
-            tree["properties"].setdefault(name, schema)
+            tree["properties"].setdefault(name, copy.deepcopy(schema))
     return tree

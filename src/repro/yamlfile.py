@@ -24,7 +24,11 @@ MAX_DEPTH = 64  # nested mappings and lists; the workflow's config nests 7 deep
 MAX_INT_CHARACTERS = 100  # an integer as written
 MAX_VALUES = 200_000  # values with every alias expanded; the workflow's config holds about 300
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where installed: the same documents, faster
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where installed: faster (but see _events)
+
+
+# what PyYAML's constructors raise for a value their tag cannot make: Python's own errors, not YAMLError
+_CONSTRUCTION_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError)
 
 
 class _UniqueKeyLoader(_LOADER):
@@ -45,6 +49,17 @@ class _UniqueKeyLoader(_LOADER):
                                  f"and line {key_node.start_mark.line + 1}")
         return super().construct_mapping(node, deep=deep)
 
+
+    def construct_object(self, node, deep=False):
+        # a value its tag cannot make (`!!int abc`, `2001-02-30`, `!!bool maybe`): PyYAML's constructors
+        # raise what Python raised, which would end the command in a traceback
+        try:
+            return super().construct_object(node, deep=deep)
+        except _CONSTRUCTION_ERRORS:
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            value = f" {node.value[:40]!r}" if isinstance(node, yaml.ScalarNode) else ""
+            raise ReproError(f"{self._label}: line {node.start_mark.line + 1}: not a {tag} value:{value}; "
+                             "expected a value its tag can hold") from None
 
     def construct_yaml_int(self, node):
         # thousands of digits: beyond what int() converts (sys.set_int_max_str_digits), or, written in hex,
@@ -98,8 +113,13 @@ def _measure(text, label, max_depth, max_values):
 
 def _events(text):
     """The parser's events, from libyaml where installed (a twentieth of the time: every config check
-    reads the config). A document it refuses is parsed again by PyYAML's own parser, whose messages
-    are yaml.safe_load's (they show the line); libyaml's is raised where that one accepts it."""
+    reads the config), unless the text holds a tab: libyaml takes a tab after a value, which PyYAML's
+    own parser (Snakemake's, for --configfile) refuses. A document libyaml refuses is parsed again
+    by PyYAML's parser, whose messages are yaml.safe_load's (they show the line); libyaml's is
+    raised where that one accepts it."""
+    if "\t" in text or _LOADER is yaml.SafeLoader:
+        yield from yaml.parse(text, Loader=yaml.SafeLoader)
+        return
     try:
         yield from yaml.parse(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
@@ -122,6 +142,9 @@ def parse_yaml(text, label, max_depth=MAX_DEPTH, max_values=MAX_VALUES):
         raise invalid_yaml(label, exc) from None
     except RecursionError:  # a parser deeper than its events showed: still one line
         raise ReproError(f"{label}: nested too deeply to read") from None
+    except _CONSTRUCTION_ERRORS as exc:  # a collection its tag cannot make (`!!set [1]`), built after its node
+        raise ReproError(f"{label}: a collection its tag cannot hold ({exc}); expected a mapping or list as "
+                         "written, without a tag") from None
 
 
 def read_yaml_file(path, what="a YAML file", max_bytes=MAX_BYTES, max_depth=MAX_DEPTH, max_values=MAX_VALUES):
