@@ -54,7 +54,6 @@ from repro.pecan.policies import LOCAL_ONLY, OFFLOADED, PROFILE_GTHP, PROFILE_LT
 from repro.pecan.tfdata import check_sweep, cpus_available, ops, tensorflow
 from repro.pecan.tfdata.service import BATCH_TIMEOUT_S, Service, exclusive
 from repro.pecan.tfdata.spec import (
-    MINIATURE,
     check_cpus,
     check_deployment_memory,
     derive_scale,
@@ -79,8 +78,8 @@ COST_WARMUP_BATCHES, COST_BATCHES = 12, 6
 # waiting to the run's last window.
 DEPLOYMENT_WAIT_S = 60.0
 # The transfer probe (measure_transfer_cost): batches read first (for the same reason, in the worker),
-# then at least this many, and (by default; a run's spec.probe_seconds) this long
-TRANSFER_WARMUP_BATCHES, TRANSFER_BATCHES, TRANSFER_MIN_S = 12, 8, MINIATURE["probe_seconds"]
+# then at least this many (and at least the run's spec.probe_seconds)
+TRANSFER_WARMUP_BATCHES, TRANSFER_BATCHES = 12, 8
 
 
 def policy_for(spec):
@@ -200,8 +199,8 @@ def measure_pipeline_cost(spec, manifest, warmup=COST_WARMUP_BATCHES, batches=CO
             "load_average": list(os.getloadavg()), "seconds": time.monotonic() - started}
 
 
-def measure_transfer_cost(spec, manifest, layout, service, batch_timeout_s, warmup=TRANSFER_WARMUP_BATCHES,
-                          batches=TRANSFER_BATCHES, min_seconds=TRANSFER_MIN_S):
+def measure_transfer_cost(spec, manifest, layout, service, batch_timeout_s, *, min_seconds,
+                          warmup=TRANSFER_WARMUP_BATCHES, batches=TRANSFER_BATCHES):
     """CPU seconds to move a batch of the run's layout from a worker to this client over the service,
     on each side, and what a worker pays per element serving the run's own pipeline: the model's
     inputs for a deployment with workers, measured before the run's deployment starts.

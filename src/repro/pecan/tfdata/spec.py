@@ -57,8 +57,7 @@ class EngineSpec:
     max_windows: int
     images: int  # distinct generated JPEGs, repeated endlessly
     seed: int
-    # the least seconds of each phase of the transfer probe (measure_transfer_cost): longer is steadier
-    probe_seconds: float = MINIATURE["probe_seconds"]
+    probe_seconds: float  # the least seconds of each phase of the transfer probe (measure_transfer_cost)
 
     @property
     def step_time_s(self):
