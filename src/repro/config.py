@@ -18,7 +18,7 @@ import yaml
 from repro.backends import backend_names, get_backend
 from repro.errors import ReproError
 from repro.fsutil import expand_path, not_a_directory
-from repro.pecan.run import check_run_size
+from repro.pecan.runsize import check_run_size
 
 # Keys whose values are paths on this machine: `~` and environment variables are expanded once, at load.
 # ("*" stands for every entry of a mapping or list.)

@@ -19,6 +19,7 @@ from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
 from repro.pecan.logs import MAX_LINE, RUN_LINE, LogWriter, parse_log
 from repro.pecan.policies import FASTFLOW_WORKERS, fastflow_workers
+from repro.pecan.runsize import check_run_size
 from repro.pecan.presets import pipeline_costs
 from repro.traces import TraceReader, write_trace
 
@@ -130,23 +131,6 @@ def repeat_calibrations(calibrations, seed, repeat):
         return calibrations
     rng = np.random.default_rng([seed, repeat])
     return {pipeline: resample(calibration, rng) for pipeline, calibration in sorted(calibrations.items())}
-
-
-# What one run of the cluster model may cost: its policy windows and its log's lines (each a
-# Python object while the run lasts: 10^5 take about 1 GB and write about 550 MB). The configured
-# experiments need a few hundred per run.
-MAX_RUN_WINDOWS = 100_000
-
-
-def check_run_size(where, model, mode_name, mode, cluster):
-    """ReproError naming `where` (the experiment's key) and the setting at fault where a run of
-    `mode_name` takes more than MAX_RUN_WINDOWS policy windows or log lines."""
-    steps = model["steps_per_epoch"] * mode["epochs"]
-    for count, what in ((steps // cluster["decision_steps"], "policy windows (pecan.cluster.decision_steps)"),
-                        (steps // mode["steps_per_loop"], f"log lines (pecan.modes.{mode_name}.steps_per_loop)")):
-        if count > MAX_RUN_WINDOWS:
-            raise ReproError(f"{where}.modes: mode {mode_name!r} runs {steps} steps, {count} {what}; "
-                             f"expected at most {MAX_RUN_WINDOWS}")
 
 
 def run_mode(config, experiment, mode, calibrations, out_dir, backend="local"):

@@ -11,6 +11,7 @@ into small structs, skipping the rest of each event, instead of building a dict 
 file this cannot vouch for (see ``NotCompact``) is read again the general way.
 """
 
+import functools
 import gc
 import json
 import math
@@ -194,16 +195,15 @@ _EVENT_KEYS = (b"name", b"cat", b"ph", b"ts", b"tts", b"pid", b"tid", b"dur", b"
                b"s", b"cname", b"scope", b"sf", b"stack", b"esf", b"estack", b"bind_id", b"flow_in", b"flow_out")
 
 
+@functools.cache
 def _key_bits():
-    """The bit of a key's mask for each (length up to 31, first byte, last byte) of its text."""
+    """The bit of a key's mask for each (length up to 31, first byte, last byte) of its text (made on
+    first use: a table of 2M entries, tens of milliseconds that every command importing this would pay)."""
     table = np.arange(32 << 16, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) >> np.uint64(40)
     table = (len(_EVENT_KEYS) + table % (64 - len(_EVENT_KEYS))).astype(np.uint8)
     for bit, key in enumerate(_EVENT_KEYS):
         table[len(key) << 16 | key[0] << 8 | key[-1]] = bit
     return table
-
-
-_KEY_BITS = _key_bits()
 
 
 def _event_keys_once(listed):
@@ -250,7 +250,7 @@ def _piece_keys_once(listed):
         return True
     starts, ends = starts[top], ends[top]
     event = np.cumsum((depth == _TOP_DEPTH) & opens)[before[top]]
-    bits = _KEY_BITS[np.minimum(ends - starts, 31) << 16 | view[starts].astype(np.int64) << 8 | view[ends - 1]]
+    bits = _key_bits()[np.minimum(ends - starts, 31) << 16 | view[starts].astype(np.int64) << 8 | view[ends - 1]]
     first = np.flatnonzero(np.diff(event, prepend=-1))
     masks = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), bits.astype(np.uint64)), first)
     return bool((np.bitwise_count(masks) == np.diff(first, append=bits.size)).all())
