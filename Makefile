@@ -48,12 +48,13 @@ PYTEST := $(RUN) pytest -q -rs
 # The tests run under pytest-xdist, two workers per CPU (at most 8): the workflow and service tests
 # mostly wait on the programs they start, and some unit tests wait on the processes they signal, so
 # a worker per CPU leaves CPUs idle. A module per worker (a module's tests share its fixtures: the
-# tiny build, SLURM, sshd); the unit tests, whose fixtures are cheap, go test by test to whichever
-# worker is free (worksteal: no worker is left with a long module at the end). WORKERS=0 or
-# TEST_WORKERS=0 runs a tier in one process.
+# tiny build, SLURM, sshd), in the order tests/conftest.py collects them: the longest modules first
+# (xdist's reorder by count of tests would start them last); the unit tests of `make test-fast`,
+# whose fixtures are cheap, go test by test to whichever worker is free (worksteal: no worker is
+# left with a long module at the end). WORKERS=0 or TEST_WORKERS=0 runs a tier in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n * 2 < 8 ? n * 2 : 8 )))
 WORKERS ?= $(TEST_WORKERS)
-DIST   := --dist loadfile
+DIST   := --dist loadfile --no-loadscope-reorder
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
 test: $(VENV)/.test-extras

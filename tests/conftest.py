@@ -258,11 +258,42 @@ SERVER_FIXTURES = {"server", "module_server"}
 SERVICE_FIXTURES = {"tf", "hostile_store", *SERVER_FIXTURES}
 
 
+# -- the order modules start in ------------------------------------------------------------
+# pytest-xdist (`--dist loadfile --no-loadscope-reorder`, the Makefile's) gives each free worker the
+# next module in the order collected. First the modules of a minute or more in `make test` (its
+# --durations, summed per module), longest first, most of it spent waiting on the SLURM, sshd and
+# tf.data services and workflows they start; then the others whose tests run programs; then the
+# unit tests, whose many short tests keep every CPU busy to the end. (xdist's own order, by count of
+# tests, started the few long tests last, to run alone while the other workers had nothing left.)
+LONGEST_MODULES = ("test_slurm.py", "test_tfdata_service.py", "test_ssh.py", "test_workflow.py",
+                   "test_tfdata_workflow.py", "test_tfdata.py", "test_readme_figures.py", "test_tfdata_runs.py",
+                   "test_workflow_store.py")
+PROGRAM_MARKS = {"workflow", "service", "registry", "large"}
+
+
+def start_order(items):
+    """`items` module by module: LONGEST_MODULES in that order, then the modules with tests that
+    run programs (PROGRAM_MARKS), most such tests first, then the others, most tests first."""
+    modules = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def rank(module):
+        name, tests = module.rpartition("/")[2], modules[module]
+        if name in LONGEST_MODULES:
+            return 0, LONGEST_MODULES.index(name)
+        programs = sum(1 for test in tests if PROGRAM_MARKS & {mark.name for mark in test.iter_markers()})
+        return (1, -programs) if programs else (2, -len(tests))
+
+    return [item for module in sorted(modules, key=rank) for item in modules[module]]
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.service)
+    items[:] = start_order(items)
     if "MUTANT_UNDER_TEST" not in os.environ:
         return
     left_out = [item for item in items if SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))]

@@ -1,6 +1,7 @@
 """Software environments that can be built: the conda environment file resolves the package from
 where Snakemake creates it, and a plain (non-editable) install of the package runs the workflow."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -73,3 +74,18 @@ def test_the_rules_find_repro_in_the_environment_snakemake_runs_from(tmp_path):
     environ = {"PATH": "/bin"}
     put_own_bin_first(environ)  # what the workflow does at start, with its own interpreter
     assert environ["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+
+
+def test_numpy_starts_no_blas_threads_in_the_packages_processes_unless_the_user_sets_them():
+    """Importing repro before numpy (as every command and the Snakefile do) leaves numpy's OpenBLAS one
+    thread: no thread pool started at import, none spinning beside a calibration. A count the user
+    set is kept, and gives the pool its threads (what the thread count here would show without it)."""
+    script = "import repro, numpy, os; print(os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')))"
+    env = {name: value for name, value in os.environ.items() if name != "OPENBLAS_NUM_THREADS"}
+
+    def run(**extra):
+        return subprocess.run([sys.executable, "-c", script], env={**env, **extra}, capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    assert run() == ["1", "1"]
+    assert run(OPENBLAS_NUM_THREADS="2") == ["2", "2"]

@@ -61,3 +61,18 @@ def test_a_tier_names_the_tests_that_used_most_cpu_their_programs_included(worke
     most = line.split("most: ")[1].split(", ")
     assert most[0].startswith("test_burn.py::test_burns ") and float(most[0].split()[-2]) >= 1, line
     assert most[1].startswith("test_burn.py::test_sleeps ") and float(most[1].split()[-2]) < 0.5, line
+
+
+def test_make_test_starts_the_longest_modules_first():
+    """pytest-xdist hands modules out in the order collected (the Makefile keeps it: without
+    --no-loadscope-reorder, xdist orders them by count of tests, the few long tests last): the
+    collection begins with conftest's LONGEST_MODULES, each a module here, then the other modules
+    with tests that run programs, before the unit tests."""
+    from conftest import LONGEST_MODULES
+
+    recipe = (REPO / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "$(DIST)" in recipe and re.search(r"^DIST\s*:=.*--dist loadfile --no-loadscope-reorder", (REPO / "Makefile").read_text(), re.M)
+    collected = _pytest("-q", "--collect-only", "tests").stdout.splitlines()
+    order = list(dict.fromkeys(line.split("::")[0] for line in collected if "::" in line))
+    assert order[:len(LONGEST_MODULES)] == [f"tests/{name}" for name in LONGEST_MODULES]
+    assert order.index("tests/test_faults_workflow.py") < order.index("tests/test_traces.py")  # snakemake runs before unit tests
