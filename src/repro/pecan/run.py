@@ -19,8 +19,8 @@ from repro.pecan.cluster import JobSpec, simulate, step_times, worker_names
 from repro.pecan.costs import lookup
 from repro.pecan.logs import MAX_LINE, RUN_LINE, LogWriter, parse_log
 from repro.pecan.policies import FASTFLOW_WORKERS, fastflow_workers
-from repro.pecan.runsize import check_run_size
 from repro.pecan.presets import pipeline_costs
+from repro.pecan.runsize import check_run_size
 from repro.traces import TraceReader, write_trace
 
 
