@@ -49,7 +49,6 @@ class _UniqueKeyLoader(_LOADER):
                                  f"and line {key_node.start_mark.line + 1}")
         return super().construct_mapping(node, deep=deep)
 
-
     def construct_object(self, node, deep=False):
         # a value its tag cannot make (`!!int abc`, `2001-02-30`, `!!bool maybe`): PyYAML's constructors
         # raise what Python raised, which would end the command in a traceback
