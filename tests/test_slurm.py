@@ -187,7 +187,12 @@ def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
                         if "ResNet50_v2-8_pecan" in line and line.endswith("RUNNING")), None)
             time.sleep(0.2)
         assert job, "the pecan run never started"
-        time.sleep(2)  # the job's command is under way, not only its allocation
+        # the rule's command under way (the job step its Snakemake starts), not only the allocation: a
+        # job cancelled while its batch script starts can leave that script's Snakemake running,
+        # unseen by this test cluster's process tracking (proctrack/linuxproc)
+        while time.monotonic() < deadline and f"{job}.0" not in subprocess.run(
+                ["squeue", "-h", "-s", "-j", job, "-o", "%i"], capture_output=True, text=True).stdout.split():
+            time.sleep(0.2)
         subprocess.run(["scancel", job], check=True)
         out, _ = runner.communicate(timeout=900)
         # the job's own Snakemake outlives SIGTERM; the scheduler kills it after KillWait
