@@ -8,6 +8,7 @@ back afterwards). Without them the tests are skipped, unless REPRO_REQUIRE_SLURM
 import contextlib
 import csv
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -82,7 +83,9 @@ def slurm(tmp_path_factory):
         f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool'}",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd.pid'}",
         f"SlurmctldLogFile={root / 'slurmctld.log'}", f"SlurmdLogFile={root / 'slurmd.log'}",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "ReturnToService=2",
+        # a job's processes by process group (clusters use cgroups): following the process tree
+        # (proctrack/linuxproc) lost a job's Snakemake once scancel's SIGTERM had ended its shell
+        "ProctrackType=proctrack/pgid", "TaskPlugin=task/none", "ReturnToService=2",
         "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory",
         "MinJobAge=600", "KillWait=5", "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "SlurmUser=root", f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
@@ -187,9 +190,7 @@ def test_a_job_the_scheduler_kills_fails_and_only_it_is_redone(slurm, tmp_path):
                         if "ResNet50_v2-8_pecan" in line and line.endswith("RUNNING")), None)
             time.sleep(0.2)
         assert job, "the pecan run never started"
-        # the rule's command under way (the job step its Snakemake starts), not only the allocation: a
-        # job cancelled while its batch script starts can leave that script's Snakemake running,
-        # unseen by this test cluster's process tracking (proctrack/linuxproc)
+        # the rule's command under way (the job step its Snakemake starts), not only the allocation
         while time.monotonic() < deadline and f"{job}.0" not in subprocess.run(
                 ["squeue", "-h", "-s", "-j", job, "-o", "%i"], capture_output=True, text=True).stdout.split():
             time.sleep(0.2)
@@ -232,3 +233,28 @@ def test_cluster_generic_status_script_follows_jobs_out_of_the_queue(slurm, tmp_
     assert state(ok) == "success"  # no longer in squeue: found through scontrol
     assert state(bad) == "failed"
     assert state("999999") == "failed"  # unknown everywhere: failed, not running forever
+
+
+def test_a_cancelled_jobs_process_that_outlives_its_shell_is_killed(slurm, tmp_path):
+    """As a job's Snakemake does: its batch script's shell dies of scancel's SIGTERM, the process it
+    started goes on (here it ignores SIGTERM). The test cluster's process tracking must still find
+    it (by its process group; following the process tree loses it once its parent is gone) and kill
+    it after KillWait."""
+    pid_file = tmp_path / "child.pid"
+    child = (f"import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(300)")
+    job = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--wrap",
+                          f"{shlex.quote(sys.executable)} -c {shlex.quote(child)}; true"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.2)
+    process = psutil.Process(int(pid_file.read_text()))
+    try:
+        subprocess.run(["scancel", job], check=True)
+        gone, _ = psutil.wait_procs([process], timeout=30)  # KillWait is 5 s
+        assert gone, "the cancelled job's process still runs"
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()  # psutil checks it is still that process
