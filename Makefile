@@ -56,8 +56,9 @@ PYTEST := $(RUN) pytest -q -rs
 # `make test-fast`: two workers per CPU (at most 8); its unit tests, whose fixtures are cheap, go
 # test by test to whichever worker is free (worksteal: no worker is left with a long module at the
 # end). WORKERS=0 or TEST_WORKERS=0 runs a tier in one process.
-TEST_WORKERS ?= $(shell n=$$(nproc); w=$$(( n * 3 / 2 )); echo $$(( w < 2 ? 2 : w < 8 ? w : 8 )))
-WORKERS ?= $(shell n=$$(nproc); echo $$(( n * 2 < 8 ? n * 2 : 8 )))
+CPUS   := $(shell nproc)
+TEST_WORKERS ?= $(shell w=$$(( $(CPUS) * 3 / 2 )); echo $$(( w < 2 ? 2 : w < 8 ? w : 8 )))
+WORKERS ?= $(shell w=$$(( $(CPUS) * 2 )); echo $$(( w < 8 ? w : 8 )))
 DIST   := --dist loadfile --no-loadscope-reorder
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)
