@@ -45,20 +45,15 @@ figures: setup
 # Each tier ends with its wall and CPU time (tests/conftest.py); -rs lists why each skipped test was skipped
 # (the package that would enable it). benchmarks/tests_time.py times the tiers.
 PYTEST := $(RUN) pytest -q -rs
-# The tests run under pytest-xdist, more workers than CPUs: the workflow and service tests mostly
-# wait on the programs they start, and some unit tests wait on the processes they signal, so a
-# worker per CPU leaves CPUs idle. `make test` and `make test-all`: three workers per two CPUs (at
-# least 2, at most 8), a module per worker (a module's tests share its fixtures: the tiny build,
-# SLURM, sshd), in the order tests/conftest.py collects them: the longest modules first (xdist's
-# reorder by count of tests would start them last). Their programs keep the CPUs busy; a fourth
-# worker per two CPUs spent 7-10% more CPU time on the same tests (docs/BENCHMARKS.md), for no
-# shorter run.
-# `make test-fast`: two workers per CPU (at most 8); its unit tests, whose fixtures are cheap, go
-# test by test to whichever worker is free (worksteal: no worker is left with a long module at the
-# end). WORKERS=0 or TEST_WORKERS=0 runs a tier in one process.
-CPUS   := $(shell nproc)
-TEST_WORKERS ?= $(shell w=$$(( $(CPUS) * 3 / 2 )); echo $$(( w < 2 ? 2 : w < 8 ? w : 8 )))
-WORKERS ?= $(shell w=$$(( $(CPUS) * 2 )); echo $$(( w < 8 ? w : 8 )))
+# The tests run under pytest-xdist, two workers per CPU (at most 8): the workflow and service tests
+# mostly wait on the programs they start, and some unit tests wait on the processes they signal, so
+# a worker per CPU leaves CPUs idle. A module per worker (a module's tests share its fixtures: the
+# tiny build, SLURM, sshd), in the order tests/conftest.py collects them: the longest modules first
+# (xdist's reorder by count of tests would start them last); the unit tests of `make test-fast`,
+# whose fixtures are cheap, go test by test to whichever worker is free (worksteal: no worker is
+# left with a long module at the end). WORKERS=0 or TEST_WORKERS=0 runs a tier in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n * 2 < 8 ? n * 2 : 8 )))
+WORKERS ?= $(TEST_WORKERS)
 DIST   := --dist loadfile --no-loadscope-reorder
 
 # everything this machine can run (tests needing sshd, SLURM or a GPU skip where those are missing)

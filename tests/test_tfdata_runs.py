@@ -48,8 +48,9 @@ def test_cachew_starts_real_workers_and_the_parser_reads_the_worker_set(tf, tmp_
     probes = []  # the transfer probe's least seconds per phase: the spec's
     measure = engine.measure_transfer_cost
     monkeypatch.setattr(engine, "measure_transfer_cost", lambda *a, **kw: probes.append(kw["min_seconds"]) or measure(*a, **kw))
-    # windows enough for the second worker to import TensorFlow, register and serve on a busy machine
-    # (40 windows, about 4 s here, were not always); the run ends a few windows after it serves
+    # windows enough to wait out the second worker's start on a busy machine (40 windows, about 4 s
+    # here, were not always): the run waits for it up to its 60 s deployment wait, and ends a few
+    # windows after it serves
     metrics = run(engine_spec(pecan_config, "cachew", max_remote_workers=2, max_windows=400), tmp_path / "run", data)
     assert probes == [metrics["spec"]["probe_seconds"]] == [ENGINE_TEST_SETTINGS["probe_seconds"]]
     log = (tmp_path / "run" / "run.log").read_text()
