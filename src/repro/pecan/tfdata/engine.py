@@ -567,7 +567,8 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
             if waited > DEPLOYMENT_WAIT_S:
                 served = "{} + {}".format(*window.counts)
                 decisions[-1]["note"] = (f"{served} workers served for {waited:.0f} s after the policy asked for "
-                                         f"{target[0]} + {target[1]}: the run ends at the deployment that served")
+                                         f"{target[0]} + {target[1]}: the run ends at the deployment that served "
+                                         f"(workers: {'; '.join(service.describe_workers()) or 'none'})")
                 print(f"repro: {spec.experiment} {spec.mode}: {decisions[-1]['note']}", file=sys.stderr)
                 break
         elif policy.state in STOPPED:

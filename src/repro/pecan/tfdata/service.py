@@ -443,6 +443,31 @@ class Service:
                 names.append(status["address"])
         return names
 
+    def describe_workers(self):
+        """A line per recorded worker: what its last status says (its tasks, how old), or why it has
+        none; what tells why a worker the policy asked for does not serve."""
+        if not self.state:
+            return []
+        polled = self._poll_remote()
+        lines = []
+        for entry in self.state["workers"]:
+            if "host" in entry:
+                running, status = polled[id(entry)]
+                name, age = f"pid {entry['pid']} on {entry['host']}", None
+            else:
+                running, status = self.ours(entry), read_record(entry["status"])
+                if not isinstance(status, dict) or status.get("pid") != entry["pid"]:
+                    status = None
+                name, age = f"pid {entry['pid']}", status and time.time() - status.get("at", 0)
+            if not running:
+                lines.append(f"{name}: not running")
+            elif not status:
+                lines.append(f"{name}: no status yet (starting, or not registered with the dispatcher)")
+            else:
+                reported = "" if age is None else f", reported {age:.1f} s ago"
+                lines.append(f"{status['address']} ({name}): {status['tasks']} task(s){reported}")
+        return lines
+
     def dispatcher_status(self):
         return _fresh(self.state["dispatcher"]["status"], self.state["dispatcher"]["pid"]) if self.state else None
 
