@@ -74,6 +74,23 @@ def test_a_log_axis_is_labelled_with_plain_numbers(monkeypatch):
     assert "20" in labels[1] and "100" in labels[1]  # less than a decade: minor ticks labelled too
 
 
+def test_the_model_load_figure_shows_each_whisker_whole(monkeypatch):
+    """A cold load's 95% interval of few requests, [100, 1150] ms around a mean of 200 ms: the axis,
+    four times the tallest bar, stopped at 800 ms and cut the whisker off."""
+    from repro import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, *args, **kwargs: drawn.append(fig))
+    rows = [{"model": "a", "original_latency_ms": 200, "shared_latency_ms": 20, "original_latency_ci_ms": [100, 1150],
+             "shared_latency_ci_ms": [15, 25], "speedup": 10.0},
+            {"model": "b", "original_latency_ms": 150, "shared_latency_ms": 10, "original_latency_ci_ms": [140, 160],
+             "shared_latency_ci_ms": [9, 11], "speedup": 15.0}]
+    plots.plot_model_load(rows, ["f.png"], "caption", {"width_in": 5, "height_in": 3.6, "dpi": 50, "font_size": 9})
+    bottom, top = drawn[0].axes[0].get_ylim()
+    plt.close(drawn[0])
+    assert bottom <= 9 and top >= 1150
+
+
 def test_a_figure_drawn_again_is_the_same_bytes(tmp_path):
     """The PDF held the moment it was drawn (CreationDate): a figure redrawn from the same table
     differed from the first by its checksum."""

@@ -298,7 +298,10 @@ def plot_model_load(rows, outputs, caption, style):
         top = max(r["original_latency_ms"], r["shared_latency_ms"])
         ax.text(x, top * 1.15, f"{r['speedup']:.1f}x", ha="center", va="bottom", fontweight="bold")
     _log_scale(ax)
-    ax.set_ylim(top=max(r["original_latency_ms"] for r in rows) * 4)
+    # room above the tallest bar for the speedups and the legend, and above the highest whisker: a 95%
+    # interval of few requests can reach beyond it
+    whiskers = max(r[f"{mode}_latency_ci_ms"][1] for r in rows for mode in ("original", "shared"))
+    ax.set_ylim(top=max(max(r["original_latency_ms"] for r in rows) * 4, whiskers * 2))
     ax.set_xticks(list(xs), [r["model"] for r in rows], rotation=20, ha="right")
     ax.set_ylabel("End-to-end latency per request (ms)")
     ax.set_title("TrIMS: model loading, original vs shared")
