@@ -97,6 +97,19 @@ def test_a_damaged_or_unwritable_keep_only_means_validating_again(tmp_path):
     assert checked_config(raw(), "config", tmp_path / "a-file" / "kept") == validate_config(raw())
 
 
+def test_a_config_error_names_the_files_in_the_order_they_were_merged():
+    """As Snakemake lists them the command line's --configfile comes first and the Snakefile's own
+    last; the error names the Snakefile's, then each --configfile, then --config where it set
+    anything: a typo in `--configfile mine.yaml` was named "config: (top level): ..."."""
+    from repro.checkedconfig import config_source
+
+    files = [Path("/home/u/mine.yaml"), "other.yaml", "config/config.yaml"]
+    assert config_source(files, [Path("/home/u/mine.yaml"), "other.yaml"], {"repeats": 0}) == (
+        "config/config.yaml + /home/u/mine.yaml + other.yaml + --config")
+    assert config_source(["config/config.yaml"], [], {}) == "config/config.yaml"
+    assert config_source([], [], None) == "config"
+
+
 def test_config_files_merge_over_the_base_as_snakemake_merges_them(tmp_path):
     from snakemake.utils import update_config
 

@@ -90,8 +90,16 @@ def test_a_config_error_is_one_line_naming_the_key(workdir):
     repro commands give it; Snakemake reported the exception with its stack (four `File ...` lines)."""
     proc = snakemake(workdir, "--dry-run", "--config", "repeats=0", check=False)
     assert proc.returncode == 1
-    assert (proc.stdout + proc.stderr).splitlines()[-1] == "repro: error: config: repeats: 0 is less than the minimum of 1"
+    assert (proc.stdout + proc.stderr).splitlines()[-1] == (
+        "repro: error: config/config.yaml + --config: repeats: 0 is less than the minimum of 1")
     assert 'File "' not in proc.stdout + proc.stderr
+    # a typo in a --configfile: the line names that file
+    (workdir / "mine.yaml").write_text("seeed: 3\n")
+    proc = snakemake(workdir, "--dry-run", "--configfile", "mine.yaml", check=False)
+    assert proc.returncode == 1
+    assert (proc.stdout + proc.stderr).splitlines()[-1] == (
+        f"repro: error: config/config.yaml + {workdir / 'mine.yaml'}: (top level): Additional properties are not "
+        "allowed ('seeed' was unexpected)")
 
 
 @pytest.mark.parametrize("value, hinted", [("5", True), ("five", False), ("true", False), ("0.5", False)])

@@ -30,6 +30,15 @@ _KEPT_NAME = re.compile(r"config-[0-9a-f]{32}\.json")  # as _key names them
 KEPT_LIMIT = 64 << 20  # a kept config is the JSON of a config file of at most 4 MiB and 200,000 values
 
 
+def config_source(files, command_line_files=(), overrides=None):
+    """What a config error names as its source, as `repro config check` does: the config files in
+    the order they were merged (the Snakefile's own, then each --configfile), then --config where
+    it set anything."""
+    given = [str(path) for path in command_line_files]
+    ordered = [str(path) for path in files if str(path) not in given] + given
+    return " + ".join([*dict.fromkeys(ordered), *(["--config"] if overrides else [])]) or "config"
+
+
 def checked_config(config, source, cache_dir, files=()):
     """Validate `config` in place (schema defaults filled in, paths expanded, references checked)
     as `repro.config.validate_config` does, reusing a result kept in `cache_dir` for the same inputs.
