@@ -143,6 +143,24 @@ def test_the_doctor_names_a_missing_extra_and_unset_variables(tmp_path):
 
 
 @pytest.mark.fault
+def test_the_doctor_names_each_profile_key_snakemake_would_refuse(tmp_path):
+    """`corez: 2` in a profile: Snakemake stops with "unrecognized arguments: --corez=2", naming
+    neither the file nor the key; `latency_wait` is refused too (its options take dashes). The
+    doctor names each, and none of the shipped profiles' keys."""
+    from repro.doctor import check_profile
+
+    (tmp_path / "config.yaml").write_text("cores: 2\ncorez: 2\nlatency_wait: 5\nslurm-logdir: logs\n")
+    proc = doctor(tmp_path, path_env())
+    where = f"repro: error: {tmp_path / 'config.yaml'}"
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"{where}: corez: not an option of Snakemake or of its installed plugins; did you mean cores?",
+        f"{where}: latency_wait: not an option of Snakemake or of its installed plugins; did you mean latency-wait?"]
+    for profile in sorted((REPO / "profiles").iterdir()):
+        problems, _ = check_profile(profile)
+        assert not [p for p in problems if "not an option" in p], profile
+
+
+@pytest.mark.fault
 @pytest.mark.parametrize("content, message", [
     (None, "not a Snakemake profile (expected a directory with config.yaml)"),
     ("executor: [unclosed\n", "config.yaml"),

@@ -9,6 +9,7 @@ traceback before the workflow can check anything; `repro doctor --profile DIR` n
 missing in one line each instead.
 """
 
+import difflib
 import importlib.util
 import os
 import re
@@ -83,17 +84,50 @@ def plugins(profile, path="profile"):
 def missing_plugins(path, profile):
     problems = []
     for kind, name, option in plugins(profile, path):
-        module = f"snakemake_{kind}_plugin_{name.replace('-', '_')}"
-        try:
-            installed = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            installed = False
-        if not installed:
+        if not _installed(kind, name):
             extra = PLUGIN_EXTRAS.get((kind, name))
             how = (f"the '{extra}' extra (pip install -e '.[{extra}]')" if extra
                    else f"snakemake-{kind}-plugin-{name} (pip install snakemake-{kind}-plugin-{name})")
             problems.append(f"{path}: {option}: {name} needs {how}")
     return problems
+
+
+def unknown_options(path, profile):
+    """One problem per key of the profile that is no option of this Snakemake and its installed
+    plugins: Snakemake refuses the profile for it ("unrecognized arguments: --corez=2"), naming
+    neither the file nor the key. Keys of a plugin that is not installed are left to missing_plugins."""
+    path_before = os.environ.get("PATH")
+    # Snakemake's import looks for bash and which on PATH, and warns where they are not
+    os.environ["PATH"] = os.pathsep.join(filter(None, [path_before, os.defpath]))
+    try:
+        from snakemake.cli import get_argument_parser
+
+        known = [option for option in get_argument_parser()._option_string_actions if option.startswith("--")]
+    except ImportError:  # no Snakemake here: the profile's options cannot be known
+        return []
+    finally:
+        if path_before is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = path_before
+    missing = tuple(f"{name}-" if kind == "executor" else f"storage-{name}-" for kind, name, _ in plugins(profile, path)
+                    if not _installed(kind, name))
+    problems = []
+    for key in profile:
+        option = f"--{key}"
+        if option in known or (isinstance(key, str) and key.startswith(missing)):
+            continue
+        close = difflib.get_close_matches(option.replace("_", "-"), known, n=1)
+        hint = f"; did you mean {close[0][2:]}?" if close else ""
+        problems.append(f"{path}: {str(key)[:100]}: not an option of Snakemake or of its installed plugins{hint}")
+    return problems
+
+
+def _installed(kind, name):
+    try:
+        return importlib.util.find_spec(f"snakemake_{kind}_plugin_{name.replace('-', '_')}") is not None
+    except ModuleNotFoundError:
+        return False
 
 
 _VARIABLE_NAME = re.compile(r"\w+", re.ASCII)  # as Snakemake's register_envvars takes them
@@ -258,7 +292,8 @@ def check_profile(directory):
     """Every problem found, one line each (empty: the profile can start), and a summary of it."""
     path, profile = read_profile(directory)
     used = {(kind, name) for kind, name, _ in plugins(profile, path)}  # first: a value naming no plugin is the one problem
-    problems = missing_plugins(path, profile) + unset_variables(path, profile) + missing_programs(path, profile)
+    problems = (missing_plugins(path, profile) + unknown_options(path, profile) + unset_variables(path, profile)
+                + missing_programs(path, profile))
     if used & GOOGLE_PLUGINS:
         missing = missing_credentials()
         if missing:
