@@ -107,6 +107,8 @@ def test_a_config_error_names_the_files_in_the_order_they_were_merged():
     assert config_source(files, [Path("/home/u/mine.yaml"), "other.yaml"], {"repeats": 0}) == (
         "config/config.yaml + /home/u/mine.yaml + other.yaml + --config")
     assert config_source(["config/config.yaml"], [], {}) == "config/config.yaml"
+    assert config_source([Path("config/config.yaml").absolute(), "config/config.yaml"],
+                         [Path("config/config.yaml").absolute()], {}) == str(Path("config/config.yaml").absolute())
     assert config_source([], [], None) == "config"
 
 

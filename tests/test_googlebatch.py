@@ -145,16 +145,22 @@ def test_the_doctor_names_a_missing_extra_and_unset_variables(tmp_path):
 @pytest.mark.fault
 def test_the_doctor_names_each_profile_key_snakemake_would_refuse(tmp_path):
     """`corez: 2` in a profile: Snakemake stops with "unrecognized arguments: --corez=2", naming
-    neither the file nor the key; `latency_wait` is refused too (its options take dashes). The
-    doctor names each, and none of the shipped profiles' keys."""
+    neither the file nor the key; `latency_wait` is refused too (its options take dashes), and a
+    short option's letter, and a flag's abbreviation. The doctor names each, not what Snakemake takes
+    (a key without a value, a unique beginning of a value option's name), and none of the shipped
+    profiles' keys."""
     from repro.doctor import check_profile
 
-    (tmp_path / "config.yaml").write_text("cores: 2\ncorez: 2\nlatency_wait: 5\nslurm-logdir: logs\n")
+    (tmp_path / "config.yaml").write_text(
+        "cores: 2\ncorez: 2\nlatency_wait: 5\nj: 4\nrerun-incomplete: true\nprintshell: true\nkeep-goin:\n"
+        "latency: 5\n")
     proc = doctor(tmp_path, path_env())
     where = f"repro: error: {tmp_path / 'config.yaml'}"
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
         f"{where}: corez: not an option of Snakemake or of its installed plugins; did you mean cores?",
-        f"{where}: latency_wait: not an option of Snakemake or of its installed plugins; did you mean latency-wait?"]
+        f"{where}: latency_wait: not an option of Snakemake or of its installed plugins; did you mean latency-wait?",
+        f"{where}: j: not an option of Snakemake or of its installed plugins; did you mean jobs?",
+        f"{where}: printshell: not an option of Snakemake or of its installed plugins; did you mean printshellcmds?"]
     for profile in sorted((REPO / "profiles").iterdir()):
         problems, _ = check_profile(profile)
         assert not [p for p in problems if "not an option" in p], profile

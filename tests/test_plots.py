@@ -75,8 +75,9 @@ def test_a_log_axis_is_labelled_with_plain_numbers(monkeypatch):
 
 
 def test_the_model_load_figure_shows_each_whisker_whole(monkeypatch):
-    """A cold load's 95% interval of few requests, [100, 1150] ms around a mean of 200 ms: the axis,
-    four times the tallest bar, stopped at 800 ms and cut the whisker off."""
+    """A cold load's 95% interval of few requests, [100, 1150] ms around a latency of 200 ms: the
+    axis, four times the tallest bar, stopped at 800 ms and cut the whisker off; the speedup is
+    written above the whisker, inside the axes."""
     from repro import plots
 
     drawn = []
@@ -87,8 +88,10 @@ def test_the_model_load_figure_shows_each_whisker_whole(monkeypatch):
              "shared_latency_ci_ms": [9, 11], "speedup": 15.0}]
     plots.plot_model_load(rows, ["f.png"], "caption", {"width_in": 5, "height_in": 3.6, "dpi": 50, "font_size": 9})
     bottom, top = drawn[0].axes[0].get_ylim()
+    labels = {text.get_text(): text.get_position()[1] for text in drawn[0].axes[0].texts}
     plt.close(drawn[0])
     assert bottom <= 9 and top >= 1150
+    assert 1150 < labels["10.0x"] < top and 160 < labels["15.0x"] < top
 
 
 def test_a_figure_drawn_again_is_the_same_bytes(tmp_path):

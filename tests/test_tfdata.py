@@ -486,7 +486,7 @@ class _ShortService:
         return ["127.0.0.1:1"]
 
     def describe_workers(self):
-        return ["127.0.0.1:1 (pid 1): 1 task(s)", "pid 2: no status yet"]
+        return ["127.0.0.1:1 (pid 1): 1 task(s)", "pid 2: no report yet"]
 
 
 class _Deployment:
@@ -499,7 +499,9 @@ class _Deployment:
 
 def test_the_service_says_of_each_worker_whether_it_serves_and_if_not_why(tmp_path):
     """What a run that ends short of its deployment says of the workers: one reports a task, one runs
-    without any (its last report 10 s old), one has not reported yet, one has ended."""
+    without any (its last report 10 s old), one has not reported yet, one's report is damaged, one has
+    ended; the one that ended is named although serving(), which the run calls each window, has
+    dropped its record."""
     import time
 
     from repro.pecan.tfdata.service import Service
@@ -509,28 +511,33 @@ def test_the_service_says_of_each_worker_whether_it_serves_and_if_not_why(tmp_pa
     directory.mkdir()
     procs, entries = [], []
     try:
-        for slot in range(4):
+        for slot in range(5):
             marks = owner_environment(directory)
             procs.append(sleeper(env={**os.environ, **marks}))
             entries.append({**describe(procs[-1].pid, "tfdata worker", marks[OWNER_TOKEN]), "kind": "remote",
                             "slot": slot, "status": str(directory / f"worker-{slot}.status.json")})
-        for slot, tasks, age in ((0, 1, 0.0), (1, 0, 10.0), (3, 1, 0.0)):
+        for slot, tasks, age in ((0, 1, 0.0), (1, 0, 10.0), (4, 1, 0.0)):
             write_record(entries[slot]["status"], {"role": "worker", "address": f"localhost:500{slot}", "tasks": tasks,
                                                    "pid": procs[slot].pid, "at": time.time() - age})
-        procs[3].kill()
-        procs[3].wait()
+        write_record(entries[3]["status"], {"role": "worker", "address": "localhost:5003", "pid": procs[3].pid})
+        procs[4].kill()
+        procs[4].wait()
         (directory / "state.json").write_text(json.dumps({
             "dispatcher": {**entries[0], "address": "localhost:4999"}, "workers": entries}))
-        lines = Service(directory).describe_workers()
+        service = Service(directory)
+        serving = service.serving()
+        lines = service.describe_workers()
     finally:
         for proc in procs:
             proc.kill()
             proc.wait()
-    assert len(lines) == 4
-    assert lines[0].startswith(f"localhost:5000 (pid {procs[0].pid}): 1 task(s), reported 0.")
-    assert re.fullmatch(rf"localhost:5001 \(pid {procs[1].pid}\): 0 task\(s\), reported 1\d\.\d s ago", lines[1])
-    assert lines[2] == f"pid {procs[2].pid}: no status yet (starting, or not registered with the dispatcher)"
-    assert lines[3] == f"pid {procs[3].pid}: not running"
+    assert serving == ["localhost:5000"]
+    assert len(lines) == 5
+    assert lines[0] == f"pid {procs[4].pid}: not running"
+    assert lines[1].startswith(f"localhost:5000 (pid {procs[0].pid}): 1 task(s), reported 0.")
+    assert re.fullmatch(rf"localhost:5001 \(pid {procs[1].pid}\): 0 task\(s\), reported 1\d\.\d s ago", lines[2])
+    assert lines[3] == f"pid {procs[2].pid}: no report yet (starting, or not registered with the dispatcher)"
+    assert lines[4] == f"pid {procs[3].pid}: its report is unreadable"
 
 
 @pytest.mark.parametrize("asked, ends", [((2, 0), "waits, then ends"), ((1, 0), "settles")])
@@ -558,7 +565,7 @@ def test_a_run_waits_for_the_deployment_its_policy_asked_for_at_most_a_while(tf,
     assert 2 < len(windows) < 80
     assert decisions[-1]["note"].startswith("1 + 0 workers served for 0 s after the policy asked for 2 + 0: the run "
                                             "ends at the deployment that served")
-    assert decisions[-1]["note"].endswith("(workers: 127.0.0.1:1 (pid 1): 1 task(s); pid 2: no status yet)")
+    assert decisions[-1]["note"].endswith("(workers: 127.0.0.1:1 (pid 1): 1 task(s); pid 2: no report yet)")
     assert capsys.readouterr().err.startswith("repro: ResNet50_v2-8 cachew: 1 + 0 workers served for")
     # the run's log says so too, and still reads as the artifact's
     log = tmp_path / "run.log"

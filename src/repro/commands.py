@@ -371,8 +371,8 @@ def _config_check(args):
 
 def _doctor_command(sub):
     doctor = sub.add_parser("doctor", help="check what a Snakemake profile needs before Snakemake starts with it: "
-                            "its plugins (extras), the environment variables it names, the cluster commands its "
-                            "executor runs, Google credentials")
+                            "its plugins (extras), keys that are Snakemake options, the environment variables it "
+                            "names, the cluster commands its executor runs, Google credentials")
     doctor.add_argument("--profile", required=True, help="the profile directory, as given to snakemake --profile")
     doctor.set_defaults(func=_doctor)
 

@@ -1,7 +1,7 @@
 """What a Snakemake profile needs before Snakemake starts with it: the plugins it names (the
-package's extras), the environment variables its values name, the programs its executor runs on
-this machine (SLURM's client commands, a generic cluster's submit, status, cancel and sidecar commands),
-and credentials where it uses Google's services.
+package's extras), keys that are Snakemake's options, the environment variables its values name, the
+programs its executor runs on this machine (SLURM's client commands, a generic cluster's submit,
+status, cancel and sidecar commands), and credentials where it uses Google's services.
 
 Snakemake creates its default storage's client before it reads the Snakefile, so with
 `default-storage-provider: gcs` and no credentials it ends in google-auth's DefaultCredentialsError
@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 
-from repro.errors import ReproError
+from repro.errors import ReproError, one_line
 from repro.fsutil import file_kind
 
 # the executors and storage providers of pyproject.toml's extras: (kind, name) -> extra
@@ -95,32 +95,49 @@ def missing_plugins(path, profile):
 def unknown_options(path, profile):
     """One problem per key of the profile that is no option of this Snakemake and its installed
     plugins: Snakemake refuses the profile for it ("unrecognized arguments: --corez=2"), naming
-    neither the file nor the key. Keys of a plugin that is not installed are left to missing_plugins."""
+    neither the file nor the key. As Snakemake reads a profile, a key without a value is skipped and
+    a unique beginning of the name of an option that takes a value stands for it. Keys of a plugin
+    that is not installed are left to missing_plugins."""
+    if importlib.util.find_spec("snakemake") is None:  # the profile's options cannot be known
+        return []
+    try:
+        options = _snakemake_options()
+    except Exception as exc:  # a plugin that fails to load: Snakemake would not start either
+        return [f"{path}: Snakemake cannot list its options ({one_line(f'{type(exc).__name__}: {exc}')[:300]}); "
+                "it would not start with this installation"]
+    known = [option for option in options if option.startswith("--")]
+    missing = tuple(f"{name}-" if kind == "executor" else f"storage-{name}-" for kind, name, _ in plugins(profile, path)
+                    if not _installed(kind, name))
+    problems = []
+    for key, value in profile.items():
+        option = f"--{key}"
+        begun = [k for k in known if k.startswith(option)]
+        # a flag's abbreviation fails ("--printshell=True": Snakemake passes the value of a key it does not know)
+        taken = len(begun) == 1 and options[begun[0]].nargs != 0
+        if value is None or option in known or taken or (isinstance(key, str) and key.startswith(missing)):
+            continue
+        short = options.get(f"-{key}")
+        close = ([o for o in short.option_strings if o.startswith("--")][:1] if short else begun[:1] if len(begun) == 1
+                 else difflib.get_close_matches(option.replace("_", "-"), known, n=1, cutoff=0.75))
+        hint = f"; did you mean {close[0][2:]}?" if close else ""
+        problems.append(f"{path}: {str(key)[:100]}: not an option of Snakemake or of its installed plugins{hint}")
+    return problems
+
+
+def _snakemake_options():
+    """{option string: argparse action} of Snakemake's command line with the installed plugins' options."""
     path_before = os.environ.get("PATH")
-    # Snakemake's import looks for bash and which on PATH, and warns where they are not
+    # Snakemake's import looks for bash, then sh, on PATH to run its shell commands, and warns where neither is
     os.environ["PATH"] = os.pathsep.join(filter(None, [path_before, os.defpath]))
     try:
         from snakemake.cli import get_argument_parser
 
-        known = [option for option in get_argument_parser()._option_string_actions if option.startswith("--")]
-    except ImportError:  # no Snakemake here: the profile's options cannot be known
-        return []
+        return get_argument_parser()._option_string_actions
     finally:
         if path_before is None:
             del os.environ["PATH"]
         else:
             os.environ["PATH"] = path_before
-    missing = tuple(f"{name}-" if kind == "executor" else f"storage-{name}-" for kind, name, _ in plugins(profile, path)
-                    if not _installed(kind, name))
-    problems = []
-    for key in profile:
-        option = f"--{key}"
-        if option in known or (isinstance(key, str) and key.startswith(missing)):
-            continue
-        close = difflib.get_close_matches(option.replace("_", "-"), known, n=1)
-        hint = f"; did you mean {close[0][2:]}?" if close else ""
-        problems.append(f"{path}: {str(key)[:100]}: not an option of Snakemake or of its installed plugins{hint}")
-    return problems
 
 
 def _installed(kind, name):

@@ -566,9 +566,13 @@ def train(spec, iterator, service, policy, deployment, on_window=None):
             waited = time.monotonic() - waiting_since
             if waited > DEPLOYMENT_WAIT_S:
                 served = "{} + {}".format(*window.counts)
+                try:
+                    workers = "; ".join(service.describe_workers()) or "none"
+                except ReproError as exc:  # a worker host that no longer answers: the run still ends as it should
+                    workers = f"not known: {exc}"
                 decisions[-1]["note"] = (f"{served} workers served for {waited:.0f} s after the policy asked for "
                                          f"{target[0]} + {target[1]}: the run ends at the deployment that served "
-                                         f"(workers: {'; '.join(service.describe_workers()) or 'none'})")
+                                         f"(workers: {workers})")
                 print(f"repro: {spec.experiment} {spec.mode}: {decisions[-1]['note']}", file=sys.stderr)
                 break
         elif policy.state in STOPPED:

@@ -82,6 +82,16 @@ def _fresh(status_path, pid):
     return status
 
 
+def _worker_name(entry):
+    return f"pid {entry['pid']}" + (f" on {entry['host']}" if "host" in entry else "")
+
+
+def _is_report(status, pid):
+    """Whether `status` is a worker's report as server.py writes it, of process `pid`."""
+    return (isinstance(status, dict) and status.get("pid") == pid and isinstance(status.get("address"), str)
+            and type(status.get("tasks")) is int and type(status.get("at")) in (int, float))
+
+
 def _log_tail(path, lines=5):
     try:
         return " | ".join(Path(path).read_text(errors="replace").strip().splitlines()[-lines:])
@@ -146,6 +156,7 @@ class Service:
         self.directory, self.owned = Path(directory), owned
         self.state_path = self.directory / "state.json"
         self._children = {}  # pid -> Popen, to reap the processes this object started
+        self._ended = []  # the records of workers found no longer running, as they were dropped
         self._remote = None
         if os.path.lexists(self.state_path):
             self.state = read_json(self.state_path, "a tf.data service state file")
@@ -376,8 +387,10 @@ class Service:
         for worker in self.state["workers"]:
             if polled[id(worker)][0] if "host" in worker else self.ours(worker):
                 running.append(worker)
-            elif "host" not in worker:
-                self._retire_port(worker)
+            else:
+                self._ended.append(worker)
+                if "host" not in worker:
+                    self._retire_port(worker)
         self.state["workers"] = running
 
     def _poll_remote(self):
@@ -444,25 +457,27 @@ class Service:
         return names
 
     def describe_workers(self):
-        """A line per recorded worker: what its last status says (its tasks, how old), or why it has
-        none; what tells why a worker the policy asked for does not serve."""
+        """A line per worker: those found no longer running since this object was opened, then each
+        running one with what its last report says (its tasks, how old), or why there is none; what
+        tells why a worker the policy asked for does not serve."""
         if not self.state:
             return []
         polled = self._poll_remote()
-        lines = []
+        self._forget_ended(polled)
+        lines = [f"{_worker_name(entry)}: not running" for entry in self._ended]
         for entry in self.state["workers"]:
-            if "host" in entry:
-                running, status = polled[id(entry)]
-                name, age = f"pid {entry['pid']} on {entry['host']}", None
+            name = _worker_name(entry)
+            if "host" in entry:  # a worker host's poll passes on a report of the last STATUS_FRESH_S only
+                status, age = polled[id(entry)][1], None
+                missing = f"no report within {STATUS_FRESH_S:g} s"
             else:
-                running, status = self.ours(entry), read_record(entry["status"])
-                if not isinstance(status, dict) or status.get("pid") != entry["pid"]:
-                    status = None
-                name, age = f"pid {entry['pid']}", status and time.time() - status.get("at", 0)
-            if not running:
-                lines.append(f"{name}: not running")
-            elif not status:
-                lines.append(f"{name}: no status yet (starting, or not registered with the dispatcher)")
+                status = read_record(entry["status"])
+                age = time.time() - status["at"] if _is_report(status, entry["pid"]) else None
+                missing = "no report yet (starting, or not registered with the dispatcher)"
+            if status is None or (isinstance(status, dict) and status.get("pid") != entry["pid"]):
+                lines.append(f"{name}: {missing}")
+            elif not _is_report(status, entry["pid"]):
+                lines.append(f"{name}: its report is unreadable")
             else:
                 reported = "" if age is None else f", reported {age:.1f} s ago"
                 lines.append(f"{status['address']} ({name}): {status['tasks']} task(s){reported}")
