@@ -100,14 +100,16 @@ def unknown_options(path, profile):
     that is not installed are left to missing_plugins."""
     if importlib.util.find_spec("snakemake") is None:  # the profile's options cannot be known
         return []
+    missing = tuple(f"{name}-" if kind == "executor" else f"storage-{name}-" for kind, name, _ in plugins(profile, path)
+                    if not _installed(kind, name))
     try:
         options = _snakemake_options()
     except Exception as exc:  # a plugin that fails to load: Snakemake would not start either
+        if missing:  # the profile's own plugin, half installed: missing_plugins names it
+            return []
         return [f"{path}: Snakemake cannot list its options ({one_line(f'{type(exc).__name__}: {exc}')[:300]}); "
                 "it would not start with this installation"]
     known = [option for option in options if option.startswith("--")]
-    missing = tuple(f"{name}-" if kind == "executor" else f"storage-{name}-" for kind, name, _ in plugins(profile, path)
-                    if not _installed(kind, name))
     problems = []
     for key, value in profile.items():
         option = f"--{key}"
