@@ -167,6 +167,19 @@ def test_the_doctor_names_each_profile_key_snakemake_would_refuse(tmp_path):
 
 
 @pytest.mark.fault
+def test_the_doctor_names_an_installed_plugin_that_fails_to_load(tmp_path):
+    """An installed executor plugin that cannot be imported (here: SLURM's, made unimportable in the
+    child) stops every Snakemake start, whatever the profile: the doctor says so in one line."""
+    script = WITHOUT_PLUGIN.replace("snakemake_executor_plugin_googlebatch", "snakemake_executor_plugin_slurm").replace(
+        "profiles/googlebatch", "profiles/default")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=path_env(), cwd=REPO)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "repro: error: profiles/default/config.yaml: Snakemake cannot list its options (ModuleNotFoundError: "
+        "snakemake_executor_plugin_slurm); it would not start with this installation"]
+
+
+@pytest.mark.fault
 @pytest.mark.parametrize("content, message", [
     (None, "not a Snakemake profile (expected a directory with config.yaml)"),
     ("executor: [unclosed\n", "config.yaml"),
