@@ -35,9 +35,9 @@ def config_source(files, command_line_files=(), overrides=None):
     the order they were merged (the Snakefile's own, then each --configfile), then --config where
     it set anything."""
     given = [str(path) for path in command_line_files]
-    named = {}  # absolute path -> as named: a file given again by another name is named once
-    for path in [str(path) for path in files if os.path.abspath(path) not in map(os.path.abspath, given)] + given:
-        named.setdefault(os.path.abspath(path), path)
+    named = {}  # absolute path -> as named last: a file given again by another name is named once
+    for path in [str(path) for path in files if str(path) not in given] + given:
+        named[os.path.abspath(path)] = path
     return " + ".join([*named.values(), *(["--config"] if overrides else [])]) or "config"
 
 

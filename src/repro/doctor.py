@@ -119,8 +119,12 @@ def unknown_options(path, profile):
         if value is None or option in known or taken or (isinstance(key, str) and key.startswith(missing)):
             continue
         short = options.get(f"-{key}")
-        close = ([o for o in short.option_strings if o.startswith("--")][:1] if short else begun[:1] if len(begun) == 1
-                 else difflib.get_close_matches(option.replace("_", "-"), known, n=1, cutoff=0.75))
+        if short:  # a short option's letter: its long name
+            close = [o for o in short.option_strings if o.startswith("--")]
+        elif len(begun) == 1:  # a flag's abbreviation
+            close = begun
+        else:
+            close = difflib.get_close_matches(option.replace("_", "-"), known, n=1, cutoff=0.75)
         hint = f"; did you mean {close[0][2:]}?" if close else ""
         problems.append(f"{path}: {str(key)[:100]}: not an option of Snakemake or of its installed plugins{hint}")
     return problems

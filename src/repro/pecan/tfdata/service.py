@@ -468,18 +468,15 @@ class Service:
         for entry in self.state["workers"]:
             name = _worker_name(entry)
             if "host" in entry:  # a worker host's poll passes on a report of the last STATUS_FRESH_S only
-                status, age = polled[id(entry)][1], None
-                missing = f"no report within {STATUS_FRESH_S:g} s"
+                status, missing = polled[id(entry)][1], f"no report within {STATUS_FRESH_S:g} s"
             else:
-                status = read_record(entry["status"])
-                age = time.time() - status["at"] if _is_report(status, entry["pid"]) else None
-                missing = "no report yet (starting, or not registered with the dispatcher)"
+                status, missing = read_record(entry["status"]), "no report yet (starting, or not registered with the dispatcher)"
             if status is None or (isinstance(status, dict) and status.get("pid") != entry["pid"]):
                 lines.append(f"{name}: {missing}")
             elif not _is_report(status, entry["pid"]):
                 lines.append(f"{name}: its report is unreadable")
             else:
-                reported = "" if age is None else f", reported {age:.1f} s ago"
+                reported = "" if "host" in entry else f", reported {time.time() - status['at']:.1f} s ago"
                 lines.append(f"{status['address']} ({name}): {status['tasks']} task(s){reported}")
         return lines
 
